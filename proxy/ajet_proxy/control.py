@@ -1,0 +1,175 @@
+"""The control API: one route per SDK method, under `/swarm/`, with the same names.
+
+Handlers are plain `def`s (FastAPI runs them in its thread pool), so store transactions never block
+the event loop that serves the data plane. With a swarm token configured, every route here needs
+it; an episode key never grants control.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import uuid
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
+
+from ajet.client import CLIENT_HEADER
+from ajet.job import AgentJetJob
+from ajet.types import (
+    AutoSyncRequest,
+    BeginEpisodeRequest,
+    BeginEpisodeResponse,
+    EndEpisodeRequest,
+    EngineState,
+    EngineStatus,
+    EpisodeResult,
+    EpisodeUuidRequest,
+    OkResponse,
+    RolloutStat,
+    SetBatchModeRequest,
+    SyncTrainConfigRequest,
+)
+from ajet_proxy.episodes import hash_key, new_episode_key
+from ajet_proxy.errors import InvalidInput, Unauthorized, WrongState
+from ajet_proxy.state import ProxyState
+from ajet_proxy.stats import build_rollout_stat, engine_status
+
+logger = logging.getLogger(__name__)
+
+
+def _state(request: Request) -> ProxyState:
+    return request.app.state.ajet
+
+
+def require_control(request: Request) -> None:
+    """Check the swarm token when one is configured."""
+    token = _state(request).config.swarm_token
+    if not token:
+        return
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-swarm-token", "")
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise Unauthorized("control calls need the swarm token")
+
+
+router = APIRouter(prefix="/swarm", dependencies=[Depends(require_control)], tags=["control"])
+
+
+def _client_id(request: Request) -> str:
+    return request.headers.get(CLIENT_HEADER) or f"anonymous@{request.client.host if request.client else '?'}"
+
+
+def _validate_job(job: dict) -> AgentJetJob:
+    try:
+        return AgentJetJob.model_validate(job)
+    except ValidationError as exc:
+        fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
+        raise InvalidInput(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
+
+
+def _ok(s: ProxyState) -> OkResponse:
+    return OkResponse(state=s.refresh_engine().state)
+
+
+@router.post("/sync_train_config", response_model=OkResponse)
+def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
+    """Store the job; only while OFFLINE."""
+    s = _state(request)
+    s.store.sync_job(_validate_job(body.job).to_wire())
+    return _ok(s)
+
+
+@router.post("/start_engine", response_model=OkResponse)
+def start_engine(request: Request) -> OkResponse:
+    """OFFLINE -> BOOTING; the trainer takes it from there."""
+    s = _state(request)
+    if s.store.engine_row().job is None:
+        raise WrongState("no job synced; call sync_train_config first", state=EngineState.OFFLINE.value)
+    s.store.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    return _ok(s)
+
+
+@router.post("/stop_engine", response_model=OkResponse)
+def stop_engine(request: Request) -> OkResponse:
+    """Any state -> OFFLINE; open episodes are aborted and their keys stop working."""
+    s = _state(request)
+    s.writer.flush()
+    s.store.transition(EngineState.OFFLINE)
+    s.registry.clear()
+    return _ok(s)
+
+
+@router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
+def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
+    """Sync + start when OFFLINE (or when forced); otherwise join the running job."""
+    s = _state(request)
+    job = _validate_job(body.job).to_wire()
+    if body.force_restart:
+        stop_engine(request)
+    row = s.store.engine_row()
+    if row.state == EngineState.OFFLINE:
+        s.store.sync_job(job)
+        s.store.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    elif row.job != job:
+        logger.warning("client %s joins the running job; its own job differs (use force_restart to replace it)",
+                       _client_id(request))
+    return _ok(s)
+
+
+@router.get("/get_engine_status", response_model=EngineStatus)
+def get_engine_status(request: Request) -> EngineStatus:
+    """State, step, policy version."""
+    return engine_status(_state(request).refresh_engine(), time.time())
+
+
+@router.post("/set_batch_mode", response_model=OkResponse)
+def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
+    """Change the batch policy for the next step."""
+    s = _state(request)
+    s.store.set_batch_mode(body.mode)
+    return _ok(s)
+
+
+@router.post("/begin_episode", response_model=BeginEpisodeResponse)
+def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
+    """Open an episode and mint its key (only in ROLLING; 503 with Retry-After otherwise)."""
+    s = _state(request)
+    key = new_episode_key()
+    row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), _client_id(request), body.episode_type,
+                                body.discard_episode_timeout)
+    s.registry.add_row(row)
+    return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=str(request.base_url).rstrip("/") + "/v1",
+                                model="policy", policy_version=row.policy_version_start)
+
+
+@router.post("/end_episode", response_model=EpisodeResult)
+def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
+    """Record the reward. Answers only after it is committed, with every call of the episode."""
+    s = _state(request)
+    s.writer.flush()
+    out = body.workflow_output
+    meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
+    row, _changed = s.store.end_episode(body.episode_uuid, _client_id(request), body.task.task_id,
+                                        float(out.reward), out.is_success, meta)  # type: ignore[arg-type]
+    s.registry.remove([row.uuid])
+    return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
+
+
+@router.post("/abort_episode", response_model=EpisodeResult)
+def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
+    """Discard an episode; harmless if it is already aborted or expired."""
+    s = _state(request)
+    row, _changed = s.store.abort_episode(body.episode_uuid, _client_id(request))
+    s.registry.remove([row.uuid])
+    return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
+
+
+@router.get("/get_rollout_stat", response_model=RolloutStat)
+def get_rollout_stat(request: Request) -> RolloutStat:
+    """Pool progress in all modes, open episodes, tasks, clients, totals and recent steps."""
+    s = _state(request)
+    st = s.store
+    return build_rollout_stat(s.refresh_engine(), st.pool_episodes(), s.registry.snapshot(), st.totals(),
+                              st.clients(), st.steps(last=50), time.time())

@@ -1,0 +1,271 @@
+"""The OpenAI-compatible data plane: `POST /v1/chat/completions` and `GET /v1/models`.
+
+Authenticated by the episode key (Bearer). Each call goes to the episode's sticky policy deployment
+with `return_token_ids` and `logprobs` added, and is logged with the exact ids the backend produced.
+Two send paths: a pooled aiohttp session that passes bytes through unchanged and streams for real
+(default), and `litellm.Router.acompletion` (`--upstream litellm`), kept so both can be measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, AsyncIterator, Optional
+
+import aiohttp
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from ajet.types import EngineState
+from ajet_proxy.episodes import LiveEpisode, hash_key
+from ajet_proxy.errors import EngineNotRolling, InvalidInput, Unauthorized, UpstreamError
+from ajet_proxy.state import ProxyState
+from ajet_proxy.tokens import Extracted, StreamAccumulator, extract_response
+from ajet_proxy.types import CallRecord, Deployment
+
+logger = logging.getLogger(__name__)
+
+POLICY_VERSION_HEADER = "x-ajet-policy-version"
+_LIVE_STATES = (EngineState.ROLLING, EngineState.ROLLING_POST)
+_JSON = {"Content-Type": "application/json"}
+
+
+def parse_chat_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a dict; `InvalidInput` naming the field when malformed."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"body: not valid JSON ({exc})", fields=["body"]) from exc
+    if not isinstance(body, dict):
+        raise InvalidInput("body: expected a JSON object", fields=["body"])
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("messages: a non-empty list of messages is required", fields=["messages"])
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise InvalidInput(f"messages.{i}.role: each message needs a string role", fields=[f"messages.{i}.role"])
+    if body.get("n", 1) not in (1, None):
+        raise InvalidInput("n: only n=1 is supported in training episodes (run n episodes instead)", fields=["n"])
+    if not isinstance(body.get("stream", False), bool):
+        raise InvalidInput("stream: must be a boolean", fields=["stream"])
+    return body
+
+
+def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
+    """The body sent to the backend: the policy model, token ids and logprobs requested."""
+    up = dict(body)
+    up["model"] = dep.model
+    up["return_token_ids"] = True
+    up["logprobs"] = True
+    return up
+
+
+class DataPlane:
+    """Handlers of the data-plane routes; holds no state of its own."""
+
+    def __init__(self, state: ProxyState):
+        self.s = state
+
+    # ------------------------------------------------------------------ auth
+    def authenticate(self, request: Request) -> LiveEpisode:
+        """The live episode of the request's Bearer key, or 401 / 503."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        ep = self.s.registry.by_key_hash(hash_key(key)) if key else None
+        if ep is None:
+            raise Unauthorized("unknown, ended or expired episode key")
+        state = self.s.engine.state
+        if state not in _LIVE_STATES:
+            raise EngineNotRolling(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
+        return ep
+
+    async def models(self, request: Request) -> Response:
+        """`GET /v1/models`: the policy group and the deployments' model names."""
+        self.authenticate(request)
+        ids = ["policy"] + sorted({d.model for d in self.s.router.deployments.values()})
+        data = {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "ajet"} for i in ids]}
+        return Response(orjson.dumps(data), media_type="application/json")
+
+    # ------------------------------------------------------------------ chat
+    async def chat_completions(self, request: Request) -> Response:
+        """`POST /v1/chat/completions`, plain or streamed."""
+        ep = self.authenticate(request)
+        raw = await request.body()
+        body = parse_chat_body(raw)
+        seq = ep.next_seq
+        ep.next_seq += 1
+        ep.in_flight += 1
+        self.s.counters["requests"] += 1
+        call = _Call(ep, seq, raw, time.perf_counter())
+        try:
+            if body.get("stream"):
+                return await self._stream(call, body)
+            return await self._plain(call, body)
+        except BaseException:
+            call.finish()
+            raise
+
+    async def _plain(self, call: "_Call", body: dict[str, Any]) -> Response:
+        if self.s.config.upstream == "litellm":
+            status, data, dep, version = await self._send_litellm(call, body)
+        else:
+            status, data, dep, version = await self._send_aiohttp(call, body)
+        if status == 200:
+            ex = extract_response(orjson.loads(data))
+            self._log(call, dep, version, data.decode(), ex, stream=False)
+        else:
+            self._log(call, dep, version, data.decode(errors="replace"), Extracted(), stream=False,
+                      error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
+        call.finish()
+        return Response(data, status_code=status, media_type="application/json")
+
+    async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
+        async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
+            async with self.s.http.post(dep.base_url + "/chat/completions", data=orjson.dumps(upstream_body(body, dep)),
+                                        headers=_JSON) as resp:
+                data = await resp.read()
+                return resp.status, data, _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
+
+        return await self._with_failover(call, attempt)
+
+    async def _send_litellm(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
+        import litellm
+
+        async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
+            try:
+                resp = await self.s.router.router.acompletion(**_litellm_kwargs(body, dep))
+            except litellm.APIConnectionError as exc:
+                raise aiohttp.ClientConnectionError(str(exc)) from exc
+            except litellm.APIError as exc:  # the backend answered with an error status
+                err = {"error": {"message": str(exc), "type": type(exc).__name__}}
+                return int(getattr(exc, "status_code", 502) or 502), orjson.dumps(err), dep.policy_version
+            return 200, orjson.dumps(resp.model_dump()), dep.policy_version
+
+        return await self._with_failover(call, attempt)
+
+    async def _with_failover(self, call: "_Call", attempt: Any) -> tuple[Any, ...]:
+        """Run `attempt(dep)` on the sticky deployment, failing over on connection errors."""
+        tried: list[str] = []
+        while True:
+            dep = self.s.router.pick(call.ep.deployment, exclude=tried)
+            call.ep.deployment = dep.name
+            try:
+                result = await attempt(dep)
+                return (result[0], result[1], dep, *result[2:])
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+                self.s.router.mark_failed(dep.name)
+                tried.append(dep.name)
+                call.ep.deployment = None
+                if len(tried) >= len(self.s.router.deployments):
+                    self._log(call, dep, dep.policy_version, None, Extracted(), stream=False,
+                              error=f"no deployment reachable: {exc!r}")
+                    raise UpstreamError(f"no policy deployment reachable (tried {', '.join(tried)})") from exc
+
+    # ------------------------------------------------------------------ streaming
+    async def _stream(self, call: "_Call", body: dict[str, Any]) -> Response:
+        if self.s.config.upstream == "litellm":
+            return await self._stream_litellm(call, body)
+
+        async def attempt(dep: Deployment) -> tuple[int, Any, int]:
+            resp = await self.s.http.post(dep.base_url + "/chat/completions",
+                                          data=orjson.dumps(upstream_body(body, dep)), headers=_JSON)
+            return resp.status, resp, _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
+
+        status, resp, dep, version = await self._with_failover(call, attempt)
+        if status != 200:
+            data = await resp.read()
+            resp.release()
+            self._log(call, dep, version, data.decode(errors="replace"), Extracted(), stream=True,
+                      error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
+            call.finish()
+            return Response(data, status_code=status, media_type="application/json")
+
+        async def relay() -> AsyncIterator[bytes]:
+            acc = StreamAccumulator()
+            try:
+                async for chunk in resp.content.iter_any():
+                    acc.feed(chunk)
+                    yield chunk
+            finally:
+                resp.release()
+                self._log_stream(call, dep, version, acc)
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
+
+    async def _stream_litellm(self, call: "_Call", body: dict[str, Any]) -> Response:
+        async def attempt(dep: Deployment) -> tuple[int, Any, int]:
+            import litellm
+
+            try:
+                it = await self.s.router.router.acompletion(**_litellm_kwargs(body, dep), stream=True)
+            except litellm.APIConnectionError as exc:
+                raise aiohttp.ClientConnectionError(str(exc)) from exc
+            return 200, it, dep.policy_version
+
+        _status, it, dep, version = await self._with_failover(call, attempt)
+
+        async def relay() -> AsyncIterator[bytes]:
+            acc = StreamAccumulator()
+            try:
+                async for chunk in it:
+                    data = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
+                    acc.feed(data)
+                    yield data
+                yield b"data: [DONE]\n\n"
+            finally:
+                self._log_stream(call, dep, version, acc)
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
+
+    def _log_stream(self, call: "_Call", dep: Deployment, version: int, acc: StreamAccumulator) -> None:
+        error = None if acc.done and not acc.errors else (
+            f"stream error: {acc.errors[0]}" if acc.errors else "stream ended before [DONE]")
+        self._log(call, dep, version, orjson.dumps(acc.assembled_response()).decode(), acc.result(),
+                  stream=True, error=error)
+        call.finish()
+
+    # ------------------------------------------------------------------ logging
+    def _log(self, call: "_Call", dep: Optional[Deployment], version: int, response: Optional[str], ex: Extracted,
+             stream: bool, error: Optional[str] = None) -> None:
+        if error is not None:
+            self.s.counters["errors"] += 1
+        elif ex.prompt_ids is None or ex.completion_ids is None:
+            logger.warning("episode %s call %d: backend returned no token ids; episode marked untrainable",
+                           call.ep.uuid, call.seq)
+        self.s.writer.submit(CallRecord(
+            episode_uuid=call.ep.uuid, seq=call.seq, request=call.raw.decode(errors="replace"), response=response,
+            prompt_ids=ex.prompt_ids, completion_ids=ex.completion_ids, logprobs=ex.logprobs,
+            finish_reason=ex.finish_reason, policy_version=version, deployment=dep.name if dep else None,
+            latency_ms=(time.perf_counter() - call.t0) * 1000.0, created_at=time.time(), stream=stream,
+            error=error))
+
+
+class _Call:
+    """One in-flight call: keeps the episode's activity bookkeeping in one place."""
+
+    __slots__ = ("ep", "seq", "raw", "t0", "_done")
+
+    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float):
+        self.ep, self.seq, self.raw, self.t0, self._done = ep, seq, raw, t0, False
+
+    def finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self.ep.in_flight -= 1
+            self.ep.last_active = time.time()
+
+
+def _version(header: Optional[str], dep: Deployment) -> int:
+    try:
+        return int(header) if header is not None else dep.policy_version
+    except ValueError:
+        return dep.policy_version
+
+
+def _litellm_kwargs(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
+    rest = {k: v for k, v in body.items() if k not in ("model", "messages", "stream", "logprobs", "stream_options")}
+    extra = dict(rest.pop("extra_body", None) or {})
+    extra["return_token_ids"] = True
+    return {"model": dep.name, "messages": body["messages"], "logprobs": True, "extra_body": extra, **rest}

@@ -1,0 +1,115 @@
+"""Episode keys and the in-memory registry of open episodes (the data plane's auth table).
+
+Keys are 256-bit random tokens; only their sha256 is stored. The registry maps key hashes to live
+episodes so authenticating a call is one dict lookup; it is rebuilt from the store at start-up, so
+open episodes carry on with their keys after a proxy restart, and reconciled with the store
+periodically, so episodes the trainer expires stop working here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from ajet_proxy.types import EpisodeRow
+
+KEY_PREFIX = "ajet-ep-"
+
+
+def new_episode_key() -> str:
+    """A fresh episode key: 32 random bytes, URL-safe."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    """The sha256 hex digest the store keeps instead of the key."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class LiveEpisode:
+    """Mutable state of one open episode, owned by the proxy's event loop."""
+
+    uuid: str
+    key_hash: str
+    client_id: str
+    episode_type: str
+    timeout_s: float
+    created_at: float
+    last_active: float
+    next_seq: int = 0
+    in_flight: int = 0
+    deployment: Optional[str] = None
+
+    def idle(self, now: float) -> float:
+        """Seconds since the last activity (0 while a call is in flight)."""
+        return 0.0 if self.in_flight else max(0.0, now - self.last_active)
+
+
+class EpisodeRegistry:
+    """Open episodes by key hash and by uuid. Thread-safe for the control routes' thread pool."""
+
+    def __init__(self) -> None:
+        self._by_hash: dict[str, LiveEpisode] = {}
+        self._by_uuid: dict[str, LiveEpisode] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_uuid)
+
+    def add_row(self, row: EpisodeRow) -> LiveEpisode:
+        """Register an open episode from its store row."""
+        ep = LiveEpisode(uuid=row.uuid, key_hash=row.key_hash, client_id=row.client_id,
+                         episode_type=row.episode_type, timeout_s=row.timeout_s, created_at=row.created_at,
+                         last_active=row.last_active_at, next_seq=row.num_calls)
+        with self._lock:
+            self._by_hash[ep.key_hash] = ep
+            self._by_uuid[ep.uuid] = ep
+        return ep
+
+    def by_key_hash(self, key_hash: str) -> Optional[LiveEpisode]:
+        """The open episode of a key hash (dict lookup, no lock needed for reads)."""
+        return self._by_hash.get(key_hash)
+
+    def get(self, uuid: str) -> Optional[LiveEpisode]:
+        """The open episode with this uuid."""
+        return self._by_uuid.get(uuid)
+
+    def remove(self, uuids: Iterable[str]) -> None:
+        """Forget episodes (ended, aborted, expired)."""
+        with self._lock:
+            for uuid in uuids:
+                ep = self._by_uuid.pop(uuid, None)
+                if ep is not None:
+                    self._by_hash.pop(ep.key_hash, None)
+
+    def clear(self) -> None:
+        """Forget every episode (engine stopped)."""
+        with self._lock:
+            self._by_hash.clear()
+            self._by_uuid.clear()
+
+    def snapshot(self) -> list[LiveEpisode]:
+        """A copy of the live episodes."""
+        with self._lock:
+            return list(self._by_uuid.values())
+
+    def idle_expired(self, now: Optional[float] = None) -> list[str]:
+        """Uuids of episodes idle longer than their timeout."""
+        now = time.time() if now is None else now
+        return [ep.uuid for ep in self.snapshot() if ep.idle(now) > ep.timeout_s]
+
+    def reconcile(self, open_uuids: set[str], read_at: float, grace_s: float = 5.0) -> list[str]:
+        """Forget episodes the store no longer has open (expired or stopped by the trainer).
+
+        `open_uuids` was read from the store at `read_at`; episodes created within `grace_s` of that
+        read are kept, since their insert may have committed after it. Returns the uuids removed.
+        """
+        stale = [ep.uuid for ep in self.snapshot()
+                 if ep.uuid not in open_uuids and ep.created_at < read_at - grace_s]
+        self.remove(stale)
+        return stale

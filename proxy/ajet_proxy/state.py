@@ -1,0 +1,132 @@
+"""The proxy's process state and its background loops.
+
+`ProxyState` owns the store, the call-log writer, the episode registry, the policy router and the
+upstream HTTP session. Its loops (on the event loop, with store reads in a thread):
+- every `poll_s`: read the engine row (the trainer moves the state) and reload the router when the
+  deployments version changes;
+- every second: expire idle episodes, and forget episodes the store no longer has open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Literal, Optional
+
+import aiohttp
+
+from ajet_proxy.call_log import CallLogWriter
+from ajet_proxy.episodes import EpisodeRegistry
+from ajet_proxy.routing import PolicyRouter
+from ajet_proxy.store import Store
+from ajet_proxy.types import EngineRow
+from ajet.types import EpisodeStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Settings of one proxy process."""
+
+    db_url: str
+    """SQLAlchemy URL of the store."""
+    swarm_token: Optional[str] = None
+    """Required on control calls when set."""
+    upstream: Literal["aiohttp", "litellm"] = "aiohttp"
+    """How calls reach the policy backend."""
+    poll_s: float = 0.2
+    """How often the engine row is re-read."""
+    upstream_timeout_s: float = 600.0
+    """Total time allowed for one upstream call."""
+    max_connections: int = 1024
+    """Size of the upstream connection pool."""
+
+
+class ProxyState:
+    """Everything the routes share; created once per app."""
+
+    def __init__(self, config: ProxyConfig):
+        self.config = config
+        self.store = Store(config.db_url)
+        self.writer = CallLogWriter(self.store)
+        self.registry = EpisodeRegistry()
+        self.router = PolicyRouter()
+        self.engine: EngineRow = self.store.engine_row()
+        self.counters = {"requests": 0, "errors": 0}
+        self.http: aiohttp.ClientSession = None  # type: ignore[assignment]  # created in the loop
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # ------------------------------------------------------------------ life cycle
+    @asynccontextmanager
+    async def lifespan(self, _app: Any) -> AsyncIterator[None]:
+        """Start the writer, load open episodes and deployments, run the loops; flush on exit."""
+        self.writer.start()
+        for row in self.store.episodes(status=EpisodeStatus.OPEN):
+            self.registry.add_row(row)
+        self._load_router(self.store.engine_row())
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s), auto_decompress=False)
+        self._tasks = [asyncio.create_task(self._poll_engine()), asyncio.create_task(self._housekeeping())]
+        gc.collect()
+        gc.freeze()  # start-up objects (litellm, pydantic) stay out of every later GC pass
+        logger.info("proxy ready: %d open episode(s), engine %s", len(self.registry), self.engine.state.value)
+        try:
+            yield
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.http.close()
+            self.writer.stop()
+            self.store.close()
+            logger.info("proxy stopped; %d calls written", self.writer.written)
+
+    def _load_router(self, row: EngineRow) -> None:
+        if row.deployments_version != self.router.version:
+            self.router.load(self.store.deployments(), row.deployments_version)
+
+    def refresh_engine(self) -> EngineRow:
+        """Re-read the engine row now (control routes call this after changing it)."""
+        self.engine = self.store.engine_row()
+        return self.engine
+
+    # ------------------------------------------------------------------ loops
+    async def _poll_engine(self) -> None:
+        while True:
+            try:
+                row = await asyncio.to_thread(self.store.engine_row)
+                self.engine = row
+                if row.deployments_version != self.router.version:
+                    deps = await asyncio.to_thread(self.store.deployments)
+                    self.router.load(deps, row.deployments_version)
+            except Exception:  # noqa: BLE001 - a transient store error must not kill the loop
+                logger.exception("engine poll failed")
+            await asyncio.sleep(self.config.poll_s)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.expire_idle()
+                read_at = time.time()
+                open_uuids = await asyncio.to_thread(self.store.open_uuids)
+                self.registry.reconcile(open_uuids, read_at)
+            except Exception:  # noqa: BLE001
+                logger.exception("housekeeping failed")
+
+    async def expire_idle(self) -> list[str]:
+        """Expire episodes idle longer than their timeout; their keys stop working."""
+        idle = self.registry.idle_expired()
+        if not idle:
+            return []
+        expired = await asyncio.to_thread(self.store.expire_episodes, idle)
+        self.registry.remove(idle)
+        if expired:
+            logger.info("expired %d idle episode(s)", len(expired))
+        return expired

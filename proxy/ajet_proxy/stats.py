@@ -1,0 +1,51 @@
+"""Assembly of the rollout statistics (a pure function of what the store and registry hold)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ajet.job import AgentJetJob
+from ajet.types import ClientInfo, EngineStatus, OpenEpisodeInfo, RolloutStat, StepInfo, TaskStat
+from ajet_proxy.batch_policy import all_progress, group_by_task, is_dummy
+from ajet_proxy.episodes import LiveEpisode
+from ajet_proxy.types import EngineRow, PoolEpisode, StepRow
+
+_DEFAULTS = AgentJetJob()
+
+
+def engine_status(row: EngineRow, now: float) -> EngineStatus:
+    """The engine row as the wire type."""
+    job = row.job or {}
+    return EngineStatus(state=row.state, state_seconds=max(0.0, now - row.state_since), global_step=row.global_step,
+                        policy_version=row.policy_version, job_synced=row.job is not None,
+                        experiment_name=job.get("experiment_name"))
+
+
+def batch_shape(row: EngineRow) -> tuple[int, int]:
+    """(batch_size, num_repeat) of the synced job, or the job defaults."""
+    job = row.job or {}
+    return int(job.get("batch_size", _DEFAULTS.batch_size)), int(job.get("num_repeat", _DEFAULTS.num_repeat))
+
+
+def task_stats(pool: Sequence[PoolEpisode]) -> list[TaskStat]:
+    """Per-task counts of the pool, in pool order."""
+    return [TaskStat(task_id=tid, episodes=len(g), reward_mean=sum(e.reward for e in g) / len(g), dummy=is_dummy(g))
+            for tid, g in group_by_task(pool).items()]
+
+
+def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequence[LiveEpisode],
+                       totals: dict[str, int], clients: Sequence[dict[str, Any]], steps: Sequence[StepRow],
+                       now: float) -> RolloutStat:
+    """Everything `get_rollout_stat` answers."""
+    batch_size, num_repeat = batch_shape(row)
+    open_eps = [OpenEpisodeInfo(episode_uuid=e.uuid, client_id=e.client_id, episode_type=e.episode_type,
+                                age_s=max(0.0, now - e.created_at), idle_s=e.idle(now), timeout_s=e.timeout_s,
+                                num_calls=e.next_seq) for e in sorted(live, key=lambda e: e.created_at)]
+    client_infos = [ClientInfo(client_id=c["client_id"], last_seen_s=max(0.0, now - c["last_seen"]), begun=c["begun"],
+                               ended=c["ended"], aborted=c["aborted"]) for c in clients]
+    step_infos = [StepInfo(step=s.step, policy_version=s.policy_version, num_episodes=s.num_episodes,
+                           reward_mean=s.reward_mean, metrics=s.metrics, finished_at=s.finished_at) for s in steps]
+    return RolloutStat(engine=engine_status(row, now), batch_mode=row.batch_mode, batch_size=batch_size,
+                       num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat),
+                       open_episodes=open_eps, tasks=task_stats(pool), clients=client_infos, totals=totals,
+                       recent_steps=step_infos)

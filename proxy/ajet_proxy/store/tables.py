@@ -1,0 +1,147 @@
+"""SQLAlchemy Core tables of the store, and the packing of token id / logprob arrays.
+
+Only portable types are used (no SQLite-only SQL), so a PostgreSQL URL works through the same code.
+Token ids are packed as little-endian int32, logprobs as float64: compact and exact.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from typing import Optional, Sequence
+
+import sqlalchemy as sa
+
+SCHEMA_VERSION = 1
+
+metadata = sa.MetaData()
+
+meta = sa.Table(
+    "ajet_meta", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+)
+
+engine_state = sa.Table(
+    "engine_state", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("state_since", sa.Float, nullable=False),
+    sa.Column("job", sa.JSON, nullable=True),
+    sa.Column("global_step", sa.Integer, nullable=False, default=0),
+    sa.Column("policy_version", sa.Integer, nullable=False, default=0),
+    sa.Column("batch_mode", sa.String(64), nullable=False),
+    sa.Column("deployments_version", sa.Integer, nullable=False, default=0),
+)
+
+episodes = sa.Table(
+    "episodes", metadata,
+    sa.Column("uuid", sa.String(64), primary_key=True),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("client_id", sa.String(256), nullable=False),
+    sa.Column("task_id", sa.String(512), nullable=True, index=True),
+    sa.Column("episode_type", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("reward", sa.Float, nullable=True),
+    sa.Column("is_success", sa.Boolean, nullable=True),
+    sa.Column("metadata", sa.JSON, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("last_active_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float, nullable=True),
+    sa.Column("timeout_s", sa.Float, nullable=False),
+    sa.Column("policy_version_start", sa.Integer, nullable=False),
+    sa.Column("consumed_step", sa.Integer, nullable=True, index=True),
+    sa.Column("untrainable", sa.Boolean, nullable=False, default=False),
+    sa.Column("untrainable_reason", sa.String(256), nullable=True),
+    sa.Column("num_calls", sa.Integer, nullable=False, default=0),
+)
+
+llm_calls = sa.Table(
+    "llm_calls", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("episode_uuid", sa.String(64), nullable=False, index=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("request", sa.Text, nullable=False),
+    sa.Column("response", sa.Text, nullable=True),
+    sa.Column("prompt_ids", sa.LargeBinary, nullable=True),
+    sa.Column("completion_ids", sa.LargeBinary, nullable=True),
+    sa.Column("logprobs", sa.LargeBinary, nullable=True),
+    sa.Column("finish_reason", sa.String(32), nullable=True),
+    sa.Column("policy_version", sa.Integer, nullable=False),
+    sa.Column("deployment", sa.String(128), nullable=True),
+    sa.Column("latency_ms", sa.Float, nullable=False),
+    sa.Column("stream", sa.Boolean, nullable=False, default=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+deployments = sa.Table(
+    "deployments", metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("base_url", sa.String(512), nullable=False),
+    sa.Column("model", sa.String(512), nullable=False),
+    sa.Column("policy_version", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+clients = sa.Table(
+    "clients", metadata,
+    sa.Column("client_id", sa.String(256), primary_key=True),
+    sa.Column("first_seen", sa.Float, nullable=False),
+    sa.Column("last_seen", sa.Float, nullable=False),
+    sa.Column("begun", sa.Integer, nullable=False, default=0),
+    sa.Column("ended", sa.Integer, nullable=False, default=0),
+    sa.Column("aborted", sa.Integer, nullable=False, default=0),
+)
+
+steps = sa.Table(
+    "train_steps", metadata,
+    sa.Column("step", sa.Integer, primary_key=True),
+    sa.Column("policy_version", sa.Integer, nullable=False),
+    sa.Column("num_episodes", sa.Integer, nullable=False),
+    sa.Column("reward_mean", sa.Float, nullable=True),
+    sa.Column("metrics", sa.JSON, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=False),
+)
+
+
+def pack_ints(values: Optional[Sequence[int]]) -> Optional[bytes]:
+    """Token ids as little-endian int32 bytes (None stays None)."""
+    if values is None:
+        return None
+    arr = array("i", values)
+    if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def unpack_ints(blob: Optional[bytes]) -> Optional[list[int]]:
+    """Inverse of `pack_ints`."""
+    if blob is None:
+        return None
+    arr = array("i")
+    arr.frombytes(blob)
+    if sys.byteorder != "little":  # pragma: no cover
+        arr.byteswap()
+    return arr.tolist()
+
+
+def pack_floats(values: Optional[Sequence[float]]) -> Optional[bytes]:
+    """Logprobs as little-endian float64 bytes (None stays None)."""
+    if values is None:
+        return None
+    arr = array("d", values)
+    if sys.byteorder != "little":  # pragma: no cover
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def unpack_floats(blob: Optional[bytes]) -> Optional[list[float]]:
+    """Inverse of `pack_floats`."""
+    if blob is None:
+        return None
+    arr = array("d")
+    arr.frombytes(blob)
+    if sys.byteorder != "little":  # pragma: no cover
+        arr.byteswap()
+    return arr.tolist()

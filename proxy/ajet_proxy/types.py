@@ -1,0 +1,159 @@
+"""Internal row and record types of the proxy and the store (frozen dataclasses).
+
+The HTTP wire types live in `ajet.types`; these are what the store returns and what the call log
+writes. The trainer reads episodes and calls through these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ajet.types import BatchMode, EngineState, EpisodeStatus
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    """The single engine row of the store."""
+
+    state: EngineState
+    """Current engine state."""
+    state_since: float
+    """Unix time the state was entered."""
+    job: Optional[dict[str, Any]]
+    """The synced job (None before the first sync)."""
+    global_step: int
+    """Training steps recorded."""
+    policy_version: int
+    """Version of the weights now serving."""
+    batch_mode: BatchMode
+    """Batch policy in force for the next step."""
+    deployments_version: int
+    """Bumped whenever a deployment is registered, changed or removed."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """An inference endpoint the trainer registered."""
+
+    name: str
+    """Unique deployment name."""
+    base_url: str
+    """OpenAI-compatible base URL (ends with `/v1`)."""
+    model: str
+    """Model name to send upstream (a LoRA adapter name for vLLM)."""
+    policy_version: int
+    """The weights version it serves."""
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    """One episode as stored."""
+
+    uuid: str
+    """Episode id."""
+    key_hash: str
+    """sha256 of the episode key."""
+    client_id: str
+    """Client that began it."""
+    episode_type: str
+    """`train` or `eval`."""
+    status: EpisodeStatus
+    """Life-cycle status."""
+    created_at: float
+    """Unix time it began."""
+    last_active_at: float
+    """Unix time of its last LLM call (or start)."""
+    timeout_s: float
+    """Discard timeout in seconds."""
+    policy_version_start: int
+    """Policy version when it began."""
+    num_calls: int = 0
+    """LLM calls logged."""
+    task_id: Optional[str] = None
+    """Task id given at end."""
+    reward: Optional[float] = None
+    """Reward given at end."""
+    is_success: Optional[bool] = None
+    """Success flag given at end."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Workflow output metadata and log metrics."""
+    ended_at: Optional[float] = None
+    """Unix time it ended, aborted or expired."""
+    consumed_step: Optional[int] = None
+    """The training step that consumed it."""
+    untrainable: bool = False
+    """True when a call lacked token ids; never trained."""
+    untrainable_reason: Optional[str] = None
+    """Why it is untrainable."""
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One logged LLM call, with the exact token ids the backend produced."""
+
+    episode_uuid: str
+    """The episode."""
+    seq: int
+    """Order of the call in its episode (0-based)."""
+    request: str
+    """The agent's request body (JSON text)."""
+    response: Optional[str]
+    """The backend's answer (JSON text; for streams, the assembled answer)."""
+    prompt_ids: Optional[list[int]]
+    """Prompt token ids as the engine tokenised them."""
+    completion_ids: Optional[list[int]]
+    """Completion token ids the engine sampled."""
+    logprobs: Optional[list[float]]
+    """Log-probability of each completion token."""
+    finish_reason: Optional[str]
+    """Why generation stopped."""
+    policy_version: int
+    """Weights version that produced the answer."""
+    deployment: Optional[str]
+    """Deployment that answered."""
+    latency_ms: float
+    """Wall time through the proxy."""
+    created_at: float
+    """Unix time the answer finished."""
+    stream: bool = False
+    """Whether the call was streamed."""
+    error: Optional[str] = None
+    """Error text if the call failed."""
+
+    @property
+    def trainable(self) -> bool:
+        """A successful call with both token id lists."""
+        return self.error is None and self.prompt_ids is not None and self.completion_ids is not None
+
+
+@dataclass(frozen=True)
+class PoolEpisode:
+    """An ended, not yet consumed train episode, as the batch policies see it."""
+
+    uuid: str
+    """Episode id."""
+    task_id: str
+    """GRPO group."""
+    reward: float
+    """Its reward."""
+    ended_at: float = 0.0
+    """Unix time it ended (for first-come ordering)."""
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A recorded training step."""
+
+    step: int
+    """Global step number."""
+    policy_version: int
+    """Version it produced."""
+    num_episodes: int
+    """Episodes consumed."""
+    reward_mean: Optional[float]
+    """Mean reward of the batch."""
+    metrics: dict[str, Any]
+    """Other metrics."""
+    finished_at: float
+    """Unix time recorded."""

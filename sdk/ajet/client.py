@@ -1,0 +1,178 @@
+"""`SwarmClient`: the control-API client. Thread-safe; it holds no episode state.
+
+Each public method maps to the proxy route of the same name under `/swarm/`. Transient network
+errors are retried with bounded backoff; `begin_episode` also waits (bounded) while the engine is not
+ROLLING. Every other failure raises a typed exception from `ajet.errors` with the server's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import sys
+import time
+import uuid
+from typing import Any, Optional, TextIO
+
+import httpx
+
+from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, error_for_status
+from ajet.job import AgentJetJob
+from ajet.types import (
+    BatchMode,
+    BeginEpisodeResponse,
+    EngineState,
+    EngineStatus,
+    EpisodeResult,
+    OkResponse,
+    OpenaiBaseUrlAndApiKey,
+    RolloutStat,
+    Task,
+    WorkflowOutput,
+)
+
+logger = logging.getLogger(__name__)
+
+CLIENT_HEADER = "X-Ajet-Client"
+
+
+class SwarmClient:
+    """Talks to one `ajet-proxy` (one model). Use one per model in multi-model workflows."""
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        swarm_token: Optional[str] = None,
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        begin_episode_max_wait: float = 3600.0,
+        client_id: Optional[str] = None,
+        verbose: bool = True,
+    ):
+        self.server_url = server_url.rstrip("/")
+        self.swarm_token = swarm_token if swarm_token is not None else os.environ.get("AJET_SWARM_TOKEN")
+        self.max_retries = max_retries
+        self.begin_episode_max_wait = begin_episode_max_wait
+        self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.verbose = verbose
+        headers = {CLIENT_HEADER: self.client_id}
+        if self.swarm_token:
+            headers["Authorization"] = f"Bearer {self.swarm_token}"
+        self._http = httpx.Client(base_url=self.server_url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> "SwarmClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transport
+    def _call(self, method: str, route: str, body: Optional[dict] = None) -> Any:
+        """One control call with bounded retries on transport errors; raises typed errors."""
+        delay = 0.2
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self._http.request(method, f"/swarm/{route}", json=body)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if attempt == self.max_retries:
+                    raise SwarmConnectionError(f"{self.server_url}/swarm/{route}: {exc!r}") from exc
+                logger.warning("%s %s failed (%r); retry %d/%d in %.1fs", method, route, exc, attempt + 1,
+                               self.max_retries, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if resp.status_code >= 400:
+                raise _error_from_response(resp)
+            return resp.json()
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ engine
+    def sync_train_config(self, job: AgentJetJob) -> EngineState:
+        """Send the job to the proxy (only while OFFLINE)."""
+        return OkResponse.model_validate(self._call("POST", "sync_train_config", {"job": job.to_wire()})).state
+
+    def start_engine(self) -> EngineState:
+        """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
+        return OkResponse.model_validate(self._call("POST", "start_engine")).state
+
+    def stop_engine(self) -> EngineState:
+        """Return the engine to OFFLINE from any state; open episodes are aborted."""
+        return OkResponse.model_validate(self._call("POST", "stop_engine")).state
+
+    def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> EngineState:
+        """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
+        body = {"job": job.to_wire(), "force_restart": force_restart}
+        state = OkResponse.model_validate(self._call("POST", "auto_sync_train_config_and_start_engine", body)).state
+        if self.verbose:
+            logger.info("engine %s at %s", state.value, self.server_url)
+        return state
+
+    def get_engine_status(self) -> EngineStatus:
+        """The engine state, step and policy version."""
+        return EngineStatus.model_validate(self._call("GET", "get_engine_status"))
+
+    def set_batch_mode(self, mode: BatchMode | str) -> EngineState:
+        """Change the batch policy; it applies to the next training step."""
+        body = {"mode": BatchMode(mode).value}
+        return OkResponse.model_validate(self._call("POST", "set_batch_mode", body)).state
+
+    # ------------------------------------------------------------------ episodes
+    def begin_episode(self, discard_episode_timeout: float = 240, episode_type: str = "train"
+                      ) -> tuple[str, OpenaiBaseUrlAndApiKey]:
+        """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING."""
+        body = {"discard_episode_timeout": discard_episode_timeout, "episode_type": episode_type}
+        deadline = time.monotonic() + self.begin_episode_max_wait
+        delay = 0.2
+        while True:
+            try:
+                ans = BeginEpisodeResponse.model_validate(self._call("POST", "begin_episode", body))
+                break
+            except EngineNotReady as exc:
+                if time.monotonic() + delay > deadline:
+                    raise SwarmTimeout(f"engine not ROLLING after {self.begin_episode_max_wait}s: {exc}") from exc
+                logger.debug("begin_episode: %s; waiting %.1fs", exc.state, delay)
+                time.sleep(delay * (0.75 + random.random() / 2))
+                delay = min(delay * 1.5, 5.0)
+        creds = OpenaiBaseUrlAndApiKey(base_url=f"{self.server_url}/v1", api_key=ans.api_key, model=ans.model,
+                                       episode_uuid=ans.episode_uuid)
+        return ans.episode_uuid, creds
+
+    def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
+        """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
+        body = {"episode_uuid": episode_uuid, "task": task.model_dump(mode="json"),
+                "workflow_output": workflow_output.model_dump(mode="json")}
+        return EpisodeResult.model_validate(self._call("POST", "end_episode", body))
+
+    def abort_episode(self, episode_uuid: str) -> EpisodeResult:
+        """Discard the episode; its key stops working. Aborting twice is harmless."""
+        return EpisodeResult.model_validate(self._call("POST", "abort_episode", {"episode_uuid": episode_uuid}))
+
+    # ------------------------------------------------------------------ stats
+    def get_rollout_stat(self) -> RolloutStat:
+        """Pool progress, open episodes, tasks, clients and recent steps."""
+        return RolloutStat.model_validate(self._call("GET", "get_rollout_stat"))
+
+    def print_rollout_stat(self, file: Optional[TextIO] = None) -> None:
+        """Print a compact pool summary (one screen)."""
+        from ajet.rollout_summary import format_rollout_stat
+
+        print(format_rollout_stat(self.get_rollout_stat()), file=file or sys.stdout)
+
+
+def _error_from_response(resp: httpx.Response) -> Exception:
+    try:
+        data = resp.json()
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    detail = data.get("detail") or resp.text[:500]
+    return error_for_status(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail),
+                            data.get("state"))

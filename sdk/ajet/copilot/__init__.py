@@ -1,0 +1,1 @@
+"""Original AgentJet import path: `ajet.copilot.job`."""

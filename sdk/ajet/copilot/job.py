@@ -1,0 +1,5 @@
+"""Original AgentJet import path for `AgentJetJob`."""
+
+from ajet.job import AgentJetJob
+
+__all__ = ["AgentJetJob"]

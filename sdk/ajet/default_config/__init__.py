@@ -1,0 +1,1 @@
+"""Original AgentJet import paths: reader config schema and job defaults."""

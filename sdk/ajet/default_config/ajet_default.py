@@ -1,0 +1,22 @@
+"""The default job configuration, at the original AgentJet import path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ajet.job import AgentJetJob
+
+
+def default_job() -> dict[str, Any]:
+    """Every job field with its default value."""
+    return AgentJetJob().to_wire()
+
+
+def default_job_yaml() -> str:
+    """The defaults as YAML, in the layout `AgentJetJob.dump_job_as_yaml` writes."""
+    return yaml.safe_dump({"ajet": default_job()}, sort_keys=False)
+
+
+__all__ = ["default_job", "default_job_yaml"]

@@ -1,0 +1,168 @@
+"""`AgentJetJob`: the training configuration a client syncs to the swarm.
+
+Field names and defaults follow the original AgentJet API; fields after `ppo_epochs` are this
+project's additions for the trainer (sampling, KL, checkpoints). YAML round-trips: `dump_job_as_yaml`
+writes every field, `build_job_from_yaml` overrides fields from a file (flat, or under an `ajet:` key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ajet.errors import ConfigError
+from ajet.types import BatchMode
+
+_LENGTH_FIELDS = ("max_prompt_length", "max_response_length", "max_model_len")
+
+
+class AgentJetJob(BaseModel):
+    """A training job. Unknown fields are refused, so a typo is an error, not a silent default."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    project_name: str = "ajet-swarm"
+    """Project name (groups experiments)."""
+    experiment_name: str = "default"
+    """Experiment name; the experiment folder is named after it."""
+    experiment_dir: str = "auto"
+    """Where checkpoints and logs go; `auto` = `./experiments/<project>/<experiment>`."""
+    n_gpu: int = Field(default=8, ge=0)
+    """GPUs per node (scale-out backends); the embedded trainer uses at most one."""
+    model: str = "builtin:tiny"
+    """A local Hugging Face model folder, or `builtin:tiny`."""
+    algorithm: Literal["grpo"] = "grpo"
+    """The advantage estimator."""
+    num_repeat: int = Field(default=4, ge=1)
+    """Episodes per task (the GRPO group size)."""
+    batch_size: int = Field(default=32, ge=1)
+    """Tasks per training step."""
+    swarm_mode_sample_collection_method: BatchMode = BatchMode.TASKS
+    """When the rollout pool is full enough for a step."""
+    max_env_worker: int = Field(default=128, ge=1)
+    """Parallel agent workers a client should run (advisory)."""
+    backbone: str = "verl"
+    """The algorithm library (verl's core algorithms in every backend)."""
+    max_prompt_length: int = Field(default=3000, ge=1)
+    """Longest prompt kept for training (tokens); longer sequences are truncated and counted."""
+    max_response_length: int = Field(default=15000, ge=1)
+    """Longest response kept for training (tokens, all turns of a sequence)."""
+    max_response_length_in_one_turn: int = Field(default=4096, ge=1)
+    """Generation cap of one LLM call."""
+    max_model_len: int = Field(default=18000, ge=2)
+    """Context length of the inference engine."""
+    mini_batch_num: int = Field(default=1, ge=1)
+    """Mini-batches per PPO epoch."""
+    lora_rank: int = Field(default=0, ge=0)
+    """LoRA rank; 0 = full fine-tuning."""
+    lora_alpha: int = Field(default=16, ge=1)
+    """LoRA alpha."""
+    lora_target_modules: Union[str, list[str]] = "all-linear"
+    """LoRA target modules, or `all-linear`."""
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
+    """vLLM's memory share (scale-out engine)."""
+    lr: float = Field(default=1e-6, gt=0)
+    """Learning rate."""
+    ppo_epochs: int = Field(default=1, ge=1)
+    """Passes over each batch."""
+    # --- original fields the seed scripts pass -------------------------------------------------
+    ensure_new_experiment: bool = False
+    """Start from the base model even if the experiment folder holds checkpoints."""
+    logging: str = "jsonl"
+    """Metric sink name (`jsonl`, `tensorboard`; others are logged as jsonl)."""
+    base_yaml_config: Optional[str] = None
+    """A YAML file whose values override these fields at construction."""
+    # --- trainer settings (this project) -------------------------------------------------------
+    temperature: float = Field(default=1.0, ge=0)
+    """Default sampling temperature of the engine (a request may set its own)."""
+    clip_ratio: float = Field(default=0.2, gt=0)
+    """PPO clip ratio."""
+    grad_clip: float = Field(default=1.0, gt=0)
+    """Gradient norm clip."""
+    use_kl_loss: bool = False
+    """Add verl's KL loss against the reference policy."""
+    kl_loss_coef: float = Field(default=0.001, ge=0)
+    """KL loss coefficient."""
+    kl_loss_type: str = "low_var_kl"
+    """verl's `kl_penalty` type."""
+    loss_agg_mode: str = "token-mean"
+    """verl's `agg_loss` mode."""
+    save_freq: int = Field(default=10, ge=0)
+    """Checkpoint every N steps (0 = only at stop)."""
+    drain_timeout: float = Field(default=120.0, gt=0)
+    """Seconds ROLLING_POST waits for open episodes before expiring them."""
+    seed: int = 0
+    """Seed for model creation and sampling defaults."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_base_yaml(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("base_yaml_config"):
+            merged = {**_read_yaml_fields(data["base_yaml_config"]), **data}
+            return merged
+        return data
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> "AgentJetJob":
+        given = [f for f in _LENGTH_FIELDS if f in self.model_fields_set]
+        if given and len(given) != len(_LENGTH_FIELDS):
+            missing = sorted(set(_LENGTH_FIELDS) - set(given))
+            raise ValueError(f"set the length fields together: {', '.join(_LENGTH_FIELDS)} (missing {missing})")
+        if self.max_prompt_length + self.max_response_length > self.max_model_len:
+            raise ValueError("max_prompt_length + max_response_length must be <= max_model_len")
+        return self
+
+    # ------------------------------------------------------------------ YAML
+    def dump_job_as_yaml(self, path: Union[str, Path]) -> Path:
+        """Write every field to `path` (YAML, under an `ajet:` key); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({"ajet": self.to_wire()}, sort_keys=False))
+        return path
+
+    def build_job_from_yaml(self, path: Union[str, Path]) -> "AgentJetJob":
+        """Override this job's fields with the values in `path`; returns self."""
+        values = _read_yaml_fields(path)
+        try:
+            updated = self.model_validate({**self.to_wire(), **values})
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        for name in type(self).model_fields:
+            object.__setattr__(self, name, getattr(updated, name))
+        self.model_fields_set.update(values)
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: Union[str, Path]) -> "AgentJetJob":
+        """A job with defaults overridden by `path`."""
+        return cls().build_job_from_yaml(path)
+
+    # ------------------------------------------------------------------ wire
+    def to_wire(self) -> dict[str, Any]:
+        """The job as plain JSON-able data (what `sync_train_config` sends)."""
+        return self.model_dump(mode="json")
+
+    def fingerprint(self) -> str:
+        """A short hash of the fields that define the training run."""
+        data = json.dumps(self.to_wire(), sort_keys=True).encode()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _read_yaml_fields(path: Union[str, Path]) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"job YAML not found: {p}")
+    data = yaml.safe_load(p.read_text()) or {}
+    if isinstance(data, dict) and isinstance(data.get("ajet"), dict):
+        data = data["ajet"]
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of job fields")
+    unknown = sorted(set(data) - set(AgentJetJob.model_fields))
+    if unknown:
+        raise ConfigError(f"{p}: unknown job fields {unknown}")
+    return data

@@ -1,0 +1,5 @@
+"""Original AgentJet import path for `OpenaiBaseUrlAndApiKey`."""
+
+from ajet.types import OpenaiBaseUrlAndApiKey
+
+__all__ = ["OpenaiBaseUrlAndApiKey"]

@@ -1,0 +1,1 @@
+"""Original AgentJet import paths (`ajet.tuner_lib.experimental...`)."""

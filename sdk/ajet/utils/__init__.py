@@ -1,0 +1,1 @@
+"""Utilities: thread executors."""

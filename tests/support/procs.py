@@ -1,0 +1,107 @@
+"""Real processes for tests and benchmarks: the vLLM-format stub and the proxy, on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+STUB = REPO / "tests" / "support" / "vllm_stub.py"
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """The environment for child processes: offline, one torch thread, unbuffered."""
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONUNBUFFERED="1",
+               OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
+    env.update(extra)
+    return env
+
+
+def wait_http(url: str, timeout: float = 60.0, proc: Optional[subprocess.Popen] = None) -> None:
+    """Poll `url` until it answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+class Proc:
+    """A child process with a URL; stops on `close`."""
+
+    def __init__(self, args: list[str], url: str, health: str, log_path: Path, env: Optional[dict] = None):
+        self.args = args
+        self.url = url
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env or offline_env(),
+                                     cwd=REPO)
+        try:
+            wait_http(url + health, proc=self.proc)
+        except Exception:
+            self.close()
+            raise RuntimeError(f"{args} failed to start; log:\n{self.log_tail()}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, n: int = 4000) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL, no clean-up."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()
+
+    def close(self) -> None:
+        """SIGTERM, then SIGKILL after 15 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if not self._log.closed:
+            self._log.close()
+
+
+def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
+    """The vLLM-format stub backend."""
+    port = port or free_port()
+    return Proc([sys.executable, str(STUB), "--port", str(port), *extra], f"http://127.0.0.1:{port}", "/health",
+                tmp / f"stub-{port}.log")
+
+
+def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None) -> Proc:
+    """`ajet-proxy start` on a free port."""
+    port = port or free_port()
+    args = [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db_url,
+            "--log-level", "warning", *extra]
+    return Proc(args, f"http://127.0.0.1:{port}", "/health", tmp / f"proxy-{port}.log")

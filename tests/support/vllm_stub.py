@@ -1,0 +1,178 @@
+"""A small HTTP server that answers in vLLM's OpenAI format, for tests and benchmarks.
+
+It is a stand-in for `vllm serve` (which needs a GPU): chat completions with `prompt_token_ids`,
+per-choice `token_ids` and logprobs, plain and streamed (ids in the first chunk, per-chunk token ids),
+tool calls, `/v1/models` and `/health`. Its "tokenizer" is one token per character (id = 1000 +
+code point) with role markers, so prompts of later turns extend earlier prompt + completion ids
+exactly, as a real chat template does.
+
+Run: `python tests/support/vllm_stub.py --port 8000 [--no-token-ids] [--model NAME]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+ROLE_IDS = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
+END_ID = 9
+EOS_ID = 7
+
+
+def encode(text: str) -> list[int]:
+    """One id per character."""
+    return [1000 + ord(c) for c in text]
+
+
+def decode(ids: list[int]) -> str:
+    """Inverse of `encode`."""
+    return "".join(chr(i - 1000) for i in ids if i >= 1000)
+
+
+def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
+    """Prompt ids: role id, content ids, end id per message, then the assistant role id."""
+    ids: list[int] = []
+    for m in messages:
+        ids.append(ROLE_IDS.get(m.get("role", "user"), 2))
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        ids.extend(encode(content))
+        for tc in m.get("tool_calls") or []:
+            ids.extend(encode(tc["function"]["name"] + tc["function"]["arguments"]))
+        ids.append(END_ID)
+    ids.append(ROLE_IDS["assistant"])
+    return ids
+
+
+def completion_text(prompt_ids: list[int], seed: Any, max_tokens: int) -> str:
+    digest = hashlib.sha256(orjson.dumps([prompt_ids[-64:], seed, len(prompt_ids)])).hexdigest()
+    return ("reply " + digest)[: max(1, min(max_tokens, 24))]
+
+
+class Stub:
+    def __init__(self, model: str, token_ids: bool, delay: float):
+        self.model = model
+        self.token_ids = token_ids
+        self.delay = delay
+        self.requests = 0
+        self.models_seen: dict[str, int] = {}
+
+    def answer(self, body: dict[str, Any]) -> tuple[list[int], list[int], str, list[dict[str, Any]], str]:
+        messages = body.get("messages") or []
+        prompt = render_prompt(messages)
+        last = (messages[-1].get("content") or "") if messages else ""
+        if body.get("tools") and isinstance(last, str) and "CALL_TOOL" in last:
+            name = body["tools"][0]["function"]["name"]
+            calls = [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": '{"x": 1}'}}]
+            text = ""
+            ids = encode(name + '{"x": 1}') + [EOS_ID]
+            return prompt, ids, text, calls, "tool_calls"
+        text = completion_text(prompt, body.get("seed"), int(body.get("max_tokens") or 16))
+        return prompt, encode(text) + [EOS_ID], text, [], "stop"
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.requests += 1
+        model = body.get("model", "")
+        self.models_seen[model] = self.models_seen.get(model, 0) + 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        prompt, ids, text, calls, finish = self.answer(body)
+        want_ids = self.token_ids and body.get("return_token_ids")
+        if body.get("stream"):
+            return await self._stream(request, body, prompt, ids, text, calls, finish, want_ids)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish,
+                                  "message": {"role": "assistant", "content": text or None,
+                                              **({"tool_calls": calls} if calls else {})}}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": chr(i - 1000) if i >= 1000 else "", "logprob": -0.25 - 0.01 * k}
+                                              for k, i in enumerate(ids)]}
+        if want_ids:
+            choice["token_ids"] = ids
+        out: dict[str, Any] = {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
+                               "model": model, "choices": [choice],
+                               "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                                         "total_tokens": len(prompt) + len(ids)}}
+        if want_ids:
+            out["prompt_token_ids"] = prompt
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], prompt: list[int], ids: list[int],
+                      text: str, calls: list[dict[str, Any]], finish: str, want_ids: bool) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body.get("model", "")}
+
+        async def send(obj: dict[str, Any]) -> None:
+            await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+        first: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        if want_ids:
+            first["prompt_token_ids"] = prompt
+        await send(first)
+        pieces = [chr(i - 1000) if i >= 1000 else "" for i in ids]
+        if calls:
+            pieces = ["" for _ in ids]
+        for k, (tok, piece) in enumerate(zip(ids, pieces)):
+            ch: dict[str, Any] = {"index": 0, "delta": {"content": piece} if piece else {}}
+            if calls and k == 0:
+                ch["delta"] = {"tool_calls": [{"index": 0, **calls[0]}]}
+            if want_ids:
+                ch["token_ids"] = [tok]
+            if body.get("logprobs"):
+                ch["logprobs"] = {"content": [{"token": piece, "logprob": -0.25 - 0.01 * k}]}
+            if k == len(ids) - 1:
+                ch["finish_reason"] = finish
+            await send({**base, "choices": [ch]})
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def stats(self, _request: web.Request) -> web.Response:
+        return web.json_response({"requests": self.requests, "models": self.models_seen})
+
+
+def make_app(model: str = "stub-model", token_ids: bool = True, delay: float = 0.0) -> web.Application:
+    stub = Stub(model, token_ids, delay)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", stub.chat)
+    app.router.add_get("/v1/models", stub.models)
+    app.router.add_get("/health", stub.health)
+    app.router.add_get("/stub/stats", stub.stats)
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--model", default="stub-model")
+    ap.add_argument("--no-token-ids", action="store_true")
+    ap.add_argument("--delay", type=float, default=0.0)
+    args = ap.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    web.run_app(make_app(args.model, not args.no_token_ids, args.delay), host=args.host, port=args.port,
+                print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
