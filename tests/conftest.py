@@ -57,3 +57,26 @@ def store(db_url: str) -> Iterator[Store]:
     s = Store(db_url)
     yield s
     s.close()
+
+
+def ensure_rolling(client, store: Store, backend_url: str, job=None) -> None:
+    """Bring the engine to ROLLING with `job` (restarting it if it is elsewhere)."""
+    from ajet import AgentJetJob
+
+    if client.get_engine_status().state != EngineState.ROLLING or job is not None:
+        client.stop_engine()
+        client.sync_train_config(job or AgentJetJob(batch_size=2, num_repeat=2))
+        client.start_engine()
+        make_rolling(store, backend_url)
+    wait_state(client, EngineState.ROLLING)
+
+
+def wait_state(client, state: EngineState, timeout: float = 10.0) -> None:
+    """Wait until the proxy reports `state` (it polls the store every 0.2 s)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while client.get_engine_status().state != state:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"engine not {state.value}")
+        time.sleep(0.05)

@@ -213,6 +213,7 @@ class DataPlane:
                     data = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
                     acc.feed(data)
                     yield data
+                acc.feed(b"data: [DONE]\n\n")
                 yield b"data: [DONE]\n\n"
             finally:
                 self._log_stream(call, dep, version, acc)

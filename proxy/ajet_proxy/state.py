@@ -92,19 +92,25 @@ class ProxyState:
             self.router.load(self.store.deployments(), row.deployments_version)
 
     def refresh_engine(self) -> EngineRow:
-        """Re-read the engine row now (control routes call this after changing it)."""
-        self.engine = self.store.engine_row()
-        return self.engine
+        """Re-read the engine row now (control routes call this after changing it).
+
+        The router is reloaded before the new row is published, so a call never sees ROLLING
+        without the deployments that came with it.
+        """
+        row = self.store.engine_row()
+        self._load_router(row)
+        self.engine = row
+        return row
 
     # ------------------------------------------------------------------ loops
     async def _poll_engine(self) -> None:
         while True:
             try:
                 row = await asyncio.to_thread(self.store.engine_row)
-                self.engine = row
                 if row.deployments_version != self.router.version:
                     deps = await asyncio.to_thread(self.store.deployments)
                     self.router.load(deps, row.deployments_version)
+                self.engine = row
             except Exception:  # noqa: BLE001 - a transient store error must not kill the loop
                 logger.exception("engine poll failed")
             await asyncio.sleep(self.config.poll_s)

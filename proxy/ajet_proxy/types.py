@@ -30,6 +30,8 @@ class EngineRow:
     """Batch policy in force for the next step."""
     deployments_version: int
     """Bumped whenever a deployment is registered, changed or removed."""
+    run_id: int = 0
+    """Bumped when a different job is synced; the rollout pool holds only this run's episodes."""
 
 
 @dataclass(frozen=True)

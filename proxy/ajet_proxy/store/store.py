@@ -92,7 +92,7 @@ class Store:
             if c.execute(sa.select(t.engine_state.c.id)).first() is None:
                 c.execute(t.engine_state.insert().values(
                     id=1, state=EngineState.OFFLINE.value, state_since=time.time(), job=None, global_step=0,
-                    policy_version=0, batch_mode=BatchMode.TASKS.value, deployments_version=0))
+                    policy_version=0, batch_mode=BatchMode.TASKS.value, deployments_version=0, run_id=0))
 
     # ------------------------------------------------------------------ engine state
     def engine_row(self) -> EngineRow:
@@ -118,13 +118,18 @@ class Store:
             return _engine(c)
 
     def sync_job(self, job: dict[str, Any]) -> EngineRow:
-        """Store the job (only while OFFLINE); its collection method becomes the batch mode."""
+        """Store the job (only while OFFLINE); its collection method becomes the batch mode.
+
+        A job that differs from the stored one starts a new run: episodes rewarded under the old job
+        stay in the store but leave the rollout pool. Re-syncing the same job keeps the pool (resume).
+        """
         mode = BatchMode(job.get("swarm_mode_sample_collection_method", BatchMode.TASKS.value))
         with self._tx() as c:
             cur = _engine(c)
             if cur.state != EngineState.OFFLINE:
                 raise WrongState(f"config sync only in OFFLINE; engine is {cur.state.value}", state=cur.state.value)
-            c.execute(t.engine_state.update().values(job=job, batch_mode=mode.value))
+            run_id = cur.run_id + (1 if cur.job != job else 0)
+            c.execute(t.engine_state.update().values(job=job, batch_mode=mode.value, run_id=run_id))
             return _engine(c)
 
     def set_batch_mode(self, mode: BatchMode) -> EngineRow:
@@ -170,7 +175,7 @@ class Store:
             c.execute(t.episodes.insert().values(
                 uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type,
                 status=EpisodeStatus.OPEN.value, created_at=now, last_active_at=now, timeout_s=timeout_s,
-                policy_version_start=eng.policy_version, untrainable=False, num_calls=0))
+                policy_version_start=eng.policy_version, run_id=eng.run_id, untrainable=False, num_calls=0))
             _touch_client(c, client_id, now, "begun")
             return _episode(c, uuid)
 
@@ -248,8 +253,9 @@ class Store:
     def pool_episodes(self) -> list[PoolEpisode]:
         """Ended, trainable, not yet consumed train episodes: the rollout pool."""
         e = t.episodes.c
+        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
         q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at)
-             .where(e.status == EpisodeStatus.ENDED.value, e.episode_type == "train",
+             .where(e.status == EpisodeStatus.ENDED.value, e.episode_type == "train", e.run_id == run,
                     e.consumed_step.is_(None), e.untrainable.is_(False))
              .order_by(e.ended_at))
         with self._read() as c:
@@ -351,7 +357,7 @@ class Store:
 def _engine(c: sa.Connection) -> EngineRow:
     m = c.execute(sa.select(t.engine_state).where(t.engine_state.c.id == 1)).mappings().one()
     return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
-                     BatchMode(m["batch_mode"]), m["deployments_version"])
+                     BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"])
 
 
 def _bump_deployments(c: sa.Connection) -> None:

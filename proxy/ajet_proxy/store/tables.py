@@ -32,6 +32,7 @@ engine_state = sa.Table(
     sa.Column("policy_version", sa.Integer, nullable=False, default=0),
     sa.Column("batch_mode", sa.String(64), nullable=False),
     sa.Column("deployments_version", sa.Integer, nullable=False, default=0),
+    sa.Column("run_id", sa.Integer, nullable=False, default=0),
 )
 
 episodes = sa.Table(
@@ -50,6 +51,7 @@ episodes = sa.Table(
     sa.Column("ended_at", sa.Float, nullable=True),
     sa.Column("timeout_s", sa.Float, nullable=False),
     sa.Column("policy_version_start", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.Integer, nullable=False, default=0),
     sa.Column("consumed_step", sa.Integer, nullable=True, index=True),
     sa.Column("untrainable", sa.Boolean, nullable=False, default=False),
     sa.Column("untrainable_reason", sa.String(256), nullable=True),

@@ -1,0 +1,228 @@
+"""The control API over real HTTP: state machine, episode life cycle, bad input, errors."""
+
+import math
+import time
+
+import httpx
+import pytest
+
+from ajet import AgentJetJob, Conflict, EngineNotReady, EpisodeNotFound, InvalidRequest, SwarmClient, Task, Unauthorized
+from ajet import SwarmTimeout, WorkflowOutput
+from ajet.types import EngineState, EpisodeStatus
+from tests.conftest import ensure_rolling, make_rolling, wait_state
+
+
+@pytest.fixture(scope="module")
+def client(proxy):
+    c = SwarmClient(proxy.url, begin_episode_max_wait=1.0)
+    yield c
+    c.close()
+
+
+def test_state_machine_through_the_api(client, store, stub):
+    client.stop_engine()
+    assert client.get_engine_status().state == EngineState.OFFLINE
+    client.stop_engine()  # harmless twice
+    client.sync_train_config(AgentJetJob(batch_size=3, num_repeat=2, experiment_name="exp-a"))
+    assert client.start_engine() == EngineState.BOOTING
+    with pytest.raises(Conflict) as e:
+        client.sync_train_config(AgentJetJob())
+    assert e.value.state == "BOOTING"
+    with pytest.raises(Conflict, match="BOOTING"):
+        client.start_engine()
+    with pytest.raises(SwarmTimeout):  # begin waits while BOOTING, bounded by begin_episode_max_wait
+        client.begin_episode()
+    make_rolling(store, stub.url)
+    wait_state(client, EngineState.ROLLING)
+    status = client.get_engine_status()
+    assert status.job_synced and status.experiment_name == "exp-a"
+    assert client.stop_engine() == EngineState.OFFLINE
+
+
+def test_begin_outside_rolling_is_503_with_retry_after(proxy, client):
+    client.stop_engine()
+    r = httpx.post(proxy.url + "/swarm/begin_episode", json={})
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "1"
+    assert r.json()["state"] == "OFFLINE" and r.json()["error"] == "EngineNotRolling"
+
+
+def test_begin_waits_until_rolling(client, store, stub):
+    client.stop_engine()
+    client.sync_train_config(AgentJetJob(batch_size=2, num_repeat=2))
+    client.start_engine()
+    slow = SwarmClient(client.server_url, begin_episode_max_wait=20)
+    t0 = time.monotonic()
+    import threading
+    threading.Timer(1.0, make_rolling, args=(store, stub.url)).start()
+    uuid, creds = slow.begin_episode()
+    assert time.monotonic() - t0 >= 0.9
+    assert creds.episode_uuid == uuid and creds.base_url == client.server_url + "/v1"
+    slow.abort_episode(uuid)
+
+
+def test_auto_sync_starts_or_joins(client, store, stub):
+    client.stop_engine()
+    job = AgentJetJob(batch_size=2, num_repeat=2, experiment_name="auto")
+    assert client.auto_sync_train_config_and_start_engine(job) == EngineState.BOOTING
+    make_rolling(store, stub.url)
+    wait_state(client, EngineState.ROLLING)
+    other = AgentJetJob(batch_size=5)
+    assert client.auto_sync_train_config_and_start_engine(other) == EngineState.ROLLING  # joins
+    assert store.engine_row().job["batch_size"] == 2
+    assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == EngineState.BOOTING
+    assert store.engine_row().job["batch_size"] == 5
+
+
+def test_episode_life_cycle_and_idempotence(client, store, stub):
+    ensure_rolling(client, store, stub.url)
+    uuid, _ = client.begin_episode()
+    task = Task(task_id="t-1")
+    first = client.end_episode(task, uuid, WorkflowOutput(reward=0.5))
+    again = client.end_episode(task, uuid, WorkflowOutput(reward=0.5))
+    assert first == again and first.status == EpisodeStatus.ENDED and first.reward == 0.5
+    with pytest.raises(Conflict, match="already ended"):
+        client.end_episode(task, uuid, WorkflowOutput(reward=0.7))
+    with pytest.raises(Conflict, match="already ended"):
+        client.abort_episode(uuid)
+    uuid2, _ = client.begin_episode()
+    assert client.abort_episode(uuid2).status == EpisodeStatus.ABORTED
+    assert client.abort_episode(uuid2).status == EpisodeStatus.ABORTED
+    with pytest.raises(Conflict, match="aborted"):
+        client.end_episode(task, uuid2, WorkflowOutput(reward=1))
+    with pytest.raises(EpisodeNotFound):
+        client.end_episode(task, "no-such-episode", WorkflowOutput(reward=1))
+    other = SwarmClient(client.server_url)
+    uuid3, _ = client.begin_episode()
+    with pytest.raises(Conflict, match="held by client"):
+        other.end_episode(task, uuid3, WorkflowOutput(reward=1))
+    assert store.get_episode(uuid).reward == 0.5
+
+
+@pytest.mark.parametrize("route,body,field", [
+    ("begin_episode", {"discard_episode_timeout": -1}, "discard_episode_timeout"),
+    ("begin_episode", {"episode_type": "exam"}, "episode_type"),
+    ("begin_episode", {"unknown": 1}, "unknown"),
+    ("end_episode", {"episode_uuid": "u", "task": {"task_id": ""}, "workflow_output": {"reward": 1}}, "task.task_id"),
+    ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}, "workflow_output": {}}, "workflow_output"),
+    ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}}, "workflow_output"),
+    ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}, "workflow_output": {"reward": "high"}},
+     "workflow_output.reward"),
+    ("abort_episode", {}, "episode_uuid"),
+    ("sync_train_config", {"job": {"batch_size": 0}}, "job.batch_size"),
+    ("set_batch_mode", {"mode": "sometimes"}, "mode"),
+])
+def test_malformed_bodies_are_422_with_the_field(proxy, route, body, field):
+    r = httpx.post(f"{proxy.url}/swarm/{route}", json=body)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["fields"], r.json()
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_reward_is_refused_and_episode_stays_open(proxy, client, store, stub, bad):
+    ensure_rolling(client, store, stub.url)
+    uuid, _ = client.begin_episode()
+    raw = ('{"episode_uuid": "%s", "task": {"task_id": "t"}, "workflow_output": {"reward": %s}}' % (uuid, bad))
+    r = httpx.post(proxy.url + "/swarm/end_episode", content=raw, headers={"content-type": "application/json",
+                                                                          "X-Ajet-Client": client.client_id})
+    assert r.status_code == 422 and "workflow_output.reward" in r.json()["fields"]
+    assert store.get_episode(uuid).status == EpisodeStatus.OPEN
+    with pytest.raises(ValueError):
+        WorkflowOutput(reward=math.nan)
+
+
+def test_not_json_is_422(proxy):
+    r = httpx.post(proxy.url + "/swarm/end_episode", content=b"{oops", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+
+
+def test_rollout_stat_and_batch_mode(client, store, stub):
+    ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2, experiment_name="stat"))
+    for task_id, rewards in (("a", [1, 0]), ("b", [1, 1])):
+        for r in rewards:
+            uuid, _ = client.begin_episode()
+            client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=r))
+    open_uuid, _ = client.begin_episode()
+    stat = client.get_rollout_stat()
+    prog = {p.mode.value: (p.current, p.target) for p in stat.progress}
+    assert prog == {"rollout_until_finish_enough_episodes": (4, 4), "rollout_until_finish_enough_tasks": (2, 2),
+                    "rollout_until_finish_enough_non_dummy_tasks": (1, 2)}
+    assert {t.task_id: (t.episodes, t.dummy) for t in stat.tasks} == {"a": (2, False), "b": (2, True)}
+    assert [o.episode_uuid for o in stat.open_episodes] == [open_uuid]
+    me = next(c for c in stat.clients if c.client_id == client.client_id)
+    assert me.begun >= 5 and me.ended >= 4
+    assert stat.batch_mode.value == "rollout_until_finish_enough_tasks"
+    client.set_batch_mode("rollout_until_finish_enough_non_dummy_tasks")
+    assert client.get_rollout_stat().batch_mode.value == "rollout_until_finish_enough_non_dummy_tasks"
+    client.abort_episode(open_uuid)
+
+
+def test_print_rollout_stat(client, store, stub, capsys):
+    ensure_rolling(client, store, stub.url)
+    client.print_rollout_stat()
+    out = capsys.readouterr().out
+    assert "engine ROLLING" in out and "tasks" in out and "non_dummy_tasks" in out
+
+
+def test_openapi_schema_served(proxy):
+    spec = httpx.get(proxy.url + "/openapi.json").json()
+    for route in ("begin_episode", "end_episode", "abort_episode", "sync_train_config", "start_engine",
+                  "stop_engine", "get_engine_status", "get_rollout_stat", "auto_sync_train_config_and_start_engine"):
+        assert f"/swarm/{route}" in spec["paths"], route
+    assert "/v1/chat/completions" in spec["paths"]
+
+
+def test_sdk_methods_match_routes(proxy):
+    spec = httpx.get(proxy.url + "/openapi.json").json()
+    routes = {p.split("/")[-1] for p in spec["paths"] if p.startswith("/swarm/")}
+    methods = {m for m in dir(SwarmClient) if not m.startswith("_")} - {"close", "print_rollout_stat"}
+    assert routes == methods
+
+
+def test_unreachable_proxy_is_a_typed_error():
+    from ajet import SwarmConnectionError
+    from tests.support.procs import free_port
+
+    c = SwarmClient(f"http://127.0.0.1:{free_port()}", max_retries=1)
+    with pytest.raises(SwarmConnectionError):
+        c.get_engine_status()
+
+
+@pytest.fixture(scope="module")
+def token_proxy(module_tmp):
+    from ajet_proxy.store import sqlite_url
+    from tests.support.procs import start_proxy
+
+    proc = start_proxy(module_tmp, sqlite_url(module_tmp / "token.db"), "--swarm-token", "s3cret")
+    yield proc
+    proc.close()
+
+
+def test_start_without_job_is_409(token_proxy):
+    c = SwarmClient(token_proxy.url, swarm_token="s3cret")
+    with pytest.raises(Conflict, match="no job synced"):
+        c.start_engine()
+
+
+def test_swarm_token_guards_control_and_episode_keys_never_grant_it(token_proxy, stub):
+    from ajet_proxy.store import Store
+
+    with pytest.raises(Unauthorized):
+        SwarmClient(token_proxy.url, swarm_token="wrong").get_engine_status()
+    assert httpx.get(token_proxy.url + "/swarm/get_engine_status").status_code == 401
+    good = SwarmClient(token_proxy.url, swarm_token="s3cret")
+    good.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
+    good.start_engine()
+    db = token_proxy.args[token_proxy.args.index("--db") + 1]
+    make_rolling(Store(db), stub.url)
+    wait_state(good, EngineState.ROLLING)
+    uuid, creds = good.begin_episode()
+    as_key = {"Authorization": f"Bearer {creds.api_key}"}
+    for route in ("stop_engine", "start_engine"):
+        assert httpx.post(f"{token_proxy.url}/swarm/{route}", headers=as_key).status_code == 401
+    assert httpx.get(f"{token_proxy.url}/swarm/get_rollout_stat", headers=as_key).status_code == 401
+    assert good.get_engine_status().state == EngineState.ROLLING
+    # the data plane still takes the key
+    r = httpx.post(f"{token_proxy.url}/v1/chat/completions", headers=as_key,
+                   json={"model": "x", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200

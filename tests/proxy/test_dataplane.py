@@ -1,0 +1,246 @@
+"""The data plane over real HTTP: keys, exact token ids (plain and streamed), tools, routing."""
+
+import time
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet.types import EngineState, EpisodeStatus
+from ajet_proxy.store import Store, sqlite_url
+from ajet_proxy.types import Deployment
+from tests.conftest import ensure_rolling, wait_state
+from tests.support.procs import start_proxy, start_stub
+
+MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look up",
+                                           "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def client(proxy, store, stub):
+    c = SwarmClient(proxy.url)
+    ensure_rolling(c, store, stub.url)
+    yield c
+    c.close()
+
+
+def direct(stub, **body):
+    """What the backend itself answers for the same request, with ids asked for."""
+    body = {"model": "stub-model", "return_token_ids": True, "logprobs": True, **body}
+    if body.get("stream"):
+        from ajet_proxy.tokens import StreamAccumulator
+
+        acc = StreamAccumulator()
+        with httpx.stream("POST", stub.url + "/v1/chat/completions", json=body) as r:
+            for chunk in r.iter_bytes():
+                acc.feed(chunk)
+        return acc.result()
+    from ajet_proxy.tokens import extract_response
+
+    return extract_response(httpx.post(stub.url + "/v1/chat/completions", json=body).json())
+
+
+def flushed_calls(store, uuid, n, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        calls = store.calls(uuid)
+        if len(calls) >= n or time.monotonic() > deadline:
+            return calls
+        time.sleep(0.05)
+
+
+def test_plain_call_logs_exact_ids(client, store, stub):
+    uuid, creds = client.begin_episode()
+    oc = creds.as_openai_client()
+    r = oc.chat.completions.create(model="anything-at-all", messages=MSGS, seed=3, max_tokens=12)
+    want = direct(stub, messages=MSGS, seed=3, max_tokens=12)
+    call = flushed_calls(store, uuid, 1)[0]
+    assert call.prompt_ids == want.prompt_ids and call.completion_ids == want.completion_ids
+    assert call.logprobs == want.logprobs and len(call.logprobs) == len(call.completion_ids)
+    assert call.finish_reason == "stop" and call.deployment == "stub-0" and not call.stream
+    assert r.choices[0].message.content == want.content
+    assert orjson.loads(call.request)["model"] == "anything-at-all"  # the agent's request, as sent
+
+
+def test_streamed_call_logs_exact_ids_and_streams(client, store, stub):
+    uuid, creds = client.begin_episode()
+    oc = creds.as_openai_client()
+    chunks = list(oc.chat.completions.create(model="m", messages=MSGS, seed=5, max_tokens=20, stream=True))
+    assert len(chunks) > 5  # real streaming: one chunk per token, not one blob
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    want = direct(stub, messages=MSGS, seed=5, max_tokens=20, stream=True)
+    call = flushed_calls(store, uuid, 1)[0]
+    assert call.stream and text == want.content
+    assert call.prompt_ids == want.prompt_ids and call.completion_ids == want.completion_ids
+    assert call.logprobs == want.logprobs
+
+
+def test_tool_calls_pass_through(client, store):
+    uuid, creds = client.begin_episode()
+    oc = creds.as_openai_client()
+    r = oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "CALL_TOOL please"}], tools=TOOLS)
+    tc = r.choices[0].message.tool_calls[0]
+    assert tc.function.name == "lookup" and r.choices[0].finish_reason == "tool_calls"
+    msgs = [{"role": "user", "content": "CALL_TOOL please"},
+            {"role": "assistant", "content": None, "tool_calls": [tc.model_dump()]},
+            {"role": "tool", "tool_call_id": tc.id, "content": "42"}]
+    s = list(oc.chat.completions.create(model="m", messages=msgs + [{"role": "user", "content": "CALL_TOOL again"}],
+                                        tools=TOOLS, stream=True))
+    assert any(c.choices and c.choices[0].delta.tool_calls for c in s)
+    calls = flushed_calls(store, uuid, 2)
+    assert [c.finish_reason for c in calls] == ["tool_calls", "tool_calls"]
+    assert calls[1].prompt_ids[: len(calls[0].prompt_ids)] != []  # both logged with ids
+    assert all(c.completion_ids for c in calls)
+
+
+def test_keys_valid_ended_expired_and_foreign(client, proxy, store):
+    a_uuid, a = client.begin_episode()
+    b_uuid, b = client.begin_episode(discard_episode_timeout=1.0)
+    body = {"model": "m", "messages": MSGS}
+    post = lambda key: httpx.post(proxy.url + "/v1/chat/completions", json=body,  # noqa: E731
+                                  headers={"Authorization": f"Bearer {key}"})
+    assert post(a.api_key).status_code == 200
+    assert post(b.api_key).status_code == 200
+    # each key logs into its own episode only
+    assert len(flushed_calls(store, a_uuid, 1)) == 1 and len(flushed_calls(store, b_uuid, 1)) == 1
+    assert post("ajet-ep-forged").status_code == 401
+    assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 401
+    client.end_episode(Task(task_id="k"), a_uuid, WorkflowOutput(reward=1))
+    r = post(a.api_key)
+    assert r.status_code == 401 and r.json()["error"] == "Unauthorized"
+    time.sleep(3.0)  # b idles past its 1 s timeout; housekeeping runs every second
+    assert post(b.api_key).status_code == 401
+    assert store.get_episode(b_uuid).status == EpisodeStatus.EXPIRED
+    with pytest.raises(Exception, match="expired"):
+        client.end_episode(Task(task_id="k"), b_uuid, WorkflowOutput(reward=1))
+    assert httpx.get(proxy.url + "/v1/models", headers={"Authorization": f"Bearer {a.api_key}"}).status_code == 401
+
+
+def test_models_route(client, proxy):
+    _, creds = client.begin_episode()
+    ids = [m.id for m in creds.as_openai_client().models.list().data]
+    assert ids == ["policy", "stub-model"]
+
+
+@pytest.mark.parametrize("raw,field", [(b"{nope", "body"), (b"[1, 2]", "body"), (b'{"model": "m"}', "messages"),
+                                        (b'{"messages": []}', "messages"), (b'{"messages": [{"content": "x"}]}',
+                                                                          "messages.0.role"),
+                                        (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', "n"),
+                                        (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream")])
+def test_malformed_chat_bodies_are_422(client, proxy, raw, field):
+    _, creds = client.begin_episode()
+    r = httpx.post(proxy.url + "/v1/chat/completions", content=raw,
+                   headers={"Authorization": f"Bearer {creds.api_key}", "content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["fields"] == [field]
+
+
+def test_calls_outside_rolling_are_503(client, proxy, store, stub):
+    uuid, creds = client.begin_episode()
+    store.transition(EngineState.WEIGHT_SYNCING)
+    wait_state(client, EngineState.WEIGHT_SYNCING)
+    r = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS},
+                   headers={"Authorization": f"Bearer {creds.api_key}"})
+    assert r.status_code == 503 and r.json()["state"] == "WEIGHT_SYNCING" and "retry-after" in r.headers
+    store.transition(EngineState.ROLLING)
+    wait_state(client, EngineState.ROLLING)
+
+
+def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
+    stub = start_stub(module_tmp, "--no-token-ids")
+    url = sqlite_url(module_tmp / "noids.db")
+    px = start_proxy(module_tmp, url)
+    try:
+        st = Store(url)
+        c = SwarmClient(px.url)
+        ensure_rolling(c, st, stub.url)
+        uuid, creds = c.begin_episode()
+        r = creds.as_openai_client().chat.completions.create(model="m", messages=MSGS)
+        assert r.choices[0].message.content  # the agent still gets its answer
+        c.end_episode(Task(task_id="x"), uuid, WorkflowOutput(reward=1))
+        row = st.get_episode(uuid)
+        assert row.untrainable and "no token ids" in row.untrainable_reason
+        assert st.calls(uuid)[0].completion_ids is None  # never re-tokenised
+        assert st.pool_episodes() == []
+    finally:
+        px.close()
+        stub.close()
+
+
+def test_sticky_routing_and_failover(module_tmp):
+    stubs = [start_stub(module_tmp, "--model", f"m{i}") for i in range(3)]
+    url = sqlite_url(module_tmp / "route.db")
+    px = start_proxy(module_tmp, url)
+    try:
+        st = Store(url)
+        c = SwarmClient(px.url)
+        c.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
+        c.start_engine()
+        for i, s in enumerate(stubs):
+            st.register_deployment(Deployment(f"d{i}", s.url + "/v1", f"m{i}", 0))
+        st.transition(EngineState.ROLLING)
+        wait_state(c, EngineState.ROLLING)
+        time.sleep(0.5)
+        used = set()
+        for _ in range(6):
+            uuid, creds = c.begin_episode()
+            oc = creds.as_openai_client()
+            for _ in range(3):
+                oc.chat.completions.create(model="m", messages=MSGS)
+            deps = {call.deployment for call in flushed_calls(st, uuid, 3)}
+            assert len(deps) == 1  # the episode stuck to one deployment
+            used |= deps
+        assert len(used) >= 2  # LiteLLM spread episodes over the group
+        uuid, creds = c.begin_episode()
+        oc = creds.as_openai_client(max_retries=0)
+        oc.chat.completions.create(model="m", messages=MSGS)
+        first = flushed_calls(st, uuid, 1)[0].deployment
+        stubs[int(first[1:])].kill()  # the sticky deployment dies
+        r = oc.chat.completions.create(model="m", messages=MSGS)
+        assert r.choices[0].message.content
+        second = flushed_calls(st, uuid, 2)[1].deployment
+        assert second != first
+    finally:
+        px.close()
+        for s in stubs:
+            s.close()
+
+
+def test_litellm_upstream_switch(module_tmp, stub):
+    url = sqlite_url(module_tmp / "litellm.db")
+    px = start_proxy(module_tmp, url, "--upstream", "litellm")
+    try:
+        st = Store(url)
+        c = SwarmClient(px.url)
+        ensure_rolling(c, st, stub.url)
+        uuid, creds = c.begin_episode()
+        oc = creds.as_openai_client()
+        r = oc.chat.completions.create(model="m", messages=MSGS, seed=3, max_tokens=12)
+        want = direct(stub, messages=MSGS, seed=3, max_tokens=12)
+        assert r.choices[0].message.content == want.content
+        call = flushed_calls(st, uuid, 1)[0]
+        assert call.prompt_ids == want.prompt_ids and call.completion_ids == want.completion_ids
+        # streamed through LiteLLM: whatever ids survive its stream wrapper are the backend's exact ids
+        text = "".join(ch.choices[0].delta.content or "" for ch in
+                       oc.chat.completions.create(model="m", messages=MSGS, stream=True, seed=3, max_tokens=12)
+                       if ch.choices)
+        assert text == want.content
+        c.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1))
+        calls = st.calls(uuid)
+        assert [(x.seq, x.stream, x.error) for x in calls] == [(0, False, None), (1, True, None)]
+        assert calls[1].completion_ids == want.completion_ids
+        if calls[1].prompt_ids is None:  # dropped by LiteLLM: flagged, never guessed
+            assert st.get_episode(uuid).untrainable
+        else:
+            assert calls[1].prompt_ids == want.prompt_ids and not st.get_episode(uuid).untrainable
+    finally:
+        px.close()
+
+
+def test_openai_sdk_error_is_clear(client):
+    _, creds = client.begin_episode()
+    bad = creds.model_copy(update={"api_key": "ajet-ep-wrong"})
+    with pytest.raises(openai.AuthenticationError):
+        bad.as_openai_client(max_retries=0).chat.completions.create(model="m", messages=MSGS)

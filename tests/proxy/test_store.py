@@ -1,0 +1,149 @@
+"""The store on a real SQLite file: state machine, episodes, calls, steps, schema version."""
+
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from ajet.types import EngineState, EpisodeStatus
+from ajet_proxy.errors import EngineNotRolling, EpisodeConflict, EpisodeNotFound, StoreError, WrongState
+from ajet_proxy.store import Store, sqlite_url
+from ajet_proxy.types import CallRecord, Deployment
+
+
+@pytest.fixture
+def st(tmp_path):
+    s = Store(sqlite_url(tmp_path / "s.db"))
+    yield s
+    s.close()
+
+
+def rolling(st):
+    st.sync_job({"batch_size": 1, "num_repeat": 1})
+    st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+
+
+def test_state_machine(st):
+    assert st.engine_row().state == EngineState.OFFLINE
+    with pytest.raises(WrongState, match="OFFLINE"):
+        st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    rolling(st)
+    with pytest.raises(WrongState, match="ROLLING"):
+        st.sync_job({})
+    st.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
+    st.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
+    assert st.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
+
+
+def test_begin_only_in_rolling(st):
+    with pytest.raises(EngineNotRolling) as e:
+        st.begin_episode("u", "h", "c", "train", 10)
+    assert e.value.state == "OFFLINE"
+
+
+def test_end_is_idempotent_and_conflicts_are_named(st):
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    row, changed = st.end_episode("u1", "c", "t", 1.0, True, {})
+    assert changed and row.status == EpisodeStatus.ENDED
+    row2, changed2 = st.end_episode("u1", "c", "t", 1.0, True, {})
+    assert not changed2 and row2 == row
+    with pytest.raises(EpisodeConflict, match="already ended"):
+        st.end_episode("u1", "c", "t", 0.5, True, {})
+    with pytest.raises(EpisodeConflict, match="already ended"):
+        st.abort_episode("u1", "c")
+    st.begin_episode("u2", "h2", "c", "train", 10)
+    assert st.abort_episode("u2", "c")[0].status == EpisodeStatus.ABORTED
+    assert st.abort_episode("u2", "c")[1] is False
+    with pytest.raises(EpisodeConflict, match="aborted"):
+        st.end_episode("u2", "c", "t", 1.0, None, {})
+    st.begin_episode("u3", "h3", "c", "train", 10)
+    with pytest.raises(EpisodeConflict, match="held by client"):
+        st.end_episode("u3", "other", "t", 1.0, None, {})
+    with pytest.raises(EpisodeNotFound):
+        st.end_episode("nope", "c", "t", 1.0, None, {})
+
+
+def test_stop_aborts_open_episodes(st):
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    st.transition(EngineState.OFFLINE)
+    assert st.get_episode("u1").status == EpisodeStatus.ABORTED
+    assert st.open_uuids() == set()
+
+
+def test_calls_round_trip_and_untrainable_flag(st):
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    later = time.time() + 100  # activity only moves forward: last_active_at takes the newest call
+    good = CallRecord("u1", 0, "{}", "{}", [1, 2, 2**31 - 1], [5, 6], [-0.125, -1e-9], "stop", 3, "d", 1.5, later)
+    bad = CallRecord("u1", 1, "{}", "{}", None, None, None, "stop", 3, "d", 1.5, later + 1)
+    st.write_calls([good, bad])
+    calls = st.calls("u1")
+    assert calls[0] == good and calls[1] == bad
+    row = st.get_episode("u1")
+    assert row.num_calls == 2 and row.last_active_at == later + 1
+    assert row.untrainable and "call 1" in row.untrainable_reason
+
+
+def test_record_step_consumes_once(st):
+    rolling(st)
+    for i in range(3):
+        st.begin_episode(f"u{i}", f"h{i}", "c", "train", 10)
+        st.end_episode(f"u{i}", "c", "t", float(i), None, {})
+    assert len(st.pool_episodes()) == 3
+    st.record_step(1, 1, ["u0", "u1"], 0.5, {"loss": 0.1})
+    assert [p.uuid for p in st.pool_episodes()] == ["u2"]
+    assert (st.engine_row().global_step, st.engine_row().policy_version) == (1, 1)
+    with pytest.raises(StoreError, match="already consumed"):
+        st.record_step(2, 2, ["u1", "u2"], 0.5, {})
+    assert st.get_episode("u2").consumed_step is None  # the failed step recorded nothing
+    assert [s.step for s in st.steps()] == [1]
+
+
+def test_eval_and_untrainable_episodes_stay_out_of_the_pool(st):
+    rolling(st)
+    st.begin_episode("ev", "h1", "c", "eval", 10)
+    st.end_episode("ev", "c", "t", 1.0, None, {})
+    st.begin_episode("ut", "h2", "c", "train", 10)
+    st.write_calls([CallRecord("ut", 0, "{}", None, None, None, None, None, 0, None, 1.0, 1.0)])
+    st.end_episode("ut", "c", "t", 1.0, None, {})
+    assert st.pool_episodes() == []
+
+
+def test_deployments_bump_version(st):
+    v0 = st.engine_row().deployments_version
+    st.register_deployment(Deployment("a", "http://x/v1", "m", 0))
+    st.register_deployment(Deployment("a", "http://y/v1", "m2", 1))
+    assert st.deployments() == [Deployment("a", "http://y/v1", "m2", 1)]
+    st.remove_deployments()
+    assert st.deployments() == [] and st.engine_row().deployments_version == v0 + 3
+
+
+def test_schema_version_checked(tmp_path):
+    url = sqlite_url(tmp_path / "v.db")
+    Store(url).close()
+    eng = sa.create_engine(url)
+    with eng.begin() as c:
+        c.execute(sa.text("UPDATE ajet_meta SET value='999' WHERE key='schema_version'"))
+    eng.dispose()
+    with pytest.raises(StoreError, match="999"):
+        Store(url)
+
+
+def test_wal_mode(st, tmp_path):
+    with st._w.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_new_job_starts_a_new_pool_same_job_resumes(st):
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    st.end_episode("u1", "c", "t", 1.0, None, {})
+    st.transition(EngineState.OFFLINE)
+    st.sync_job({"batch_size": 1, "num_repeat": 1})  # the same job: the pool is kept
+    assert [p.uuid for p in st.pool_episodes()] == ["u1"]
+    st.sync_job({"batch_size": 2, "num_repeat": 1})  # another job: a new run, an empty pool
+    assert st.pool_episodes() == []
+    assert st.get_episode("u1").status == EpisodeStatus.ENDED  # nothing deleted

@@ -1,0 +1,33 @@
+"""Wire types refuse bad values with the field named."""
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from ajet import OpenaiBaseUrlAndApiKey, Task, WorkflowOutput
+from ajet.types import EndEpisodeRequest
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_reward_refused(bad):
+    with pytest.raises(ValidationError, match="reward"):
+        WorkflowOutput(reward=bad)
+
+
+def test_empty_task_id_refused():
+    with pytest.raises(ValidationError, match="task_id"):
+        Task(task_id="")
+
+
+def test_end_request_needs_reward():
+    with pytest.raises(ValidationError, match="reward is required"):
+        EndEpisodeRequest(episode_uuid="u", task=Task(task_id="t"), workflow_output=WorkflowOutput())
+
+
+def test_openai_client_helpers():
+    creds = OpenaiBaseUrlAndApiKey(base_url="http://127.0.0.1:1/v1", api_key="k", model="m", episode_uuid="e")
+    client = creds.as_openai_client()
+    assert str(client.base_url).startswith("http://127.0.0.1:1/v1") and client.api_key == "k"
+    aclient = creds.as_async_openai_client()
+    assert aclient.api_key == "k"
