@@ -140,6 +140,8 @@ def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeRe
     row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), _client_id(request), body.episode_type,
                                 body.discard_episode_timeout)
     s.registry.add_row(row)
+    if s.engine.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
+        s.refresh_engine()
     return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=str(request.base_url).rstrip("/") + "/v1",
                                 model="policy", policy_version=row.policy_version_start)
 

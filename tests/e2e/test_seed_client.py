@@ -1,0 +1,50 @@
+"""The original "Demo 1" client runs against ajet-proxy with only its constants changed."""
+
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ajet.types import EngineState, EpisodeStatus
+from ajet_proxy.store import Store, sqlite_url
+from tests.conftest import make_rolling
+from tests.e2e.seed_script import run_script, with_constants
+from tests.support.procs import REPO, start_proxy
+
+ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"#### {2 * i}"} for i in range(6)]
+
+
+def test_demo1_client_runs_unchanged(tmp_path, stub):
+    data = tmp_path / "gsm8k" / "main"
+    data.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(ROWS), data / "train-00000-of-00001.parquet")
+    url = sqlite_url(tmp_path / "seed.db")
+    px = start_proxy(tmp_path, url)
+    st = Store(url)
+    stop = threading.Event()
+
+    def act_as_trainer():  # until the trainer exists here, the test moves BOOTING -> ROLLING itself
+        while not stop.is_set():
+            if st.engine_row().state == EngineState.BOOTING:
+                make_rolling(st, stub.url)
+            time.sleep(0.1)
+
+    th = threading.Thread(target=act_as_trainer, daemon=True)
+    th.start()
+    try:
+        script = with_constants(REPO / "tests/e2e/seed/demo1_client.py", tmp_path / "demo1.py",
+                                REMOTE_SWARM_URL=px.url, LOCAL_DATASET_PATH=str(data.parent), LOCAL_NUM_EPOCH=1,
+                                LOCAL_GRPO_N=2, REMOTE_BATCH_SIZE=3, REMOTE_TRAIN_MODEL="builtin:tiny")
+        res = run_script(script, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "rollout failed" not in res.stdout, res.stdout
+        eps = st.episodes(status=EpisodeStatus.ENDED)
+        assert len(eps) == len(ROWS) * 2
+        assert len({e.task_id for e in eps}) == len(ROWS)
+        assert all(e.num_calls == 1 and st.calls(e.uuid)[0].completion_ids for e in eps)
+        assert st.engine_row().state == EngineState.OFFLINE  # the script stops the engine at its end
+        assert st.engine_row().job["batch_size"] == 3
+    finally:
+        stop.set()
+        px.close()

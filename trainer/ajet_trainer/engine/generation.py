@@ -1,0 +1,135 @@
+"""Batched sampling with a KV cache: many requests, one left-padded batch, per-request settings.
+
+Each request keeps its own temperature, top_p, max_tokens, stop strings and seed (a per-request
+`torch.Generator`), so batching does not change a request's result beyond float noise, and the same
+seed gives the same tokens whether the answer is streamed or not. Position ids follow the attention
+mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the model's own
+(temperature-free, like vLLM's default) for the sampled tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+
+@dataclass
+class GenRequest:
+    """One sampling request."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    stop: list[str] = field(default_factory=list)
+    on_token: Optional[Callable[[int, float], None]] = None
+    """Called after each sampled token (streaming)."""
+
+
+@dataclass
+class GenResult:
+    """One request's outcome."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str
+    policy_version: int = 0
+
+
+def _sample_row(logits: torch.Tensor, req: GenRequest, gen: Optional[torch.Generator]) -> int:
+    if req.temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / req.temperature, dim=-1)
+    if req.top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < req.top_p
+        keep[0] = True
+        probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def generate_batch(model: Any, tokenizer: Any, requests: list[GenRequest], eos_ids: set[int]) -> list[GenResult]:
+    """Sample every request in one batch; returns results in request order."""
+    device = next(model.parameters()).device
+    ids, mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    gens = [_generator(r.seed) for r in requests]
+    out_ids: list[list[int]] = [[] for _ in requests]
+    out_lps: list[list[float]] = [[] for _ in requests]
+    finish: list[Optional[str]] = [None] * len(requests)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    past, last_pos = out.past_key_values, pos[:, -1]
+    logits = out.logits[:, -1, :].float()
+    for step in range(max(r.max_tokens for r in requests)):
+        logp = torch.log_softmax(logits, dim=-1).cpu()
+        next_tok = torch.full((len(requests),), tokenizer.pad_token_id, dtype=torch.long)
+        for i, req in enumerate(requests):
+            if finish[i] is not None:
+                continue
+            tok = _sample_row(logits[i].cpu(), req, gens[i])
+            out_ids[i].append(tok)
+            out_lps[i].append(float(logp[i, tok]))
+            next_tok[i] = tok
+            if req.on_token is not None:
+                req.on_token(tok, out_lps[i][-1])
+            finish[i] = _finished(tok, out_ids[i], req, tokenizer, eos_ids)
+        if all(f is not None for f in finish):
+            break
+        alive = torch.tensor([f is None for f in finish], dtype=torch.long, device=device)
+        mask = torch.cat([mask, alive[:, None]], dim=1)
+        last_pos = last_pos + 1
+        out = model(input_ids=next_tok[:, None].to(device), attention_mask=mask, position_ids=last_pos[:, None],
+                    past_key_values=past, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+    return [_result(out_ids[i], out_lps[i], finish[i] or "length", req, tokenizer, eos_ids)
+            for i, req in enumerate(requests)]
+
+
+def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
+    if seed is None:
+        return None
+    g = torch.Generator()
+    g.manual_seed(int(seed))
+    return g
+
+
+def _finished(tok: int, ids: list[int], req: GenRequest, tokenizer: Any, eos_ids: set[int]) -> Optional[str]:
+    if tok in eos_ids:
+        return "stop"
+    if req.stop and any(s in decode_text(tokenizer, ids, eos_ids) for s in req.stop):
+        return "stop"
+    if len(ids) >= req.max_tokens:
+        return "length"
+    return None
+
+
+def decode_text(tokenizer: Any, ids: list[int], eos_ids: set[int]) -> str:
+    """Completion text: EOS and padding dropped, other added tokens (e.g. `<tool_call>`) kept."""
+    drop = eos_ids | {tokenizer.pad_token_id}
+    return tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
+
+
+def _result(ids: list[int], lps: list[float], finish: str, req: GenRequest, tokenizer: Any, eos_ids: set[int]
+            ) -> GenResult:
+    text = decode_text(tokenizer, ids, eos_ids)
+    for s in req.stop:
+        cut = text.find(s)
+        if cut >= 0:
+            text = text[:cut]
+    return GenResult(token_ids=ids, logprobs=lps, finish_reason=finish, text=text)

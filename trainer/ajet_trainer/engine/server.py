@@ -1,0 +1,223 @@
+"""The embedded inference engine: an OpenAI-compatible server on transformers, inside the trainer.
+
+Requests are queued and micro-batched: a worker thread takes everything waiting (up to `max_batch`)
+and samples it in one left-padded batch. `weights_lock` is held for each batch; the trainer holds it
+while it changes weights, so new weights become live atomically between batches. Every answer
+carries the policy version that produced it (`x-ajet-policy-version` header and `policy_version`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import orjson
+from aiohttp import web
+
+from ajet_trainer.engine.chat import chunk_body, completion_body, gen_request, parse_tool_calls, prompt_ids
+from ajet_trainer.engine.generation import GenRequest, GenResult, decode_text, generate_batch
+from ajet_trainer.errors import EngineRequestError
+
+logger = logging.getLogger(__name__)
+
+POLICY_VERSION_HEADER = "x-ajet-policy-version"
+
+
+@dataclass
+class _Pending:
+    req: GenRequest
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future
+    started: asyncio.Future
+    tokens: Optional[asyncio.Queue] = None
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EmbeddedEngine:
+    """Serve `model` + `tokenizer` on a loopback port; `start()` returns the OpenAI base URL."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, model_name: str = "policy", host: str = "127.0.0.1",
+                 port: int = 0, max_batch: int = 64, default_temperature: float = 1.0, max_tokens_cap: int = 4096,
+                 policy_version: int = 0, batch_window_s: float = 0.003):
+        self.model, self.tokenizer = model, tokenizer
+        self.model_name, self.host, self.port = model_name, host, port
+        self.max_batch, self.default_temperature, self.max_tokens_cap = max_batch, default_temperature, max_tokens_cap
+        self.policy_version = policy_version
+        self.batch_window_s = batch_window_s
+        self.weights_lock = threading.Lock()
+        self.eos_ids = {tokenizer.eos_token_id} | set(getattr(model.generation_config, "eos_token_id", None) or [])
+        self.stats = {"requests": 0, "batches": 0, "max_batch_seen": 0}
+        self._q: "queue.Queue[Optional[_Pending]]" = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._runner: Optional[web.AppRunner] = None
+        self._server_thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> str:
+        """Start the batcher and the HTTP server; returns the base URL (ending in /v1)."""
+        self._worker.start()
+        ready = threading.Event()
+        self._server_thread = threading.Thread(target=self._serve, args=(ready,), name="ajet-engine-http", daemon=True)
+        self._server_thread.start()
+        if not ready.wait(30):
+            raise RuntimeError("embedded engine did not start")
+        return f"http://{self.host}:{self.port}/v1"
+
+    def stop(self) -> None:
+        """Stop serving; queued requests are failed."""
+        self._q.put(None)
+        if self._loop is not None and self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._server_thread is not None:
+            self._server_thread.join(10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, self.host, self.port)
+        loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+        loop.run_forever()
+        loop.close()
+
+    # ------------------------------------------------------------------ batching
+    def _work(self) -> None:
+        while True:
+            first = self._q.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = time.monotonic() + self.batch_window_s
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._q.put(None)
+                    break
+                batch.append(item)
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        with self.weights_lock:
+            version = self.policy_version
+            for p in batch:
+                p.version = version
+                p.loop.call_soon_threadsafe(_set, p.started, version)
+            self.stats["batches"] += 1
+            self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
+            try:
+                results = generate_batch(self.model, self.tokenizer, [p.req for p in batch], self.eos_ids)
+            except Exception as exc:  # noqa: BLE001 - answer every request, keep serving
+                logger.exception("generation failed for a batch of %d", len(batch))
+                for p in batch:
+                    p.loop.call_soon_threadsafe(_fail, p.done, exc)
+                return
+        for p, res in zip(batch, results):
+            res.policy_version = version
+            p.loop.call_soon_threadsafe(_set, p.done, res)
+
+    # ------------------------------------------------------------------ HTTP
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+            prompt = prompt_ids(self.tokenizer, body)
+            req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap)
+        except (EngineRequestError, orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "invalid_request_error"}}, status=400)
+        self.stats["requests"] += 1
+        loop = asyncio.get_running_loop()
+        pending = _Pending(req=req, loop=loop, done=loop.create_future(), started=loop.create_future())
+        want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
+        tools = bool(body.get("tools"))
+        if body.get("stream"):
+            pending.tokens = asyncio.Queue()
+            req.on_token = lambda tok, lp: loop.call_soon_threadsafe(pending.tokens.put_nowait, (tok, lp))
+            self._q.put(pending)
+            return await self._stream(request, pending, prompt, tools, want_ids, want_lps, body)
+        self._q.put(pending)
+        res: GenResult = await pending.done
+        out = completion_body(self.tokenizer, body.get("model") or self.model_name, prompt, res, tools, want_ids,
+                              want_lps)
+        return web.Response(body=orjson.dumps(out), content_type="application/json",
+                            headers={POLICY_VERSION_HEADER: str(res.policy_version)})
+
+    async def _stream(self, request: web.Request, p: _Pending, prompt: list[int], tools: bool, want_ids: bool,
+                      want_lps: bool, body: dict[str, Any]) -> web.StreamResponse:
+        version = await p.started
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", POLICY_VERSION_HEADER: str(version)})
+        await resp.prepare(request)
+        cid, model = f"chatcmpl-{uuid.uuid4().hex}", body.get("model") or self.model_name
+
+        async def send(obj: dict[str, Any]) -> None:
+            await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+        await send(chunk_body(cid, model, {"role": "assistant", "content": ""}, prompt=prompt, want_ids=want_ids))
+        ids: list[int] = []
+        text = ""
+        while True:
+            get_tok = asyncio.ensure_future(p.tokens.get())  # type: ignore[union-attr]
+            finished, _ = await asyncio.wait({get_tok, p.done}, return_when=asyncio.FIRST_COMPLETED)
+            if get_tok in finished:
+                tok, lp = get_tok.result()
+                ids.append(tok)
+                new_text = decode_text(self.tokenizer, ids, self.eos_ids)
+                piece, text = new_text[len(text):], new_text
+                delta = {} if tools or not piece else {"content": piece}
+                await send(chunk_body(cid, model, delta, token=(tok, lp, piece), want_ids=want_ids,
+                                      want_logprobs=want_lps))
+                continue
+            get_tok.cancel()
+            if p.tokens.empty():  # type: ignore[union-attr]
+                break
+        res: GenResult = p.done.result()
+        final_delta: dict[str, Any] = {}
+        finish = res.finish_reason
+        if tools:
+            content, calls = parse_tool_calls(res.text)
+            final_delta = {"content": content} if content else {}
+            if calls:
+                final_delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+                finish = "tool_calls"
+        await send(chunk_body(cid, model, final_delta, finish=finish))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send({"id": cid, "object": "chat.completion.chunk", "model": model, "choices": [],
+                        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
+                                  "total_tokens": len(prompt) + len(res.token_ids)}})
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def _set(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

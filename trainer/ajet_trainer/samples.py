@@ -1,0 +1,117 @@
+"""Episode -> training sequences (pure functions, tested alone).
+
+Rules (DESIGN.md): an episode is all its LLM calls, in order. Calls merge into one sequence while
+the next call's prompt ids start with the previous prompt + completion ids; otherwise a new sequence
+starts. Completion tokens are trained (mask 1); tokens the agent or tools inserted are not (mask 0).
+Only the engine's token ids are used — text is never re-tokenised. Truncation is explicit and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional, Sequence
+
+from ajet_proxy.types import CallRecord
+from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
+
+
+class _Builder:
+    """A sequence being grown by merged calls."""
+
+    def __init__(self, call: CallRecord):
+        self.prompt = list(call.prompt_ids or [])
+        self.resp: list[int] = []
+        self.mask: list[int] = []
+        self.lps: list[float] = []
+        self.calls = 0
+        self.add_completion(call)
+
+    def full(self) -> list[int]:
+        return self.prompt + self.resp
+
+    def add_completion(self, call: CallRecord) -> None:
+        ids = list(call.completion_ids or [])
+        lps = list(call.logprobs) if call.logprobs is not None and len(call.logprobs) == len(ids) else [0.0] * len(ids)
+        self.resp += ids
+        self.mask += [1] * len(ids)
+        self.lps += lps
+        self.calls += 1
+
+    def try_merge(self, call: CallRecord) -> bool:
+        full = self.full()
+        prompt = list(call.prompt_ids or [])
+        if len(prompt) < len(full) or prompt[: len(full)] != full:
+            return False
+        inserted = prompt[len(full):]
+        self.resp += inserted
+        self.mask += [0] * len(inserted)
+        self.lps += [0.0] * len(inserted)
+        self.add_completion(call)
+        return True
+
+    def build(self, episode_uuid: str, task_id: str) -> TrainSequence:
+        return TrainSequence(episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask),
+                             tuple(self.lps), self.calls)
+
+
+def episode_sequences(calls: Sequence[CallRecord], episode_uuid: str, task_id: str) -> tuple[list[TrainSequence], int]:
+    """The sequences of one episode's calls (in `seq` order); returns (sequences, merged call count)."""
+    builders: list[_Builder] = []
+    merged = 0
+    for call in sorted(calls, key=lambda c: c.seq):
+        if not call.trainable:
+            continue
+        if builders and builders[-1].try_merge(call):
+            merged += 1
+        else:
+            builders.append(_Builder(call))
+    return [b.build(episode_uuid, task_id) for b in builders], merged
+
+
+def truncate(seq: TrainSequence, max_prompt: int, max_response: int) -> tuple[TrainSequence, bool, bool]:
+    """Cut the prompt from the left and the response from the right; returns (seq, cut_prompt, cut_resp)."""
+    cut_p = len(seq.prompt_ids) > max_prompt
+    cut_r = len(seq.response_ids) > max_response
+    if not (cut_p or cut_r):
+        return seq, False, False
+    return replace(seq, prompt_ids=seq.prompt_ids[-max_prompt:], response_ids=seq.response_ids[:max_response],
+                   response_mask=seq.response_mask[:max_response],
+                   rollout_logprobs=seq.rollout_logprobs[:max_response]), cut_p, cut_r
+
+
+def assemble(episodes: Sequence[tuple[str, str, float, Sequence[CallRecord]]], max_prompt: int, max_response: int
+             ) -> tuple[list[EpisodeSample], AssemblyStats]:
+    """Episodes `(uuid, task_id, reward, calls)` -> samples, with what was skipped or cut counted.
+
+    A sequence left without any trained token (all mask 0) is dropped; an episode without sequences
+    is skipped and counted in `empty_episodes`.
+    """
+    out: list[EpisodeSample] = []
+    st = {"calls": 0, "merged": 0, "failed": 0, "empty": 0, "cut_p": 0, "cut_r": 0, "seqs": 0}
+    for uuid, task_id, reward, calls in episodes:
+        st["calls"] += len(calls)
+        st["failed"] += sum(1 for c in calls if c.error is not None)
+        seqs, merged = episode_sequences(calls, uuid, task_id)
+        st["merged"] += merged
+        kept = []
+        for s in seqs:
+            s, cut_p, cut_r = truncate(s, max_prompt, max_response)
+            st["cut_p"] += cut_p
+            st["cut_r"] += cut_r
+            if any(s.response_mask):
+                kept.append(s)
+        if not kept:
+            st["empty"] += 1
+            continue
+        st["seqs"] += len(kept)
+        out.append(EpisodeSample(uuid, task_id, float(reward), tuple(kept)))
+    return out, AssemblyStats(episodes=len(out), sequences=st["seqs"], calls=st["calls"], merged_calls=st["merged"],
+                              failed_calls=st["failed"], empty_episodes=st["empty"], prompt_truncated=st["cut_p"],
+                              response_truncated=st["cut_r"])
+
+
+def flatten(samples: Sequence[EpisodeSample], advantages: Optional[dict[str, float]] = None
+            ) -> list[tuple[TrainSequence, float]]:
+    """Every sequence with its episode's advantage (0.0 when none is given)."""
+    adv = advantages or {}
+    return [(s, adv.get(ep.episode_uuid, 0.0)) for ep in samples for s in ep.sequences]
