@@ -1,4 +1,4 @@
-"""The built-in tiny model (`model: "builtin:tiny"`): a real Qwen2 model and fast tokenizer, no download.
+"""The built-in tiny model (`model: "builtin:tiny"`): a real Qwen3 model and fast tokenizer, no download.
 
 Created deterministically (fixed seed) on first use and saved as a normal Hugging Face folder, then
 loaded through the same `from_pretrained` code as any model. The tokenizer is character-level (one
@@ -59,7 +59,7 @@ def cache_root() -> Path:
 
 def _spec_hash(name: str) -> str:
     spec = json.dumps({"size": SIZES[name], "chars": CHARS, "special": SPECIAL_TOKENS, "template": CHAT_TEMPLATE,
-                       "seed": SEED, "v": 1}, sort_keys=True)
+                       "seed": SEED, "v": 2}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
@@ -81,15 +81,17 @@ def build_tokenizer() -> Any:
 
 def _create(name: str, dest: Path) -> None:
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    # Qwen3 (Qwen2 plus q/k norms) rather than Qwen2: transformers 5 rebuilds any "qwen2" folder's
+    # tokenizer as byte-level BPE, which would silently replace this character-level one.
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = build_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
+    cfg = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
                       bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                      rope_theta=10000.0, **SIZES[name])
+                      head_dim=SIZES[name]["hidden_size"] // SIZES[name]["num_attention_heads"], **SIZES[name])
     torch.manual_seed(SEED)
-    model = Qwen2ForCausalLM(cfg)
+    model = Qwen3ForCausalLM(cfg)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))

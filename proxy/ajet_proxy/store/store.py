@@ -316,13 +316,20 @@ class Store:
                                               metrics=metrics, finished_at=time.time()))
             c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version))
 
-    def set_policy_version(self, policy_version: int, global_step: Optional[int] = None) -> None:
-        """Set the serving policy version (a trainer resuming from a checkpoint)."""
-        values: dict[str, Any] = {"policy_version": policy_version}
-        if global_step is not None:
-            values["global_step"] = global_step
+    def rollback_to_step(self, step: int, policy_version: int) -> list[str]:
+        """Forget the steps after `step` (their weights were lost with a crashed trainer).
+
+        The episodes those steps consumed return to the pool, so each rewarded episode is trained
+        exactly once in the lineage of weights that survives. Returns the uuids released.
+        """
+        e = t.episodes.c
         with self._tx() as c:
-            c.execute(t.engine_state.update().values(**values))
+            released = [r[0] for r in c.execute(sa.select(e.uuid).where(e.consumed_step > step))]
+            if released:
+                c.execute(t.episodes.update().where(e.consumed_step > step).values(consumed_step=None))
+            c.execute(t.steps.delete().where(t.steps.c.step > step))
+            c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version))
+            return released
 
     def steps(self, last: Optional[int] = None) -> list[StepRow]:
         """Recorded steps, oldest first (the `last` newest when given)."""

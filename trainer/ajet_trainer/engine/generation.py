@@ -73,8 +73,9 @@ def generate_batch(model: Any, tokenizer: Any, requests: list[GenRequest], eos_i
     out_ids: list[list[int]] = [[] for _ in requests]
     out_lps: list[list[float]] = [[] for _ in requests]
     finish: list[Optional[str]] = [None] * len(requests)
+    cache_kw = _cache_keyword(model)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    past, last_pos = out.past_key_values, pos[:, -1]
+    past, last_pos = _cache_of(out), pos[:, -1]
     logits = out.logits[:, -1, :].float()
     for step in range(max(r.max_tokens for r in requests)):
         logp = torch.log_softmax(logits, dim=-1).cpu()
@@ -95,10 +96,23 @@ def generate_batch(model: Any, tokenizer: Any, requests: list[GenRequest], eos_i
         mask = torch.cat([mask, alive[:, None]], dim=1)
         last_pos = last_pos + 1
         out = model(input_ids=next_tok[:, None].to(device), attention_mask=mask, position_ids=last_pos[:, None],
-                    past_key_values=past, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+                    use_cache=True, **{cache_kw: past})
+        past, logits = _cache_of(out), out.logits[:, -1, :].float()
     return [_result(out_ids[i], out_lps[i], finish[i] or "length", req, tokenizer, eos_ids)
             for i, req in enumerate(requests)]
+
+
+def _cache_keyword(model: Any) -> str:
+    """`cache` (transformers >= 5.2x) or `past_key_values` (older releases)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _generator(seed: Optional[int]) -> Optional[torch.Generator]:

@@ -52,7 +52,7 @@ class EmbeddedEngine:
         self.policy_version = policy_version
         self.batch_window_s = batch_window_s
         self.weights_lock = threading.Lock()
-        self.eos_ids = {tokenizer.eos_token_id} | set(getattr(model.generation_config, "eos_token_id", None) or [])
+        self.eos_ids = eos_token_ids(model, tokenizer)
         self.stats = {"requests": 0, "batches": 0, "max_batch_seen": 0}
         self._q: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
@@ -211,6 +211,13 @@ class EmbeddedEngine:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The tokenizer's EOS plus the generation config's (an int or a list)."""
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    extra = [] if extra is None else ([extra] if isinstance(extra, int) else list(extra))
+    return {tokenizer.eos_token_id, *extra}
 
 
 def _set(fut: asyncio.Future, value: Any) -> None:

@@ -1,0 +1,70 @@
+"""`make demo`: proxy + trainer (ajet-swarm) + the tiny-RL tutorial client, reward rising on CPU.
+
+Starts `ajet-swarm start` on a free port with a fresh store and experiment folder under
+`experiments/demo/`, runs `tutorial/example_tiny_rl/agent_roll.py` until the reward target, stops
+the swarm, and says where the checkpoint and logs are. The client's JSON line is the last line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    root = REPO / "experiments" / "demo"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(REPO))
+    log = open(root / "swarm.log", "w")
+    swarm = subprocess.Popen([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
+                              "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--experiment-dir", str(root / "experiment"),
+                              "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if swarm.poll() is not None or time.monotonic() > deadline:
+                print((root / "swarm.log").read_text()[-3000:])
+                return 1
+            time.sleep(0.2)
+        client = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
+                                 *sys.argv[1:]], env=env, cwd=REPO)
+    finally:
+        swarm.send_signal(signal.SIGINT)
+        try:
+            swarm.wait(60)
+        except subprocess.TimeoutExpired:
+            swarm.kill()
+        log.close()
+    exp = root / "experiment"
+    print(f"checkpoints: {exp / 'checkpoints'}\nmetrics:     {exp / 'metrics.jsonl'}\n"
+          f"store:       {root / 'ajet-swarm.db'}\nserver log:  {root / 'swarm.log'}", file=sys.stderr)
+    return client.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The embedded engine over real HTTP: exact ids and logprobs, streaming, batching, tools, versions."""
+
+import asyncio
+
+import httpx
+import orjson
+import pytest
+import torch
+
+from ajet_proxy.tokens import StreamAccumulator
+from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.chat import parse_tool_calls
+from ajet_trainer.grpo import collate, sequence_logprobs
+from ajet_trainer.types import TrainSequence
+
+MSGS = [{"role": "user", "content": "Say the letter: c"}]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    model, tok = tiny
+    eng = EmbeddedEngine(model, tok, max_tokens_cap=32)
+    url = eng.start()
+    yield eng, url
+    eng.stop()
+
+
+def chat(url, **body):
+    r = httpx.post(url + "/chat/completions", json={"messages": MSGS, "return_token_ids": True, "logprobs": True,
+                                                   **body}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def test_ids_decode_to_text_and_logprobs_match_a_forward_pass(engine, tiny):
+    model, tok = tiny
+    eng, url = engine
+    data = chat(url, seed=7, max_tokens=12).json()
+    ch = data["choices"][0]
+    ids = ch["token_ids"]
+    text_ids = [t for t in ids if t != tok.eos_token_id]
+    assert tok.decode(text_ids) == ch["message"]["content"]
+    lps = [c["logprob"] for c in ch["logprobs"]["content"]]
+    seq = TrainSequence("e", "t", tuple(data["prompt_token_ids"]), tuple(ids), (1,) * len(ids), tuple(lps))
+    with torch.no_grad():
+        recomputed, _ = sequence_logprobs(model, collate([(seq, 0.0)], tok.pad_token_id))
+    assert torch.allclose(recomputed[0], torch.tensor(lps), atol=1e-4)
+
+
+def test_stream_and_plain_give_the_same_ids_for_a_seed(engine):
+    _eng, url = engine
+    plain = chat(url, seed=11, max_tokens=10).json()
+    acc = StreamAccumulator()
+    with httpx.stream("POST", url + "/chat/completions", json={"messages": MSGS, "seed": 11, "max_tokens": 10,
+                                                               "stream": True, "return_token_ids": True,
+                                                               "logprobs": True}) as r:
+        for chunk in r.iter_bytes():
+            acc.feed(chunk)
+    ex = acc.result()
+    assert acc.done
+    assert ex.prompt_ids == plain["prompt_token_ids"]
+    assert ex.completion_ids == plain["choices"][0]["token_ids"]
+    assert ex.content == plain["choices"][0]["message"]["content"]
+    assert ex.logprobs == pytest.approx([c["logprob"] for c in plain["choices"][0]["logprobs"]["content"]], abs=1e-5)
+
+
+def test_batching_does_not_change_results(engine):
+    eng, url = engine
+    alone = [chat(url, seed=s, max_tokens=8).json()["choices"][0] for s in range(6)]
+
+    async def together():
+        async with httpx.AsyncClient(timeout=60) as c:
+            return await asyncio.gather(*(c.post(url + "/chat/completions", json={
+                "messages": MSGS if s % 2 == 0 else MSGS + [{"role": "assistant", "content": "x"},
+                                                            {"role": "user", "content": "more"}],
+                "seed": s, "max_tokens": 8, "return_token_ids": True, "logprobs": True}) for s in range(6)))
+
+    before = eng.stats["max_batch_seen"]
+    res = [r.json()["choices"][0] for r in asyncio.run(together())]
+    assert eng.stats["max_batch_seen"] >= 2 or before >= 2  # requests really shared a batch
+    for s in range(0, 6, 2):  # same prompt and seed, alone vs batched with others of other lengths
+        assert res[s]["token_ids"] == alone[s]["token_ids"]
+        a = [c["logprob"] for c in alone[s]["logprobs"]["content"]]
+        b = [c["logprob"] for c in res[s]["logprobs"]["content"]]
+        assert b == pytest.approx(a, abs=1e-4)
+
+
+def test_sampling_settings(engine):
+    _eng, url = engine
+    greedy = [chat(url, temperature=0, max_tokens=6).json()["choices"][0]["token_ids"] for _ in range(2)]
+    assert greedy[0] == greedy[1]
+    assert len(chat(url, max_tokens=3, seed=1).json()["choices"][0]["token_ids"]) <= 3
+    one = chat(url, max_tokens=1, seed=1).json()["choices"][0]
+    assert len(one["token_ids"]) == 1 and one["finish_reason"] in ("length", "stop")
+    bad = httpx.post(url + "/chat/completions", json={"messages": MSGS, "top_p": 0})
+    assert bad.status_code == 400
+    assert httpx.post(url + "/chat/completions", json={"messages": []}).status_code == 400
+
+
+def test_policy_version_is_reported(engine):
+    eng, url = engine
+    r = chat(url, max_tokens=2)
+    assert r.headers["x-ajet-policy-version"] == str(eng.policy_version) == str(r.json()["policy_version"])
+    with eng.weights_lock:
+        eng.policy_version += 1
+    assert chat(url, max_tokens=2).headers["x-ajet-policy-version"] == str(eng.policy_version)
+
+
+def test_tools_reach_the_template(engine, tiny):
+    _model, tok = tiny
+    _eng, url = engine
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    data = chat(url, tools=tools, max_tokens=4, seed=3).json()
+    prompt_text = tok.decode(data["prompt_token_ids"])
+    assert '"name": "lookup"' in prompt_text and "Tools:" in prompt_text
+
+
+def test_hermes_tool_call_parser():
+    text = 'thinking <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> done'
+    content, calls = parse_tool_calls(text)
+    assert content == "thinking  done"
+    assert calls[0]["function"]["name"] == "add"
+    assert orjson.loads(calls[0]["function"]["arguments"]) == {"a": 1, "b": 2}
+    assert parse_tool_calls("<tool_call>{broken</tool_call>") == ("<tool_call>{broken</tool_call>", [])
+    content, calls = parse_tool_calls('<tool_call>{"name": "a", "arguments": "{}"}</tool_call>'
+                                      '<tool_call>{"name": "b"}</tool_call>')
+    assert [c["function"]["name"] for c in calls] == ["a", "b"] and content == ""

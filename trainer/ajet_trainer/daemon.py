@@ -1,0 +1,183 @@
+"""The trainer daemon: drives the engine states kept in the store.
+
+OFFLINE -> (a client syncs a job and starts) BOOTING: load the model, restore the last checkpoint,
+start the embedded engine, register it -> ROLLING: wait until the job's batch policy is satisfied ->
+ROLLING_POST: no new episodes; drain open ones (bounded by `drain_timeout`, then expire them) ->
+WEIGHT_SYNCING: assemble samples, GRPO update, new weights live, checkpoint when due, record the step
+(marking its episodes consumed in the same transaction) -> ROLLING. `stop_engine` (OFFLINE, from any
+client, in any state) tears the session down. A trainer that starts while the store is in another
+state than OFFLINE is a restart after a crash: it boots, rolls back to its last checkpoint and goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ajet.job import AgentJetJob
+from ajet.types import EngineState
+from ajet_proxy.batch_policy import select_batch
+from ajet_proxy.errors import WrongState
+from ajet_proxy.store import Store
+from ajet_proxy.types import Deployment, EngineRow, PoolEpisode
+from ajet_trainer.session import Session, open_session
+
+logger = logging.getLogger(__name__)
+
+_ACTIVE = (EngineState.BOOTING, EngineState.ROLLING, EngineState.ROLLING_POST, EngineState.WEIGHT_SYNCING)
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    """Settings of one trainer process."""
+
+    db_url: str
+    """The store shared with the proxy."""
+    experiment_dir: Optional[str] = None
+    """Overrides the job's experiment folder."""
+    engine: str = "embedded"
+    """Inference engine (`embedded`)."""
+    device: str = "auto"
+    """`auto`, `cpu` or `cuda[:N]`."""
+    poll_s: float = 0.1
+    """How often the store is read while waiting."""
+    engine_host: str = "127.0.0.1"
+    """Interface the embedded engine binds to."""
+    keep_checkpoints: int = 3
+    """Checkpoints kept on disk."""
+
+
+@dataclass
+class _Timers:
+    rolling_since: float = field(default_factory=time.monotonic)
+    drain_since: float = 0.0
+    wait_s: float = 0.0
+    drain_s: float = 0.0
+
+
+class TrainerDaemon:
+    """One trainer bound to one store; `run(stop)` loops until `stop` is set."""
+
+    def __init__(self, opts: TrainerOptions):
+        self.opts = opts
+        self.store = Store(opts.db_url)
+        self.session: Optional[Session] = None
+        self.timers = _Timers()
+
+    # ------------------------------------------------------------------ loop
+    def run(self, stop: threading.Event) -> None:
+        """Drive the state machine until `stop` is set; tears down cleanly on exit."""
+        logger.info("trainer watching %s", self.opts.db_url)
+        try:
+            while not stop.is_set():
+                if not self.tick():
+                    stop.wait(self.opts.poll_s)
+        finally:
+            self.teardown(final_checkpoint=True)
+            self.store.close()
+
+    def tick(self) -> bool:
+        """One pass of the state machine; True if it did work (poll again at once)."""
+        row = self.store.engine_row()
+        if row.state == EngineState.OFFLINE or row.job is None:
+            if self.session is not None:
+                self.teardown(final_checkpoint=True)
+            return False
+        if self.session is not None and self.session.run_id != row.run_id:
+            self.teardown(final_checkpoint=True)  # another job was synced: start over with it
+        try:
+            if self.session is None or row.state == EngineState.BOOTING:
+                self.boot(row)
+                return True
+            if row.state == EngineState.ROLLING:
+                return self.maybe_close_batch(row)
+            if row.state == EngineState.ROLLING_POST:
+                return self.drain()
+            if row.state == EngineState.WEIGHT_SYNCING:
+                self.train_step(row)
+                return True
+        except WrongState as exc:  # a client stopped the engine under our feet
+            logger.info("state changed during %s: %s", row.state.value, exc.detail)
+        return False
+
+    # ------------------------------------------------------------------ states
+    def boot(self, row: EngineRow) -> None:
+        """Load (or reuse) the session, register the engine, go ROLLING."""
+        if self.session is None:
+            job = AgentJetJob.model_validate(row.job)
+            self.session = open_session(job, row.run_id, self.store, self.opts)
+        s = self.session
+        self.store.remove_deployments()
+        self.store.register_deployment(Deployment(s.deployment_name, s.base_url, s.served_model, s.policy_version))
+        self.store.transition(EngineState.ROLLING, allowed_from=_ACTIVE)
+        self.timers = _Timers()
+        logger.info("ROLLING: policy v%d served at %s", s.policy_version, s.base_url)
+
+    def _batch(self, row: EngineRow) -> list[PoolEpisode]:
+        job = self.session.job  # type: ignore[union-attr]
+        return select_batch(self.store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat)
+
+    def maybe_close_batch(self, row: EngineRow) -> bool:
+        """ROLLING -> ROLLING_POST once the batch policy is satisfied."""
+        if not self._batch(row):
+            return False
+        self.store.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
+        now = time.monotonic()
+        self.timers.wait_s, self.timers.drain_since = now - self.timers.rolling_since, now
+        return True
+
+    def drain(self) -> bool:
+        """ROLLING_POST -> WEIGHT_SYNCING once no episode is open (or the drain timeout passed)."""
+        waited = time.monotonic() - (self.timers.drain_since or time.monotonic())
+        if self.timers.drain_since == 0.0:
+            self.timers.drain_since = time.monotonic()
+        if self.store.open_uuids() and waited < self.session.job.drain_timeout:  # type: ignore[union-attr]
+            return False
+        expired = self.store.expire_episodes()
+        if expired:
+            logger.warning("drain timeout: expired %d open episode(s)", len(expired))
+        self.store.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
+        self.timers.drain_s = time.monotonic() - self.timers.drain_since
+        return True
+
+    def train_step(self, row: EngineRow) -> None:
+        """WEIGHT_SYNCING: one GRPO step on the batch, then back to ROLLING."""
+        s = self.session
+        assert s is not None
+        batch = self._batch(row)
+        if batch:
+            s.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s})
+        self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING])
+        self.timers = _Timers()
+
+    def teardown(self, final_checkpoint: bool) -> None:
+        """Stop the engine, unregister it, save a last checkpoint."""
+        if self.session is None:
+            return
+        s, self.session = self.session, None
+        s.close(final_checkpoint=final_checkpoint)
+        try:
+            self.store.remove_deployments([s.deployment_name])
+        except Exception:  # noqa: BLE001 - the store may be gone at interpreter exit
+            logger.exception("could not unregister %s", s.deployment_name)
+        logger.info("session closed at step %d", s.step)
+
+
+def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
+    """`--experiment-dir`, else the job's `experiment_dir`, else `./experiments/<project>/<experiment>`."""
+    if override:
+        return Path(override)
+    if job.experiment_dir != "auto":
+        return Path(job.experiment_dir)
+    return Path("experiments") / job.project_name / job.experiment_name
+
+
+def describe(daemon: TrainerDaemon) -> dict[str, Any]:
+    """A small status dict for logs and tests."""
+    s = daemon.session
+    return {"session": s is not None, "step": s.step if s else None,
+            "policy_version": s.policy_version if s else None}

@@ -1,0 +1,124 @@
+"""GRPO pieces built on verl's algorithms (`verl.trainer.ppo.core_algos`), as pure tensor functions.
+
+- `episode_advantages`: one advantage per episode from verl's `compute_grpo_outcome_advantage`,
+  grouped by `task_id`; every sequence of the episode gets it.
+- `collate`: sequences -> verl's batch layout (left-padded prompts, right-padded responses).
+- `sequence_logprobs`: log-prob and entropy of each response token under a model.
+- `policy_loss`: verl's `get_policy_loss_fn("vanilla")` (+ optional KL loss with `kl_penalty`/`agg_loss`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos
+
+from ajet_trainer.types import EpisodeSample, TrainSequence
+
+
+def episode_advantages(samples: Sequence[EpisodeSample], norm_by_std: bool = True, epsilon: float = 1e-6
+                       ) -> dict[str, float]:
+    """GRPO advantage of each episode (by uuid), computed by verl on one row per episode."""
+    if not samples:
+        return {}
+    rewards = torch.tensor([[s.reward] for s in samples], dtype=torch.float32)
+    mask = torch.ones_like(rewards)
+    index = np.array([s.task_id for s in samples], dtype=object)
+    adv, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, index, epsilon=epsilon,
+                                                       norm_adv_by_std_in_grpo=norm_by_std)
+    return {s.episode_uuid: float(adv[i, 0]) for i, s in enumerate(samples)}
+
+
+@dataclass
+class Batch:
+    """verl's layout: `input_ids = cat(prompts, responses)`; R = response width, P = prompt width."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    responses: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    prompt_width: int
+
+    def to(self, device: Any) -> "Batch":
+        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
+                                               self.responses, self.response_mask, self.advantages,
+                                               self.rollout_logprobs)), self.prompt_width)
+
+    def select(self, idx: torch.Tensor) -> "Batch":
+        return Batch(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx], self.responses[idx],
+                     self.response_mask[idx], self.advantages[idx], self.rollout_logprobs[idx], self.prompt_width)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
+    """Sequences with their advantages -> one padded batch (advantage broadcast over response tokens)."""
+    P = max(len(s.prompt_ids) for s, _ in items)
+    R = max(len(s.response_ids) for s, _ in items)
+    B = len(items)
+    input_ids = torch.full((B, P + R), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + R), dtype=torch.long)
+    rmask = torch.zeros((B, R), dtype=torch.float32)
+    adv = torch.zeros((B, R), dtype=torch.float32)
+    rlp = torch.zeros((B, R), dtype=torch.float32)
+    for i, (s, a) in enumerate(items):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        input_ids[i, P - p:P] = torch.tensor(s.prompt_ids)
+        input_ids[i, P:P + r] = torch.tensor(s.response_ids)
+        attn[i, P - p:P + r] = 1
+        rmask[i, :r] = torch.tensor(s.response_mask, dtype=torch.float32)
+        adv[i, :r] = a
+        rlp[i, :r] = torch.tensor(s.rollout_logprobs, dtype=torch.float32)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
+    return Batch(input_ids, attn, pos, input_ids[:, P:], rmask, adv * rmask, rlp, P)
+
+
+def sequence_logprobs(model: Any, batch: Batch, with_entropy: bool = False
+                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Log-prob of every response token [B, R] (and the entropy of each position)."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                use_cache=False)
+    P, R = batch.prompt_width, batch.responses.shape[1]
+    logits = out.logits[:, P - 1:P + R - 1, :].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = torch.gather(logp_all, -1, batch.responses.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, entropy
+
+
+def loss_config(clip_ratio: float) -> Any:
+    """The actor config verl's vanilla policy loss reads."""
+    return OmegaConf.create({"clip_ratio": clip_ratio, "clip_ratio_low": None, "clip_ratio_high": None,
+                             "clip_ratio_c": 3.0, "global_batch_info": {}})
+
+
+def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: Any, loss_agg_mode: str,
+                ref_logp: Optional[torch.Tensor] = None, kl_coef: float = 0.0, kl_type: str = "low_var_kl"
+                ) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's vanilla PPO-clip loss, plus `kl_coef` x verl's KL loss against `ref_logp` when given."""
+    loss_fn = core_algos.get_policy_loss_fn("vanilla")
+    pg_loss, pg_metrics = loss_fn(old_log_prob=old_logp, log_prob=logp, advantages=batch.advantages,
+                                  response_mask=batch.response_mask, loss_agg_mode=loss_agg_mode, config=cfg)
+    metrics = {"pg_loss": float(pg_loss.detach()), "clip_frac": pg_metrics["actor/pg_clipfrac"],
+               "ppo_kl": pg_metrics["actor/ppo_kl"]}
+    loss = pg_loss
+    if ref_logp is not None:
+        kld = core_algos.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=kl_type)
+        kl_loss = core_algos.agg_loss(loss_mat=kld, loss_mask=batch.response_mask, loss_agg_mode=loss_agg_mode)
+        loss = loss + kl_coef * kl_loss
+        metrics["kl"] = float(kl_loss.detach())
+    return loss, metrics
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of `x` over `mask` (0.0 when empty)."""
+    n = mask.sum()
+    return float((x * mask).sum() / n) if n > 0 else 0.0

@@ -1,0 +1,118 @@
+"""The embedded training backend: one-process PyTorch (+ peft for LoRA) on CPU or one GPU.
+
+`Learner.update` runs one GRPO step on assembled samples: recompute old log-probs, then `ppo_epochs`
+passes over `mini_batch_num` mini-batches with verl's policy loss (and KL loss), AdamW, gradient
+clipping. The model it trains is the one the embedded engine serves, so new weights are live as soon
+as the step finishes; the caller holds the engine's `weights_lock` around it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ajet.job import AgentJetJob
+from ajet_trainer.grpo import (
+    collate,
+    episode_advantages,
+    loss_config,
+    masked_mean,
+    policy_loss,
+    sequence_logprobs,
+)
+from ajet_trainer.samples import flatten
+from ajet_trainer.types import EpisodeSample
+
+logger = logging.getLogger(__name__)
+
+
+def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[Any, Any]:
+    """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+    if job.lora_rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        cfg = LoraConfig(r=job.lora_rank, lora_alpha=job.lora_alpha, target_modules=job.lora_target_modules,
+                         lora_dropout=0.0, task_type="CAUSAL_LM")
+        model = get_peft_model(model, cfg)
+    model.eval()  # dropout off for generation and for the (deterministic) training forward passes
+    return model, tokenizer
+
+
+class Learner:
+    """Optimizer and update step for one policy model."""
+
+    def __init__(self, model: Any, tokenizer: Any, job: AgentJetJob):
+        self.model, self.tokenizer, self.job = model, tokenizer, job
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
+        self.cfg = loss_config(job.clip_ratio)
+        self.lora = job.lora_rank > 0
+        self.ref_model: Optional[Any] = None
+        if job.use_kl_loss and not self.lora:  # LoRA's reference is the same model with the adapter off
+            self.ref_model = copy.deepcopy(model).requires_grad_(False)
+        self.device = next(model.parameters()).device
+
+    def _ref_logprobs(self, batch: Any) -> Optional[torch.Tensor]:
+        if not self.job.use_kl_loss:
+            return None
+        with torch.no_grad():
+            if self.lora:
+                with self.model.disable_adapter():
+                    return sequence_logprobs(self.model, batch)[0]
+            return sequence_logprobs(self.ref_model, batch)[0]
+
+    def update(self, samples: Sequence[EpisodeSample], seed: int = 0) -> dict[str, float]:
+        """One GRPO step; returns its metrics."""
+        t0 = time.perf_counter()
+        adv = episode_advantages(samples)
+        items = flatten(samples, adv)
+        batch = collate(items, self.tokenizer.pad_token_id).to(self.device)
+        with torch.no_grad():
+            old_logp, _ = sequence_logprobs(self.model, batch)
+        ref_logp = self._ref_logprobs(batch)
+        rewards = [s.reward for s in samples]
+        metrics: dict[str, Any] = {
+            "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+            "episodes": len(samples), "sequences": len(items),
+            "tokens": int(batch.attention_mask.sum()), "trained_tokens": int(batch.response_mask.sum()),
+            "logprob_gap": masked_mean((old_logp - batch.rollout_logprobs).abs(), batch.response_mask),
+        }
+        gen = torch.Generator().manual_seed(seed)
+        agg: dict[str, list[float]] = {}
+        for _epoch in range(self.job.ppo_epochs):
+            order = torch.randperm(len(batch), generator=gen)
+            for idx in torch.chunk(order, min(self.job.mini_batch_num, len(batch))):
+                self._mini_step(batch.select(idx.to(self.device)), old_logp[idx], None if ref_logp is None
+                                else ref_logp[idx], agg)
+        metrics.update({k: statistics.fmean(v) for k, v in agg.items()})
+        metrics["update_s"] = time.perf_counter() - t0
+        return metrics
+
+    def _mini_step(self, mb: Any, old_logp: torch.Tensor, ref_logp: Optional[torch.Tensor],
+                   agg: dict[str, list[float]]) -> None:
+        logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
+        loss, m = policy_loss(old_logp, logp, mb, self.cfg, self.job.loss_agg_mode, ref_logp,
+                              self.job.kl_loss_coef, self.job.kl_loss_type)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.job.grad_clip)
+        self.optimizer.step()
+        m.update(loss=float(loss.detach()), grad_norm=float(grad_norm),
+                 entropy=masked_mean(entropy.detach(), mb.response_mask))
+        for k, v in m.items():
+            agg.setdefault(k, []).append(v)

@@ -1,0 +1,144 @@
+"""A training session: one job's model, learner, embedded engine, checkpoints and metrics.
+
+`open_session` loads the model (built-in or local folder), restores the newest checkpoint (unless
+`ensure_new_experiment`), reconciles the store with it, and starts the engine. `Session.train` runs
+one step: samples from the store's calls, the GRPO update under the engine's weights lock, the
+checkpoint when due, then the step record (episodes marked consumed) in one store transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import torch
+
+from ajet.job import AgentJetJob
+from ajet_proxy.store import Store
+from ajet_proxy.types import PoolEpisode
+from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.learner import Learner, load_policy
+from ajet_trainer.metrics import MetricsLog
+from ajet_trainer.samples import assemble
+from ajet_trainer.tiny_model import resolve_model_path
+
+if TYPE_CHECKING:
+    from ajet_trainer.daemon import TrainerOptions
+
+logger = logging.getLogger(__name__)
+
+
+def pick_device(device: str) -> str:
+    """`auto` -> `cuda` when available, else `cpu`."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+class Session:
+    """Everything one running job holds."""
+
+    deployment_name = "embedded-0"
+    served_model = "policy"
+
+    def __init__(self, job: AgentJetJob, run_id: int, store: Store, exp_dir: Path, model: Any, tokenizer: Any,
+                 learner: Learner, engine: EmbeddedEngine, base_url: str, step: int, keep_checkpoints: int):
+        self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
+        self.model, self.tokenizer, self.learner, self.engine = model, tokenizer, learner, engine
+        self.base_url, self.step, self.keep_checkpoints = base_url, step, keep_checkpoints
+        self.last_checkpoint_step = step
+        self.metrics = MetricsLog(exp_dir, job.logging)
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights now serving: one per training step."""
+        return self.step
+
+    def train(self, batch: Sequence[PoolEpisode], timers: dict[str, float]) -> dict[str, Any]:
+        """One GRPO step on `batch`; returns its metrics."""
+        t0 = time.perf_counter()
+        episodes = [(p.uuid, p.task_id, p.reward, self.store.calls(p.uuid)) for p in batch]
+        samples, stats = assemble(episodes, self.job.max_prompt_length, self.job.max_response_length)
+        metrics: dict[str, Any] = {**timers, **{f"samples/{k}": v for k, v in vars(stats).items()}}
+        metrics["reward_mean"] = sum(p.reward for p in batch) / len(batch)
+        t1 = time.perf_counter()
+        with self.engine.weights_lock:
+            if samples:
+                metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
+            self.step += 1
+            self.engine.policy_version = self.step
+        t2 = time.perf_counter()
+        metrics["train_s"] = t2 - t1
+        uuids = [p.uuid for p in batch]
+        if self.job.save_freq and self.step % self.job.save_freq == 0:
+            self.checkpoint(pending={"episode_uuids": uuids, "reward_mean": metrics["reward_mean"]})
+        metrics["sync_s"] = time.perf_counter() - t2
+        metrics["step_s"] = time.perf_counter() - t0 + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
+        self.store.record_step(self.step, self.policy_version, uuids, metrics["reward_mean"], _jsonable(metrics))
+        self.metrics.write(self.step, metrics)
+        logger.info("step %d: reward %.3f over %d episodes, loss %s, %.2fs", self.step, metrics["reward_mean"],
+                    len(batch), metrics.get("loss"), metrics["train_s"])
+        return metrics
+
+    def checkpoint(self, pending: Optional[dict[str, Any]] = None) -> Path:
+        """Save weights + optimizer for the current step (`pending`: this step's record, if not yet in the store)."""
+        path = save_checkpoint(self.exp_dir, self.step, self.model, self.learner.optimizer, self.learner.lora,
+                               {"policy_version": self.policy_version, "model": self.job.model,
+                                "job_fingerprint": self.job.fingerprint(), "pending_record": pending})
+        prune_checkpoints(self.exp_dir, self.keep_checkpoints)
+        self.last_checkpoint_step = self.step
+        return path
+
+    def close(self, final_checkpoint: bool) -> None:
+        """Stop serving; checkpoint the last steps if any were not saved yet."""
+        self.engine.stop()
+        if final_checkpoint and self.step > self.last_checkpoint_step:
+            self.checkpoint()
+        self.metrics.close()
+
+
+def open_session(job: AgentJetJob, run_id: int, store: Store, opts: "TrainerOptions") -> Session:
+    """Load, restore, reconcile the store, start the engine."""
+    from ajet_trainer.daemon import default_experiment_dir
+
+    torch.manual_seed(job.seed)
+    device = pick_device(opts.device)
+    exp_dir = default_experiment_dir(job, opts.experiment_dir)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    job.dump_job_as_yaml(exp_dir / "job.yaml")
+    model, tokenizer = load_policy(str(resolve_model_path(job.model)), job, device)
+    learner = Learner(model, tokenizer, job)
+    step = _restore(job, exp_dir, model, learner, store)
+    engine = EmbeddedEngine(model, tokenizer, host=opts.engine_host, default_temperature=job.temperature,
+                            max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step)
+    base_url = engine.start()
+    logger.info("session: %s on %s, step %d, experiment %s", job.model, device, step, exp_dir)
+    return Session(job, run_id, store, exp_dir, model, tokenizer, learner, engine, base_url, step,
+                   opts.keep_checkpoints)
+
+
+def _restore(job: AgentJetJob, exp_dir: Path, model: Any, learner: Learner, store: Store) -> int:
+    """Load the newest checkpoint and make the store agree with it; returns its step."""
+    ckpt = None if job.ensure_new_experiment else latest_checkpoint(exp_dir)
+    step = 0
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, model, learner.optimizer)
+        step = int(state["step"])
+        pending = state.get("pending_record")
+        recorded = {s.step for s in store.steps()}
+        if pending and step not in recorded:  # crashed between checkpoint and record: finish recording
+            store.rollback_to_step(step - 1, step - 1)
+            store.record_step(step, step, pending["episode_uuids"], pending["reward_mean"], {"restored": True})
+        logger.info("restored checkpoint %s", ckpt)
+    released = store.rollback_to_step(step, step)
+    if released:
+        logger.warning("%d episode(s) trained after the last checkpoint return to the pool", len(released))
+    return step
+
+
+def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(metrics, default=float))

@@ -1,0 +1,97 @@
+"""Train the built-in tiny model to say the named letter, through a running swarm.
+
+    ajet-swarm start --swarm-port 10086 &          # proxy + trainer
+    python -m tutorial.example_tiny_rl.agent_roll --swarm-url http://127.0.0.1:10086
+
+Prints the mean reward of every training step; stops at --target (or --max-steps) and ends with one
+JSON line: {"steps": N, "first_reward": x, "final_reward": y, "seconds": s}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient
+from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
+from tutorial.example_tiny_rl.agent_run import run_agent_and_compute_reward
+
+HERE = Path(__file__).resolve().parent
+GRPO_N = 16
+BATCH_SIZE = 8
+
+
+def make_job(args: argparse.Namespace) -> AgentJetJob:
+    """Full fine-tuning (a random tiny model has nothing for LoRA to steer), short sequences."""
+    return AgentJetJob(project_name="tutorial", experiment_name="example_tiny_rl", model="builtin:tiny",
+                       batch_size=BATCH_SIZE, num_repeat=GRPO_N, lr=args.lr, lora_rank=args.lora_rank,
+                       max_prompt_length=64, max_response_length=16, max_model_len=128,
+                       max_response_length_in_one_turn=4, save_freq=args.save_freq, n_gpu=1,
+                       ensure_new_experiment=args.fresh, seed=args.seed)
+
+
+def wait_for_step(client: SwarmClient, after: int, timeout: float = 600.0):
+    """The first recorded step newer than `after`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = [s for s in client.get_rollout_stat().recent_steps if s.step > after]
+        if steps:
+            return steps[0]
+        time.sleep(0.05)
+    raise TimeoutError(f"no training step after {after} within {timeout}s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    ap.add_argument("--target", type=float, default=0.8)
+    ap.add_argument("--max-steps", type=int, default=300)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--save-freq", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
+    ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    tasks = RouterTaskReader("jsonl_dataset_file", AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
+        training=JsonlTrainingFp(file_path=str(HERE / "letters.jsonl"))))).generate_training_tasks()
+    client = SwarmClient(args.swarm_url)
+    client.auto_sync_train_config_and_start_engine(make_job(args), force_restart=True)
+
+    def rollout(task):
+        uuid, creds = client.begin_episode(discard_episode_timeout=120)
+        try:
+            out = run_agent_and_compute_reward(task, creds.base_url, creds.api_key)
+        except Exception:
+            client.abort_episode(uuid)
+            raise
+        client.end_episode(task, uuid, out)
+        return out.reward
+
+    rng = random.Random(args.seed)
+    executor = PeriodicDrainThreadPoolExecutor(workers=BATCH_SIZE * GRPO_N, max_parallel=32)
+    rewards, last_step = [], client.get_engine_status().global_step
+    while len(rewards) < args.max_steps:
+        for task in rng.sample(tasks, BATCH_SIZE):
+            for _ in range(GRPO_N):
+                executor.submit_with_periodic_drain(rollout, task)
+        step = wait_for_step(client, last_step)
+        last_step = step.step
+        rewards.append(step.reward_mean)
+        print(f"step {step.step:4d}  reward {step.reward_mean:.3f}  loss {step.metrics.get('loss', float('nan')):+.4f}"
+              f"  entropy {step.metrics.get('entropy', float('nan')):.3f}  {time.monotonic() - t0:6.1f}s", flush=True)
+        if step.reward_mean >= args.target:
+            break
+    executor.shutdown()
+    if not args.keep_engine:
+        client.stop_engine()  # the trainer writes a final checkpoint
+    print(json.dumps({"steps": len(rewards), "first_reward": round(rewards[0], 4),
+                      "final_reward": round(rewards[-1], 4), "seconds": round(time.monotonic() - t0, 1)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The agent and its reward: reply with the letter the prompt names (checked by a rule).
+
+Eight tasks ("Say the letter: a" ... "h"). The untrained tiny model answers with one of ~100
+characters at random (reward ~0.01), a constant answer scores 1/8, and only a policy that reads the
+prompt can reach 1.0.
+"""
+
+from __future__ import annotations
+
+import openai
+
+from ajet import Task, WorkflowOutput
+
+# One HTTP connection pool for every episode; each episode gets a view with its own key and URL.
+_BASE_CLIENT = openai.OpenAI(base_url="http://127.0.0.1", api_key="unused", max_retries=2)
+
+
+def compute_reward(task: Task, answer: str) -> float:
+    """1.0 when the answer starts with the named letter, else 0.0."""
+    return 1.0 if answer[:1] == task.metadata["letter"] else 0.0
+
+
+def run_agent_and_compute_reward(task: Task, base_url: str, api_key: str) -> WorkflowOutput:
+    """One episode: ask the policy once, score its answer."""
+    client = _BASE_CLIENT.with_options(base_url=base_url, api_key=api_key)
+    resp = client.chat.completions.create(model="policy", max_tokens=1, temperature=1.0,
+                                          messages=[{"role": "user", "content": task.main_query}])
+    answer = resp.choices[0].message.content or ""
+    reward = compute_reward(task, answer)
+    return WorkflowOutput(reward=reward, is_success=reward == 1.0, metadata={"answer": answer})
