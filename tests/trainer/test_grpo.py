@@ -29,7 +29,8 @@ def test_advantages_equal_verls_token_level_computation():
                                                        np.array([s.task_id for s in samples], dtype=object))
     for i, s in enumerate(samples):
         assert ours[s.episode_uuid] == pytest.approx(float(adv[i, 0]), abs=1e-6)
-    assert ours["a"] > 0 > ours["b"] and ours["f"] == 0.0  # a single-episode group carries no signal
+    assert ours["a"] > 0 > ours["b"]
+    assert ours["f"] == pytest.approx(1.0, abs=1e-5)  # verl's convention: a group of one keeps its raw reward
     r = torch.tensor([1.0, 0.0, 0.0])
     assert ours["a"] == pytest.approx(float((1 - r.mean()) / (r.std() + 1e-6)), abs=1e-5)
 

@@ -27,7 +27,7 @@ CHARS = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
 CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n"
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "Tools:{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n"
+    "Tools:{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}"
     "Call a tool as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n"
     "{% endif %}"
     "{% for message in messages %}"
@@ -59,7 +59,7 @@ def cache_root() -> Path:
 
 def _spec_hash(name: str) -> str:
     spec = json.dumps({"size": SIZES[name], "chars": CHARS, "special": SPECIAL_TOKENS, "template": CHAT_TEMPLATE,
-                       "seed": SEED, "v": 2}, sort_keys=True)
+                       "seed": SEED, "v": 3}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
