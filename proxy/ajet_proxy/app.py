@@ -17,8 +17,6 @@ from ajet_proxy.state import ProxyConfig, ProxyState
 
 logger = logging.getLogger(__name__)
 
-RETRY_AFTER_S = 1
-
 
 def _error_response(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=status,
@@ -28,7 +26,7 @@ def _error_response(status: int, body: ErrorBody, headers: dict[str, str] | None
 async def handle_proxy_error(_request: Request, exc: Exception) -> Response:
     """Every `ProxyError` -> its HTTP status with an `ErrorBody`."""
     assert isinstance(exc, ProxyError)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, EngineNotRolling) else None
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
     if exc.status >= 500 and not isinstance(exc, EngineNotRolling):
         logger.error("%s: %s", type(exc).__name__, exc.detail)
     return _error_response(exc.status, ErrorBody(error=type(exc).__name__, detail=exc.detail, state=exc.state,

@@ -9,6 +9,8 @@ class ProxyError(Exception):
     """Root of every proxy error. `status` is the HTTP status the handler answers with."""
 
     status = 500
+    retry_after: Optional[int] = None
+    """Seconds for a Retry-After header (errors a client should retry)."""
 
     def __init__(self, detail: str, *, state: Optional[str] = None, fields: Optional[list[str]] = None):
         super().__init__(detail)
@@ -51,12 +53,14 @@ class EngineNotRolling(ProxyError):
     """The engine cannot take this call now but will later (answered with Retry-After)."""
 
     status = 503
+    retry_after = 1
 
 
 class UpstreamError(ProxyError):
-    """No policy deployment could answer."""
+    """No policy deployment could answer (e.g. the trainer is restarting): retry later."""
 
-    status = 502
+    status = 503
+    retry_after = 2
 
 
 class StoreError(ProxyError):

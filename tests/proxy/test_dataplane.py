@@ -202,6 +202,11 @@ def test_sticky_routing_and_failover(module_tmp):
         assert r.choices[0].message.content
         second = flushed_calls(st, uuid, 2)[1].deployment
         assert second != first
+        for s in stubs:
+            s.close()  # every deployment gone (a trainer restarting): retry later, not a hard failure
+        r = httpx.post(px.url + "/v1/chat/completions", json={"messages": MSGS},
+                       headers={"Authorization": f"Bearer {creds.api_key}"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"] == "UpstreamError"
     finally:
         px.close()
         for s in stubs:

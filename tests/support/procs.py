@@ -105,3 +105,36 @@ def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None)
     args = [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db_url,
             "--log-level", "warning", *extra]
     return Proc(args, f"http://127.0.0.1:{port}", "/health", tmp / f"proxy-{port}.log")
+
+
+class Trainer:
+    """`ajet-trainer start` as a child process (no HTTP port of its own)."""
+
+    def __init__(self, tmp: Path, db_url: str, exp_dir: Path, **env: str):
+        self.log_path = tmp / f"trainer-{time.time_ns()}.log"
+        self._log = open(self.log_path, "ab")
+        args = [sys.executable, "-m", "ajet_trainer.cli", "start", "--db", db_url, "--experiment-dir", str(exp_dir),
+                "--device", "cpu", "--log-level", "info"]
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=offline_env(**env),
+                                     cwd=REPO)
+
+    def log_tail(self, n: int = 4000) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if not self._log.closed:
+            self._log.close()

@@ -108,6 +108,8 @@ class TrainerDaemon:
     def boot(self, row: EngineRow) -> None:
         """Load (or reuse) the session, register the engine, go ROLLING."""
         if self.session is None:
+            if row.state != EngineState.BOOTING:  # a restart after a crash: no new episodes until we serve
+                self.store.transition(EngineState.BOOTING, allowed_from=_ACTIVE)
             job = AgentJetJob.model_validate(row.job)
             self.session = open_session(job, row.run_id, self.store, self.opts)
         s = self.session

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -67,6 +68,7 @@ class Session:
         metrics["reward_mean"] = sum(p.reward for p in batch) / len(batch)
         t1 = time.perf_counter()
         with self.engine.weights_lock:
+            _fault_delay()
             if samples:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
@@ -138,6 +140,14 @@ def _restore(job: AgentJetJob, exp_dir: Path, model: Any, learner: Learner, stor
     if released:
         logger.warning("%d episode(s) trained after the last checkpoint return to the pool", len(released))
     return step
+
+
+def _fault_delay() -> None:
+    """Fault injection for crash tests: `AJET_FAULT_DELAY_BEFORE_UPDATE_S` holds the step mid-update."""
+    delay = float(os.environ.get("AJET_FAULT_DELAY_BEFORE_UPDATE_S", "0") or 0)
+    if delay > 0:
+        logger.warning("fault injection: sleeping %.1fs inside the update", delay)
+        time.sleep(delay)
 
 
 def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:

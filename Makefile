@@ -1,0 +1,43 @@
+# AgentJet Swarm: `make demo` runs the main job, `make test` runs the test suite.
+# Both set up .venv on a fresh machine first (CPU torch from the machine's wheel, then the project).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.ajet-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel
+	# CPU torch first, so no dependency can pull a CUDA build
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[all,dev]'
+	# verl's algorithms (its own pins would replace torch and transformers): no deps, its imports come from [trainer]
+	$(PIP) install --no-deps verl==0.9.1
+	$(PY) -c "import torch, verl.trainer.ppo.core_algos, ajet, ajet_proxy, ajet_trainer; print('setup ok, torch', torch.__version__)"
+	touch $(STAMP)
+
+demo: setup
+	$(PY) scripts/run_demo.py
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) bench/proxy_overhead.py
+	$(PY) bench/trainer_vs_trl.py
+
+clean:
+	rm -rf $(VENV) experiments .pytest_cache

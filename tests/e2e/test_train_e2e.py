@@ -1,0 +1,144 @@
+"""Proxy + trainer + a seed-API client on the tiny model: real processes, real HTTP, a real store."""
+
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from safetensors.torch import load_file
+
+from ajet.copilot.job import AgentJetJob
+from ajet.schema.task import Task, WorkflowOutput
+from ajet.tuner_lib.experimental.swarm_client import SwarmClient
+from ajet.types import EngineState, EpisodeStatus
+from ajet_proxy.store import Store, sqlite_url
+from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.procs import Trainer, start_proxy
+
+pytestmark = pytest.mark.slow
+
+TASKS = [Task(task_id=f"letter-{c}", main_query=f"Say the letter: {c}", metadata={"letter": c}) for c in "ab"]
+
+
+def tiny_job(**kw) -> AgentJetJob:
+    return AgentJetJob(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, save_freq=1, max_prompt_length=64,
+                       max_response_length=16, max_model_len=128, max_response_length_in_one_turn=4, **kw)
+
+
+def seed_agent(task: Task, creds, seed: int) -> WorkflowOutput:
+    """An agent written from the original docs: raw requests with the episode key."""
+    resp = requests.post(f"{creds.base_url}/chat/completions", headers={"Authorization": f"Bearer {creds.api_key}"},
+                         json={"model": creds.model, "messages": [{"role": "user", "content": task.main_query}],
+                               "max_tokens": 2, "logprobs": True, "temperature": 0 if seed == 0 else 1.0,
+                               "seed": seed}, timeout=60)
+    resp.raise_for_status()
+    text = resp.json()["choices"][0]["message"]["content"] or ""
+    return WorkflowOutput(reward=1.0 if text[:1] == task.metadata["letter"] else float(seed % 2))
+
+
+def wait_step(client: SwarmClient, step: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while client.get_engine_status().global_step < step:
+        assert time.monotonic() < deadline, f"step {step} not reached"
+        time.sleep(0.1)
+
+
+def run_batch(client: SwarmClient, batch: int) -> list[str]:
+    uuids = []
+    for task in TASKS:
+        for k in range(2):
+            uuid, creds = client.begin_episode()
+            client.end_episode(task, uuid, seed_agent(task, creds, seed=batch * 10 + k))
+            uuids.append(uuid)
+    return uuids
+
+
+@pytest.fixture
+def swarm(tmp_path):
+    url = sqlite_url(tmp_path / "swarm.db")
+    px = start_proxy(tmp_path, url)
+    trainers = []
+
+    def start_trainer(**env):
+        tr = Trainer(tmp_path, url, tmp_path / "exp", **env)
+        trainers.append(tr)
+        return tr
+
+    yield px, url, start_trainer, tmp_path / "exp"
+    for tr in trainers:
+        tr.close()
+    px.close()
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_trains_and_serves_new_weights(swarm, lora_rank):
+    px, url, start_trainer, exp = swarm
+    trainer = start_trainer()
+    client = SwarmClient(px.url)
+    client.auto_sync_train_config_and_start_engine(tiny_job(lora_rank=lora_rank))
+    store = Store(url)
+    batches = [run_batch(client, b) for b in range(1)]
+    wait_step(client, 1)
+    batches.append(run_batch(client, 1))
+    wait_step(client, 2)
+    status = client.get_engine_status()
+    assert status.policy_version == 2 and status.global_step == 2, trainer.log_tail()
+    # the second batch's calls were answered by the weights of step 1
+    assert {c.policy_version for u in batches[0] for c in store.calls(u)} == {0}
+    assert {c.policy_version for u in batches[1] for c in store.calls(u)} == {1}
+    for step, uuids in enumerate(batches, start=1):
+        assert {store.get_episode(u).consumed_step for u in uuids} == {step}
+    # the weights changed, and the checkpoint holds them
+    ckpt = exp / "checkpoints" / "step_2"
+    if lora_rank:
+        adapter = load_file(str(ckpt / "adapter.safetensors"))
+        assert any("lora_B" in k and v.abs().sum() > 0 for k, v in adapter.items())  # lora_B starts at zero
+    else:
+        base = load_file(str(Path(builtin_model_path("builtin:tiny")) / "model.safetensors"))
+        trained = load_file(str(ckpt / "model.safetensors"))
+        assert any(not torch.equal(base[k], trained[k]) for k in trained if k in base)
+    assert (exp / "metrics.jsonl").read_text().count("\n") == 2
+    steps = store.steps()
+    assert [s.step for s in steps] == [1, 2] and all("loss" in s.metrics and "grad_norm" in s.metrics
+                                                     for s in steps)
+    client.stop_engine()
+    time.sleep(1.0)
+    assert store.deployments() == [] or trainer.proc.poll() is None
+    assert client.get_engine_status().state == EngineState.OFFLINE
+
+
+def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
+    px, url, start_trainer, exp = swarm
+    trainer = start_trainer()
+    client = SwarmClient(px.url)
+    client.auto_sync_train_config_and_start_engine(tiny_job())
+    store = Store(url)
+    all_ended = run_batch(client, 0)
+    wait_step(client, 1)  # step 1 recorded, checkpoint step_1 on disk
+    trainer.kill()  # killed after a checkpoint
+    old_url = store.deployments()[0].base_url
+    trainer = start_trainer(AJET_FAULT_DELAY_BEFORE_UPDATE_S="30")
+    deadline = time.monotonic() + 60
+    while [d.base_url for d in store.deployments()] in ([], [old_url]):  # until the new engine is registered
+        assert time.monotonic() < deadline, trainer.log_tail()
+        time.sleep(0.1)
+    assert client.get_engine_status().policy_version == 1
+    all_ended += run_batch(client, 1)  # begin_episode waits while the new trainer boots
+    deadline = time.monotonic() + 60
+    while client.get_engine_status().state != EngineState.WEIGHT_SYNCING:
+        assert time.monotonic() < deadline, trainer.log_tail()
+        time.sleep(0.1)
+    time.sleep(1.0)
+    trainer.kill()  # killed in the middle of the update of step 2
+    assert client.get_engine_status().global_step == 1
+    trainer = start_trainer()
+    wait_step(client, 2)
+    all_ended += run_batch(client, 2)
+    wait_step(client, 3)
+    eps = [store.get_episode(u) for u in all_ended]
+    assert all(e.status == EpisodeStatus.ENDED for e in eps)
+    consumed = [e.consumed_step for e in eps]
+    assert sorted(consumed) == [1] * 4 + [2] * 4 + [3] * 4  # every episode trained exactly once
+    assert [s.step for s in store.steps()] == [1, 2, 3]
+    assert client.get_engine_status().policy_version == 3

@@ -1,0 +1,54 @@
+"""Checkpoints: full and LoRA round trips, the `latest` pointer, pruning, partial writes ignored."""
+
+import torch
+
+from ajet.job import AgentJetJob
+from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from ajet_trainer.learner import Learner, load_policy
+from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.types import EpisodeSample, TrainSequence
+
+SAMPLES = [EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40 + i, 41), (1, 1), (0.0, 0.0)),))
+           for i, (u, r) in enumerate([("a", 1.0), ("b", 0.0)])]
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+def _round_trip(tmp_path, job):
+    path = str(builtin_model_path("builtin:tiny"))
+    model, tok = load_policy(path, job, "cpu")
+    learner = Learner(model, tok, job)
+    learner.update(SAMPLES)
+    saved = save_checkpoint(tmp_path, 1, model, learner.optimizer, job.lora_rank > 0, {"policy_version": 1})
+    trained = _state(model)
+    fresh, _ = load_policy(path, job, "cpu")
+    fresh_learner = Learner(fresh, tok, job)
+    assert any(not torch.equal(trained[k], v) for k, v in fresh.state_dict().items())
+    state = load_checkpoint(latest_checkpoint(tmp_path), fresh, fresh_learner.optimizer)
+    assert state["step"] == 1 and state["policy_version"] == 1
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(trained[k], v), k
+    assert fresh_learner.optimizer.state_dict()["state"].keys() == learner.optimizer.state_dict()["state"].keys()
+    return saved
+
+def test_full_round_trip(tmp_path):
+    saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2))
+    assert (saved / "model.safetensors").is_file() and (saved / "optimizer.pt").is_file()
+
+def test_lora_round_trip_saves_only_the_adapter(tmp_path):
+    saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2, lora_rank=4, lora_alpha=8))
+    assert (saved / "adapter.safetensors").is_file() and not (saved / "model.safetensors").exists()
+    assert (saved / "adapter.safetensors").stat().st_size < 200_000
+
+def test_latest_pointer_partial_writes_and_pruning(tmp_path):
+    job = AgentJetJob()
+    model, tok = load_policy(str(builtin_model_path("builtin:tiny")), job, "cpu")
+    opt = Learner(model, tok, job).optimizer
+    assert latest_checkpoint(tmp_path) is None
+    for step in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, step, model, opt, False, {})
+    (tmp_path / "checkpoints" / ".step_5.tmp").mkdir()  # a crash mid-write leaves only a temp folder
+    assert latest_checkpoint(tmp_path).name == "step_4"
+    prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_3", "step_4"]
+    assert latest_checkpoint(tmp_path).name == "step_4"
