@@ -1,0 +1,167 @@
+"""This project (proxy + client + trainer) vs TRL's GRPOTrainer, side by side in one run.
+
+Same model, task, batch, group size, thread settings and sampling. The task is the tutorial's
+"say the named letter" (reward: the first character is that letter). Figures per side, as JSON lines:
+seconds per RL step, seconds per update alone, mean reward of the last step; then the ratios.
+Run once with the built-in "small" model and 32 new tokens (TRL needs seconds per step: the
+comparison measures the architecture) and once with the demo's "tiny" model and 1 new token (where
+per-episode HTTP costs dominate).
+
+Usage: python bench/trainer_vs_trl.py [--steps 5] [--batch 8] [--group 8] [--only small|tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import torch  # noqa: E402
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput  # noqa: E402
+from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
+from tests.support.procs import Proc, free_port  # noqa: E402
+
+LETTERS = "abcdefgh"
+CONFIGS = {"small": {"model": "builtin:small", "new_tokens": 32}, "tiny": {"model": "builtin:tiny", "new_tokens": 1}}
+LR = 2e-3
+
+
+def reward_of(letter: str, text: str) -> float:
+    return 1.0 if text[:1] == letter else 0.0
+
+
+# ---------------------------------------------------------------------- this project
+def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp: Path) -> dict:
+    port = free_port()
+    swarm = Proc([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db",
+                  f"sqlite:///{tmp / 'bench.db'}", "--experiment-dir", str(tmp / "exp"), "--log-level", "warning",
+                  "--threads", "1"], f"http://127.0.0.1:{port}", "/health", tmp / "swarm.log")
+    client = SwarmClient(swarm.url)
+    import openai
+
+    base = openai.OpenAI(base_url="http://127.0.0.1", api_key="x", max_retries=2)
+    job = AgentJetJob(model=model, batch_size=batch, num_repeat=group, lr=LR, max_prompt_length=64,
+                      max_response_length=64, max_model_len=128, max_response_length_in_one_turn=new_tokens,
+                      save_freq=0, temperature=1.0, experiment_name="bench")
+    client.auto_sync_train_config_and_start_engine(job, force_restart=True)
+
+    def episode(letter: str) -> float:
+        uuid, creds = client.begin_episode()
+        oc = base.with_options(base_url=creds.base_url, api_key=creds.api_key)
+        text = oc.chat.completions.create(model="policy", max_tokens=new_tokens, temperature=1.0, messages=[
+            {"role": "user", "content": f"Say the letter: {letter}"}]).choices[0].message.content or ""
+        r = reward_of(letter, text)
+        client.end_episode(Task(task_id=f"letter-{letter}"), uuid, WorkflowOutput(reward=r))
+        return r
+
+    step_s, rewards = [], []
+    try:
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            last = client.get_engine_status().global_step
+            for i in range(steps + 1):  # the first step includes booting the model: not timed
+                t0 = time.perf_counter()
+                letters = [LETTERS[(i * batch + j) % len(LETTERS)] for j in range(batch)]
+                list(pool.map(episode, [c for c in letters for _ in range(group)]))
+                while client.get_engine_status().global_step <= last:
+                    time.sleep(0.01)
+                last += 1
+                if i > 0:
+                    step_s.append(time.perf_counter() - t0)
+        recorded = client.get_rollout_stat().recent_steps[-steps:]
+        update_s = [s.metrics["train_s"] for s in recorded]
+        rewards = [s.reward_mean for s in recorded]
+        client.stop_engine()
+    finally:
+        swarm.close()
+    return {"step_s": statistics.median(step_s), "update_s": statistics.median(update_s), "final_reward": rewards[-1]}
+
+
+# ---------------------------------------------------------------------- TRL
+def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp: Path) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(1)
+    path = builtin_model_path(model)
+    rows = [{"prompt": [{"role": "user", "content": f"Say the letter: {c}"}], "letter": c}
+            for c in LETTERS for _ in range(64)]
+
+    def letter_reward(completions, letter, **_kw):
+        return [reward_of(lt, c[0]["content"]) for c, lt in zip(completions, letter)]
+
+    cfg = GRPOConfig(output_dir=str(tmp / "trl"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
+                     per_device_train_batch_size=batch * group, num_generations=group, gradient_accumulation_steps=1,
+                     max_completion_length=new_tokens, temperature=1.0, top_p=1.0, learning_rate=LR, beta=0.0,
+                     max_steps=steps + 1, logging_steps=1, gradient_checkpointing=False, seed=0,
+                     dataloader_num_workers=0, disable_tqdm=True)
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=letter_reward, args=cfg,
+                          train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(path))
+    gen_s: list[float] = []
+    original = trainer._generate_and_score_completions
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        out = original(*a, **k)
+        gen_s.append(time.perf_counter() - t)
+        return out
+
+    trainer._generate_and_score_completions = timed
+    step_s: list[float] = []
+    rewards: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            step_s.append(time.perf_counter() - self.t)
+
+        def on_log(self, _args, _state, _control, logs=None, **k):
+            if logs and "reward" in logs:
+                rewards.append(logs["reward"])
+
+    trainer.add_callback(Timer())
+    trainer.train()
+    steps_s, gens = step_s[1:], gen_s[1:len(step_s)]
+    return {"step_s": statistics.median(steps_s),
+            "update_s": statistics.median([s - g for s, g in zip(steps_s, gens)]), "final_reward": rewards[-1]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--only", choices=sorted(CONFIGS))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name, cfg in CONFIGS.items():
+        if args.only and name != args.only:
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix=f"ajet-vs-trl-{name}-"))
+        common = {"model": cfg["model"], "new_tokens": cfg["new_tokens"], "batch": args.batch, "group": args.group,
+                  "steps": args.steps}
+        ours = run_ajet(cfg["model"], cfg["new_tokens"], args.steps, args.batch, args.group, tmp)
+        print(json.dumps({"side": "ajet", **common, **ours}), flush=True)
+        trl = run_trl(cfg["model"], cfg["new_tokens"], args.steps, args.batch, args.group, tmp)
+        print(json.dumps({"side": "trl", **common, **trl}), flush=True)
+        print(json.dumps({"figure": "ratios", "model": cfg["model"],
+                          "update_ajet_over_trl": round(ours["update_s"] / trl["update_s"], 3),
+                          "step_ajet_over_trl": round(ours["step_s"] / trl["step_s"], 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
