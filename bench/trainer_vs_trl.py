@@ -7,7 +7,7 @@ Run once with the built-in "small" model and 32 new tokens (TRL needs seconds pe
 comparison measures the architecture) and once with the demo's "tiny" model and 1 new token (where
 per-episode HTTP costs dominate).
 
-Usage: python bench/trainer_vs_trl.py [--steps 5] [--batch 8] [--group 8] [--only small|tiny]
+Usage: python bench/trainer_vs_trl.py [--steps 5] [--batch B] [--group 8] [--only small|tiny]
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
 from tests.support.procs import Proc, free_port  # noqa: E402
 
 LETTERS = "abcdefgh"
-CONFIGS = {"small": {"model": "builtin:small", "new_tokens": 32}, "tiny": {"model": "builtin:tiny", "new_tokens": 1}}
+CONFIGS = {"small": {"model": "builtin:small", "new_tokens": 48, "batch": 16},
+           "tiny": {"model": "builtin:tiny", "new_tokens": 1, "batch": 8}}
 LR = 2e-3
 
 
@@ -91,7 +92,7 @@ def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tm
 # ---------------------------------------------------------------------- TRL
 def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp: Path) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(1)
@@ -134,6 +135,7 @@ def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp
                 rewards.append(logs["reward"])
 
     trainer.add_callback(Timer())
+    trainer.remove_callback(PrinterCallback)  # keep stdout to our JSON lines
     trainer.train()
     steps_s, gens = step_s[1:], gen_s[1:len(step_s)]
     return {"step_s": statistics.median(steps_s),
@@ -143,7 +145,7 @@ def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=None, help="tasks per step (default: per configuration)")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--only", choices=sorted(CONFIGS))
     args = ap.parse_args()
@@ -152,11 +154,12 @@ def main() -> None:
         if args.only and name != args.only:
             continue
         tmp = Path(tempfile.mkdtemp(prefix=f"ajet-vs-trl-{name}-"))
-        common = {"model": cfg["model"], "new_tokens": cfg["new_tokens"], "batch": args.batch, "group": args.group,
+        batch = args.batch or cfg["batch"]
+        common = {"model": cfg["model"], "new_tokens": cfg["new_tokens"], "batch": batch, "group": args.group,
                   "steps": args.steps}
-        ours = run_ajet(cfg["model"], cfg["new_tokens"], args.steps, args.batch, args.group, tmp)
+        ours = run_ajet(cfg["model"], cfg["new_tokens"], args.steps, batch, args.group, tmp)
         print(json.dumps({"side": "ajet", **common, **ours}), flush=True)
-        trl = run_trl(cfg["model"], cfg["new_tokens"], args.steps, args.batch, args.group, tmp)
+        trl = run_trl(cfg["model"], cfg["new_tokens"], args.steps, batch, args.group, tmp)
         print(json.dumps({"side": "trl", **common, **trl}), flush=True)
         print(json.dumps({"figure": "ratios", "model": cfg["model"],
                           "update_ajet_over_trl": round(ours["update_s"] / trl["update_s"], 3),

@@ -64,13 +64,93 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of the monitor (`ajet-proxy monitor`, `ajet-swarm overwatch`)."""
+    p.add_argument("--swarm-url", default=os.environ.get("AJET_SWARM_URL", f"http://127.0.0.1:{DEFAULT_PORT}"))
+    p.add_argument("--refresh", type=float, default=1.0, help="seconds between polls")
+    p.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"))
+
+
+def run_monitor(args: argparse.Namespace) -> None:
+    """The Textual monitor."""
+    from ajet_proxy.overwatch import run
+
+    run(args.swarm_url, args.refresh, args.swarm_token)
+
+
+def _store(args: argparse.Namespace):  # noqa: ANN202 - the store type is imported lazily
+    from ajet_proxy.store import Store
+
+    return Store(args.db)
+
+
+def episodes_list(args: argparse.Namespace) -> None:
+    """One line per episode."""
+    from ajet.types import EpisodeStatus
+
+    status = EpisodeStatus(args.status) if args.status else None
+    print(f"{'uuid':32}  {'status':8} {'type':5} {'task':20} {'reward':>7} {'calls':>5} {'step':>5}  client")
+    for row in _store(args).iter_episodes(status=status):
+        reward = "" if row.reward is None else f"{row.reward:7.3f}"
+        step = "" if row.consumed_step is None else str(row.consumed_step)
+        print(f"{row.uuid:32}  {row.status.value:8} {row.episode_type:5} {(row.task_id or '-')[:20]:20} {reward:>7} "
+              f"{row.num_calls:>5} {step:>5}  {row.client_id}")
+
+
+def episodes_show(args: argparse.Namespace) -> None:
+    """Every call of one episode with its text and token counts."""
+    from ajet_proxy.stats import episode_detail
+
+    store = _store(args)
+    detail = episode_detail(store.get_episode(args.uuid), store.calls(args.uuid))
+    print(f"episode {detail.episode_uuid}  {detail.status.value}  task {detail.task_id}  reward {detail.reward}"
+          f"  client {detail.client_id}  untrainable {detail.untrainable}  step {detail.consumed_step}")
+    for c in detail.calls:
+        print(f"\n--- call {c.seq}: prompt {c.prompt_tokens} / completion {c.completion_tokens} tokens, "
+              f"finish {c.finish_reason}, {c.latency_ms:.1f} ms, policy v{c.policy_version}"
+              f"{', streamed' if c.stream else ''}{', ERROR ' + c.error if c.error else ''}")
+        for m in c.messages:
+            print(f"[{m.get('role')}] {m.get('content')}")
+        print(f"[answer] {c.response}")
+
+
+def export(args: argparse.Namespace) -> None:
+    """Rewarded episodes to JSONL or Parquet, streamed."""
+    from pathlib import Path
+
+    from ajet_proxy.export import export_jsonl, export_parquet
+
+    out = Path(args.out or f"ajet-episodes.{args.format}")
+    fn = export_jsonl if args.format == "jsonl" else export_parquet
+    n = fn(_store(args), out, args.since)
+    print(f"exported {n} rewarded episode(s) to {out}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ajet-proxy", description="AgentJet Swarm proxy")
     sub = parser.add_subparsers(dest="command", required=True)
     add_start_arguments(sub.add_parser("start", help="serve the control API and the data plane"))
+    add_monitor_arguments(sub.add_parser("monitor", help="the Textual monitor (same as ajet-swarm overwatch)"))
+    eps = sub.add_parser("episodes", help="inspect episodes in the store").add_subparsers(dest="sub", required=True)
+    lst = eps.add_parser("list", help="one line per episode")
+    lst.add_argument("--status", choices=["open", "ended", "aborted", "expired"])
+    show = eps.add_parser("show", help="every call of one episode")
+    show.add_argument("uuid")
+    exp = sub.add_parser("export", help="write rewarded episodes with messages, token ids and rewards")
+    exp.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
+    exp.add_argument("--since", type=int, default=None, help="only episodes trained at this step or later (or not yet)")
+    exp.add_argument("--out", default=None)
+    for p in (lst, show, exp):
+        p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     args = parser.parse_args(argv)
     if args.command == "start":
         run_proxy(args)
+    elif args.command == "monitor":
+        run_monitor(args)
+    elif args.command == "episodes":
+        (episodes_list if args.sub == "list" else episodes_show)(args)
+    elif args.command == "export":
+        export(args)
     return 0
 
 

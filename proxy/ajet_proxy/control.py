@@ -24,6 +24,7 @@ from ajet.types import (
     EndEpisodeRequest,
     EngineState,
     EngineStatus,
+    EpisodeDetail,
     EpisodeResult,
     EpisodeUuidRequest,
     OkResponse,
@@ -34,7 +35,7 @@ from ajet.types import (
 from ajet_proxy.episodes import hash_key, new_episode_key
 from ajet_proxy.errors import InvalidInput, Unauthorized, WrongState
 from ajet_proxy.state import ProxyState
-from ajet_proxy.stats import build_rollout_stat, engine_status
+from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail
 
 logger = logging.getLogger(__name__)
 
@@ -175,3 +176,11 @@ def get_rollout_stat(request: Request) -> RolloutStat:
     st = s.store
     return build_rollout_stat(s.refresh_engine(), st.pool_episodes(), s.registry.snapshot(), st.totals(),
                               st.clients(), st.steps(last=50), time.time())
+
+
+@router.post("/get_episode", response_model=EpisodeDetail)
+def get_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeDetail:
+    """One episode and its calls, for the monitor and for debugging."""
+    s = _state(request)
+    s.writer.flush()
+    return episode_detail(s.store.get_episode(body.episode_uuid), s.store.calls(body.episode_uuid))

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from ajet.job import AgentJetJob
-from ajet.types import ClientInfo, EngineStatus, OpenEpisodeInfo, RolloutStat, StepInfo, TaskStat
+from ajet.types import (
+    CallInfo,
+    ClientInfo,
+    EngineStatus,
+    EpisodeDetail,
+    OpenEpisodeInfo,
+    RolloutStat,
+    StepInfo,
+    TaskStat,
+)
 from ajet_proxy.batch_policy import all_progress, group_by_task, is_dummy
 from ajet_proxy.episodes import LiveEpisode
-from ajet_proxy.types import EngineRow, PoolEpisode, StepRow
+from ajet_proxy.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
 
 _DEFAULTS = AgentJetJob()
 
@@ -49,3 +59,38 @@ def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequen
                        num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat),
                        open_episodes=open_eps, tasks=task_stats(pool), clients=client_infos, totals=totals,
                        recent_steps=step_infos)
+
+
+def answer_text(response: str | None) -> str:
+    """The text (and tool calls) of a logged answer."""
+    if not response:
+        return ""
+    try:
+        msg = (json.loads(response).get("choices") or [{}])[0].get("message") or {}
+    except (ValueError, AttributeError):
+        return response[:2000]
+    text = msg.get("content") or ""
+    if msg.get("tool_calls"):
+        text += ("\n" if text else "") + json.dumps(msg["tool_calls"])
+    return text
+
+
+def call_info(c: CallRecord) -> CallInfo:
+    """A logged call as the wire type."""
+    try:
+        messages = json.loads(c.request).get("messages") or []
+    except (ValueError, AttributeError):
+        messages = []
+    return CallInfo(seq=c.seq, messages=messages, response=answer_text(c.response),
+                    prompt_tokens=None if c.prompt_ids is None else len(c.prompt_ids),
+                    completion_tokens=None if c.completion_ids is None else len(c.completion_ids),
+                    finish_reason=c.finish_reason, latency_ms=c.latency_ms, policy_version=c.policy_version,
+                    stream=c.stream, error=c.error)
+
+
+def episode_detail(row: EpisodeRow, calls: Sequence[CallRecord]) -> EpisodeDetail:
+    """An episode with its calls."""
+    return EpisodeDetail(episode_uuid=row.uuid, client_id=row.client_id, status=row.status,
+                         episode_type=row.episode_type, task_id=row.task_id, reward=row.reward,
+                         untrainable=row.untrainable, consumed_step=row.consumed_step,
+                         calls=[call_info(c) for c in calls])

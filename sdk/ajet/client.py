@@ -25,6 +25,7 @@ from ajet.types import (
     BeginEpisodeResponse,
     EngineState,
     EngineStatus,
+    EpisodeDetail,
     EpisodeResult,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
@@ -158,6 +159,10 @@ class SwarmClient:
     def get_rollout_stat(self) -> RolloutStat:
         """Pool progress, open episodes, tasks, clients and recent steps."""
         return RolloutStat.model_validate(self._call("GET", "get_rollout_stat"))
+
+    def get_episode(self, episode_uuid: str) -> EpisodeDetail:
+        """One episode with every LLM call it made (messages, token counts, finish reasons, latency)."""
+        return EpisodeDetail.model_validate(self._call("POST", "get_episode", {"episode_uuid": episode_uuid}))
 
     def print_rollout_stat(self, file: Optional[TextIO] = None) -> None:
         """Print a compact pool summary (one screen)."""

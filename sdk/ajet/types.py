@@ -333,6 +333,54 @@ class RolloutStat(_Wire):
     """The latest training steps, newest last."""
 
 
+class CallInfo(_Wire):
+    """One logged LLM call of an episode, for inspection."""
+
+    seq: int
+    """Order in the episode."""
+    messages: list[dict[str, Any]]
+    """The request's messages."""
+    response: str
+    """The answer's text (and tool calls, as JSON) as the agent received it."""
+    prompt_tokens: Optional[int] = None
+    """Prompt token count (None when the backend gave no ids)."""
+    completion_tokens: Optional[int] = None
+    """Completion token count (None when the backend gave no ids)."""
+    finish_reason: Optional[str] = None
+    """Why generation stopped."""
+    latency_ms: float
+    """Wall time through the proxy."""
+    policy_version: int
+    """Weights version that answered."""
+    stream: bool
+    """Whether it was streamed."""
+    error: Optional[str] = None
+    """Error text of a failed call."""
+
+
+class EpisodeDetail(_Wire):
+    """Answer of `POST /swarm/get_episode`: one episode and its calls."""
+
+    episode_uuid: str
+    """The episode."""
+    client_id: str
+    """The client that began it."""
+    status: EpisodeStatus
+    """Its status."""
+    episode_type: EpisodeType
+    """train or eval."""
+    task_id: Optional[str] = None
+    """Its task (known once ended)."""
+    reward: Optional[float] = None
+    """Its reward (ended episodes)."""
+    untrainable: bool = False
+    """Flagged because a call lacked token ids."""
+    consumed_step: Optional[int] = None
+    """The training step that used it."""
+    calls: list[CallInfo]
+    """Its LLM calls, in order."""
+
+
 class ErrorBody(_Wire):
     """Body of every error answer."""
 

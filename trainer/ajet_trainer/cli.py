@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Optional
 
-from ajet_proxy.cli import DEFAULT_DB, DEFAULT_PORT, add_start_arguments
+from ajet_proxy.cli import DEFAULT_DB, DEFAULT_PORT, add_monitor_arguments, add_start_arguments, run_monitor
 
 
 def _offline_env() -> None:
@@ -73,8 +73,7 @@ def run_swarm(args: argparse.Namespace) -> int:
             p.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-    return max((p.returncode or 0) for p in procs if p.returncode is not None and p.returncode > 0) \
-        if any((p.returncode or 0) > 0 for p in procs) else 0
+    return max(max(p.returncode or 0, 0) for p in procs)
 
 
 def trainer_main(argv: Optional[list[str]] = None) -> int:
@@ -96,7 +95,12 @@ def swarm_main(argv: Optional[list[str]] = None) -> int:
     start.add_argument("--experiment-dir", default=None)
     start.add_argument("--device", default="auto")
     start.add_argument("--threads", type=int, default=1)
+    for name in ("overwatch", "top"):
+        add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
     args = parser.parse_args(argv)
+    if args.command in ("overwatch", "top"):
+        run_monitor(args)
+        return 0
     return run_swarm(args)
 
 

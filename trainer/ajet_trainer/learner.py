@@ -82,30 +82,42 @@ class Learner:
         adv = episode_advantages(samples)
         items = flatten(samples, adv)
         batch = collate(items, self.tokenizer.pad_token_id).to(self.device)
-        with torch.no_grad():
-            old_logp, _ = sequence_logprobs(self.model, batch)
+        # Old log-probs: with one epoch and one mini-batch the policy has not moved when the loss is
+        # computed, so the training forward pass itself yields them (one pass saved, same numbers).
+        single_pass = self.job.ppo_epochs == 1 and self.job.mini_batch_num == 1
+        old_logp = None
+        if not single_pass:
+            with torch.no_grad():
+                old_logp, _ = sequence_logprobs(self.model, batch)
         ref_logp = self._ref_logprobs(batch)
         rewards = [s.reward for s in samples]
         metrics: dict[str, Any] = {
             "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
             "episodes": len(samples), "sequences": len(items),
             "tokens": int(batch.attention_mask.sum()), "trained_tokens": int(batch.response_mask.sum()),
-            "logprob_gap": masked_mean((old_logp - batch.rollout_logprobs).abs(), batch.response_mask),
         }
         gen = torch.Generator().manual_seed(seed)
         agg: dict[str, list[float]] = {}
         for _epoch in range(self.job.ppo_epochs):
-            order = torch.randperm(len(batch), generator=gen)
+            order = torch.arange(len(batch)) if single_pass else torch.randperm(len(batch), generator=gen)
             for idx in torch.chunk(order, min(self.job.mini_batch_num, len(batch))):
-                self._mini_step(batch.select(idx.to(self.device)), old_logp[idx], None if ref_logp is None
-                                else ref_logp[idx], agg)
+                idx_d = idx.to(self.device)
+                old = self._mini_step(batch.select(idx_d), None if old_logp is None else old_logp[idx_d],
+                                      None if ref_logp is None else ref_logp[idx_d], agg)
+                if single_pass:
+                    old_logp = old
+        assert old_logp is not None
+        metrics["logprob_gap"] = masked_mean((old_logp - batch.rollout_logprobs).abs(), batch.response_mask)
         metrics.update({k: statistics.fmean(v) for k, v in agg.items()})
         metrics["update_s"] = time.perf_counter() - t0
         return metrics
 
-    def _mini_step(self, mb: Any, old_logp: torch.Tensor, ref_logp: Optional[torch.Tensor],
-                   agg: dict[str, list[float]]) -> None:
+    def _mini_step(self, mb: Any, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor],
+                   agg: dict[str, list[float]]) -> torch.Tensor:
+        """One optimizer step; returns the log-probs it computed before stepping (detached)."""
         logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
+        if old_logp is None:
+            old_logp = logp.detach()
         loss, m = policy_loss(old_logp, logp, mb, self.cfg, self.job.loss_agg_mode, ref_logp,
                               self.job.kl_loss_coef, self.job.kl_loss_type)
         self.optimizer.zero_grad(set_to_none=True)
@@ -116,3 +128,4 @@ class Learner:
                  entropy=masked_mean(entropy.detach(), mb.response_mask))
         for k, v in m.items():
             agg.setdefault(k, []).append(v)
+        return logp.detach()

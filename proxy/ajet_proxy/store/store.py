@@ -250,6 +250,29 @@ class Store:
         with self._read() as c:
             return [_episode_from(m) for m in c.execute(q).mappings()]
 
+    def iter_episodes(self, status: Optional[EpisodeStatus] = None, since_step: Optional[int] = None,
+                      page: int = 500) -> Iterator[EpisodeRow]:
+        """All matching episodes, oldest first, read page by page (never the whole table at once).
+
+        `since_step`: only episodes consumed at that step or later, or not consumed yet.
+        """
+        e = t.episodes.c
+        after: Optional[tuple[float, str]] = None
+        while True:
+            q = sa.select(t.episodes).order_by(e.created_at, e.uuid).limit(page)
+            if status is not None:
+                q = q.where(e.status == status.value)
+            if since_step is not None:
+                q = q.where(sa.or_(e.consumed_step >= since_step, e.consumed_step.is_(None)))
+            if after is not None:
+                q = q.where(sa.or_(e.created_at > after[0], sa.and_(e.created_at == after[0], e.uuid > after[1])))
+            with self._read() as c:
+                rows = [_episode_from(m) for m in c.execute(q).mappings()]
+            yield from rows
+            if len(rows) < page:
+                return
+            after = (rows[-1].created_at, rows[-1].uuid)
+
     def pool_episodes(self) -> list[PoolEpisode]:
         """Ended, trainable, not yet consumed train episodes: the rollout pool."""
         e = t.episodes.c

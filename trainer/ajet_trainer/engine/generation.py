@@ -40,16 +40,36 @@ class GenResult:
     policy_version: int = 0
 
 
-def _sample_row(logits: torch.Tensor, req: GenRequest, gen: Optional[torch.Generator]) -> int:
-    if req.temperature <= 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits / req.temperature, dim=-1)
-    if req.top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < req.top_p
-        keep[0] = True
-        probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
-    return int(torch.multinomial(probs, 1, generator=gen))
+def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, descending=True, dim=-1)
+        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+        keep[..., 0] = True
+        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
+    return probs
+
+
+def _sample(logits: torch.Tensor, requests: list[GenRequest], gens: list[Optional[torch.Generator]],
+            live: list[int]) -> torch.Tensor:
+    """One token for each live row. Rows without a seed and with the same settings are sampled together;
+    seeded rows draw from their own generator (on the CPU), so their result never depends on the batch."""
+    out = torch.empty(len(live), dtype=torch.long)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for k, i in enumerate(live):
+        req = requests[i]
+        if req.temperature <= 0:
+            out[k] = int(torch.argmax(logits[i]))
+        elif gens[i] is not None:
+            probs = _filtered_probs(logits[i].cpu(), req.temperature, req.top_p)
+            out[k] = int(torch.multinomial(probs, 1, generator=gens[i]))
+        else:
+            groups.setdefault((req.temperature, req.top_p), []).append(k)
+    for (temperature, top_p), ks in groups.items():
+        rows = torch.tensor([live[k] for k in ks], device=logits.device)
+        probs = _filtered_probs(logits[rows], temperature, top_p)
+        out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
+    return out
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,18 +97,19 @@ def generate_batch(model: Any, tokenizer: Any, requests: list[GenRequest], eos_i
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
     past, last_pos = _cache_of(out), pos[:, -1]
     logits = out.logits[:, -1, :].float()
-    for step in range(max(r.max_tokens for r in requests)):
-        logp = torch.log_softmax(logits, dim=-1).cpu()
+    for _step in range(max(r.max_tokens for r in requests)):
+        live = [i for i, f in enumerate(finish) if f is None]
+        toks = _sample(logits, requests, gens, live)
+        logp = torch.log_softmax(logits, dim=-1)
+        tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
         next_tok = torch.full((len(requests),), tokenizer.pad_token_id, dtype=torch.long)
-        for i, req in enumerate(requests):
-            if finish[i] is not None:
-                continue
-            tok = _sample_row(logits[i].cpu(), req, gens[i])
+        for i, tok, lp in zip(live, toks.tolist(), tok_lp):
+            req = requests[i]
             out_ids[i].append(tok)
-            out_lps[i].append(float(logp[i, tok]))
+            out_lps[i].append(lp)
             next_tok[i] = tok
             if req.on_token is not None:
-                req.on_token(tok, out_lps[i][-1])
+                req.on_token(tok, lp)
             finish[i] = _finished(tok, out_ids[i], req, tokenizer, eos_ids)
         if all(f is not None for f in finish):
             break

@@ -1,0 +1,96 @@
+"""Export rewarded episodes (messages, exact token ids, rewards) for SFT or offline analysis.
+
+Episodes are read from the store page by page and written as they come, so a big store is never
+loaded into memory: JSONL line by line, Parquet one row group per page.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from ajet.types import EpisodeStatus
+from ajet_proxy.stats import answer_text
+from ajet_proxy.store import Store
+from ajet_proxy.types import CallRecord, EpisodeRow
+
+PAGE = 256
+
+
+def episode_record(row: EpisodeRow, calls: list[CallRecord]) -> dict[str, Any]:
+    """One exported episode: its reward and every call with messages and token ids."""
+    return {
+        "episode_uuid": row.uuid, "task_id": row.task_id, "reward": row.reward, "client_id": row.client_id,
+        "episode_type": row.episode_type, "policy_version_start": row.policy_version_start,
+        "consumed_step": row.consumed_step, "untrainable": row.untrainable,
+        "calls": [{"seq": c.seq, "messages": _messages(c.request), "response": answer_text(c.response),
+                   "prompt_ids": c.prompt_ids, "completion_ids": c.completion_ids, "logprobs": c.logprobs,
+                   "finish_reason": c.finish_reason, "policy_version": c.policy_version} for c in calls],
+    }
+
+
+def _messages(request: str) -> list[dict[str, Any]]:
+    try:
+        return json.loads(request).get("messages") or []
+    except (ValueError, AttributeError):
+        return []
+
+
+def iter_records(store: Store, since_step: Optional[int] = None) -> Iterator[dict[str, Any]]:
+    """Rewarded (ended) episodes as export records, oldest first."""
+    for row in store.iter_episodes(status=EpisodeStatus.ENDED, since_step=since_step, page=PAGE):
+        yield episode_record(row, store.calls(row.uuid))
+
+
+def export_jsonl(store: Store, out: Path, since_step: Optional[int] = None) -> int:
+    """Write one JSON object per line; returns the number of episodes."""
+    n = 0
+    with out.open("w") as fh:
+        for rec in iter_records(store, since_step):
+            fh.write(json.dumps(rec) + "\n")
+            n += 1
+    return n
+
+
+def export_parquet(store: Store, out: Path, since_step: Optional[int] = None) -> int:
+    """Write Parquet, one row group per page (calls as a list of structs); returns the number of episodes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer: Optional[pq.ParquetWriter] = None
+    n, buf = 0, []
+    try:
+        for rec in iter_records(store, since_step):
+            rec = {**rec, "calls": [{**c, "messages": json.dumps(c["messages"])} for c in rec["calls"]]}
+            buf.append(rec)
+            if len(buf) >= PAGE:
+                writer = _write(pa, pq, writer, out, buf)
+                n, buf = n + len(buf), []
+        if buf or writer is None:
+            writer = _write(pa, pq, writer, out, buf)
+            n += len(buf)
+    finally:
+        if writer is not None:
+            writer.close()
+    return n
+
+
+
+def _schema(pa: Any) -> Any:
+    call = pa.struct([("seq", pa.int64()), ("messages", pa.string()), ("response", pa.string()),
+                      ("prompt_ids", pa.list_(pa.int32())), ("completion_ids", pa.list_(pa.int32())),
+                      ("logprobs", pa.list_(pa.float64())), ("finish_reason", pa.string()),
+                      ("policy_version", pa.int64())])
+    return pa.schema([("episode_uuid", pa.string()), ("task_id", pa.string()), ("reward", pa.float64()),
+                      ("client_id", pa.string()), ("episode_type", pa.string()),
+                      ("policy_version_start", pa.int64()), ("consumed_step", pa.int64()),
+                      ("untrainable", pa.bool_()), ("calls", pa.list_(call))])
+
+
+def _write(pa: Any, pq: Any, writer: Any, out: Path, rows: list[dict[str, Any]]) -> Any:
+    schema = _schema(pa)
+    if writer is None:
+        writer = pq.ParquetWriter(str(out), schema)
+    writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+    return writer

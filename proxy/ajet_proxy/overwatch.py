@@ -1,0 +1,241 @@
+"""Overwatch: a Textual monitor of one swarm, fed only by the proxy's control API.
+
+`ajet-swarm overwatch --swarm-url http://host:10086` (alias `ajet-swarm top`, `ajet-proxy monitor`).
+Works from any machine that reaches the proxy; needs no access to the store. A proxy that is down
+shows as DISCONNECTED and is polled again every refresh, never a traceback.
+
+Keys: 1/2/3 switch the batch mode (applies to the next step), s cycles the sort of running episodes,
+enter opens the selected episode's calls, r refreshes now, q quits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Header, Sparkline, Static, TabbedContent, TabPane
+
+from ajet.client import SwarmClient
+from ajet.errors import AjetError
+from ajet.rollout_summary import progress_bar
+from ajet.types import BatchMode, EpisodeDetail, RolloutStat
+
+MODES = [BatchMode.EPISODES, BatchMode.TASKS, BatchMode.NON_DUMMY_TASKS]
+SORTS = ["idle_s", "age_s", "num_calls"]
+HUNG_FRACTION = 0.5  # an episode idle for half its timeout is shown as hung
+
+
+def pool_text(stat: RolloutStat) -> Text:
+    """The rollout pool: one line per batch mode, the active one highlighted."""
+    out = Text()
+    for p in stat.progress:
+        name = p.mode.value.replace("rollout_until_finish_enough_", "")
+        key = MODES.index(p.mode) + 1
+        line = f"[{key}] {name:<16} {progress_bar(p.current, p.target, 24)} {p.current:>4}/{p.target:<4}\n"
+        out.append(line, style="bold reverse" if p.mode == stat.batch_mode else "")
+    t = stat.totals
+    out.append(f"open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}  "
+               f"expired {t.get('expired', 0)}")
+    return out
+
+
+def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: str = "") -> Text:
+    """URL, engine state and time in it, step, policy version, calls and errors, connection."""
+    out = Text(f"{url}  ")
+    if not connected:
+        out.append("DISCONNECTED", style="bold white on red")
+        out.append(f"  {error}  (retrying)")
+        return out
+    out.append("CONNECTED", style="bold green")
+    if stat is not None:
+        e = stat.engine
+        out.append(f"  engine {e.state.value} ({e.state_seconds:.0f}s)  step {e.global_step}  "
+                   f"policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
+                   f"errors {stat.totals.get('call_errors', 0)}")
+    return out
+
+
+def reward_text(stat: RolloutStat) -> Text:
+    """The latest step's metrics."""
+    if not stat.recent_steps:
+        return Text("no training step yet")
+    s = stat.recent_steps[-1]
+    m = s.metrics
+    parts = [f"step {s.step}", f"reward {s.reward_mean:.3f}" if s.reward_mean is not None else "reward n/a",
+             f"episodes {s.num_episodes}"]
+    for key in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "train_s", "step_s"):
+        if isinstance(m.get(key), (int, float)):
+            parts.append(f"{key} {m[key]:.4g}")
+    return Text("  ".join(parts))
+
+
+class EpisodeScreen(ModalScreen[None]):
+    """One episode's calls: messages, token counts, finish reasons, latency."""
+
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "close")]
+
+    def __init__(self, detail: EpisodeDetail):
+        super().__init__()
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        d = self.detail
+        head = (f"episode {d.episode_uuid}  client {d.client_id}  {d.status.value}  task {d.task_id or '-'}  "
+                f"reward {d.reward if d.reward is not None else '-'}  calls {len(d.calls)}")
+        with VerticalScroll(id="episode-view"):
+            yield Static(head, id="episode-head")
+            for c in d.calls:
+                body = Text(f"#{c.seq}  prompt {c.prompt_tokens}  completion {c.completion_tokens} tokens  "
+                            f"finish {c.finish_reason}  {c.latency_ms:.0f} ms  v{c.policy_version}"
+                            f"{'  stream' if c.stream else ''}\n", style="bold")
+                for m in c.messages[-6:]:
+                    body.append(f"  {m.get('role')}: {str(m.get('content') or '')[:300]}\n")
+                body.append(f"  → {c.response[:500]}\n", style="green")
+                if c.error:
+                    body.append(f"  error: {c.error}\n", style="red")
+                yield Static(body, classes="call")
+
+
+class Overwatch(App[None]):
+    """The monitor application."""
+
+    TITLE = "AgentJet Swarm · overwatch"
+    CSS = """
+    #status { height: 1; padding: 0 1; }
+    #top { height: 6; }
+    #pool { width: 3fr; border: round $primary; padding: 0 1; }
+    #reward-box { width: 2fr; border: round $primary; padding: 0 1; }
+    #sparkline { height: 2; }
+    EpisodeScreen { align: center middle; }
+    #episode-view { width: 90%; height: 90%; border: thick $primary; background: $surface; padding: 1; }
+    """
+    BINDINGS = [Binding("1", "mode(0)", "episodes"), Binding("2", "mode(1)", "tasks"),
+                Binding("3", "mode(2)", "non-dummy"), Binding("s", "sort", "sort"),
+                Binding("enter", "open_episode", "open episode"), Binding("r", "refresh", "refresh"),
+                Binding("q", "quit", "quit")]
+
+    def __init__(self, swarm_url: str, refresh: float = 1.0, swarm_token: Optional[str] = None):
+        super().__init__()
+        self.swarm_url = swarm_url
+        self.refresh_s = refresh
+        self.client = SwarmClient(swarm_url, swarm_token=swarm_token, timeout=3.0, max_retries=0, verbose=False)
+        self.stat: Optional[RolloutStat] = None
+        self.connected = False
+        self.last_error = ""
+        self.sort_key = SORTS[0]
+        self._busy = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(header_text(self.swarm_url, None, False, "connecting"), id="status")
+        with Horizontal(id="top"):
+            yield Static("", id="pool")
+            with Vertical(id="reward-box"):
+                yield Sparkline([], id="sparkline")
+                yield Static("no training step yet", id="reward")
+        with TabbedContent(id="tabs"):
+            with TabPane("Running episodes", id="tab-episodes"):
+                yield DataTable(id="episodes", cursor_type="row", zebra_stripes=True)
+            with TabPane("Clients", id="tab-clients"):
+                yield DataTable(id="clients", zebra_stripes=True)
+            with TabPane("Tasks", id="tab-tasks"):
+                yield DataTable(id="tasks", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#episodes", DataTable).add_columns("uuid", "client", "type", "age s", "idle s", "calls",
+                                                           "timeout s")
+        self.query_one("#clients", DataTable).add_columns("client", "last seen s", "begun", "ended", "aborted")
+        self.query_one("#tasks", DataTable).add_columns("task", "episodes", "reward mean", "dummy")
+        self.set_interval(self.refresh_s, self.action_refresh)
+        self.call_later(self.action_refresh)
+
+    # ------------------------------------------------------------------ data
+    async def action_refresh(self) -> None:
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            self.stat = await asyncio.to_thread(self.client.get_rollout_stat)
+            self.connected, self.last_error = True, ""
+        except AjetError as exc:
+            self.connected, self.last_error = False, type(exc).__name__
+        finally:
+            self._busy = False
+        self.render_stat()
+
+    def render_stat(self) -> None:
+        self.query_one("#status", Static).update(header_text(self.swarm_url, self.stat, self.connected,
+                                                             self.last_error))
+        if not self.connected or self.stat is None:
+            return
+        stat = self.stat
+        self.query_one("#pool", Static).update(pool_text(stat))
+        self.query_one("#sparkline", Sparkline).data = [s.reward_mean or 0.0 for s in stat.recent_steps] or [0.0]
+        self.query_one("#reward", Static).update(reward_text(stat))
+        self._fill_episodes(stat)
+        self._fill(self.query_one("#clients", DataTable),
+                   [(c.client_id, f"{c.last_seen_s:.0f}", c.begun, c.ended, c.aborted) for c in stat.clients])
+        self._fill(self.query_one("#tasks", DataTable),
+                   [(t.task_id, t.episodes, f"{t.reward_mean:.3f}", "yes" if t.dummy else "") for t in stat.tasks])
+
+    def _fill_episodes(self, stat: RolloutStat) -> None:
+        table = self.query_one("#episodes", DataTable)
+        rows = sorted(stat.open_episodes, key=lambda o: getattr(o, self.sort_key), reverse=True)
+        table.clear()
+        for o in rows:
+            style = "bold red" if o.idle_s > HUNG_FRACTION * o.timeout_s else ""
+            cells = [o.episode_uuid, o.client_id, o.episode_type, f"{o.age_s:.0f}", f"{o.idle_s:.1f}",
+                     str(o.num_calls), f"{o.timeout_s:.0f}"]
+            table.add_row(*(Text(c, style=style) for c in cells), key=o.episode_uuid)
+
+    @staticmethod
+    def _fill(table: DataTable, rows: list[tuple[Any, ...]]) -> None:
+        table.clear()
+        for r in rows:
+            table.add_row(*(str(c) for c in r))
+
+    # ------------------------------------------------------------------ actions
+    async def action_mode(self, index: int) -> None:
+        try:
+            await asyncio.to_thread(self.client.set_batch_mode, MODES[index])
+            self.notify(f"batch mode: {MODES[index].value} (from the next step)")
+        except AjetError as exc:
+            self.notify(f"could not switch mode: {exc}", severity="error")
+        await self.action_refresh()
+
+    def action_sort(self) -> None:
+        self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
+        self.notify(f"running episodes sorted by {self.sort_key}")
+        if self.stat is not None:
+            self._fill_episodes(self.stat)
+
+    async def action_open_episode(self) -> None:
+        table = self.query_one("#episodes", DataTable)
+        if table.row_count == 0:
+            return
+        uuid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        await self.open_episode(str(uuid))
+
+    async def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "episodes" and event.row_key.value:
+            await self.open_episode(str(event.row_key.value))
+
+    async def open_episode(self, uuid: str) -> None:
+        """Show one episode's calls."""
+        try:
+            detail = await asyncio.to_thread(self.client.get_episode, uuid)
+        except AjetError as exc:
+            self.notify(f"episode {uuid[:8]}: {exc}", severity="error")
+            return
+        self.push_screen(EpisodeScreen(detail))
+
+
+def run(swarm_url: str, refresh: float = 1.0, swarm_token: Optional[str] = None) -> None:
+    """Run the monitor in the terminal."""
+    Overwatch(swarm_url, refresh, swarm_token).run()
