@@ -54,7 +54,7 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
     out.append("CONNECTED", style="bold green")
     if stat is not None:
         e = stat.engine
-        out.append(f"  engine {e.state.value} ({e.state_seconds:.0f}s)  step {e.global_step}  "
+        out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)  step {e.global_step}  "
                    f"policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
                    f"errors {stat.totals.get('call_errors', 0)}")
     return out

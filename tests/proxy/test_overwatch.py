@@ -1,0 +1,108 @@
+"""Overwatch against a live proxy on loopback with a seeded store (Textual's pilot, real HTTP)."""
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet.types import BatchMode
+from ajet_proxy.overwatch import EpisodeScreen, Overwatch
+from ajet_proxy.store import sqlite_url
+from tests.conftest import ensure_rolling
+from tests.support.procs import REPO, start_proxy
+
+OUTPUT = REPO / "test-output"
+
+
+def text(app, selector) -> str:
+    return str(app.query_one(selector).content)
+
+
+async def settle(pilot, until, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "the monitor did not show the expected state"
+        await pilot.pause(0.1)
+
+
+@pytest.fixture(scope="module")
+def seeded(proxy, store, stub):
+    client = SwarmClient(proxy.url)
+    ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2, experiment_name="watch"))
+    for task_id, rewards in (("alpha", [1.0, 0.0]), ("beta", [0.5, 0.5])):
+        for r in rewards:
+            uuid, creds = client.begin_episode()
+            creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=r))
+    open_uuid, creds = client.begin_episode()
+    creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "still here"}])
+    store.record_step(1, 1, [], 0.25, {"loss": 0.5, "grad_norm": 1.5, "entropy": 2.0})
+    store.record_step(2, 2, [], 0.75, {"loss": 0.25, "grad_norm": 1.0, "entropy": 1.5})
+    return client, open_uuid
+
+
+def test_panels_show_the_store_and_mode_switch_reaches_the_server(proxy, store, seeded):
+    client, open_uuid = seeded
+
+    async def scenario():
+        app = Overwatch(proxy.url, refresh=0.3)
+        async with app.run_test(size=(170, 48)) as pilot:
+            await settle(pilot, lambda: "ROLLING" in text(app, "#status"))
+            status = text(app, "#status")
+            assert "CONNECTED" in status and "step 2" in status and "policy v2" in status and "calls 5" in status
+            pool = text(app, "#pool")
+            assert "4/4" in pool and "2/2" in pool and "1/2" in pool  # episodes, tasks, non-dummy tasks
+            assert "step 2" in text(app, "#reward") and "reward 0.750" in text(app, "#reward")
+            assert app.query_one("#sparkline").data == [0.25, 0.75]
+            episodes = app.query_one("#episodes")
+            assert episodes.row_count == 1
+            assert str(episodes.get_row_at(0)[0]) == open_uuid
+            tasks = app.query_one("#tasks")
+            assert sorted(str(tasks.get_row_at(i)[0]) for i in range(tasks.row_count)) == ["alpha", "beta"]
+            clients = app.query_one("#clients")
+            assert any(str(clients.get_row_at(i)[0]) == client.client_id for i in range(clients.row_count))
+            OUTPUT.mkdir(exist_ok=True)
+            await pilot.pause(0.2)  # let the table paint its rows before the screenshot
+            shot = Path(app.save_screenshot(filename="overwatch.svg", path=str(OUTPUT)))
+            assert shot.is_file() and "ROLLING" in shot.read_text()
+
+            await pilot.press("3")
+            await settle(pilot, lambda: store.engine_row().batch_mode == BatchMode.NON_DUMMY_TASKS)
+            await pilot.press("1")
+            await settle(pilot, lambda: store.engine_row().batch_mode == BatchMode.EPISODES)
+
+            app.query_one("#episodes").focus()
+            await pilot.press("enter")
+            await settle(pilot, lambda: isinstance(app.screen, EpisodeScreen))
+            assert app.screen.detail.episode_uuid == open_uuid and len(app.screen.detail.calls) == 1
+            assert app.screen.detail.calls[0].messages[0]["content"] == "still here"
+            await pilot.press("escape")
+
+    asyncio.run(scenario())
+
+
+def test_stopped_proxy_shows_disconnected_and_reconnects(module_tmp, stub):
+    from tests.support.procs import free_port
+
+    port = free_port()
+    url = sqlite_url(module_tmp / "watch2.db")
+    px = start_proxy(module_tmp, url, port=port)
+
+    async def scenario():
+        nonlocal px
+        app = Overwatch(px.url, refresh=0.3)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(pilot, lambda: "CONNECTED" in text(app, "#status") and "OFFLINE" in text(app, "#status"))
+            px.close()
+            await settle(pilot, lambda: "DISCONNECTED" in text(app, "#status"))
+            assert "(retrying)" in text(app, "#status")
+            px = start_proxy(module_tmp, url, port=port)
+            await settle(pilot, lambda: "DISCONNECTED" not in text(app, "#status"), timeout=20)
+            assert "OFFLINE" in text(app, "#status")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        px.close()
