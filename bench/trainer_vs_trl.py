@@ -58,25 +58,28 @@ def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tm
                       save_freq=0, temperature=1.0, experiment_name="bench")
     client.auto_sync_train_config_and_start_engine(job, force_restart=True)
 
-    def episode(letter: str) -> float:
+    def episode(group_task: tuple[str, str]) -> float:
+        task_id, letter = group_task
         uuid, creds = client.begin_episode()
         oc = base.with_options(base_url=creds.base_url, api_key=creds.api_key)
         text = oc.chat.completions.create(model="policy", max_tokens=new_tokens, temperature=1.0, messages=[
             {"role": "user", "content": f"Say the letter: {letter}"}]).choices[0].message.content or ""
         r = reward_of(letter, text)
-        client.end_episode(Task(task_id=f"letter-{letter}"), uuid, WorkflowOutput(reward=r))
+        client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=r))
         return r
 
     step_s, rewards = [], []
     try:
-        with ThreadPoolExecutor(max_workers=32) as pool:
+        # the whole batch in flight at once, as TRL generates it, so the engine can batch it
+        with ThreadPoolExecutor(max_workers=batch * group) as pool:
             last = client.get_engine_status().global_step
             for i in range(steps + 1):  # the first step includes booting the model: not timed
                 t0 = time.perf_counter()
-                letters = [LETTERS[(i * batch + j) % len(LETTERS)] for j in range(batch)]
-                list(pool.map(episode, [c for c in letters for _ in range(group)]))
+                # one GRPO group per slot (a letter may appear in several groups of a batch, as in TRL)
+                groups = [(f"s{i}-g{j}", LETTERS[(i * batch + j) % len(LETTERS)]) for j in range(batch)]
+                list(pool.map(episode, [g for g in groups for _ in range(group)]))
                 while client.get_engine_status().global_step <= last:
-                    time.sleep(0.01)
+                    time.sleep(0.1)  # poll gently: the update shares the two cores with the proxy
                 last += 1
                 if i > 0:
                     step_s.append(time.perf_counter() - t0)

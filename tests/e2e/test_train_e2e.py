@@ -78,6 +78,15 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     client = SwarmClient(px.url)
     client.auto_sync_train_config_and_start_engine(tiny_job(lora_rank=lora_rank))
     store = Store(url)
+    evals, aborted = [], []
+    for task in TASKS:  # debugging during training: eval and aborted episodes never reach training
+        uuid, creds = client.begin_episode(episode_type="eval")
+        client.end_episode(task, uuid, seed_agent(task, creds, seed=1))
+        evals.append(uuid)
+        uuid, creds = client.begin_episode()
+        seed_agent(task, creds, seed=1)
+        client.abort_episode(uuid)
+        aborted.append(uuid)
     batches = [run_batch(client, b) for b in range(1)]
     wait_step(client, 1)
     batches.append(run_batch(client, 1))
@@ -89,6 +98,8 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     assert {c.policy_version for u in batches[1] for c in store.calls(u)} == {1}
     for step, uuids in enumerate(batches, start=1):
         assert {store.get_episode(u).consumed_step for u in uuids} == {step}
+    assert all(store.get_episode(u).consumed_step is None for u in evals + aborted)
+    assert all(store.get_episode(u).status == EpisodeStatus.ABORTED for u in aborted)
     # the weights changed, and the checkpoint holds them
     ckpt = exp / "checkpoints" / "step_2"
     if lora_rank:

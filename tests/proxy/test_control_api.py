@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from ajet import AgentJetJob, Conflict, EngineNotReady, EpisodeNotFound, InvalidRequest, SwarmClient, Task, Unauthorized
+from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, Task, Unauthorized
 from ajet import SwarmTimeout, WorkflowOutput
 from ajet.types import EngineState, EpisodeStatus
 from tests.conftest import ensure_rolling, make_rolling, wait_state

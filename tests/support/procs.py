@@ -62,7 +62,7 @@ class Proc:
             wait_http(url + health, proc=self.proc)
         except Exception:
             self.close()
-            raise RuntimeError(f"{args} failed to start; log:\n{self.log_tail()}")
+            raise RuntimeError(f"{args} failed to start; log:\n{self.log_tail()}") from None
 
     @property
     def pid(self) -> int:

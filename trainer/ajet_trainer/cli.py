@@ -97,10 +97,17 @@ def swarm_main(argv: Optional[list[str]] = None) -> int:
     start.add_argument("--threads", type=int, default=1)
     for name in ("overwatch", "top"):
         add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
+    scaffold = sub.add_parser("new-client", help="scaffold tutorial/opencode_build_NAME/ (see the SKILL.md)")
+    scaffold.add_argument("name")
+    scaffold.add_argument("--root", default=".")
     args = parser.parse_args(argv)
     if args.command in ("overwatch", "top"):
         run_monitor(args)
         return 0
+    if args.command == "new-client":
+        from ajet.scaffold import main as scaffold_main
+
+        return scaffold_main([args.name, "--root", args.root])
     return run_swarm(args)
 
 

@@ -44,7 +44,7 @@ class EmbeddedEngine:
     """Serve `model` + `tokenizer` on a loopback port; `start()` returns the OpenAI base URL."""
 
     def __init__(self, model: Any, tokenizer: Any, *, model_name: str = "policy", host: str = "127.0.0.1",
-                 port: int = 0, max_batch: int = 64, default_temperature: float = 1.0, max_tokens_cap: int = 4096,
+                 port: int = 0, max_batch: int = 128, default_temperature: float = 1.0, max_tokens_cap: int = 4096,
                  policy_version: int = 0, batch_window_s: float = 0.003):
         self.model, self.tokenizer = model, tokenizer
         self.model_name, self.host, self.port = model_name, host, port

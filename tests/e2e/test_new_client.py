@@ -1,0 +1,59 @@
+"""`ajet-swarm new-client NAME` scaffolds a client that runs against the tiny model unchanged."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ajet import ConfigError, Task
+from ajet.scaffold import new_client, skill_text
+from ajet.types import EpisodeStatus
+from ajet_proxy.store import Store, sqlite_url
+from tests.support.procs import Trainer, offline_env, start_proxy
+
+pytestmark = pytest.mark.slow
+
+
+def test_scaffold_layout_and_refusals(tmp_path):
+    res = subprocess.run([sys.executable, "-c", "import sys; from ajet_trainer.cli import swarm_main; "
+                          f"sys.exit(swarm_main(['new-client', 'demo_q', '--root', '{tmp_path}']))"],
+                         capture_output=True, text=True, env=offline_env())
+    assert res.returncode == 0, res.stderr
+    dest = tmp_path / "tutorial" / "opencode_build_demo_q"
+    assert sorted(p.name for p in dest.iterdir()) == ["SKILL.md", "__init__.py", "agent_roll.py", "agent_run.py",
+                                                      "data.jsonl", "readme.md"]
+    assert "run_agent_and_compute_reward" in (dest / "agent_run.py").read_text()
+    assert "write-swarm-client" in skill_text() and (dest / "SKILL.md").read_text() == skill_text()
+    with pytest.raises(ConfigError, match="exists"):
+        new_client("demo_q", tmp_path)
+    with pytest.raises(ConfigError, match="lowercase"):
+        new_client("Bad-Name", tmp_path)
+
+
+def test_scaffolded_client_trains_on_the_tiny_model(tmp_path):
+    dest = new_client("smoke", tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    px = start_proxy(tmp_path, url)
+    trainer = Trainer(tmp_path, url, tmp_path / "exp")
+    try:
+        res = subprocess.run([sys.executable, "-m", "tutorial.opencode_build_smoke.agent_roll", "--swarm-url", px.url,
+                              "--max-steps", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env=offline_env(PYTHONPATH=str(tmp_path)))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + trainer.log_tail()
+        assert "done: 1 training step(s)" in res.stdout
+        store = Store(url)
+        ended = store.episodes(status=EpisodeStatus.ENDED)
+        assert len(ended) >= 16 and store.steps()[0].num_episodes == 16
+        sys.path.insert(0, str(tmp_path))
+        from tutorial.opencode_build_smoke.agent_run import compute_reward
+
+        tasks = {json.loads(line)["task_id"]: json.loads(line) for line in (dest / "data.jsonl").read_text().splitlines()}
+        for ep in ended:
+            calls = store.calls(ep.uuid)
+            assert calls and calls[0].prompt_ids and calls[0].completion_ids  # recorded with token ids
+            answer = ep.metadata["workflow"]["answer"]
+            assert ep.reward == compute_reward(Task(**tasks[ep.task_id], metadata=tasks[ep.task_id]), answer)
+    finally:
+        trainer.close()
+        px.close()

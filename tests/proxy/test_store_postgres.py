@@ -1,0 +1,58 @@
+"""The store through the same code on PostgreSQL, when a server is given in AJET_TEST_PG_URL.
+
+CI runs SQLite only; set e.g. AJET_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1/ajet to run
+these against a real server (the store uses only portable SQLAlchemy Core).
+"""
+
+import os
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from ajet.types import BatchMode, EngineState, EpisodeStatus
+from ajet_proxy.batch_policy import select_batch
+from ajet_proxy.errors import EpisodeConflict, StoreError
+from ajet_proxy.store import Store
+from ajet_proxy.types import CallRecord, Deployment
+
+PG = os.environ.get("AJET_TEST_PG_URL")
+pytestmark = pytest.mark.skipif(not PG, reason="AJET_TEST_PG_URL not set (no PostgreSQL server)")
+
+
+@pytest.fixture
+def pg():
+    schema_db = f"ajet_test_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f"CREATE DATABASE {schema_db}"))
+    url = PG.rsplit("/", 1)[0] + "/" + schema_db
+    st = Store(url)
+    yield st
+    st.close()
+    with admin.connect() as c:
+        c.execute(sa.text(f"DROP DATABASE {schema_db} WITH (FORCE)"))
+    admin.dispose()
+
+
+def test_full_cycle_on_postgres(pg):
+    pg.sync_job({"batch_size": 1, "num_repeat": 2})
+    pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    pg.register_deployment(Deployment("d", "http://x/v1", "m", 0))
+    pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    for i, r in enumerate([1.0, 0.0]):
+        pg.begin_episode(f"u{i}", f"h{i}", "c", "train", 30)
+        pg.write_calls([CallRecord(f"u{i}", 0, "{}", "{}", [1, 2], [3, 4], [-0.5, -0.25], "stop", 0, "d", 1.0,
+                                   2e9 + i)])
+        pg.end_episode(f"u{i}", "c", "t", r, None, {"k": [1, 2]})
+    assert pg.end_episode("u0", "c", "t", 1.0, None, {})[1] is False
+    with pytest.raises(EpisodeConflict):
+        pg.end_episode("u0", "c", "t", 0.5, None, {})
+    assert pg.calls("u0")[0].completion_ids == [3, 4] and pg.get_episode("u1").last_active_at == 2e9 + 1
+    batch = select_batch(pg.pool_episodes(), BatchMode.TASKS, 1, 2)
+    pg.record_step(1, 1, [b.uuid for b in batch], 0.5, {"loss": 0.1})
+    with pytest.raises(StoreError):
+        pg.record_step(2, 2, [b.uuid for b in batch], 0.5, {})
+    assert sorted(pg.rollback_to_step(0, 0)) == ["u0", "u1"]
+    assert {e.status for e in pg.iter_episodes(page=1)} == {EpisodeStatus.ENDED}
+    assert pg.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
