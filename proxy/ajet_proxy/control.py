@@ -139,7 +139,7 @@ def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeRe
     s = _state(request)
     key = new_episode_key()
     row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), _client_id(request), body.episode_type,
-                                body.discard_episode_timeout)
+                                body.discard_episode_timeout, body.mission)
     s.registry.add_row(row)
     if s.engine.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
         s.refresh_engine()
@@ -175,7 +175,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
     s = _state(request)
     st = s.store
     return build_rollout_stat(s.refresh_engine(), st.pool_episodes(), s.registry.snapshot(), st.totals(),
-                              st.clients(), st.steps(last=50), time.time())
+                              st.clients(), st.steps(last=50), time.time(), st.missions())
 
 
 @router.post("/get_episode", response_model=EpisodeDetail)

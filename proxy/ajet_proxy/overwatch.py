@@ -145,6 +145,8 @@ class Overwatch(App[None]):
                 yield DataTable(id="clients", zebra_stripes=True)
             with TabPane("Tasks", id="tab-tasks"):
                 yield DataTable(id="tasks", zebra_stripes=True)
+            with TabPane("Missions", id="tab-missions"):
+                yield DataTable(id="missions", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -152,6 +154,7 @@ class Overwatch(App[None]):
                                                            "timeout s")
         self.query_one("#clients", DataTable).add_columns("client", "last seen s", "begun", "ended", "aborted")
         self.query_one("#tasks", DataTable).add_columns("task", "episodes", "reward mean", "dummy")
+        self.query_one("#missions", DataTable).add_columns("mission", "open", "ended", "aborted", "reward mean")
         self.set_interval(self.refresh_s, self.action_refresh)
         self.call_later(self.action_refresh)
 
@@ -183,6 +186,9 @@ class Overwatch(App[None]):
                    [(c.client_id, f"{c.last_seen_s:.0f}", c.begun, c.ended, c.aborted) for c in stat.clients])
         self._fill(self.query_one("#tasks", DataTable),
                    [(t.task_id, t.episodes, f"{t.reward_mean:.3f}", "yes" if t.dummy else "") for t in stat.tasks])
+        self._fill(self.query_one("#missions", DataTable),
+                   [(m.mission, m.open, m.ended, m.aborted, "-" if m.reward_mean is None else f"{m.reward_mean:.3f}")
+                    for m in stat.missions])
 
     def _fill_episodes(self, stat: RolloutStat) -> None:
         table = self.query_one("#episodes", DataTable)

@@ -11,6 +11,7 @@ from ajet.types import (
     ClientInfo,
     EngineStatus,
     EpisodeDetail,
+    MissionStat,
     OpenEpisodeInfo,
     RolloutStat,
     StepInfo,
@@ -45,7 +46,7 @@ def task_stats(pool: Sequence[PoolEpisode]) -> list[TaskStat]:
 
 def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequence[LiveEpisode],
                        totals: dict[str, int], clients: Sequence[dict[str, Any]], steps: Sequence[StepRow],
-                       now: float) -> RolloutStat:
+                       now: float, missions: Sequence[dict[str, Any]] = ()) -> RolloutStat:
     """Everything `get_rollout_stat` answers."""
     batch_size, num_repeat = batch_shape(row)
     open_eps = [OpenEpisodeInfo(episode_uuid=e.uuid, client_id=e.client_id, episode_type=e.episode_type,
@@ -58,7 +59,7 @@ def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequen
     return RolloutStat(engine=engine_status(row, now), batch_mode=row.batch_mode, batch_size=batch_size,
                        num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat),
                        open_episodes=open_eps, tasks=task_stats(pool), clients=client_infos, totals=totals,
-                       recent_steps=step_infos)
+                       recent_steps=step_infos, missions=[MissionStat(**m) for m in missions])
 
 
 def answer_text(response: str | None) -> str:

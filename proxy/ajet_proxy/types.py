@@ -88,6 +88,8 @@ class EpisodeRow:
     """True when a call lacked token ids; never trained."""
     untrainable_reason: Optional[str] = None
     """Why it is untrainable."""
+    mission: Optional[str] = None
+    """The mission label the client gave."""
 
 
 @dataclass(frozen=True)

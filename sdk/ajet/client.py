@@ -51,6 +51,7 @@ class SwarmClient:
         max_retries: int = 5,
         begin_episode_max_wait: float = 3600.0,
         client_id: Optional[str] = None,
+        mission: Optional[str] = None,
         verbose: bool = True,
     ):
         self.server_url = server_url.rstrip("/")
@@ -58,6 +59,7 @@ class SwarmClient:
         self.max_retries = max_retries
         self.begin_episode_max_wait = begin_episode_max_wait
         self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.mission = mission
         self.verbose = verbose
         headers = {CLIENT_HEADER: self.client_id}
         if self.swarm_token:
@@ -125,10 +127,14 @@ class SwarmClient:
         return OkResponse.model_validate(self._call("POST", "set_batch_mode", body)).state
 
     # ------------------------------------------------------------------ episodes
-    def begin_episode(self, discard_episode_timeout: float = 240, episode_type: str = "train"
-                      ) -> tuple[str, OpenaiBaseUrlAndApiKey]:
-        """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING."""
-        body = {"discard_episode_timeout": discard_episode_timeout, "episode_type": episode_type}
+    def begin_episode(self, discard_episode_timeout: float = 240, episode_type: str = "train",
+                      mission: Optional[str] = None) -> tuple[str, OpenaiBaseUrlAndApiKey]:
+        """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING.
+
+        `mission` (default: the client's) labels the episode's dataset + reward in the statistics.
+        """
+        body = {"discard_episode_timeout": discard_episode_timeout, "episode_type": episode_type,
+                "mission": mission or self.mission}
         deadline = time.monotonic() + self.begin_episode_max_wait
         delay = 0.2
         while True:

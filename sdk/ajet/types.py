@@ -142,6 +142,8 @@ class BeginEpisodeRequest(_Wire):
     """Seconds of inactivity after which the episode expires and its key stops working."""
     episode_type: EpisodeType = "train"
     """`train` episodes feed training; `eval` episodes never do."""
+    mission: Optional[str] = Field(default=None, max_length=128)
+    """Which mission (dataset + reward) the episode belongs to, for statistics."""
 
 
 class BeginEpisodeResponse(_Wire):
@@ -276,6 +278,21 @@ class TaskStat(_Wire):
     """All rewards equal (no GRPO signal)."""
 
 
+class MissionStat(_Wire):
+    """Counts of one mission (a client's dataset + reward), across the store."""
+
+    mission: str
+    """The mission name (`-` for episodes begun without one)."""
+    open: int
+    """Episodes running."""
+    ended: int
+    """Episodes ended."""
+    aborted: int
+    """Episodes aborted or expired."""
+    reward_mean: Optional[float] = None
+    """Mean reward of its ended train episodes."""
+
+
 class ClientInfo(_Wire):
     """One client seen by the proxy."""
 
@@ -327,6 +344,8 @@ class RolloutStat(_Wire):
     """Per-task counts of the pool."""
     clients: list[ClientInfo]
     """Clients seen."""
+    missions: list[MissionStat] = Field(default_factory=list)
+    """Per-mission counts."""
     totals: dict[str, int]
     """Episodes by status, LLM calls and call errors since the store was created."""
     recent_steps: list[StepInfo]

@@ -163,8 +163,8 @@ class Store:
             return [Deployment(r["name"], r["base_url"], r["model"], r["policy_version"]) for r in rows]
 
     # ------------------------------------------------------------------ episodes
-    def begin_episode(self, uuid: str, key_hash: str, client_id: str, episode_type: str, timeout_s: float
-                      ) -> EpisodeRow:
+    def begin_episode(self, uuid: str, key_hash: str, client_id: str, episode_type: str, timeout_s: float,
+                      mission: Optional[str] = None) -> EpisodeRow:
         """Insert an open episode; only while ROLLING (else `EngineNotRolling` naming the state)."""
         now = time.time()
         with self._tx() as c:
@@ -173,7 +173,7 @@ class Store:
                 raise EngineNotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}",
                                        state=eng.state.value)
             c.execute(t.episodes.insert().values(
-                uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type,
+                uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type, mission=mission,
                 status=EpisodeStatus.OPEN.value, created_at=now, last_active_at=now, timeout_s=timeout_s,
                 policy_version_start=eng.policy_version, run_id=eng.run_id, untrainable=False, num_calls=0))
             _touch_client(c, client_id, now, "begun")
@@ -376,6 +376,24 @@ class Store:
                                            .where(t.llm_calls.c.error.is_not(None))).scalar() or 0
             return out
 
+    def missions(self) -> list[dict[str, Any]]:
+        """Per mission: episodes by status and the mean reward of ended train episodes."""
+        e = t.episodes.c
+        q = (sa.select(e.mission, e.status, sa.func.count(), sa.func.avg(e.reward))
+             .where(e.episode_type == "train").group_by(e.mission, e.status))
+        out: dict[str, dict[str, Any]] = {}
+        with self._read() as c:
+            for mission, status, n, avg in c.execute(q):
+                m = out.setdefault(mission or "-", {"mission": mission or "-", "open": 0, "ended": 0, "aborted": 0,
+                                                   "reward_mean": None})
+                if status == EpisodeStatus.ENDED.value:
+                    m["ended"], m["reward_mean"] = n, float(avg) if avg is not None else None
+                elif status == EpisodeStatus.OPEN.value:
+                    m["open"] = n
+                else:
+                    m["aborted"] += n
+        return sorted(out.values(), key=lambda m: m["mission"])
+
     def clients(self) -> list[dict[str, Any]]:
         """Client rows, most recently seen first."""
         with self._read() as c:
@@ -409,7 +427,7 @@ def _episode_from(m: Any) -> EpisodeRow:
         timeout_s=m["timeout_s"], policy_version_start=m["policy_version_start"], num_calls=m["num_calls"],
         task_id=m["task_id"], reward=m["reward"], is_success=m["is_success"], metadata=m["metadata"] or {},
         ended_at=m["ended_at"], consumed_step=m["consumed_step"], untrainable=bool(m["untrainable"]),
-        untrainable_reason=m["untrainable_reason"])
+        untrainable_reason=m["untrainable_reason"], mission=m["mission"])
 
 
 def _call_from(m: Any) -> CallRecord:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = sa.MetaData()
 
@@ -42,6 +42,7 @@ episodes = sa.Table(
     sa.Column("client_id", sa.String(256), nullable=False),
     sa.Column("task_id", sa.String(512), nullable=True, index=True),
     sa.Column("episode_type", sa.String(16), nullable=False),
+    sa.Column("mission", sa.String(128), nullable=True),
     sa.Column("status", sa.String(16), nullable=False, index=True),
     sa.Column("reward", sa.Float, nullable=True),
     sa.Column("is_success", sa.Boolean, nullable=True),

@@ -1,0 +1,70 @@
+"""A client-side training loop: rounds of GRPO groups, each round waiting for the swarm's next step.
+
+    train_on_tasks(client, tasks, run_agent_and_compute_reward, tasks_per_round=4, group_n=4, max_steps=10)
+
+Each round submits `tasks_per_round` tasks x `group_n` episodes, waits for them, then waits for the
+next training step (when `wait_for_step`); several clients running it against one swarm fill the
+batch together. Episodes that raise are aborted (never scored 0) and retried by the executor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Callable, Optional, Sequence
+
+from ajet.client import SwarmClient
+from ajet.types import StepInfo, Task, WorkflowOutput
+from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
+
+logger = logging.getLogger(__name__)
+
+AgentFn = Callable[[Task, str, str], WorkflowOutput]
+
+
+def rollout_episode(client: SwarmClient, task: Task, agent: AgentFn, episode_type: str = "train",
+                    timeout: float = 240) -> float:
+    """One episode: begin, run the agent, end (or abort if the agent raises); returns the reward."""
+    uuid, creds = client.begin_episode(discard_episode_timeout=timeout, episode_type=episode_type)
+    try:
+        out = agent(task, creds.base_url, creds.api_key)
+    except Exception:
+        client.abort_episode(uuid)
+        raise
+    client.end_episode(task, uuid, out)
+    return float(out.reward)  # type: ignore[arg-type]
+
+
+def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.2) -> StepInfo:
+    """The first training step newer than `after`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = [s for s in client.get_rollout_stat().recent_steps if s.step > after]
+        if steps:
+            return steps[0]
+        time.sleep(poll)
+    raise TimeoutError(f"no training step after {after} within {timeout}s")
+
+
+def train_on_tasks(client: SwarmClient, tasks: Sequence[Task], agent: AgentFn, *, tasks_per_round: int,
+                   group_n: int, max_steps: int, max_parallel: int = 16, wait_for_steps: bool = True,
+                   on_step: Optional[Callable[[StepInfo], None]] = None, timeout: float = 240) -> list[StepInfo]:
+    """Run rounds until `max_steps` new training steps were seen; returns them."""
+    seen: list[StepInfo] = []
+    last = client.get_engine_status().global_step
+    cycle = itertools.cycle(tasks)
+    with PeriodicDrainThreadPoolExecutor(workers=tasks_per_round * group_n, max_parallel=max_parallel) as ex:
+        while len(seen) < max_steps:
+            for _ in range(tasks_per_round):
+                task = next(cycle)
+                for _ in range(group_n):
+                    ex.submit_with_periodic_drain(lambda t: rollout_episode(client, t, agent, timeout=timeout), task)
+            if not wait_for_steps:
+                continue
+            step = wait_for_step(client, last)
+            last = step.step
+            seen.append(step)
+            if on_step is not None:
+                on_step(step)
+    return seen
