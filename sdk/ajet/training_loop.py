@@ -1,10 +1,11 @@
-"""A client-side training loop: rounds of GRPO groups, each round waiting for the swarm's next step.
+"""A client-side training loop: rounds of GRPO groups until the swarm has taken enough steps.
 
     train_on_tasks(client, tasks, run_agent_and_compute_reward, tasks_per_round=4, group_n=4, max_steps=10)
 
-Each round submits `tasks_per_round` tasks x `group_n` episodes, waits for them, then waits for the
-next training step (when `wait_for_step`); several clients running it against one swarm fill the
-batch together. Episodes that raise are aborted (never scored 0) and retried by the executor.
+Each round submits `tasks_per_round` tasks x `group_n` episodes and waits for them. Rounds never wait
+for a training step: several clients fill one batch together, and a round smaller than the batch is
+fine. The swarm itself keeps clients from running ahead: once a batch is full, `begin_episode` waits
+until the step is done. Episodes that raise are aborted (never scored 0) and retried by the executor.
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll
 
 
 def train_on_tasks(client: SwarmClient, tasks: Sequence[Task], agent: AgentFn, *, tasks_per_round: int,
-                   group_n: int, max_steps: int, max_parallel: int = 16, wait_for_steps: bool = True,
+                   group_n: int, max_steps: int, max_parallel: int = 16,
                    on_step: Optional[Callable[[StepInfo], None]] = None, timeout: float = 240) -> list[StepInfo]:
-    """Run rounds until `max_steps` new training steps were seen; returns them."""
+    """Run rounds until `max_steps` new training steps were recorded; returns them, oldest first."""
+    start = client.get_engine_status().global_step
     seen: list[StepInfo] = []
-    last = client.get_engine_status().global_step
     cycle = itertools.cycle(tasks)
     with PeriodicDrainThreadPoolExecutor(workers=tasks_per_round * group_n, max_parallel=max_parallel) as ex:
         while len(seen) < max_steps:
@@ -60,11 +61,9 @@ def train_on_tasks(client: SwarmClient, tasks: Sequence[Task], agent: AgentFn, *
                 task = next(cycle)
                 for _ in range(group_n):
                     ex.submit_with_periodic_drain(lambda t: rollout_episode(client, t, agent, timeout=timeout), task)
-            if not wait_for_steps:
-                continue
-            step = wait_for_step(client, last)
-            last = step.step
-            seen.append(step)
-            if on_step is not None:
-                on_step(step)
-    return seen
+            newest = seen[-1].step if seen else start
+            for step in (s for s in client.get_rollout_stat().recent_steps if s.step > newest):
+                seen.append(step)
+                if on_step is not None:
+                    on_step(step)
+    return seen[:max_steps]

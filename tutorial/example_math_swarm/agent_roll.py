@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from ajet import AgentJetJob, AjetTaskReader, HuggingfaceDatRepo, RouterTaskReader, SwarmClient
-from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
+from ajet.training_loop import train_on_tasks
 from tutorial.example_math_swarm.agent_run import run_agent_and_compute_reward
 
 HERE = Path(__file__).resolve().parent
@@ -39,28 +39,12 @@ def main() -> None:
         max_prompt_length=2048, max_response_length=1024, max_model_len=4096,
         max_response_length_in_one_turn=args.max_tokens), force_restart=True)
 
-    def rollout(task):
-        uuid, creds = client.begin_episode()
-        try:
-            out = run_agent_and_compute_reward(task, creds.base_url, creds.api_key, args.max_tokens)
-        except Exception:
-            client.abort_episode(uuid)
-            raise
-        client.end_episode(task, uuid, out)
-        return out.reward
-
-    start = client.get_engine_status().global_step
-    executor = PeriodicDrainThreadPoolExecutor(workers=args.batch_size * args.grpo_n, max_parallel=16)
-    i = 0
-    while client.get_engine_status().global_step - start < args.max_steps:
-        for _ in range(args.batch_size):
-            task = tasks[i % len(tasks)]
-            i += 1
-            for _ in range(args.grpo_n):
-                executor.submit_with_periodic_drain(rollout, task)
-        client.print_rollout_stat()
-    executor.shutdown()
-    print(f"done: {client.get_engine_status().global_step - start} training step(s)")
+    steps = train_on_tasks(
+        client, tasks, lambda task, url, key: run_agent_and_compute_reward(task, url, key, args.max_tokens),
+        tasks_per_round=args.batch_size, group_n=args.grpo_n, max_steps=args.max_steps,
+        on_step=lambda s: print(f"step {s.step} reward {s.reward_mean:.3f}", flush=True))
+    client.print_rollout_stat()
+    print(f"done: {len(steps)} training step(s)")
 
 
 if __name__ == "__main__":
