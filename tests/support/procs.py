@@ -48,21 +48,15 @@ def wait_http(url: str, timeout: float = 60.0, proc: Optional[subprocess.Popen] 
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
-class Proc:
-    """A child process with a URL; stops on `close`."""
+class Child:
+    """A child process whose output goes to a log file; `close` stops it (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, args: list[str], url: str, health: str, log_path: Path, env: Optional[dict] = None):
+    def __init__(self, args: list[str], log_path: Path, env: Optional[dict] = None):
         self.args = args
-        self.url = url
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env or offline_env(),
                                      cwd=REPO)
-        try:
-            wait_http(url + health, proc=self.proc)
-        except Exception:
-            self.close()
-            raise RuntimeError(f"{args} failed to start; log:\n{self.log_tail()}") from None
 
     @property
     def pid(self) -> int:
@@ -79,17 +73,30 @@ class Proc:
         self.proc.wait(10)
         self._log.close()
 
-    def close(self) -> None:
-        """SIGTERM, then SIGKILL after 15 s."""
+    def close(self, grace: float = 60.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(15)
+                self.proc.wait(grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
         if not self._log.closed:
             self._log.close()
+
+
+class Proc(Child):
+    """A child process serving HTTP at `url`; started once `url + health` answers."""
+
+    def __init__(self, args: list[str], url: str, health: str, log_path: Path, env: Optional[dict] = None):
+        super().__init__(args, log_path, env)
+        self.url = url
+        try:
+            wait_http(url + health, proc=self.proc)
+        except Exception:
+            self.close()
+            raise RuntimeError(f"{args} failed to start; log:\n{self.log_tail()}") from None
 
 
 def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
@@ -107,34 +114,10 @@ def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None)
     return Proc(args, f"http://127.0.0.1:{port}", "/health", tmp / f"proxy-{port}.log")
 
 
-class Trainer:
+class Trainer(Child):
     """`ajet-trainer start` as a child process (no HTTP port of its own)."""
 
     def __init__(self, tmp: Path, db_url: str, exp_dir: Path, **env: str):
-        self.log_path = tmp / f"trainer-{time.time_ns()}.log"
-        self._log = open(self.log_path, "ab")
         args = [sys.executable, "-m", "ajet_trainer.cli", "start", "--db", db_url, "--experiment-dir", str(exp_dir),
                 "--device", "cpu", "--log-level", "info"]
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=offline_env(**env),
-                                     cwd=REPO)
-
-    def log_tail(self, n: int = 4000) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_bytes()[-n:].decode(errors="replace")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        self._log.close()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if not self._log.closed:
-            self._log.close()
+        super().__init__(args, tmp / f"trainer-{time.time_ns()}.log", offline_env(**env))

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient
+from ajet.training_loop import rollout_episode, wait_for_step
 from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
 from tutorial.example_tiny_rl.agent_run import run_agent_and_compute_reward
 
@@ -31,17 +32,6 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
                        max_prompt_length=64, max_response_length=16, max_model_len=128,
                        max_response_length_in_one_turn=4, save_freq=args.save_freq, n_gpu=1,
                        ensure_new_experiment=args.fresh, seed=args.seed)
-
-
-def wait_for_step(client: SwarmClient, after: int, timeout: float = 600.0):
-    """The first recorded step newer than `after`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        steps = [s for s in client.get_rollout_stat().recent_steps if s.step > after]
-        if steps:
-            return steps[0]
-        time.sleep(0.05)
-    raise TimeoutError(f"no training step after {after} within {timeout}s")
 
 
 def main() -> None:
@@ -63,14 +53,7 @@ def main() -> None:
     client.auto_sync_train_config_and_start_engine(make_job(args), force_restart=True)
 
     def rollout(task):
-        uuid, creds = client.begin_episode(discard_episode_timeout=120)
-        try:
-            out = run_agent_and_compute_reward(task, creds.base_url, creds.api_key)
-        except Exception:
-            client.abort_episode(uuid)
-            raise
-        client.end_episode(task, uuid, out)
-        return out.reward
+        return rollout_episode(client, task, run_agent_and_compute_reward, timeout=120)
 
     rng = random.Random(args.seed)
     executor = PeriodicDrainThreadPoolExecutor(workers=BATCH_SIZE * GRPO_N, max_parallel=32)
