@@ -2,11 +2,17 @@
 
 It is a stand-in for `vllm serve` (which needs a GPU): chat completions with `prompt_token_ids`,
 per-choice `token_ids` and logprobs, plain and streamed (ids in the first chunk, per-chunk token ids),
-tool calls, `/v1/models` and `/health`. Its "tokenizer" is one token per character (id = 1000 +
-code point) with role markers, so prompts of later turns extend earlier prompt + completion ids
-exactly, as a real chat template does.
+tool calls, `/v1/models`, `/health`, runtime LoRA (`/v1/load_lora_adapter`, `/v1/unload_lora_adapter`;
+chat only for served or loaded model names, as vLLM) and sleep mode (`/sleep`, `/wake_up`). Every
+control call and the model of every chat is recorded in `GET /stub/journal`.
 
-Run: `python tests/support/vllm_stub.py --port 8000 [--no-token-ids] [--model NAME]`.
+Its default "tokenizer" is one token per character (id = 1000 + code point) with role markers, so
+prompts of later turns extend earlier prompt + completion ids exactly, as a real chat template does.
+Started as `vllm_stub.py serve MODEL_FOLDER ...` (the trainer's launch command) it uses that folder's
+tokenizer and chat template instead, so the ids fit the model being trained.
+
+Run: `python tests/support/vllm_stub.py --port 8000 [--no-token-ids] [--model NAME]`
+ or: `python tests/support/vllm_stub.py serve /path/to/model --port 8000 --served-model-name policy ...`
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
+import sys
 import time
-from typing import Any
+from typing import Any, Optional
 
 import orjson
 from aiohttp import web
@@ -56,16 +64,40 @@ def completion_text(prompt_ids: list[int], seed: Any, max_tokens: int) -> str:
     return ("reply " + digest)[: max(1, min(max_tokens, 24))]
 
 
+class HFTokens:
+    """Prompt rendering and completion ids through a real tokenizer (the model folder's)."""
+
+    def __init__(self, folder: str):
+        from transformers import AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(folder)
+
+    def prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def completion(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+
+
 class Stub:
-    def __init__(self, model: str, token_ids: bool, delay: float):
+    def __init__(self, model: str, token_ids: bool, delay: float, hf: Optional[HFTokens] = None):
         self.model = model
         self.token_ids = token_ids
         self.delay = delay
+        self.hf = hf
         self.requests = 0
         self.models_seen: dict[str, int] = {}
+        self.adapters: dict[str, str] = {}
+        self.asleep = False
+        self.journal: list[dict[str, Any]] = []
 
     def answer(self, body: dict[str, Any]) -> tuple[list[int], list[int], str, list[dict[str, Any]], str]:
         messages = body.get("messages") or []
+        if self.hf is not None:
+            prompt = self.hf.prompt(messages)
+            text = completion_text(prompt, body.get("seed"), int(body.get("max_tokens") or 16))
+            return prompt, self.hf.completion(text), text, [], "stop"
         prompt = render_prompt(messages)
         last = (messages[-1].get("content") or "") if messages else ""
         if body.get("tools") and isinstance(last, str) and "CALL_TOOL" in last:
@@ -82,6 +114,11 @@ class Stub:
         self.requests += 1
         model = body.get("model", "")
         self.models_seen[model] = self.models_seen.get(model, 0) + 1
+        self.journal.append({"op": "chat", "model": model})
+        if self.asleep:
+            return web.json_response({"error": {"message": "engine is sleeping"}}, status=503)
+        if self.hf is not None and model != self.model and model not in self.adapters:
+            return web.json_response({"error": {"message": f"The model `{model}` does not exist."}}, status=404)
         if self.delay:
             await asyncio.sleep(self.delay)
         prompt, ids, text, calls, finish = self.answer(body)
@@ -145,32 +182,74 @@ class Stub:
     async def stats(self, _request: web.Request) -> web.Response:
         return web.json_response({"requests": self.requests, "models": self.models_seen})
 
+    async def load_lora(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path", "")
+        self.journal.append({"op": "load_lora_adapter", "name": name, "path": path})
+        if not name or not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            return web.json_response({"error": {"message": f"no LoRA adapter at {path}"}}, status=400)
+        self.adapters[name] = path
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
-def make_app(model: str = "stub-model", token_ids: bool = True, delay: float = 0.0) -> web.Application:
-    stub = Stub(model, token_ids, delay)
+    async def unload_lora(self, request: web.Request) -> web.Response:
+        name = (await request.json()).get("lora_name")
+        self.journal.append({"op": "unload_lora_adapter", "name": name})
+        if self.adapters.pop(name, None) is None:
+            return web.json_response({"error": {"message": f"LoRA adapter {name} not found"}}, status=404)
+        return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+    async def sleep(self, request: web.Request) -> web.Response:
+        self.journal.append({"op": "sleep", "level": request.query.get("level")})
+        self.asleep = True
+        return web.Response(text="")
+
+    async def wake_up(self, _request: web.Request) -> web.Response:
+        self.journal.append({"op": "wake_up"})
+        self.asleep = False
+        return web.Response(text="")
+
+    async def get_journal(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.journal)
+
+
+def make_app(model: str = "stub-model", token_ids: bool = True, delay: float = 0.0,
+             hf: Optional[HFTokens] = None) -> web.Application:
+    stub = Stub(model, token_ids, delay, hf)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", stub.chat)
     app.router.add_get("/v1/models", stub.models)
     app.router.add_get("/health", stub.health)
     app.router.add_get("/stub/stats", stub.stats)
+    app.router.add_post("/v1/load_lora_adapter", stub.load_lora)
+    app.router.add_post("/v1/unload_lora_adapter", stub.unload_lora)
+    app.router.add_post("/sleep", stub.sleep)
+    app.router.add_post("/wake_up", stub.wake_up)
+    app.router.add_get("/stub/journal", stub.get_journal)
     return app
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    hf = None
+    if argv[:1] == ["serve"]:  # `vllm serve MODEL ...`: take the folder's tokenizer, ignore engine flags
+        folder, argv = argv[1], argv[2:]
+        hf = HFTokens(folder)
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--model", default="stub-model")
+    ap.add_argument("--model", "--served-model-name", dest="model", default="stub-model")
     ap.add_argument("--no-token-ids", action="store_true")
     ap.add_argument("--delay", type=float, default=0.0)
-    args = ap.parse_args()
+    args, unknown = ap.parse_known_args(argv)
+    if unknown:
+        print(f"vllm stand-in: ignoring engine flags {unknown}", flush=True)
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    web.run_app(make_app(args.model, not args.no_token_ids, args.delay), host=args.host, port=args.port,
+    web.run_app(make_app(args.model, not args.no_token_ids, args.delay, hf), host=args.host, port=args.port,
                 print=None, access_log=None)
 
 

@@ -24,7 +24,9 @@ def _offline_env() -> None:
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `ajet-trainer start`."""
     p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
-    p.add_argument("--engine", choices=["embedded"], default="embedded")
+    p.add_argument("--engine", choices=["embedded", "vllm"], default="embedded",
+                   help="vllm: launch `vllm serve` (AJET_VLLM_COMMAND overrides the command; AJET_VLLM_SLEEP=1 "
+                        "sleeps it during updates) and hot-load each step's LoRA adapter")
     p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),

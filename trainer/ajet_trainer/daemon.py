@@ -23,7 +23,7 @@ from ajet.types import EngineState
 from ajet_proxy.batch_policy import select_batch
 from ajet_proxy.errors import WrongState
 from ajet_proxy.store import Store
-from ajet_proxy.types import Deployment, EngineRow, PoolEpisode
+from ajet_proxy.types import EngineRow, PoolEpisode
 from ajet_trainer.session import Session, open_session
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class TrainerOptions:
     experiment_dir: Optional[str] = None
     """Overrides the job's experiment folder."""
     engine: str = "embedded"
-    """Inference engine (`embedded`)."""
+    """Inference engine: `embedded` (in-process transformers) or `vllm` (`vllm serve`, LoRA hot-loading)."""
     device: str = "auto"
     """`auto`, `cpu` or `cuda[:N]`."""
     poll_s: float = 0.1
@@ -114,7 +114,7 @@ class TrainerDaemon:
             self.session = open_session(job, row.run_id, self.store, self.opts)
         s = self.session
         self.store.remove_deployments()
-        self.store.register_deployment(Deployment(s.deployment_name, s.base_url, s.served_model, s.policy_version))
+        self.store.register_deployment(s.deployment())
         self.store.transition(EngineState.ROLLING, allowed_from=_ACTIVE)
         self.timers = _Timers()
         logger.info("ROLLING: policy v%d served at %s", s.policy_version, s.base_url)

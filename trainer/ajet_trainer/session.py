@@ -12,16 +12,19 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import torch
 
 from ajet.job import AgentJetJob
 from ajet_proxy.store import Store
-from ajet_proxy.types import PoolEpisode
+from ajet_proxy.types import Deployment, PoolEpisode
 from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings
+from ajet_trainer.errors import TrainerError
 from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.metrics import MetricsLog
 from ajet_trainer.samples import assemble
@@ -40,17 +43,68 @@ def pick_device(device: str) -> str:
     return device
 
 
+class EmbeddedServing:
+    """The in-process engine: it serves the very weights being trained; swaps happen under its lock."""
+
+    deployment_name = "embedded-0"
+
+    def __init__(self, engine: EmbeddedEngine):
+        self.engine = engine
+        self.base_url = engine.start()
+        self.served_model = "policy"
+
+    @contextmanager
+    def updating(self, session: "Session") -> Iterator[None]:
+        with self.engine.weights_lock:  # no generation batch runs while the weights change
+            yield
+            self.engine.policy_version = session.step  # live atomically with the new weights
+
+    def publish(self, session: "Session") -> str:
+        return self.served_model
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+
+class VllmServing:
+    """`vllm serve` in a child process: each step's LoRA adapter is saved and hot-loaded as `policy@<N>`."""
+
+    deployment_name = "vllm-0"
+
+    def __init__(self, engine: VllmEngine):
+        self.engine = engine
+        self.base_url = engine.start()
+
+    @property
+    def served_model(self) -> str:
+        return self.engine.served_model
+
+    @contextmanager
+    def updating(self, session: "Session") -> Iterator[None]:
+        self.engine.sleep(1)  # with --enable-sleep-mode: free the shared GPU for the update
+        try:
+            yield
+        finally:
+            self.engine.wake_up()
+
+    def publish(self, session: "Session") -> str:
+        path = session.exp_dir / "adapters" / f"step_{session.step}"
+        session.model.save_pretrained(str(path))
+        return self.engine.publish_adapter(session.step, path)
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+
 class Session:
     """Everything one running job holds."""
 
-    deployment_name = "embedded-0"
-    served_model = "policy"
-
     def __init__(self, job: AgentJetJob, run_id: int, store: Store, exp_dir: Path, model: Any, tokenizer: Any,
-                 learner: Learner, engine: EmbeddedEngine, base_url: str, step: int, keep_checkpoints: int):
+                 learner: Learner, serving: Any, step: int, keep_checkpoints: int):
         self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
-        self.model, self.tokenizer, self.learner, self.engine = model, tokenizer, learner, engine
-        self.base_url, self.step, self.keep_checkpoints = base_url, step, keep_checkpoints
+        self.model, self.tokenizer, self.learner, self.serving = model, tokenizer, learner, serving
+        self.base_url, self.step, self.keep_checkpoints = serving.base_url, step, keep_checkpoints
+        self.deployment_name = serving.deployment_name
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(exp_dir, job.logging)
 
@@ -58,6 +112,15 @@ class Session:
     def policy_version(self) -> int:
         """Version of the weights now serving: one per training step."""
         return self.step
+
+    @property
+    def served_model(self) -> str:
+        """The model name the proxy sends upstream (`policy`, or `policy@<N>` with vLLM)."""
+        return self.serving.served_model
+
+    def deployment(self) -> Deployment:
+        """What the store's deployments table should say about this session's engine."""
+        return Deployment(self.deployment_name, self.base_url, self.served_model, self.policy_version)
 
     def train(self, batch: Sequence[PoolEpisode], timers: dict[str, float]) -> dict[str, Any]:
         """One GRPO step on `batch`; returns its metrics."""
@@ -67,12 +130,13 @@ class Session:
         metrics: dict[str, Any] = {**timers, **{f"samples/{k}": v for k, v in vars(stats).items()}}
         metrics["reward_mean"] = sum(p.reward for p in batch) / len(batch)
         t1 = time.perf_counter()
-        with self.engine.weights_lock:
+        with self.serving.updating(self):
             _fault_delay()
             if samples:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
-            self.engine.policy_version = self.step
+        self.serving.publish(self)
+        self.store.register_deployment(self.deployment())  # the proxy routes new calls to the new weights
         t2 = time.perf_counter()
         metrics["train_s"] = t2 - t1
         uuids = [p.uuid for p in batch]
@@ -97,7 +161,7 @@ class Session:
 
     def close(self, final_checkpoint: bool) -> None:
         """Stop serving; checkpoint the last steps if any were not saved yet."""
-        self.engine.stop()
+        self.serving.stop()
         if final_checkpoint and self.step > self.last_checkpoint_step:
             self.checkpoint()
         self.metrics.close()
@@ -115,12 +179,30 @@ def open_session(job: AgentJetJob, run_id: int, store: Store, opts: "TrainerOpti
     model, tokenizer = load_policy(str(resolve_model_path(job.model)), job, device)
     learner = Learner(model, tokenizer, job)
     step = _restore(job, exp_dir, model, learner, store)
-    engine = EmbeddedEngine(model, tokenizer, host=opts.engine_host, default_temperature=job.temperature,
-                            max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step)
-    base_url = engine.start()
-    logger.info("session: %s on %s, step %d, experiment %s", job.model, device, step, exp_dir)
-    return Session(job, run_id, store, exp_dir, model, tokenizer, learner, engine, base_url, step,
-                   opts.keep_checkpoints)
+    serving = _serving(opts, job, str(resolve_model_path(job.model)), model, tokenizer, step, exp_dir)
+    session = Session(job, run_id, store, exp_dir, model, tokenizer, learner, serving, step, opts.keep_checkpoints)
+    if step > 0:
+        serving.publish(session)  # a restored adapter must be what vLLM serves
+    logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir,
+                opts.engine)
+    return session
+
+
+def _serving(opts: "TrainerOptions", job: AgentJetJob, model_path: str, model: Any, tokenizer: Any, step: int,
+             exp_dir: Path) -> Any:
+    if opts.engine == "embedded":
+        return EmbeddedServing(EmbeddedEngine(model, tokenizer, host=opts.engine_host,
+                                              default_temperature=job.temperature,
+                                              max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step))
+    if opts.engine == "vllm":
+        if job.lora_rank <= 0:
+            raise TrainerError("--engine vllm hot-loads LoRA adapters: set lora_rank > 0 in the job "
+                               "(full fine-tuning at scale is the verl backend's job)")
+        settings = VllmSettings.from_env(max_lora_rank=max(job.lora_rank, 8), max_model_len=job.max_model_len,
+                                         gpu_memory_utilization=job.gpu_memory_utilization,
+                                         enable_sleep_mode=os.environ.get("AJET_VLLM_SLEEP", "0") == "1")
+        return VllmServing(VllmEngine(model_path, settings, exp_dir / "vllm.log"))
+    raise TrainerError(f"unknown engine '{opts.engine}'")
 
 
 def _restore(job: AgentJetJob, exp_dir: Path, model: Any, learner: Learner, store: Store) -> int:

@@ -1,0 +1,78 @@
+"""`--engine vllm` on CPU: launch arguments, health failures, and the LoRA / sleep choreography against a
+stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py started as `vllm serve`)."""
+
+import sys
+import time
+
+import httpx
+import pytest
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet_proxy.store import Store, sqlite_url
+from ajet_trainer.engine.vllm import EngineStartError, VllmEngine, VllmSettings, launch_args, launch_env
+from tests.support.procs import STUB, Trainer, start_proxy
+
+
+def test_vllm_launch_arguments_and_env(monkeypatch):
+    s = VllmSettings(max_lora_rank=16, max_model_len=4096, gpu_memory_utilization=0.5, enable_sleep_mode=True,
+                     tool_call_parser="hermes", extra_args=("--seed", "1"))
+    assert launch_args("/models/qwen", s, 8123) == [
+        "vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "policy",
+        "--enable-lora", "--max-lora-rank", "16", "--max-model-len", "4096", "--gpu-memory-utilization", "0.5",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--enable-sleep-mode", "--seed", "1"]
+    assert launch_env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    monkeypatch.setenv("AJET_VLLM_COMMAND", "python -m my_vllm serve")
+    assert VllmSettings.from_env().command == ("python", "-m", "my_vllm", "serve")
+
+
+def test_vllm_start_failure_reports_the_log_tail(tmp_path):
+    s = VllmSettings(command=(sys.executable, "-c", "print('RuntimeError: CUDA out of memory'); raise SystemExit(3)",
+                              "serve"), health_timeout_s=30)
+    with pytest.raises(EngineStartError, match="CUDA out of memory"):
+        VllmEngine("/models/none", s, tmp_path / "vllm.log").start()
+    hang = VllmSettings(command=(sys.executable, "-c", "import time; time.sleep(60)", "serve"), health_timeout_s=1.5)
+    with pytest.raises(EngineStartError, match="not healthy after"):
+        VllmEngine("/models/none", hang, tmp_path / "vllm2.log").start()
+
+
+@pytest.mark.slow
+def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
+    url = sqlite_url(tmp_path / "v.db")
+    px = start_proxy(tmp_path, url)
+    trainer = Trainer(tmp_path, url, tmp_path / "exp", engine="vllm",
+                      AJET_VLLM_COMMAND=f"{sys.executable} {STUB} serve", AJET_VLLM_SLEEP="1")
+    try:
+        client = SwarmClient(px.url)
+        client.auto_sync_train_config_and_start_engine(AgentJetJob(
+            model="builtin:tiny", lora_rank=4, batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64,
+            max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
+        store = Store(url)
+        for batch in range(3):
+            for task_id in ("a", "b"):
+                for k in range(2):
+                    uuid, creds = client.begin_episode()
+                    out = creds.as_openai_client(max_retries=0).chat.completions.create(
+                        model="anything", messages=[{"role": "user", "content": f"say {task_id}"}], seed=k)
+                    client.end_episode(Task(task_id=f"{batch}-{task_id}"), uuid,
+                                       WorkflowOutput(reward=float(k) if out.choices[0].message.content else 0.0))
+            deadline = time.monotonic() + 120
+            while client.get_engine_status().global_step < batch + 1:
+                assert time.monotonic() < deadline, trainer.log_tail()
+                time.sleep(0.2)
+        dep = store.deployments()[0]
+        assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@3", 3)
+        journal = httpx.get(dep.base_url.removesuffix("/v1") + "/stub/journal").json()
+        control = [(j["op"], j.get("name")) for j in journal if j["op"] != "chat"]
+        assert control == [("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@1"),
+                           ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@2"),
+                           ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@3"),
+                           ("unload_lora_adapter", "policy@1")]
+        chats = [j["model"] for j in journal if j["op"] == "chat"]
+        assert chats == ["policy"] * 4 + ["policy@1"] * 4 + ["policy@2"] * 4  # each batch on the newest adapter
+        for step in (1, 2, 3):
+            assert (tmp_path / "exp" / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
+        versions = [c.policy_version for e in store.episodes() for c in store.calls(e.uuid)]
+        assert sorted(set(versions)) == [0, 1, 2]
+    finally:
+        trainer.close()
+        px.close()
