@@ -117,12 +117,47 @@ class AgentJetJob(BaseModel):
             raise ValueError("max_prompt_length + max_response_length must be <= max_model_len")
         return self
 
+    # ------------------------------------------------------------------ verl
+    def verl_overrides(self) -> dict[str, Any]:
+        """The job as overrides of verl's `ppo_trainer` config (dotted keys), for the verl backend."""
+        arr = "actor_rollout_ref"
+        out: dict[str, Any] = {
+            "algorithm.adv_estimator": self.algorithm,
+            "data.train_batch_size": self.batch_size,
+            "data.max_prompt_length": self.max_prompt_length,
+            "data.max_response_length": self.max_response_length,
+            f"{arr}.model.path": self.model,
+            f"{arr}.rollout.n": self.num_repeat,
+            f"{arr}.rollout.gpu_memory_utilization": self.gpu_memory_utilization,
+            f"{arr}.rollout.max_model_len": self.max_model_len,
+            f"{arr}.rollout.response_length": self.max_response_length_in_one_turn,
+            f"{arr}.actor.optim.lr": self.lr,
+            f"{arr}.actor.ppo_epochs": self.ppo_epochs,
+            f"{arr}.actor.ppo_mini_batch_size": max(1, self.batch_size // self.mini_batch_num),
+            f"{arr}.actor.clip_ratio": self.clip_ratio,
+            f"{arr}.actor.grad_clip": self.grad_clip,
+            f"{arr}.actor.loss_agg_mode": self.loss_agg_mode,
+            f"{arr}.actor.use_kl_loss": self.use_kl_loss,
+            f"{arr}.actor.kl_loss_coef": self.kl_loss_coef,
+            f"{arr}.actor.kl_loss_type": self.kl_loss_type,
+            "trainer.n_gpus_per_node": self.n_gpu,
+            "trainer.project_name": self.project_name,
+            "trainer.experiment_name": self.experiment_name,
+            "trainer.save_freq": self.save_freq,
+        }
+        if self.lora_rank > 0:
+            targets = self.lora_target_modules
+            out.update({f"{arr}.model.lora_rank": self.lora_rank, f"{arr}.model.lora_alpha": self.lora_alpha,
+                        f"{arr}.model.target_modules": targets if isinstance(targets, str) else list(targets),
+                        f"{arr}.rollout.load_format": "safetensors", f"{arr}.rollout.layered_summon": True})
+        return out
+
     # ------------------------------------------------------------------ YAML
     def dump_job_as_yaml(self, path: Union[str, Path]) -> Path:
-        """Write every field to `path` (YAML, under an `ajet:` key); returns the path."""
+        """Write every field under `ajet:`, and the verl config overrides it implies under `verl:`."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"ajet": self.to_wire()}, sort_keys=False))
+        path.write_text(yaml.safe_dump({"ajet": self.to_wire(), "verl": self.verl_overrides()}, sort_keys=False))
         return path
 
     def build_job_from_yaml(self, path: Union[str, Path]) -> "AgentJetJob":
