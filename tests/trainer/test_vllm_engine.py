@@ -9,7 +9,15 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet_proxy.store import Store, sqlite_url
-from ajet_trainer.engine.vllm import EngineStartError, VllmEngine, VllmSettings, launch_args, launch_env
+from ajet_trainer.engine.vllm import (
+    EngineStartError,
+    VllmEngine,
+    VllmSettings,
+    launch_args,
+    launch_env,
+    replica_devices,
+)
+from ajet_trainer.errors import TrainerError
 from tests.support.procs import STUB, Trainer, start_proxy
 
 
@@ -23,6 +31,13 @@ def test_vllm_launch_arguments_and_env(monkeypatch):
     assert launch_env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     monkeypatch.setenv("AJET_VLLM_COMMAND", "python -m my_vllm serve")
     assert VllmSettings.from_env().command == ("python", "-m", "my_vllm", "serve")
+
+
+def test_vllm_replica_gpu_groups():
+    assert replica_devices(2, None) == [None, None]
+    assert replica_devices(2, "0,1;2,3") == ["0,1", "2,3"]
+    with pytest.raises(TrainerError, match="2 vLLM replicas but 3 GPU groups"):
+        replica_devices(2, "0;1;2")
 
 
 def test_vllm_start_failure_reports_the_log_tail(tmp_path):
@@ -40,7 +55,7 @@ def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
     url = sqlite_url(tmp_path / "v.db")
     px = start_proxy(tmp_path, url)
     trainer = Trainer(tmp_path, url, tmp_path / "exp", engine="vllm",
-                      AJET_VLLM_COMMAND=f"{sys.executable} {STUB} serve", AJET_VLLM_SLEEP="1")
+                      AJET_VLLM_COMMAND=f"{sys.executable} {STUB} serve", AJET_VLLM_SLEEP="1", AJET_VLLM_REPLICAS="2")
     try:
         client = SwarmClient(px.url)
         client.auto_sync_train_config_and_start_engine(AgentJetJob(
@@ -59,16 +74,21 @@ def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
             while client.get_engine_status().global_step < batch + 1:
                 assert time.monotonic() < deadline, trainer.log_tail()
                 time.sleep(0.2)
-        dep = store.deployments()[0]
-        assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@3", 3)
-        journal = httpx.get(dep.base_url.removesuffix("/v1") + "/stub/journal").json()
-        control = [(j["op"], j.get("name")) for j in journal if j["op"] != "chat"]
-        assert control == [("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@1"),
-                           ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@2"),
-                           ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@3"),
-                           ("unload_lora_adapter", "policy@1")]
-        chats = [j["model"] for j in journal if j["op"] == "chat"]
-        assert chats == ["policy"] * 4 + ["policy@1"] * 4 + ["policy@2"] * 4  # each batch on the newest adapter
+        deps = store.deployments()
+        assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy@3", 3),
+                                                                      ("vllm-1", "policy@3", 3)]
+        chats = []
+        for dep in deps:  # both replicas got the same choreography
+            journal = httpx.get(dep.base_url.removesuffix("/v1") + "/stub/journal").json()
+            control = [(j["op"], j.get("name")) for j in journal if j["op"] != "chat"]
+            assert control == [("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@1"),
+                               ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@2"),
+                               ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@3"),
+                               ("unload_lora_adapter", "policy@1")]
+            chats.append([j["model"] for j in journal if j["op"] == "chat"])
+        assert all(chats), "the proxy balanced episodes over both replicas"
+        merged = sorted(m for c in chats for m in c)
+        assert merged == ["policy"] * 4 + ["policy@1"] * 4 + ["policy@2"] * 4  # each batch on the newest adapter
         for step in (1, 2, 3):
             assert (tmp_path / "exp" / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
         versions = [c.policy_version for e in store.episodes() for c in store.calls(e.uuid)]

@@ -25,8 +25,9 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `ajet-trainer start`."""
     p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     p.add_argument("--engine", choices=["embedded", "vllm"], default="embedded",
-                   help="vllm: launch `vllm serve` (AJET_VLLM_COMMAND overrides the command; AJET_VLLM_SLEEP=1 "
-                        "sleeps it during updates) and hot-load each step's LoRA adapter")
+                   help="vllm: launch `vllm serve` and hot-load each step's LoRA adapter. Environment: "
+                        "AJET_VLLM_COMMAND (launch command), AJET_VLLM_SLEEP=1 (sleep during updates), "
+                        "AJET_VLLM_REPLICAS=N and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group)")
     p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),

@@ -114,7 +114,7 @@ class TrainerDaemon:
             self.session = open_session(job, row.run_id, self.store, self.opts)
         s = self.session
         self.store.remove_deployments()
-        self.store.register_deployment(s.deployment())
+        s.register()
         self.store.transition(EngineState.ROLLING, allowed_from=_ACTIVE)
         self.timers = _Timers()
         logger.info("ROLLING: policy v%d served at %s", s.policy_version, s.base_url)
@@ -163,9 +163,9 @@ class TrainerDaemon:
         s, self.session = self.session, None
         s.close(final_checkpoint=final_checkpoint)
         try:
-            self.store.remove_deployments([s.deployment_name])
+            self.store.remove_deployments([d.name for d in s.deployments()])
         except Exception:  # noqa: BLE001 - the store may be gone at interpreter exit
-            logger.exception("could not unregister %s", s.deployment_name)
+            logger.exception("could not unregister the session's deployments")
         logger.info("session closed at step %d", s.step)
 
 

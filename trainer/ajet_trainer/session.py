@@ -23,7 +23,7 @@ from ajet_proxy.store import Store
 from ajet_proxy.types import Deployment, PoolEpisode
 from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.vllm import VllmEngine, VllmSettings
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, replica_devices
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.metrics import MetricsLog
@@ -46,12 +46,13 @@ def pick_device(device: str) -> str:
 class EmbeddedServing:
     """The in-process engine: it serves the very weights being trained; swaps happen under its lock."""
 
-    deployment_name = "embedded-0"
-
     def __init__(self, engine: EmbeddedEngine):
         self.engine = engine
         self.base_url = engine.start()
         self.served_model = "policy"
+
+    def deployments(self, version: int) -> list[Deployment]:
+        return [Deployment("embedded-0", self.base_url, self.served_model, version)]
 
     @contextmanager
     def updating(self, session: "Session") -> Iterator[None]:
@@ -67,33 +68,45 @@ class EmbeddedServing:
 
 
 class VllmServing:
-    """`vllm serve` in a child process: each step's LoRA adapter is saved and hot-loaded as `policy@<N>`."""
+    """`vllm serve` replicas (one per GPU group): each step's LoRA adapter is hot-loaded as `policy@<N>`."""
 
-    deployment_name = "vllm-0"
-
-    def __init__(self, engine: VllmEngine):
-        self.engine = engine
-        self.base_url = engine.start()
+    def __init__(self, engines: list[VllmEngine]):
+        self.engines = engines
+        for e in engines:
+            e.launch()
+        try:
+            self.base_urls = [e.wait_ready() for e in engines]
+        except Exception:
+            self.stop()
+            raise
+        self.base_url = self.base_urls[0]
 
     @property
     def served_model(self) -> str:
-        return self.engine.served_model
+        return self.engines[0].served_model
+
+    def deployments(self, version: int) -> list[Deployment]:
+        """One deployment per replica: the proxy balances episodes over them."""
+        return [Deployment(f"vllm-{i}", e.base_url, e.served_model, version) for i, e in enumerate(self.engines)]
 
     @contextmanager
     def updating(self, session: "Session") -> Iterator[None]:
-        self.engine.sleep(1)  # with --enable-sleep-mode: free the shared GPU for the update
+        for e in self.engines:
+            e.sleep(1)  # with --enable-sleep-mode: free the shared GPUs for the update
         try:
             yield
         finally:
-            self.engine.wake_up()
+            for e in self.engines:
+                e.wake_up()
 
     def publish(self, session: "Session") -> str:
         path = session.exp_dir / "adapters" / f"step_{session.step}"
         session.model.save_pretrained(str(path))
-        return self.engine.publish_adapter(session.step, path)
+        return [e.publish_adapter(session.step, path) for e in self.engines][0]
 
     def stop(self) -> None:
-        self.engine.stop()
+        for e in self.engines:
+            e.stop()
 
 
 class Session:
@@ -104,7 +117,6 @@ class Session:
         self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
         self.model, self.tokenizer, self.learner, self.serving = model, tokenizer, learner, serving
         self.base_url, self.step, self.keep_checkpoints = serving.base_url, step, keep_checkpoints
-        self.deployment_name = serving.deployment_name
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(exp_dir, job.logging)
 
@@ -118,9 +130,14 @@ class Session:
         """The model name the proxy sends upstream (`policy`, or `policy@<N>` with vLLM)."""
         return self.serving.served_model
 
-    def deployment(self) -> Deployment:
-        """What the store's deployments table should say about this session's engine."""
-        return Deployment(self.deployment_name, self.base_url, self.served_model, self.policy_version)
+    def deployments(self) -> list[Deployment]:
+        """What the store's deployments table should say about this session's engine(s)."""
+        return self.serving.deployments(self.policy_version)
+
+    def register(self) -> None:
+        """Publish the engine(s) in the store; the proxy reloads its router."""
+        for dep in self.deployments():
+            self.store.register_deployment(dep)
 
     def train(self, batch: Sequence[PoolEpisode], timers: dict[str, float]) -> dict[str, Any]:
         """One GRPO step on `batch`; returns its metrics."""
@@ -136,7 +153,7 @@ class Session:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
         self.serving.publish(self)
-        self.store.register_deployment(self.deployment())  # the proxy routes new calls to the new weights
+        self.register()  # the proxy routes new calls to the new weights
         t2 = time.perf_counter()
         metrics["train_s"] = t2 - t1
         uuids = [p.uuid for p in batch]
@@ -201,7 +218,10 @@ def _serving(opts: "TrainerOptions", job: AgentJetJob, model_path: str, model: A
         settings = VllmSettings.from_env(max_lora_rank=max(job.lora_rank, 8), max_model_len=job.max_model_len,
                                          gpu_memory_utilization=job.gpu_memory_utilization,
                                          enable_sleep_mode=os.environ.get("AJET_VLLM_SLEEP", "0") == "1")
-        return VllmServing(VllmEngine(model_path, settings, exp_dir / "vllm.log"))
+        replicas = int(os.environ.get("AJET_VLLM_REPLICAS", "1"))
+        devices = replica_devices(replicas, os.environ.get("AJET_VLLM_GPU_GROUPS"))
+        return VllmServing([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d)
+                            for i, d in enumerate(devices)])
     raise TrainerError(f"unknown engine '{opts.engine}'")
 
 

@@ -80,6 +80,16 @@ def launch_env() -> dict[str, str]:
     return dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
 
 
+def replica_devices(replicas: int, gpu_groups: Optional[str]) -> list[Optional[str]]:
+    """CUDA_VISIBLE_DEVICES of each replica: `"0,1;2,3"` -> two replicas on two GPUs each."""
+    if not gpu_groups:
+        return [None] * replicas
+    groups = [g.strip() for g in gpu_groups.split(";")]
+    if len(groups) != replicas:
+        raise TrainerError(f"{replicas} vLLM replicas but {len(groups)} GPU groups ({gpu_groups!r})")
+    return list(groups)
+
+
 def adapter_name(step: int) -> str:
     """The served name of step N's adapter."""
     return f"{SERVED_NAME}@{step}"
@@ -94,8 +104,8 @@ def _free_port(host: str) -> int:
 class VllmEngine:
     """One `vllm serve` child process and the LoRA/sleep calls the trainer makes to it."""
 
-    def __init__(self, model_path: str, settings: VllmSettings, log_path: Path):
-        self.model_path, self.s, self.log_path = model_path, settings, log_path
+    def __init__(self, model_path: str, settings: VllmSettings, log_path: Path, devices: Optional[str] = None):
+        self.model_path, self.s, self.log_path, self.devices = model_path, settings, log_path, devices
         self.port = _free_port(settings.host)
         self.base = f"http://{settings.host}:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
@@ -109,11 +119,23 @@ class VllmEngine:
 
     def start(self) -> str:
         """Launch and wait for `/health`; `EngineStartError` with the log's tail on failure."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the child process (replicas launch together, then each waits for its health)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         cmd = launch_args(self.model_path, self.s, self.port)
-        logger.info("launching %s", shlex.join(cmd))
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=launch_env())
+        env = launch_env()
+        if self.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices
+        logger.info("launching %s (devices %s)", shlex.join(cmd), self.devices or "inherited")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self) -> str:
+        """Poll `/health` until it answers; returns the base URL."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + self.s.health_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
