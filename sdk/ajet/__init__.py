@@ -26,6 +26,7 @@ from ajet.errors import (
 )
 from ajet.job import AgentJetJob
 from ajet.task_reader import HuggingFaceTaskReader, JsonlTaskReader, RandomDummyTaskReader, RouterTaskReader
+from ajet.training_loop import rollout_episode, train_on_tasks, wait_for_step
 from ajet.types import (
     BatchMode,
     EngineState,
@@ -77,5 +78,8 @@ __all__ = [
     "Task",
     "Unauthorized",
     "WorkflowOutput",
+    "rollout_episode",
     "run_episodes_until_all_complete",
+    "train_on_tasks",
+    "wait_for_step",
 ]

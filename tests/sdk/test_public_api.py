@@ -6,9 +6,10 @@ import pytest
 
 import ajet
 import ajet_proxy
+import ajet_trainer
 
 
-@pytest.mark.parametrize("module", [ajet, ajet_proxy])
+@pytest.mark.parametrize("module", [ajet, ajet_proxy, ajet_trainer])
 def test_all_names_resolve(module):
     assert module.__all__, "empty __all__"
     for name in module.__all__:

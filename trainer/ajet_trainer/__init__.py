@@ -2,6 +2,7 @@
 
 from ajet_trainer.daemon import TrainerDaemon, TrainerOptions
 from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings
 from ajet_trainer.grpo import collate, episode_advantages, policy_loss, sequence_logprobs
 from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.samples import assemble, episode_sequences
@@ -17,6 +18,8 @@ __all__ = [
     "TrainSequence",
     "TrainerDaemon",
     "TrainerOptions",
+    "VllmEngine",
+    "VllmSettings",
     "assemble",
     "builtin_model_path",
     "collate",

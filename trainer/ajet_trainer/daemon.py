@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ajet.job import AgentJetJob
 from ajet.types import EngineState
@@ -176,10 +176,3 @@ def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
     if job.experiment_dir != "auto":
         return Path(job.experiment_dir)
     return Path("experiments") / job.project_name / job.experiment_name
-
-
-def describe(daemon: TrainerDaemon) -> dict[str, Any]:
-    """A small status dict for logs and tests."""
-    s = daemon.session
-    return {"session": s is not None, "step": s.step if s else None,
-            "policy_version": s.policy_version if s else None}
