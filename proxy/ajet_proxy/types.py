@@ -32,6 +32,8 @@ class EngineRow:
     """Bumped whenever a deployment is registered, changed or removed."""
     run_id: int = 0
     """Bumped when a different job is synced; the rollout pool holds only this run's episodes."""
+    trainer_heartbeat: Optional[float] = None
+    """Unix time of the trainer's last sign of life (None: no trainer has written one)."""
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     wait_step(client, 2)
     status = client.get_engine_status()
     assert status.policy_version == 2 and status.global_step == 2, trainer.log_tail()
+    assert time.time() - store.engine_row().trainer_heartbeat < 10  # the trainer says it is alive
     # the second batch's calls were answered by the weights of step 1
     assert {c.policy_version for u in batches[0] for c in store.calls(u)} == {0}
     assert {c.policy_version for u in batches[1] for c in store.calls(u)} == {1}

@@ -147,3 +147,21 @@ def test_new_job_starts_a_new_pool_same_job_resumes(st):
     st.sync_job({"batch_size": 2, "num_repeat": 1})  # another job: a new run, an empty pool
     assert st.pool_episodes() == []
     assert st.get_episode("u1").status == EpisodeStatus.ENDED  # nothing deleted
+
+
+def test_silent_trainer_stops_new_episodes(st):
+
+    from ajet_proxy.store.store import TRAINER_TIMEOUT_S
+    from ajet_proxy.store.tables import engine_state
+
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)  # no trainer has written a heartbeat: not checked
+    st.heartbeat()
+    st.begin_episode("u2", "h2", "c", "train", 10)
+    with st._w.begin() as c:
+        c.execute(engine_state.update().values(trainer_heartbeat=time.time() - TRAINER_TIMEOUT_S - 5))
+    with pytest.raises(EngineNotRolling, match="no trainer heartbeat") as e:
+        st.begin_episode("u3", "h3", "c", "train", 10)
+    assert e.value.state == "ROLLING"
+    st.heartbeat()  # the trainer is back
+    st.begin_episode("u3", "h3", "c", "train", 10)

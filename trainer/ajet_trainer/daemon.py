@@ -28,6 +28,7 @@ from ajet_trainer.session import Session, open_session
 
 logger = logging.getLogger(__name__)
 
+HEARTBEAT_S = 2.0
 _ACTIVE = (EngineState.BOOTING, EngineState.ROLLING, EngineState.ROLLING_POST, EngineState.WEIGHT_SYNCING)
 
 
@@ -72,13 +73,26 @@ class TrainerDaemon:
     def run(self, stop: threading.Event) -> None:
         """Drive the state machine until `stop` is set; tears down cleanly on exit."""
         logger.info("trainer watching %s", self.opts.db_url)
+        beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
+        beat.start()
         try:
             while not stop.is_set():
                 if not self.tick():
                     stop.wait(self.opts.poll_s)
         finally:
+            stop.set()
+            beat.join(10)
             self.teardown(final_checkpoint=True)
             self.store.close()
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Tell the proxy every few seconds that a trainer is alive (even in a long update)."""
+        while not stop.is_set():
+            try:
+                self.store.heartbeat()
+            except Exception:  # noqa: BLE001 - a busy store must not kill the trainer
+                logger.exception("heartbeat failed")
+            stop.wait(HEARTBEAT_S)
 
     def tick(self) -> bool:
         """One pass of the state machine; True if it did work (poll again at once)."""

@@ -23,6 +23,9 @@ from ajet_proxy.types import CallRecord, Deployment, EngineRow, EpisodeRow, Pool
 
 logger = logging.getLogger(__name__)
 
+TRAINER_TIMEOUT_S = 30.0
+"""A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
+
 
 def sqlite_url(path: str | Path) -> str:
     """A SQLAlchemy URL for a SQLite file."""
@@ -117,6 +120,11 @@ class Store:
                           .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
             return _engine(c)
 
+    def heartbeat(self) -> None:
+        """The trainer's sign of life (written every few seconds by the trainer daemon)."""
+        with self._tx() as c:
+            c.execute(t.engine_state.update().values(trainer_heartbeat=time.time()))
+
     def sync_job(self, job: dict[str, Any]) -> EngineRow:
         """Store the job (only while OFFLINE); its collection method becomes the batch mode.
 
@@ -172,6 +180,9 @@ class Store:
             if eng.state != EngineState.ROLLING:
                 raise EngineNotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}",
                                        state=eng.state.value)
+            if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
+                raise EngineNotRolling(f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer "
+                                       "is down or restarting", state=eng.state.value)
             c.execute(t.episodes.insert().values(
                 uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type, mission=mission,
                 status=EpisodeStatus.OPEN.value, created_at=now, last_active_at=now, timeout_s=timeout_s,
@@ -405,7 +416,7 @@ class Store:
 def _engine(c: sa.Connection) -> EngineRow:
     m = c.execute(sa.select(t.engine_state).where(t.engine_state.c.id == 1)).mappings().one()
     return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
-                     BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"])
+                     BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"])
 
 
 def _bump_deployments(c: sa.Connection) -> None:

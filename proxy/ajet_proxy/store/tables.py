@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = sa.MetaData()
 
@@ -33,6 +33,7 @@ engine_state = sa.Table(
     sa.Column("batch_mode", sa.String(64), nullable=False),
     sa.Column("deployments_version", sa.Integer, nullable=False, default=0),
     sa.Column("run_id", sa.Integer, nullable=False, default=0),
+    sa.Column("trainer_heartbeat", sa.Float, nullable=True),
 )
 
 episodes = sa.Table(
