@@ -109,11 +109,8 @@ def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Requ
     job = _validate_job(body.job).to_wire()
     if body.force_restart:
         stop_engine(request)
-    row = s.store.engine_row()
-    if row.state == EngineState.OFFLINE:
-        s.store.sync_job(job)
-        s.store.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
-    elif row.job != job:
+    row, started = s.store.sync_and_start(job)  # atomic: racing clients cannot both sync
+    if not started and row.job != job:
         logger.warning("client %s joins the running job; its own job differs (use force_restart to replace it)",
                        _client_id(request))
     return _ok(s)

@@ -150,7 +150,6 @@ def test_new_job_starts_a_new_pool_same_job_resumes(st):
 
 
 def test_silent_trainer_stops_new_episodes(st):
-
     from ajet_proxy.store.store import TRAINER_TIMEOUT_S
     from ajet_proxy.store.tables import engine_state
 
@@ -165,3 +164,18 @@ def test_silent_trainer_stops_new_episodes(st):
     assert e.value.state == "ROLLING"
     st.heartbeat()  # the trainer is back
     st.begin_episode("u3", "h3", "c", "train", 10)
+
+
+def test_racing_auto_starts_sync_once(st):
+    import threading
+
+    jobs = [{"batch_size": 1, "num_repeat": i + 1} for i in range(8)]
+    results = []
+    threads = [threading.Thread(target=lambda j=j: results.append(st.sync_and_start(j))) for j in jobs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    started = [row for row, did in results if did]
+    assert len(started) == 1  # exactly one client started it; the others joined
+    assert st.engine_row().state == EngineState.BOOTING and st.engine_row().job == started[0].job

@@ -14,10 +14,11 @@ from tests.support.procs import REPO, Trainer, offline_env, start_proxy
 pytestmark = pytest.mark.slow
 
 
-def start_client(url: str, index: int, n: int, log) -> subprocess.Popen:
+def start_client(url: str, index: int, n: int, log, think: float = 0.0) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tutorial.example_distributed_swarm.swarm_client_roll",
                              "--swarm-url", url, "--client-index", str(index), "--num-clients", str(n),
-                             "--episode-timeout", "3"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                             "--episode-timeout", "3", "--think-time", str(think)], stdout=log,
+                            stderr=subprocess.STDOUT, cwd=REPO,
                             env=offline_env(PYTHONPATH=str(REPO)))
 
 
@@ -35,7 +36,8 @@ def test_clients_die_and_return(tmp_path):
     sc = SwarmClient(px.url)
     step = lambda: sc.get_engine_status().global_step  # noqa: E731
     log = open(tmp_path / "clients.log", "w")
-    clients = [start_client(px.url, i, 3, log) for i in range(3)]
+    # client 0 spends 1 s per episode before its LLM call, so it is surely mid-episode when killed
+    clients = [start_client(px.url, i, 3, log, think=1.0 if i == 0 else 0.0) for i in range(3)]
     try:
         wait(lambda: step() >= 1, what="the first step from three clients")
         store = Store(url)
@@ -43,10 +45,12 @@ def test_clients_die_and_return(tmp_path):
              "client 0 mid-batch")
         clients[0].kill()  # mid-batch
         clients[0].wait()
+        open_at_kill = {e.uuid for e in store.episodes(status=EpisodeStatus.OPEN) if e.mission == "client-0"}
+        assert open_at_kill
         killed_at = step()
         wait(lambda: step() >= killed_at + 2, what="steps from the surviving clients")
-        orphans = [e for e in store.episodes() if e.mission == "client-0" and e.status == EpisodeStatus.EXPIRED]
-        assert orphans, "the dead client's open episodes expire"
+        orphans = [store.get_episode(u) for u in open_at_kill]
+        assert all(e.status == EpisodeStatus.EXPIRED for e in orphans), "the dead client's open episodes expire"
         assert all(e.consumed_step is None for e in orphans)
         for c in clients[1:]:
             c.kill()

@@ -131,14 +131,25 @@ class Store:
         A job that differs from the stored one starts a new run: episodes rewarded under the old job
         stay in the store but leave the rollout pool. Re-syncing the same job keeps the pool (resume).
         """
-        mode = BatchMode(job.get("swarm_mode_sample_collection_method", BatchMode.TASKS.value))
         with self._tx() as c:
             cur = _engine(c)
             if cur.state != EngineState.OFFLINE:
                 raise WrongState(f"config sync only in OFFLINE; engine is {cur.state.value}", state=cur.state.value)
-            run_id = cur.run_id + (1 if cur.job != job else 0)
-            c.execute(t.engine_state.update().values(job=job, batch_mode=mode.value, run_id=run_id))
+            _write_job(c, cur, job)
             return _engine(c)
+
+    def sync_and_start(self, job: dict[str, Any]) -> tuple[EngineRow, bool]:
+        """Atomically: if OFFLINE, store the job and go BOOTING; else leave the running job alone.
+
+        Returns (row, started). Two clients racing to start the same swarm cannot both sync.
+        """
+        with self._tx() as c:
+            cur = _engine(c)
+            if cur.state != EngineState.OFFLINE:
+                return cur, False
+            _write_job(c, cur, job)
+            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time()))
+            return _engine(c), True
 
     def set_batch_mode(self, mode: BatchMode) -> EngineRow:
         """Change the batch policy (applies to the next step)."""
@@ -417,6 +428,12 @@ def _engine(c: sa.Connection) -> EngineRow:
     m = c.execute(sa.select(t.engine_state).where(t.engine_state.c.id == 1)).mappings().one()
     return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
                      BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"])
+
+
+def _write_job(c: sa.Connection, cur: EngineRow, job: dict[str, Any]) -> None:
+    mode = BatchMode(job.get("swarm_mode_sample_collection_method", BatchMode.TASKS.value))
+    run_id = cur.run_id + (1 if cur.job != job else 0)
+    c.execute(t.engine_state.update().values(job=job, batch_mode=mode.value, run_id=run_id))
 
 
 def _bump_deployments(c: sa.Connection) -> None:
