@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from ajet.types import EpisodeStatus
-from ajet_proxy.stats import answer_text
+from ajet_proxy.stats import answer_text, request_messages
 from ajet_proxy.store import Store
 from ajet_proxy.types import CallRecord, EpisodeRow
 
@@ -24,17 +24,10 @@ def episode_record(row: EpisodeRow, calls: list[CallRecord]) -> dict[str, Any]:
         "episode_uuid": row.uuid, "task_id": row.task_id, "reward": row.reward, "client_id": row.client_id,
         "episode_type": row.episode_type, "policy_version_start": row.policy_version_start,
         "consumed_step": row.consumed_step, "untrainable": row.untrainable,
-        "calls": [{"seq": c.seq, "messages": _messages(c.request), "response": answer_text(c.response),
+        "calls": [{"seq": c.seq, "messages": request_messages(c.request), "response": answer_text(c.response),
                    "prompt_ids": c.prompt_ids, "completion_ids": c.completion_ids, "logprobs": c.logprobs,
                    "finish_reason": c.finish_reason, "policy_version": c.policy_version} for c in calls],
     }
-
-
-def _messages(request: str) -> list[dict[str, Any]]:
-    try:
-        return json.loads(request).get("messages") or []
-    except (ValueError, AttributeError):
-        return []
 
 
 def iter_records(store: Store, since_step: Optional[int] = None) -> Iterator[dict[str, Any]]:

@@ -76,13 +76,17 @@ def answer_text(response: str | None) -> str:
     return text
 
 
+def request_messages(request: str) -> list[dict[str, Any]]:
+    """The messages of a logged request body ([] if it is not a JSON object with messages)."""
+    try:
+        return json.loads(request).get("messages") or []
+    except (ValueError, AttributeError):
+        return []
+
+
 def call_info(c: CallRecord) -> CallInfo:
     """A logged call as the wire type."""
-    try:
-        messages = json.loads(c.request).get("messages") or []
-    except (ValueError, AttributeError):
-        messages = []
-    return CallInfo(seq=c.seq, messages=messages, response=answer_text(c.response),
+    return CallInfo(seq=c.seq, messages=request_messages(c.request), response=answer_text(c.response),
                     prompt_tokens=None if c.prompt_ids is None else len(c.prompt_ids),
                     completion_tokens=None if c.completion_ids is None else len(c.completion_ids),
                     finish_reason=c.finish_reason, latency_ms=c.latency_ms, policy_version=c.policy_version,

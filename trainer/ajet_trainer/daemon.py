@@ -148,9 +148,9 @@ class TrainerDaemon:
 
     def drain(self) -> bool:
         """ROLLING_POST -> WEIGHT_SYNCING once no episode is open (or the drain timeout passed)."""
-        waited = time.monotonic() - (self.timers.drain_since or time.monotonic())
-        if self.timers.drain_since == 0.0:
+        if self.timers.drain_since == 0.0:  # a restart found the engine in ROLLING_POST
             self.timers.drain_since = time.monotonic()
+        waited = time.monotonic() - self.timers.drain_since
         if self.store.open_uuids() and waited < self.session.job.drain_timeout:  # type: ignore[union-attr]
             return False
         expired = self.store.expire_episodes()

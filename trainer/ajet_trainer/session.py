@@ -145,13 +145,14 @@ class Session:
         episodes = [(p.uuid, p.task_id, p.reward, self.store.calls(p.uuid)) for p in batch]
         samples, stats = assemble(episodes, self.job.max_prompt_length, self.job.max_response_length)
         metrics: dict[str, Any] = {**timers, **{f"samples/{k}": v for k, v in vars(stats).items()}}
-        metrics["reward_mean"] = sum(p.reward for p in batch) / len(batch)
         t1 = time.perf_counter()
         with self.serving.updating(self):
             _fault_delay()
             if samples:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
+        # the step's reward is that of every episode it consumes (the learner's counts only those with samples)
+        metrics["reward_mean"] = sum(p.reward for p in batch) / len(batch)
         self.serving.publish(self)
         self.register()  # the proxy routes new calls to the new weights
         t2 = time.perf_counter()

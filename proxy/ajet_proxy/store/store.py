@@ -259,18 +259,9 @@ class Store:
         with self._read() as c:
             return _episode(c, uuid)
 
-    def episodes(self, status: Optional[EpisodeStatus] = None, limit: Optional[int] = None,
-                 since_step: Optional[int] = None) -> list[EpisodeRow]:
-        """Episodes, oldest first, optionally filtered."""
-        q = sa.select(t.episodes).order_by(t.episodes.c.created_at)
-        if status is not None:
-            q = q.where(t.episodes.c.status == status.value)
-        if since_step is not None:
-            q = q.where(t.episodes.c.consumed_step >= since_step)
-        if limit is not None:
-            q = q.limit(limit)
-        with self._read() as c:
-            return [_episode_from(m) for m in c.execute(q).mappings()]
+    def episodes(self, status: Optional[EpisodeStatus] = None) -> list[EpisodeRow]:
+        """Episodes, oldest first, optionally of one status (all in memory: see `iter_episodes`)."""
+        return list(self.iter_episodes(status=status))
 
     def iter_episodes(self, status: Optional[EpisodeStatus] = None, since_step: Optional[int] = None,
                       page: int = 500) -> Iterator[EpisodeRow]:
