@@ -21,8 +21,6 @@ $(STAMP): pyproject.toml Makefile
 	# CPU torch first, so no dependency can pull a CUDA build
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e '.[all,dev]'
-	# verl's algorithms (its own pins would replace torch and transformers): no deps, its imports come from [trainer]
-	$(PIP) install --no-deps verl==0.9.1
 	$(PY) -c "import torch, verl.trainer.ppo.core_algos, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl_backend.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 

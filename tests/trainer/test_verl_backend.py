@@ -1,5 +1,7 @@
 """The verl backend on CPU: config composition, DataProto from the store, the store-fed trainer step."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,12 @@ from ajet_trainer.grpo import collate, episode_advantages
 from ajet_trainer.samples import assemble, flatten
 from ajet_trainer.verl_backend.config import compose_verl_config
 from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
-from ajet_trainer.verl_backend.trainer import StoreFedTrainer
+from ajet_trainer.daemon import TrainerOptions
+from ajet_trainer.errors import TrainerError
+from ajet_trainer.session import open_session, reconcile_store
+from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides
+from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
 
 
 def test_verl_config_composition(tmp_path):
@@ -85,14 +92,115 @@ def test_verl_dataproto_equals_the_embedded_samples_and_advantages(store):
     assert np.isfinite(adv.numpy()).all()
 
 
-def test_verl_store_fed_trainer_step_returns_the_batch(store):
-    job = AgentJetJob(batch_size=2, num_repeat=3)
-    trainer = StoreFedTrainer.__new__(StoreFedTrainer)  # verl's __init__ needs Ray workers; the step does not
+@pytest.fixture
+def verl_trainer(tmp_path, tiny):
+    """A real StoreFedTrainer (verl's config, verl's driver code) with the GPU parts stood in for."""
+    job = AgentJetJob(batch_size=2, num_repeat=3, save_freq=1, lr=1e-3)
+    path = str(builtin_model_path("builtin:tiny"))
+    config = compose_verl_config(job, extra=session_overrides(job, tmp_path / "exp"), model_path=path)
+    trainer = build_trainer(config, tiny[1])
+    model = copy.deepcopy(tiny[0])
+    trainer.actor_rollout_wg = CpuActorGroup(model)
+    trainer.checkpoint_manager = trainer.llm_server_manager = ReplicaJournal(["10.0.0.5:8000", "10.0.0.6:8000"])
+    return trainer, job, model
+
+
+def test_verl_store_fed_trainer_step_returns_the_batch(store, verl_trainer):
+    trainer, job, _ = verl_trainer
     trainer.attach_store(store, job, pad_id=0, poll_s=0.05)
-    dp = trainer._fit_generate()
+    trainer.metrics = {}
+    dp = trainer._fit_generate()  # nothing queued: it waits for the store's batch policy
     assert len(dp) == 6 and sorted(trainer.ajet_batch_uuids) == sorted(p.uuid for p in store.pool_episodes())
     assert set(dp.non_tensor_batch["uid"]) == {"t1", "t2"}
-    empty = StoreFedTrainer.__new__(StoreFedTrainer)
-    empty.attach_store(store, AgentJetJob(batch_size=3, num_repeat=3), pad_id=0, poll_s=0.05)
+    assert torch.equal(dp.batch["rm_scores"], dp.batch["token_level_scores"])
+    assert trainer.checkpoint_manager.calls == ["sleep"]  # colocated replicas give the GPUs to the update
+    trainer.attach_store(store, AgentJetJob(batch_size=3, num_repeat=3), pad_id=0, poll_s=0.05)
     with pytest.raises(TimeoutError):
-        empty.store_batch(timeout=0.3)
+        trainer.wait_for_pool(timeout=0.3)
+
+
+@pytest.fixture
+def multi_store(tmp_path):
+    """Two tasks x 3 episodes; episode t1-0 has two calls that do not extend each other (two sequences)."""
+    st = Store(sqlite_url(tmp_path / "multi.db"))
+    st.sync_job({"batch_size": 2, "num_repeat": 3})
+    st.transition(EngineState.ROLLING)
+    for task, rs in {"t1": [1.0, 0.0, 0.5], "t2": [0.2, 0.2, 0.9]}.items():
+        for i, r in enumerate(rs):
+            uuid = f"{task}-{i}"
+            st.begin_episode(uuid, uuid, "c", "train", 60)
+            prompt = [1, 2, 3] if task == "t1" else [4, 5]
+            calls = [CallRecord(uuid, 0, "{}", "{}", prompt, [10 + i] * (i + 2), [-0.1] * (i + 2), "stop", 0, "d",
+                                1.0, 1.0)]
+            if uuid == "t1-0":  # a second turn whose prompt was rewritten: a second sequence
+                calls.append(CallRecord(uuid, 1, "{}", "{}", [7, 8], [20, 21, 22], [-0.2] * 3, "stop", 0, "d",
+                                        1.0, 1.0))
+            st.write_calls(calls)
+            st.end_episode(uuid, "c", task, r, None, {})
+    return st
+
+
+def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_trainer, tmp_path):
+    trainer, job, model = verl_trainer
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer.attach_store(multi_store, job, pad_id=0)
+    assert trainer.begin() == 0  # nothing to restore; weights pushed into the (stand-in) replicas
+    batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
+    metrics = trainer.train_on(batch)
+    assert trainer.global_steps == 2 and trainer.checkpoint_manager.calls == ["update_weights@0", "sleep",
+                                                                              "update_weights@1"]
+    # 7 rows (t1-0 has two sequences), padded to 12 (verl's mini-batch: 2 tasks x 3 rows); every row carries
+    # its episode's GRPO advantage, as in the embedded trainer; padding rows train nothing
+    seen = trainer.actor_rollout_wg.seen[0]
+    assert seen["advantages"].shape[0] == 12
+    trained = [i for i in range(12) if seen["response_mask"][i].sum() > 0]
+    assert len(trained) == 7 and float(seen["advantages"].abs().sum(-1)[[i not in trained for i in range(12)]].sum()) == 0
+    ours = episode_advantages(trainer.ajet_samples)
+    want = {tuple(sq.prompt_ids + sq.response_ids): ours[ep.episode_uuid]
+            for ep in trainer.ajet_samples for sq in ep.sequences}
+    assert len(want) == 7
+    for i in trained:
+        n = int(seen["response_mask"][i].sum())
+        expected = want[tuple(seen["tokens"][i])]
+        assert seen["advantages"][i, :n] == pytest.approx(torch.full((n,), expected), abs=1e-5)
+        assert float(seen["advantages"][i, n:].abs().sum()) == 0.0
+    assert ours["t1-0"] > 0 > ours["t1-1"]  # t1-0 counted once in its group despite its two sequences
+    assert metrics["critic/score/mean"] == pytest.approx(sum(0.0 + r for r in (1, 1, 0, .5, .2, .2, .9)) / 7)
+    assert np.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the update really ran
+    # verl's checkpoint (save_freq=1) carries the step's record, for a crash before the store has it
+    data = torch.load(tmp_path / "exp" / "verl_checkpoints" / "global_step_1" / "data.pt", weights_only=False)
+    assert data["step"] == 1 and sorted(data["episode_uuids"]) == sorted(p.uuid for p in batch)
+
+
+def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_record(multi_store, verl_trainer,
+                                                                                   tmp_path):
+    trainer, job, _ = verl_trainer
+    trainer.attach_store(multi_store, job, pad_id=0)
+    trainer.begin()
+    session = VerlSession(job, 1, multi_store, tmp_path / "exp", trainer, "/models/m", 0, owns_ray=False)
+    session.register()
+    batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
+    metrics = session.train(batch, {"wait_s": 0.5})
+    assert session.policy_version == 1 and metrics["reward_mean"] == pytest.approx(sum(p.reward for p in batch) / 6)
+    assert "loss" in metrics and metrics["verl/actor/pg_loss"] == metrics["loss"]
+    step = multi_store.steps()[-1]
+    assert (step.step, step.policy_version) == (1, 1) and multi_store.pool_episodes() == []
+    deps = {d.name: d for d in multi_store.deployments()}
+    assert deps["verl-vllm-1"].base_url == "http://10.0.0.6:8000/v1"
+    assert {(d.model, d.policy_version) for d in deps.values()} == {("/models/m", 1)}
+    # the store lost step 1 (crash between verl's checkpoint and the record): the restart records it
+    pending = trainer.train_dataloader.state_dict()
+    multi_store.rollback_to_step(0, 0)
+    assert len(multi_store.pool_episodes()) == 6
+    reconcile_store(multi_store, 1, pending)
+    assert [s.step for s in multi_store.steps()] == [1] and multi_store.pool_episodes() == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU box the verl backend starts for real")
+def test_verl_backend_without_gpus_is_a_clear_error_not_a_hang(store, tmp_path):
+    job = AgentJetJob(model="builtin:tiny", n_gpu=1)
+    opts = TrainerOptions(db_url="unused", backend="verl", experiment_dir=str(tmp_path / "exp"))
+    with pytest.raises(TrainerError, match="needs 1 CUDA GPU"):
+        open_session(job, 1, store, opts)
+    assert (tmp_path / "exp" / "verl_config.yaml").is_file()  # composed and written before Ray is asked

@@ -28,6 +28,12 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
                    help="vllm: launch `vllm serve` and hot-load each step's LoRA adapter. Environment: "
                         "AJET_VLLM_COMMAND (launch command), AJET_VLLM_SLEEP=1 (sleep during updates), "
                         "AJET_VLLM_REPLICAS=N and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group)")
+    p.add_argument("--backend", choices=["embedded", "verl"], default="embedded",
+                   help="verl: verl's FSDP workers on Ray train, verl launches and syncs the vLLM replicas "
+                        "(needs CUDA and `pip install vllm`); --engine is then ignored")
+    p.add_argument("--ray-address", default=None,
+                   help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
     p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),
@@ -48,7 +54,8 @@ def run_trainer(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
-                                 device=args.device)).run(stop)
+                                 device=args.device, backend=args.backend, ray_address=args.ray_address,
+                                 nnodes=args.nnodes)).run(stop)
 
 
 def run_swarm(args: argparse.Namespace) -> int:
@@ -57,8 +64,9 @@ def run_swarm(args: argparse.Namespace) -> int:
     proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
              *common] + (["--swarm-token", args.swarm_token] if args.swarm_token else [])
     trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
-               "--threads", str(args.threads)] + (["--experiment-dir", args.experiment_dir] if args.experiment_dir
-                                                 else [])
+               "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine]
+    if args.experiment_dir:
+        trainer += ["--experiment-dir", args.experiment_dir]
     env = dict(os.environ, HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]
     stopping = threading.Event()
@@ -97,6 +105,8 @@ def swarm_main(argv: Optional[list[str]] = None) -> int:
     start.add_argument("--swarm-port", type=int, default=DEFAULT_PORT)
     start.add_argument("--experiment-dir", default=None)
     start.add_argument("--device", default="auto")
+    start.add_argument("--backend", choices=["embedded", "verl"], default="embedded")
+    start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded")
     start.add_argument("--threads", type=int, default=1)
     for name in ("overwatch", "top"):
         add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))

@@ -42,6 +42,12 @@ class TrainerOptions:
     """Overrides the job's experiment folder."""
     engine: str = "embedded"
     """Inference engine: `embedded` (in-process transformers) or `vllm` (`vllm serve`, LoRA hot-loading)."""
+    backend: str = "embedded"
+    """Training backend: `embedded` (in-process GRPO) or `verl` (verl's workers on Ray; verl launches vLLM)."""
+    ray_address: Optional[str] = None
+    """verl backend: the Ray cluster to join (`ray start --head` on the first node); None: $RAY_ADDRESS or local."""
+    nnodes: int = 1
+    """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
     device: str = "auto"
     """`auto`, `cpu` or `cuda[:N]`."""
     poll_s: float = 0.1

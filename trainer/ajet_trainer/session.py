@@ -189,6 +189,12 @@ def open_session(job: AgentJetJob, run_id: int, store: Store, opts: "TrainerOpti
     """Load, restore, reconcile the store, start the engine."""
     from ajet_trainer.daemon import default_experiment_dir
 
+    if opts.backend == "verl":
+        from ajet_trainer.verl_backend.session import open_verl_session
+
+        return open_verl_session(job, run_id, store, opts)  # type: ignore[return-value]
+    if opts.backend != "embedded":
+        raise TrainerError(f"unknown backend '{opts.backend}'")
     torch.manual_seed(job.seed)
     device = pick_device(opts.device)
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
@@ -229,20 +235,29 @@ def _serving(opts: "TrainerOptions", job: AgentJetJob, model_path: str, model: A
 def _restore(job: AgentJetJob, exp_dir: Path, model: Any, learner: Learner, store: Store) -> int:
     """Load the newest checkpoint and make the store agree with it; returns its step."""
     ckpt = None if job.ensure_new_experiment else latest_checkpoint(exp_dir)
-    step = 0
+    step, pending = 0, None
     if ckpt is not None:
         state = load_checkpoint(ckpt, model, learner.optimizer)
-        step = int(state["step"])
-        pending = state.get("pending_record")
-        recorded = {s.step for s in store.steps()}
-        if pending and step not in recorded:  # crashed between checkpoint and record: finish recording
-            store.rollback_to_step(step - 1, step - 1)
-            store.record_step(step, step, pending["episode_uuids"], pending["reward_mean"], {"restored": True})
+        step, pending = int(state["step"]), state.get("pending_record")
         logger.info("restored checkpoint %s", ckpt)
+    reconcile_store(store, step, pending)
+    return step
+
+
+def reconcile_store(store: Store, step: int, pending: Optional[dict[str, Any]]) -> None:
+    """Make the store agree with a checkpoint of `step` (the trainer's truth after a restart).
+
+    `pending` is the record of the checkpointed step as saved with it (`episode_uuids`, `reward_mean`):
+    a crash between checkpoint and record is finished here. Steps after the checkpoint are undone and
+    their episodes return to the pool.
+    """
+    recorded = {s.step for s in store.steps()}
+    if step > 0 and pending and pending.get("episode_uuids") and step not in recorded:
+        store.rollback_to_step(step - 1, step - 1)
+        store.record_step(step, step, list(pending["episode_uuids"]), pending["reward_mean"], {"restored": True})
     released = store.rollback_to_step(step, step)
     if released:
         logger.warning("%d episode(s) trained after the last checkpoint return to the pool", len(released))
-    return step
 
 
 def _fault_delay() -> None:

@@ -27,7 +27,7 @@ BATCH_SIZE = 8
 
 def make_job(args: argparse.Namespace) -> AgentJetJob:
     """Full fine-tuning (a random tiny model has nothing for LoRA to steer), short sequences."""
-    return AgentJetJob(project_name="tutorial", experiment_name="example_tiny_rl", model="builtin:tiny",
+    return AgentJetJob(project_name="tutorial", experiment_name="example_tiny_rl", model=args.model,
                        batch_size=BATCH_SIZE, num_repeat=GRPO_N, lr=args.lr, lora_rank=args.lora_rank,
                        max_prompt_length=64, max_response_length=16, max_model_len=128,
                        max_response_length_in_one_turn=4, save_freq=args.save_freq, n_gpu=1,
@@ -37,6 +37,7 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    ap.add_argument("--model", default="builtin:tiny", help="builtin:tiny|small or a local Hugging Face folder")
     ap.add_argument("--target", type=float, default=0.8)
     ap.add_argument("--max-steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=2e-3)

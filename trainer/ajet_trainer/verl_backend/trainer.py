@@ -1,56 +1,207 @@
 """verl's separated PPO trainer, fed by the store instead of verl's agent loop.
 
-`StoreFedTrainer` subclasses `verl.experimental.separation.ray_trainer.SeparateRayPPOTrainer` and
-overrides its "wait for generated samples" step (`_fit_generate`): it waits until the job's batch
-policy is satisfied by rewarded episodes in the store and returns them as a DataProto built with the
-embedded trainer's sample rules. The uuids of the batch are kept so the step can be recorded (and the
-episodes marked consumed) after the update.
+`StoreFedTrainer` subclasses `verl.experimental.separation.ray_trainer.SeparateRayPPOTrainer` and keeps
+its step template (`fit_step`: generate -> reward -> old log-probs -> ref -> advantage -> update ->
+weight sync -> checkpoint -> metrics). What changes:
+
+- no dataset: the agents are the data source, so `_create_dataloader` only sets the step budget;
+- `_fit_generate` ("wait for generated samples") reads rewarded episodes from the store and returns
+  them as a DataProto built with the embedded trainer's sample rules; in the hybrid (colocated) layout
+  it then puts the vLLM replicas to sleep so the update has the GPUs;
+- the vLLM replicas are launched by verl (`LLMServerManager`, hybrid with the actor workers) and kept
+  in sync by verl's `CheckpointEngineManager`; no agent loop runs: their OpenAI addresses are what the
+  proxy routes the agents' calls to;
+- GRPO advantages are computed per episode, so an episode split into several sequences counts once
+  in its group (verl's row-wise GRPO would count each sequence) — exactly the embedded trainer's values;
+- rows are padded (no trained token) to a multiple of verl's mini-batch, which must divide the batch.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+import torch
+from omegaconf import OmegaConf, open_dict
 from verl import DataProto
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+from verl.single_controller.ray import RayClassWithInitArgs
+from verl.trainer.ppo.utils import Role
 
 from ajet.job import AgentJetJob
 from ajet_proxy.batch_policy import select_batch
 from ajet_proxy.store import Store
+from ajet_proxy.types import PoolEpisode
+from ajet_trainer.grpo import episode_advantages
 from ajet_trainer.samples import assemble
-from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
+from ajet_trainer.types import AssemblyStats, EpisodeSample
+from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
 
 logger = logging.getLogger(__name__)
+
+UNBOUNDED_STEPS = 1_000_000
+"""Step budget when the job sets none: a swarm trains until a client stops the engine."""
+
+
+class StoreCursor:
+    """Stands where verl keeps its dataloader: the data source is the store.
+
+    verl saves `state_dict()` in each checkpoint (`global_step_N/data.pt`); it carries the record of the
+    step being checkpointed, so a crash between the checkpoint and the store's record loses nothing.
+    """
+
+    def __init__(self, steps: int):
+        self.steps = steps
+        self.pending: dict[str, Any] = {}
+        """The step being trained: `step`, `episode_uuids`, `reward_mean`."""
+        self.restored: dict[str, Any] = {}
+        """What the loaded checkpoint carried."""
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"source": "ajet-store", **self.pending}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.restored = dict(state)
 
 
 class StoreFedTrainer(SeparateRayPPOTrainer):
     """verl's trainer whose samples come from the swarm's store."""
 
+    # ------------------------------------------------------------------ wiring
     def attach_store(self, store: Store, job: AgentJetJob, pad_id: int, poll_s: float = 0.5) -> None:
-        """Where rewarded episodes come from (call before `fit`)."""
+        """Where rewarded episodes come from (call before the first step)."""
         self.ajet_store, self.ajet_job, self.ajet_pad_id, self.ajet_poll_s = store, job, pad_id, poll_s
+        self.ajet_next: Optional[Sequence[PoolEpisode]] = None
         self.ajet_batch_uuids: list[str] = []
+        self.ajet_samples: list[EpisodeSample] = []
+        self.ajet_stats = AssemblyStats()
 
-    def store_batch(self, timeout: Optional[float] = None) -> DataProto:
-        """Block until the batch policy is satisfied; the batch as a DataProto."""
+    def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
+        """No dataset (the agents generate); only the step budget the LR schedule needs."""
+        steps = self.config.trainer.total_training_steps or UNBOUNDED_STEPS
+        self.total_training_steps = int(steps)
+        self.train_dataset = self.val_dataset = self.val_dataloader = None
+        self.train_dataloader = StoreCursor(self.total_training_steps)
+        OmegaConf.set_struct(self.config, True)
+        with open_dict(self.config):
+            self.config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
+            if OmegaConf.select(self.config, "critic.optim"):
+                self.config.critic.optim.total_training_steps = self.total_training_steps
+
+    def _create_actor_rollout_classes(self) -> None:
+        """The hybrid actor+rollout workers (verl's unified engine worker) on the actor's pool."""
+        pool = self.resource_pool_manager.get_resource_pool(Role.ActorRollout)
+        cls = RayClassWithInitArgs(cls=self.role_worker_mapping[Role.ActorRollout],
+                                   config=self.config.actor_rollout_ref, role=str(Role.ActorRollout))
+        self.resource_pool_to_cls[pool][str(Role.ActorRollout)] = cls
+
+    def _init_async_rollout_manager(self) -> None:
+        """Launch verl's vLLM replicas colocated with the actor workers; no agent loop (agents are outside)."""
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        self.async_rollout_mode = True
+        self.async_rollout_manager = None
+        self.llm_server_manager = LLMServerManager.create(
+            config=self.config, worker_group=self.actor_rollout_wg,
+            rollout_resource_pool=self.resource_pool_manager.get_resource_pool(Role.ActorRollout))
+
+    def init_workers(self) -> None:
+        """verl's worker setup, then replicas asleep until `begin` loads the (restored) weights into them."""
+        super().init_workers()
+        self.checkpoint_manager.sleep_replicas()
+
+    def server_addresses(self) -> list[str]:
+        """`host:port` of each vLLM replica's OpenAI server."""
+        return list(self.llm_server_manager.get_addresses())
+
+    def begin(self) -> int:
+        """fit()'s prologue without its data loop: restore, push weights into the replicas. Returns the step."""
+        from tqdm import tqdm
+        from verl.utils.tracking import Tracking
+
+        self.logger = Tracking(project_name=self.config.trainer.project_name,
+                               experiment_name=self.config.trainer.experiment_name,
+                               default_backend=self.config.trainer.logger,
+                               config=OmegaConf.to_container(self.config, resolve=True))
+        self.global_steps = 0
+        self._load_checkpoint()
+        self.checkpoint_manager.update_weights(self.global_steps)  # wakes the replicas with these weights
+        restored = self.global_steps
+        self.progress_bar = tqdm(total=self.total_training_steps, initial=restored, desc="verl steps")
+        self.global_steps += 1  # verl counts steps from 1
+        return restored
+
+    # ------------------------------------------------------------------ the step
+    def train_on(self, batch: Sequence[PoolEpisode]) -> dict[str, Any]:
+        """One verl step on these store episodes; returns verl's metrics of the step."""
+        self.ajet_next = batch
+        self.train_dataloader.pending = {"step": self.global_steps, "episode_uuids": [p.uuid for p in batch],
+                                         "reward_mean": sum(p.reward for p in batch) / len(batch)}
+        self.fit_step(None)
+        return dict(self.metrics)
+
+    def _fit_get_batch(self, batch_dict: Any) -> None:
+        return None  # there is no prompt batch: `_fit_generate` reads finished episodes
+
+    def wait_for_pool(self, timeout: Optional[float] = None) -> list[PoolEpisode]:
+        """Block until the job's batch policy is satisfied by rewarded episodes in the store."""
         deadline = None if timeout is None else time.monotonic() + timeout
         job = self.ajet_job
         while True:
             row = self.ajet_store.engine_row()
             batch = select_batch(self.ajet_store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat)
             if batch:
-                break
+                return batch
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("the rollout pool did not fill in time")
             time.sleep(self.ajet_poll_s)
-        episodes = [(p.uuid, p.task_id, p.reward, self.ajet_store.calls(p.uuid)) for p in batch]
-        samples, stats = assemble(episodes, job.max_prompt_length, job.max_response_length)
-        logger.info("verl batch: %d episodes, %d sequences", stats.episodes, stats.sequences)
-        self.ajet_batch_uuids = [s.episode_uuid for s in samples]
+
+    def store_batch(self, pool: Sequence[PoolEpisode]) -> DataProto:
+        """These episodes' calls -> samples (the embedded rules) -> DataProto."""
+        job = self.ajet_job
+        episodes = [(p.uuid, p.task_id, p.reward, self.ajet_store.calls(p.uuid)) for p in pool]
+        samples, self.ajet_stats = assemble(episodes, job.max_prompt_length, job.max_response_length)
+        if not samples:
+            raise ValueError("no episode of the batch has a trainable call")
+        logger.info("verl batch: %d episodes, %d sequences", self.ajet_stats.episodes, self.ajet_stats.sequences)
+        self.ajet_samples = samples
+        self.ajet_batch_uuids = [p.uuid for p in pool]
         return samples_to_dataproto(samples, self.ajet_pad_id)
 
     def _fit_generate(self, batch: Any = None) -> DataProto:
         """verl's generation step, replaced: the agents already generated, the store has the samples."""
-        return self.store_batch()
+        pool, self.ajet_next = (self.ajet_next or self.wait_for_pool()), None
+        out = self.store_batch(pool)
+        out.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        out.batch["rm_scores"] = out.batch["token_level_scores"].clone()  # what verl's extract_reward reads
+        # verl's update asserts that its mini-batches (ppo_mini_batch_size x n rows) divide the batch
+        actor = self.config.actor_rollout_ref.actor
+        out = pad_rows(out, actor.ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n)
+        manager = getattr(self, "checkpoint_manager", None)
+        if manager is not None:
+            manager.sleep_replicas()  # colocated: free the GPUs for log-probs and the update
+        if self.config.trainer.balance_batch:
+            self._balance_batch(out, metrics=self.metrics)
+        out.meta_info["global_token_num"] = torch.sum(out.batch["attention_mask"], dim=-1).tolist()
+        out.meta_info["images_seqlens"] = []
+        return out
+
+    def _fit_compute_advantage(self, batch: DataProto) -> DataProto:
+        """verl's advantage step (KL in reward, rollout correction), then GRPO per episode, not per row."""
+        batch = super()._fit_compute_advantage(batch)
+        if str(self.config.algorithm.adv_estimator) == "grpo":
+            adv = episode_advantages(self.ajet_samples,
+                                     norm_by_std=self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
+            per_row = torch.tensor([adv.get(u, 0.0) for u in batch.non_tensor_batch["episode_uuid"]],
+                                   dtype=torch.float32)
+            scores = per_row.unsqueeze(-1) * batch.batch["response_mask"]
+            batch.batch["advantages"], batch.batch["returns"] = scores, scores.clone()
+        return batch
+
+    def _fit_collect_metrics(self, batch: DataProto) -> None:
+        """verl's data metrics over the episodes' rows only (padding rows would dilute the means)."""
+        super()._fit_collect_metrics(real_rows(batch))
