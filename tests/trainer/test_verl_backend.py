@@ -154,7 +154,8 @@ def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_tra
     seen = trainer.actor_rollout_wg.seen[0]
     assert seen["advantages"].shape[0] == 12
     trained = [i for i in range(12) if seen["response_mask"][i].sum() > 0]
-    assert len(trained) == 7 and float(seen["advantages"].abs().sum(-1)[[i not in trained for i in range(12)]].sum()) == 0
+    padding = [i for i in range(12) if i not in trained]
+    assert len(trained) == 7 and float(seen["advantages"][padding].abs().sum()) == 0.0
     ours = episode_advantages(trainer.ajet_samples)
     want = {tuple(sq.prompt_ids + sq.response_ids): ours[ep.episode_uuid]
             for ep in trainer.ajet_samples for sq in ep.sequences}
@@ -195,6 +196,25 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
     assert len(multi_store.pool_episodes()) == 6
     reconcile_store(multi_store, 1, pending)
     assert [s.step for s in multi_store.steps()] == [1] and multi_store.pool_episodes() == []
+
+
+def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update(tmp_path, verl_trainer):
+    trainer, job, _ = verl_trainer
+    st = Store(sqlite_url(tmp_path / "empty.db"))
+    st.sync_job({"batch_size": 2, "num_repeat": 3})
+    st.transition(EngineState.ROLLING)
+    for i in range(6):
+        uuid = f"e{i}"
+        st.begin_episode(uuid, uuid, "c", "train", 60)
+        st.write_calls([CallRecord(uuid, 0, "{}", None, None, None, None, None, 0, "d", 1.0, 1.0,
+                                   error="upstream 500")])
+        st.end_episode(uuid, "c", f"t{i % 2}", 1.0, None, {})
+    trainer.attach_store(st, job, pad_id=0)
+    trainer.begin()
+    session = VerlSession(job, 1, st, tmp_path / "exp", trainer, "/m", 0, owns_ray=False)
+    metrics = session.train(select_batch(st.pool_episodes(), BatchMode.TASKS, 2, 3), {})
+    assert metrics["samples/empty_episodes"] == 6 and trainer.actor_rollout_wg.seen == []
+    assert [s.step for s in st.steps()] == [1] and st.pool_episodes() == [] and session.policy_version == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU box the verl backend starts for real")

@@ -75,7 +75,7 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     def attach_store(self, store: Store, job: AgentJetJob, pad_id: int, poll_s: float = 0.5) -> None:
         """Where rewarded episodes come from (call before the first step)."""
         self.ajet_store, self.ajet_job, self.ajet_pad_id, self.ajet_poll_s = store, job, pad_id, poll_s
-        self.ajet_next: Optional[Sequence[PoolEpisode]] = None
+        self.ajet_next: Optional[DataProto] = None
         self.ajet_batch_uuids: list[str] = []
         self.ajet_samples: list[EpisodeSample] = []
         self.ajet_stats = AssemblyStats()
@@ -137,10 +137,19 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
 
     # ------------------------------------------------------------------ the step
     def train_on(self, batch: Sequence[PoolEpisode]) -> dict[str, Any]:
-        """One verl step on these store episodes; returns verl's metrics of the step."""
-        self.ajet_next = batch
+        """One verl step on these store episodes; returns verl's metrics of the step.
+
+        A batch without any trainable call (every call failed, or no token ids) still counts as a step,
+        as in the embedded trainer: its episodes are consumed, the weights do not change.
+        """
+        data = self.store_batch(batch)
         self.train_dataloader.pending = {"step": self.global_steps, "episode_uuids": [p.uuid for p in batch],
                                          "reward_mean": sum(p.reward for p in batch) / len(batch)}
+        if data is None:
+            logger.warning("verl step %d: no trainable call in the batch, no update", self.global_steps)
+            self.global_steps += 1
+            return {"training/empty_batch": 1.0}
+        self.ajet_next = data
         self.fit_step(None)
         return dict(self.metrics)
 
@@ -160,30 +169,32 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
                 raise TimeoutError("the rollout pool did not fill in time")
             time.sleep(self.ajet_poll_s)
 
-    def store_batch(self, pool: Sequence[PoolEpisode]) -> DataProto:
-        """These episodes' calls -> samples (the embedded rules) -> DataProto."""
+    def store_batch(self, pool: Sequence[PoolEpisode]) -> Optional[DataProto]:
+        """These episodes' calls -> samples (the embedded rules) -> DataProto; None if nothing is trainable."""
         job = self.ajet_job
         episodes = [(p.uuid, p.task_id, p.reward, self.ajet_store.calls(p.uuid)) for p in pool]
         samples, self.ajet_stats = assemble(episodes, job.max_prompt_length, job.max_response_length)
-        if not samples:
-            raise ValueError("no episode of the batch has a trainable call")
-        logger.info("verl batch: %d episodes, %d sequences", self.ajet_stats.episodes, self.ajet_stats.sequences)
         self.ajet_samples = samples
         self.ajet_batch_uuids = [p.uuid for p in pool]
+        if not samples:
+            return None
+        logger.info("verl batch: %d episodes, %d sequences", self.ajet_stats.episodes, self.ajet_stats.sequences)
         return samples_to_dataproto(samples, self.ajet_pad_id)
 
     def _fit_generate(self, batch: Any = None) -> DataProto:
         """verl's generation step, replaced: the agents already generated, the store has the samples."""
-        pool, self.ajet_next = (self.ajet_next or self.wait_for_pool()), None
-        out = self.store_batch(pool)
+        out, self.ajet_next = self.ajet_next, None
+        if out is None:  # driven by verl's own loop rather than `train_on`: wait for the batch policy
+            out = self.store_batch(self.wait_for_pool())
+            if out is None:
+                raise ValueError("no episode of the batch has a trainable call")
         out.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         out.batch["rm_scores"] = out.batch["token_level_scores"].clone()  # what verl's extract_reward reads
         # verl's update asserts that its mini-batches (ppo_mini_batch_size x n rows) divide the batch
         actor = self.config.actor_rollout_ref.actor
         out = pad_rows(out, actor.ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n)
-        manager = getattr(self, "checkpoint_manager", None)
-        if manager is not None:
-            manager.sleep_replicas()  # colocated: free the GPUs for log-probs and the update
+        if self.checkpoint_manager is not None:
+            self.checkpoint_manager.sleep_replicas()  # colocated: free the GPUs for log-probs and the update
         if self.config.trainer.balance_batch:
             self._balance_batch(out, metrics=self.metrics)
         out.meta_info["global_token_num"] = torch.sum(out.batch["attention_mask"], dim=-1).tolist()
