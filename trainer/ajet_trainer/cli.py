@@ -34,6 +34,9 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", default=None,
                    help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
+    p.add_argument("--verl-overrides", default=None,
+                   help="verl backend: YAML of dotted verl config keys "
+                        "(default: the repo's configs/verl_overrides.yaml)")
     p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),
@@ -55,7 +58,7 @@ def run_trainer(args: argparse.Namespace) -> None:
         signal.signal(sig, lambda *_: stop.set())
     TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
                                  device=args.device, backend=args.backend, ray_address=args.ray_address,
-                                 nnodes=args.nnodes)).run(stop)
+                                 nnodes=args.nnodes, verl_overrides=args.verl_overrides)).run(stop)
 
 
 def run_swarm(args: argparse.Namespace) -> int:

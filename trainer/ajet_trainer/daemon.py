@@ -48,6 +48,8 @@ class TrainerOptions:
     """verl backend: the Ray cluster to join (`ray start --head` on the first node); None: $RAY_ADDRESS or local."""
     nnodes: int = 1
     """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
+    verl_overrides: Optional[str] = None
+    """verl backend: YAML of dotted verl config keys applied over the job's; None: `configs/verl_overrides.yaml`."""
     device: str = "auto"
     """`auto`, `cpu` or `cuda[:N]`."""
     poll_s: float = 0.1

@@ -70,8 +70,9 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
             name, args = obj["name"], obj.get("arguments", {})
         except (ValueError, KeyError, TypeError):
             continue
+        arguments = args if isinstance(args, str) else json.dumps(args)
         calls.append({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                      "function": {"name": str(name), "arguments": args if isinstance(args, str) else json.dumps(args)}})
+                      "function": {"name": str(name), "arguments": arguments}})
         kept = kept.replace(match.group(0), "", 1)
     return (kept.strip() if calls else text), calls
 

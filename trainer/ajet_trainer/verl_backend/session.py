@@ -25,7 +25,7 @@ from ajet_trainer.errors import TrainerError
 from ajet_trainer.metrics import MetricsLog
 from ajet_trainer.session import _jsonable, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
-from ajet_trainer.verl_backend.config import compose_verl_config
+from ajet_trainer.verl_backend.config import REPO_CONFIGS, compose_verl_config
 
 if TYPE_CHECKING:
     from ajet_trainer.daemon import TrainerOptions
@@ -198,7 +198,10 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: "Traine
     exp_dir.mkdir(parents=True, exist_ok=True)
     job.dump_job_as_yaml(exp_dir / "job.yaml")
     model_path = str(resolve_model_path(job.model))
-    config = compose_verl_config(job, nnodes=opts.nnodes, extra=session_overrides(job, exp_dir),
+    user_file = Path(opts.verl_overrides) if opts.verl_overrides else REPO_CONFIGS / "verl_overrides.yaml"
+    if opts.verl_overrides and not user_file.is_file():
+        raise TrainerError(f"--verl-overrides: no such file {user_file}")
+    config = compose_verl_config(job, user_file, nnodes=opts.nnodes, extra=session_overrides(job, exp_dir),
                                  model_path=model_path)
     OmegaConf.resolve(config)
     (exp_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(config))
