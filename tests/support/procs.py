@@ -100,9 +100,9 @@ class Proc(Child):
 
 
 def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
-    """The vLLM-format stub backend."""
+    """The vLLM-format stub backend (`extra` first, so `serve MODEL_FOLDER ...` works as with `vllm serve`)."""
     port = port or free_port()
-    return Proc([sys.executable, str(STUB), "--port", str(port), *extra], f"http://127.0.0.1:{port}", "/health",
+    return Proc([sys.executable, str(STUB), *extra, "--port", str(port)], f"http://127.0.0.1:{port}", "/health",
                 tmp / f"stub-{port}.log")
 
 

@@ -8,7 +8,8 @@ update, weight sync, checkpoint, metrics) runs in CI:
   `load_checkpoint`, dispatch info) computing with a real tiny transformers model on CPU and verl's
   own policy loss, on the no-padding TensorDicts verl sends its workers;
 - `ReplicaJournal` is the checkpoint-engine manager + LLM server manager: it records the sleep /
-  weight-sync sequence and reports replica addresses.
+  weight-sync sequence and reports replica addresses; `HttpReplicas` also drives real servers that
+  speak vLLM's HTTP API (the vLLM stand-in): sleep before the update, wake up when weights are pushed.
 
 `scripts/gpu_smoke.sh` runs the same path with verl's real workers and vLLM on a GPU.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import torch
 from verl.utils import tensordict_utils as tu
 
@@ -114,3 +116,18 @@ class ReplicaJournal:
     def update_weights(self, global_steps: int = 0) -> dict[str, float]:
         self.calls.append(f"update_weights@{global_steps}")
         return {}
+
+
+class HttpReplicas(ReplicaJournal):
+    """Replicas at `host:port` addresses, slept and woken over vLLM's HTTP API as verl does in-process."""
+
+    def sleep_replicas(self) -> None:
+        super().sleep_replicas()
+        for addr in self.addresses:
+            httpx.post(f"http://{addr}/sleep", params={"level": 1}, timeout=10).raise_for_status()
+
+    def update_weights(self, global_steps: int = 0) -> dict[str, float]:
+        out = super().update_weights(global_steps)
+        for addr in self.addresses:
+            httpx.post(f"http://{addr}/wake_up", timeout=10).raise_for_status()
+        return out
