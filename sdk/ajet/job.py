@@ -140,6 +140,9 @@ class AgentJetJob(BaseModel):
             f"{arr}.actor.use_kl_loss": self.use_kl_loss,
             f"{arr}.actor.kl_loss_coef": self.kl_loss_coef,
             f"{arr}.actor.kl_loss_type": self.kl_loss_type,
+            # agent episodes vary in length: pack micro-batches by tokens (log-prob passes inherit it)
+            f"{arr}.actor.use_dynamic_bsz": True,
+            f"{arr}.actor.ppo_max_token_len_per_gpu": max(16384, self.max_prompt_length + self.max_response_length),
             "trainer.n_gpus_per_node": self.n_gpu,
             "trainer.project_name": self.project_name,
             "trainer.experiment_name": self.experiment_name,

@@ -59,7 +59,7 @@ def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
     try:
         client = SwarmClient(px.url)
         client.auto_sync_train_config_and_start_engine(AgentJetJob(
-            model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-3, save_freq=2, max_prompt_length=64,
+            model="builtin:tiny", n_gpu=1, batch_size=2, num_repeat=2, lr=1e-3, save_freq=2, max_prompt_length=64,
             max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
         for batch in range(3):
             for task_id in ("a", "b"):

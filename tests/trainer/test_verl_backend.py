@@ -21,7 +21,7 @@ from ajet_trainer.daemon import TrainerOptions
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.session import open_session, reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides
+from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, validate
 from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
 
 
@@ -44,6 +44,28 @@ def test_verl_config_composition(tmp_path):
     assert a.rollout.tensor_model_parallel_size == 2  # the user's file wins
     dumped = yaml.safe_load(job.dump_job_as_yaml(tmp_path / "job.yaml").read_text())
     assert dumped["verl"]["actor_rollout_ref.rollout.n"] == 8 and AgentJetJob.from_yaml(tmp_path / "job.yaml") == job
+
+
+@pytest.mark.parametrize("job", [
+    AgentJetJob(lora_rank=8, batch_size=4, num_repeat=4),
+    AgentJetJob(batch_size=4, num_repeat=4, use_kl_loss=True),
+    AgentJetJob(n_gpu=8, batch_size=32, num_repeat=8, mini_batch_num=4, max_prompt_length=4096,
+                max_response_length=20000, max_model_len=24576),
+], ids=["lora", "full-kl", "8gpu-long"])
+def test_verl_composed_config_passes_verls_own_validation(job, tmp_path):
+    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path), model_path="/models/m")
+    validate(cfg)  # raises TrainerError with verl's message otherwise
+    a = cfg.actor_rollout_ref
+    assert a.actor.use_dynamic_bsz and a.ref.log_prob_use_dynamic_bsz
+    assert a.actor.ppo_max_token_len_per_gpu >= job.max_prompt_length + job.max_response_length
+    assert cfg.critic.enable is False and a.model.lora.merge is (job.lora_rank > 0)
+
+
+def test_verl_validation_reports_verls_reason(tmp_path):
+    job = AgentJetJob(n_gpu=3, batch_size=2, num_repeat=1)  # 2 rows cannot be split over 3 GPUs
+    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path), model_path="/models/m")
+    with pytest.raises(TrainerError, match="verl rejects the composed config"):
+        validate(cfg)
 
 
 @pytest.fixture
@@ -95,7 +117,7 @@ def test_verl_dataproto_equals_the_embedded_samples_and_advantages(store):
 @pytest.fixture
 def verl_trainer(tmp_path, tiny):
     """A real StoreFedTrainer (verl's config, verl's driver code) with the GPU parts stood in for."""
-    job = AgentJetJob(batch_size=2, num_repeat=3, save_freq=1, lr=1e-3)
+    job = AgentJetJob(n_gpu=1, batch_size=2, num_repeat=3, save_freq=1, lr=1e-3)
     path = str(builtin_model_path("builtin:tiny"))
     config = compose_verl_config(job, extra=session_overrides(job, tmp_path / "exp"), model_path=path)
     trainer = build_trainer(config, tiny[1])

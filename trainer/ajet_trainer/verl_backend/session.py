@@ -205,6 +205,7 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: "Traine
                                  model_path=model_path)
     OmegaConf.resolve(config)
     (exp_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(config))
+    validate(config)
     owns_ray = _ray_init(opts.ray_address, config.trainer.n_gpus_per_node * config.trainer.nnodes)
     trainer = build_trainer(config, hf_tokenizer(model_path))
     trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer), poll_s=opts.poll_s)
@@ -216,6 +217,25 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: "Traine
     logger.info("verl session: %s, step %d, replicas %s, experiment %s", job.model, step,
                 trainer.server_addresses(), exp_dir)
     return session
+
+
+def validate(config: Any) -> None:
+    """verl's own checks of the composed config (batch divisibility, micro-batching, ...), as a TrainerError."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                        use_critic=need_critic(config))
+    except Exception as exc:  # noqa: BLE001 - verl raises assertions and hydra instantiation errors
+        raise TrainerError(f"verl rejects the composed config (see <experiment>/verl_config.yaml): {exc}") from exc
+    # verl's update asserts this at the first step, on the GPUs; say it now
+    actor = config.actor_rollout_ref.actor
+    mini_rows = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
+    dp = config.trainer.n_gpus_per_node * config.trainer.nnodes // actor.get("ulysses_sequence_parallel_size", 1)
+    if mini_rows % dp:
+        raise TrainerError(f"verl rejects the composed config: a mini-batch of {mini_rows} rows (batch_size / "
+                           f"mini_batch_num x num_repeat) does not split over {dp} data-parallel GPUs")
 
 
 def _pad_id(tokenizer: Any) -> int:
