@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
+from verl.utils.config import omega_conf_to_dataclass
 from verl.trainer.ppo import core_algos
 
 from ajet import AgentJetJob
@@ -53,8 +55,12 @@ def test_verl_config_composition(tmp_path):
                 max_response_length=20000, max_model_len=24576),
 ], ids=["lora", "full-kl", "8gpu-long"])
 def test_verl_composed_config_passes_verls_own_validation(job, tmp_path):
-    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path), model_path="/models/m")
+    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path),
+                              model_path=str(builtin_model_path("builtin:tiny")))
+    OmegaConf.resolve(cfg)
     validate(cfg)  # raises TrainerError with verl's message otherwise
+    for key in ("model", "actor", "rollout", "rollout.checkpoint_engine"):  # what verl's workers build from it
+        omega_conf_to_dataclass(OmegaConf.select(cfg.actor_rollout_ref, key))
     a = cfg.actor_rollout_ref
     assert a.actor.use_dynamic_bsz and a.ref.log_prob_use_dynamic_bsz
     assert a.actor.ppo_max_token_len_per_gpu >= job.max_prompt_length + job.max_response_length
