@@ -7,6 +7,7 @@ import pytest
 import torch
 import yaml
 from omegaconf import OmegaConf
+from verl.trainer.ppo.utils import Role
 from verl.utils.config import omega_conf_to_dataclass
 from verl.trainer.ppo import core_algos
 
@@ -72,6 +73,21 @@ def test_verl_validation_reports_verls_reason(tmp_path):
     cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path), model_path="/models/m")
     with pytest.raises(TrainerError, match="verl rejects the composed config"):
         validate(cfg)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 8])
+def test_verl_trainer_roles_for_kl_with_and_without_lora(lora_rank, tiny, tmp_path):
+    job = AgentJetJob(n_gpu=1, batch_size=2, num_repeat=2, use_kl_loss=True, lora_rank=lora_rank)
+    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path),
+                              model_path=str(builtin_model_path("builtin:tiny")))
+    trainer = build_trainer(cfg, tiny[1])
+    assert trainer.use_reference_policy and trainer.ref_in_actor is (lora_rank > 0)
+    # full fine-tuning: a frozen reference model of its own; LoRA: the actor without its adapter
+    assert (Role.RefPolicy in trainer.role_worker_mapping) is (lora_rank == 0)
+    trainer.resource_pool_to_cls = {}
+    if lora_rank:
+        trainer._create_reference_policy_class()  # no reference workers to place
+        assert trainer.resource_pool_to_cls == {}
 
 
 @pytest.fixture

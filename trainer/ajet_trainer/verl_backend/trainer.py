@@ -109,6 +109,18 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
             config=self.config, worker_group=self.actor_rollout_wg,
             rollout_resource_pool=self.resource_pool_manager.get_resource_pool(Role.ActorRollout))
 
+    def _create_reference_policy_class(self) -> None:
+        """With LoRA the reference is the actor without its adapter (verl's `ref_in_actor`): no ref workers."""
+        if not self.ref_in_actor:
+            super()._create_reference_policy_class()
+
+    def _init_reward_loop(self) -> None:
+        """Rewards come from the agents (`end_episode`): no reward workers, unless a reward model is configured."""
+        if self.use_rm:
+            super()._init_reward_loop()
+        else:
+            self.reward_loop_manager = None
+
     def init_workers(self) -> None:
         """verl's worker setup, then replicas asleep until `begin` loads the (restored) weights into them."""
         super().init_workers()
