@@ -4,8 +4,8 @@
 #   2. two LoRA steps through `--engine vllm` (the trainer launches `vllm serve`, hot-loads policy@N);
 #   3. two steps through `--backend verl` (verl's FSDP workers on a local Ray, verl launches vLLM and
 #      syncs the weights with its checkpoint engine; LoRA merged into the synced weights).
-# Steps 2-3 need `pip install vllm` (and `pip install -e '.[verl]'`). Each prints the policy version and
-# reward of every step, then the engine's policy version. MODEL: builtin:small or a local HF folder.
+# Steps 2-3 need vLLM: `pip install -e '.[vllm]'` (vLLM 0.24.0 + verl 0.9.1). Each prints the policy
+# version and reward of every step, then the engine's policy version. MODEL: builtin:small or a local HF folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -18,7 +18,7 @@ $PY scripts/gpu_check.py --device cuda --model "$MODEL" --steps 3
 $PY scripts/gpu_check.py --device cuda --model "$MODEL" --steps 3 --lora-rank 8
 
 if ! $PY -c "import vllm" 2>/dev/null; then
-  echo "== vllm is not installed: skipping --engine vllm and --backend verl (pip install vllm)"; exit 0
+  echo "== vllm is not installed: skipping --engine vllm and --backend verl (pip install -e '.[vllm]')"; exit 0
 fi
 
 # run_swarm NAME TRAINER_ARGS...: proxy + trainer on a fresh store, the tutorial client for $STEPS steps

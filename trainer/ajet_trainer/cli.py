@@ -30,7 +30,7 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
                         "AJET_VLLM_REPLICAS=N and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group)")
     p.add_argument("--backend", choices=["embedded", "verl"], default="embedded",
                    help="verl: verl's FSDP workers on Ray train, verl launches and syncs the vLLM replicas "
-                        "(needs CUDA and `pip install vllm`); --engine is then ignored")
+                        "(needs CUDA and `pip install -e '.[vllm]'`); --engine is then ignored")
     p.add_argument("--ray-address", default=None,
                    help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
