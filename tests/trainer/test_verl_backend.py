@@ -151,16 +151,17 @@ def verl_trainer(tmp_path, tiny):
 
 def test_verl_store_fed_trainer_step_returns_the_batch(store, verl_trainer):
     trainer, job, _ = verl_trainer
-    trainer.attach_store(store, job, pad_id=0, poll_s=0.05)
+    trainer.attach_store(store, job, pad_id=0)
     trainer.metrics = {}
-    dp = trainer._fit_generate()  # nothing queued: it waits for the store's batch policy
-    assert len(dp) == 6 and sorted(trainer.ajet_batch_uuids) == sorted(p.uuid for p in store.pool_episodes())
+    pool = select_batch(store.pool_episodes(), BatchMode.TASKS, job.batch_size, job.num_repeat)
+    trainer.ajet_next = trainer.store_batch(pool)  # what `train_on` hands over
+    dp = trainer._fit_generate()  # the generation step: the store's episodes, not an agent loop
+    assert len(dp) == 6 and sorted(dp.non_tensor_batch["episode_uuid"]) == sorted(p.uuid for p in pool)
     assert set(dp.non_tensor_batch["uid"]) == {"t1", "t2"}
     assert torch.equal(dp.batch["rm_scores"], dp.batch["token_level_scores"])
     assert trainer.checkpoint_manager.calls == ["sleep"]  # colocated replicas give the GPUs to the update
-    trainer.attach_store(store, AgentJetJob(batch_size=3, num_repeat=3), pad_id=0, poll_s=0.05)
-    with pytest.raises(TimeoutError):
-        trainer.wait_for_pool(timeout=0.3)
+    with pytest.raises(RuntimeError, match="train_on"):
+        trainer._fit_generate()  # nothing handed over
 
 
 @pytest.fixture

@@ -64,7 +64,6 @@ class VerlSession:
                  served_model: str, step: int, owns_ray: bool):
         self.job, self.run_id, self.store, self.exp_dir, self.trainer = job, run_id, store, exp_dir, trainer
         self.served_model, self.step, self.owns_ray = served_model, step, owns_ray
-        self.last_checkpoint_step = step
         self.metrics = MetricsLog(exp_dir, job.logging)
         self.base_url = self.deployments()[0].base_url
 
@@ -86,8 +85,6 @@ class VerlSession:
         t0 = time.perf_counter()
         verl_metrics = self.trainer.train_on(batch)
         self.step = self.trainer.global_steps - 1  # verl moved on to the next step number
-        if self.job.save_freq and self.step % self.job.save_freq == 0:
-            self.last_checkpoint_step = self.step  # verl's fit_step saved it (trainer.save_freq)
         metrics = step_metrics(verl_metrics, batch, timers, vars(self.trainer.ajet_stats))
         metrics["train_s"] = time.perf_counter() - t0
         metrics["step_s"] = metrics["train_s"] + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
@@ -104,11 +101,10 @@ class VerlSession:
         import ray
 
         try:
-            if final_checkpoint and self.step > self.last_checkpoint_step:
+            saved = Path(self.trainer.config.trainer.default_local_dir) / f"global_step_{self.step}"
+            if final_checkpoint and self.step > 0 and not saved.is_dir():  # verl saves on save_freq, not always
                 self.trainer.global_steps = self.step  # verl names the folder after global_steps
-                self.trainer.train_dataloader.pending = {}
-                self.trainer._save_checkpoint()
-                self.last_checkpoint_step = self.step
+                self.trainer._save_checkpoint()  # the cursor still carries this step's record
         finally:
             self.metrics.close()
             if self.owns_ray:
@@ -208,7 +204,7 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: "Traine
     validate(config)
     owns_ray = _ray_init(opts.ray_address, config.trainer.n_gpus_per_node * config.trainer.nnodes)
     trainer = build_trainer(config, hf_tokenizer(model_path))
-    trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer), poll_s=opts.poll_s)
+    trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer))
     trainer.init_workers()
     step = trainer.begin()
     reconcile_store(store, step, trainer.train_dataloader.restored or None)

@@ -5,8 +5,9 @@ its step template (`fit_step`: generate -> reward -> old log-probs -> ref -> adv
 weight sync -> checkpoint -> metrics). What changes:
 
 - no dataset: the agents are the data source, so `_create_dataloader` only sets the step budget;
-- `_fit_generate` ("wait for generated samples") reads rewarded episodes from the store and returns
-  them as a DataProto built with the embedded trainer's sample rules; in the hybrid (colocated) layout
+- `_fit_generate` ("wait for generated samples") takes the rewarded episodes the daemon selected from the
+  store (after its ROLLING -> ROLLING_POST drain) as a DataProto built with the embedded trainer's sample
+  rules; in the hybrid (colocated) layout
   it then puts the vLLM replicas to sleep so the update has the GPUs;
 - the vLLM replicas are launched by verl (`LLMServerManager`, hybrid with the actor workers) and kept
   in sync by verl's `CheckpointEngineManager`; no agent loop runs: their OpenAI addresses are what the
@@ -19,7 +20,6 @@ weight sync -> checkpoint -> metrics). What changes:
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Optional, Sequence
 
 import torch
@@ -30,7 +30,6 @@ from verl.single_controller.ray import RayClassWithInitArgs
 from verl.trainer.ppo.utils import Role
 
 from ajet.job import AgentJetJob
-from ajet_proxy.batch_policy import select_batch
 from ajet_proxy.store import Store
 from ajet_proxy.types import PoolEpisode
 from ajet_trainer.grpo import episode_advantages
@@ -72,11 +71,10 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     """verl's trainer whose samples come from the swarm's store."""
 
     # ------------------------------------------------------------------ wiring
-    def attach_store(self, store: Store, job: AgentJetJob, pad_id: int, poll_s: float = 0.5) -> None:
+    def attach_store(self, store: Store, job: AgentJetJob, pad_id: int) -> None:
         """Where rewarded episodes come from (call before the first step)."""
-        self.ajet_store, self.ajet_job, self.ajet_pad_id, self.ajet_poll_s = store, job, pad_id, poll_s
+        self.ajet_store, self.ajet_job, self.ajet_pad_id = store, job, pad_id
         self.ajet_next: Optional[DataProto] = None
-        self.ajet_batch_uuids: list[str] = []
         self.ajet_samples: list[EpisodeSample] = []
         self.ajet_stats = AssemblyStats()
 
@@ -168,26 +166,12 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     def _fit_get_batch(self, batch_dict: Any) -> None:
         return None  # there is no prompt batch: `_fit_generate` reads finished episodes
 
-    def wait_for_pool(self, timeout: Optional[float] = None) -> list[PoolEpisode]:
-        """Block until the job's batch policy is satisfied by rewarded episodes in the store."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        job = self.ajet_job
-        while True:
-            row = self.ajet_store.engine_row()
-            batch = select_batch(self.ajet_store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat)
-            if batch:
-                return batch
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError("the rollout pool did not fill in time")
-            time.sleep(self.ajet_poll_s)
-
     def store_batch(self, pool: Sequence[PoolEpisode]) -> Optional[DataProto]:
         """These episodes' calls -> samples (the embedded rules) -> DataProto; None if nothing is trainable."""
         job = self.ajet_job
         episodes = [(p.uuid, p.task_id, p.reward, self.ajet_store.calls(p.uuid)) for p in pool]
         samples, self.ajet_stats = assemble(episodes, job.max_prompt_length, job.max_response_length)
         self.ajet_samples = samples
-        self.ajet_batch_uuids = [p.uuid for p in pool]
         if not samples:
             return None
         logger.info("verl batch: %d episodes, %d sequences", self.ajet_stats.episodes, self.ajet_stats.sequences)
@@ -196,10 +180,8 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     def _fit_generate(self, batch: Any = None) -> DataProto:
         """verl's generation step, replaced: the agents already generated, the store has the samples."""
         out, self.ajet_next = self.ajet_next, None
-        if out is None:  # driven by verl's own loop rather than `train_on`: wait for the batch policy
-            out = self.store_batch(self.wait_for_pool())
-            if out is None:
-                raise ValueError("no episode of the batch has a trainable call")
+        if out is None:  # the daemon's state machine picks the batch; `train_on` hands it over
+            raise RuntimeError("no batch handed over: drive steps with StoreFedTrainer.train_on")
         out.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         out.batch["rm_scores"] = out.batch["token_level_scores"].clone()  # what verl's extract_reward reads
         # verl's update asserts that its mini-batches (ppo_mini_batch_size x n rows) divide the batch
