@@ -14,13 +14,14 @@ import time
 import httpx
 import pytest
 
-from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet import AgentJetJob, SwarmClient
 from ajet_proxy.store import Store, sqlite_url
 from ajet_trainer.daemon import TrainerDaemon, TrainerOptions
 from ajet_trainer.learner import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.verl_backend import session as verl_session
 from ajet_trainer.verl_backend.trainer import StoreFedTrainer
+from tests.support.episodes import play_batch
 from tests.support.procs import start_proxy, start_stub
 from tests.support.verl_stand_in import CpuActorGroup, HttpReplicas
 
@@ -62,13 +63,7 @@ def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
             model="builtin:tiny", n_gpu=1, batch_size=2, num_repeat=2, lr=1e-3, save_freq=2, max_prompt_length=64,
             max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
         for batch in range(3):
-            for task_id in ("a", "b"):
-                for k in range(2):
-                    uuid, creds = client.begin_episode()
-                    out = creds.as_openai_client(max_retries=0).chat.completions.create(
-                        model="anything", messages=[{"role": "user", "content": f"say {task_id}"}], seed=k)
-                    client.end_episode(Task(task_id=f"{batch}-{task_id}"), uuid,
-                                       WorkflowOutput(reward=float(k) if out.choices[0].message.content else 0.0))
+            play_batch(client, batch)
             _wait(lambda b=batch: client.get_engine_status().global_step >= b + 1, f"step {batch + 1}", thread)
         assert [(d.name, d.base_url, d.model, d.policy_version) for d in store.deployments()] == [
             ("verl-vllm-0", stub.url + "/v1", model_path, 3)]

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet import AgentJetJob, SwarmClient
 from ajet_proxy.store import Store, sqlite_url
 from ajet_trainer.engine.vllm import (
     EngineStartError,
@@ -18,6 +18,7 @@ from ajet_trainer.engine.vllm import (
     replica_devices,
 )
 from ajet_trainer.errors import TrainerError
+from tests.support.episodes import play_batch
 from tests.support.procs import STUB, Trainer, start_proxy
 
 
@@ -63,13 +64,7 @@ def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
             max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
         store = Store(url)
         for batch in range(3):
-            for task_id in ("a", "b"):
-                for k in range(2):
-                    uuid, creds = client.begin_episode()
-                    out = creds.as_openai_client(max_retries=0).chat.completions.create(
-                        model="anything", messages=[{"role": "user", "content": f"say {task_id}"}], seed=k)
-                    client.end_episode(Task(task_id=f"{batch}-{task_id}"), uuid,
-                                       WorkflowOutput(reward=float(k) if out.choices[0].message.content else 0.0))
+            play_batch(client, batch)
             deadline = time.monotonic() + 120
             while client.get_engine_status().global_step < batch + 1:
                 assert time.monotonic() < deadline, trainer.log_tail()
