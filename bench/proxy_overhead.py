@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ajet import AgentJetJob, SwarmClient  # noqa: E402
-from ajet_proxy.store import Store, sqlite_url  # noqa: E402
+from ajet_store import Store, sqlite_url  # noqa: E402
 from tests.conftest import make_rolling, wait_state  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
 from ajet.types import EngineState  # noqa: E402

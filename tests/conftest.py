@@ -16,8 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from ajet.types import EngineState  # noqa: E402
-from ajet_proxy.store import Store, sqlite_url  # noqa: E402
-from ajet_proxy.types import Deployment  # noqa: E402
+from ajet_store import Store, sqlite_url  # noqa: E402
+from ajet_store.types import Deployment  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
 
 

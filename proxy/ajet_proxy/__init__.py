@@ -1,39 +1,22 @@
 """AgentJet Swarm proxy: episode keys, LiteLLM routing, token-exact call logging, the control API.
 
-The store (`ajet_proxy.store`) is the contract between proxy and trainer.
+The store it writes (`ajet_store`) is its own package: the contract between proxy and trainer.
 """
 
-from ajet_proxy.batch_policy import (
-    all_progress,
-    rollout_until_finish_enough_episodes,
-    rollout_until_finish_enough_non_dummy_tasks,
-    rollout_until_finish_enough_tasks,
-    select_batch,
-)
-from ajet_proxy.errors import ProxyError
-from ajet_proxy.store import Store, sqlite_url
-from ajet_proxy.types import CallRecord, Deployment, EngineRow, EpisodeRow, PoolEpisode, StepRow
+from ajet_proxy.errors import EngineNotReady, InvalidRequest, ProxyError, Unauthorized, UpstreamUnavailable, http_error
 
 __all__ = [
-    "CallRecord",
-    "Deployment",
-    "EngineRow",
-    "EpisodeRow",
-    "PoolEpisode",
+    "EngineNotReady",
+    "InvalidRequest",
     "ProxyError",
-    "StepRow",
-    "Store",
-    "all_progress",
+    "Unauthorized",
+    "UpstreamUnavailable",
     "create_app",
-    "rollout_until_finish_enough_episodes",
-    "rollout_until_finish_enough_non_dummy_tasks",
-    "rollout_until_finish_enough_tasks",
-    "select_batch",
-    "sqlite_url",
+    "http_error",
 ]
 
 
-def __getattr__(name: str):  # create_app imports FastAPI and LiteLLM: load it only when asked
+def __getattr__(name: str) -> object:  # create_app imports FastAPI and LiteLLM: load it only when asked
     if name == "create_app":
         from ajet_proxy.app import create_app
 

@@ -1,36 +1,37 @@
-"""The FastAPI application: control routes, data-plane routes, and the one error handler."""
+"""The FastAPI application: control routes, data-plane routes, and the one error boundary."""
 
 from __future__ import annotations
 
 import logging
-
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
-from ajet.types import ErrorBody
+from ajet import __version__
+from ajet.protocol import ErrorBody, ErrorCode
 from ajet_proxy import control
 from ajet_proxy.dataplane import DataPlane
-from ajet_proxy.errors import EngineNotRolling, ProxyError
+from ajet_proxy.errors import HttpError, ProxyError, http_error
 from ajet_proxy.state import ProxyConfig, ProxyState
+from ajet_store import StoreError
 
 logger = logging.getLogger(__name__)
 
 
-def _error_response(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=status,
-                    media_type="application/json", headers=headers)
+def _error_response(err: HttpError) -> Response:
+    body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
+    return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=err.status,
+                    media_type="application/json", headers=err.headers)
 
 
-async def handle_proxy_error(_request: Request, exc: Exception) -> Response:
-    """Every `ProxyError` -> its HTTP status with an `ErrorBody`."""
-    assert isinstance(exc, ProxyError)
-    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-    if exc.status >= 500 and not isinstance(exc, EngineNotRolling):
-        logger.error("%s: %s", type(exc).__name__, exc.detail)
-    return _error_response(exc.status, ErrorBody(error=type(exc).__name__, detail=exc.detail, state=exc.state,
-                                                 fields=exc.fields), headers)
+async def handle_domain_error(_request: Request, exc: Exception) -> Response:
+    """Every `ProxyError` and `StoreError` -> its status and `ErrorBody` (the table in `errors.py`)."""
+    assert isinstance(exc, (ProxyError, StoreError))
+    err = http_error(exc)
+    if err.status >= 500 and err.code.retry_after is None:
+        logger.error("%s: %s", type(exc).__name__, err.detail)
+    return _error_response(err)
 
 
 async def handle_validation_error(_request: Request, exc: Exception) -> Response:
@@ -42,16 +43,17 @@ async def handle_validation_error(_request: Request, exc: Exception) -> Response
         name = ".".join(loc) or "body"
         fields.append(name)
         reasons.append(f"{name}: {err.get('msg')}")
-    return _error_response(422, ErrorBody(error="InvalidInput", detail="; ".join(reasons), fields=fields))
+    return _error_response(HttpError(ErrorCode.INVALID_REQUEST, "; ".join(reasons), fields=fields))
 
 
 def create_app(config: ProxyConfig) -> FastAPI:
     """A proxy app bound to one store."""
     state = ProxyState(config)
-    app = FastAPI(title="ajet-proxy", version="0.1.0", lifespan=state.lifespan,
+    app = FastAPI(title="ajet-proxy", version=__version__, lifespan=state.lifespan,
                   description="AgentJet Swarm proxy: control API under /swarm, OpenAI-compatible data plane under /v1.")
     app.state.ajet = state
-    app.add_exception_handler(ProxyError, handle_proxy_error)
+    app.add_exception_handler(ProxyError, handle_domain_error)
+    app.add_exception_handler(StoreError, handle_domain_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.include_router(control.router)
     plane = DataPlane(state)

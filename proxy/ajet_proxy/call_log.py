@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Optional, Union
 
-from ajet_proxy.store import Store
-from ajet_proxy.types import CallRecord
+from ajet_store import Store
+from ajet_store.types import CallRecord
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,8 @@
-"""`ajet-proxy`: start the proxy (more sub-commands come with the monitor)."""
+"""`ajet-proxy`: serve the proxy, watch it, inspect and export the store.
+
+Heavy modules (FastAPI, LiteLLM, SQLAlchemy, Textual) are imported by the sub-command that needs them,
+so `--help` and `--version` answer at once. Expected errors print one line (`ajet.utils.runtime`).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,17 @@ import ipaddress
 import logging
 import os
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+from ajet import __version__
+from ajet.errors import AjetError
+from ajet.utils.runtime import apply_offline_env, run_cli
+from ajet_store.db import DEFAULT_DB
+
+if TYPE_CHECKING:
+    from ajet_store import Store
 
 DEFAULT_PORT = 10086
-DEFAULT_DB = "sqlite:///./ajet-swarm.db"
-
-
-def _offline_env() -> None:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _is_loopback(host: str) -> bool:
@@ -41,7 +47,7 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_proxy(args: argparse.Namespace) -> None:
     """Serve the proxy with uvicorn until interrupted."""
-    _offline_env()
+    apply_offline_env()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
@@ -78,8 +84,8 @@ def run_monitor(args: argparse.Namespace) -> None:
     run(args.swarm_url, args.refresh, args.swarm_token)
 
 
-def _store(args: argparse.Namespace):  # noqa: ANN202 - the store type is imported lazily
-    from ajet_proxy.store import Store
+def _store(args: argparse.Namespace) -> "Store":
+    from ajet_store import Store
 
     return Store(args.db)
 
@@ -90,7 +96,12 @@ def episodes_list(args: argparse.Namespace) -> None:
 
     status = EpisodeStatus(args.status) if args.status else None
     print(f"{'uuid':32}  {'status':8} {'type':5} {'task':20} {'reward':>7} {'calls':>5} {'step':>5}  client")
-    for row in _store(args).iter_episodes(status=status):
+    store = _store(args)
+    try:
+        rows = list(store.iter_episodes(status=status))
+    finally:
+        store.close()
+    for row in rows:
         reward = "" if row.reward is None else f"{row.reward:7.3f}"
         step = "" if row.consumed_step is None else str(row.consumed_step)
         print(f"{row.uuid:32}  {row.status.value:8} {row.episode_type:5} {(row.task_id or '-')[:20]:20} {reward:>7} "
@@ -102,7 +113,10 @@ def episodes_show(args: argparse.Namespace) -> None:
     from ajet_proxy.stats import episode_detail
 
     store = _store(args)
-    detail = episode_detail(store.get_episode(args.uuid), store.calls(args.uuid))
+    try:
+        detail = episode_detail(store.get_episode(args.uuid), store.calls(args.uuid))
+    finally:
+        store.close()
     print(f"episode {detail.episode_uuid}  {detail.status.value}  task {detail.task_id}  reward {detail.reward}"
           f"  client {detail.client_id}  untrainable {detail.untrainable}  step {detail.consumed_step}")
     for c in detail.calls:
@@ -122,12 +136,17 @@ def export(args: argparse.Namespace) -> None:
 
     out = Path(args.out or f"ajet-episodes.{args.format}")
     fn = export_jsonl if args.format == "jsonl" else export_parquet
-    n = fn(_store(args), out, args.since)
+    store = _store(args)
+    try:
+        n = fn(store, out, args.since)
+    finally:
+        store.close()
     print(f"exported {n} rewarded episode(s) to {out}")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def _main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ajet-proxy", description="AgentJet Swarm proxy")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_start_arguments(sub.add_parser("start", help="serve the control API and the data plane"))
     add_monitor_arguments(sub.add_parser("monitor", help="the Textual monitor (same as ajet-swarm overwatch)"))
@@ -152,6 +171,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     elif args.command == "export":
         export(args)
     return 0
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """What a user can cause (a bad store URL, an unknown episode, a store of another schema): one line."""
+    from ajet_proxy.errors import ProxyError
+    from ajet_store import StoreError
+
+    return (StoreError, ProxyError, AjetError, FileNotFoundError)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """`ajet-proxy`; an expected error prints one line and exits 1."""
+    return run_cli("ajet-proxy", _main, argv, expected_errors())
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ import uuid
 from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 
-from ajet.client import CLIENT_HEADER
 from ajet.job import AgentJetJob
+from ajet.protocol import CLIENT_HEADER, SWARM_TOKEN_HEADER
+from ajet.stat_types import EpisodeDetail, RolloutStat
 from ajet.types import (
     AutoSyncRequest,
     BeginEpisodeRequest,
@@ -24,16 +25,14 @@ from ajet.types import (
     EndEpisodeRequest,
     EngineState,
     EngineStatus,
-    EpisodeDetail,
     EpisodeResult,
     EpisodeUuidRequest,
     OkResponse,
-    RolloutStat,
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
 from ajet_proxy.episodes import hash_key, new_episode_key
-from ajet_proxy.errors import InvalidInput, Unauthorized, WrongState
+from ajet_proxy.errors import InvalidRequest, Unauthorized
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail
 
@@ -50,7 +49,7 @@ def require_control(request: Request) -> None:
     if not token:
         return
     auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-swarm-token", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get(SWARM_TOKEN_HEADER, "")
     if not hmac.compare_digest(given.encode(), token.encode()):
         raise Unauthorized("control calls need the swarm token")
 
@@ -67,7 +66,7 @@ def _validate_job(job: dict) -> AgentJetJob:
         return AgentJetJob.model_validate(job)
     except ValidationError as exc:
         fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
-        raise InvalidInput(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
+        raise InvalidRequest(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
 
 
 def _ok(s: ProxyState) -> OkResponse:
@@ -86,9 +85,7 @@ def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkRespo
 def start_engine(request: Request) -> OkResponse:
     """OFFLINE -> BOOTING; the trainer takes it from there."""
     s = _state(request)
-    if s.store.engine_row().job is None:
-        raise WrongState("no job synced; call sync_train_config first", state=EngineState.OFFLINE.value)
-    s.store.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    s.store.start()
     return _ok(s)
 
 

@@ -18,38 +18,38 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ajet.protocol import POLICY_VERSION_HEADER
 from ajet.types import EngineState
 from ajet_proxy.episodes import LiveEpisode, hash_key
-from ajet_proxy.errors import EngineNotRolling, InvalidInput, Unauthorized, UpstreamError
+from ajet_proxy.errors import EngineNotReady, InvalidRequest, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
 from ajet_proxy.tokens import Extracted, StreamAccumulator, extract_response
-from ajet_proxy.types import CallRecord, Deployment
+from ajet_store.types import CallRecord, Deployment
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION_HEADER = "x-ajet-policy-version"
 _LIVE_STATES = (EngineState.ROLLING, EngineState.ROLLING_POST)
 _JSON = {"Content-Type": "application/json"}
 
 
 def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a dict; `InvalidInput` naming the field when malformed."""
+    """The request body as a dict; `InvalidRequest` naming the field when malformed."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"body: not valid JSON ({exc})", fields=["body"]) from exc
+        raise InvalidRequest(f"body: not valid JSON ({exc})", fields=["body"]) from exc
     if not isinstance(body, dict):
-        raise InvalidInput("body: expected a JSON object", fields=["body"])
+        raise InvalidRequest("body: expected a JSON object", fields=["body"])
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise InvalidInput("messages: a non-empty list of messages is required", fields=["messages"])
+        raise InvalidRequest("messages: a non-empty list of messages is required", fields=["messages"])
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise InvalidInput(f"messages.{i}.role: each message needs a string role", fields=[f"messages.{i}.role"])
+            raise InvalidRequest(f"messages.{i}.role: each message needs a string role", fields=[f"messages.{i}.role"])
     if body.get("n", 1) not in (1, None):
-        raise InvalidInput("n: only n=1 is supported in training episodes (run n episodes instead)", fields=["n"])
+        raise InvalidRequest("n: only n=1 is supported in training episodes (run n episodes instead)", fields=["n"])
     if not isinstance(body.get("stream", False), bool):
-        raise InvalidInput("stream: must be a boolean", fields=["stream"])
+        raise InvalidRequest("stream: must be a boolean", fields=["stream"])
     return body
 
 
@@ -78,7 +78,7 @@ class DataPlane:
             raise Unauthorized("unknown, ended or expired episode key")
         state = self.s.engine.state
         if state not in _LIVE_STATES:
-            raise EngineNotRolling(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
+            raise EngineNotReady(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
         return ep
 
     async def models(self, request: Request) -> Response:
@@ -161,7 +161,7 @@ class DataPlane:
                 if len(tried) >= len(self.s.router.deployments):
                     self._log(call, dep, dep.policy_version, None, Extracted(), stream=False,
                               error=f"no deployment reachable: {exc!r}")
-                    raise UpstreamError(f"no policy deployment reachable (tried {', '.join(tried)})") from exc
+                    raise UpstreamUnavailable(f"no policy deployment reachable (tried {', '.join(tried)})") from exc
 
     # ------------------------------------------------------------------ streaming
     async def _stream(self, call: "_Call", body: dict[str, Any]) -> Response:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ajet_proxy.types import EpisodeRow
+from ajet_store.types import EpisodeRow
 
 KEY_PREFIX = "ajet-ep-"
 

@@ -1,16 +1,25 @@
-"""Proxy errors. One root class; `app.py` maps each to its HTTP status in one handler."""
+"""Proxy errors, and the one table that maps every domain error to its HTTP answer.
+
+`ProxyError` is the root of the errors the proxy raises itself (auth, bad bodies, no upstream). The
+store raises its own domain errors (`ajet_store.StoreError`), which know nothing of HTTP. `http_error`
+turns either into an `HttpError` (status, code, headers) through `STORE_ERROR_CODES`, as httpx maps
+transport exceptions at one boundary; `app.py` calls it from its one exception handler. The codes and
+their statuses are the SDK's (`ajet.protocol`), so both sides name every error the same way.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+import ajet_store
+from ajet.protocol import ErrorCode
 
 
 class ProxyError(Exception):
-    """Root of every proxy error. `status` is the HTTP status the handler answers with."""
+    """Root of every error the proxy raises itself (never raised as such). `code` decides the HTTP answer."""
 
-    status = 500
-    retry_after: Optional[int] = None
-    """Seconds for a Retry-After header (errors a client should retry)."""
+    code: ClassVar[ErrorCode]
 
     def __init__(self, detail: str, *, state: Optional[str] = None, fields: Optional[list[str]] = None):
         super().__init__(detail)
@@ -22,48 +31,74 @@ class ProxyError(Exception):
 class Unauthorized(ProxyError):
     """A wrong swarm token, or an unknown, ended or expired episode key."""
 
-    status = 401
+    code = ErrorCode.UNAUTHORIZED
 
 
-class EpisodeNotFound(ProxyError):
-    """No episode with that uuid."""
-
-    status = 404
-
-
-class WrongState(ProxyError):
-    """The engine state does not allow the call (state named)."""
-
-    status = 409
-
-
-class EpisodeConflict(ProxyError):
-    """The episode's status conflicts with the call (e.g. end after abort, another reward)."""
-
-    status = 409
-
-
-class InvalidInput(ProxyError):
+class InvalidRequest(ProxyError):
     """A malformed body; `fields` names the offending fields."""
 
-    status = 422
+    code = ErrorCode.INVALID_REQUEST
 
 
-class EngineNotRolling(ProxyError):
+class EngineNotReady(ProxyError):
     """The engine cannot take this call now but will later (answered with Retry-After)."""
 
-    status = 503
-    retry_after = 1
+    code = ErrorCode.ENGINE_NOT_READY
 
 
-class UpstreamError(ProxyError):
+class UpstreamUnavailable(ProxyError):
     """No policy deployment could answer (e.g. the trainer is restarting): retry later."""
 
-    status = 503
-    retry_after = 2
+    code = ErrorCode.UPSTREAM_UNAVAILABLE
 
 
-class StoreError(ProxyError):
-    """The store is missing, of another schema version, or inconsistent."""
+STORE_ERROR_CODES: dict[type[ajet_store.StoreError], ErrorCode] = {
+    ajet_store.NotFound: ErrorCode.EPISODE_NOT_FOUND,
+    ajet_store.Conflict: ErrorCode.EPISODE_CONFLICT,
+    ajet_store.WrongState: ErrorCode.WRONG_STATE,
+    ajet_store.NotRolling: ErrorCode.ENGINE_NOT_READY,
+    ajet_store.SchemaMismatch: ErrorCode.STORE_ERROR,
+    ajet_store.StoreUnavailable: ErrorCode.STORE_ERROR,
+    ajet_store.AlreadyConsumed: ErrorCode.STORE_ERROR,
+}
+"""Store error class -> the code it is answered with (a class not listed answers as its nearest base)."""
 
-    status = 500
+
+@dataclass(frozen=True)
+class HttpError:
+    """How one error is answered."""
+
+    code: ErrorCode
+    """The error code; its status and Retry-After come from `ajet.protocol`."""
+    detail: str
+    """The human-readable reason."""
+    state: Optional[str] = None
+    """The engine state, where the error depends on it."""
+    fields: list[str] = field(default_factory=list)
+    """Offending request fields."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status."""
+        return self.code.status
+
+    @property
+    def headers(self) -> Optional[dict[str, str]]:
+        """Retry-After for errors a client should retry."""
+        after = self.code.retry_after
+        return {"Retry-After": str(after)} if after else None
+
+
+def store_error_code(exc: ajet_store.StoreError) -> ErrorCode:
+    """The code of a store error: its own class's, else its nearest listed base's."""
+    for cls in type(exc).__mro__:
+        if cls in STORE_ERROR_CODES:
+            return STORE_ERROR_CODES[cls]
+    return ErrorCode.STORE_ERROR
+
+
+def http_error(exc: ProxyError | ajet_store.StoreError) -> HttpError:
+    """The HTTP answer to a proxy or store error."""
+    if isinstance(exc, ProxyError):
+        return HttpError(exc.code, exc.detail, exc.state, exc.fields)
+    return HttpError(store_error_code(exc), exc.detail, exc.state)

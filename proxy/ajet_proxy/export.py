@@ -12,8 +12,8 @@ from typing import Any, Iterator, Optional
 
 from ajet.types import EpisodeStatus
 from ajet_proxy.stats import answer_text, request_messages
-from ajet_proxy.store import Store
-from ajet_proxy.types import CallRecord, EpisodeRow
+from ajet_store import Store
+from ajet_store.types import CallRecord, EpisodeRow
 
 PAGE = 256
 

@@ -23,7 +23,8 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static, Tabbed
 from ajet.client import SwarmClient
 from ajet.errors import AjetError
 from ajet.rollout_summary import progress_bar
-from ajet.types import BatchMode, EpisodeDetail, RolloutStat
+from ajet.stat_types import EpisodeDetail, RolloutStat
+from ajet.types import BatchMode
 
 MODES = [BatchMode.EPISODES, BatchMode.TASKS, BatchMode.NON_DUMMY_TASKS]
 SORTS = ["idle_s", "age_s", "num_calls"]

@@ -14,8 +14,8 @@ import logging
 import time
 from typing import Any, Iterable, Optional
 
-from ajet_proxy.errors import UpstreamError
-from ajet_proxy.types import Deployment
+from ajet_proxy.errors import UpstreamUnavailable
+from ajet_store.types import Deployment
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +80,13 @@ class PolicyRouter:
         if sticky is not None and sticky not in exclude and self.alive(sticky):
             return self.deployments[sticky]
         if not self.deployments:
-            raise UpstreamError("no policy deployment is registered (is the trainer running?)")
+            raise UpstreamUnavailable("no policy deployment is registered (is the trainer running?)")
         excluded = set(exclude)
         candidates = [n for n in self.deployments if n not in excluded and self.alive(n)]
         if not candidates:
             candidates = [n for n in self.deployments if n not in excluded]  # all cooling: try anyway
         if not candidates:
-            raise UpstreamError("every policy deployment failed for this call")
+            raise UpstreamUnavailable("every policy deployment failed for this call")
         if len(candidates) == 1:
             return self.deployments[candidates[0]]
         choice = self.router.get_available_deployment(model=POLICY_GROUP)

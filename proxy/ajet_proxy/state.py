@@ -22,8 +22,8 @@ import aiohttp
 from ajet_proxy.call_log import CallLogWriter
 from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
-from ajet_proxy.store import Store
-from ajet_proxy.types import EngineRow
+from ajet_store import Store
+from ajet_store.types import EngineRow
 from ajet.types import EpisodeStatus
 
 logger = logging.getLogger(__name__)

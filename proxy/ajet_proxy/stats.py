@@ -6,10 +6,9 @@ import json
 from typing import Any, Sequence
 
 from ajet.job import AgentJetJob
-from ajet.types import (
+from ajet.stat_types import (
     CallInfo,
     ClientInfo,
-    EngineStatus,
     EpisodeDetail,
     MissionStat,
     OpenEpisodeInfo,
@@ -17,9 +16,10 @@ from ajet.types import (
     StepInfo,
     TaskStat,
 )
-from ajet_proxy.batch_policy import all_progress, group_by_task, is_dummy
+from ajet.types import EngineStatus
 from ajet_proxy.episodes import LiveEpisode
-from ajet_proxy.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
+from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
+from ajet_store.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
 
 _DEFAULTS = AgentJetJob()
 

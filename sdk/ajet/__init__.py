@@ -17,14 +17,20 @@ from ajet.errors import (
     ConfigError,
     Conflict,
     EngineNotReady,
+    EpisodeConflict,
     EpisodeNotFound,
     InvalidRequest,
+    ServerStoreError,
     SwarmConnectionError,
     SwarmServerError,
     SwarmTimeout,
     Unauthorized,
+    UpstreamUnavailable,
+    WrongState,
 )
 from ajet.job import AgentJetJob
+from ajet.protocol import ErrorCode
+from ajet.stat_types import RolloutStat
 from ajet.task_reader import HuggingFaceTaskReader, JsonlTaskReader, RandomDummyTaskReader, RouterTaskReader
 from ajet.training_loop import rollout_episode, train_on_tasks, wait_for_step
 from ajet.types import (
@@ -33,7 +39,6 @@ from ajet.types import (
     EngineStatus,
     EpisodeStatus,
     OpenaiBaseUrlAndApiKey,
-    RolloutStat,
     Task,
     WorkflowOutput,
 )
@@ -56,7 +61,9 @@ __all__ = [
     "EngineNotReady",
     "EngineState",
     "EngineStatus",
+    "EpisodeConflict",
     "EpisodeNotFound",
+    "ErrorCode",
     "EpisodeStatus",
     "HuggingFaceTaskReader",
     "HuggingfaceDatRepo",
@@ -71,13 +78,16 @@ __all__ = [
     "RandomDummyTaskReader",
     "RolloutStat",
     "RouterTaskReader",
+    "ServerStoreError",
     "SwarmClient",
     "SwarmConnectionError",
     "SwarmServerError",
     "SwarmTimeout",
     "Task",
     "Unauthorized",
+    "UpstreamUnavailable",
     "WorkflowOutput",
+    "WrongState",
     "rollout_episode",
     "run_episodes_until_all_complete",
     "train_on_tasks",

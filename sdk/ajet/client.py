@@ -18,25 +18,23 @@ from typing import Any, Optional, TextIO
 
 import httpx
 
-from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, error_for_status
+from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, error_for
 from ajet.job import AgentJetJob
+from ajet.protocol import CLIENT_HEADER
+from ajet.stat_types import EpisodeDetail, RolloutStat
 from ajet.types import (
     BatchMode,
     BeginEpisodeResponse,
     EngineState,
     EngineStatus,
-    EpisodeDetail,
     EpisodeResult,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
-    RolloutStat,
     Task,
     WorkflowOutput,
 )
 
 logger = logging.getLogger(__name__)
-
-CLIENT_HEADER = "X-Ajet-Client"
 
 
 class SwarmClient:
@@ -185,5 +183,5 @@ def _error_from_response(resp: httpx.Response) -> Exception:
     if not isinstance(data, dict):
         data = {}
     detail = data.get("detail") or resp.text[:500]
-    return error_for_status(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail),
+    return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail),
                             data.get("state"))

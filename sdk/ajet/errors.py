@@ -1,8 +1,14 @@
-"""Typed exceptions of the SDK. Every failure the server reports carries its reason."""
+"""Typed exceptions of the SDK. Every failure the server reports carries its reason.
+
+A server error is raised as the class named by its `ErrorCode` (see `ajet.protocol`), so answers that
+share a status are told apart: `WrongState` and `EpisodeConflict` are both 409 (both are `Conflict`).
+"""
 
 from __future__ import annotations
 
 from typing import Optional
+
+from ajet.protocol import ErrorCode
 
 
 class AjetError(Exception):
@@ -18,11 +24,11 @@ class SwarmConnectionError(AjetError):
 
 
 class SwarmTimeout(AjetError):
-    """Waiting for the engine (e.g. in `begin_episode`) took longer than allowed."""
+    """Waiting for the engine (e.g. in `begin_episode`, or for a training step) took longer than allowed."""
 
 
 class SwarmServerError(AjetError):
-    """The proxy answered with an error. `status`, `error` and `detail` are the server's."""
+    """The proxy answered with an error. `status`, `error` (the code) and `detail` are the server's."""
 
     def __init__(self, status: int, error: str, detail: str, state: Optional[str] = None):
         super().__init__(f"{status} {error}: {detail}" + (f" (engine state {state})" if state else ""))
@@ -30,6 +36,14 @@ class SwarmServerError(AjetError):
         self.error = error
         self.detail = detail
         self.state = state
+
+    @property
+    def code(self) -> Optional[ErrorCode]:
+        """The server's error code (None for an answer without one, e.g. from a plain HTTP server)."""
+        try:
+            return ErrorCode(self.error)
+        except ValueError:
+            return None
 
 
 class Unauthorized(SwarmServerError):
@@ -44,19 +58,48 @@ class Conflict(SwarmServerError):
     """409: the call does not fit the engine state or the episode's status."""
 
 
+class WrongState(Conflict):
+    """409: the engine state does not allow the call (e.g. `sync_train_config` while not OFFLINE)."""
+
+
+class EpisodeConflict(Conflict):
+    """409: the episode's status or owner conflicts with the call (e.g. ending an aborted episode)."""
+
+
 class InvalidRequest(SwarmServerError):
     """422: a malformed body; `detail` names the field."""
 
 
 class EngineNotReady(SwarmServerError):
-    """503: the engine is not in a state that allows the call (yet)."""
+    """503: the engine is not in a state that allows the call yet; retry later."""
 
 
-_BY_STATUS = {401: Unauthorized, 403: Unauthorized, 404: EpisodeNotFound, 409: Conflict, 422: InvalidRequest,
-              503: EngineNotReady}
+class UpstreamUnavailable(EngineNotReady):
+    """503: no inference deployment could answer (e.g. the trainer is restarting); retry later."""
 
 
-def error_for_status(status: int, error: str, detail: str, state: Optional[str] = None) -> SwarmServerError:
-    """The typed exception for an HTTP error status."""
-    cls = _BY_STATUS.get(status, SwarmServerError)
+class ServerStoreError(SwarmServerError):
+    """500: the server's store is missing, of another schema version, or inconsistent."""
+
+
+_BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
+    ErrorCode.UNAUTHORIZED: Unauthorized,
+    ErrorCode.EPISODE_NOT_FOUND: EpisodeNotFound,
+    ErrorCode.WRONG_STATE: WrongState,
+    ErrorCode.EPISODE_CONFLICT: EpisodeConflict,
+    ErrorCode.INVALID_REQUEST: InvalidRequest,
+    ErrorCode.ENGINE_NOT_READY: EngineNotReady,
+    ErrorCode.UPSTREAM_UNAVAILABLE: UpstreamUnavailable,
+    ErrorCode.STORE_ERROR: ServerStoreError,
+}
+_BY_STATUS: dict[int, type[SwarmServerError]] = {401: Unauthorized, 403: Unauthorized, 404: EpisodeNotFound,
+                                                  409: Conflict, 422: InvalidRequest, 503: EngineNotReady}
+
+
+def error_for(status: int, error: str, detail: str, state: Optional[str] = None) -> SwarmServerError:
+    """The typed exception of a server answer: by its error code, else (no known code) by its status."""
+    try:
+        cls = _BY_CODE[ErrorCode(error)]
+    except ValueError:
+        cls = _BY_STATUS.get(status, SwarmServerError)
     return cls(status, error, detail, state)

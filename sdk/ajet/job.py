@@ -46,8 +46,6 @@ class AgentJetJob(BaseModel):
     """When the rollout pool is full enough for a step."""
     max_env_worker: int = Field(default=128, ge=1)
     """Parallel agent workers a client should run (advisory)."""
-    backbone: str = "verl"
-    """The algorithm library (verl's core algorithms in every backend)."""
     max_prompt_length: int = Field(default=3000, ge=1)
     """Longest prompt kept for training (tokens); longer sequences are truncated and counted."""
     max_response_length: int = Field(default=15000, ge=1)
@@ -102,10 +100,11 @@ class AgentJetJob(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _apply_base_yaml(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("base_yaml_config"):
-            merged = {**_read_yaml_fields(data["base_yaml_config"]), **data}
-            return merged
-        return data
+        if not isinstance(data, dict):
+            return data
+        if data.get("base_yaml_config"):
+            data = {**_read_yaml_fields(data["base_yaml_config"]), **data}
+        return _accept_backbone(data)
 
     @model_validator(mode="after")
     def _check_lengths(self) -> "AgentJetJob":
@@ -117,50 +116,12 @@ class AgentJetJob(BaseModel):
             raise ValueError("max_prompt_length + max_response_length must be <= max_model_len")
         return self
 
-    # ------------------------------------------------------------------ verl
-    def verl_overrides(self) -> dict[str, Any]:
-        """The job as overrides of verl's `ppo_trainer` config (dotted keys), for the verl backend."""
-        arr = "actor_rollout_ref"
-        out: dict[str, Any] = {
-            "algorithm.adv_estimator": self.algorithm,
-            "data.train_batch_size": self.batch_size,
-            "data.max_prompt_length": self.max_prompt_length,
-            "data.max_response_length": self.max_response_length,
-            f"{arr}.model.path": self.model,
-            f"{arr}.rollout.n": self.num_repeat,
-            f"{arr}.rollout.gpu_memory_utilization": self.gpu_memory_utilization,
-            f"{arr}.rollout.max_model_len": self.max_model_len,
-            f"{arr}.rollout.response_length": self.max_response_length_in_one_turn,
-            f"{arr}.actor.optim.lr": self.lr,
-            f"{arr}.actor.ppo_epochs": self.ppo_epochs,
-            f"{arr}.actor.ppo_mini_batch_size": max(1, self.batch_size // self.mini_batch_num),
-            f"{arr}.actor.clip_ratio": self.clip_ratio,
-            f"{arr}.actor.grad_clip": self.grad_clip,
-            f"{arr}.actor.loss_agg_mode": self.loss_agg_mode,
-            f"{arr}.actor.use_kl_loss": self.use_kl_loss,
-            f"{arr}.actor.kl_loss_coef": self.kl_loss_coef,
-            f"{arr}.actor.kl_loss_type": self.kl_loss_type,
-            # agent episodes vary in length: pack micro-batches by tokens (log-prob passes inherit it)
-            f"{arr}.actor.use_dynamic_bsz": True,
-            f"{arr}.actor.ppo_max_token_len_per_gpu": max(16384, self.max_prompt_length + self.max_response_length),
-            "trainer.n_gpus_per_node": self.n_gpu,
-            "trainer.project_name": self.project_name,
-            "trainer.experiment_name": self.experiment_name,
-            "trainer.save_freq": self.save_freq,
-        }
-        if self.lora_rank > 0:
-            targets = self.lora_target_modules
-            out.update({f"{arr}.model.lora_rank": self.lora_rank, f"{arr}.model.lora_alpha": self.lora_alpha,
-                        f"{arr}.model.target_modules": targets if isinstance(targets, str) else list(targets),
-                        f"{arr}.rollout.load_format": "safetensors", f"{arr}.rollout.layered_summon": True})
-        return out
-
     # ------------------------------------------------------------------ YAML
     def dump_job_as_yaml(self, path: Union[str, Path]) -> Path:
-        """Write every field under `ajet:`, and the verl config overrides it implies under `verl:`."""
+        """Write every field under `ajet:` (the verl backend writes the verl config it resolves beside it)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"ajet": self.to_wire(), "verl": self.verl_overrides()}, sort_keys=False))
+        path.write_text(yaml.safe_dump({"ajet": self.to_wire()}, sort_keys=False))
         return path
 
     def build_job_from_yaml(self, path: Union[str, Path]) -> "AgentJetJob":
@@ -191,6 +152,17 @@ class AgentJetJob(BaseModel):
         return hashlib.sha256(data).hexdigest()[:16]
 
 
+def _accept_backbone(data: dict[str, Any]) -> dict[str, Any]:
+    """The seed passes `backbone="verl"`: accepted (verl's algorithms run in every backend), nothing else is."""
+    if "backbone" not in data:
+        return data
+    data = dict(data)
+    backbone = data.pop("backbone")
+    if backbone not in (None, "verl"):
+        raise ConfigError(f"backbone: only 'verl' is supported, not {backbone!r}")
+    return data
+
+
 def _read_yaml_fields(path: Union[str, Path]) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -200,7 +172,7 @@ def _read_yaml_fields(path: Union[str, Path]) -> dict[str, Any]:
         data = data["ajet"]
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of job fields")
-    unknown = sorted(set(data) - set(AgentJetJob.model_fields))
+    unknown = sorted(set(data) - set(AgentJetJob.model_fields) - {"backbone"})
     if unknown:
         raise ConfigError(f"{p}: unknown job fields {unknown}")
-    return data
+    return _accept_backbone(data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ajet.types import RolloutStat
+from ajet.stat_types import RolloutStat
 
 
 def progress_bar(current: int, target: int, width: int = 20) -> str:

@@ -16,7 +16,8 @@ import time
 from typing import Callable, Optional, Sequence
 
 from ajet.client import SwarmClient
-from ajet.types import StepInfo, Task, WorkflowOutput
+from ajet.stat_types import StepInfo
+from ajet.types import Task, WorkflowOutput
 from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
 
 logger = logging.getLogger(__name__)

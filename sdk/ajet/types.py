@@ -43,7 +43,9 @@ class BatchMode(str, Enum):
     NON_DUMMY_TASKS = "rollout_until_finish_enough_non_dummy_tasks"
 
 
-class _Wire(BaseModel):
+class WireModel(BaseModel):
+    """Base of the control API bodies: unknown fields are refused, instances are immutable."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -119,14 +121,14 @@ class OpenaiBaseUrlAndApiKey(BaseModel):
 # --------------------------------------------------------------------------- control API bodies
 
 
-class SyncTrainConfigRequest(_Wire):
+class SyncTrainConfigRequest(WireModel):
     """Body of `POST /swarm/sync_train_config`."""
 
     job: dict[str, Any]
     """The job as `AgentJetJob.model_dump()` produces it."""
 
 
-class AutoSyncRequest(_Wire):
+class AutoSyncRequest(WireModel):
     """Body of `POST /swarm/auto_sync_train_config_and_start_engine`."""
 
     job: dict[str, Any]
@@ -135,7 +137,7 @@ class AutoSyncRequest(_Wire):
     """Stop the engine first, whatever it is doing."""
 
 
-class BeginEpisodeRequest(_Wire):
+class BeginEpisodeRequest(WireModel):
     """Body of `POST /swarm/begin_episode`."""
 
     discard_episode_timeout: float = Field(default=240.0, gt=0, le=7 * 24 * 3600)
@@ -146,7 +148,7 @@ class BeginEpisodeRequest(_Wire):
     """Which mission (dataset + reward) the episode belongs to, for statistics."""
 
 
-class BeginEpisodeResponse(_Wire):
+class BeginEpisodeResponse(WireModel):
     """Answer of `POST /swarm/begin_episode`."""
 
     episode_uuid: str
@@ -161,7 +163,7 @@ class BeginEpisodeResponse(_Wire):
     """The policy version when the episode began."""
 
 
-class EndEpisodeRequest(_Wire):
+class EndEpisodeRequest(WireModel):
     """Body of `POST /swarm/end_episode`."""
 
     episode_uuid: str = Field(min_length=1)
@@ -179,14 +181,14 @@ class EndEpisodeRequest(_Wire):
         return v
 
 
-class EpisodeUuidRequest(_Wire):
+class EpisodeUuidRequest(WireModel):
     """Body of `POST /swarm/abort_episode`."""
 
     episode_uuid: str = Field(min_length=1)
     """The episode to act on."""
 
 
-class EpisodeResult(_Wire):
+class EpisodeResult(WireModel):
     """Answer of `end_episode` and `abort_episode`."""
 
     episode_uuid: str
@@ -197,14 +199,14 @@ class EpisodeResult(_Wire):
     """The stored reward (ended episodes)."""
 
 
-class SetBatchModeRequest(_Wire):
+class SetBatchModeRequest(WireModel):
     """Body of `POST /swarm/set_batch_mode`."""
 
     mode: BatchMode
     """The batch policy for the next training step."""
 
 
-class EngineStatus(_Wire):
+class EngineStatus(WireModel):
     """Answer of `GET /swarm/get_engine_status` and part of the rollout stats."""
 
     state: EngineState
@@ -221,193 +223,10 @@ class EngineStatus(_Wire):
     """The synced job's experiment name."""
 
 
-class OkResponse(_Wire):
+class OkResponse(WireModel):
     """Answer of control calls that only change state."""
 
     ok: bool = True
     """Always true; failures are HTTP errors."""
     state: EngineState
     """The engine state after the call."""
-
-
-# --------------------------------------------------------------------------- stats
-
-
-class BatchProgress(_Wire):
-    """Progress of the rollout pool under one batch mode."""
-
-    mode: BatchMode
-    """The batch mode this progress is counted for."""
-    current: int
-    """Units (episodes or tasks) counted so far."""
-    target: int
-    """Units needed for a training step."""
-    ready: bool
-    """current >= target."""
-
-
-class OpenEpisodeInfo(_Wire):
-    """One running episode."""
-
-    episode_uuid: str
-    """The episode."""
-    client_id: str
-    """The client that began it."""
-    episode_type: EpisodeType
-    """train or eval."""
-    age_s: float
-    """Seconds since it began."""
-    idle_s: float
-    """Seconds since its last LLM call (or its start)."""
-    timeout_s: float
-    """Its discard timeout."""
-    num_calls: int
-    """LLM calls made so far."""
-
-
-class TaskStat(_Wire):
-    """Per-task counts among ended, not yet trained train episodes."""
-
-    task_id: str
-    """The task."""
-    episodes: int
-    """Ended episodes waiting for training."""
-    reward_mean: float
-    """Mean reward of those episodes."""
-    dummy: bool
-    """All rewards equal (no GRPO signal)."""
-
-
-class MissionStat(_Wire):
-    """Counts of one mission (a client's dataset + reward), across the store."""
-
-    mission: str
-    """The mission name (`-` for episodes begun without one)."""
-    open: int
-    """Episodes running."""
-    ended: int
-    """Episodes ended."""
-    aborted: int
-    """Episodes aborted or expired."""
-    reward_mean: Optional[float] = None
-    """Mean reward of its ended train episodes."""
-
-
-class ClientInfo(_Wire):
-    """One client seen by the proxy."""
-
-    client_id: str
-    """The client id the SDK sends."""
-    last_seen_s: float
-    """Seconds since its last control call."""
-    begun: int
-    """Episodes it began."""
-    ended: int
-    """Episodes it ended."""
-    aborted: int
-    """Episodes it aborted."""
-
-
-class StepInfo(_Wire):
-    """One finished training step."""
-
-    step: int
-    """The global step number."""
-    policy_version: int
-    """The policy version it produced."""
-    num_episodes: int
-    """Episodes it consumed."""
-    reward_mean: Optional[float] = None
-    """Mean reward of its batch."""
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    """Its other metrics."""
-    finished_at: float
-    """Unix time it was recorded."""
-
-
-class RolloutStat(_Wire):
-    """Answer of `GET /swarm/get_rollout_stat`: everything the SDK and the monitor show."""
-
-    engine: EngineStatus
-    """The engine."""
-    batch_mode: BatchMode
-    """The batch mode in force."""
-    batch_size: int
-    """Tasks per step (from the job)."""
-    num_repeat: int
-    """Episodes per task (from the job)."""
-    progress: list[BatchProgress]
-    """Progress in all three modes."""
-    open_episodes: list[OpenEpisodeInfo]
-    """Running episodes."""
-    tasks: list[TaskStat]
-    """Per-task counts of the pool."""
-    clients: list[ClientInfo]
-    """Clients seen."""
-    missions: list[MissionStat] = Field(default_factory=list)
-    """Per-mission counts."""
-    totals: dict[str, int]
-    """Episodes by status, LLM calls and call errors since the store was created."""
-    recent_steps: list[StepInfo]
-    """The latest training steps, newest last."""
-
-
-class CallInfo(_Wire):
-    """One logged LLM call of an episode, for inspection."""
-
-    seq: int
-    """Order in the episode."""
-    messages: list[dict[str, Any]]
-    """The request's messages."""
-    response: str
-    """The answer's text (and tool calls, as JSON) as the agent received it."""
-    prompt_tokens: Optional[int] = None
-    """Prompt token count (None when the backend gave no ids)."""
-    completion_tokens: Optional[int] = None
-    """Completion token count (None when the backend gave no ids)."""
-    finish_reason: Optional[str] = None
-    """Why generation stopped."""
-    latency_ms: float
-    """Wall time through the proxy."""
-    policy_version: int
-    """Weights version that answered."""
-    stream: bool
-    """Whether it was streamed."""
-    error: Optional[str] = None
-    """Error text of a failed call."""
-
-
-class EpisodeDetail(_Wire):
-    """Answer of `POST /swarm/get_episode`: one episode and its calls."""
-
-    episode_uuid: str
-    """The episode."""
-    client_id: str
-    """The client that began it."""
-    status: EpisodeStatus
-    """Its status."""
-    episode_type: EpisodeType
-    """train or eval."""
-    task_id: Optional[str] = None
-    """Its task (known once ended)."""
-    reward: Optional[float] = None
-    """Its reward (ended episodes)."""
-    untrainable: bool = False
-    """Flagged because a call lacked token ids."""
-    consumed_step: Optional[int] = None
-    """The training step that used it."""
-    calls: list[CallInfo]
-    """Its LLM calls, in order."""
-
-
-class ErrorBody(_Wire):
-    """Body of every error answer."""
-
-    error: str
-    """The error class (e.g. `WrongState`, `InvalidInput`)."""
-    detail: str
-    """A human-readable reason."""
-    state: Optional[str] = None
-    """The engine state, where the error depends on it."""
-    fields: list[str] = Field(default_factory=list)
-    """The offending fields of a malformed body."""

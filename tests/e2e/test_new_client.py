@@ -11,15 +11,15 @@ import pytest
 from ajet import ConfigError, Task
 from ajet.scaffold import new_client, skill_text
 from ajet.types import EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.support.procs import Trainer, offline_env, start_proxy
 
 pytestmark = pytest.mark.slow
 
 
 def test_scaffold_layout_and_refusals(tmp_path):
-    res = subprocess.run([sys.executable, "-c", "import sys; from ajet_trainer.cli import swarm_main; "
-                          f"sys.exit(swarm_main(['new-client', 'demo_q', '--root', '{tmp_path}']))"],
+    res = subprocess.run([sys.executable, "-c", "import sys; from ajet_swarm.cli import main; "
+                          f"sys.exit(main(['new-client', 'demo_q', '--root', '{tmp_path}']))"],
                          capture_output=True, text=True, env=offline_env())
     assert res.returncode == 0, res.stderr
     dest = tmp_path / "tutorial" / "opencode_build_demo_q"

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ajet.types import EngineState, EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.conftest import make_rolling
 from tests.e2e.seed_script import run_script, with_constants
 from tests.support.procs import REPO, start_proxy

@@ -12,7 +12,7 @@ from ajet.copilot.job import AgentJetJob
 from ajet.schema.task import Task, WorkflowOutput
 from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 from ajet.types import EngineState, EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.procs import Trainer, start_proxy
 

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from ajet import AgentJetJob, SwarmClient
-from ajet_proxy.store import Store, sqlite_url
-from ajet_trainer.daemon import TrainerDaemon, TrainerOptions
+from ajet_store import Store, sqlite_url
+from ajet_trainer.daemon import TrainerDaemon
+from ajet_trainer.options import TrainerOptions
 from ajet_trainer.learner import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.verl_backend import session as verl_session

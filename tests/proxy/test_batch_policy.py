@@ -1,14 +1,14 @@
 """The three batch policies and batch selection, on hand-made pools."""
 
 from ajet.types import BatchMode
-from ajet_proxy.batch_policy import (
+from ajet_store.batch_policy import (
     all_progress,
     rollout_until_finish_enough_episodes,
     rollout_until_finish_enough_non_dummy_tasks,
     rollout_until_finish_enough_tasks,
     select_batch,
 )
-from ajet_proxy.types import PoolEpisode
+from ajet_store.types import PoolEpisode
 
 
 def pool(spec):

@@ -44,7 +44,7 @@ def test_begin_outside_rolling_is_503_with_retry_after(proxy, client):
     r = httpx.post(proxy.url + "/swarm/begin_episode", json={})
     assert r.status_code == 503
     assert r.headers["retry-after"] == "1"
-    assert r.json()["state"] == "OFFLINE" and r.json()["error"] == "EngineNotRolling"
+    assert r.json()["state"] == "OFFLINE" and r.json()["error"] == "EngineNotReady"
 
 
 def test_begin_waits_until_rolling(client, store, stub):
@@ -190,7 +190,7 @@ def test_unreachable_proxy_is_a_typed_error():
 
 @pytest.fixture(scope="module")
 def token_proxy(module_tmp):
-    from ajet_proxy.store import sqlite_url
+    from ajet_store import sqlite_url
     from tests.support.procs import start_proxy
 
     proc = start_proxy(module_tmp, sqlite_url(module_tmp / "token.db"), "--swarm-token", "s3cret")
@@ -205,7 +205,7 @@ def test_start_without_job_is_409(token_proxy):
 
 
 def test_swarm_token_guards_control_and_episode_keys_never_grant_it(token_proxy, stub):
-    from ajet_proxy.store import Store
+    from ajet_store import Store
 
     with pytest.raises(Unauthorized):
         SwarmClient(token_proxy.url, swarm_token="wrong").get_engine_status()

@@ -8,7 +8,7 @@ import pytest
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EpisodeStatus
 from ajet_proxy.call_log import FLUSH_GUARANTEE_S
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.conftest import ensure_rolling
 from tests.support.procs import free_port, start_proxy
 

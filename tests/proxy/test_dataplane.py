@@ -9,8 +9,8 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EngineState, EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
-from ajet_proxy.types import Deployment
+from ajet_store import Store, sqlite_url
+from ajet_store.types import Deployment
 from tests.conftest import ensure_rolling, wait_state
 from tests.support.procs import start_proxy, start_stub
 
@@ -206,7 +206,7 @@ def test_sticky_routing_and_failover(module_tmp):
             s.close()  # every deployment gone (a trainer restarting): retry later, not a hard failure
         r = httpx.post(px.url + "/v1/chat/completions", json={"messages": MSGS},
                        headers={"Authorization": f"Bearer {creds.api_key}"})
-        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"] == "UpstreamError"
+        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"] == "UpstreamUnavailable"
     finally:
         px.close()
         for s in stubs:

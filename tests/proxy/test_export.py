@@ -9,8 +9,8 @@ import pytest
 
 from ajet.types import EngineState
 from ajet_proxy.export import PAGE, export_jsonl, export_parquet
-from ajet_proxy.store import Store, sqlite_url
-from ajet_proxy.types import CallRecord
+from ajet_store import Store, sqlite_url
+from ajet_store.types import CallRecord
 from tests.support.procs import offline_env
 
 

@@ -9,7 +9,7 @@ import pytest
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import BatchMode
 from ajet_proxy.overwatch import EpisodeScreen, Overwatch
-from ajet_proxy.store import sqlite_url
+from ajet_store import sqlite_url
 from tests.conftest import ensure_rolling
 from tests.support.procs import REPO, start_proxy
 

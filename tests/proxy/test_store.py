@@ -6,9 +6,9 @@ import pytest
 import sqlalchemy as sa
 
 from ajet.types import EngineState, EpisodeStatus
-from ajet_proxy.errors import EngineNotRolling, EpisodeConflict, EpisodeNotFound, StoreError, WrongState
-from ajet_proxy.store import Store, sqlite_url
-from ajet_proxy.types import CallRecord, Deployment
+from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, WrongState
+from ajet_store import Store, sqlite_url
+from ajet_store.types import CallRecord, Deployment
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_state_machine(st):
 
 
 def test_begin_only_in_rolling(st):
-    with pytest.raises(EngineNotRolling) as e:
+    with pytest.raises(NotRolling) as e:
         st.begin_episode("u", "h", "c", "train", 10)
     assert e.value.state == "OFFLINE"
 
@@ -49,19 +49,19 @@ def test_end_is_idempotent_and_conflicts_are_named(st):
     assert changed and row.status == EpisodeStatus.ENDED
     row2, changed2 = st.end_episode("u1", "c", "t", 1.0, True, {})
     assert not changed2 and row2 == row
-    with pytest.raises(EpisodeConflict, match="already ended"):
+    with pytest.raises(Conflict, match="already ended"):
         st.end_episode("u1", "c", "t", 0.5, True, {})
-    with pytest.raises(EpisodeConflict, match="already ended"):
+    with pytest.raises(Conflict, match="already ended"):
         st.abort_episode("u1", "c")
     st.begin_episode("u2", "h2", "c", "train", 10)
     assert st.abort_episode("u2", "c")[0].status == EpisodeStatus.ABORTED
     assert st.abort_episode("u2", "c")[1] is False
-    with pytest.raises(EpisodeConflict, match="aborted"):
+    with pytest.raises(Conflict, match="aborted"):
         st.end_episode("u2", "c", "t", 1.0, None, {})
     st.begin_episode("u3", "h3", "c", "train", 10)
-    with pytest.raises(EpisodeConflict, match="held by client"):
+    with pytest.raises(Conflict, match="held by client"):
         st.end_episode("u3", "other", "t", 1.0, None, {})
-    with pytest.raises(EpisodeNotFound):
+    with pytest.raises(NotFound):
         st.end_episode("nope", "c", "t", 1.0, None, {})
 
 
@@ -96,7 +96,7 @@ def test_record_step_consumes_once(st):
     st.record_step(1, 1, ["u0", "u1"], 0.5, {"loss": 0.1})
     assert [p.uuid for p in st.pool_episodes()] == ["u2"]
     assert (st.engine_row().global_step, st.engine_row().policy_version) == (1, 1)
-    with pytest.raises(StoreError, match="already consumed"):
+    with pytest.raises(AlreadyConsumed, match="already consumed"):
         st.record_step(2, 2, ["u1", "u2"], 0.5, {})
     assert st.get_episode("u2").consumed_step is None  # the failed step recorded nothing
     assert [s.step for s in st.steps()] == [1]
@@ -128,7 +128,7 @@ def test_schema_version_checked(tmp_path):
     with eng.begin() as c:
         c.execute(sa.text("UPDATE ajet_meta SET value='999' WHERE key='schema_version'"))
     eng.dispose()
-    with pytest.raises(StoreError, match="999"):
+    with pytest.raises(SchemaMismatch, match="999"):
         Store(url)
 
 
@@ -150,8 +150,8 @@ def test_new_job_starts_a_new_pool_same_job_resumes(st):
 
 
 def test_silent_trainer_stops_new_episodes(st):
-    from ajet_proxy.store.store import TRAINER_TIMEOUT_S
-    from ajet_proxy.store.tables import engine_state
+    from ajet_store import TRAINER_TIMEOUT_S
+    from ajet_store.tables import engine_state
 
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)  # no trainer has written a heartbeat: not checked
@@ -159,7 +159,7 @@ def test_silent_trainer_stops_new_episodes(st):
     st.begin_episode("u2", "h2", "c", "train", 10)
     with st._w.begin() as c:
         c.execute(engine_state.update().values(trainer_heartbeat=time.time() - TRAINER_TIMEOUT_S - 5))
-    with pytest.raises(EngineNotRolling, match="no trainer heartbeat") as e:
+    with pytest.raises(NotRolling, match="no trainer heartbeat") as e:
         st.begin_episode("u3", "h3", "c", "train", 10)
     assert e.value.state == "ROLLING"
     st.heartbeat()  # the trainer is back

@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 
 from ajet.types import BatchMode, EngineState, EpisodeStatus
-from ajet_proxy.batch_policy import select_batch
-from ajet_proxy.errors import EpisodeConflict, StoreError
-from ajet_proxy.store import Store
-from ajet_proxy.types import CallRecord, Deployment
+from ajet_store.batch_policy import select_batch
+from ajet_store import AlreadyConsumed, Conflict
+from ajet_store import Store
+from ajet_store.types import CallRecord, Deployment
 
 PG = os.environ.get("AJET_TEST_PG_URL")
 pytestmark = pytest.mark.skipif(not PG, reason="AJET_TEST_PG_URL not set (no PostgreSQL server)")
@@ -46,12 +46,12 @@ def test_full_cycle_on_postgres(pg):
                                    2e9 + i)])
         pg.end_episode(f"u{i}", "c", "t", r, None, {"k": [1, 2]})
     assert pg.end_episode("u0", "c", "t", 1.0, None, {})[1] is False
-    with pytest.raises(EpisodeConflict):
+    with pytest.raises(Conflict):
         pg.end_episode("u0", "c", "t", 0.5, None, {})
     assert pg.calls("u0")[0].completion_ids == [3, 4] and pg.get_episode("u1").last_active_at == 2e9 + 1
     batch = select_batch(pg.pool_episodes(), BatchMode.TASKS, 1, 2)
     pg.record_step(1, 1, [b.uuid for b in batch], 0.5, {"loss": 0.1})
-    with pytest.raises(StoreError):
+    with pytest.raises(AlreadyConsumed):
         pg.record_step(2, 2, [b.uuid for b in batch], 0.5, {})
     assert sorted(pg.rollback_to_step(0, 0)) == ["u0", "u1"]
     assert {e.status for e in pg.iter_episodes(page=1)} == {EpisodeStatus.ENDED}

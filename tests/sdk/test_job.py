@@ -9,7 +9,7 @@ from ajet.default_config.ajet_default import default_job, default_job_yaml
 
 SEED_DEFAULTS = dict(experiment_dir="auto", n_gpu=8, algorithm="grpo", num_repeat=4, batch_size=32,
                      swarm_mode_sample_collection_method="rollout_until_finish_enough_tasks", max_env_worker=128,
-                     backbone="verl", max_prompt_length=3000, max_response_length=15000,
+                     max_prompt_length=3000, max_response_length=15000,
                      max_response_length_in_one_turn=4096, max_model_len=18000, mini_batch_num=1, lora_rank=0,
                      lora_alpha=16, lora_target_modules="all-linear", gpu_memory_utilization=0.85, lr=1e-6,
                      ppo_epochs=1)
@@ -21,6 +21,16 @@ def test_seed_defaults():
         assert wire[k] == v, k
     assert default_job() == wire
     assert yaml.safe_load(default_job_yaml())["ajet"] == wire
+
+
+def test_seed_backbone_argument_accepted_and_checked(tmp_path):
+    assert AgentJetJob(backbone="verl", batch_size=3).batch_size == 3  # the seed passes it
+    assert "backbone" not in AgentJetJob(backbone="verl").to_wire()  # verl's algorithms run in every backend
+    with pytest.raises(ValidationError, match="only 'verl'"):
+        AgentJetJob(backbone="trinity")
+    old = tmp_path / "old.yaml"
+    old.write_text("ajet:\n  backbone: verl\n  batch_size: 5\n")  # a job.yaml written before the field went
+    assert AgentJetJob.from_yaml(old).batch_size == 5
 
 
 def test_length_fields_must_be_set_together():

@@ -13,16 +13,17 @@ from verl.trainer.ppo import core_algos
 
 from ajet import AgentJetJob
 from ajet.types import BatchMode, EngineState
-from ajet_proxy.batch_policy import select_batch
-from ajet_proxy.store import Store, sqlite_url
-from ajet_proxy.types import CallRecord
+from ajet_store.batch_policy import select_batch
+from ajet_store import Store, sqlite_url
+from ajet_store.types import CallRecord
 from ajet_trainer.grpo import collate, episode_advantages
 from ajet_trainer.samples import assemble, flatten
-from ajet_trainer.verl_backend.config import compose_verl_config
+from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
 from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
-from ajet_trainer.daemon import TrainerOptions
+from ajet_trainer.options import TrainerOptions
 from ajet_trainer.errors import TrainerError
-from ajet_trainer.session import open_session, reconcile_store
+from ajet_trainer.backends import open_session
+from ajet_trainer.steps import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, validate
 from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
@@ -45,7 +46,7 @@ def test_verl_config_composition(tmp_path):
     assert a.actor.use_kl_loss is True and a.actor.kl_loss_coef == 0.01
     assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.trainer.total_epochs) == (4, 2, 3)
     assert a.rollout.tensor_model_parallel_size == 2  # the user's file wins
-    dumped = yaml.safe_load(job.dump_job_as_yaml(tmp_path / "job.yaml").read_text())
+    dumped = yaml.safe_load(write_job_yaml(job, tmp_path / "job.yaml").read_text())
     assert dumped["verl"]["actor_rollout_ref.rollout.n"] == 8 and AgentJetJob.from_yaml(tmp_path / "job.yaml") == job
 
 
@@ -109,7 +110,7 @@ def store(tmp_path):
 
 def _samples(st, job):
     batch = select_batch(st.pool_episodes(), BatchMode.TASKS, job.batch_size, job.num_repeat)
-    return assemble([(p.uuid, p.task_id, p.reward, st.calls(p.uuid)) for p in batch], 64, 64)[0]
+    return assemble(st.rewarded_episodes(batch), 64, 64)[0]
 
 
 def test_verl_dataproto_equals_the_embedded_samples_and_advantages(store):
@@ -160,7 +161,7 @@ def test_verl_store_fed_trainer_step_returns_the_batch(store, verl_trainer):
     assert set(dp.non_tensor_batch["uid"]) == {"t1", "t2"}
     assert torch.equal(dp.batch["rm_scores"], dp.batch["token_level_scores"])
     assert trainer.checkpoint_manager.calls == ["sleep"]  # colocated replicas give the GPUs to the update
-    with pytest.raises(RuntimeError, match="train_on"):
+    with pytest.raises(TrainerError, match="train_on"):
         trainer._fit_generate()  # nothing handed over
 
 

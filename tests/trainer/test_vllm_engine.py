@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from ajet import AgentJetJob, SwarmClient
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from ajet_trainer.engine.vllm import (
     EngineStartError,
     VllmEngine,

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from ajet import SwarmClient, Task
 from ajet.types import EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.support.procs import Trainer, free_port, start_proxy
 from tutorial.example_academic_trans_swarm.train_multi_model.trans_reward import JudgeError, noun_recall, parse_score
 from tutorial.example_academic_trans_swarm.trans import FINAL, NOUNS, ROUGH

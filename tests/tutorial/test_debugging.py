@@ -7,7 +7,7 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient
 from ajet.types import EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.support.procs import REPO, Trainer, offline_env, start_proxy
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task
 from ajet.types import EpisodeStatus
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.conftest import ensure_rolling
 from tests.support.procs import REPO, Trainer, offline_env, start_proxy
 from tutorial.example_math_swarm.agent_run import boxed, compute_reward, run_agent_and_compute_reward

@@ -10,7 +10,7 @@ import pytest
 from ajet import SwarmClient, Task
 from ajet.types import EpisodeStatus
 from ajet_proxy.overwatch import Overwatch
-from ajet_proxy.store import Store, sqlite_url
+from ajet_store import Store, sqlite_url
 from tests.support.procs import REPO, Trainer, offline_env, start_proxy
 from tutorial.example_multi_mission.missions import MISSIONS, digits_reward, letters_reward
 

@@ -1,4 +1,8 @@
-"""Command lines: `ajet-trainer start` and `ajet-swarm start` (proxy + trainer, one command)."""
+"""`ajet-trainer start`: the trainer daemon on a store (`ajet-swarm start` runs it beside the proxy).
+
+torch and the trainer's modules are imported only once `start` runs, so `--help` and `--version`
+answer at once; expected errors print one line (`ajet.utils.runtime`).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,14 @@ import argparse
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from typing import Optional
 
-from ajet_proxy.cli import DEFAULT_DB, DEFAULT_PORT, add_monitor_arguments, add_start_arguments, run_monitor
-
-
-def _offline_env() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from ajet import __version__
+from ajet.errors import AjetError
+from ajet.utils.runtime import apply_offline_env, run_cli
+from ajet_store.db import DEFAULT_DB
 
 
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,12 +45,13 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_trainer(args: argparse.Namespace) -> None:
     """Run the trainer daemon until SIGINT/SIGTERM."""
-    _offline_env()
+    apply_offline_env()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    from ajet_trainer.daemon import TrainerDaemon, TrainerOptions
+    from ajet_trainer.daemon import TrainerDaemon
+    from ajet_trainer.options import TrainerOptions
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -61,37 +61,9 @@ def run_trainer(args: argparse.Namespace) -> None:
                                  nnodes=args.nnodes, verl_overrides=args.verl_overrides)).run(stop)
 
 
-def run_swarm(args: argparse.Namespace) -> int:
-    """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly."""
-    common = ["--db", args.db, "--log-level", args.log_level]
-    proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
-             *common] + (["--swarm-token", args.swarm_token] if args.swarm_token else [])
-    trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
-               "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine]
-    if args.experiment_dir:
-        trainer += ["--experiment-dir", args.experiment_dir]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]
-    stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.set())
-    print(f"ajet-swarm: proxy on http://{args.host}:{args.swarm_port}, store {args.db}", flush=True)
-    while not stopping.is_set() and all(p.poll() is None for p in procs):
-        stopping.wait(0.5)
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    for p in procs:
-        try:
-            p.wait(max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-    return max(max(p.returncode or 0, 0) for p in procs)
-
-
-def trainer_main(argv: Optional[list[str]] = None) -> int:
+def _main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ajet-trainer", description="AgentJet Swarm trainer")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_trainer_arguments(sub.add_parser("start", help="train from the store's rewarded episodes"))
     args = parser.parse_args(argv)
@@ -99,35 +71,18 @@ def trainer_main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def swarm_main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="ajet-swarm", description="AgentJet Swarm: proxy + trainer")
-    sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start", help="run ajet-proxy and ajet-trainer together")
-    add_start_arguments(start)
-    start.set_defaults(port=None)
-    start.add_argument("--swarm-port", type=int, default=DEFAULT_PORT)
-    start.add_argument("--experiment-dir", default=None)
-    start.add_argument("--device", default="auto")
-    start.add_argument("--backend", choices=["embedded", "verl"], default="embedded")
-    start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded")
-    start.add_argument("--threads", type=int, default=1)
-    for name in ("overwatch", "top"):
-        add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
-    scaffold = sub.add_parser("new-client", help="scaffold tutorial/opencode_build_NAME/ (see the SKILL.md)")
-    scaffold.add_argument("name")
-    scaffold.add_argument("--root", default=".")
-    args = parser.parse_args(argv)
-    if args.command in ("overwatch", "top"):
-        run_monitor(args)
-        return 0
-    if args.command == "new-client":
-        from ajet.scaffold import main as scaffold_main
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """What a user can cause (a bad store URL or schema, a bad job or option): one line, no traceback."""
+    from ajet_store import StoreError
+    from ajet_trainer.errors import TrainerError
 
-        return scaffold_main([args.name, "--root", args.root])
-    return run_swarm(args)
+    return (StoreError, TrainerError, AjetError)
 
 
-main = trainer_main
+def main(argv: Optional[list[str]] = None) -> int:
+    """`ajet-trainer`; an expected error prints one line and exits 1."""
+    return run_cli("ajet-trainer", _main, argv, expected_errors())
+
 
 if __name__ == "__main__":
-    sys.exit(trainer_main())
+    sys.exit(main())

@@ -15,49 +15,20 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from ajet.job import AgentJetJob
 from ajet.types import EngineState
-from ajet_proxy.batch_policy import select_batch
-from ajet_proxy.errors import WrongState
-from ajet_proxy.store import Store
-from ajet_proxy.types import EngineRow, PoolEpisode
-from ajet_trainer.session import Session, open_session
+from ajet_store import Store, WrongState, select_batch
+from ajet_store.types import EngineRow, PoolEpisode
+from ajet_trainer.backends import open_session
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.protocols import TrainingSession
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
 _ACTIVE = (EngineState.BOOTING, EngineState.ROLLING, EngineState.ROLLING_POST, EngineState.WEIGHT_SYNCING)
-
-
-@dataclass(frozen=True)
-class TrainerOptions:
-    """Settings of one trainer process."""
-
-    db_url: str
-    """The store shared with the proxy."""
-    experiment_dir: Optional[str] = None
-    """Overrides the job's experiment folder."""
-    engine: str = "embedded"
-    """Inference engine: `embedded` (in-process transformers) or `vllm` (`vllm serve`, LoRA hot-loading)."""
-    backend: str = "embedded"
-    """Training backend: `embedded` (in-process GRPO) or `verl` (verl's workers on Ray; verl launches vLLM)."""
-    ray_address: Optional[str] = None
-    """verl backend: the Ray cluster to join (`ray start --head` on the first node); None: $RAY_ADDRESS or local."""
-    nnodes: int = 1
-    """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
-    verl_overrides: Optional[str] = None
-    """verl backend: YAML of dotted verl config keys applied over the job's; None: `configs/verl_overrides.yaml`."""
-    device: str = "auto"
-    """`auto`, `cpu` or `cuda[:N]`."""
-    poll_s: float = 0.1
-    """How often the store is read while waiting."""
-    engine_host: str = "127.0.0.1"
-    """Interface the embedded engine binds to."""
-    keep_checkpoints: int = 3
-    """Checkpoints kept on disk."""
 
 
 @dataclass
@@ -74,7 +45,7 @@ class TrainerDaemon:
     def __init__(self, opts: TrainerOptions):
         self.opts = opts
         self.store = Store(opts.db_url)
-        self.session: Optional[Session] = None
+        self.session: Optional[TrainingSession] = None
         self.timers = _Timers()
 
     # ------------------------------------------------------------------ loop
@@ -116,11 +87,11 @@ class TrainerDaemon:
                 self.boot(row)
                 return True
             if row.state == EngineState.ROLLING:
-                return self.maybe_close_batch(row)
+                return self.maybe_close_batch(self.session, row)
             if row.state == EngineState.ROLLING_POST:
-                return self.drain()
+                return self.drain(self.session)
             if row.state == EngineState.WEIGHT_SYNCING:
-                self.train_step(row)
+                self.train_step(self.session, row)
                 return True
         except WrongState as exc:  # a client stopped the engine under our feet
             logger.info("state changed during %s: %s", row.state.value, exc.detail)
@@ -132,8 +103,7 @@ class TrainerDaemon:
         if self.session is None:
             if row.state != EngineState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(EngineState.BOOTING, allowed_from=_ACTIVE)
-            job = AgentJetJob.model_validate(row.job)
-            self.session = open_session(job, row.run_id, self.store, self.opts)
+            self.session = open_session(AgentJetJob.model_validate(row.job), row.run_id, self.store, self.opts)
         s = self.session
         self.store.remove_deployments()
         s.register()
@@ -141,25 +111,25 @@ class TrainerDaemon:
         self.timers = _Timers()
         logger.info("ROLLING: policy v%d served at %s", s.policy_version, s.base_url)
 
-    def _batch(self, row: EngineRow) -> list[PoolEpisode]:
-        job = self.session.job  # type: ignore[union-attr]
+    def _batch(self, session: TrainingSession, row: EngineRow) -> list[PoolEpisode]:
+        job = session.job
         return select_batch(self.store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat)
 
-    def maybe_close_batch(self, row: EngineRow) -> bool:
+    def maybe_close_batch(self, session: TrainingSession, row: EngineRow) -> bool:
         """ROLLING -> ROLLING_POST once the batch policy is satisfied."""
-        if not self._batch(row):
+        if not self._batch(session, row):
             return False
         self.store.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
         now = time.monotonic()
         self.timers.wait_s, self.timers.drain_since = now - self.timers.rolling_since, now
         return True
 
-    def drain(self) -> bool:
+    def drain(self, session: TrainingSession) -> bool:
         """ROLLING_POST -> WEIGHT_SYNCING once no episode is open (or the drain timeout passed)."""
         if self.timers.drain_since == 0.0:  # a restart found the engine in ROLLING_POST
             self.timers.drain_since = time.monotonic()
         waited = time.monotonic() - self.timers.drain_since
-        if self.store.open_uuids() and waited < self.session.job.drain_timeout:  # type: ignore[union-attr]
+        if self.store.open_uuids() and waited < session.job.drain_timeout:
             return False
         expired = self.store.expire_episodes()
         if expired:
@@ -168,13 +138,11 @@ class TrainerDaemon:
         self.timers.drain_s = time.monotonic() - self.timers.drain_since
         return True
 
-    def train_step(self, row: EngineRow) -> None:
+    def train_step(self, session: TrainingSession, row: EngineRow) -> None:
         """WEIGHT_SYNCING: one GRPO step on the batch, then back to ROLLING."""
-        s = self.session
-        assert s is not None
-        batch = self._batch(row)
+        batch = self._batch(session, row)
         if batch:
-            s.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s})
+            session.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s})
         self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING])
         self.timers = _Timers()
 
@@ -190,11 +158,3 @@ class TrainerDaemon:
             logger.exception("could not unregister the session's deployments")
         logger.info("session closed at step %d", s.step)
 
-
-def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
-    """`--experiment-dir`, else the job's `experiment_dir`, else `./experiments/<project>/<experiment>`."""
-    if override:
-        return Path(override)
-    if job.experiment_dir != "auto":
-        return Path(job.experiment_dir)
-    return Path("experiments") / job.project_name / job.experiment_name

@@ -13,5 +13,13 @@ class CheckpointError(TrainerError):
     """A checkpoint is missing, partial or of another model."""
 
 
-class SampleError(TrainerError):
-    """Episodes could not be turned into training samples."""
+class ModelNotFound(TrainerError):
+    """The job names a model that is neither a built-in one nor a local model folder."""
+
+
+class EngineStartError(TrainerError):
+    """An inference engine did not come up (its log tail says why)."""
+
+
+class ConfigurationError(TrainerError):
+    """The trainer's configuration (options, overrides, composed backend config) is invalid."""

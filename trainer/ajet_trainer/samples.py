@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from ajet_proxy.types import CallRecord
+from ajet_store.types import CallRecord, RewardedEpisode
 from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
 
 
@@ -79,16 +79,17 @@ def truncate(seq: TrainSequence, max_prompt: int, max_response: int) -> tuple[Tr
                    rollout_logprobs=seq.rollout_logprobs[:max_response]), cut_p, cut_r
 
 
-def assemble(episodes: Sequence[tuple[str, str, float, Sequence[CallRecord]]], max_prompt: int, max_response: int
+def assemble(episodes: Sequence[RewardedEpisode], max_prompt: int, max_response: int
              ) -> tuple[list[EpisodeSample], AssemblyStats]:
-    """Episodes `(uuid, task_id, reward, calls)` -> samples, with what was skipped or cut counted.
+    """Rewarded episodes -> samples, with what was skipped or cut counted.
 
     A sequence left without any trained token (all mask 0) is dropped; an episode without sequences
     is skipped and counted in `empty_episodes`.
     """
     out: list[EpisodeSample] = []
     st = {"calls": 0, "merged": 0, "failed": 0, "empty": 0, "cut_p": 0, "cut_r": 0, "seqs": 0}
-    for uuid, task_id, reward, calls in episodes:
+    for ep in episodes:
+        uuid, task_id, reward, calls = ep.uuid, ep.task_id, ep.reward, ep.calls
         st["calls"] += len(calls)
         st["failed"] += sum(1 for c in calls if c.error is not None)
         seqs, merged = episode_sequences(calls, uuid, task_id)

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ajet_trainer.errors import ModelNotFound
+
 logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "builtin:"
@@ -107,7 +109,7 @@ def builtin_model_path(spec: str) -> Path:
     """The folder of a built-in model (`builtin:tiny`), created on first use."""
     name = spec[len(BUILTIN_PREFIX):] if spec.startswith(BUILTIN_PREFIX) else spec
     if name not in SIZES:
-        raise ValueError(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in SIZES]}")
+        raise ModelNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in SIZES]}")
     dest = cache_root() / f"{name}-{_spec_hash(name)}"
     if not (dest / "config.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)

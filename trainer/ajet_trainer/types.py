@@ -1,9 +1,24 @@
-"""RL types of the trainer: sequences, episodes' samples, batch and step metrics (frozen dataclasses)."""
+"""RL types of the trainer: sequences, episodes' samples, assembly counts (frozen dataclasses).
+
+Also the names of the model and tokenizer types the trainer passes around (transformers' and peft's,
+imported for type checking only, so importing this module loads neither).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias, Union
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+PolicyModel: TypeAlias = Union["PreTrainedModel", "PeftModel"]
+"""The trained policy: a transformers causal LM, wrapped by peft when training LoRA."""
+Tokenizer: TypeAlias = "PreTrainedTokenizerBase"
+"""The policy's tokenizer."""
+Metrics: TypeAlias = dict[str, float]
+"""A step's metrics by name (counts are ints, flags bools; both are floats to a type checker)."""
 
 
 @dataclass(frozen=True)
@@ -60,17 +75,3 @@ class AssemblyStats:
     """Sequences whose prompt was cut to `max_prompt_length` (from the left)."""
     response_truncated: int = 0
     """Sequences whose response was cut to `max_response_length`."""
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """One training step's outcome, as recorded in the store and the metrics log."""
-
-    step: int
-    """Global step number."""
-    policy_version: int
-    """Version of the new weights."""
-    episode_uuids: tuple[str, ...]
-    """Episodes the step consumed."""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    """reward mean/std, loss, kl, grad norm, entropy, tokens, clip fraction, timings, ..."""

@@ -22,11 +22,11 @@ from aiohttp import web
 
 from ajet_trainer.engine.chat import chunk_body, completion_body, gen_request, parse_tool_calls, prompt_ids
 from ajet_trainer.engine.generation import GenRequest, GenResult, decode_text, generate_batch
-from ajet_trainer.errors import EngineRequestError
+from ajet.protocol import POLICY_VERSION_HEADER
+from ajet_trainer.errors import EngineRequestError, EngineStartError
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION_HEADER = "x-ajet-policy-version"
 
 
 @dataclass
@@ -68,7 +68,7 @@ class EmbeddedEngine:
         self._server_thread = threading.Thread(target=self._serve, args=(ready,), name="ajet-engine-http", daemon=True)
         self._server_thread.start()
         if not ready.wait(30):
-            raise RuntimeError("embedded engine did not start")
+            raise EngineStartError("embedded engine did not start within 30 s")
         return f"http://{self.host}:{self.port}/v1"
 
     def stop(self) -> None:

@@ -22,15 +22,11 @@ from typing import Any, Optional
 
 import httpx
 
-from ajet_trainer.errors import TrainerError
+from ajet_trainer.errors import EngineStartError, TrainerError
 
 logger = logging.getLogger(__name__)
 
 SERVED_NAME = "policy"
-
-
-class EngineStartError(TrainerError):
-    """vLLM did not become healthy; the message carries the tail of its log."""
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,42 @@
 """The verl backend (`ajet-trainer start --backend verl`): verl's trainer on Ray, fed by the store.
 
-Kept out of `ajet_trainer`'s top-level imports: it loads verl's Ray trainer, which the embedded path
-does not need.
+Names load on first use (PEP 562): importing `ajet_trainer.verl_backend.config` (the job -> verl key
+mapping the embedded trainer uses too) must not load verl's Ray trainer.
 """
 
-from ajet_trainer.verl_backend.config import compose_verl_config
-from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
-from ajet_trainer.verl_backend.session import VerlSession, build_trainer, open_verl_session
-from ajet_trainer.verl_backend.trainer import StoreCursor, StoreFedTrainer
+from __future__ import annotations
 
-__all__ = [
-    "StoreCursor",
-    "StoreFedTrainer",
-    "VerlSession",
-    "build_trainer",
-    "compose_verl_config",
-    "open_verl_session",
-    "pad_rows",
-    "real_rows",
-    "samples_to_dataproto",
-]
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "StoreCursor": "ajet_trainer.verl_backend.trainer",
+    "StoreFedTrainer": "ajet_trainer.verl_backend.trainer",
+    "VerlSession": "ajet_trainer.verl_backend.session",
+    "build_trainer": "ajet_trainer.verl_backend.session",
+    "compose_verl_config": "ajet_trainer.verl_backend.config",
+    "job_overrides": "ajet_trainer.verl_backend.config",
+    "open_verl_session": "ajet_trainer.verl_backend.session",
+    "pad_rows": "ajet_trainer.verl_backend.dataproto",
+    "real_rows": "ajet_trainer.verl_backend.dataproto",
+    "samples_to_dataproto": "ajet_trainer.verl_backend.dataproto",
+    "write_job_yaml": "ajet_trainer.verl_backend.config",
+}
+"""Public name -> the module that defines it."""
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ajet_trainer.verl_backend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from ajet_trainer.verl_backend.config import compose_verl_config, job_overrides, write_job_yaml
+    from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
+    from ajet_trainer.verl_backend.session import VerlSession, build_trainer, open_verl_session
+    from ajet_trainer.verl_backend.trainer import StoreCursor, StoreFedTrainer

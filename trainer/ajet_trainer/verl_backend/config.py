@@ -1,16 +1,74 @@
-"""Compose verl's `ppo_trainer` config with hydra from the job plus user overrides (configs/verl_overrides.yaml)."""
+"""verl's `ppo_trainer` config for a job: the job's keys, then user overrides, composed with hydra.
+
+`job_overrides` maps an `AgentJetJob` onto verl's dotted config keys. It lives here, not in the SDK,
+so that the client package knows nothing of verl. The default user overrides ship with this package
+(`verl_overrides.yaml`, found with `importlib.resources`), so a wheel runs `--backend verl` as a
+checkout does; `--verl-overrides FILE` replaces them.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 
 from ajet.job import AgentJetJob
+from ajet_trainer.errors import ConfigurationError
 
-REPO_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+DEFAULT_OVERRIDES_NAME = "verl_overrides.yaml"
+"""The packaged default overrides (package data of `ajet_trainer.verl_backend`)."""
+
+
+def job_overrides(job: AgentJetJob) -> dict[str, Any]:
+    """The job as overrides of verl's `ppo_trainer` config (dotted keys)."""
+    arr = "actor_rollout_ref"
+    out: dict[str, Any] = {
+        "algorithm.adv_estimator": job.algorithm,
+        "data.train_batch_size": job.batch_size,
+        "data.max_prompt_length": job.max_prompt_length,
+        "data.max_response_length": job.max_response_length,
+        f"{arr}.model.path": job.model,
+        f"{arr}.rollout.n": job.num_repeat,
+        f"{arr}.rollout.gpu_memory_utilization": job.gpu_memory_utilization,
+        f"{arr}.rollout.max_model_len": job.max_model_len,
+        f"{arr}.rollout.response_length": job.max_response_length_in_one_turn,
+        f"{arr}.actor.optim.lr": job.lr,
+        f"{arr}.actor.ppo_epochs": job.ppo_epochs,
+        f"{arr}.actor.ppo_mini_batch_size": max(1, job.batch_size // job.mini_batch_num),
+        f"{arr}.actor.clip_ratio": job.clip_ratio,
+        f"{arr}.actor.grad_clip": job.grad_clip,
+        f"{arr}.actor.loss_agg_mode": job.loss_agg_mode,
+        f"{arr}.actor.use_kl_loss": job.use_kl_loss,
+        f"{arr}.actor.kl_loss_coef": job.kl_loss_coef,
+        f"{arr}.actor.kl_loss_type": job.kl_loss_type,
+        # agent episodes vary in length: pack micro-batches by tokens (log-prob passes inherit it)
+        f"{arr}.actor.use_dynamic_bsz": True,
+        f"{arr}.actor.ppo_max_token_len_per_gpu": max(16384, job.max_prompt_length + job.max_response_length),
+        "trainer.n_gpus_per_node": job.n_gpu,
+        "trainer.project_name": job.project_name,
+        "trainer.experiment_name": job.experiment_name,
+        "trainer.save_freq": job.save_freq,
+    }
+    if job.lora_rank > 0:
+        targets = job.lora_target_modules
+        out.update({f"{arr}.model.lora_rank": job.lora_rank, f"{arr}.model.lora_alpha": job.lora_alpha,
+                    f"{arr}.model.target_modules": targets if isinstance(targets, str) else list(targets),
+                    f"{arr}.rollout.load_format": "safetensors", f"{arr}.rollout.layered_summon": True})
+    return out
+
+
+def write_job_yaml(job: AgentJetJob, path: Path) -> Path:
+    """The experiment's `job.yaml`: every job field under `ajet:` (what `AgentJetJob.from_yaml` reads) and the
+    verl keys the job implies under `verl:`, for reference."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"ajet": job.to_wire(), "verl": job_overrides(job)}, sort_keys=False))
+    return path
 
 
 def _override(key: str, value: Any) -> str:
@@ -23,28 +81,37 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={text}"
 
 
+def default_overrides_text() -> str:
+    """The packaged default overrides, as YAML text."""
+    return resources.files(__package__).joinpath(DEFAULT_OVERRIDES_NAME).read_text()
+
+
 def load_user_overrides(path: Optional[Path]) -> dict[str, Any]:
-    """Dotted-key overrides from a YAML file (missing file -> none)."""
-    if path is None or not Path(path).is_file():
-        return {}
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    """Dotted-key overrides from a YAML file; None: the packaged defaults. A missing file is an error."""
+    if path is None:
+        text, name = default_overrides_text(), f"<package>/{DEFAULT_OVERRIDES_NAME}"
+    elif Path(path).is_file():
+        text, name = Path(path).read_text(), str(path)
+    else:
+        raise ConfigurationError(f"--verl-overrides: no such file {path}")
+    data = yaml.safe_load(text) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of dotted verl keys")
+        raise ConfigurationError(f"{name}: expected a mapping of dotted verl keys")
     return data
 
 
 def override_list(job: AgentJetJob, user_overrides: Optional[dict[str, Any]] = None, nnodes: int = 1,
                   extra: Sequence[str] = (), model_path: Optional[str] = None) -> list[str]:
     """hydra overrides: the job's, the node count, then the user's (which win), then `extra`."""
-    merged = {**job.verl_overrides(), "trainer.nnodes": nnodes, **(user_overrides or {})}
+    merged = {**job_overrides(job), "trainer.nnodes": nnodes, **(user_overrides or {})}
     if model_path is not None:  # e.g. builtin:tiny resolved to its folder
         merged["actor_rollout_ref.model.path"] = model_path
     return [_override(k, v) for k, v in merged.items()] + list(extra)
 
 
-def compose_verl_config(job: AgentJetJob, user_overrides_file: Optional[Path] = REPO_CONFIGS / "verl_overrides.yaml",
-                        nnodes: int = 1, extra: Sequence[str] = (), model_path: Optional[str] = None) -> Any:
-    """verl's resolved `ppo_trainer` config for this job (an OmegaConf DictConfig)."""
+def compose_verl_config(job: AgentJetJob, user_overrides_file: Optional[Path] = None, nnodes: int = 1,
+                        extra: Sequence[str] = (), model_path: Optional[str] = None) -> "DictConfig":
+    """verl's resolved `ppo_trainer` config for this job (`user_overrides_file` None: the packaged defaults)."""
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

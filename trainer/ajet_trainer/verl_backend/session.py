@@ -19,16 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ajet.job import AgentJetJob
-from ajet_proxy.store import Store
-from ajet_proxy.types import Deployment, PoolEpisode
-from ajet_trainer.errors import TrainerError
+from ajet_store import Store
+from ajet_store.types import Deployment, PoolEpisode
+from ajet_trainer.errors import ConfigurationError, TrainerError
 from ajet_trainer.metrics import MetricsLog
-from ajet_trainer.session import _jsonable, reconcile_store
+from ajet_trainer.options import TrainerOptions, default_experiment_dir
+from ajet_trainer.steps import reconcile_store, record_step
 from ajet_trainer.tiny_model import resolve_model_path
-from ajet_trainer.verl_backend.config import REPO_CONFIGS, compose_verl_config
+from ajet_trainer.types import Metrics, Tokenizer
+from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
 
 if TYPE_CHECKING:
-    from ajet_trainer.daemon import TrainerOptions
+    from omegaconf import DictConfig
+
     from ajet_trainer.verl_backend.trainer import StoreFedTrainer
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ def session_overrides(job: AgentJetJob, exp_dir: Path) -> list[str]:
     return [
         "actor_rollout_ref.rollout.mode=async",
         "actor_rollout_ref.hybrid_engine=true",
-        "critic.enable=" + ("true" if job.algorithm == "gae" else "false"),  # GRPO needs no value model
+        "critic.enable=false",  # GRPO needs no value model
         f"trainer.default_local_dir={exp_dir / 'verl_checkpoints'}",
         "trainer.resume_mode=" + ("disable" if job.ensure_new_experiment else "auto"),
         "trainer.val_before_train=false",
@@ -58,7 +61,7 @@ def session_overrides(job: AgentJetJob, exp_dir: Path) -> list[str]:
 
 
 class VerlSession:
-    """Everything one running job holds on the verl backend (same interface as `Session`)."""
+    """Everything one running job holds on the verl backend (a `TrainingSession`)."""
 
     def __init__(self, job: AgentJetJob, run_id: int, store: Store, exp_dir: Path, trainer: "StoreFedTrainer",
                  served_model: str, step: int, owns_ray: bool):
@@ -77,23 +80,20 @@ class VerlSession:
         return replica_deployments(self.trainer.server_addresses(), self.served_model, self.policy_version)
 
     def register(self) -> None:
-        for dep in self.deployments():
-            self.store.register_deployment(dep)
+        """Publish the replicas in the store; the proxy reloads its router."""
+        self.store.register_deployments(self.deployments())
 
-    def train(self, batch: Sequence[PoolEpisode], timers: dict[str, float]) -> dict[str, Any]:
+    def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:
         """One verl step on `batch` (weights synced into the replicas), then the step's record."""
         t0 = time.perf_counter()
         verl_metrics = self.trainer.train_on(batch)
         self.step = self.trainer.global_steps - 1  # verl moved on to the next step number
-        metrics = step_metrics(verl_metrics, batch, timers, vars(self.trainer.ajet_stats))
+        metrics = step_metrics(verl_metrics, timers, vars(self.trainer.ajet_stats))
+        metrics["episodes"] = len(batch)
         metrics["train_s"] = time.perf_counter() - t0
         metrics["step_s"] = metrics["train_s"] + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
         self.register()  # the new version is live in the replicas
-        self.store.record_step(self.step, self.policy_version, [p.uuid for p in batch], metrics["reward_mean"],
-                               _jsonable(metrics))
-        self.metrics.write(self.step, metrics)
-        logger.info("verl step %d: reward %.3f over %d episodes, loss %s, %.2fs", self.step, metrics["reward_mean"],
-                    len(batch), metrics.get("loss"), metrics["train_s"])
+        record_step(self.store, self.metrics, self.step, self.policy_version, batch, metrics)
         return metrics
 
     def close(self, final_checkpoint: bool) -> None:
@@ -117,12 +117,9 @@ def replica_deployments(addresses: Sequence[str], served_model: str, version: in
             for i, addr in enumerate(addresses)]
 
 
-def step_metrics(verl_metrics: dict[str, Any], batch: Sequence[PoolEpisode], timers: dict[str, float],
-                 stats: dict[str, int]) -> dict[str, Any]:
+def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: dict[str, int]) -> Metrics:
     """The step's metrics: ours (as the embedded trainer names them) plus every numeric verl metric."""
-    out: dict[str, Any] = {**timers, **{f"samples/{k}": v for k, v in stats.items()}}
-    out["reward_mean"] = sum(p.reward for p in batch) / len(batch)  # over every episode the step consumes
-    out["episodes"] = len(batch)
+    out: Metrics = {**timers, **{f"samples/{k}": v for k, v in stats.items()}}
     for key, value in verl_metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"verl/{key}"] = float(value)
@@ -160,7 +157,7 @@ def _ray_init(address: Optional[str], gpus_needed: int) -> bool:
     return owns
 
 
-def build_trainer(config: Any, tokenizer: Any) -> "StoreFedTrainer":
+def build_trainer(config: "DictConfig", tokenizer: Tokenizer) -> "StoreFedTrainer":
     """The trainer with verl's unified engine worker as the hybrid actor+rollout (+ ref when KL needs one)."""
     import ray
     from verl.single_controller.ray import RayWorkerGroup, ResourcePoolManager
@@ -183,20 +180,16 @@ def build_trainer(config: Any, tokenizer: Any) -> "StoreFedTrainer":
                                ray_worker_group_cls=RayWorkerGroup, device_name=config.trainer.device)
 
 
-def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: "TrainerOptions") -> VerlSession:
+def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> VerlSession:
     """Compose, start Ray and verl's workers + replicas, restore, reconcile the store."""
     from omegaconf import OmegaConf
     from verl.utils import hf_tokenizer
 
-    from ajet_trainer.daemon import default_experiment_dir
-
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
-    job.dump_job_as_yaml(exp_dir / "job.yaml")
+    write_job_yaml(job, exp_dir / "job.yaml")
     model_path = str(resolve_model_path(job.model))
-    user_file = Path(opts.verl_overrides) if opts.verl_overrides else REPO_CONFIGS / "verl_overrides.yaml"
-    if opts.verl_overrides and not user_file.is_file():
-        raise TrainerError(f"--verl-overrides: no such file {user_file}")
+    user_file = Path(opts.verl_overrides) if opts.verl_overrides else None
     config = compose_verl_config(job, user_file, nnodes=opts.nnodes, extra=session_overrides(job, exp_dir),
                                  model_path=model_path)
     OmegaConf.resolve(config)
@@ -215,7 +208,7 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: "Traine
     return session
 
 
-def validate(config: Any) -> None:
+def validate(config: "DictConfig") -> None:
     """verl's own checks of the composed config (batch divisibility, micro-batching, ...), as a TrainerError."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -224,15 +217,15 @@ def validate(config: Any) -> None:
         validate_config(config=config, use_reference_policy=need_reference_policy(config),
                         use_critic=need_critic(config))
     except Exception as exc:  # noqa: BLE001 - verl raises assertions and hydra instantiation errors
-        raise TrainerError(f"verl rejects the composed config (see <experiment>/verl_config.yaml): {exc}") from exc
+        raise ConfigurationError(f"verl rejects the composed config (see <experiment>/verl_config.yaml): {exc}") from exc
     # verl's update asserts this at the first step, on the GPUs; say it now
     actor = config.actor_rollout_ref.actor
     mini_rows = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
     dp = config.trainer.n_gpus_per_node * config.trainer.nnodes // actor.get("ulysses_sequence_parallel_size", 1)
     if mini_rows % dp:
-        raise TrainerError(f"verl rejects the composed config: a mini-batch of {mini_rows} rows (batch_size / "
+        raise ConfigurationError(f"verl rejects the composed config: a mini-batch of {mini_rows} rows (batch_size / "
                            f"mini_batch_num x num_repeat) does not split over {dp} data-parallel GPUs")
 
 
-def _pad_id(tokenizer: Any) -> int:
+def _pad_id(tokenizer: Tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -30,10 +30,12 @@ from verl.single_controller.ray import RayClassWithInitArgs
 from verl.trainer.ppo.utils import Role
 
 from ajet.job import AgentJetJob
-from ajet_proxy.store import Store
-from ajet_proxy.types import PoolEpisode
+from ajet_store import Store
+from ajet_store.types import PoolEpisode
+from ajet_trainer.errors import TrainerError
 from ajet_trainer.grpo import episode_advantages
 from ajet_trainer.samples import assemble
+from ajet_trainer.steps import batch_reward_mean
 from ajet_trainer.types import AssemblyStats, EpisodeSample
 from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
 
@@ -154,7 +156,7 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         """
         data = self.store_batch(batch)
         self.train_dataloader.pending = {"step": self.global_steps, "episode_uuids": [p.uuid for p in batch],
-                                         "reward_mean": sum(p.reward for p in batch) / len(batch)}
+                                         "reward_mean": batch_reward_mean(batch)}
         if data is None:
             logger.warning("verl step %d: no trainable call in the batch, no update", self.global_steps)
             self.global_steps += 1
@@ -169,8 +171,8 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     def store_batch(self, pool: Sequence[PoolEpisode]) -> Optional[DataProto]:
         """These episodes' calls -> samples (the embedded rules) -> DataProto; None if nothing is trainable."""
         job = self.ajet_job
-        episodes = [(p.uuid, p.task_id, p.reward, self.ajet_store.calls(p.uuid)) for p in pool]
-        samples, self.ajet_stats = assemble(episodes, job.max_prompt_length, job.max_response_length)
+        samples, self.ajet_stats = assemble(self.ajet_store.rewarded_episodes(pool), job.max_prompt_length,
+                                            job.max_response_length)
         self.ajet_samples = samples
         if not samples:
             return None
@@ -181,7 +183,7 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         """verl's generation step, replaced: the agents already generated, the store has the samples."""
         out, self.ajet_next = self.ajet_next, None
         if out is None:  # the daemon's state machine picks the batch; `train_on` hands it over
-            raise RuntimeError("no batch handed over: drive steps with StoreFedTrainer.train_on")
+            raise TrainerError("no batch handed over: drive steps with StoreFedTrainer.train_on")
         out.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         out.batch["rm_scores"] = out.batch["token_level_scores"].clone()  # what verl's extract_reward reads
         # verl's update asserts that its mini-batches (ppo_mini_batch_size x n rows) divide the batch

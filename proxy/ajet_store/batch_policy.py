@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
-from ajet.types import BatchMode, BatchProgress
-from ajet_proxy.types import PoolEpisode
+from ajet.stat_types import BatchProgress
+from ajet.types import BatchMode
+from ajet_store.types import PoolEpisode
 
 
 def group_by_task(pool: Sequence[PoolEpisode]) -> "OrderedDict[str, list[PoolEpisode]]":

@@ -1,7 +1,7 @@
-"""Internal row and record types of the proxy and the store (frozen dataclasses).
+"""Row and record types of the store (frozen dataclasses): the contract between proxy and trainer.
 
-The HTTP wire types live in `ajet.types`; these are what the store returns and what the call log
-writes. The trainer reads episodes and calls through these types.
+The HTTP wire types live in `ajet.types`; these are what the store returns and what the proxy's call
+log writes. The trainer reads episodes and calls through these types.
 """
 
 from __future__ import annotations
@@ -145,6 +145,20 @@ class PoolEpisode:
     """Its reward."""
     ended_at: float = 0.0
     """Unix time it ended (for first-come ordering)."""
+
+
+@dataclass(frozen=True)
+class RewardedEpisode:
+    """A pool episode with every call it made: what a training step turns into samples."""
+
+    uuid: str
+    """Episode id."""
+    task_id: str
+    """GRPO group."""
+    reward: float
+    """The reward its client gave at `end_episode`."""
+    calls: tuple[CallRecord, ...]
+    """Its LLM calls in order, with the exact token ids the engine produced."""
 
 
 @dataclass(frozen=True)

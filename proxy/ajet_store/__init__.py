@@ -1,0 +1,61 @@
+"""The AgentJet Swarm store: the contract between `ajet-proxy` and `ajet-trainer`.
+
+Tables, row types, engine state, batch policies and queries over SQLite (WAL) or PostgreSQL through
+SQLAlchemy Core. It imports neither the proxy nor the trainer, and raises its own domain errors
+(`StoreError` and below), which carry no HTTP status: the proxy maps them at its boundary.
+"""
+
+from ajet_store.batch_policy import (
+    all_progress,
+    group_by_task,
+    is_dummy,
+    rollout_until_finish_enough_episodes,
+    rollout_until_finish_enough_non_dummy_tasks,
+    rollout_until_finish_enough_tasks,
+    select_batch,
+)
+from ajet_store.db import DEFAULT_DB, sqlite_url
+from ajet_store.episodes import TRAINER_TIMEOUT_S
+from ajet_store.errors import (
+    AlreadyConsumed,
+    Conflict,
+    NotFound,
+    NotRolling,
+    SchemaMismatch,
+    StoreError,
+    StoreUnavailable,
+    WrongState,
+)
+from ajet_store.store import Store
+from ajet_store.tables import SCHEMA_VERSION
+from ajet_store.types import CallRecord, Deployment, EngineRow, EpisodeRow, PoolEpisode, RewardedEpisode, StepRow
+
+__all__ = [
+    "DEFAULT_DB",
+    "SCHEMA_VERSION",
+    "TRAINER_TIMEOUT_S",
+    "AlreadyConsumed",
+    "CallRecord",
+    "Conflict",
+    "Deployment",
+    "EngineRow",
+    "EpisodeRow",
+    "NotFound",
+    "NotRolling",
+    "PoolEpisode",
+    "RewardedEpisode",
+    "SchemaMismatch",
+    "StepRow",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "WrongState",
+    "all_progress",
+    "group_by_task",
+    "is_dummy",
+    "rollout_until_finish_enough_episodes",
+    "rollout_until_finish_enough_non_dummy_tasks",
+    "rollout_until_finish_enough_tasks",
+    "select_batch",
+    "sqlite_url",
+]

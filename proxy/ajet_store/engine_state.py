@@ -1,0 +1,96 @@
+"""The engine row: state transitions, the synced job, the batch mode and the trainer's heartbeat."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Optional
+
+import sqlalchemy as sa
+
+from ajet.types import BatchMode, EngineState, EpisodeStatus
+from ajet_store import rows
+from ajet_store import tables as t
+from ajet_store.db import Database
+from ajet_store.errors import WrongState
+from ajet_store.types import EngineRow
+
+
+class EngineStateOps(Database):
+    """What proxy and trainer read and change of the engine row."""
+
+    def engine_row(self) -> EngineRow:
+        """The engine row."""
+        with self._read() as c:
+            return rows.engine(c)
+
+    def transition(self, to: EngineState, allowed_from: Optional[Iterable[EngineState]] = None) -> EngineRow:
+        """Move to `to` if the current state is in `allowed_from` (any state when None; else `WrongState`).
+
+        Moving to OFFLINE aborts every open episode (their keys stop working).
+        """
+        with self._tx() as c:
+            cur = rows.engine(c)
+            if allowed_from is not None and cur.state not in set(allowed_from):
+                raise WrongState(f"cannot go to {to.value} from {cur.state.value}", state=cur.state.value)
+            now = time.time()
+            if cur.state != to:
+                c.execute(t.engine_state.update().values(state=to.value, state_since=now))
+            if to == EngineState.OFFLINE:
+                c.execute(t.episodes.update().where(t.episodes.c.status == EpisodeStatus.OPEN.value)
+                          .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
+            return rows.engine(c)
+
+    def heartbeat(self) -> None:
+        """The trainer's sign of life (written every few seconds by the trainer daemon)."""
+        with self._tx() as c:
+            c.execute(t.engine_state.update().values(trainer_heartbeat=time.time()))
+
+    def sync_job(self, job: dict[str, Any]) -> EngineRow:
+        """Store the job (only while OFFLINE); its collection method becomes the batch mode.
+
+        A job that differs from the stored one starts a new run: episodes rewarded under the old job
+        stay in the store but leave the rollout pool. Re-syncing the same job keeps the pool (resume).
+        """
+        with self._tx() as c:
+            cur = rows.engine(c)
+            if cur.state != EngineState.OFFLINE:
+                raise WrongState(f"config sync only in OFFLINE; engine is {cur.state.value}", state=cur.state.value)
+            _write_job(c, cur, job)
+            return rows.engine(c)
+
+    def sync_and_start(self, job: dict[str, Any]) -> tuple[EngineRow, bool]:
+        """Atomically: if OFFLINE, store the job and go BOOTING; else leave the running job alone.
+
+        Returns (row, started). Two clients racing to start the same swarm cannot both sync.
+        """
+        with self._tx() as c:
+            cur = rows.engine(c)
+            if cur.state != EngineState.OFFLINE:
+                return cur, False
+            _write_job(c, cur, job)
+            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time()))
+            return rows.engine(c), True
+
+    def start(self) -> EngineRow:
+        """OFFLINE -> BOOTING for the synced job (`WrongState` without one, or from another state)."""
+        with self._tx() as c:
+            cur = rows.engine(c)
+            if cur.job is None:
+                raise WrongState("no job synced; call sync_train_config first", state=cur.state.value)
+            if cur.state != EngineState.OFFLINE:
+                raise WrongState(f"cannot go to {EngineState.BOOTING.value} from {cur.state.value}",
+                                 state=cur.state.value)
+            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time()))
+            return rows.engine(c)
+
+    def set_batch_mode(self, mode: BatchMode) -> EngineRow:
+        """Change the batch policy (applies to the next step)."""
+        with self._tx() as c:
+            c.execute(t.engine_state.update().values(batch_mode=mode.value))
+            return rows.engine(c)
+
+
+def _write_job(c: sa.Connection, cur: EngineRow, job: dict[str, Any]) -> None:
+    mode = BatchMode(job.get("swarm_mode_sample_collection_method", BatchMode.TASKS.value))
+    run_id = cur.run_id + (1 if cur.job != job else 0)
+    c.execute(t.engine_state.update().values(job=job, batch_mode=mode.value, run_id=run_id))

@@ -1,0 +1,169 @@
+"""Episodes and their LLM calls: begin, log calls, end / abort / expire, and the rollout pool."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import sqlalchemy as sa
+
+from ajet.types import EngineState, EpisodeStatus
+from ajet_store import rows
+from ajet_store import tables as t
+from ajet_store.db import Database
+from ajet_store.errors import Conflict, NotRolling
+from ajet_store.types import CallRecord, EpisodeRow, PoolEpisode, RewardedEpisode
+
+TRAINER_TIMEOUT_S = 30.0
+"""A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
+
+
+class EpisodeOps(Database):
+    """Episode life cycle and the call log."""
+
+    # ------------------------------------------------------------------ life cycle
+    def begin_episode(self, uuid: str, key_hash: str, client_id: str, episode_type: str, timeout_s: float,
+                      mission: Optional[str] = None) -> EpisodeRow:
+        """Insert an open episode; only while ROLLING with a live trainer (else `NotRolling`)."""
+        now = time.time()
+        with self._tx() as c:
+            eng = rows.engine(c)
+            if eng.state != EngineState.ROLLING:
+                raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
+            if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
+                raise NotRolling(f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer "
+                                 "is down or restarting", state=eng.state.value)
+            c.execute(t.episodes.insert().values(
+                uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type, mission=mission,
+                status=EpisodeStatus.OPEN.value, created_at=now, last_active_at=now, timeout_s=timeout_s,
+                policy_version_start=eng.policy_version, run_id=eng.run_id, untrainable=False, num_calls=0))
+            rows.touch_client(c, client_id, now, "begun")
+            return rows.episode(c, uuid)
+
+    def end_episode(self, uuid: str, client_id: str, task_id: str, reward: float, is_success: Optional[bool],
+                    metadata: dict[str, Any]) -> tuple[EpisodeRow, bool]:
+        """Record the reward; returns (row, changed). Ending again with the same result is harmless."""
+        now = time.time()
+        with self._tx() as c:
+            row = rows.episode(c, uuid)
+            if row.status == EpisodeStatus.ENDED:
+                if row.task_id == task_id and row.reward == reward:
+                    return row, False
+                raise Conflict(f"episode {uuid} already ended with reward {row.reward} for task {row.task_id}")
+            if row.status != EpisodeStatus.OPEN:
+                raise Conflict(f"episode {uuid} is {row.status.value}; it can no longer be ended")
+            if row.client_id != client_id:
+                raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
+            c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
+                status=EpisodeStatus.ENDED.value, task_id=task_id, reward=reward, is_success=is_success,
+                metadata=metadata, ended_at=now))
+            rows.touch_client(c, client_id, now, "ended")
+            return rows.episode(c, uuid), True
+
+    def abort_episode(self, uuid: str, client_id: str) -> tuple[EpisodeRow, bool]:
+        """Discard an open episode; returns (row, changed). Aborting an aborted or expired one is harmless."""
+        now = time.time()
+        with self._tx() as c:
+            row = rows.episode(c, uuid)
+            if row.status in (EpisodeStatus.ABORTED, EpisodeStatus.EXPIRED):
+                return row, False
+            if row.status == EpisodeStatus.ENDED:
+                raise Conflict(f"episode {uuid} already ended; it cannot be aborted")
+            c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid)
+                      .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
+            rows.touch_client(c, client_id, now, "aborted")
+            return rows.episode(c, uuid), True
+
+    def expire_episodes(self, uuids: Optional[Iterable[str]] = None) -> list[str]:
+        """Expire the given open episodes (all open ones when None); returns the uuids expired."""
+        with self._tx() as c:
+            q = sa.select(t.episodes.c.uuid).where(t.episodes.c.status == EpisodeStatus.OPEN.value)
+            if uuids is not None:
+                q = q.where(t.episodes.c.uuid.in_(list(uuids)))
+            hit = [r[0] for r in c.execute(q)]
+            if hit:
+                c.execute(t.episodes.update().where(t.episodes.c.uuid.in_(hit))
+                          .values(status=EpisodeStatus.EXPIRED.value, ended_at=time.time()))
+            return hit
+
+    # ------------------------------------------------------------------ reads
+    def open_uuids(self) -> set[str]:
+        """Uuids of the open episodes."""
+        with self._read() as c:
+            q = sa.select(t.episodes.c.uuid).where(t.episodes.c.status == EpisodeStatus.OPEN.value)
+            return {r[0] for r in c.execute(q)}
+
+    def get_episode(self, uuid: str) -> EpisodeRow:
+        """One episode (`NotFound` if unknown)."""
+        with self._read() as c:
+            return rows.episode(c, uuid)
+
+    def episodes(self, status: Optional[EpisodeStatus] = None) -> list[EpisodeRow]:
+        """Episodes, oldest first, optionally of one status (all in memory: see `iter_episodes`)."""
+        return list(self.iter_episodes(status=status))
+
+    def iter_episodes(self, status: Optional[EpisodeStatus] = None, since_step: Optional[int] = None,
+                      page: int = 500) -> Iterator[EpisodeRow]:
+        """All matching episodes, oldest first, read page by page (never the whole table at once).
+
+        `since_step`: only episodes consumed at that step or later, or not consumed yet.
+        """
+        e = t.episodes.c
+        after: Optional[tuple[float, str]] = None
+        while True:
+            q = sa.select(t.episodes).order_by(e.created_at, e.uuid).limit(page)
+            if status is not None:
+                q = q.where(e.status == status.value)
+            if since_step is not None:
+                q = q.where(sa.or_(e.consumed_step >= since_step, e.consumed_step.is_(None)))
+            if after is not None:
+                q = q.where(sa.or_(e.created_at > after[0], sa.and_(e.created_at == after[0], e.uuid > after[1])))
+            with self._read() as c:
+                page_rows = [rows.episode_from(m) for m in c.execute(q).mappings()]
+            yield from page_rows
+            if len(page_rows) < page:
+                return
+            after = (page_rows[-1].created_at, page_rows[-1].uuid)
+
+    def pool_episodes(self) -> list[PoolEpisode]:
+        """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
+        e = t.episodes.c
+        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
+        q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at)
+             .where(e.status == EpisodeStatus.ENDED.value, e.episode_type == "train", e.run_id == run,
+                    e.consumed_step.is_(None), e.untrainable.is_(False))
+             .order_by(e.ended_at))
+        with self._read() as c:
+            return [PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at) for r in c.execute(q)]
+
+    def rewarded_episodes(self, batch: Sequence[PoolEpisode]) -> list[RewardedEpisode]:
+        """The batch's episodes with their calls, in batch order: what sample assembly reads."""
+        return [RewardedEpisode(p.uuid, p.task_id, p.reward, tuple(self.calls(p.uuid))) for p in batch]
+
+    # ------------------------------------------------------------------ calls
+    def write_calls(self, records: Sequence[CallRecord]) -> None:
+        """Insert a batch of calls; refresh each episode's activity and flag untrainable ones."""
+        if not records:
+            return
+        per_episode: dict[str, list[CallRecord]] = {}
+        for r in records:
+            per_episode.setdefault(r.episode_uuid, []).append(r)
+        e = t.episodes.c
+        with self._tx() as c:
+            c.execute(t.llm_calls.insert(), [rows.call_row(r) for r in records])
+            for uuid, recs in per_episode.items():
+                latest = max(r.created_at for r in recs)
+                c.execute(t.episodes.update().where(e.uuid == uuid).values(
+                    num_calls=e.num_calls + len(recs),
+                    last_active_at=sa.case((e.last_active_at < latest, latest), else_=e.last_active_at)))
+                bad = next((r for r in recs if r.error is None and not r.trainable), None)
+                if bad is not None:
+                    c.execute(t.episodes.update().where(e.uuid == uuid).values(
+                        untrainable=True, untrainable_reason=f"call {bad.seq}: backend returned no token ids"))
+
+    def calls(self, uuid: str) -> list[CallRecord]:
+        """The calls of one episode, in order."""
+        q = sa.select(t.llm_calls).where(t.llm_calls.c.episode_uuid == uuid).order_by(
+            t.llm_calls.c.seq, t.llm_calls.c.id)
+        with self._read() as c:
+            return [rows.call_from(m) for m in c.execute(q).mappings()]

@@ -1,0 +1,98 @@
+"""`ajet-swarm start | overwatch | top | new-client`: proxy + trainer in one command, and the client tools.
+
+`start` runs `ajet-proxy start` and `ajet-trainer start` as two child processes on one store; Ctrl-C
+(or either dying) stops both. `overwatch` is the Textual monitor; `new-client` writes a swarm-client
+scaffold. None of them imports torch: the trainer's packages load only in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional
+
+from ajet import __version__
+from ajet.utils.runtime import offline_env, run_cli
+from ajet_proxy.cli import DEFAULT_PORT, add_monitor_arguments, add_start_arguments, expected_errors, run_monitor
+
+
+def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The proxy's and the trainer's command lines for `ajet-swarm start`."""
+    common = ["--db", args.db, "--log-level", args.log_level]
+    proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
+             *common] + (["--swarm-token", args.swarm_token] if args.swarm_token else [])
+    trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
+               "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine]
+    if args.experiment_dir:
+        trainer += ["--experiment-dir", args.experiment_dir]
+    return proxy, trainer
+
+
+def run_swarm(args: argparse.Namespace) -> int:
+    """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly."""
+    proxy, trainer = child_commands(args)
+    env = offline_env()
+    procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    print(f"ajet-swarm: proxy on http://{args.host}:{args.swarm_port}, store {args.db}", flush=True)
+    while not stopping.is_set() and all(p.poll() is None for p in procs):
+        stopping.wait(0.5)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for p in procs:
+        try:
+            p.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return max(max(p.returncode or 0, 0) for p in procs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `ajet-swarm` command line."""
+    parser = argparse.ArgumentParser(prog="ajet-swarm", description="AgentJet Swarm: proxy + trainer")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="run ajet-proxy and ajet-trainer together")
+    add_start_arguments(start)
+    start.set_defaults(port=None)
+    start.add_argument("--swarm-port", type=int, default=DEFAULT_PORT)
+    start.add_argument("--experiment-dir", default=None)
+    start.add_argument("--device", default="auto")
+    start.add_argument("--backend", choices=["embedded", "verl"], default="embedded")
+    start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded")
+    start.add_argument("--threads", type=int, default=1)
+    for name in ("overwatch", "top"):
+        add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
+    scaffold = sub.add_parser("new-client", help="scaffold tutorial/opencode_build_NAME/ (see the SKILL.md)")
+    scaffold.add_argument("name")
+    scaffold.add_argument("--root", default=".")
+    return parser
+
+
+def _main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("overwatch", "top"):
+        run_monitor(args)
+        return 0
+    if args.command == "new-client":
+        from ajet.scaffold import main as scaffold_main
+
+        return scaffold_main([args.name, "--root", args.root])
+    return run_swarm(args)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """`ajet-swarm`; an expected error prints one line and exits 1."""
+    return run_cli("ajet-swarm", _main, argv, expected_errors())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

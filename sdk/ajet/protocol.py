@@ -1,0 +1,72 @@
+"""The wire protocol between the SDK and `ajet-proxy`, written once: headers, error codes, error body.
+
+The proxy answers every control-API error with an `ErrorBody` whose `error` is an `ErrorCode`; the
+SDK raises the exception of that code (`ajet.errors`), so two answers with the same status (a wrong
+engine state and an episode conflict are both 409) are told apart. Statuses and Retry-After hints
+are defined here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from pydantic import Field
+
+from ajet.types import WireModel
+
+CLIENT_HEADER = "X-Ajet-Client"
+"""Names the client that sends a control call (episodes are owned by the client that began them)."""
+SWARM_TOKEN_HEADER = "X-Swarm-Token"
+"""Carries the swarm token on control calls (an `Authorization: Bearer` header works as well)."""
+POLICY_VERSION_HEADER = "X-Ajet-Policy-Version"
+"""Set by an inference engine on each answer: the weights version that produced it."""
+
+
+class ErrorCode(str, Enum):
+    """What went wrong, by name; the SDK's exception classes carry the same names."""
+
+    UNAUTHORIZED = "Unauthorized"
+    EPISODE_NOT_FOUND = "EpisodeNotFound"
+    WRONG_STATE = "WrongState"
+    EPISODE_CONFLICT = "EpisodeConflict"
+    INVALID_REQUEST = "InvalidRequest"
+    ENGINE_NOT_READY = "EngineNotReady"
+    UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
+    STORE_ERROR = "StoreError"
+
+    @property
+    def status(self) -> int:
+        """The HTTP status this code is answered with."""
+        return _STATUS[self]
+
+    @property
+    def retry_after(self) -> Optional[int]:
+        """Seconds for a Retry-After header, for errors a client should retry (else None)."""
+        return _RETRY_AFTER.get(self)
+
+
+_STATUS = {
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.EPISODE_NOT_FOUND: 404,
+    ErrorCode.WRONG_STATE: 409,
+    ErrorCode.EPISODE_CONFLICT: 409,
+    ErrorCode.INVALID_REQUEST: 422,
+    ErrorCode.ENGINE_NOT_READY: 503,
+    ErrorCode.UPSTREAM_UNAVAILABLE: 503,
+    ErrorCode.STORE_ERROR: 500,
+}
+_RETRY_AFTER = {ErrorCode.ENGINE_NOT_READY: 1, ErrorCode.UPSTREAM_UNAVAILABLE: 2}
+
+
+class ErrorBody(WireModel):
+    """Body of every control-API error answer."""
+
+    error: str
+    """The `ErrorCode` value (e.g. `WrongState`, `InvalidRequest`); the SDK raises the exception of that name."""
+    detail: str
+    """A human-readable reason."""
+    state: Optional[str] = None
+    """The engine state, where the error depends on it (e.g. why `begin_episode` must wait)."""
+    fields: list[str] = Field(default_factory=list)
+    """The offending fields of a malformed body, as dotted paths."""

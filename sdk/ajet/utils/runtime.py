@@ -1,0 +1,50 @@
+"""What every command of the swarm does the same way: the offline environment and its error line.
+
+- `offline_env()`: nothing may download a model, a dataset or LiteLLM's cost map at run time.
+  `apply_offline_env()` sets those variables in this process (keeping values already set);
+  `offline_env(**extra)` is the environment for a child process.
+- `run_cli(prog, main, argv, expected)`: an expected error (a bad store URL, an unknown episode, a
+  store of another schema) prints one line `prog: error: ...` and exits 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Mapping, Optional, Sequence
+
+OFFLINE_ENV: Mapping[str, str] = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+}
+"""Variables that keep Hugging Face and LiteLLM from reaching the network."""
+
+
+def apply_offline_env() -> None:
+    """Set the offline variables in this process, keeping any value the user set."""
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the offline variables forced, plus `extra`: for child processes."""
+    return {**os.environ, **OFFLINE_ENV, **extra}
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run_cli(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]],
+            expected: Sequence[type[BaseException]]) -> int:
+    """Run a command's `main`; an expected error prints one line on stderr and returns 1."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        return 130
+    except tuple(expected) as exc:
+        print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
+        return 1

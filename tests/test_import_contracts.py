@@ -1,0 +1,152 @@
+"""The import rules of DESIGN.md, enforced on the source tree (every import, lazy ones included).
+
+tutorials -> sdk <- proxy -> store <- trainer (trainer -> sdk too); the store imports the SDK's wire types
+and nothing else of ours. `ajet_swarm` is the one composition root: it may start both proxy and trainer,
+and nothing imports it. No cycles anywhere. The proxy never imports torch, and neither does the SDK.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = {"ajet": REPO / "sdk", "ajet_proxy": REPO / "proxy", "ajet_store": REPO / "proxy",
+         "ajet_swarm": REPO / "proxy", "ajet_trainer": REPO / "trainer"}
+HEAVY = {"torch", "transformers", "peft", "verl", "vllm", "ray", "safetensors"}
+SERVER = {"fastapi", "litellm", "sqlalchemy", "uvicorn", "starlette", "aiohttp", "textual"}
+
+
+def _modules() -> dict[str, Path]:
+    """Every first-party module name -> its file."""
+    out = {}
+    for pkg, root in ROOTS.items():
+        for path in (root / pkg).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _target(name: str) -> str:
+    """The first-party module an imported name lands in (`pkg.mod.Class` -> `pkg.mod`), or the name itself."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Modules `module` imports anywhere in its file (first-party ones resolved to their module)."""
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(_target(a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_pkg else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            out.update(_target(f"{base}.{a.name}") if f"{base}.{a.name}" in MODULES else _target(base)
+                       for a in node.names)
+    out.discard(module)
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _violations(package: str, forbidden: set[str]) -> list[str]:
+    return sorted(f"{m} imports {dep}" for m, deps in GRAPH.items() if _top(m) == package
+                  for dep in deps if _top(dep) in forbidden)
+
+
+def test_the_graph_sees_every_package():
+    assert {_top(m) for m in MODULES} == set(ROOTS)
+    assert "ajet_store" in GRAPH["ajet_proxy.state"] or any(_top(d) == "ajet_store" for d in GRAPH["ajet_proxy.state"])
+
+
+@pytest.mark.parametrize("package,forbidden", [
+    ("ajet", {"ajet_proxy", "ajet_store", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
+    ("ajet_store", {"ajet_proxy", "ajet_trainer", "ajet_swarm"} | HEAVY),
+    ("ajet_proxy", {"ajet_trainer", "ajet_swarm"} | HEAVY),
+    ("ajet_trainer", {"ajet_proxy", "ajet_swarm"}),
+    ("ajet_swarm", HEAVY),
+])
+def test_import_rules(package, forbidden):
+    assert _violations(package, forbidden) == []
+
+
+def test_only_the_store_writes_sql():
+    assert _violations("ajet_proxy", {"sqlalchemy"}) == []
+    assert _violations("ajet_trainer", {"sqlalchemy"}) == []
+
+
+def test_nothing_imports_the_composition_root():
+    assert sorted(m for m, deps in GRAPH.items() if _top(m) != "ajet_swarm"
+                  and any(_top(d) == "ajet_swarm" for d in deps)) == []
+
+
+def _cycle() -> list[str]:
+    """One import cycle among first-party modules, or []."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str]:
+        state[m] = 1
+        stack.append(m)
+        for dep in sorted(d for d in GRAPH.get(m, ()) if d in MODULES):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return []
+
+    for m in sorted(MODULES):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return []
+
+
+def test_no_import_cycles():
+    assert _cycle() == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    GRAPH["ajet.errors"].add("ajet.client")  # client -> errors exists; this closes a loop
+    try:
+        assert _cycle()
+    finally:
+        GRAPH["ajet.errors"].discard("ajet.client")
+
+
+@pytest.mark.parametrize("module", ["ajet_proxy", "ajet_proxy.app", "ajet_proxy.cli", "ajet_proxy.overwatch",
+                                    "ajet_store", "ajet_swarm.cli", "ajet_trainer.cli", "ajet_trainer.options",
+                                    "ajet"])
+def test_importing_loads_no_torch(module):
+    """What runs on a GPU-less client machine (`python -X importtime -c "import ajet_proxy"`) loads no torch."""
+    res = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in res.stderr.splitlines() if "|" in line}
+    assert module.split(".")[0] in loaded  # the report is real
+    assert loaded & HEAVY == set()

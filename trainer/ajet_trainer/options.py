@@ -1,0 +1,49 @@
+"""Settings of one trainer process, and where its experiment folder lies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+from ajet.job import AgentJetJob
+
+EngineKind = Literal["embedded", "vllm"]
+BackendKind = Literal["embedded", "verl"]
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    """Settings of one trainer process (the command line of `ajet-trainer start`)."""
+
+    db_url: str
+    """The store shared with the proxy."""
+    experiment_dir: Optional[str] = None
+    """Overrides the job's experiment folder."""
+    engine: EngineKind = "embedded"
+    """Inference engine: `embedded` (in-process transformers) or `vllm` (`vllm serve`, LoRA hot-loading)."""
+    backend: BackendKind = "embedded"
+    """Training backend: `embedded` (in-process GRPO) or `verl` (verl's workers on Ray; verl launches vLLM)."""
+    ray_address: Optional[str] = None
+    """verl backend: the Ray cluster to join (`ray start --head` on the first node); None: $RAY_ADDRESS or local."""
+    nnodes: int = 1
+    """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
+    verl_overrides: Optional[str] = None
+    """verl backend: YAML of dotted verl config keys applied over the job's; None: the packaged defaults."""
+    device: str = "auto"
+    """`auto`, `cpu` or `cuda[:N]`."""
+    poll_s: float = 0.1
+    """How often the store is read while waiting."""
+    engine_host: str = "127.0.0.1"
+    """Interface the embedded engine binds to."""
+    keep_checkpoints: int = 3
+    """Checkpoints kept on disk."""
+
+
+def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
+    """`--experiment-dir`, else the job's `experiment_dir`, else `./experiments/<project>/<experiment>`."""
+    if override:
+        return Path(override)
+    if job.experiment_dir != "auto":
+        return Path(job.experiment_dir)
+    return Path("experiments") / job.project_name / job.experiment_name

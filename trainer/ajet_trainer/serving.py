@@ -1,0 +1,111 @@
+"""The two `Serving` engines of the trainer, and the factory that picks one from the options.
+
+- `EmbeddedServing`: the in-process engine serves the very weights being trained; an update runs
+  under its weights lock, so no generation batch sees half-updated weights.
+- `VllmServing`: `vllm serve` replicas (one per GPU group); each step's LoRA adapter is saved and
+  hot-loaded as `policy@<N>`, and with sleep mode the replicas free the GPUs during the update.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ajet.job import AgentJetJob
+from ajet_store.types import Deployment
+from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, replica_devices
+from ajet_trainer.errors import TrainerError
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.protocols import Serving
+from ajet_trainer.types import PolicyModel, Tokenizer
+
+
+class EmbeddedServing:
+    """The in-process engine: new weights are live as soon as the update returns."""
+
+    served_model = "policy"
+
+    def __init__(self, engine: EmbeddedEngine):
+        self.engine = engine
+        self.base_url = engine.start()
+
+    def deployments(self, version: int) -> list[Deployment]:
+        return [Deployment("embedded-0", self.base_url, self.served_model, version)]
+
+    @contextmanager
+    def updating(self, next_version: int) -> Iterator[None]:
+        with self.engine.weights_lock:  # no generation batch runs while the weights change
+            yield
+            self.engine.policy_version = next_version  # live atomically with the new weights
+
+    def publish(self, version: int) -> str:
+        return self.served_model
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+
+class VllmServing:
+    """`vllm serve` replicas; `publish` saves the step's adapter and loads it into every replica."""
+
+    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path):
+        self.engines, self.model, self.exp_dir = engines, model, exp_dir
+        for e in engines:
+            e.launch()
+        try:
+            self.base_urls = [e.wait_ready() for e in engines]
+        except Exception:
+            self.stop()
+            raise
+        self.base_url = self.base_urls[0]
+
+    @property
+    def served_model(self) -> str:
+        return self.engines[0].served_model
+
+    def deployments(self, version: int) -> list[Deployment]:
+        """One deployment per replica: the proxy balances episodes over them."""
+        return [Deployment(f"vllm-{i}", e.base_url, e.served_model, version) for i, e in enumerate(self.engines)]
+
+    @contextmanager
+    def updating(self, next_version: int) -> Iterator[None]:
+        for e in self.engines:
+            e.sleep(1)  # with --enable-sleep-mode: free the shared GPUs for the update
+        try:
+            yield
+        finally:
+            for e in self.engines:
+                e.wake_up()
+
+    def publish(self, version: int) -> str:
+        path = self.exp_dir / "adapters" / f"step_{version}"
+        self.model.save_pretrained(str(path))
+        return [e.publish_adapter(version, path) for e in self.engines][0]
+
+    def stop(self) -> None:
+        for e in self.engines:
+            e.stop()
+
+
+def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model: PolicyModel, tokenizer: Tokenizer,
+                 step: int, exp_dir: Path) -> Serving:
+    """The engine `--engine` names, serving the weights of `step`."""
+    if opts.engine == "embedded":
+        return EmbeddedServing(EmbeddedEngine(model, tokenizer, host=opts.engine_host,
+                                              default_temperature=job.temperature,
+                                              max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step))
+    if opts.engine == "vllm":
+        if job.lora_rank <= 0:
+            raise TrainerError("--engine vllm hot-loads LoRA adapters: set lora_rank > 0 in the job "
+                               "(full fine-tuning at scale is the verl backend's job)")
+        settings = VllmSettings.from_env(max_lora_rank=max(job.lora_rank, 8), max_model_len=job.max_model_len,
+                                         gpu_memory_utilization=job.gpu_memory_utilization,
+                                         enable_sleep_mode=os.environ.get("AJET_VLLM_SLEEP", "0") == "1")
+        replicas = int(os.environ.get("AJET_VLLM_REPLICAS", "1"))
+        devices = replica_devices(replicas, os.environ.get("AJET_VLLM_GPU_GROUPS"))
+        return VllmServing([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d)
+                            for i, d in enumerate(devices)], model, exp_dir)
+    raise TrainerError(f"unknown engine '{opts.engine}'")

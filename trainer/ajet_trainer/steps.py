@@ -1,0 +1,57 @@
+"""The step log the trainer keeps in the store, written the same way by every backend.
+
+`record_step` is the one path from a finished update to the store: the step's reward over every
+episode it consumed, its metrics made JSON-safe, the record (episodes marked consumed in the same
+transaction), the metrics sinks, one log line. `reconcile_store` makes the store agree with the
+checkpoint a restarted trainer resumes from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Optional, Sequence
+
+from ajet_store import Store
+from ajet_store.types import PoolEpisode
+from ajet_trainer.metrics import MetricsLog
+from ajet_trainer.types import Metrics
+
+logger = logging.getLogger(__name__)
+
+
+def batch_reward_mean(batch: Sequence[PoolEpisode]) -> float:
+    """The step's reward: the mean over every episode it consumes (those without samples too)."""
+    return sum(p.reward for p in batch) / len(batch)
+
+
+def jsonable(metrics: Metrics) -> dict[str, Any]:
+    """The metrics as plain JSON values (numpy and torch scalars become floats)."""
+    out: dict[str, Any] = json.loads(json.dumps(metrics, default=float))
+    return out
+
+
+def record_step(store: Store, log: MetricsLog, step: int, policy_version: int, batch: Sequence[PoolEpisode],
+                metrics: Metrics) -> None:
+    """Record a finished step: store (episodes consumed exactly once), metrics sinks, a log line."""
+    metrics["reward_mean"] = batch_reward_mean(batch)
+    store.record_step(step, policy_version, [p.uuid for p in batch], metrics["reward_mean"], jsonable(metrics))
+    log.write(step, metrics)
+    logger.info("step %d: reward %.3f over %d episodes, loss %s, %.2fs", step, metrics["reward_mean"], len(batch),
+                metrics.get("loss"), metrics.get("train_s", 0.0))
+
+
+def reconcile_store(store: Store, step: int, pending: Optional[dict[str, Any]]) -> None:
+    """Make the store agree with a checkpoint of `step` (the trainer's truth after a restart).
+
+    `pending` is the record of the checkpointed step as saved with it (`episode_uuids`, `reward_mean`):
+    a crash between checkpoint and record is finished here. Steps after the checkpoint are undone and
+    their episodes return to the pool.
+    """
+    recorded = {s.step for s in store.steps()}
+    if step > 0 and pending and pending.get("episode_uuids") and step not in recorded:
+        store.rollback_to_step(step - 1, step - 1)
+        store.record_step(step, step, list(pending["episode_uuids"]), pending["reward_mean"], {"restored": True})
+    released = store.rollback_to_step(step, step)
+    if released:
+        logger.warning("%d episode(s) trained after the last checkpoint return to the pool", len(released))
