@@ -6,12 +6,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.ajet-installed
+# a client machine's install: the SDK + proxy + monitor, no torch (tests/test_client_install.py)
+CLIENT := .venv-client
+CLIENT_STAMP := $(CLIENT)/.ajet-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup setup-client demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -24,10 +27,20 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import torch, verl.trainer.ppo.core_algos, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl_backend.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 
+setup-client: $(CLIENT_STAMP)
+
+$(CLIENT_STAMP): pyproject.toml Makefile
+	test -x $(CLIENT)/bin/python || $(PYTHON) -m venv $(CLIENT)
+	$(CLIENT)/bin/python -m pip install --upgrade pip setuptools wheel
+	$(CLIENT)/bin/python -m pip install -e '.[proxy]'
+	$(CLIENT)/bin/python -c "import ajet, ajet_proxy.app, ajet_store, ajet_swarm.cli; print('client setup ok')"
+	! $(CLIENT)/bin/python -c "import torch" 2>/dev/null
+	touch $(CLIENT_STAMP)
+
 demo: setup
 	$(PY) scripts/run_demo.py
 
-test: setup
+test: setup setup-client
 	$(PY) -m pytest -q
 
 test-fast: setup
@@ -38,4 +51,4 @@ bench: setup
 	$(PY) bench/trainer_vs_trl.py
 
 clean:
-	rm -rf $(VENV) experiments .pytest_cache
+	rm -rf $(VENV) $(CLIENT) experiments .pytest_cache

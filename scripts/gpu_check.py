@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from ajet.utils.runtime import apply_offline_env  # noqa: E402
+
+apply_offline_env()
 
 import httpx  # noqa: E402
 import torch  # noqa: E402

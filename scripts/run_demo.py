@@ -7,7 +7,6 @@ the swarm, and says where the checkpoint and logs are. The client's JSON line is
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -17,6 +16,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from ajet.utils.runtime import offline_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,8 +34,7 @@ def main() -> int:
     root.mkdir(parents=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO))
+    env = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     log = open(root / "swarm.log", "w")
     swarm = subprocess.Popen([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
                               "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--experiment-dir", str(root / "experiment"),

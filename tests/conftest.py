@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -12,8 +11,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `tests.support` and `bench` are importable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from ajet.utils.runtime import apply_offline_env  # noqa: E402
+
+apply_offline_env()
 
 from ajet.types import EngineState  # noqa: E402
 from ajet_store import Store, sqlite_url  # noqa: E402

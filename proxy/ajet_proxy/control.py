@@ -149,7 +149,7 @@ def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
     row, _changed = s.store.end_episode(body.episode_uuid, _client_id(request), body.task.task_id,
-                                        float(out.reward), out.is_success, meta)  # type: ignore[arg-type]
+                                        body.reward, out.is_success, meta)
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
 

@@ -75,10 +75,6 @@ class EpisodeRegistry:
         """The open episode of a key hash (dict lookup, no lock needed for reads)."""
         return self._by_hash.get(key_hash)
 
-    def get(self, uuid: str) -> Optional[LiveEpisode]:
-        """The open episode with this uuid."""
-        return self._by_uuid.get(uuid)
-
     def remove(self, uuids: Iterable[str]) -> None:
         """Forget episodes (ended, aborted, expired)."""
         with self._lock:

@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Literal, Optional
 import aiohttp
 
 from ajet_proxy.call_log import CallLogWriter
+from ajet_proxy.errors import UpstreamUnavailable
 from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
 from ajet_store import Store
@@ -58,7 +59,7 @@ class ProxyState:
         self.router = PolicyRouter()
         self.engine: EngineRow = self.store.engine_row()
         self.counters = {"requests": 0, "errors": 0}
-        self.http: aiohttp.ClientSession = None  # type: ignore[assignment]  # created in the loop
+        self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
 
     # ------------------------------------------------------------------ life cycle
@@ -69,7 +70,7 @@ class ProxyState:
         for row in self.store.episodes(status=EpisodeStatus.OPEN):
             self.registry.add_row(row)
         self._load_router(self.store.engine_row())
-        self.http = aiohttp.ClientSession(
+        self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s), auto_decompress=False)
         self._tasks = [asyncio.create_task(self._poll_engine()), asyncio.create_task(self._housekeeping())]
@@ -86,6 +87,13 @@ class ProxyState:
             self.writer.stop()
             self.store.close()
             logger.info("proxy stopped; %d calls written", self.writer.written)
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The pooled upstream session (exists while the app runs)."""
+        if self._http is None:
+            raise UpstreamUnavailable("the proxy is not serving yet")
+        return self._http
 
     def _load_router(self, row: EngineRow) -> None:
         if row.deployments_version != self.router.version:

@@ -16,6 +16,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from ajet.client import SwarmClient
+from ajet.errors import SwarmServerError, SwarmTimeout
 from ajet.stat_types import StepInfo
 from ajet.types import Task, WorkflowOutput
 from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
@@ -34,8 +35,10 @@ def rollout_episode(client: SwarmClient, task: Task, agent: AgentFn, episode_typ
     except Exception:
         client.abort_episode(uuid)
         raise
-    client.end_episode(task, uuid, out)
-    return float(out.reward)  # type: ignore[arg-type]
+    ended = client.end_episode(task, uuid, out)
+    if ended.reward is None:
+        raise SwarmServerError(200, "EndEpisode", f"episode {uuid} ended without a recorded reward")
+    return ended.reward
 
 
 def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.2) -> StepInfo:
@@ -46,7 +49,7 @@ def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll
         if steps:
             return steps[0]
         time.sleep(poll)
-    raise TimeoutError(f"no training step after {after} within {timeout}s")
+    raise SwarmTimeout(f"no training step after {after} within {timeout}s")
 
 
 def train_on_tasks(client: SwarmClient, tasks: Sequence[Task], agent: AgentFn, *, tasks_per_round: int,

@@ -180,6 +180,13 @@ class EndEpisodeRequest(WireModel):
             raise ValueError("reward is required to end an episode (use abort_episode to discard)")
         return v
 
+    @property
+    def reward(self) -> float:
+        """The episode's reward (present: the validator refused a body without one)."""
+        reward = self.workflow_output.reward
+        assert reward is not None
+        return float(reward)
+
 
 class EpisodeUuidRequest(WireModel):
     """Body of `POST /swarm/abort_episode`."""

@@ -11,8 +11,8 @@ import pytest
 from ajet import ConfigError, Task
 from ajet.scaffold import new_client, skill_text
 from ajet.types import EpisodeStatus
-from ajet_store import Store, sqlite_url
-from tests.support.procs import Trainer, offline_env, start_proxy
+from tests.support.procs import offline_env
+from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +35,12 @@ def test_scaffold_layout_and_refusals(tmp_path):
 
 def test_scaffolded_client_trains_on_the_tiny_model(tmp_path):
     dest = new_client("smoke", tmp_path)
-    url = sqlite_url(tmp_path / "swarm.db")
-    px = start_proxy(tmp_path, url)
-    trainer = Trainer(tmp_path, url, tmp_path / "exp")
-    try:
-        res = subprocess.run([sys.executable, "-m", "tutorial.opencode_build_smoke.agent_roll", "--swarm-url", px.url,
-                              "--max-steps", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                             env=offline_env(PYTHONPATH=str(tmp_path)))
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + trainer.log_tail()
+    with running_swarm(tmp_path) as sw:
+        res = sw.run_module("tutorial.opencode_build_smoke.agent_roll", "--swarm-url", sw.url, "--max-steps", "1",
+                            root=tmp_path)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + sw.logs()
         assert re.search(r"done: [1-9]\d* training step", res.stdout), res.stdout[-500:]
-        store = Store(url)
+        store = sw.store()
         ended = store.episodes(status=EpisodeStatus.ENDED)
         assert len(ended) >= 16 and store.steps()[0].num_episodes == 16
         spec = importlib.util.spec_from_file_location("scaffolded_agent_run", dest / "agent_run.py")
@@ -58,6 +54,3 @@ def test_scaffolded_client_trains_on_the_tiny_model(tmp_path):
             assert calls and calls[0].prompt_ids and calls[0].completion_ids  # recorded with token ids
             answer = ep.metadata["workflow"]["answer"]
             assert ep.reward == compute_reward(Task(**tasks[ep.task_id], metadata=tasks[ep.task_id]), answer)
-    finally:
-        trainer.close()
-        px.close()

@@ -47,4 +47,6 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
         assert st.engine_row().job["batch_size"] == 3
     finally:
         stop.set()
+        th.join(5)
         px.close()
+        st.close()

@@ -12,9 +12,8 @@ from ajet.copilot.job import AgentJetJob
 from ajet.schema.task import Task, WorkflowOutput
 from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 from ajet.types import EngineState, EpisodeStatus
-from ajet_store import Store, sqlite_url
 from ajet_trainer.tiny_model import builtin_model_path
-from tests.support.procs import Trainer, start_proxy
+from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
 
@@ -56,28 +55,16 @@ def run_batch(client: SwarmClient, batch: int) -> list[str]:
 
 @pytest.fixture
 def swarm(tmp_path):
-    url = sqlite_url(tmp_path / "swarm.db")
-    px = start_proxy(tmp_path, url)
-    trainers = []
-
-    def start_trainer(**env):
-        tr = Trainer(tmp_path, url, tmp_path / "exp", **env)
-        trainers.append(tr)
-        return tr
-
-    yield px, url, start_trainer, tmp_path / "exp"
-    for tr in trainers:
-        tr.close()
-    px.close()
+    with running_swarm(tmp_path, trainer=False) as sw:
+        yield sw
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_trains_and_serves_new_weights(swarm, lora_rank):
-    px, url, start_trainer, exp = swarm
-    trainer = start_trainer()
-    client = SwarmClient(px.url)
+    trainer, exp = swarm.start_trainer(), swarm.exp_dir
+    client = swarm.client()
     client.auto_sync_train_config_and_start_engine(tiny_job(lora_rank=lora_rank))
-    store = Store(url)
+    store = swarm.store()
     evals, aborted = [], []
     for task in TASKS:  # debugging during training: eval and aborted episodes never reach training
         uuid, creds = client.begin_episode(episode_type="eval")
@@ -121,11 +108,10 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
 
 
 def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
-    px, url, start_trainer, exp = swarm
-    trainer = start_trainer()
-    client = SwarmClient(px.url)
+    trainer, start_trainer = swarm.start_trainer(), swarm.start_trainer
+    client = swarm.client()
     client.auto_sync_train_config_and_start_engine(tiny_job())
-    store = Store(url)
+    store = swarm.store()
     all_ended = run_batch(client, 0)
     wait_step(client, 1)  # step 1 recorded, checkpoint step_1 on disk
     trainer.kill()  # killed after a checkpoint

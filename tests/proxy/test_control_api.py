@@ -214,7 +214,8 @@ def test_swarm_token_guards_control_and_episode_keys_never_grant_it(token_proxy,
     good.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
     good.start_engine()
     db = token_proxy.args[token_proxy.args.index("--db") + 1]
-    make_rolling(Store(db), stub.url)
+    with Store(db) as st:
+        make_rolling(st, stub.url)
     wait_state(good, EngineState.ROLLING)
     uuid, creds = good.begin_episode()
     as_key = {"Authorization": f"Bearer {creds.api_key}"}

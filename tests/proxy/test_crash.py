@@ -55,3 +55,4 @@ def test_sigkill_loses_nothing_and_keys_survive(module_tmp, stub):
         assert st.totals()["ended"] >= len(ended) + len(open_eps)
     finally:
         px2.close()
+        st.close()

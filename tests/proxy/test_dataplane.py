@@ -152,8 +152,8 @@ def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
     stub = start_stub(module_tmp, "--no-token-ids")
     url = sqlite_url(module_tmp / "noids.db")
     px = start_proxy(module_tmp, url)
+    st = Store(url)
     try:
-        st = Store(url)
         c = SwarmClient(px.url)
         ensure_rolling(c, st, stub.url)
         uuid, creds = c.begin_episode()
@@ -167,14 +167,15 @@ def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
     finally:
         px.close()
         stub.close()
+        st.close()
 
 
 def test_sticky_routing_and_failover(module_tmp):
     stubs = [start_stub(module_tmp, "--model", f"m{i}") for i in range(3)]
     url = sqlite_url(module_tmp / "route.db")
     px = start_proxy(module_tmp, url)
+    st = Store(url)
     try:
-        st = Store(url)
         c = SwarmClient(px.url)
         c.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
         c.start_engine()
@@ -209,6 +210,7 @@ def test_sticky_routing_and_failover(module_tmp):
         assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"] == "UpstreamUnavailable"
     finally:
         px.close()
+        st.close()
         for s in stubs:
             s.close()
 
@@ -216,8 +218,8 @@ def test_sticky_routing_and_failover(module_tmp):
 def test_litellm_upstream_switch(module_tmp, stub):
     url = sqlite_url(module_tmp / "litellm.db")
     px = start_proxy(module_tmp, url, "--upstream", "litellm")
+    st = Store(url)
     try:
-        st = Store(url)
         c = SwarmClient(px.url)
         ensure_rolling(c, st, stub.url)
         uuid, creds = c.begin_episode()
@@ -242,6 +244,7 @@ def test_litellm_upstream_switch(module_tmp, stub):
             assert calls[1].prompt_ids == want.prompt_ids and not st.get_episode(uuid).untrainable
     finally:
         px.close()
+        st.close()
 
 
 def test_openai_sdk_error_is_clear(client):

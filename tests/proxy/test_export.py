@@ -30,7 +30,8 @@ def filled(tmp_path):
         if i % 3:
             st.end_episode(uuid, "c", f"t{i % 5}", float(i), None, {})
     st.record_step(1, 1, [f"ep{i:04d}" for i in range(1, 10) if i % 3], 0.5, {})
-    return st, url, tmp_path
+    yield st, url, tmp_path
+    st.close()
 
 
 def test_jsonl_round_trip(filled):

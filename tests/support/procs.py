@@ -13,6 +13,8 @@ from typing import Optional
 
 import httpx
 
+from ajet.utils import runtime
+
 REPO = Path(__file__).resolve().parents[2]
 STUB = REPO / "tests" / "support" / "vllm_stub.py"
 
@@ -25,12 +27,9 @@ def free_port() -> int:
 
 
 def offline_env(**extra: str) -> dict[str, str]:
-    """The environment for child processes: offline, one torch thread, unbuffered."""
-    env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONUNBUFFERED="1",
-               OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
-    env.update(extra)
-    return env
+    """The environment for child processes: offline (the SDK's one helper), one torch thread, unbuffered."""
+    return runtime.offline_env(**{"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                                  **extra})
 
 
 def wait_http(url: str, timeout: float = 60.0, proc: Optional[subprocess.Popen] = None) -> None:

@@ -105,7 +105,8 @@ def store(tmp_path):
             st.write_calls([CallRecord(uuid, 0, "{}", "{}", prompt, [10 + i] * (i + 1), [-0.1] * (i + 1), "stop", 0,
                                        "d", 1.0, 1.0)])
             st.end_episode(uuid, "c", task, r, None, {})
-    return st
+    yield st
+    st.close()
 
 
 def _samples(st, job):
@@ -183,7 +184,8 @@ def multi_store(tmp_path):
                                         1.0, 1.0))
             st.write_calls(calls)
             st.end_episode(uuid, "c", task, r, None, {})
-    return st
+    yield st
+    st.close()
 
 
 def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_trainer, tmp_path):
@@ -261,6 +263,8 @@ def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update
     metrics = session.train(select_batch(st.pool_episodes(), BatchMode.TASKS, 2, 3), {})
     assert metrics["samples/empty_episodes"] == 6 and trainer.actor_rollout_wg.seen == []
     assert [s.step for s in st.steps()] == [1] and st.pool_episodes() == [] and session.policy_version == 1
+    session.metrics.close()
+    st.close()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU box the verl backend starts for real")

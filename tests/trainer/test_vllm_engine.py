@@ -7,19 +7,18 @@ import time
 import httpx
 import pytest
 
-from ajet import AgentJetJob, SwarmClient
-from ajet_store import Store, sqlite_url
+from ajet import AgentJetJob
 from ajet_trainer.engine.vllm import (
-    EngineStartError,
     VllmEngine,
     VllmSettings,
     launch_args,
     launch_env,
     replica_devices,
 )
-from ajet_trainer.errors import TrainerError
+from ajet_trainer.errors import EngineStartError, TrainerError
 from tests.support.episodes import play_batch
-from tests.support.procs import STUB, Trainer, start_proxy
+from tests.support.procs import STUB
+from tests.support.swarm import running_swarm
 
 
 def test_vllm_launch_arguments_and_env(monkeypatch):
@@ -53,21 +52,18 @@ def test_vllm_start_failure_reports_the_log_tail(tmp_path):
 
 @pytest.mark.slow
 def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
-    url = sqlite_url(tmp_path / "v.db")
-    px = start_proxy(tmp_path, url)
-    trainer = Trainer(tmp_path, url, tmp_path / "exp", engine="vllm",
-                      AJET_VLLM_COMMAND=f"{sys.executable} {STUB} serve", AJET_VLLM_SLEEP="1", AJET_VLLM_REPLICAS="2")
-    try:
-        client = SwarmClient(px.url)
+    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_COMMAND=f"{sys.executable} {STUB} serve",
+                       AJET_VLLM_SLEEP="1", AJET_VLLM_REPLICAS="2") as sw:
+        client = sw.client()
         client.auto_sync_train_config_and_start_engine(AgentJetJob(
             model="builtin:tiny", lora_rank=4, batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64,
             max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
-        store = Store(url)
+        store = sw.store()
         for batch in range(3):
             play_batch(client, batch)
             deadline = time.monotonic() + 120
             while client.get_engine_status().global_step < batch + 1:
-                assert time.monotonic() < deadline, trainer.log_tail()
+                assert time.monotonic() < deadline, sw.logs()
                 time.sleep(0.2)
         deps = store.deployments()
         assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy@3", 3),
@@ -85,9 +81,6 @@ def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
         merged = sorted(m for c in chats for m in c)
         assert merged == ["policy"] * 4 + ["policy@1"] * 4 + ["policy@2"] * 4  # each batch on the newest adapter
         for step in (1, 2, 3):
-            assert (tmp_path / "exp" / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
+            assert (sw.exp_dir / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
         versions = [c.policy_version for e in store.episodes() for c in store.calls(e.uuid)]
         assert sorted(set(versions)) == [0, 1, 2]
-    finally:
-        trainer.close()
-        px.close()

@@ -3,14 +3,15 @@ a judge failure aborts the episode on both swarms."""
 
 import json
 import threading
+import time
 
 import pytest
 from aiohttp import web
 
-from ajet import SwarmClient, Task
+from ajet import Task
 from ajet.types import EpisodeStatus
-from ajet_store import Store, sqlite_url
-from tests.support.procs import Trainer, free_port, start_proxy
+from tests.support.procs import free_port
+from tests.support.swarm import running_swarm
 from tutorial.example_academic_trans_swarm.train_multi_model.trans_reward import JudgeError, noun_recall, parse_score
 from tutorial.example_academic_trans_swarm.trans import FINAL, NOUNS, ROUGH
 from tutorial.example_academic_trans_swarm.trans_roll import job, rollout
@@ -67,14 +68,8 @@ class Judge:
 def test_two_models_each_trained_on_its_own_calls(tmp_path, monkeypatch):
     judge = Judge()
     monkeypatch.setenv("AJET_JUDGE_BASE_URL", f"http://127.0.0.1:{judge.port}/v1")
-    procs, urls = [], {}
-    for name in ("a", "b"):
-        url = sqlite_url(tmp_path / f"{name}.db")
-        px = start_proxy(tmp_path, url)
-        procs += [px, Trainer(tmp_path, url, tmp_path / f"exp_{name}")]
-        urls[name] = (px.url, url)
-    try:
-        swarm_a, swarm_b = SwarmClient(urls["a"][0]), SwarmClient(urls["b"][0])
+    with running_swarm(tmp_path, name="a") as sw_a, running_swarm(tmp_path, name="b") as sw_b:
+        swarm_a, swarm_b = sw_a.client(), sw_b.client()
         swarm_a.auto_sync_train_config_and_start_engine(job("model_a", "builtin:tiny"))
         swarm_b.auto_sync_train_config_and_start_engine(job("model_b", "builtin:tiny"))
         tasks = [Task(task_id=f"p{i}", main_query=f"Alice met Bob at MIT number {i}.",
@@ -82,13 +77,11 @@ def test_two_models_each_trained_on_its_own_calls(tmp_path, monkeypatch):
         rewards = [rollout(t, swarm_a, swarm_b, 16) for t in tasks for _ in range(4)]
         assert all(ra == pytest.approx(0.7) for ra, _ in rewards)
         for s in (swarm_a, swarm_b):
-            import time
-
             deadline = time.monotonic() + 120
             while s.get_engine_status().global_step < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-        store_a, store_b = Store(urls["a"][1]), Store(urls["b"][1])
+        store_a, store_b = sw_a.store(), sw_b.store()
         systems = lambda st: {json.loads(c.request)["messages"][0]["content"]  # noqa: E731
                               for e in st.episodes(status=EpisodeStatus.ENDED) for c in st.calls(e.uuid)}
         assert systems(store_b) == {NOUNS}  # model B saw only agent 2
@@ -105,6 +98,3 @@ def test_two_models_each_trained_on_its_own_calls(tmp_path, monkeypatch):
         after = (len(store_a.episodes(status=EpisodeStatus.ENDED)), len(store_b.episodes(status=EpisodeStatus.ENDED)))
         assert after == before
         assert store_a.totals()["aborted"] == 1 and store_b.totals()["aborted"] == 1
-    finally:
-        for p in procs:
-            p.close()

@@ -1,25 +1,19 @@
 """Many client processes, one server: a client killed mid-batch, then all of them, then one returns."""
 
-import subprocess
-import sys
 import time
 
 import pytest
 
-from ajet import SwarmClient
 from ajet.types import EngineState, EpisodeStatus
-from ajet_store import Store, sqlite_url
-from tests.support.procs import REPO, Trainer, offline_env, start_proxy
+from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
 
 
-def start_client(url: str, index: int, n: int, log, think: float = 0.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tutorial.example_distributed_swarm.swarm_client_roll",
-                             "--swarm-url", url, "--client-index", str(index), "--num-clients", str(n),
-                             "--episode-timeout", "3", "--think-time", str(think)], stdout=log,
-                            stderr=subprocess.STDOUT, cwd=REPO,
-                            env=offline_env(PYTHONPATH=str(REPO)))
+def start_client(sw, index: int, n: int, log, think: float = 0.0):
+    return sw.popen_module("tutorial.example_distributed_swarm.swarm_client_roll", "--swarm-url", sw.url,
+                           "--client-index", str(index), "--num-clients", str(n), "--episode-timeout", "3",
+                           "--think-time", str(think), stdout=log)
 
 
 def wait(pred, timeout=120, what=""):
@@ -30,43 +24,37 @@ def wait(pred, timeout=120, what=""):
 
 
 def test_clients_die_and_return(tmp_path):
-    url = sqlite_url(tmp_path / "dist.db")
-    px = start_proxy(tmp_path, url)
-    trainer = Trainer(tmp_path, url, tmp_path / "exp")
-    sc = SwarmClient(px.url)
-    step = lambda: sc.get_engine_status().global_step  # noqa: E731
-    log = open(tmp_path / "clients.log", "w")
-    # client 0 spends 1 s per episode before its LLM call, so it is surely mid-episode when killed
-    clients = [start_client(px.url, i, 3, log, think=1.0 if i == 0 else 0.0) for i in range(3)]
-    try:
-        wait(lambda: step() >= 1, what="the first step from three clients")
-        store = Store(url)
-        wait(lambda: any(e.mission == "client-0" for e in store.episodes(status=EpisodeStatus.OPEN)), 60,
-             "client 0 mid-batch")
-        clients[0].kill()  # mid-batch
-        clients[0].wait()
-        open_at_kill = {e.uuid for e in store.episodes(status=EpisodeStatus.OPEN) if e.mission == "client-0"}
-        assert open_at_kill
-        killed_at = step()
-        wait(lambda: step() >= killed_at + 2, what="steps from the surviving clients")
-        orphans = [store.get_episode(u) for u in open_at_kill]
-        assert all(e.status == EpisodeStatus.EXPIRED for e in orphans), "the dead client's open episodes expire"
-        assert all(e.consumed_step is None for e in orphans)
-        for c in clients[1:]:
-            c.kill()
-            c.wait()
-        time.sleep(5)  # their open episodes expire; no client is left
-        wait(lambda: sc.get_engine_status().state == EngineState.ROLLING, 60, "ROLLING without clients")
-        idle_step = step()
-        time.sleep(3)
-        assert step() == idle_step and sc.get_engine_status().state == EngineState.ROLLING  # waits, trains nothing
-        clients.append(start_client(px.url, 0, 1, log))  # one client comes back
-        wait(lambda: step() >= idle_step + 1, what="training to resume")
-    finally:
-        for c in clients:
-            if c.poll() is None:
+    with running_swarm(tmp_path, name="dist") as sw, open(tmp_path / "clients.log", "w") as log:
+        sc = sw.client()
+        step = lambda: sc.get_engine_status().global_step  # noqa: E731
+        # client 0 spends 1 s per episode before its LLM call, so it is surely mid-episode when killed
+        clients = [start_client(sw, i, 3, log, think=1.0 if i == 0 else 0.0) for i in range(3)]
+        try:
+            wait(lambda: step() >= 1, what="the first step from three clients")
+            store = sw.store()
+            wait(lambda: any(e.mission == "client-0" for e in store.episodes(status=EpisodeStatus.OPEN)), 60,
+                 "client 0 mid-batch")
+            clients[0].kill()  # mid-batch
+            clients[0].wait()
+            open_at_kill = {e.uuid for e in store.episodes(status=EpisodeStatus.OPEN) if e.mission == "client-0"}
+            assert open_at_kill
+            killed_at = step()
+            wait(lambda: step() >= killed_at + 2, what="steps from the surviving clients")
+            orphans = [store.get_episode(u) for u in open_at_kill]
+            assert all(e.status == EpisodeStatus.EXPIRED for e in orphans), "the dead client's open episodes expire"
+            assert all(e.consumed_step is None for e in orphans)
+            for c in clients[1:]:
                 c.kill()
                 c.wait()
-        log.close()
-        trainer.close()
-        px.close()
+            time.sleep(5)  # their open episodes expire; no client is left
+            wait(lambda: sc.get_engine_status().state == EngineState.ROLLING, 60, "ROLLING without clients")
+            idle_step = step()
+            time.sleep(3)
+            assert step() == idle_step and sc.get_engine_status().state == EngineState.ROLLING  # trains nothing
+            clients.append(start_client(sw, 0, 1, log))  # one client comes back
+            wait(lambda: step() >= idle_step + 1, what="training to resume")
+        finally:
+            for c in clients:
+                if c.poll() is None:
+                    c.kill()
+                    c.wait()

@@ -1,16 +1,13 @@
 """The math-agent tutorial: its reward, its sandboxed tool, its multi-turn loop, and a training step."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task
 from ajet.types import EpisodeStatus
-from ajet_store import Store, sqlite_url
 from tests.conftest import ensure_rolling
-from tests.support.procs import REPO, Trainer, offline_env, start_proxy
+from tests.support.swarm import running_swarm
 from tutorial.example_math_swarm.agent_run import boxed, compute_reward, run_agent_and_compute_reward
 from tutorial.example_math_swarm.python_tool import run_python
 
@@ -56,17 +53,12 @@ def test_multi_turn_tool_loop_is_logged_and_merged(proxy, store, stub):
 
 @pytest.mark.slow
 def test_math_swarm_trains_on_the_tiny_model(tmp_path):
-    url = sqlite_url(tmp_path / "math.db")
-    px = start_proxy(tmp_path, url)
-    trainer = Trainer(tmp_path, url, tmp_path / "exp")
-    try:
-        res = subprocess.run([sys.executable, "-m", "tutorial.example_math_swarm.agent_roll", "--swarm-url", px.url,
-                              "--max-steps", "1", "--grpo-n", "2", "--batch-size", "2", "--max-tokens", "24"],
-                             capture_output=True, text=True, timeout=400, cwd=REPO,
-                             env=offline_env(PYTHONPATH=str(REPO)))
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + trainer.log_tail()
+    with running_swarm(tmp_path, name="math") as sw:
+        res = sw.run_module("tutorial.example_math_swarm.agent_roll", "--swarm-url", sw.url, "--max-steps", "1",
+                            "--grpo-n", "2", "--batch-size", "2", "--max-tokens", "24", timeout=400)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + sw.logs()
         assert re.search(r"done: [1-9]\d* training step", res.stdout), res.stdout[-500:]
-        st = Store(url)
+        st = sw.store()
         ended = st.episodes(status=EpisodeStatus.ENDED)
         assert len(ended) >= 4 and st.steps()[0].num_episodes == 4
         for ep in ended:
@@ -74,6 +66,3 @@ def test_math_swarm_trains_on_the_tiny_model(tmp_path):
             assert calls and all(c.prompt_ids and c.completion_ids for c in calls)
             final = ep.metadata["workflow"]["final"]  # the last 500 characters of the answer
             assert ep.reward == compute_reward(final, ep.metadata["task"]["metadata"]["answer"])
-    finally:
-        trainer.close()
-        px.close()

@@ -1,17 +1,14 @@
 """Two clients with different datasets and rewards train one model; stats and the monitor show each mission."""
 
 import asyncio
-import subprocess
-import sys
 import time
 
 import pytest
 
-from ajet import SwarmClient, Task
+from ajet import Task
 from ajet.types import EpisodeStatus
 from ajet_proxy.overwatch import Overwatch
-from ajet_store import Store, sqlite_url
-from tests.support.procs import REPO, Trainer, offline_env, start_proxy
+from tests.support.swarm import running_swarm
 from tutorial.example_multi_mission.missions import MISSIONS, digits_reward, letters_reward
 
 pytestmark = pytest.mark.slow
@@ -25,17 +22,12 @@ def test_rewards_differ_per_mission():
 
 
 def test_two_missions_one_model(tmp_path):
-    url = sqlite_url(tmp_path / "mm.db")
-    px = start_proxy(tmp_path, url)
-    trainer = Trainer(tmp_path, url, tmp_path / "exp")
-    try:
-        procs = [subprocess.Popen([sys.executable, "-m", "tutorial.example_multi_mission.agent_roll", "--mission", m,
-                                   "--swarm-url", px.url, "--max-steps", "1"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, cwd=REPO, env=offline_env(PYTHONPATH=str(REPO)))
-                 for m in ("letters", "digits")]
+    with running_swarm(tmp_path, name="mm") as sw:
+        procs = [sw.popen_module("tutorial.example_multi_mission.agent_roll", "--mission", m, "--swarm-url", sw.url,
+                                 "--max-steps", "1") for m in ("letters", "digits")]
         outs = [p.communicate(timeout=300)[0] for p in procs]
-        assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs) + trainer.log_tail()
-        store = Store(url)
+        assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs) + sw.logs()
+        store = sw.store()
         ended = store.episodes(status=EpisodeStatus.ENDED)
         by_mission = {m: [e for e in ended if e.mission == m] for m in MISSIONS}
         assert all(by_mission.values()), {m: len(v) for m, v in by_mission.items()}
@@ -46,11 +38,11 @@ def test_two_missions_one_model(tmp_path):
         first = store.steps()[0]
         consumed = [e for e in ended if e.consumed_step == first.step]
         assert {e.mission for e in consumed} == {"letters", "digits"}  # one step mixes both missions
-        stat = SwarmClient(px.url).get_rollout_stat()
+        stat = sw.client().get_rollout_stat()
         assert {m.mission for m in stat.missions} >= {"letters", "digits"}
 
         async def monitor():
-            app = Overwatch(px.url, refresh=0.3)
+            app = Overwatch(sw.url, refresh=0.3)
             async with app.run_test(size=(150, 40)) as pilot:
                 deadline = time.monotonic() + 10
                 table = app.query_one("#missions")
@@ -60,6 +52,3 @@ def test_two_missions_one_model(tmp_path):
                 return sorted(str(table.get_row_at(i)[0]) for i in range(table.row_count))
 
         assert asyncio.run(monitor()) == ["digits", "letters"]
-    finally:
-        trainer.close()
-        px.close()

@@ -198,9 +198,3 @@ class RouterTaskReader:
 
     def __iter__(self) -> Iterator[Task]:
         return iter(self.generate_training_tasks())
-
-
-def iter_tasks(readers: Iterable[RouterTaskReader]) -> Iterator[Task]:
-    """All training tasks of several readers, in order."""
-    for r in readers:
-        yield from r.generate_training_tasks()

@@ -92,7 +92,7 @@ class EmbeddedEngine:
         loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, self.host, self.port)
         loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]  # the port the OS picked when asked for 0
         ready.set()
         loop.run_forever()
         loop.close()
@@ -179,8 +179,10 @@ class EmbeddedEngine:
         await send(chunk_body(cid, model, {"role": "assistant", "content": ""}, prompt=prompt, want_ids=want_ids))
         ids: list[int] = []
         text = ""
+        tokens = p.tokens
+        assert tokens is not None  # streamed requests are queued with a token queue
         while True:
-            get_tok = asyncio.ensure_future(p.tokens.get())  # type: ignore[union-attr]
+            get_tok = asyncio.ensure_future(tokens.get())
             finished, _ = await asyncio.wait({get_tok, p.done}, return_when=asyncio.FIRST_COMPLETED)
             if get_tok in finished:
                 tok, lp = get_tok.result()
@@ -192,7 +194,7 @@ class EmbeddedEngine:
                                       want_logprobs=want_lps))
                 continue
             get_tok.cancel()
-            if p.tokens.empty():  # type: ignore[union-attr]
+            if tokens.empty():
                 break
         res: GenResult = p.done.result()
         final_delta: dict[str, Any] = {}

@@ -1,0 +1,75 @@
+"""The three commands as a user runs them (their installed entry points): `--version`, `--help` without
+torch, and one clear line, no traceback, for the errors a user can cause."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import ajet
+from ajet_store import Store, sqlite_url
+from tests.support.procs import offline_env
+
+BIN = Path(sys.executable).parent
+HEAVY = ("torch", "transformers", "peft", "verl", "vllm")
+
+
+def run(*argv: str, importtime: bool = False) -> subprocess.CompletedProcess[str]:
+    cmd = [str(BIN / argv[0]), *argv[1:]]
+    if importtime:  # the entry point's script, run under -X importtime
+        cmd = [sys.executable, "-X", "importtime", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=offline_env())
+
+
+@pytest.mark.parametrize("prog", ["ajet-proxy", "ajet-trainer", "ajet-swarm"])
+def test_version(prog):
+    res = run(prog, "--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"{prog} {ajet.__version__}"
+
+
+@pytest.mark.parametrize("argv", [("ajet-proxy", "--help"), ("ajet-proxy", "start", "--help"),
+                                  ("ajet-trainer", "--help"), ("ajet-trainer", "start", "--help"),
+                                  ("ajet-swarm", "--help"), ("ajet-swarm", "start", "--help"),
+                                  ("ajet-swarm", "overwatch", "--help"), ("ajet-swarm", "new-client", "--help")])
+def test_help_imports_no_torch(argv):
+    res = run(*argv, importtime=True)
+    assert res.returncode == 0 and "usage:" in res.stdout
+    loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in res.stderr.splitlines() if "|" in line}
+    assert "ajet" in loaded and not loaded & set(HEAVY)
+
+
+def _one_line_error(res: subprocess.CompletedProcess[str], prog: str, *needles: str) -> None:
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), res.stderr
+    assert "Traceback" not in res.stderr and all(n in lines[0] for n in needles), lines[0]
+
+
+def test_bad_store_url_is_one_line(tmp_path):
+    _one_line_error(run("ajet-proxy", "episodes", "list", "--db", "notaurl"), "ajet-proxy", "notaurl")
+    _one_line_error(run("ajet-proxy", "start", "--db", "nodriver://x/y", "--port", "1"), "ajet-proxy", "nodriver")
+    _one_line_error(run("ajet-trainer", "start", "--db", "notaurl", "--device", "cpu"), "ajet-trainer", "notaurl")
+    (tmp_path / "file").write_text("")  # a store path below a file cannot be created
+    _one_line_error(run("ajet-proxy", "episodes", "list", "--db", f"sqlite:///{tmp_path}/file/x.db"),
+                    "ajet-proxy", "cannot use store URL")
+
+
+def test_unknown_episode_is_one_line(tmp_path):
+    url = sqlite_url(tmp_path / "s.db")
+    Store(url).close()
+    _one_line_error(run("ajet-proxy", "episodes", "show", "nope", "--db", url), "ajet-proxy", "no episode nope")
+
+
+def test_store_of_another_schema_is_one_line(tmp_path):
+    url = sqlite_url(tmp_path / "old.db")
+    Store(url).close()
+    eng = sa.create_engine(url)
+    with eng.begin() as c:
+        c.execute(sa.text("UPDATE ajet_meta SET value='2' WHERE key='schema_version'"))
+    eng.dispose()
+    for prog, argv in (("ajet-proxy", ("episodes", "list")), ("ajet-trainer", ("start", "--device", "cpu"))):
+        _one_line_error(run(prog, *argv, "--db", url), prog, "schema version 2")
