@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 import ajet
 from ajet_store import Store, sqlite_url
 from tests.support.procs import offline_env
+from tests.support.stores import store_of_schema
 
 BIN = Path(sys.executable).parent
 HEAVY = ("torch", "transformers", "peft", "verl", "vllm")
@@ -65,11 +65,6 @@ def test_unknown_episode_is_one_line(tmp_path):
 
 
 def test_store_of_another_schema_is_one_line(tmp_path):
-    url = sqlite_url(tmp_path / "old.db")
-    Store(url).close()
-    eng = sa.create_engine(url)
-    with eng.begin() as c:
-        c.execute(sa.text("UPDATE ajet_meta SET value='2' WHERE key='schema_version'"))
-    eng.dispose()
+    url = store_of_schema(tmp_path / "old.db", 2)
     for prog, argv in (("ajet-proxy", ("episodes", "list")), ("ajet-trainer", ("start", "--device", "cpu"))):
         _one_line_error(run(prog, *argv, "--db", url), prog, "schema version 2")

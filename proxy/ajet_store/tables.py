@@ -109,43 +109,40 @@ steps = sa.Table(
 )
 
 
-def pack_ints(values: Optional[Sequence[int]]) -> Optional[bytes]:
-    """Token ids as little-endian int32 bytes (None stays None)."""
+def _pack(values: Optional[Sequence[float]], typecode: str) -> Optional[bytes]:
     if values is None:
         return None
-    arr = array("i", values)
+    arr = array(typecode, values)
     if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
         arr.byteswap()
     return arr.tobytes()
 
 
-def unpack_ints(blob: Optional[bytes]) -> Optional[list[int]]:
-    """Inverse of `pack_ints`."""
+def _unpack(blob: Optional[bytes], typecode: str) -> Optional[list]:
     if blob is None:
         return None
-    arr = array("i")
+    arr = array(typecode)
     arr.frombytes(blob)
     if sys.byteorder != "little":  # pragma: no cover
         arr.byteswap()
     return arr.tolist()
+
+
+def pack_ints(values: Optional[Sequence[int]]) -> Optional[bytes]:
+    """Token ids as little-endian int32 bytes (None stays None)."""
+    return _pack(values, "i")
+
+
+def unpack_ints(blob: Optional[bytes]) -> Optional[list[int]]:
+    """Inverse of `pack_ints`."""
+    return _unpack(blob, "i")
 
 
 def pack_floats(values: Optional[Sequence[float]]) -> Optional[bytes]:
     """Logprobs as little-endian float64 bytes (None stays None)."""
-    if values is None:
-        return None
-    arr = array("d", values)
-    if sys.byteorder != "little":  # pragma: no cover
-        arr.byteswap()
-    return arr.tobytes()
+    return _pack(values, "d")
 
 
 def unpack_floats(blob: Optional[bytes]) -> Optional[list[float]]:
     """Inverse of `pack_floats`."""
-    if blob is None:
-        return None
-    arr = array("d")
-    arr.frombytes(blob)
-    if sys.byteorder != "little":  # pragma: no cover
-        arr.byteswap()
-    return arr.tolist()
+    return _unpack(blob, "d")

@@ -39,6 +39,23 @@ def test_state_machine_through_the_api(client, store, stub):
     assert client.stop_engine() == EngineState.OFFLINE
 
 
+def test_two_409s_are_told_apart_by_their_code(client, store, stub):
+    """A wrong engine state and an episode conflict share a status; the SDK raises each by its code."""
+    from ajet import EpisodeConflict, WrongState
+
+    ensure_rolling(client, store, stub.url)
+    with pytest.raises(WrongState) as state_err:
+        client.sync_train_config(AgentJetJob())
+    assert state_err.value.status == 409 and state_err.value.code.value == "WrongState"
+    assert not isinstance(state_err.value, EpisodeConflict)
+    uuid, _ = client.begin_episode()
+    client.abort_episode(uuid)
+    with pytest.raises(EpisodeConflict) as ep_err:
+        client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+    assert ep_err.value.status == 409 and ep_err.value.code.value == "EpisodeConflict"
+    assert not isinstance(ep_err.value, WrongState) and isinstance(ep_err.value, Conflict)
+
+
 def test_begin_outside_rolling_is_503_with_retry_after(proxy, client):
     client.stop_engine()
     r = httpx.post(proxy.url + "/swarm/begin_episode", json={})

@@ -3,12 +3,11 @@
 import time
 
 import pytest
-import sqlalchemy as sa
 
 from ajet.types import EngineState, EpisodeStatus
-from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, WrongState
-from ajet_store import Store, sqlite_url
+from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, Store, WrongState, sqlite_url
 from ajet_store.types import CallRecord, Deployment
+from tests.support.stores import store_of_schema
 
 
 @pytest.fixture
@@ -122,12 +121,7 @@ def test_deployments_bump_version(st):
 
 
 def test_schema_version_checked(tmp_path):
-    url = sqlite_url(tmp_path / "v.db")
-    Store(url).close()
-    eng = sa.create_engine(url)
-    with eng.begin() as c:
-        c.execute(sa.text("UPDATE ajet_meta SET value='999' WHERE key='schema_version'"))
-    eng.dispose()
+    url = store_of_schema(tmp_path / "v.db", 999)
     with pytest.raises(SchemaMismatch, match="999"):
         Store(url)
 

@@ -6,11 +6,13 @@ import pytest
 
 import ajet
 import ajet_proxy
+import ajet_store
+import ajet_swarm
 import ajet_trainer
 import ajet_trainer.verl_backend
 
 
-@pytest.mark.parametrize("module", [ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl_backend])
+@pytest.mark.parametrize("module", [ajet, ajet_proxy, ajet_store, ajet_swarm, ajet_trainer, ajet_trainer.verl_backend])
 def test_all_names_resolve(module):
     assert module.__all__, "empty __all__"
     for name in module.__all__:

@@ -6,8 +6,9 @@ loaded on first use (PEP 562), so `ajet-trainer --help` and the store-only tools
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ajet_trainer.lazy import lazy_getattr
 
 _EXPORTS = {
     "AssemblyStats": "ajet_trainer.types",
@@ -51,49 +52,29 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'ajet_trainer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
-    from ajet_trainer.types import AssemblyStats
-    from ajet_trainer.errors import CheckpointError
-    from ajet_trainer.errors import ConfigurationError
-    from ajet_trainer.engine import EmbeddedEngine
-    from ajet_trainer.serving import EmbeddedServing
-    from ajet_trainer.errors import EngineRequestError
-    from ajet_trainer.errors import EngineStartError
-    from ajet_trainer.types import EpisodeSample
-    from ajet_trainer.learner import Learner
-    from ajet_trainer.errors import ModelNotFound
-    from ajet_trainer.protocols import Serving
-    from ajet_trainer.session import Session
-    from ajet_trainer.types import TrainSequence
-    from ajet_trainer.daemon import TrainerDaemon
-    from ajet_trainer.errors import TrainerError
-    from ajet_trainer.options import TrainerOptions
-    from ajet_trainer.protocols import TrainingSession
-    from ajet_trainer.engine.vllm import VllmEngine
-    from ajet_trainer.serving import VllmServing
-    from ajet_trainer.engine.vllm import VllmSettings
-    from ajet_trainer.samples import assemble
-    from ajet_trainer.steps import batch_reward_mean
-    from ajet_trainer.tiny_model import builtin_model_path
-    from ajet_trainer.grpo import collate
-    from ajet_trainer.options import default_experiment_dir
-    from ajet_trainer.grpo import episode_advantages
-    from ajet_trainer.samples import episode_sequences
-    from ajet_trainer.learner import load_policy
-    from ajet_trainer.serving import make_serving
-    from ajet_trainer.session import open_embedded_session
     from ajet_trainer.backends import open_session
-    from ajet_trainer.grpo import policy_loss
-    from ajet_trainer.steps import reconcile_store
-    from ajet_trainer.steps import record_step
-    from ajet_trainer.tiny_model import resolve_model_path
-    from ajet_trainer.grpo import sequence_logprobs
+    from ajet_trainer.daemon import TrainerDaemon
+    from ajet_trainer.engine import EmbeddedEngine
+    from ajet_trainer.engine.vllm import VllmEngine, VllmSettings
+    from ajet_trainer.errors import (
+        CheckpointError,
+        ConfigurationError,
+        EngineRequestError,
+        EngineStartError,
+        ModelNotFound,
+        TrainerError,
+    )
+    from ajet_trainer.grpo import collate, episode_advantages, policy_loss, sequence_logprobs
+    from ajet_trainer.learner import Learner, load_policy
+    from ajet_trainer.options import TrainerOptions, default_experiment_dir
+    from ajet_trainer.protocols import Serving, TrainingSession
+    from ajet_trainer.samples import assemble, episode_sequences
+    from ajet_trainer.serving import EmbeddedServing, VllmServing, make_serving
+    from ajet_trainer.session import Session, open_embedded_session
+    from ajet_trainer.steps import batch_reward_mean, reconcile_store, record_step
+    from ajet_trainer.tiny_model import builtin_model_path, resolve_model_path
+    from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence

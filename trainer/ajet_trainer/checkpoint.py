@@ -18,9 +18,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ajet_trainer.errors import CheckpointError
+from ajet_trainer.types import PolicyModel
 
 
-def _weights(model: Any, lora: bool) -> dict[str, torch.Tensor]:
+def _weights(model: PolicyModel, lora: bool) -> dict[str, torch.Tensor]:
     if lora:
         from peft import get_peft_model_state_dict
 
@@ -30,7 +31,7 @@ def _weights(model: Any, lora: bool) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in sd.items()}
 
 
-def save_checkpoint(root: Path, step: int, model: Any, optimizer: torch.optim.Optimizer, lora: bool,
+def save_checkpoint(root: Path, step: int, model: PolicyModel, optimizer: torch.optim.Optimizer, lora: bool,
                     meta: dict[str, Any]) -> Path:
     """Write checkpoint `step`; returns its folder. The previous checkpoint stays valid until done."""
     ckpt_dir = root / "checkpoints"
@@ -66,7 +67,7 @@ def latest_checkpoint(root: Path) -> Optional[Path]:
     return path
 
 
-def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_checkpoint(path: Path, model: PolicyModel, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore weights and optimizer from `path`; returns its state (step, policy version, ...)."""
     state = json.loads((path / "state.json").read_text())
     device = next(model.parameters()).device
@@ -104,7 +105,7 @@ def _dedupe(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _tied_names(model: Any) -> set[str]:
+def _tied_names(model: PolicyModel) -> set[str]:
     sd = model.state_dict()
     by_ptr: dict[int, list[str]] = {}
     for k, v in sd.items():

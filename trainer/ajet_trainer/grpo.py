@@ -10,14 +10,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from ajet_trainer.types import EpisodeSample, TrainSequence
+from ajet_trainer.types import EpisodeSample, PolicyModel, TrainSequence
 
 
 def episode_advantages(samples: Sequence[EpisodeSample], norm_by_std: bool = True, epsilon: float = 1e-6
@@ -46,7 +46,7 @@ class Batch:
     rollout_logprobs: torch.Tensor
     prompt_width: int
 
-    def to(self, device: Any) -> "Batch":
+    def to(self, device: Union[str, torch.device]) -> "Batch":
         return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
                                                self.responses, self.response_mask, self.advantages,
                                                self.rollout_logprobs)), self.prompt_width)
@@ -81,7 +81,7 @@ def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
     return Batch(input_ids, attn, pos, input_ids[:, P:], rmask, adv * rmask, rlp, P)
 
 
-def sequence_logprobs(model: Any, batch: Batch, with_entropy: bool = False
+def sequence_logprobs(model: PolicyModel, batch: Batch, with_entropy: bool = False
                       ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-prob of every response token [B, R] (and the entropy of each position)."""
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,

@@ -18,6 +18,7 @@ import torch
 
 from ajet.job import AgentJetJob
 from ajet_trainer.grpo import (
+    Batch,
     collate,
     episode_advantages,
     loss_config,
@@ -26,12 +27,12 @@ from ajet_trainer.grpo import (
     sequence_logprobs,
 )
 from ajet_trainer.samples import flatten
-from ajet_trainer.types import EpisodeSample
+from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
 
 
-def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[Any, Any]:
+def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyModel, Tokenizer]:
     """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -56,18 +57,18 @@ def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[Any, An
 class Learner:
     """Optimizer and update step for one policy model."""
 
-    def __init__(self, model: Any, tokenizer: Any, job: AgentJetJob):
+    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob):
         self.model, self.tokenizer, self.job = model, tokenizer, job
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
         self.cfg = loss_config(job.clip_ratio)
         self.lora = job.lora_rank > 0
-        self.ref_model: Optional[Any] = None
+        self.ref_model: Optional[PolicyModel] = None
         if job.use_kl_loss and not self.lora:  # LoRA's reference is the same model with the adapter off
             self.ref_model = copy.deepcopy(model).requires_grad_(False)
         self.device = next(model.parameters()).device
 
-    def _ref_logprobs(self, batch: Any) -> Optional[torch.Tensor]:
+    def _ref_logprobs(self, batch: Batch) -> Optional[torch.Tensor]:
         if not self.job.use_kl_loss:
             return None
         with torch.no_grad():
@@ -112,7 +113,7 @@ class Learner:
         metrics["update_s"] = time.perf_counter() - t0
         return metrics
 
-    def _mini_step(self, mb: Any, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor],
+    def _mini_step(self, mb: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor],
                    agg: dict[str, list[float]]) -> torch.Tensor:
         """One optimizer step; returns the log-probs it computed before stepping (detached)."""
         logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from ajet_trainer.engine.generation import GenRequest, GenResult
 from ajet_trainer.errors import EngineRequestError
+from ajet_trainer.types import Tokenizer
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
@@ -82,7 +83,7 @@ def _logprobs(tokenizer: Any, ids: list[int], lps: list[float]) -> dict[str, Any
                         for t, lp in zip(ids, lps)]}
 
 
-def completion_body(tokenizer: Any, model: str, prompt: list[int], res: GenResult, tools: bool,
+def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: GenResult, tools: bool,
                     want_ids: bool, want_logprobs: bool) -> dict[str, Any]:
     """A non-streamed chat completion in vLLM's format."""
     content, calls = parse_tool_calls(res.text) if tools else (res.text, [])

@@ -14,6 +14,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ajet_trainer.types import PolicyModel, Tokenizer
+
 
 @dataclass
 class GenRequest:
@@ -83,7 +85,7 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
 
 
 @torch.no_grad()
-def generate_batch(model: Any, tokenizer: Any, requests: list[GenRequest], eos_ids: set[int]) -> list[GenResult]:
+def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]) -> list[GenResult]:
     """Sample every request in one batch; returns results in request order."""
     device = next(model.parameters()).device
     ids, mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
@@ -123,7 +125,7 @@ def generate_batch(model: Any, tokenizer: Any, requests: list[GenRequest], eos_i
             for i, req in enumerate(requests)]
 
 
-def _cache_keyword(model: Any) -> str:
+def _cache_keyword(model: PolicyModel) -> str:
     """`cache` (transformers >= 5.2x) or `past_key_values` (older releases)."""
     import inspect
 
@@ -144,7 +146,7 @@ def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
     return g
 
 
-def _finished(tok: int, ids: list[int], req: GenRequest, tokenizer: Any, eos_ids: set[int]) -> Optional[str]:
+def _finished(tok: int, ids: list[int], req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int]) -> Optional[str]:
     if tok in eos_ids:
         return "stop"
     if req.stop and any(s in decode_text(tokenizer, ids, eos_ids) for s in req.stop):
@@ -154,13 +156,13 @@ def _finished(tok: int, ids: list[int], req: GenRequest, tokenizer: Any, eos_ids
     return None
 
 
-def decode_text(tokenizer: Any, ids: list[int], eos_ids: set[int]) -> str:
+def decode_text(tokenizer: Tokenizer, ids: list[int], eos_ids: set[int]) -> str:
     """Completion text: EOS and padding dropped, other added tokens (e.g. `<tool_call>`) kept."""
     drop = eos_ids | {tokenizer.pad_token_id}
     return tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
 
 
-def _result(ids: list[int], lps: list[float], finish: str, req: GenRequest, tokenizer: Any, eos_ids: set[int]
+def _result(ids: list[int], lps: list[float], finish: str, req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int]
             ) -> GenResult:
     text = decode_text(tokenizer, ids, eos_ids)
     for s in req.stop:

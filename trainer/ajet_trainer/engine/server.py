@@ -20,10 +20,11 @@ from typing import Any, Optional
 import orjson
 from aiohttp import web
 
+from ajet.protocol import POLICY_VERSION_HEADER
 from ajet_trainer.engine.chat import chunk_body, completion_body, gen_request, parse_tool_calls, prompt_ids
 from ajet_trainer.engine.generation import GenRequest, GenResult, decode_text, generate_batch
-from ajet.protocol import POLICY_VERSION_HEADER
 from ajet_trainer.errors import EngineRequestError, EngineStartError
+from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class _Pending:
 class EmbeddedEngine:
     """Serve `model` + `tokenizer` on a loopback port; `start()` returns the OpenAI base URL."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, model_name: str = "policy", host: str = "127.0.0.1",
+    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, *, model_name: str = "policy", host: str = "127.0.0.1",
                  port: int = 0, max_batch: int = 128, default_temperature: float = 1.0, max_tokens_cap: int = 4096,
                  policy_version: int = 0, batch_window_s: float = 0.003):
         self.model, self.tokenizer = model, tokenizer
@@ -215,7 +216,7 @@ class EmbeddedEngine:
         return resp
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+def eos_token_ids(model: PolicyModel, tokenizer: Tokenizer) -> set[int]:
     """The tokenizer's EOS plus the generation config's (an int or a list)."""
     extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     extra = [] if extra is None else ([extra] if isinstance(extra, int) else list(extra))

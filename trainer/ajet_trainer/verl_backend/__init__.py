@@ -6,8 +6,9 @@ mapping the embedded trainer uses too) must not load verl's Ray trainer.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ajet_trainer.lazy import lazy_getattr
 
 _EXPORTS = {
     "StoreCursor": "ajet_trainer.verl_backend.trainer",
@@ -26,13 +27,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'ajet_trainer.verl_backend' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ajet.job import AgentJetJob
+from ajet.utils.runtime import OFFLINE_ENV
 from ajet_store import Store
 from ajet_store.types import Deployment, PoolEpisode
 from ajet_trainer.errors import ConfigurationError, TrainerError
@@ -145,8 +146,7 @@ def _ray_init(address: Optional[str], gpus_needed: int) -> bool:
     owns = not ray.is_initialized()
     if owns:
         env = get_ppo_ray_runtime_env()
-        env.setdefault("env_vars", {}).update({k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-                                               if k in os.environ})
+        env.setdefault("env_vars", {}).update({k: os.environ[k] for k in OFFLINE_ENV if k in os.environ})
         ray.init(address=address, runtime_env=env)
         logger.info("ray: %s", "joined " + address if address else "started locally")
     have = int(ray.cluster_resources().get("GPU", 0))
