@@ -144,6 +144,17 @@ def export(args: argparse.Namespace) -> None:
     print(f"exported {n} rewarded episode(s) to {out}")
 
 
+def db_upgrade(args: argparse.Namespace) -> None:
+    """Migrate the store to this code's schema (episodes kept); a store already there is left alone."""
+    from ajet_store.migrate import upgrade
+
+    before, after = upgrade(args.db)
+    if before == after:
+        print(f"store {args.db} is at schema {after}: nothing to do")
+    else:
+        print(f"store {args.db} upgraded from schema {before if before is not None else '(empty)'} to {after}")
+
+
 def _main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ajet-proxy", description="AgentJet Swarm proxy")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -159,7 +170,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
     exp.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     exp.add_argument("--since", type=int, default=None, help="only episodes trained at this step or later (or not yet)")
     exp.add_argument("--out", default=None)
-    for p in (lst, show, exp):
+    db = sub.add_parser("db", help="the store's schema").add_subparsers(dest="sub", required=True)
+    upg = db.add_parser("upgrade", help="migrate an older store to this version's schema (episodes are kept)")
+    for p in (lst, show, exp, upg):
         p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     args = parser.parse_args(argv)
     if args.command == "start":
@@ -170,6 +183,8 @@ def _main(argv: Optional[list[str]] = None) -> int:
         (episodes_list if args.sub == "list" else episodes_show)(args)
     elif args.command == "export":
         export(args)
+    elif args.command == "db":
+        db_upgrade(args)
     return 0
 
 

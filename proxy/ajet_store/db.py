@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from ajet.types import BatchMode, EngineState
+from ajet_store import migrate
 from ajet_store import tables as t
-from ajet_store.errors import SchemaMismatch, StoreUnavailable
+from ajet_store.errors import StoreUnavailable
 
 
 DEFAULT_DB = "sqlite:///./ajet-swarm.db"
@@ -102,10 +103,11 @@ class Database:
     def _init_rows(self) -> None:
         with self._tx() as c:
             version = c.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar()
-            if version is None:
+            if version is None:  # a new store: created from the tables, at the newest migration
                 c.execute(t.meta.insert().values(key="schema_version", value=str(t.SCHEMA_VERSION)))
-            elif int(version) != t.SCHEMA_VERSION:
-                raise SchemaMismatch(f"store schema version {version}, this code needs {t.SCHEMA_VERSION}")
+                migrate.stamp_head(c)
+            else:
+                migrate.check_version(int(version), self.url)
             if c.execute(sa.select(t.engine_state.c.id)).first() is None:
                 c.execute(t.engine_state.insert().values(
                     id=1, state=EngineState.OFFLINE.value, state_since=time.time(), job=None, global_step=0,

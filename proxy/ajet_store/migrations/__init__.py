@@ -1,0 +1,1 @@
+"""Alembic migrations of the store (script location `ajet_store:migrations`); see `ajet_store.migrate`."""
