@@ -29,10 +29,16 @@ $(STAMP): pyproject.toml Makefile
 
 setup-client: $(CLIENT_STAMP)
 
-$(CLIENT_STAMP): pyproject.toml Makefile
+# built from a wheel, as a user installs it: the README's install line, tested
+CLIENT_SRC := $(shell find sdk proxy -name '*.py' -o -name '*.md' -o -name '*.tmpl' 2>/dev/null)
+
+$(CLIENT_STAMP): pyproject.toml Makefile $(CLIENT_SRC)
 	test -x $(CLIENT)/bin/python || $(PYTHON) -m venv $(CLIENT)
 	$(CLIENT)/bin/python -m pip install --upgrade pip setuptools wheel
-	$(CLIENT)/bin/python -m pip install -e '.[proxy]'
+	rm -rf $(CLIENT)/dist
+	$(CLIENT)/bin/python -m pip wheel --no-deps -w $(CLIENT)/dist .
+	$(CLIENT)/bin/python -m pip install --force-reinstall --no-deps $(CLIENT)/dist/agentjet_swarm-*.whl
+	$(CLIENT)/bin/python -m pip install "$$(ls $(CLIENT)/dist/agentjet_swarm-*.whl)[proxy]"
 	$(CLIENT)/bin/python -c "import ajet, ajet_proxy.app, ajet_store, ajet_swarm.cli; print('client setup ok')"
 	! $(CLIENT)/bin/python -c "import torch" 2>/dev/null
 	touch $(CLIENT_STAMP)
@@ -47,6 +53,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
+	$(PIP) install -e '.[bench]'
 	$(PY) bench/proxy_overhead.py
 	$(PY) bench/trainer_vs_trl.py
 

@@ -1,8 +1,8 @@
 """A GPU-less client machine: a venv with only the `proxy` extra (no torch) runs what the seed runs there —
 `ajet-swarm overwatch` against a live proxy, `ajet-swarm new-client`, the SDK, and the proxy itself.
 
-`make test` builds that venv (`make setup-client`, `.venv-client`); without it this test fails in CI and is
-skipped on a laptop that never built it.
+`make test` builds that venv (`make setup-client`, `.venv-client`) from a wheel of the tree, as the README's
+install line says; without it this test fails in CI and is skipped on a laptop that never built it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ def client_run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]
 def test_the_client_venv_has_no_torch():
     res = client_run("python", "-c", "import torch")
     assert res.returncode != 0 and "No module named 'torch'" in res.stderr
+
+
+def test_the_client_venv_runs_the_installed_wheel():
+    res = client_run("python", "-c", "import ajet, ajet_store, ajet_proxy; print(ajet.__file__, ajet_store.__file__)")
+    assert res.returncode == 0 and all("site-packages" in f for f in res.stdout.split()), res.stdout
 
 
 def test_client_commands_run_without_torch(tmp_path):

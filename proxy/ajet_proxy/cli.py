@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.db import DEFAULT_DB
+from ajet_store.engines import DEFAULT_DB
 
 if TYPE_CHECKING:
     from ajet_store import Store

@@ -14,7 +14,7 @@ from ajet_store.batch_policy import (
     rollout_until_finish_enough_tasks,
     select_batch,
 )
-from ajet_store.db import DEFAULT_DB, sqlite_url
+from ajet_store.engines import DEFAULT_DB, sqlite_url
 from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import (
     AlreadyConsumed,

@@ -1,62 +1,19 @@
-"""The store's connections: one write engine, one read engine, one transaction per store method.
-
-SQLite (WAL) by default; any SQLAlchemy URL (PostgreSQL) through the same Core statements. On SQLite,
-write transactions start with `BEGIN IMMEDIATE` so two processes never dead-lock upgrading a read
-lock; reads run on a separate engine with plain `BEGIN`.
-"""
+"""The store's connections and schema check: one write engine, one read engine (`engines.py`), one
+transaction per store method."""
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from ajet.types import BatchMode, EngineState
 from ajet_store import migrate
+from ajet_store.engines import make_engines
 from ajet_store import tables as t
 from ajet_store.errors import StoreUnavailable
-
-
-DEFAULT_DB = "sqlite:///./ajet-swarm.db"
-"""The store `ajet-proxy` and `ajet-trainer` share when no `--db` (or `AJET_DB`) is given."""
-
-
-def sqlite_url(path: str | Path) -> str:
-    """A SQLAlchemy URL for a SQLite file."""
-    return f"sqlite:///{Path(path).expanduser().resolve()}"
-
-
-def _sqlite_engine(url: str, immediate: bool) -> sa.Engine:
-    eng = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
-
-    @event.listens_for(eng, "connect")
-    def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
-        cur.execute("PRAGMA busy_timeout=60000")
-        cur.close()
-
-    @event.listens_for(eng, "begin")
-    def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return eng
-
-
-def make_engines(url: str) -> tuple[sa.Engine, sa.Engine]:
-    """(write engine, read engine); the same engine twice for servers that need no BEGIN IMMEDIATE."""
-    if not url.startswith("sqlite"):
-        eng = sa.create_engine(url, pool_pre_ping=True)
-        return eng, eng
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return _sqlite_engine(url, immediate=True), _sqlite_engine(url, immediate=False)
 
 
 class Database:

@@ -16,6 +16,7 @@ from typing import Optional
 import sqlalchemy as sa
 
 from ajet_store import tables as t
+from ajet_store.engines import make_engines
 from ajet_store.errors import SchemaMismatch
 
 logger = logging.getLogger(__name__)
@@ -65,8 +66,6 @@ def stamp_head(conn: sa.Connection) -> None:
 
 def upgrade(url: str, revision: str = "head") -> tuple[Optional[int], int]:
     """Upgrade the store at `url` (created if empty) to `revision`; returns (version before, version after)."""
-    from ajet_store.db import make_engines
-
     engine, reader = make_engines(url)
     try:
         with engine.begin() as conn:

@@ -106,16 +106,20 @@ class OpenaiBaseUrlAndApiKey(BaseModel):
     """The episode this key belongs to."""
 
     def as_openai_client(self, **kwargs: Any) -> Any:
-        """A ready `openai.OpenAI` client (openai is imported lazily)."""
-        import openai
-
-        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+        """A ready `openai.OpenAI` client (openai is imported lazily: `pip install 'agentjet-swarm[client]'`)."""
+        return _openai().OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
 
     def as_async_openai_client(self, **kwargs: Any) -> Any:
         """A ready `openai.AsyncOpenAI` client (openai is imported lazily)."""
-        import openai
+        return _openai().AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
 
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+def _openai() -> Any:
+    try:
+        import openai
+    except ImportError as exc:
+        raise ImportError("as_openai_client needs the OpenAI SDK: pip install 'agentjet-swarm[client]'") from exc
+    return openai
 
 
 # --------------------------------------------------------------------------- control API bodies

@@ -1,32 +1,41 @@
-"""The store through the same code on PostgreSQL, when a server is given in AJET_TEST_PG_URL.
-
-CI runs SQLite only; set e.g. AJET_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1/ajet to run
-these against a real server (the store uses only portable SQLAlchemy Core).
+"""The store through the same code on PostgreSQL: a throwaway server on loopback (tests/support/postgres.py),
+or the one AJET_TEST_PG_URL names. The URL is a plain `postgresql://` one, driven by psycopg 3 (the
+`postgres` extra); the store uses only portable SQLAlchemy Core.
 """
 
-import os
 import uuid
 
 import pytest
 import sqlalchemy as sa
 
 from ajet.types import BatchMode, EngineState, EpisodeStatus
+from ajet_store import AlreadyConsumed, Conflict, Store
 from ajet_store.batch_policy import select_batch
-from ajet_store import AlreadyConsumed, Conflict
-from ajet_store import Store
+from ajet_store.engines import driver_url
 from ajet_store.types import CallRecord, Deployment
+from tests.support import postgres
 
-PG = os.environ.get("AJET_TEST_PG_URL")
-pytestmark = pytest.mark.skipif(not PG, reason="AJET_TEST_PG_URL not set (no PostgreSQL server)")
+pytestmark = pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries and no AJET_TEST_PG_URL")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with postgres.postgres_url() as url:
+        yield url
+
+
+def test_a_plain_postgresql_url_is_driven_by_psycopg3():
+    assert driver_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert driver_url("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"  # a named driver stays
 
 
 @pytest.fixture
-def pg():
+def pg(server):
     schema_db = f"ajet_test_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(driver_url(server), isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
         c.execute(sa.text(f"CREATE DATABASE {schema_db}"))
-    url = PG.rsplit("/", 1)[0] + "/" + schema_db
+    url = server.rsplit("/", 1)[0] + "/" + schema_db  # plain postgresql://: the store picks the driver
     st = Store(url)
     yield st
     st.close()
@@ -56,3 +65,23 @@ def test_full_cycle_on_postgres(pg):
     assert sorted(pg.rollback_to_step(0, 0)) == ["u0", "u1"]
     assert {e.status for e in pg.iter_episodes(page=1)} == {EpisodeStatus.ENDED}
     assert pg.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
+
+
+def test_migrations_run_on_postgres(server):
+    from ajet_store import SCHEMA_VERSION
+    from ajet_store.migrate import upgrade
+
+    db = f"ajet_mig_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(driver_url(server), isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f"CREATE DATABASE {db}"))
+    url = server.rsplit("/", 1)[0] + "/" + db
+    try:
+        assert upgrade(url) == (None, SCHEMA_VERSION)  # every revision, batch mode included, on PostgreSQL
+        with Store(url) as st:
+            st.heartbeat()
+            assert st.engine_row().trainer_heartbeat is not None
+    finally:
+        with admin.connect() as c:
+            c.execute(sa.text(f"DROP DATABASE {db} WITH (FORCE)"))
+        admin.dispose()

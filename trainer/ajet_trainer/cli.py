@@ -17,7 +17,7 @@ from typing import Optional
 from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.db import DEFAULT_DB
+from ajet_store.engines import DEFAULT_DB
 
 
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:

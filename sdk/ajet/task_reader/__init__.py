@@ -62,8 +62,8 @@ def _read_arrow_table(path: Path) -> Any:
     try:
         import pyarrow.ipc as ipc
         import pyarrow.parquet as pq
-    except ImportError as exc:  # pragma: no cover - pyarrow is in the dev extra
-        raise ConfigError(f"reading {path} needs pyarrow: pip install pyarrow") from exc
+    except ImportError as exc:  # pragma: no cover - pyarrow is in the client extra
+        raise ConfigError(f"reading {path} needs pyarrow: pip install 'agentjet-swarm[client]'") from exc
     if path.suffix == ".parquet":
         return pq.read_table(path)
     with path.open("rb") as fh:

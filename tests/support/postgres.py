@@ -1,0 +1,56 @@
+"""A throwaway PostgreSQL server on loopback for the store's PostgreSQL tests.
+
+`AJET_TEST_PG_URL` names a server to use instead. Otherwise Debian's PostgreSQL binaries (`initdb`,
+`pg_ctl`) start a cluster in a temporary folder on a free 127.0.0.1 port, as the `postgres` OS user when
+run as root (initdb refuses root), and stop it afterwards. `.ci/run` installs the binaries where missing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from tests.support.procs import free_port
+
+
+def _bin(name: str) -> Optional[str]:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+def available() -> bool:
+    """A server is given, or one can be started here."""
+    return bool(os.environ.get("AJET_TEST_PG_URL")) or (_bin("initdb") is not None and _bin("pg_ctl") is not None)
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    """A `postgresql://` URL of a live server (plain scheme: the store picks psycopg 3)."""
+    given = os.environ.get("AJET_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    root = tempfile.mkdtemp(prefix="ajet-pg-")
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+    data, port = os.path.join(root, "data"), free_port()
+    pg_ctl = _bin("pg_ctl")
+    subprocess.run(_as_postgres([_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres"]), check=True,
+                   capture_output=True, timeout=120)
+    subprocess.run(_as_postgres([pg_ctl, "-D", data, "-w", "-l", os.path.join(root, "log"), "-o",
+                                 f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"]),
+                   check=True, capture_output=True, timeout=120)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(_as_postgres([pg_ctl, "-D", data, "-m", "immediate", "stop"]), capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
