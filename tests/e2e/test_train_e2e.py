@@ -1,5 +1,7 @@
 """Proxy + trainer + a seed-API client on the tiny model: real processes, real HTTP, a real store."""
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -7,12 +9,14 @@ import pytest
 import requests
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from ajet.copilot.job import AgentJetJob
 from ajet.schema.task import Task, WorkflowOutput
 from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 from ajet.types import EngineState, EpisodeStatus
 from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.procs import offline_env
 from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
@@ -91,12 +95,13 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     # the weights changed, and the checkpoint holds them
     ckpt = exp / "checkpoints" / "step_2"
     if lora_rank:
-        adapter = load_file(str(ckpt / "adapter.safetensors"))
+        adapter = load_file(str(ckpt / "adapter" / "adapter_model.safetensors"))
         assert any("lora_B" in k and v.abs().sum() > 0 for k, v in adapter.items())  # lora_B starts at zero
     else:
         base = load_file(str(Path(builtin_model_path("builtin:tiny")) / "model.safetensors"))
-        trained = load_file(str(ckpt / "model.safetensors"))
+        trained = load_file(str(ckpt / "model" / "model.safetensors"))
         assert any(not torch.equal(base[k], trained[k]) for k in trained if k in base)
+    assert_export_matches_the_served_policy(client, store, exp, lora_rank)
     assert (exp / "metrics.jsonl").read_text().count("\n") == 2
     steps = store.steps()
     assert [s.step for s in steps] == [1, 2] and all("loss" in s.metrics and "grad_norm" in s.metrics
@@ -105,6 +110,37 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     time.sleep(1.0)
     assert store.deployments() == [] or trainer.proc.poll() is None
     assert client.get_engine_status().state == EngineState.OFFLINE
+
+
+def assert_export_matches_the_served_policy(client, store, exp: Path, lora_rank: int) -> None:
+    """`ajet-trainer export-model` of step 2 loads with transformers and gives the served policy's logprobs."""
+    uuid, creds = client.begin_episode()  # sampled by policy v2, the weights of checkpoint step_2
+    requests.post(f"{creds.base_url}/chat/completions", headers={"Authorization": f"Bearer {creds.api_key}"},
+                  json={"model": "m", "messages": [{"role": "user", "content": "Say the letter: a"}], "max_tokens": 4,
+                        "temperature": 1.0, "seed": 7}, timeout=60).raise_for_status()
+    client.abort_episode(uuid)
+    client.get_episode(uuid)  # answers once the call log is flushed
+    (call,) = store.calls(uuid)
+    assert call.policy_version == 2
+    exports = {"plain": [], "merged": ["--merge-lora"]} if lora_rank else {"plain": []}
+    for name, extra in exports.items():
+        out = exp.parent / f"export-{name}"
+        res = subprocess.run([str(Path(sys.executable).parent / "ajet-trainer"), "export-model", "--experiment-dir",
+                              str(exp), "--step", "2", "--out", str(out), *extra], capture_output=True, text=True,
+                             timeout=300, env=offline_env())
+        assert res.returncode == 0, res.stderr[-3000:]
+        if name == "plain" and lora_rank:  # a peft adapter folder on the base model
+            from peft import AutoPeftModelForCausalLM
+
+            model = AutoPeftModelForCausalLM.from_pretrained(str(out))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(out))
+        ids = torch.tensor([call.prompt_ids + call.completion_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+        n = len(call.prompt_ids)
+        got = [logp[n - 1 + i, tok].item() for i, tok in enumerate(call.completion_ids)]
+        assert got == pytest.approx(call.logprobs, abs=1e-4), name  # the exported model is the served one
 
 
 def test_trainer_crash_after_checkpoint_and_mid_update(swarm):

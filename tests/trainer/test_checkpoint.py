@@ -1,5 +1,7 @@
 """Checkpoints: full and LoRA round trips, the `latest` pointer, pruning, partial writes ignored."""
 
+import shutil
+
 import torch
 
 from ajet.job import AgentJetJob
@@ -19,7 +21,7 @@ def _round_trip(tmp_path, job):
     model, tok = load_policy(path, job, "cpu")
     learner = Learner(model, tok, job)
     learner.update(SAMPLES)
-    saved = save_checkpoint(tmp_path, 1, model, learner.optimizer, job.lora_rank > 0, {"policy_version": 1})
+    saved = save_checkpoint(tmp_path, 1, model, tok, learner.optimizer, job.lora_rank > 0, {"policy_version": 1})
     trained = _state(model)
     fresh, _ = load_policy(path, job, "cpu")
     fresh_learner = Learner(fresh, tok, job)
@@ -33,12 +35,15 @@ def _round_trip(tmp_path, job):
 
 def test_full_round_trip(tmp_path):
     saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2))
-    assert (saved / "model.safetensors").is_file() and (saved / "optimizer.pt").is_file()
+    assert (saved / "model" / "model.safetensors").is_file() and (saved / "optimizer.pt").is_file()
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json"):  # a model folder, loadable
+        assert (saved / "model" / name).is_file(), name
 
 def test_lora_round_trip_saves_only_the_adapter(tmp_path):
     saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2, lora_rank=4, lora_alpha=8))
-    assert (saved / "adapter.safetensors").is_file() and not (saved / "model.safetensors").exists()
-    assert (saved / "adapter.safetensors").stat().st_size < 200_000
+    adapter = saved / "adapter" / "adapter_model.safetensors"
+    assert adapter.is_file() and (saved / "adapter" / "adapter_config.json").is_file()
+    assert not (saved / "model").exists() and adapter.stat().st_size < 200_000
 
 def test_latest_pointer_partial_writes_and_pruning(tmp_path):
     job = AgentJetJob()
@@ -46,9 +51,18 @@ def test_latest_pointer_partial_writes_and_pruning(tmp_path):
     opt = Learner(model, tok, job).optimizer
     assert latest_checkpoint(tmp_path) is None
     for step in (1, 2, 3, 4):
-        save_checkpoint(tmp_path, step, model, opt, False, {})
+        save_checkpoint(tmp_path, step, model, tok, opt, False, {})
     (tmp_path / "checkpoints" / ".step_5.tmp").mkdir()  # a crash mid-write leaves only a temp folder
     assert latest_checkpoint(tmp_path).name == "step_4"
     prune_checkpoints(tmp_path, keep=2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_3", "step_4"]
     assert latest_checkpoint(tmp_path).name == "step_4"
+
+
+def test_checkpoints_of_the_earlier_layout_still_restore(tmp_path):
+    saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2))  # then rewrite it as the earlier layout had it
+    (saved / "model" / "model.safetensors").rename(saved / "model.safetensors")
+    shutil.rmtree(saved / "model")
+    job = AgentJetJob(lr=1e-2)
+    fresh, tok = load_policy(str(builtin_model_path("builtin:tiny")), job, "cpu")
+    assert load_checkpoint(saved, fresh, Learner(fresh, tok, job).optimizer)["step"] == 1

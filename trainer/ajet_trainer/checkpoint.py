@@ -1,9 +1,15 @@
-"""Checkpoints in the experiment folder: weights (adapter or full, safetensors), optimizer, step.
+"""Checkpoints in the experiment folder, each a model folder other tools load, plus what resuming needs.
 
-Layout: `<experiment>/checkpoints/step_<N>/` with `model.safetensors` (or `adapter.safetensors`),
-`optimizer.pt` and `state.json`; `<experiment>/checkpoints/latest` names the newest complete one.
-A checkpoint is written into a temporary folder and renamed, then `latest` is replaced atomically,
-so a crash at any point leaves the previous checkpoint intact.
+Layout: `<experiment>/checkpoints/step_<N>/` with
+- `model/` (full fine-tuning): `save_pretrained` weights, config, generation config and tokenizer, a
+  folder `AutoModelForCausalLM.from_pretrained` and vLLM load as they are;
+- `adapter/` (LoRA): a peft adapter folder (`adapter_config.json`, `adapter_model.safetensors`) and the
+  tokenizer; `PeftModel.from_pretrained(base, adapter)` loads it, vLLM serves it with `--enable-lora`;
+- `optimizer.pt` and `state.json` (step, policy version, model, the step's pending record).
+`<experiment>/checkpoints/latest` names the newest complete one. A checkpoint is written into a
+temporary folder and renamed, then `latest` is replaced atomically, so a crash at any point leaves the
+previous checkpoint intact. Checkpoints written before this layout (bare `model.safetensors` /
+`adapter.safetensors`) still restore.
 """
 
 from __future__ import annotations
@@ -15,24 +21,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from ajet_trainer.errors import CheckpointError
-from ajet_trainer.types import PolicyModel
+from ajet_trainer.types import PolicyModel, Tokenizer
+
+MODEL_DIR = "model"
+"""Sub-folder of a full fine-tuning checkpoint: a Hugging Face model folder."""
+ADAPTER_DIR = "adapter"
+"""Sub-folder of a LoRA checkpoint: a peft adapter folder."""
 
 
-def _weights(model: PolicyModel, lora: bool) -> dict[str, torch.Tensor]:
-    if lora:
-        from peft import get_peft_model_state_dict
-
-        sd = get_peft_model_state_dict(model)
-    else:
-        sd = model.state_dict()
-    return {k: v.detach().contiguous().cpu() for k, v in sd.items()}
-
-
-def save_checkpoint(root: Path, step: int, model: PolicyModel, optimizer: torch.optim.Optimizer, lora: bool,
-                    meta: dict[str, Any]) -> Path:
+def save_checkpoint(root: Path, step: int, model: PolicyModel, tokenizer: Tokenizer, optimizer: torch.optim.Optimizer,
+                    lora: bool, meta: dict[str, Any]) -> Path:
     """Write checkpoint `step`; returns its folder. The previous checkpoint stays valid until done."""
     ckpt_dir = root / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -40,10 +41,9 @@ def save_checkpoint(root: Path, step: int, model: PolicyModel, optimizer: torch.
     tmp = ckpt_dir / f".step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    weights = _weights(model, lora)
-    if not lora:  # tied embeddings share storage: save each tensor once
-        weights = _dedupe(weights)
-    save_file(weights, str(tmp / ("adapter.safetensors" if lora else "model.safetensors")))
+    folder = tmp / (ADAPTER_DIR if lora else MODEL_DIR)
+    model.save_pretrained(str(folder), safe_serialization=True)  # tied embeddings are saved once
+    tokenizer.save_pretrained(str(folder))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, "lora": lora, **meta}, indent=1))
     _fsync_dir(tmp)
@@ -67,22 +67,56 @@ def latest_checkpoint(root: Path) -> Optional[Path]:
     return path
 
 
+def checkpoint_at(root: Path, step: Optional[int] = None) -> Path:
+    """Checkpoint `step` of an experiment (the newest when None); `CheckpointError` if there is none."""
+    if step is None:
+        path = latest_checkpoint(root)
+        if path is None:
+            raise CheckpointError(f"{root}: no checkpoint (is it an experiment folder?)")
+        return path
+    path = root / "checkpoints" / f"step_{step}"
+    if not (path / "state.json").is_file():
+        have = sorted(p.name for p in (root / "checkpoints").glob("step_*"))
+        raise CheckpointError(f"{root}: no checkpoint of step {step} (have: {', '.join(have) or 'none'})")
+    return path
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's `state.json`."""
+    state: dict[str, Any] = json.loads((path / "state.json").read_text())
+    return state
+
+
 def load_checkpoint(path: Path, model: PolicyModel, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore weights and optimizer from `path`; returns its state (step, policy version, ...)."""
-    state = json.loads((path / "state.json").read_text())
-    device = next(model.parameters()).device
+    state = read_state(path)
+    device = str(next(model.parameters()).device)
     if state["lora"]:
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(str(path / "adapter.safetensors"), device=str(device)))
+        legacy = path / "adapter.safetensors"
+        weights = load_file(str(legacy if legacy.is_file() else path / ADAPTER_DIR / "adapter_model.safetensors"),
+                            device=device)
+        set_peft_model_state_dict(model, weights)
     else:
-        missing, unexpected = model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)),
-                                                    strict=False)
+        missing, unexpected = model.load_state_dict(_model_weights(path, device), strict=False)
         real_missing = [k for k in missing if k not in _tied_names(model)]
         if real_missing or unexpected:
             raise CheckpointError(f"{path}: missing {real_missing[:5]}, unexpected {unexpected[:5]}")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
     return state
+
+
+def _model_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a full checkpoint (one file, or the shards `save_pretrained` writes for big models)."""
+    legacy = path / "model.safetensors"
+    files = [legacy] if legacy.is_file() else sorted((path / MODEL_DIR).glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{path}: no model weights")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        weights.update(load_file(str(f), device=device))
+    return weights
 
 
 def prune_checkpoints(root: Path, keep: int) -> None:
@@ -91,18 +125,6 @@ def prune_checkpoints(root: Path, keep: int) -> None:
                    key=lambda p: int(p.name.split("_")[1]))
     for p in ckpts[:-keep] if keep > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
-
-
-def _dedupe(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    seen: dict[int, str] = {}
-    out = {}
-    for k, v in weights.items():
-        ptr = v.untyped_storage().data_ptr()
-        if ptr in seen:
-            continue
-        seen[ptr] = k
-        out[k] = v
-    return out
 
 
 def _tied_names(model: PolicyModel) -> set[str]:

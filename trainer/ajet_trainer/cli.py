@@ -61,13 +61,32 @@ def run_trainer(args: argparse.Namespace) -> None:
                                  nnodes=args.nnodes, verl_overrides=args.verl_overrides)).run(stop)
 
 
+def export_model(args: argparse.Namespace) -> None:
+    """A checkpoint as a model folder (`AutoModelForCausalLM.from_pretrained(OUT)`, `vllm serve OUT`)."""
+    from pathlib import Path
+
+    from ajet_trainer.export import export_model as export
+
+    out = export(Path(args.experiment_dir), Path(args.out), args.step, args.merge_lora)
+    print(f"exported to {out}")
+
+
 def _main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ajet-trainer", description="AgentJet Swarm trainer")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_trainer_arguments(sub.add_parser("start", help="train from the store's rewarded episodes"))
+    exp = sub.add_parser("export-model", help="write a checkpoint as a model folder other tools load")
+    exp.add_argument("--experiment-dir", required=True, help="the experiment folder (holds checkpoints/)")
+    exp.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
+    exp.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
+    exp.add_argument("--merge-lora", action="store_true", help="LoRA: merge the adapter into its base model")
     args = parser.parse_args(argv)
-    run_trainer(args)
+    if args.command == "export-model":
+        apply_offline_env()
+        export_model(args)
+    else:
+        run_trainer(args)
     return 0
 
 

@@ -101,7 +101,8 @@ class Session:
 
     def checkpoint(self, pending: Optional[dict[str, Any]] = None) -> Path:
         """Save weights + optimizer for the current step (`pending`: this step's record, if not yet in the store)."""
-        path = save_checkpoint(self.exp_dir, self.step, self.model, self.learner.optimizer, self.learner.lora,
+        path = save_checkpoint(self.exp_dir, self.step, self.model, self.tokenizer, self.learner.optimizer,
+                               self.learner.lora,
                                {"policy_version": self.policy_version, "model": self.job.model,
                                 "job_fingerprint": self.job.fingerprint(), "pending_record": pending})
         prune_checkpoints(self.exp_dir, self.keep_checkpoints)

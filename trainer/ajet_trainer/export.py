@@ -1,0 +1,58 @@
+"""`ajet-trainer export-model`: a checkpoint as a model folder that leaves the box.
+
+Full fine-tuning checkpoints are Hugging Face model folders already; LoRA ones are peft adapter folders,
+exported as they are or merged into their base model (`--merge-lora`) for tools that serve no adapters.
+The folder is written next to `out` and renamed into place, so a failed export leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from ajet_trainer.checkpoint import ADAPTER_DIR, MODEL_DIR, checkpoint_at, read_state
+from ajet_trainer.errors import CheckpointError
+from ajet_trainer.tiny_model import resolve_model_path
+
+logger = logging.getLogger(__name__)
+
+
+def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lora: bool = False) -> Path:
+    """Export checkpoint `step` (the newest when None) of `exp_dir` to the folder `out`; returns `out`."""
+    ckpt = checkpoint_at(exp_dir, step)
+    state = read_state(ckpt)
+    if out.exists() and any(out.iterdir()):
+        raise CheckpointError(f"{out} exists and is not empty")
+    if not state["lora"] and not (ckpt / MODEL_DIR).is_dir():
+        raise CheckpointError(f"{ckpt} was written before checkpoints were model folders: resume it once to re-save")
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if not state["lora"]:
+            shutil.copytree(ckpt / MODEL_DIR, tmp)
+        elif merge_lora:
+            _merge(ckpt / ADAPTER_DIR, str(resolve_model_path(state["model"])), tmp)
+        else:
+            shutil.copytree(ckpt / ADAPTER_DIR, tmp)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("exported %s (step %d%s) to %s", ckpt, state["step"], ", LoRA merged" if merge_lora else "", out)
+    return out
+
+
+def _merge(adapter: Path, base_path: str, dest: Path) -> None:
+    """The base model with the adapter merged in, saved as a plain model folder (with the tokenizer)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(base_path)
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    merged.save_pretrained(str(dest), safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(str(dest))
