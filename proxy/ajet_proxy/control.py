@@ -8,6 +8,7 @@ it; an episode key never grants control.
 from __future__ import annotations
 
 import hmac
+import importlib.util
 import logging
 import time
 import uuid
@@ -15,7 +16,7 @@ import uuid
 from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 
-from ajet.job import AgentJetJob
+from ajet.job import TRACKERS, AgentJetJob
 from ajet.protocol import CLIENT_HEADER, SWARM_TOKEN_HEADER
 from ajet.stat_types import EpisodeDetail, RolloutStat
 from ajet.types import (
@@ -63,10 +64,21 @@ def _client_id(request: Request) -> str:
 
 def _validate_job(job: dict) -> AgentJetJob:
     try:
-        return AgentJetJob.model_validate(job)
+        parsed = AgentJetJob.model_validate(job)
     except ValidationError as exc:
         fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
         raise InvalidRequest(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
+    _check_trackers(parsed)
+    return parsed
+
+
+def _check_trackers(job: AgentJetJob) -> None:
+    """A logger whose package is not installed on the training box is refused now, not when training starts."""
+    for name in job.logging:
+        module = TRACKERS[name]
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise InvalidRequest(f"invalid job: logger {name!r} needs the {module!r} package, which is not installed "
+                                 f"on the training box (pip install {module})", fields=["job.logging"])
 
 
 def _ok(s: ProxyState) -> OkResponse:

@@ -13,12 +13,18 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ajet.errors import ConfigError
 from ajet.types import BatchMode
 
 _LENGTH_FIELDS = ("max_prompt_length", "max_response_length", "max_model_len")
+
+TRACKERS: dict[str, Optional[str]] = {
+    "jsonl": None, "console": None, "file": None, "tensorboard": "tensorboard", "wandb": "wandb",
+    "mlflow": "mlflow", "swanlab": "swanlab", "clearml": "clearml", "trackio": "trackio",
+}
+"""Loggers `AgentJetJob.logging` may name -> the Python module each needs (None: no extra package)."""
 
 
 class AgentJetJob(BaseModel):
@@ -71,8 +77,10 @@ class AgentJetJob(BaseModel):
     # --- original fields the seed scripts pass -------------------------------------------------
     ensure_new_experiment: bool = False
     """Start from the base model even if the experiment folder holds checkpoints."""
-    logging: str = "jsonl"
-    """Metric sink name (`jsonl`, `tensorboard`; others are logged as jsonl)."""
+    logging: list[str] = Field(default_factory=lambda: ["jsonl"])
+    """Experiment trackers for the step metrics: `jsonl` (`<experiment>/metrics.jsonl`, always written) and
+    verl's trackers (`console`, `tensorboard`, `wandb`, `mlflow`, `swanlab`, `clearml`, `trackio`, `file`).
+    A single name is accepted as the seed writes it (`logging="tensorboard"`)."""
     base_yaml_config: Optional[str] = None
     """A YAML file whose values override these fields at construction."""
     # --- trainer settings (this project) -------------------------------------------------------
@@ -105,6 +113,16 @@ class AgentJetJob(BaseModel):
         if data.get("base_yaml_config"):
             data = {**_read_yaml_fields(data["base_yaml_config"]), **data}
         return _accept_backbone(data)
+
+    @field_validator("logging", mode="before")
+    @classmethod
+    def _logging_list(cls, value: Any) -> Any:
+        names = [value] if isinstance(value, str) else value
+        if isinstance(names, list):
+            unknown = [n for n in names if n not in TRACKERS]
+            if unknown:
+                raise ValueError(f"unknown logger {unknown[0]!r}; known: {', '.join(TRACKERS)}")
+        return names
 
     @model_validator(mode="after")
     def _check_lengths(self) -> "AgentJetJob":

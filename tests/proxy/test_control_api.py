@@ -56,6 +56,22 @@ def test_two_409s_are_told_apart_by_their_code(client, store, stub):
     assert not isinstance(ep_err.value, WrongState) and isinstance(ep_err.value, Conflict)
 
 
+def test_a_logger_not_installed_on_the_training_box_is_refused_at_sync(proxy, client):
+    import importlib.util
+
+    from ajet import InvalidRequest
+
+    missing = next(m for m in ("mlflow", "swanlab", "clearml", "trackio") if importlib.util.find_spec(m) is None)
+    client.stop_engine()
+    with pytest.raises(InvalidRequest, match=f"logger '{missing}' needs the '{missing}' package") as err:
+        client.sync_train_config(AgentJetJob(logging=["jsonl", missing]))
+    assert "job.logging" in err.value.detail or err.value.status == 422
+    r = httpx.post(proxy.url + "/swarm/sync_train_config", json={"job": {"logging": ["tensorbord"]}})
+    assert r.status_code == 422 and "unknown logger 'tensorbord'" in r.json()["detail"]
+    assert r.json()["fields"] == ["job.logging"]
+    client.sync_train_config(AgentJetJob(logging=["jsonl", "tensorboard"]))  # installed here: accepted
+
+
 def test_begin_outside_rolling_is_503_with_retry_after(proxy, client):
     client.stop_engine()
     r = httpx.post(proxy.url + "/swarm/begin_episode", json={})

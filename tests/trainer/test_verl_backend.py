@@ -69,6 +69,13 @@ def test_verl_composed_config_passes_verls_own_validation(job, tmp_path):
     assert cfg.critic.enable is False and a.model.lora.merge is (job.lora_rank > 0)
 
 
+def test_verl_tracks_with_the_jobs_loggers(tmp_path):
+    for logging, expected in ((["jsonl"], []), (["jsonl", "tensorboard", "wandb"], ["tensorboard", "wandb"])):
+        job = AgentJetJob(logging=logging)
+        cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path), model_path="/models/m")
+        assert list(cfg.trainer.logger) == expected  # verl's Tracking runs them; jsonl is ours
+
+
 def test_verl_validation_reports_verls_reason(tmp_path):
     job = AgentJetJob(n_gpu=3, batch_size=2, num_repeat=1)  # 2 rows cannot be split over 3 GPUs
     cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path), model_path="/models/m")

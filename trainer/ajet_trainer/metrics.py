@@ -1,13 +1,21 @@
-"""Per-step metrics sinks in the experiment folder: `metrics.jsonl` always, TensorBoard when asked."""
+"""Per-step metrics: `<experiment>/metrics.jsonl` always, and the job's experiment trackers through verl's
+`Tracking` (console, TensorBoard, wandb, mlflow, ... as verl offers them), so both backends report the
+same way. TensorBoard writes under `<experiment>/tensorboard`, wandb under `<experiment>/wandb`, unless
+`TENSORBOARD_DIR` / `WANDB_DIR` say otherwise.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Sequence
+
+from ajet.job import AgentJetJob
 
 logger = logging.getLogger(__name__)
 
@@ -18,33 +26,53 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class MetricsLog:
-    """Appends one JSON object per step; mirrors scalars to TensorBoard if `tensorboard` is requested."""
+def trackers(job: AgentJetJob) -> list[str]:
+    """The job's loggers that verl's `Tracking` runs (all but `jsonl`, which this module writes itself)."""
+    return [name for name in job.logging if name != "jsonl"]
 
-    def __init__(self, exp_dir: Path, backend: str = "jsonl"):
+
+@contextmanager
+def tracker_env(exp_dir: Path) -> Iterator[None]:
+    """While trackers start: TensorBoard and wandb write into the experiment folder (unless told otherwise)."""
+    wanted = {"TENSORBOARD_DIR": str(exp_dir / "tensorboard"), "WANDB_DIR": str(exp_dir)}
+    saved = {k: os.environ.get(k) for k in wanted}
+    for k, v in wanted.items():
+        os.environ.setdefault(k, v)
+    try:
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(k, None)
+
+
+class MetricsLog:
+    """Appends one JSON object per step and sends the numeric metrics to the job's trackers."""
+
+    def __init__(self, exp_dir: Path, job: AgentJetJob, names: Optional[Sequence[str]] = None):
         exp_dir.mkdir(parents=True, exist_ok=True)
         self.path = exp_dir / "metrics.jsonl"
-        self._tb: Optional[Any] = None
-        if backend == "tensorboard":
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+        names = trackers(job) if names is None else list(names)
+        self._tracking: Optional[Any] = None
+        if names:
+            from verl.utils.tracking import Tracking
 
-                self._tb = SummaryWriter(str(exp_dir / "tensorboard"))
-            except ImportError:
-                logger.warning("tensorboard is not installed; metrics go to %s only", self.path)
+            with tracker_env(exp_dir):
+                self._tracking = Tracking(job.project_name, job.experiment_name, default_backend=names,
+                                          config={"trainer": {}, "ajet": job.to_wire()})
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         """Record one step's metrics."""
         row = {"step": step, "time": time.time(), **{k: _clean(v) for k, v in metrics.items()}}
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self._tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, step)
-            self._tb.flush()
+        if self._tracking is not None:
+            scalars = {k: float(v) for k, v in metrics.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            self._tracking.log(data=scalars, step=step)
 
     def close(self) -> None:
-        """Close the TensorBoard writer."""
-        if self._tb is not None:
-            self._tb.close()
+        """Flush and close the trackers."""
+        if self._tracking is not None:
+            self._tracking.finish()
+            self._tracking = None

@@ -51,7 +51,7 @@ class Session:
         self.model, self.tokenizer, self.learner, self.serving = model, tokenizer, learner, serving
         self.step, self.keep_checkpoints = step, keep_checkpoints
         self.last_checkpoint_step = step
-        self.metrics = MetricsLog(exp_dir, job.logging)
+        self.metrics = MetricsLog(exp_dir, job)
 
     @property
     def policy_version(self) -> int:

@@ -23,7 +23,7 @@ from ajet.utils.runtime import OFFLINE_ENV
 from ajet_store import Store
 from ajet_store.types import Deployment, PoolEpisode
 from ajet_trainer.errors import ConfigurationError, TrainerError
-from ajet_trainer.metrics import MetricsLog
+from ajet_trainer.metrics import MetricsLog, tracker_env, trackers
 from ajet_trainer.options import TrainerOptions, default_experiment_dir
 from ajet_trainer.steps import reconcile_store, record_step
 from ajet_trainer.tiny_model import resolve_model_path
@@ -54,7 +54,7 @@ def session_overrides(job: AgentJetJob, exp_dir: Path) -> list[str]:
         "trainer.resume_mode=" + ("disable" if job.ensure_new_experiment else "auto"),
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
-        "trainer.logger=[console]",
+        "trainer.logger=[" + ",".join(trackers(job)) + "]",  # verl's Tracking, as the embedded trainer's
         # an adapter loaded into vLLM is not reachable through its OpenAI server by the base model's name:
         # merge LoRA into the synced weights so the agents' calls sample from the trained policy
         *merge,
@@ -68,7 +68,7 @@ class VerlSession:
                  served_model: str, step: int, owns_ray: bool):
         self.job, self.run_id, self.store, self.exp_dir, self.trainer = job, run_id, store, exp_dir, trainer
         self.served_model, self.step, self.owns_ray = served_model, step, owns_ray
-        self.metrics = MetricsLog(exp_dir, job.logging)
+        self.metrics = MetricsLog(exp_dir, job, names=[])  # verl's own Tracking runs the job's trackers
         self.base_url = self.deployments()[0].base_url
 
     @property
@@ -199,7 +199,8 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
     trainer = build_trainer(config, hf_tokenizer(model_path))
     trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer))
     trainer.init_workers()
-    step = trainer.begin()
+    with tracker_env(exp_dir):
+        step = trainer.begin()
     reconcile_store(store, step, trainer.train_dataloader.restored or None)
     # verl's vLLM server takes the model path as its served model name
     session = VerlSession(job, run_id, store, exp_dir, trainer, model_path, step, owns_ray)

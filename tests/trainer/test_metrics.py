@@ -1,0 +1,58 @@
+"""Experiment tracking through verl's `Tracking`: TensorBoard event files and an offline wandb run in the
+experiment folder, beside `metrics.jsonl`; the job names its loggers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from ajet.job import AgentJetJob
+from ajet_trainer.metrics import MetricsLog
+
+STEPS = [{"loss": 0.5, "reward_mean": 0.25, "samples/episodes": 4, "flag": True},
+         {"loss": 0.25, "reward_mean": 0.75, "samples/episodes": 4, "nan": float("nan")}]
+
+
+def _write(exp, job):
+    log = MetricsLog(exp, job)
+    for step, m in enumerate(STEPS, start=1):
+        log.write(step, m)
+    log.close()
+    return [json.loads(line) for line in (exp / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_jobs_name_their_loggers():
+    assert AgentJetJob().logging == ["jsonl"]
+    assert AgentJetJob(logging="tensorboard").logging == ["tensorboard"]  # as the seed writes it
+    with pytest.raises(ValidationError, match="unknown logger 'tensorbord'"):
+        AgentJetJob(logging=["jsonl", "tensorbord"])
+
+
+def test_tensorboard_event_files(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rows = _write(tmp_path, AgentJetJob(logging=["jsonl", "tensorboard"]))
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["nan"] is None
+    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert events, list(tmp_path.rglob("*"))
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    loss = acc.Scalars("loss")
+    assert [(e.step, e.value) for e in loss] == [(1, 0.5), (2, 0.25)]
+    assert "nan" not in acc.Tags()["scalars"] and "flag" not in acc.Tags()["scalars"]
+
+
+def test_wandb_offline_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    _write(tmp_path, AgentJetJob(logging=["wandb"], project_name="p", experiment_name="e"))
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, list(tmp_path.rglob("*"))
+    (record,) = runs[0].glob("run-*.wandb")  # what `wandb sync` uploads later
+    data = record.read_bytes()
+    # history records carry each key with its JSON value (wandb 0.31 ships no Python reader for the file)
+    for key, value in (("loss", "0.5"), ("loss", "0.25"), ("reward_mean", "0.75"), ("samples/episodes", "4")):
+        assert key.encode() in data and value.encode() in data, (key, value)
