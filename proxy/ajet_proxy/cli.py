@@ -144,6 +144,22 @@ def export(args: argparse.Namespace) -> None:
     print(f"exported {n} rewarded episode(s) to {out}")
 
 
+def plot(args: argparse.Namespace) -> None:
+    """The run's curves (reward, entropy, log-prob gap, episodes per step) as a PNG."""
+    from pathlib import Path
+
+    from ajet_proxy.plot import plot_steps
+
+    store = _store(args)
+    try:
+        steps = store.steps()
+        job = store.engine_row().job or {}
+    finally:
+        store.close()
+    title = f"{job.get('project_name', 'ajet-swarm')}/{job.get('experiment_name', 'default')}"
+    print(f"plotted {len(steps)} steps to {plot_steps(steps, Path(args.out), title)}")
+
+
 def db_upgrade(args: argparse.Namespace) -> None:
     """Migrate the store to this code's schema (episodes kept); a store already there is left alone."""
     from ajet_store.migrate import upgrade
@@ -172,7 +188,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
     exp.add_argument("--out", default=None)
     db = sub.add_parser("db", help="the store's schema").add_subparsers(dest="sub", required=True)
     upg = db.add_parser("upgrade", help="migrate an older store to this version's schema (episodes are kept)")
-    for p in (lst, show, exp, upg):
+    plt = sub.add_parser("plot", help="draw reward, entropy, log-prob gap and episodes per step into a PNG")
+    plt.add_argument("--out", default="reward.png")
+    for p in (lst, show, exp, upg, plt):
         p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     args = parser.parse_args(argv)
     if args.command == "start":
@@ -185,6 +203,8 @@ def _main(argv: Optional[list[str]] = None) -> int:
         export(args)
     elif args.command == "db":
         db_upgrade(args)
+    elif args.command == "plot":
+        plot(args)
     return 0
 
 
