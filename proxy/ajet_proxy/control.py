@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from ajet.job import TRACKERS, AgentJetJob
 from ajet.protocol import CLIENT_HEADER, SWARM_TOKEN_HEADER
-from ajet.stat_types import EpisodeDetail, RolloutStat
+from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
 from ajet.types import (
     AutoSyncRequest,
     BeginEpisodeRequest,
@@ -35,7 +35,7 @@ from ajet.types import (
 from ajet_proxy.episodes import hash_key, new_episode_key
 from ajet_proxy.errors import InvalidRequest, Unauthorized
 from ajet_proxy.state import ProxyState
-from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail
+from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail, step_info
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +182,12 @@ def get_rollout_stat(request: Request) -> RolloutStat:
     st = s.store
     return build_rollout_stat(s.refresh_engine(), st.pool_episodes(), s.registry.snapshot(), st.totals(),
                               st.clients(), st.steps(last=50), time.time(), st.missions())
+
+
+@router.post("/get_steps", response_model=StepsPage)
+def get_steps(body: StepsRequest, request: Request) -> StepsPage:
+    """A page of the step history, oldest first (the monitor's reward chart reads it incrementally)."""
+    return StepsPage(steps=[step_info(s) for s in _state(request).store.steps_after(body.after, body.limit)])
 
 
 @router.post("/get_episode", response_model=EpisodeDetail)

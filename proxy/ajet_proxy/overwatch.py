@@ -18,12 +18,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Header, Sparkline, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual_plotext import PlotextPlot
 
 from ajet.client import SwarmClient
 from ajet.errors import AjetError
 from ajet.rollout_summary import progress_bar
-from ajet.stat_types import EpisodeDetail, RolloutStat
+from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo
 from ajet.types import BatchMode
 
 MODES = [BatchMode.EPISODES, BatchMode.TASKS, BatchMode.NON_DUMMY_TASKS]
@@ -108,10 +109,11 @@ class Overwatch(App[None]):
     TITLE = "AgentJet Swarm · overwatch"
     CSS = """
     #status { height: 1; padding: 0 1; }
-    #top { height: 6; }
+    #top { height: 14; }
     #pool { width: 3fr; border: round $primary; padding: 0 1; }
     #reward-box { width: 2fr; border: round $primary; padding: 0 1; }
-    #sparkline { height: 2; }
+    #chart { height: 1fr; display: none; }
+    #chart.has-steps { display: block; }
     EpisodeScreen { align: center middle; }
     #episode-view { width: 90%; height: 90%; border: thick $primary; background: $surface; padding: 1; }
     """
@@ -130,6 +132,8 @@ class Overwatch(App[None]):
         self.last_error = ""
         self.sort_key = SORTS[0]
         self._busy = False
+        self.history: list[StepInfo] = []
+        """Every step since the monitor started watching, read incrementally (`get_steps`)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -137,8 +141,8 @@ class Overwatch(App[None]):
         with Horizontal(id="top"):
             yield Static("", id="pool")
             with Vertical(id="reward-box"):
-                yield Sparkline([], id="sparkline")
                 yield Static("no training step yet", id="reward")
+                yield PlotextPlot(id="chart")
         with TabbedContent(id="tabs"):
             with TabPane("Running episodes", id="tab-episodes"):
                 yield DataTable(id="episodes", cursor_type="row", zebra_stripes=True)
@@ -166,6 +170,7 @@ class Overwatch(App[None]):
         self._busy = True
         try:
             self.stat = await asyncio.to_thread(self.client.get_rollout_stat)
+            await asyncio.to_thread(self._read_new_steps)
             self.connected, self.last_error = True, ""
         except AjetError as exc:
             self.connected, self.last_error = False, type(exc).__name__
@@ -180,8 +185,8 @@ class Overwatch(App[None]):
             return
         stat = self.stat
         self.query_one("#pool", Static).update(pool_text(stat))
-        self.query_one("#sparkline", Sparkline).data = [s.reward_mean or 0.0 for s in stat.recent_steps] or [0.0]
         self.query_one("#reward", Static).update(reward_text(stat))
+        self._draw_chart()
         self._fill_episodes(stat)
         self._fill(self.query_one("#clients", DataTable),
                    [(c.client_id, f"{c.last_seen_s:.0f}", c.begun, c.ended, c.aborted) for c in stat.clients])
@@ -190,6 +195,34 @@ class Overwatch(App[None]):
         self._fill(self.query_one("#missions", DataTable),
                    [(m.mission, m.open, m.ended, m.aborted, "-" if m.reward_mean is None else f"{m.reward_mean:.3f}")
                     for m in stat.missions])
+
+    def _read_new_steps(self) -> None:
+        """Append the steps recorded since the last read (a new run starts the history over)."""
+        after = self.history[-1].step if self.history else 0
+        if self.stat is not None and self.stat.engine.global_step < after:
+            self.history, after = [], 0  # the store was rolled back or replaced
+        while True:
+            page = self.client.get_steps(after=after)
+            self.history.extend(page)
+            if len(page) < 1000:
+                return
+            after = page[-1].step
+
+    def _draw_chart(self) -> None:
+        """The reward of every step, with labelled axes; hidden until the first step."""
+        chart = self.query_one("#chart", PlotextPlot)
+        points = [(s.step, s.reward_mean) for s in self.history if s.reward_mean is not None]
+        chart.set_class(bool(points), "has-steps")
+        if not points:
+            return
+        plt = chart.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.plot([p[0] for p in points], [p[1] for p in points], marker="braille")
+        plt.title(f"reward over {len(points)} steps")
+        plt.xlabel("training step")
+        plt.ylabel("mean reward")
+        chart.refresh()
 
     def _fill_episodes(self, stat: RolloutStat) -> None:
         table = self.query_one("#episodes", DataTable)

@@ -54,12 +54,17 @@ def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequen
                                 num_calls=e.next_seq) for e in sorted(live, key=lambda e: e.created_at)]
     client_infos = [ClientInfo(client_id=c["client_id"], last_seen_s=max(0.0, now - c["last_seen"]), begun=c["begun"],
                                ended=c["ended"], aborted=c["aborted"]) for c in clients]
-    step_infos = [StepInfo(step=s.step, policy_version=s.policy_version, num_episodes=s.num_episodes,
-                           reward_mean=s.reward_mean, metrics=s.metrics, finished_at=s.finished_at) for s in steps]
+    step_infos = [step_info(s) for s in steps]
     return RolloutStat(engine=engine_status(row, now), batch_mode=row.batch_mode, batch_size=batch_size,
                        num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat),
                        open_episodes=open_eps, tasks=task_stats(pool), clients=client_infos, totals=totals,
                        recent_steps=step_infos, missions=[MissionStat(**m) for m in missions])
+
+
+def step_info(s: StepRow) -> StepInfo:
+    """A recorded step as the wire type."""
+    return StepInfo(step=s.step, policy_version=s.policy_version, num_episodes=s.num_episodes,
+                    reward_mean=s.reward_mean, metrics=s.metrics, finished_at=s.finished_at)
 
 
 def answer_text(response: str | None) -> str:

@@ -64,6 +64,12 @@ class StepOps(Database):
             found = [rows.step_from(m) for m in c.execute(q).mappings()]
         return found[::-1]
 
+    def steps_after(self, after: int, limit: int) -> list[StepRow]:
+        """At most `limit` steps newer than `after`, oldest first (a page of the history)."""
+        q = sa.select(t.steps).where(t.steps.c.step > after).order_by(t.steps.c.step).limit(limit)
+        with self._read() as c:
+            return [rows.step_from(m) for m in c.execute(q).mappings()]
+
     # ------------------------------------------------------------------ deployments
     def register_deployment(self, dep: Deployment) -> None:
         """Add or replace a deployment; the proxy reloads its router."""

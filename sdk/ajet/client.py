@@ -21,7 +21,7 @@ import httpx
 from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, error_for
 from ajet.job import AgentJetJob
 from ajet.protocol import CLIENT_HEADER
-from ajet.stat_types import EpisodeDetail, RolloutStat
+from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
     BatchMode,
     BeginEpisodeResponse,
@@ -163,6 +163,11 @@ class SwarmClient:
     def get_rollout_stat(self) -> RolloutStat:
         """Pool progress, open episodes, tasks, clients and recent steps."""
         return RolloutStat.model_validate(self._call("GET", "get_rollout_stat"))
+
+    def get_steps(self, after: int = 0, limit: int = 1000) -> list[StepInfo]:
+        """Recorded training steps newer than `after`, oldest first (at most `limit`)."""
+        page = StepsPage.model_validate(self._call("POST", "get_steps", {"after": after, "limit": limit}))
+        return page.steps
 
     def get_episode(self, episode_uuid: str) -> EpisodeDetail:
         """One episode with every LLM call it made (messages, token counts, finish reasons, latency)."""

@@ -104,6 +104,22 @@ class StepInfo(WireModel):
     """Unix time it was recorded."""
 
 
+class StepsRequest(WireModel):
+    """Body of `POST /swarm/get_steps`: a page of the step history (the monitor reads it incrementally)."""
+
+    after: int = Field(default=0, ge=0)
+    """Only steps newer than this one."""
+    limit: int = Field(default=1000, ge=1, le=10000)
+    """At most this many steps, oldest first."""
+
+
+class StepsPage(WireModel):
+    """Answer of `POST /swarm/get_steps`."""
+
+    steps: list[StepInfo]
+    """Steps newer than `after`, oldest first; fewer than `limit` means there are no more yet."""
+
+
 class RolloutStat(WireModel):
     """Answer of `GET /swarm/get_rollout_stat`: everything the SDK and the monitor show."""
 

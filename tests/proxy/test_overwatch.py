@@ -43,6 +43,24 @@ def seeded(proxy, store, stub):
     return client, open_uuid
 
 
+def test_no_chart_before_the_first_step(tmp_path):
+    px = start_proxy(tmp_path, sqlite_url(tmp_path / "nostep.db"))
+
+    async def scenario():
+        app = Overwatch(px.url, refresh=0.2)
+        async with app.run_test(size=(150, 40)) as pilot:
+            await settle(pilot, lambda: "CONNECTED" in text(app, "#status"))
+            await pilot.pause(0.3)
+            chart = app.query_one("#chart")
+            return app.history, chart.has_class("has-steps"), chart.display, text(app, "#reward")
+
+    try:
+        history, has_steps, shown, reward = asyncio.run(scenario())
+    finally:
+        px.close()
+    assert history == [] and not has_steps and not shown and reward == "no training step yet"
+
+
 def test_panels_show_the_store_and_mode_switch_reaches_the_server(proxy, store, seeded):
     client, open_uuid = seeded
 
@@ -55,7 +73,11 @@ def test_panels_show_the_store_and_mode_switch_reaches_the_server(proxy, store, 
             pool = text(app, "#pool")
             assert "4/4" in pool and "2/2" in pool and "1/2" in pool  # episodes, tasks, non-dummy tasks
             assert "step 2" in text(app, "#reward") and "reward 0.750" in text(app, "#reward")
-            assert app.query_one("#sparkline").data == [0.25, 0.75]
+            assert [(s.step, s.reward_mean) for s in app.history] == [(1, 0.25), (2, 0.75)]  # the full history
+            chart = app.query_one("#chart")
+            assert chart.has_class("has-steps") and chart.display
+            drawn = chart.plt.build()  # the chart as it is drawn: a title and labelled axes
+            assert "reward over 2 steps" in drawn and "training step" in drawn and "mean reward" in drawn
             episodes = app.query_one("#episodes")
             assert episodes.row_count == 1
             assert str(episodes.get_row_at(0)[0]) == open_uuid
