@@ -2,7 +2,9 @@
 
 Starts `ajet-swarm start` on a free port with a fresh store and experiment folder under
 `experiments/demo/`, runs `tutorial/example_tiny_rl/agent_roll.py` until the reward target, stops
-the swarm, and says where the checkpoint and logs are. The client's JSON line is the last line.
+the swarm, then takes the result away: the trained model exported as a Hugging Face folder
+(`experiments/demo/model`), the curves drawn into `experiments/demo/reward.png`, and the TensorBoard
+logs under the experiment. The client's JSON line is the last line of stdout.
 """
 
 from __future__ import annotations
@@ -61,7 +63,15 @@ def main() -> int:
             swarm.kill()
         log.close()
     exp = root / "experiment"
-    print(f"checkpoints: {exp / 'checkpoints'}\nmetrics:     {exp / 'metrics.jsonl'}\n"
+    if client.returncode == 0:
+        bin_dir = Path(sys.executable).parent
+        for cmd in ([bin_dir / "ajet-trainer", "export-model", "--experiment-dir", exp, "--out", root / "model"],
+                    [bin_dir / "ajet-proxy", "plot", "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--out",
+                     root / "reward.png"]):
+            subprocess.run([str(c) for c in cmd], env=env, cwd=REPO, check=True, stdout=sys.stderr)
+    print(f"model:       {root / 'model'}  (AutoModelForCausalLM.from_pretrained, vllm serve)\n"
+          f"curves:      {root / 'reward.png'}\ntensorboard: tensorboard --logdir {exp / 'tensorboard'}\n"
+          f"checkpoints: {exp / 'checkpoints'}\nmetrics:     {exp / 'metrics.jsonl'}\n"
           f"store:       {root / 'ajet-swarm.db'}\nserver log:  {root / 'swarm.log'}", file=sys.stderr)
     return client.returncode
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, TypeVar
 
 import sqlalchemy as sa
 
@@ -14,6 +14,9 @@ from ajet_store import migrate
 from ajet_store.engines import make_engines
 from ajet_store import tables as t
 from ajet_store.errors import StoreUnavailable
+
+
+_Self = TypeVar("_Self", bound="Database")
 
 
 class Database:
@@ -41,7 +44,7 @@ class Database:
         if self._r is not self._w:
             self._r.dispose()
 
-    def __enter__(self) -> "Database":
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -31,7 +31,7 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
                        batch_size=BATCH_SIZE, num_repeat=GRPO_N, lr=args.lr, lora_rank=args.lora_rank,
                        max_prompt_length=64, max_response_length=16, max_model_len=128,
                        max_response_length_in_one_turn=4, save_freq=args.save_freq, n_gpu=1,
-                       ensure_new_experiment=args.fresh, seed=args.seed)
+                       ensure_new_experiment=args.fresh, seed=args.seed, logging=["jsonl", "tensorboard"])
 
 
 def main() -> None:
