@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import logging
-import orjson
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
 from ajet import __version__
-from ajet.protocol import ErrorBody, ErrorCode
+from ajet.protocol import ErrorCode
 from ajet_proxy import control
+from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
-from ajet_proxy.errors import HttpError, ProxyError, http_error
+from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
 logger = logging.getLogger(__name__)
-
-
-def _error_response(err: HttpError) -> Response:
-    body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
-    return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=err.status,
-                    media_type="application/json", headers=err.headers)
 
 
 async def handle_domain_error(_request: Request, exc: Exception) -> Response:
@@ -31,7 +26,7 @@ async def handle_domain_error(_request: Request, exc: Exception) -> Response:
     err = http_error(exc)
     if err.status >= 500 and err.code.retry_after is None:
         logger.error("%s: %s", type(exc).__name__, err.detail)
-    return _error_response(err)
+    return error_response(err)
 
 
 async def handle_validation_error(_request: Request, exc: Exception) -> Response:
@@ -43,7 +38,7 @@ async def handle_validation_error(_request: Request, exc: Exception) -> Response
         name = ".".join(loc) or "body"
         fields.append(name)
         reasons.append(f"{name}: {err.get('msg')}")
-    return _error_response(HttpError(ErrorCode.INVALID_REQUEST, "; ".join(reasons), fields=fields))
+    return error_response(HttpError(ErrorCode.INVALID_REQUEST, "; ".join(reasons), fields=fields))
 
 
 def create_app(config: ProxyConfig) -> FastAPI:
@@ -52,6 +47,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app = FastAPI(title="ajet-proxy", version=__version__, lifespan=state.lifespan,
                   description="AgentJet Swarm proxy: control API under /swarm, OpenAI-compatible data plane under /v1.")
     app.state.ajet = state
+    if config.swarm_token:
+        app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token)
     app.add_exception_handler(ProxyError, handle_domain_error)
     app.add_exception_handler(StoreError, handle_domain_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)

@@ -39,10 +39,18 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     p.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"),
-                   help="require this token on control calls")
+                   help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
+                        "which `ps` does not show)")
+    add_db_mode_argument(p)
     p.add_argument("--upstream", choices=["aiohttp", "litellm"], default="aiohttp",
                    help="send agent calls through a pooled aiohttp session (default) or litellm.Router")
     p.add_argument("--log-level", default="info")
+
+
+def add_db_mode_argument(p: argparse.ArgumentParser) -> None:
+    """`--db-mode`: permissions of a SQLite store this process creates (it holds every prompt and answer)."""
+    p.add_argument("--db-mode", type=lambda v: int(v, 8), default=0o600,
+                   help="octal permissions of a new SQLite store file (default 600: the owner only)")
 
 
 def run_proxy(args: argparse.Namespace) -> None:
@@ -57,7 +65,8 @@ def run_proxy(args: argparse.Namespace) -> None:
     if not _is_loopback(args.host) and not args.swarm_token:
         logging.getLogger("ajet_proxy").warning(
             "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host)
-    app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream))
+    app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream,
+                                 db_mode=args.db_mode))
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     uvicorn.run(app, host=args.host, port=args.port, loop=loop, http=http, log_level=args.log_level,

@@ -2,22 +2,22 @@
 
 Handlers are plain `def`s (FastAPI runs them in its thread pool), so store transactions never block
 the event loop that serves the data plane. With a swarm token configured, every route here needs
-it; an episode key never grants control.
+it (checked by `auth.SwarmTokenMiddleware` before the body is read); an episode key never grants control.
 """
 
 from __future__ import annotations
 
-import hmac
 import importlib.util
 import logging
 import time
 import uuid
+from typing import Optional
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
 from ajet.job import TRACKERS, AgentJetJob
-from ajet.protocol import CLIENT_HEADER, SWARM_TOKEN_HEADER
+from ajet.protocol import CLIENT_HEADER
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
 from ajet.types import (
     AutoSyncRequest,
@@ -33,7 +33,7 @@ from ajet.types import (
     SyncTrainConfigRequest,
 )
 from ajet_proxy.episodes import hash_key, new_episode_key
-from ajet_proxy.errors import InvalidRequest, Unauthorized
+from ajet_proxy.errors import InvalidRequest
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail, step_info
 
@@ -44,18 +44,7 @@ def _state(request: Request) -> ProxyState:
     return request.app.state.ajet
 
 
-def require_control(request: Request) -> None:
-    """Check the swarm token when one is configured."""
-    token = _state(request).config.swarm_token
-    if not token:
-        return
-    auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get(SWARM_TOKEN_HEADER, "")
-    if not hmac.compare_digest(given.encode(), token.encode()):
-        raise Unauthorized("control calls need the swarm token")
-
-
-router = APIRouter(prefix="/swarm", dependencies=[Depends(require_control)], tags=["control"])
+router = APIRouter(prefix="/swarm", tags=["control"])  # the swarm token is checked first, by `auth.py`
 
 
 def _client_id(request: Request) -> str:
@@ -157,6 +146,7 @@ def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeRe
 def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
     s = _state(request)
+    _check_reward(body.reward, s.engine.job)
     s.writer.flush()
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
@@ -164,6 +154,14 @@ def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
                                         body.reward, out.is_success, meta)
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
+
+
+def _check_reward(reward: float, job: Optional[dict]) -> None:
+    """A reward beyond the job's bound is refused before anything is written."""
+    bound = float((job or {}).get("max_abs_reward", AgentJetJob.model_fields["max_abs_reward"].default))
+    if abs(reward) > bound:
+        raise InvalidRequest(f"workflow_output.reward: {reward!r} is beyond the job's bound |reward| <= {bound:g} "
+                             "(max_abs_reward)", fields=["workflow_output.reward"])
 
 
 @router.post("/abort_episode", response_model=EpisodeResult)

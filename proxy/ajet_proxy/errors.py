@@ -12,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+import orjson
+from starlette.responses import Response
+
 import ajet_store
-from ajet.protocol import ErrorCode
+from ajet.protocol import ErrorBody, ErrorCode
 
 
 class ProxyError(Exception):
@@ -87,6 +90,13 @@ class HttpError:
         """Retry-After for errors a client should retry."""
         after = self.code.retry_after
         return {"Retry-After": str(after)} if after else None
+
+
+def error_response(err: HttpError) -> Response:
+    """The HTTP answer: an `ErrorBody` with the error's status and headers."""
+    body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
+    return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=err.status,
+                    media_type="application/json", headers=err.headers)
 
 
 def store_error_code(exc: ajet_store.StoreError) -> ErrorCode:

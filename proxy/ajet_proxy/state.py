@@ -38,6 +38,8 @@ class ProxyConfig:
     """SQLAlchemy URL of the store."""
     swarm_token: Optional[str] = None
     """Required on control calls when set."""
+    db_mode: int = 0o600
+    """Permissions of the SQLite store file when this process creates it."""
     upstream: Literal["aiohttp", "litellm"] = "aiohttp"
     """How calls reach the policy backend."""
     poll_s: float = 0.2
@@ -53,7 +55,7 @@ class ProxyState:
 
     def __init__(self, config: ProxyConfig):
         self.config = config
-        self.store = Store(config.db_url)
+        self.store = Store(config.db_url, file_mode=config.db_mode)
         self.writer = CallLogWriter(self.store)
         self.registry = EpisodeRegistry()
         self.router = PolicyRouter()

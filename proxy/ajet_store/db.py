@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from ajet.types import BatchMode, EngineState
 from ajet_store import migrate
-from ajet_store.engines import make_engines
+from ajet_store.engines import DEFAULT_FILE_MODE, make_engines
 from ajet_store import tables as t
 from ajet_store.errors import StoreUnavailable
 
@@ -22,10 +22,10 @@ _Self = TypeVar("_Self", bound="Database")
 class Database:
     """Connections and schema of one store; the store's concerns subclass it."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, file_mode: int = DEFAULT_FILE_MODE):
         self.url = url
         try:
-            self._w, self._r = make_engines(url)
+            self._w, self._r = make_engines(url, file_mode)
         except (sa.exc.ArgumentError, ImportError, OSError) as exc:  # a bad URL, a missing driver, a bad path
             raise StoreUnavailable(f"cannot use store URL {url!r}: {exc}") from exc
         try:

@@ -7,6 +7,7 @@ lock; reads run on a separate engine with plain `BEGIN`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,23 @@ def driver_url(url: str) -> str:
     return url
 
 
-def make_engines(url: str) -> tuple[sa.Engine, sa.Engine]:
-    """(write engine, read engine); the same engine twice for servers that need no BEGIN IMMEDIATE."""
+DEFAULT_FILE_MODE = 0o600
+"""Permissions of a new SQLite store (it holds every prompt and answer): the owner's only."""
+
+
+def make_engines(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:
+    """(write engine, read engine); the same engine twice for servers that need no BEGIN IMMEDIATE.
+
+    A SQLite file that does not exist yet is created with `file_mode`; SQLite gives its `-wal` and `-shm`
+    files the same permissions.
+    """
     if not url.startswith("sqlite"):
         eng = sa.create_engine(driver_url(url), pool_pre_ping=True)
         return eng, eng
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url[len("sqlite:///"):])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, file_mode))  # an empty file is an empty database
+            os.chmod(path, file_mode)  # whatever the umask took away or left
     return _sqlite_engine(url, immediate=True), _sqlite_engine(url, immediate=False)

@@ -69,6 +69,8 @@ class EpisodeOps(Database):
                 return row, False
             if row.status == EpisodeStatus.ENDED:
                 raise Conflict(f"episode {uuid} already ended; it cannot be aborted")
+            if row.client_id != client_id:
+                raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
             c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid)
                       .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
             rows.touch_client(c, client_id, now, "aborted")

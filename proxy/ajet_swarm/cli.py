@@ -21,10 +21,10 @@ from ajet_proxy.cli import DEFAULT_PORT, add_monitor_arguments, add_start_argume
 
 
 def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The proxy's and the trainer's command lines for `ajet-swarm start`."""
-    common = ["--db", args.db, "--log-level", args.log_level]
+    """The proxy's and the trainer's command lines for `ajet-swarm start` (no secret in them: see `child_env`)."""
+    common = ["--db", args.db, "--log-level", args.log_level, "--db-mode", format(args.db_mode, "o")]
     proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
-             *common] + (["--swarm-token", args.swarm_token] if args.swarm_token else [])
+             *common]
     trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
                "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine]
     if args.experiment_dir:
@@ -32,10 +32,19 @@ def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return proxy, trainer
 
 
+def child_env(args: argparse.Namespace) -> dict[str, str]:
+    """The children's environment: offline, and the swarm token (never on a command line, which `ps` shows)."""
+    env = offline_env()
+    env.pop("AJET_SWARM_TOKEN", None)
+    if args.swarm_token:
+        env["AJET_SWARM_TOKEN"] = args.swarm_token
+    return env
+
+
 def run_swarm(args: argparse.Namespace) -> int:
     """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly."""
     proxy, trainer = child_commands(args)
-    env = offline_env()
+    env = child_env(args)
     procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

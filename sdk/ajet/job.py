@@ -104,6 +104,8 @@ class AgentJetJob(BaseModel):
     """Seconds ROLLING_POST waits for open episodes before expiring them."""
     seed: int = 0
     """Seed for model creation and sampling defaults."""
+    max_abs_reward: float = Field(default=1e6, gt=0)
+    """`end_episode` refuses a reward whose magnitude exceeds this (one absurd reward must not wreck a step)."""
 
     @model_validator(mode="before")
     @classmethod

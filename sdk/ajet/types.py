@@ -57,8 +57,8 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    task_id: str = Field(min_length=1)
-    """Stable identifier of the task; the GRPO group key. Must not be empty."""
+    task_id: str = Field(min_length=1, max_length=512)
+    """Stable identifier of the task; the GRPO group key. 1 to 512 characters."""
     main_query: str = ""
     """The task's main text (a question, an instruction)."""
     init_messages: list[dict[str, Any]] = Field(default_factory=list)
@@ -82,6 +82,13 @@ class WorkflowOutput(BaseModel):
     """Free-form data stored with the episode."""
     log_metrics: dict[str, float] = Field(default_factory=dict)
     """Numbers to aggregate per training step (stored with the episode)."""
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any) -> Any:
+        if isinstance(v, (str, bool)):  # "1.0" and true are not rewards, whatever they coerce to
+            raise ValueError(f"reward must be a number, not {type(v).__name__} {v!r}")
+        return v
 
     @field_validator("reward")
     @classmethod

@@ -260,3 +260,44 @@ def test_swarm_token_guards_control_and_episode_keys_never_grant_it(token_proxy,
     r = httpx.post(f"{token_proxy.url}/v1/chat/completions", headers=as_key,
                    json={"model": "x", "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200
+
+
+def test_the_token_is_checked_before_the_body_and_guards_the_docs(token_proxy):
+    for path in ("/swarm/end_episode", "/swarm/sync_train_config"):
+        r = httpx.post(token_proxy.url + path, content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 401 and r.json()["error"] == "Unauthorized"  # not 400/422: the body is never read
+    for path in ("/docs", "/openapi.json", "/redoc"):
+        assert httpx.get(token_proxy.url + path).status_code == 401
+        assert httpx.get(token_proxy.url + path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert httpx.get(token_proxy.url + "/health").status_code == 200  # liveness stays open
+
+
+def test_rewards_are_real_bounded_numbers_and_task_ids_bounded(proxy, client, store, stub):
+    from ajet import InvalidRequest
+
+    ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2, max_abs_reward=10))
+    uuid, _ = client.begin_episode()
+    base = {"episode_uuid": uuid, "task": {"task_id": "t"}}
+    headers = {"X-Ajet-Client": client.client_id}
+    for bad in ("1.0", True, None, 11.0, -1e39):
+        r = httpx.post(proxy.url + "/swarm/end_episode", headers=headers,
+                       json={**base, "workflow_output": {"reward": bad}})
+        assert r.status_code == 422 and r.json()["error"] == "InvalidRequest", (bad, r.text)
+        assert "reward" in r.json()["detail"] and r.json()["fields"][0].startswith("workflow_output"), r.json()
+    long_task = {"task_id": "x" * 513}
+    r = httpx.post(proxy.url + "/swarm/end_episode", headers=headers,
+                   json={**base, "task": long_task, "workflow_output": {"reward": 1.0}})
+    assert r.status_code == 422 and r.json()["fields"] == ["task.task_id"]
+    with pytest.raises(InvalidRequest, match="max_abs_reward"):
+        client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=10.5))
+    assert store.get_episode(uuid).status == EpisodeStatus.OPEN  # nothing refused was written
+    assert client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=10)).reward == 10.0
+
+
+def test_only_the_client_that_began_an_episode_aborts_it(client, store, stub):
+    ensure_rolling(client, store, stub.url)
+    uuid, _ = client.begin_episode()
+    with pytest.raises(Conflict, match="held by client"):
+        SwarmClient(client.server_url).abort_episode(uuid)
+    assert store.get_episode(uuid).status == EpisodeStatus.OPEN
+    assert client.abort_episode(uuid).status == EpisodeStatus.ABORTED

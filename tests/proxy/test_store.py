@@ -173,3 +173,17 @@ def test_racing_auto_starts_sync_once(st):
     started = [row for row, did in results if did]
     assert len(started) == 1  # exactly one client started it; the others joined
     assert st.engine_row().state == EngineState.BOOTING and st.engine_row().job == started[0].job
+
+
+def test_a_new_store_file_is_the_owners_only(tmp_path):
+    import os
+    import stat
+
+    url = sqlite_url(tmp_path / "private.db")
+    with Store(url) as st:  # writes create the -wal and -shm files too
+        st.heartbeat()
+        modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in tmp_path.glob("private.db*")}
+    assert set(modes) >= {"private.db", "private.db-wal", "private.db-shm"} and set(modes.values()) == {0o600}
+    with Store(sqlite_url(tmp_path / "shared.db"), file_mode=0o640) as st:  # --db-mode 640
+        st.heartbeat()
+    assert stat.S_IMODE(os.stat(tmp_path / "shared.db").st_mode) == 0o640

@@ -37,6 +37,8 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
                    help="verl backend: YAML of dotted verl config keys "
                         "(default: the repo's configs/verl_overrides.yaml)")
     p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
+    p.add_argument("--db-mode", type=lambda v: int(v, 8), default=0o600,
+                   help="octal permissions of a new SQLite store file (default 600: the owner only)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),
                    help="torch CPU threads (1 avoids spin-waits when proxy and clients share the cores)")
@@ -58,7 +60,8 @@ def run_trainer(args: argparse.Namespace) -> None:
         signal.signal(sig, lambda *_: stop.set())
     TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
                                  device=args.device, backend=args.backend, ray_address=args.ray_address,
-                                 nnodes=args.nnodes, verl_overrides=args.verl_overrides)).run(stop)
+                                 nnodes=args.nnodes, verl_overrides=args.verl_overrides,
+                                 db_mode=args.db_mode)).run(stop)
 
 
 def export_model(args: argparse.Namespace) -> None:

@@ -44,7 +44,7 @@ class TrainerDaemon:
 
     def __init__(self, opts: TrainerOptions):
         self.opts = opts
-        self.store = Store(opts.db_url)
+        self.store = Store(opts.db_url, file_mode=opts.db_mode)
         self.session: Optional[TrainingSession] = None
         self.timers = _Timers()
 

@@ -38,6 +38,8 @@ class TrainerOptions:
     """Interface the embedded engine binds to."""
     keep_checkpoints: int = 3
     """Checkpoints kept on disk."""
+    db_mode: int = 0o600
+    """Permissions of the SQLite store file when this process creates it."""
 
 
 def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
