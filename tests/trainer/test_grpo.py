@@ -96,3 +96,30 @@ def test_kl_loss_and_lora_reference(tiny):
     m2 = learner.update(samples)
     assert m1["kl"] == pytest.approx(0.0, abs=1e-6)  # the adapter starts as the identity
     assert m2["kl"] > 0  # after one step the policy moved away from the reference
+
+
+def test_reward_statistics_do_not_overflow():
+    from ajet_trainer.learner import reward_stats
+
+    assert reward_stats([1e308, 1e308]) == (1e308, 0.0)
+    mean, std = reward_stats([1e308, -1e308])
+    assert mean == 0.0 and std == pytest.approx(1e308)
+    assert reward_stats([1.0, 0.0]) == (0.5, 0.5)
+
+
+def test_a_non_finite_update_is_skipped_and_leaves_the_weights(tiny):
+    model, tok = tiny
+    learner = Learner(model, tok, AgentJetJob(lr=1e-2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    # rewards beyond float32: verl's GRPO advantages become inf/nan, so would the loss
+    samples = [EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40, 41), (1, 1), (0.0, 0.0)),))
+               for u, r in (("a", 1e39), ("b", -1e39))]
+    metrics = learner.update(samples)
+    assert metrics["skipped_minibatches"] == 1.0 and "loss" not in metrics
+    assert metrics["reward_mean"] == 0.0  # the statistics themselves stay finite
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    ok = [EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40, 41), (1, 1), (0.0, 0.0)),))
+          for u, r in (("a", 1.0), ("b", 0.0))]
+    assert learner.update(ok)["skipped_minibatches"] == 0.0  # the next healthy step trains
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    model.load_state_dict(before)  # the module's model is shared

@@ -54,6 +54,13 @@ def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyM
     return model, tokenizer
 
 
+def reward_stats(rewards: Sequence[float]) -> tuple[float, float]:
+    """Mean and population std of the rewards, computed scaled so that huge values cannot overflow."""
+    scale = max((abs(r) for r in rewards), default=0.0) or 1.0
+    scaled = [r / scale for r in rewards]
+    return statistics.fmean(scaled) * scale, statistics.pstdev(scaled) * scale
+
+
 class Learner:
     """Optimizer and update step for one policy model."""
 
@@ -91,9 +98,9 @@ class Learner:
             with torch.no_grad():
                 old_logp, _ = sequence_logprobs(self.model, batch)
         ref_logp = self._ref_logprobs(batch)
-        rewards = [s.reward for s in samples]
+        mean, std = reward_stats([s.reward for s in samples])
         metrics: dict[str, Any] = {
-            "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+            "reward_mean": mean, "reward_std": std,
             "episodes": len(samples), "sequences": len(items),
             "tokens": int(batch.attention_mask.sum()), "trained_tokens": int(batch.response_mask.sum()),
         }
@@ -109,7 +116,12 @@ class Learner:
                     old_logp = old
         assert old_logp is not None
         metrics["logprob_gap"] = masked_mean((old_logp - batch.rollout_logprobs).abs(), batch.response_mask)
-        metrics.update({k: statistics.fmean(v) for k, v in agg.items()})
+        skipped = agg.pop("skipped", [])
+        metrics.update({k: statistics.fmean(v) for k, v in agg.items() if v})
+        metrics["skipped_minibatches"] = float(len(skipped))
+        if skipped:
+            logger.warning("%d of %d mini-batch update(s) skipped: non-finite loss or gradient (weights kept)",
+                           len(skipped), len(skipped) + len(agg.get("loss", [])))
         metrics["update_s"] = time.perf_counter() - t0
         return metrics
 
@@ -124,6 +136,10 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.job.grad_clip)
+        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):  # a poisoned batch must not reach the weights
+            self.optimizer.zero_grad(set_to_none=True)
+            agg.setdefault("skipped", []).append(1.0)
+            return logp.detach()
         self.optimizer.step()
         m.update(loss=float(loss.detach()), grad_norm=float(grad_norm),
                  entropy=masked_mean(entropy.detach(), mb.response_mask))
