@@ -14,6 +14,7 @@ from ajet_proxy import control
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
+from ajet_proxy.limits import BodySizeMiddleware
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -49,6 +50,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.state.ajet = state
     if config.swarm_token:
         app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token)
+    app.add_middleware(BodySizeMiddleware, max_bytes=config.limits.max_body_bytes)  # outermost: first to run
     app.add_exception_handler(ProxyError, handle_domain_error)
     app.add_exception_handler(StoreError, handle_domain_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)

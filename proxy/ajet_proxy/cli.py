@@ -42,6 +42,8 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
                    help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
                         "which `ps` does not show)")
     add_db_mode_argument(p)
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
+                   help="largest request body accepted (413 above it; default 8 MiB)")
     p.add_argument("--upstream", choices=["aiohttp", "litellm"], default="aiohttp",
                    help="send agent calls through a pooled aiohttp session (default) or litellm.Router")
     p.add_argument("--log-level", default="info")
@@ -60,13 +62,15 @@ def run_proxy(args: argparse.Namespace) -> None:
     import uvicorn
 
     from ajet_proxy.app import create_app
+    from ajet_proxy.limits import InputLimits
     from ajet_proxy.state import ProxyConfig
 
     if not _is_loopback(args.host) and not args.swarm_token:
         logging.getLogger("ajet_proxy").warning(
             "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host)
+    limits = InputLimits(max_body_bytes=args.max_body_bytes)
     app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream,
-                                 db_mode=args.db_mode))
+                                 db_mode=args.db_mode, limits=limits))
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     uvicorn.run(app, host=args.host, port=args.port, loop=loop, http=http, log_level=args.log_level,

@@ -21,6 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from ajet.protocol import POLICY_VERSION_HEADER
 from ajet.types import EngineState
 from ajet_proxy.episodes import LiveEpisode, hash_key
+from ajet_proxy.limits import InputLimits, check_chat_shape
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
 from ajet_proxy.tokens import Extracted, StreamAccumulator, extract_response
@@ -32,14 +33,15 @@ _LIVE_STATES = (EngineState.ROLLING, EngineState.ROLLING_POST)
 _JSON = {"Content-Type": "application/json"}
 
 
-def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a dict; `InvalidRequest` naming the field when malformed."""
+def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str, Any]:
+    """The request body as a dict; `InvalidRequest` naming the field when malformed or over a limit."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"body: not valid JSON ({exc})", fields=["body"]) from exc
     if not isinstance(body, dict):
         raise InvalidRequest("body: expected a JSON object", fields=["body"])
+    check_chat_shape(body, limits)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages: a non-empty list of messages is required", fields=["messages"])
@@ -93,7 +95,7 @@ class DataPlane:
         """`POST /v1/chat/completions`, plain or streamed."""
         ep = self.authenticate(request)
         raw = await request.body()
-        body = parse_chat_body(raw)
+        body = parse_chat_body(raw, self.s.config.limits)
         seq = ep.next_seq
         ep.next_seq += 1
         ep.in_flight += 1

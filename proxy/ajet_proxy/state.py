@@ -21,6 +21,7 @@ import aiohttp
 
 from ajet_proxy.call_log import CallLogWriter
 from ajet_proxy.errors import UpstreamUnavailable
+from ajet_proxy.limits import InputLimits
 from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
 from ajet_store import Store
@@ -48,6 +49,8 @@ class ProxyConfig:
     """Total time allowed for one upstream call."""
     max_connections: int = 1024
     """Size of the upstream connection pool."""
+    limits: InputLimits = InputLimits()
+    """Bounds on request size and shape."""
 
 
 class ProxyState:

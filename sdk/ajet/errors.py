@@ -70,6 +70,10 @@ class InvalidRequest(SwarmServerError):
     """422: a malformed body; `detail` names the field."""
 
 
+class RequestTooLarge(InvalidRequest):
+    """413: the request body is over the proxy's size limit."""
+
+
 class EngineNotReady(SwarmServerError):
     """503: the engine is not in a state that allows the call yet; retry later."""
 
@@ -88,12 +92,14 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.WRONG_STATE: WrongState,
     ErrorCode.EPISODE_CONFLICT: EpisodeConflict,
     ErrorCode.INVALID_REQUEST: InvalidRequest,
+    ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.ENGINE_NOT_READY: EngineNotReady,
     ErrorCode.UPSTREAM_UNAVAILABLE: UpstreamUnavailable,
     ErrorCode.STORE_ERROR: ServerStoreError,
 }
 _BY_STATUS: dict[int, type[SwarmServerError]] = {401: Unauthorized, 403: Unauthorized, 404: EpisodeNotFound,
-                                                  409: Conflict, 422: InvalidRequest, 503: EngineNotReady}
+                                                  409: Conflict, 413: RequestTooLarge, 422: InvalidRequest,
+                                                  503: EngineNotReady}
 
 
 def error_for(status: int, error: str, detail: str, state: Optional[str] = None) -> SwarmServerError:

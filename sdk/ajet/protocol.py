@@ -31,6 +31,7 @@ class ErrorCode(str, Enum):
     WRONG_STATE = "WrongState"
     EPISODE_CONFLICT = "EpisodeConflict"
     INVALID_REQUEST = "InvalidRequest"
+    REQUEST_TOO_LARGE = "RequestTooLarge"
     ENGINE_NOT_READY = "EngineNotReady"
     UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
     STORE_ERROR = "StoreError"
@@ -52,6 +53,7 @@ _STATUS = {
     ErrorCode.WRONG_STATE: 409,
     ErrorCode.EPISODE_CONFLICT: 409,
     ErrorCode.INVALID_REQUEST: 422,
+    ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.ENGINE_NOT_READY: 503,
     ErrorCode.UPSTREAM_UNAVAILABLE: 503,
     ErrorCode.STORE_ERROR: 500,

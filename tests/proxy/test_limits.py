@@ -1,0 +1,65 @@
+"""Bounded input: a body over the size limit is 413 on every route, a chat body too deep or with too many
+messages is refused naming the limit; nothing of a refused call is logged, and no sequence number is used."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from ajet import AgentJetJob, SwarmClient
+from ajet_proxy.limits import InputLimits, json_depth
+from tests.conftest import ensure_rolling
+
+MSGS = [{"role": "user", "content": "hi"}]
+BIG = 9 * 1024 * 1024
+
+
+def test_json_depth_is_iterative():
+    assert json_depth(1) == 0 and json_depth({"a": 1}) == 1 and json_depth({"a": [{"b": []}]}) == 4
+    deep: list = []
+    for _ in range(5000):  # far past Python's recursion limit
+        deep = [deep]
+    assert json_depth(deep) == 5001
+
+
+@pytest.fixture
+def episode(proxy, store, stub):
+    client = SwarmClient(proxy.url)
+    ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2))
+    uuid, creds = client.begin_episode()
+    yield client, uuid, {"Authorization": f"Bearer {creds.api_key}"}
+    client.abort_episode(uuid)
+    client.close()
+
+
+def test_a_body_over_the_limit_is_413_on_every_route(proxy, episode):
+    _client, _uuid, auth = episode
+    for path, headers in (("/v1/chat/completions", auth), ("/swarm/end_episode", {})):
+        r = httpx.post(proxy.url + path, content=b"x" * BIG, headers={**headers, "content-type": "application/json"},
+                       timeout=60)
+        assert r.status_code == 413 and r.json()["error"] == "RequestTooLarge", (path, r.text[:200])
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(BIG // 65536):
+            yield b"x" * 65536
+
+    r = httpx.post(proxy.url + "/v1/chat/completions", content=chunks(),
+                   headers={**auth, "content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and r.json()["error"] == "RequestTooLarge"
+
+
+def test_deep_or_huge_chat_bodies_are_refused_and_use_no_sequence_number(proxy, store, episode):
+    client, uuid, auth = episode
+    limits = InputLimits()
+    deep: dict = {}
+    for _ in range(300):  # an extra field nested 300 levels deep (orjson parses it, cannot dump it)
+        deep = {"x": deep}
+    for body, field in (({"messages": MSGS, "extra": deep}, "body"),
+                        ({"messages": MSGS * (limits.max_messages + 1)}, "messages")):
+        r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60)
+        assert r.status_code == 422 and r.json()["fields"] == [field], r.text[:300]
+    ok = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": 2}, headers=auth,
+                    timeout=60)
+    assert ok.status_code == 200
+    client.get_episode(uuid)  # flushed
+    assert [c.seq for c in store.calls(uuid)] == [0]  # the refused calls were never numbered nor logged
