@@ -55,6 +55,17 @@ def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str
     return body
 
 
+def _media_type(status: int, data: bytes) -> str:
+    """An answer keeps what it is: JSON, or (a backend's error page) plain text, never relabelled."""
+    if status == 200:
+        return "application/json"
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return "text/plain; charset=utf-8"
+    return "application/json"
+
+
 def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
     """The body sent to the backend: the policy model, token ids and logprobs requested."""
     up = dict(body)
@@ -121,7 +132,7 @@ class DataPlane:
             self._log(call, dep, version, data.decode(errors="replace"), Extracted(), stream=False,
                       error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
         call.finish()
-        return Response(data, status_code=status, media_type="application/json")
+        return Response(data, status_code=status, media_type=_media_type(status, data))
 
     async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
         async def attempt(dep: Deployment) -> tuple[int, bytes, int]:

@@ -63,3 +63,14 @@ def test_deep_or_huge_chat_bodies_are_refused_and_use_no_sequence_number(proxy, 
     assert ok.status_code == 200
     client.get_episode(uuid)  # flushed
     assert [c.seq for c in store.calls(uuid)] == [0]  # the refused calls were never numbered nor logged
+
+
+def test_a_plain_text_backend_error_is_not_relabelled_json(proxy, store, episode):
+    client, uuid, auth = episode
+    r = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS, "stub_plain_error": "upstream fell over"},
+                   headers=auth, timeout=60)
+    assert r.status_code == 500 and r.text == "upstream fell over"
+    assert r.headers["content-type"].startswith("text/plain")
+    client.get_episode(uuid)
+    (call,) = store.calls(uuid)
+    assert call.error and "upstream fell over" in call.error  # logged as the failed call it was
