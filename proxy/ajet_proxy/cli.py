@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import DEFAULT_DB
+from ajet_store.engines import DEFAULT_DB, add_db_mode_argument
 
 if TYPE_CHECKING:
     from ajet_store import Store
@@ -47,12 +47,6 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream", choices=["aiohttp", "litellm"], default="aiohttp",
                    help="send agent calls through a pooled aiohttp session (default) or litellm.Router")
     p.add_argument("--log-level", default="info")
-
-
-def add_db_mode_argument(p: argparse.ArgumentParser) -> None:
-    """`--db-mode`: permissions of a SQLite store this process creates (it holds every prompt and answer)."""
-    p.add_argument("--db-mode", type=lambda v: int(v, 8), default=0o600,
-                   help="octal permissions of a new SQLite store file (default 600: the owner only)")
 
 
 def run_proxy(args: argparse.Namespace) -> None:

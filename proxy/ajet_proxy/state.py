@@ -25,6 +25,7 @@ from ajet_proxy.limits import InputLimits
 from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
 from ajet_store import Store
+from ajet_store.engines import DEFAULT_FILE_MODE
 from ajet_store.types import EngineRow
 from ajet.types import EpisodeStatus
 
@@ -39,7 +40,7 @@ class ProxyConfig:
     """SQLAlchemy URL of the store."""
     swarm_token: Optional[str] = None
     """Required on control calls when set."""
-    db_mode: int = 0o600
+    db_mode: int = DEFAULT_FILE_MODE
     """Permissions of the SQLite store file when this process creates it."""
     upstream: Literal["aiohttp", "litellm"] = "aiohttp"
     """How calls reach the policy backend."""

@@ -7,6 +7,7 @@ lock; reads run on a separate engine with plain `BEGIN`.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,12 @@ def driver_url(url: str) -> str:
 
 DEFAULT_FILE_MODE = 0o600
 """Permissions of a new SQLite store (it holds every prompt and answer): the owner's only."""
+
+
+def add_db_mode_argument(parser: argparse.ArgumentParser) -> None:
+    """`--db-mode`, offered by every command that may create a store (`ajet-proxy`, `ajet-trainer start`)."""
+    parser.add_argument("--db-mode", type=lambda v: int(v, 8), default=DEFAULT_FILE_MODE,
+                        help="octal permissions of a new SQLite store file (default 600: the owner only)")
 
 
 def make_engines(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:

@@ -17,7 +17,7 @@ from typing import Optional
 from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import DEFAULT_DB
+from ajet_store.engines import DEFAULT_DB, add_db_mode_argument
 
 
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,8 +37,7 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
                    help="verl backend: YAML of dotted verl config keys "
                         "(default: the repo's configs/verl_overrides.yaml)")
     p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
-    p.add_argument("--db-mode", type=lambda v: int(v, 8), default=0o600,
-                   help="octal permissions of a new SQLite store file (default 600: the owner only)")
+    add_db_mode_argument(p)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),
                    help="torch CPU threads (1 avoids spin-waits when proxy and clients share the cores)")

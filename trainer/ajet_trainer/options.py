@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from ajet.job import AgentJetJob
+from ajet_store.engines import DEFAULT_FILE_MODE
 
 EngineKind = Literal["embedded", "vllm"]
 BackendKind = Literal["embedded", "verl"]
@@ -38,7 +39,7 @@ class TrainerOptions:
     """Interface the embedded engine binds to."""
     keep_checkpoints: int = 3
     """Checkpoints kept on disk."""
-    db_mode: int = 0o600
+    db_mode: int = DEFAULT_FILE_MODE
     """Permissions of the SQLite store file when this process creates it."""
 
 
