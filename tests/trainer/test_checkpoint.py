@@ -66,3 +66,17 @@ def test_checkpoints_of_the_earlier_layout_still_restore(tmp_path):
     job = AgentJetJob(lr=1e-2)
     fresh, tok = load_policy(str(builtin_model_path("builtin:tiny")), job, "cpu")
     assert load_checkpoint(saved, fresh, Learner(fresh, tok, job).optimizer)["step"] == 1
+
+
+def test_export_of_an_earlier_layout_checkpoint_is_a_clear_error(tmp_path):
+    import pytest
+
+    from ajet_trainer.errors import CheckpointError
+    from ajet_trainer.export import export_model
+
+    saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2, lora_rank=4, lora_alpha=8))
+    (saved / "adapter" / "adapter_model.safetensors").rename(saved / "adapter.safetensors")  # the earlier layout
+    shutil.rmtree(saved / "adapter")
+    with pytest.raises(CheckpointError, match="before checkpoints were model folders"):
+        export_model(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

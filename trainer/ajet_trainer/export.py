@@ -26,7 +26,7 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
     state = read_state(ckpt)
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"{out} exists and is not empty")
-    if not state["lora"] and not (ckpt / MODEL_DIR).is_dir():
+    if not (ckpt / (ADAPTER_DIR if state["lora"] else MODEL_DIR)).is_dir():
         raise CheckpointError(f"{ckpt} was written before checkpoints were model folders: resume it once to re-save")
     tmp = out.parent / f".{out.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
