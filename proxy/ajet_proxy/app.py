@@ -6,6 +6,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ajet import __version__
@@ -21,16 +22,27 @@ from ajet_store import StoreError
 logger = logging.getLogger(__name__)
 
 
-async def handle_domain_error(_request: Request, exc: Exception) -> Response:
-    """Every `ProxyError` and `StoreError` -> its status and `ErrorBody` (the table in `errors.py`)."""
+async def handle_domain_error(request: Request, exc: Exception) -> Response:
+    """Every `ProxyError` and `StoreError` -> its status and body (the table in `errors.py`)."""
     assert isinstance(exc, (ProxyError, StoreError))
     err = http_error(exc)
     if err.status >= 500 and err.code.retry_after is None:
         logger.error("%s: %s", type(exc).__name__, err.detail)
-    return error_response(err)
+    return error_response(err, request.url.path)
 
 
-async def handle_validation_error(_request: Request, exc: Exception) -> Response:
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (an unknown route, a wrong method) in the same error shapes as ours."""
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: ErrorCode.ROUTE_NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code)
+    if code is None:
+        return Response(str(exc.detail), status_code=exc.status_code, headers=exc.headers)
+    detail = f"no route {request.method} {request.url.path}" if code is ErrorCode.ROUTE_NOT_FOUND else \
+        f"{request.method} is not allowed on {request.url.path}"
+    return error_response(HttpError(code, detail), request.url.path)
+
+
+async def handle_validation_error(request: Request, exc: Exception) -> Response:
     """A malformed body -> 422 naming each offending field."""
     assert isinstance(exc, RequestValidationError)
     fields, reasons = [], []
@@ -39,7 +51,7 @@ async def handle_validation_error(_request: Request, exc: Exception) -> Response
         name = ".".join(loc) or "body"
         fields.append(name)
         reasons.append(f"{name}: {err.get('msg')}")
-    return error_response(HttpError(ErrorCode.INVALID_REQUEST, "; ".join(reasons), fields=fields))
+    return error_response(HttpError(ErrorCode.INVALID_REQUEST, "; ".join(reasons), fields=fields), request.url.path)
 
 
 def create_app(config: ProxyConfig) -> FastAPI:
@@ -54,6 +66,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(ProxyError, handle_domain_error)
     app.add_exception_handler(StoreError, handle_domain_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
+    app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
     plane = DataPlane(state)
     app.add_api_route("/v1/chat/completions", plane.chat_completions, methods=["POST"], tags=["data plane"],

@@ -18,6 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER
 from ajet.types import EngineState
 from ajet_proxy.episodes import LiveEpisode, hash_key
@@ -42,16 +43,10 @@ def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str
     if not isinstance(body, dict):
         raise InvalidRequest("body: expected a JSON object", fields=["body"])
     check_chat_shape(body, limits)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages: a non-empty list of messages is required", fields=["messages"])
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise InvalidRequest(f"messages.{i}.role: each message needs a string role", fields=[f"messages.{i}.role"])
-    if body.get("n", 1) not in (1, None):
-        raise InvalidRequest("n: only n=1 is supported in training episodes (run n episodes instead)", fields=["n"])
-    if not isinstance(body.get("stream", False), bool):
-        raise InvalidRequest("stream: must be a boolean", fields=["stream"])
+    try:
+        check_chat_fields(body)
+    except ChatFieldError as exc:
+        raise InvalidRequest(str(exc), fields=[exc.param]) from exc
     return body
 
 

@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import Response
 
 import ajet_store
-from ajet.protocol import ErrorBody, ErrorCode
+from ajet.protocol import ErrorBody, ErrorCode, openai_error_body, openai_status
 
 
 class ProxyError(Exception):
@@ -92,8 +92,17 @@ class HttpError:
         return {"Retry-After": str(after)} if after else None
 
 
-def error_response(err: HttpError) -> Response:
-    """The HTTP answer: an `ErrorBody` with the error's status and headers."""
+DATA_PLANE_PREFIX = "/v1/"
+"""Routes answered in OpenAI's error shape (the agent's SDK reads them); the rest get an `ErrorBody`."""
+
+
+def error_response(err: HttpError, path: str = "") -> Response:
+    """The HTTP answer: OpenAI's error object under `/v1/`, else an `ErrorBody`; the error's headers."""
+    if path.startswith(DATA_PLANE_PREFIX):
+        param = err.fields[0] if err.fields else None
+        data = openai_error_body(err.code, err.detail, param).model_dump()
+        return Response(orjson.dumps(data), status_code=openai_status(err.code), media_type="application/json",
+                        headers=err.headers)
     body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
     return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=err.status,
                     media_type="application/json", headers=err.headers)

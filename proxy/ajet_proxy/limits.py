@@ -99,4 +99,4 @@ class BodySizeMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         err = HttpError(ErrorCode.REQUEST_TOO_LARGE, f"the request body is over {self.max_bytes} bytes")
-        await error_response(err)(scope, receive, send)
+        await error_response(err, scope["path"])(scope, receive, send)

@@ -86,6 +86,10 @@ class ServerStoreError(SwarmServerError):
     """500: the server's store is missing, of another schema version, or inconsistent."""
 
 
+class RouteNotFound(SwarmServerError):
+    """404/405: the proxy has no such route or method (a proxy of another version than this SDK?)."""
+
+
 _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.UNAUTHORIZED: Unauthorized,
     ErrorCode.EPISODE_NOT_FOUND: EpisodeNotFound,
@@ -96,6 +100,8 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.ENGINE_NOT_READY: EngineNotReady,
     ErrorCode.UPSTREAM_UNAVAILABLE: UpstreamUnavailable,
     ErrorCode.STORE_ERROR: ServerStoreError,
+    ErrorCode.ROUTE_NOT_FOUND: RouteNotFound,
+    ErrorCode.METHOD_NOT_ALLOWED: RouteNotFound,
 }
 _BY_STATUS: dict[int, type[SwarmServerError]] = {401: Unauthorized, 403: Unauthorized, 404: EpisodeNotFound,
                                                   409: Conflict, 413: RequestTooLarge, 422: InvalidRequest,

@@ -35,6 +35,8 @@ class ErrorCode(str, Enum):
     ENGINE_NOT_READY = "EngineNotReady"
     UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
     STORE_ERROR = "StoreError"
+    ROUTE_NOT_FOUND = "RouteNotFound"
+    METHOD_NOT_ALLOWED = "MethodNotAllowed"
 
     @property
     def status(self) -> int:
@@ -57,6 +59,8 @@ _STATUS = {
     ErrorCode.ENGINE_NOT_READY: 503,
     ErrorCode.UPSTREAM_UNAVAILABLE: 503,
     ErrorCode.STORE_ERROR: 500,
+    ErrorCode.ROUTE_NOT_FOUND: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
 }
 _RETRY_AFTER = {ErrorCode.ENGINE_NOT_READY: 1, ErrorCode.UPSTREAM_UNAVAILABLE: 2}
 
@@ -72,3 +76,41 @@ class ErrorBody(WireModel):
     """The engine state, where the error depends on it (e.g. why `begin_episode` must wait)."""
     fields: list[str] = Field(default_factory=list)
     """The offending fields of a malformed body, as dotted paths."""
+
+
+_OPENAI_STATUS = {ErrorCode.INVALID_REQUEST: 400}
+"""Where the data plane's status differs from the control API's: OpenAI answers a bad request 400."""
+_OPENAI_TYPE = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+                405: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error", 503: "server_error", 500: "server_error"}
+
+
+def openai_status(code: ErrorCode) -> int:
+    """The HTTP status of `code` on the OpenAI-compatible routes (`/v1/*`)."""
+    return _OPENAI_STATUS.get(code, code.status)
+
+
+class OpenAIError(WireModel):
+    """The inside of an OpenAI error object, as the openai SDK parses it into its exception."""
+
+    message: str
+    """The human-readable reason (what agent frameworks print)."""
+    type: str
+    """OpenAI's error type: `invalid_request_error` for the client's fault, `server_error` otherwise."""
+    param: Optional[str] = None
+    """The offending request field as a dotted path (e.g. `temperature`, `messages.0.content`)."""
+    code: Optional[str] = None
+    """`invalid_api_key` for a bad episode key; otherwise the `ErrorCode` value (e.g. `EngineNotReady`)."""
+
+
+class OpenAIErrorBody(WireModel):
+    """Body of every error answer on `/v1/*`."""
+
+    error: OpenAIError
+    """The error object."""
+
+
+def openai_error_body(code: ErrorCode, message: str, param: Optional[str] = None) -> OpenAIErrorBody:
+    """The OpenAI-shaped answer to an error of `code`."""
+    wire_code = "invalid_api_key" if code is ErrorCode.UNAUTHORIZED else code.value
+    return OpenAIErrorBody(error=OpenAIError(message=message, type=_OPENAI_TYPE.get(openai_status(code), "server_error"),
+                                             param=param, code=wire_code))

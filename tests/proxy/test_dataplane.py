@@ -110,7 +110,7 @@ def test_keys_valid_ended_expired_and_foreign(client, proxy, store):
     assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 401
     client.end_episode(Task(task_id="k"), a_uuid, WorkflowOutput(reward=1))
     r = post(a.api_key)
-    assert r.status_code == 401 and r.json()["error"] == "Unauthorized"
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
     time.sleep(3.0)  # b idles past its 1 s timeout; housekeeping runs every second
     assert post(b.api_key).status_code == 401
     assert store.get_episode(b_uuid).status == EpisodeStatus.EXPIRED
@@ -125,16 +125,55 @@ def test_models_route(client, proxy):
     assert ids == ["policy", "stub-model"]
 
 
-@pytest.mark.parametrize("raw,field", [(b"{nope", "body"), (b"[1, 2]", "body"), (b'{"model": "m"}', "messages"),
-                                        (b'{"messages": []}', "messages"), (b'{"messages": [{"content": "x"}]}',
-                                                                          "messages.0.role"),
-                                        (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', "n"),
-                                        (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream")])
-def test_malformed_chat_bodies_are_422(client, proxy, raw, field):
+_USER = '"messages": [{"role": "user", "content": "x"}]'
+
+
+@pytest.mark.parametrize("raw,field", [
+    (b"{nope", "body"), (b"[1, 2]", "body"), (b'{"model": "m"}', "messages"), (b'{"messages": []}', "messages"),
+    (b'{"messages": [{"content": "x"}]}', "messages.0.role"),
+    (b'{"messages": [{"role": "user", "content": 5}]}', "messages.0.content"),
+    (b'{"messages": [{"role": "user", "content": [1]}]}', "messages.0.content"),
+    *[(("{" + _USER + ", " + extra + "}").encode(), field) for extra, field in [
+        ('"n": 2', "n"), ('"stream": "yes"', "stream"), ('"max_tokens": "x"', "max_tokens"),
+        ('"max_tokens": 0', "max_tokens"), ('"max_tokens": -5', "max_tokens"), ('"max_tokens": true', "max_tokens"),
+        ('"temperature": "nan"', "temperature"), ('"temperature": NaN', "body"), ('"temperature": 1e400', "body"),
+        ('"temperature": -1', "temperature"), ('"top_p": 0', "top_p"), ('"seed": "abc"', "seed"),
+        ('"seed": 1180591620717411303424', "seed"), ('"seed": 1.5', "seed"), ('"stop": [1]', "stop"),
+        ('"stop": ""', "stop"), ('"logprobs": "yes"', "logprobs"), ('"top_logprobs": 21', "top_logprobs"),
+        ('"tools": {"a": 1}', "tools"), ('"tool_choice": "always"', "tool_choice"), ('"model": 5', "model")]]])
+def test_malformed_chat_bodies_are_400_naming_the_param(client, proxy, raw, field):
+    """OpenAI's error object and status, so every agent framework shows the reason."""
     _, creds = client.begin_episode()
     r = httpx.post(proxy.url + "/v1/chat/completions", content=raw,
                    headers={"Authorization": f"Bearer {creds.api_key}", "content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["fields"] == [field]
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == field and error["type"] == "invalid_request_error" and error["code"] == "InvalidRequest"
+    assert error["message"].startswith(field), error
+
+
+def test_the_openai_sdk_carries_the_reason(client, proxy):
+    import openai
+
+    _, creds = client.begin_episode()
+    with pytest.raises(openai.BadRequestError) as info:
+        creds.as_openai_client().chat.completions.create(model="policy", messages=MSGS, temperature=7)
+    assert info.value.code == "InvalidRequest" and info.value.param == "temperature"
+    assert "temperature: must be in [0.0, 2.0]" in info.value.message
+    bad = openai.OpenAI(base_url=proxy.url + "/v1", api_key="ajet-ep-forged", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as auth:
+        bad.chat.completions.create(model="policy", messages=MSGS)
+    assert auth.value.code == "invalid_api_key" and "unknown, ended or expired" in auth.value.message
+
+
+def test_unknown_routes_answer_in_the_routes_error_shape(proxy):
+    r = httpx.post(proxy.url + "/v1/responsez", json={})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "RouteNotFound"
+    r = httpx.get(proxy.url + "/swarm/nope")
+    assert r.status_code == 404 and r.json() == {"error": "RouteNotFound", "detail": "no route GET /swarm/nope",
+                                                 "fields": []}
+    r = httpx.get(proxy.url + "/v1/chat/completions")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "MethodNotAllowed"
 
 
 def test_calls_outside_rolling_are_503(client, proxy, store, stub):
@@ -143,7 +182,9 @@ def test_calls_outside_rolling_are_503(client, proxy, store, stub):
     wait_state(client, EngineState.WEIGHT_SYNCING)
     r = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS},
                    headers={"Authorization": f"Bearer {creds.api_key}"})
-    assert r.status_code == 503 and r.json()["state"] == "WEIGHT_SYNCING" and "retry-after" in r.headers
+    error = r.json()["error"]
+    assert r.status_code == 503 and error["code"] == "EngineNotReady" and "retry-after" in r.headers
+    assert "WEIGHT_SYNCING" in error["message"] and error["type"] == "server_error"
     store.transition(EngineState.ROLLING)
     wait_state(client, EngineState.ROLLING)
 
@@ -207,7 +248,7 @@ def test_sticky_routing_and_failover(module_tmp):
             s.close()  # every deployment gone (a trainer restarting): retry later, not a hard failure
         r = httpx.post(px.url + "/v1/chat/completions", json={"messages": MSGS},
                        headers={"Authorization": f"Bearer {creds.api_key}"})
-        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"] == "UpstreamUnavailable"
+        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "UpstreamUnavailable"
     finally:
         px.close()
         st.close()

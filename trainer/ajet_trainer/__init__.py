@@ -17,6 +17,7 @@ _EXPORTS = {
     "EmbeddedEngine": "ajet_trainer.engine",
     "EmbeddedServing": "ajet_trainer.serving",
     "EngineRequestError": "ajet_trainer.errors",
+    "GenerationFailed": "ajet_trainer.errors",
     "EngineStartError": "ajet_trainer.errors",
     "EpisodeSample": "ajet_trainer.types",
     "Learner": "ajet_trainer.learner",
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         ConfigurationError,
         EngineRequestError,
         EngineStartError,
+        GenerationFailed,
         ModelNotFound,
         TrainerError,
     )

@@ -9,6 +9,10 @@ class EngineRequestError(TrainerError, ValueError):
     """A chat request the embedded engine cannot serve (answered with 400)."""
 
 
+class GenerationFailed(TrainerError):
+    """One request failed inside the embedded engine (answered 500 to it alone; its batch went on)."""
+
+
 class CheckpointError(TrainerError):
     """A checkpoint is missing, partial or of another model."""
 

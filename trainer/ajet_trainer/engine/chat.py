@@ -34,32 +34,43 @@ def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def prompt_ids(tokenizer: Any, body: dict[str, Any]) -> list[int]:
-    """Token ids of the rendered chat prompt (generation prompt added)."""
+def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None) -> list[int]:
+    """Token ids of the rendered chat prompt (generation prompt added); `EngineRequestError` when the
+    chat template refuses the messages or the prompt leaves no room in the model's context."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise EngineRequestError("messages: a non-empty list is required")
     kwargs = {"tools": body["tools"]} if body.get("tools") else {}
-    text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True, **kwargs)
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
-def gen_request(body: dict[str, Any], prompt: list[int], default_temperature: float, max_tokens_cap: int
-                ) -> GenRequest:
-    """Sampling settings of a chat request, validated."""
-    stop = body.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens_cap
     try:
-        req = GenRequest(prompt_ids=prompt, max_tokens=max(1, min(int(max_tokens), max_tokens_cap)),
-                         temperature=float(body.get("temperature", default_temperature)),
-                         top_p=float(body.get("top_p", 1.0)), seed=body.get("seed"), stop=list(stop))
-    except (TypeError, ValueError) as exc:
-        raise EngineRequestError(f"bad sampling parameter: {exc}") from exc
-    if req.temperature < 0 or not 0 < req.top_p <= 1:
-        raise EngineRequestError("temperature must be >= 0 and 0 < top_p <= 1")
-    return req
+        text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True,
+                                             **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a template error is the request's fault (e.g. roles out of order)
+        raise EngineRequestError(f"messages: the chat template refused them ({type(exc).__name__}: {exc})") from exc
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if max_context is not None and len(ids) >= max_context:
+        raise EngineRequestError(f"messages: the prompt is {len(ids)} tokens; this model's context is "
+                                 f"{max_context} tokens")
+    return ids
+
+
+GREEDY_BELOW = 1e-5
+"""A temperature below this samples greedily (as vLLM does): dividing logits by 1e-45 overflows."""
+
+
+def gen_request(body: dict[str, Any], prompt: list[int], default_temperature: float, max_tokens_cap: int,
+                max_context: Optional[int] = None) -> GenRequest:
+    """Sampling settings of a chat request whose fields passed `ajet.chat_fields.check_chat_fields`."""
+    stop = body.get("stop") or []
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens_cap
+    temperature = body.get("temperature")
+    temperature = default_temperature if temperature is None else float(temperature)
+    top_p = body.get("top_p")
+    if max_context is not None:
+        max_tokens_cap = min(max_tokens_cap, max_context - len(prompt))
+    return GenRequest(prompt_ids=prompt, max_tokens=min(max_tokens, max_tokens_cap),
+                      temperature=0.0 if temperature < GREEDY_BELOW else temperature,
+                      top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
+                      stop=[stop] if isinstance(stop, str) else list(stop))
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:

@@ -40,6 +40,8 @@ class GenResult:
     finish_reason: str
     text: str
     policy_version: int = 0
+    error: Optional[str] = None
+    """Why this request alone failed (its batch went on without it); None when it completed."""
 
 
 def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -52,25 +54,40 @@ def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return probs
 
 
+def _sample_row(logits: torch.Tensor, req: GenRequest, gen: Optional[torch.Generator]) -> int:
+    if req.temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = _filtered_probs(logits.cpu() if gen is not None else logits, req.temperature, req.top_p)
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
 def _sample(logits: torch.Tensor, requests: list[GenRequest], gens: list[Optional[torch.Generator]],
-            live: list[int]) -> torch.Tensor:
+            live: list[int], errors: dict[int, str]) -> torch.Tensor:
     """One token for each live row. Rows without a seed and with the same settings are sampled together;
-    seeded rows draw from their own generator (on the CPU), so their result never depends on the batch."""
-    out = torch.empty(len(live), dtype=torch.long)
+    seeded rows draw from their own generator (on the CPU), so their result never depends on the batch.
+    A row whose sampling fails gets its reason in `errors` (and a dummy token); the other rows go on."""
+    out = torch.zeros(len(live), dtype=torch.long)
     groups: dict[tuple[float, float], list[int]] = {}
     for k, i in enumerate(live):
         req = requests[i]
-        if req.temperature <= 0:
-            out[k] = int(torch.argmax(logits[i]))
-        elif gens[i] is not None:
-            probs = _filtered_probs(logits[i].cpu(), req.temperature, req.top_p)
-            out[k] = int(torch.multinomial(probs, 1, generator=gens[i]))
-        else:
+        if req.temperature > 0 and gens[i] is None:
             groups.setdefault((req.temperature, req.top_p), []).append(k)
+            continue
+        try:
+            out[k] = _sample_row(logits[i], req, gens[i])
+        except RuntimeError as exc:
+            errors[i] = f"sampling failed: {exc}"
     for (temperature, top_p), ks in groups.items():
         rows = torch.tensor([live[k] for k in ks], device=logits.device)
-        probs = _filtered_probs(logits[rows], temperature, top_p)
-        out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
+        try:
+            probs = _filtered_probs(logits[rows], temperature, top_p)
+            out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
+        except RuntimeError:  # one bad row spoils the group's draw: draw row by row, keep the failures apart
+            for k in ks:
+                try:
+                    out[k] = _sample_row(logits[live[k]], requests[live[k]], None)
+                except RuntimeError as exc:
+                    errors[live[k]] = f"sampling failed: {exc}"
     return out
 
 
@@ -99,20 +116,21 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
     past, last_pos = _cache_of(out), pos[:, -1]
     logits = out.logits[:, -1, :].float()
+    errors: dict[int, str] = {}
     for _step in range(max(r.max_tokens for r in requests)):
         live = [i for i, f in enumerate(finish) if f is None]
-        toks = _sample(logits, requests, gens, live)
+        toks = _sample(logits, requests, gens, live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
         next_tok = torch.full((len(requests),), tokenizer.pad_token_id, dtype=torch.long)
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
-            req = requests[i]
+            if i in errors:
+                finish[i] = "error"
+                continue
             out_ids[i].append(tok)
             out_lps[i].append(lp)
             next_tok[i] = tok
-            if req.on_token is not None:
-                req.on_token(tok, lp)
-            finish[i] = _finished(tok, out_ids[i], req, tokenizer, eos_ids)
+            finish[i] = _advance(i, tok, lp, out_ids[i], requests[i], tokenizer, eos_ids, errors)
         if all(f is not None for f in finish):
             break
         alive = torch.tensor([f is None for f in finish], dtype=torch.long, device=device)
@@ -121,8 +139,20 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
         out = model(input_ids=next_tok[:, None].to(device), attention_mask=mask, position_ids=last_pos[:, None],
                     use_cache=True, **{cache_kw: past})
         past, logits = _cache_of(out), out.logits[:, -1, :].float()
-    return [_result(out_ids[i], out_lps[i], finish[i] or "length", req, tokenizer, eos_ids)
+    return [_result(out_ids[i], out_lps[i], finish[i] or "length", req, tokenizer, eos_ids, errors.get(i))
             for i, req in enumerate(requests)]
+
+
+def _advance(i: int, tok: int, lp: float, ids: list[int], req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int],
+             errors: dict[int, str]) -> Optional[str]:
+    """Hand the new token to the request's stream and decide whether it is finished ("error" if either fails)."""
+    try:
+        if req.on_token is not None:
+            req.on_token(tok, lp)
+        return _finished(tok, ids, req, tokenizer, eos_ids)
+    except Exception as exc:  # noqa: BLE001 - one request's failure must not end its batch
+        errors[i] = f"{type(exc).__name__}: {exc}"
+        return "error"
 
 
 def _cache_keyword(model: PolicyModel) -> str:
@@ -162,11 +192,11 @@ def decode_text(tokenizer: Tokenizer, ids: list[int], eos_ids: set[int]) -> str:
     return tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
 
 
-def _result(ids: list[int], lps: list[float], finish: str, req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int]
-            ) -> GenResult:
+def _result(ids: list[int], lps: list[float], finish: str, req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int],
+            error: Optional[str] = None) -> GenResult:
     text = decode_text(tokenizer, ids, eos_ids)
     for s in req.stop:
         cut = text.find(s)
         if cut >= 0:
             text = text[:cut]
-    return GenResult(token_ids=ids, logprobs=lps, finish_reason=finish, text=text)
+    return GenResult(token_ids=ids, logprobs=lps, finish_reason=finish, text=text, error=error)

@@ -20,10 +20,11 @@ from typing import Any, Optional
 import orjson
 from aiohttp import web
 
-from ajet.protocol import POLICY_VERSION_HEADER
+from ajet.chat_fields import ChatFieldError, check_chat_fields
+from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, openai_error_body
 from ajet_trainer.engine.chat import chunk_body, completion_body, gen_request, parse_tool_calls, prompt_ids
 from ajet_trainer.engine.generation import GenRequest, GenResult, decode_text, generate_batch
-from ajet_trainer.errors import EngineRequestError, EngineStartError
+from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class EmbeddedEngine:
         self.batch_window_s = batch_window_s
         self.weights_lock = threading.Lock()
         self.eos_ids = eos_token_ids(model, tokenizer)
+        self.max_context: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         self.stats = {"requests": 0, "batches": 0, "max_batch_seen": 0}
         self._q: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
@@ -127,14 +129,30 @@ class EmbeddedEngine:
             self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
             try:
                 results = generate_batch(self.model, self.tokenizer, [p.req for p in batch], self.eos_ids)
-            except Exception as exc:  # noqa: BLE001 - answer every request, keep serving
-                logger.exception("generation failed for a batch of %d", len(batch))
-                for p in batch:
-                    p.loop.call_soon_threadsafe(_fail, p.done, exc)
-                return
+            except Exception:  # noqa: BLE001 - find the request that fails; the others must not pay for it
+                logger.exception("generation failed for a batch of %d; serving its requests one by one", len(batch))
+                results = [self._alone(p) for p in batch]
         for p, res in zip(batch, results):
+            if res is None:
+                continue
             res.policy_version = version
-            p.loop.call_soon_threadsafe(_set, p.done, res)
+            if res.error is not None:
+                logger.warning("one request failed in its batch: %s", res.error)
+                p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(res.error))
+            else:
+                p.loop.call_soon_threadsafe(_set, p.done, res)
+
+    def _alone(self, p: _Pending) -> Optional[GenResult]:
+        """Serve one request of a failed batch by itself (a stream that already sent tokens cannot restart)."""
+        if p.tokens is not None and not p.tokens.empty():
+            p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed("its batch failed mid-stream"))
+            return None
+        try:
+            return generate_batch(self.model, self.tokenizer, [p.req], self.eos_ids)[0]
+        except Exception as exc:  # noqa: BLE001 - answer this request, keep serving
+            logger.exception("generation failed for one request")
+            p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(f"{type(exc).__name__}: {exc}"))
+            return None
 
     # ------------------------------------------------------------------ HTTP
     async def _health(self, _request: web.Request) -> web.Response:
@@ -146,10 +164,17 @@ class EmbeddedEngine:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
-            prompt = prompt_ids(self.tokenizer, body)
-            req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap)
-        except (EngineRequestError, orjson.JSONDecodeError, TypeError, ValueError) as exc:
-            return web.json_response({"error": {"message": str(exc), "type": "invalid_request_error"}}, status=400)
+            if not isinstance(body, dict):
+                raise ChatFieldError("body", "expected a JSON object")
+            check_chat_fields(body)
+            prompt = prompt_ids(self.tokenizer, body, self.max_context)
+            req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
+        except orjson.JSONDecodeError as exc:
+            return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
+        except ChatFieldError as exc:
+            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
+        except EngineRequestError as exc:
+            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
         self.stats["requests"] += 1
         loop = asyncio.get_running_loop()
         pending = _Pending(req=req, loop=loop, done=loop.create_future(), started=loop.create_future())
@@ -161,7 +186,10 @@ class EmbeddedEngine:
             self._q.put(pending)
             return await self._stream(request, pending, prompt, tools, want_ids, want_lps, body)
         self._q.put(pending)
-        res: GenResult = await pending.done
+        try:
+            res: GenResult = await pending.done
+        except GenerationFailed as exc:
+            return _error(500, ErrorCode.UPSTREAM_UNAVAILABLE, f"generation failed for this request: {exc}", None)
         out = completion_body(self.tokenizer, body.get("model") or self.model_name, prompt, res, tools, want_ids,
                               want_lps)
         return web.Response(body=orjson.dumps(out), content_type="application/json",
@@ -197,6 +225,11 @@ class EmbeddedEngine:
             get_tok.cancel()
             if tokens.empty():
                 break
+        if p.done.exception() is not None:  # this request failed in the engine: say so, never fake a finish
+            err = openai_error_body(ErrorCode.UPSTREAM_UNAVAILABLE, f"generation failed: {p.done.exception()}")
+            await send(err.model_dump())
+            await resp.write_eof()
+            return resp
         res: GenResult = p.done.result()
         final_delta: dict[str, Any] = {}
         finish = res.finish_reason
@@ -214,6 +247,12 @@ class EmbeddedEngine:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def _error(status: int, code: ErrorCode, message: str, param: Optional[str]) -> web.Response:
+    """An OpenAI error object (the engine speaks the same API as the proxy's data plane)."""
+    return web.Response(body=orjson.dumps(openai_error_body(code, message, param).model_dump()), status=status,
+                        content_type="application/json")
 
 
 def eos_token_ids(model: PolicyModel, tokenizer: Tokenizer) -> set[int]:

@@ -1,0 +1,142 @@
+"""The chat-completion fields the swarm reads or forwards, checked strictly and once.
+
+Both the proxy (before a call gets a sequence number) and the embedded engine (before a request joins
+a batch) run `check_chat_fields`; a bad value is `ChatFieldError` naming the field, answered 400. A
+request that passes cannot fail another agent's request in the engine's batch: every sampling value
+is of its type, finite and in range. Fields not listed here (e.g. `return_token_ids`) pass unchecked.
+`None` is the same as absent, as in OpenAI's API.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+MAX_STOP_STRINGS = 16
+"""Most stop strings one request may carry."""
+MAX_STOP_CHARS = 1024
+"""Longest stop string."""
+MAX_TOP_LOGPROBS = 20
+"""Largest `top_logprobs` (OpenAI's bound)."""
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""Seeds are 64-bit signed integers, as in vLLM."""
+CONTENT_TYPES = (str, list)
+"""A message's content: text, or a list of content parts (None for an assistant turn with tool calls)."""
+
+
+class ChatFieldError(ValueError):
+    """A chat request field with a wrong type or value; `param` is its dotted path."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _number_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[Any], Optional[str]]:
+    def check(v: Any) -> Optional[str]:
+        if not _is_number(v):
+            return "must be a finite number"
+        if v < lo or v > hi or (lo_open and v == lo):
+            return f"must be in {'(' if lo_open else '['}{lo}, {hi}]"
+        return None
+    return check
+
+
+def _int_in(lo: int, hi: int) -> Callable[[Any], Optional[str]]:
+    def check(v: Any) -> Optional[str]:
+        if not _is_int(v):
+            return "must be an integer"
+        return None if lo <= v <= hi else f"must be in [{lo}, {hi}]"
+    return check
+
+
+def _of_type(kind: type, name: str) -> Callable[[Any], Optional[str]]:
+    def check(v: Any) -> Optional[str]:
+        ok = isinstance(v, bool) if kind is bool else isinstance(v, kind) and not isinstance(v, bool)
+        return None if ok else f"must be {name}"
+    return check
+
+
+def _stop(v: Any) -> Optional[str]:
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        return "must be a string or a list of strings"
+    if len(items) > MAX_STOP_STRINGS:
+        return f"at most {MAX_STOP_STRINGS} stop strings are accepted"
+    if any(not s or len(s) > MAX_STOP_CHARS for s in items):
+        return f"each stop string must have 1 to {MAX_STOP_CHARS} characters"
+    return None
+
+
+def _n(v: Any) -> Optional[str]:
+    return None if _is_int(v) and v == 1 else "only n=1 is supported in training episodes (run n episodes instead)"
+
+
+def _tool_choice(v: Any) -> Optional[str]:
+    if isinstance(v, str):
+        return None if v in ("none", "auto", "required") else "must be 'none', 'auto', 'required' or an object"
+    return None if isinstance(v, dict) else "must be a string or an object"
+
+
+FIELD_CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
+    "model": _of_type(str, "a string"),
+    "stream": _of_type(bool, "a boolean"),
+    "stream_options": _of_type(dict, "an object"),
+    "n": _n,
+    "max_tokens": _int_in(1, 2**31 - 1),
+    "max_completion_tokens": _int_in(1, 2**31 - 1),
+    "temperature": _number_in(0.0, 2.0),
+    "top_p": _number_in(0.0, 1.0, lo_open=True),
+    "presence_penalty": _number_in(-2.0, 2.0),
+    "frequency_penalty": _number_in(-2.0, 2.0),
+    "seed": _int_in(*SEED_RANGE),
+    "stop": _stop,
+    "logprobs": _of_type(bool, "a boolean"),
+    "top_logprobs": _int_in(0, MAX_TOP_LOGPROBS),
+    "tools": _of_type(list, "a list of tools"),
+    "tool_choice": _tool_choice,
+    "parallel_tool_calls": _of_type(bool, "a boolean"),
+    "response_format": _of_type(dict, "an object"),
+    "user": _of_type(str, "a string"),
+}
+"""Field name -> its check (None when the value is fine, else the reason)."""
+
+
+def check_messages(messages: Any) -> None:
+    """`ChatFieldError` unless `messages` is a non-empty list of messages with a string role and valid content."""
+    if not isinstance(messages, list) or not messages:
+        raise ChatFieldError("messages", "a non-empty list of messages is required")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ChatFieldError(f"messages.{i}", "each message must be an object")
+        if not isinstance(m.get("role"), str):
+            raise ChatFieldError(f"messages.{i}.role", "each message needs a string role")
+        content = m.get("content")
+        if content is not None and not isinstance(content, CONTENT_TYPES):
+            raise ChatFieldError(f"messages.{i}.content", "must be a string or a list of content parts")
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise ChatFieldError(f"messages.{i}.content", "each content part must be an object")
+        if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
+            raise ChatFieldError(f"messages.{i}.tool_calls", "must be a list")
+
+
+def check_chat_fields(body: dict[str, Any]) -> None:
+    """`ChatFieldError` for the first field of a chat-completions body with a wrong type or value."""
+    check_messages(body.get("messages"))
+    for name, check in FIELD_CHECKS.items():
+        value = body.get(name)
+        if value is not None:
+            reason = check(value)
+            if reason is not None:
+                raise ChatFieldError(name, reason)
+    if body.get("tools") is not None and not all(isinstance(t, dict) for t in body["tools"]):
+        raise ChatFieldError("tools", "each tool must be an object")

@@ -1,0 +1,93 @@
+"""One poisoned request never fails the requests batched with it (issue: hostile input, item 1)."""
+
+import asyncio
+import math
+
+import httpx
+import pytest
+import torch
+
+from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.generation import GenRequest, generate_batch
+from ajet_trainer.engine.server import eos_token_ids
+
+MSGS = [{"role": "user", "content": "Say the letter: c"}]
+HEALTHY = 8
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    model, tok = tiny
+    eng = EmbeddedEngine(model, tok, max_tokens_cap=8, batch_window_s=0.25)  # a wide window: one batch
+    url = eng.start()
+    yield eng, url
+    eng.stop()
+
+
+async def _beside_healthy(url: str, poison: dict) -> tuple[httpx.Response, list[httpx.Response]]:
+    async with httpx.AsyncClient(timeout=60) as http:
+        def post(extra: dict) -> "asyncio.Future[httpx.Response]":
+            return http.post(url + "/chat/completions", json={"messages": MSGS, "max_tokens": 4, **extra})
+
+        answers = await asyncio.gather(post(poison), *[post({"seed": i}) for i in range(HEALTHY)])
+    return answers[0], list(answers[1:])
+
+
+@pytest.mark.parametrize("poison,param", [({"temperature": "nan"}, "temperature"), ({"seed": "abc"}, "seed"),
+                                          ({"seed": 2**70}, "seed"), ({"stop": [1]}, "stop"),
+                                          ({"top_p": -1}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
+                                          ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content")])
+def test_a_bad_value_is_400_naming_it_and_its_neighbours_complete(engine, poison, param):
+    _eng, url = engine
+    bad, healthy = asyncio.run(_beside_healthy(url, poison))
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == param, bad.text
+    assert [r.status_code for r in healthy] == [200] * HEALTHY
+
+
+def test_a_vanishing_temperature_samples_greedily_beside_others(engine):
+    eng, url = engine
+    tiny_t, healthy = asyncio.run(_beside_healthy(url, {"temperature": 1e-45}))
+    assert [r.status_code for r in [tiny_t, *healthy]] == [200] * (HEALTHY + 1)
+    greedy = httpx.post(url + "/chat/completions", json={"messages": MSGS, "max_tokens": 4, "temperature": 0,
+                                                          "return_token_ids": True}, timeout=60).json()
+    assert tiny_t.json()["choices"][0]["message"]["content"] == greedy["choices"][0]["message"]["content"]
+    assert eng.stats["max_batch_seen"] >= HEALTHY  # they did share a batch
+
+
+def test_a_row_that_fails_to_sample_fails_alone(tiny):
+    """Bypassing validation, a NaN temperature makes sampling fail for that row only."""
+    model, tok = tiny
+    prompt = tok.encode("hello there", add_special_tokens=False)
+    reqs = [GenRequest(prompt_ids=prompt, max_tokens=3, temperature=1.0) for _ in range(4)]
+    reqs.insert(2, GenRequest(prompt_ids=prompt, max_tokens=3, temperature=math.nan))
+    results = generate_batch(model, tok, reqs, eos_token_ids(model, tok))
+    assert results[2].error is not None and "sampling failed" in results[2].error
+    assert all(r.error is None and r.token_ids for i, r in enumerate(results) if i != 2)
+
+
+class _Exploding(torch.nn.Module):
+    """The tiny model, except that a forward pass over a prompt holding `poison_id` raises."""
+
+    def __init__(self, model: torch.nn.Module, poison_id: int):
+        super().__init__()
+        self.inner, self.poison_id = model, poison_id
+        self.config, self.generation_config = model.config, model.generation_config
+
+    def forward(self, input_ids: torch.Tensor, **kw):  # noqa: ANN003 - the model's own keywords
+        if (input_ids == self.poison_id).any():
+            raise RuntimeError("boom")
+        return self.inner(input_ids=input_ids, **kw)
+
+
+def test_a_batch_that_fails_is_served_one_by_one_and_only_the_culprit_fails(tiny):
+    model, tok = tiny
+    poison_word = "zebra"
+    poison_id = tok.encode(poison_word, add_special_tokens=False)[0]
+    eng = EmbeddedEngine(_Exploding(model, poison_id), tok, max_tokens_cap=4, batch_window_s=0.25)
+    url = eng.start()
+    try:
+        bad, healthy = asyncio.run(_beside_healthy(url, {"messages": [{"role": "user", "content": poison_word}]}))
+    finally:
+        eng.stop()
+    assert bad.status_code == 500 and "boom" in bad.json()["error"]["message"]
+    assert [r.status_code for r in healthy] == [200] * HEALTHY
