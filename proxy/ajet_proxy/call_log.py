@@ -1,38 +1,52 @@
-"""The call log: a background thread that batch-writes LLM calls into the store.
+"""The call log: a background thread that group-commits LLM calls into the store.
 
-The event loop only appends to a queue; a response is never held up by a database write. The
-thread commits whatever has queued every `interval` seconds (default 50 ms) in one transaction.
-Guarantee: a call answered more than FLUSH_GUARANTEE_S seconds before a crash is in the store.
-`flush()` is a barrier: it returns once every call queued before it is committed (`end_episode`
-uses it so an ended episode's calls are all stored before its reward is).
+A handler awaits `commit(record)` before its answer leaves: the record is durable when the agent
+sees the answer, so every answered call is in the store, even after a SIGKILL of the proxy. The thread
+takes everything queued at that moment into one transaction (group commit): while one commit runs,
+the calls answered meanwhile queue up and share the next, so a call waits a few milliseconds and the
+commit cost is shared by its neighbours. `submit` (no wait) is for records of calls that were never
+answered (a disconnect, no reachable backend). `flush()` is a barrier: it returns once every call
+queued before it is committed (`end_episode` uses it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from typing import Optional, Union
 
-from ajet_store import Store
+from ajet_store import Store, StoreUnavailable
 from ajet_store.types import CallRecord
 
 logger = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 0.05
-FLUSH_GUARANTEE_S = 0.5
 MAX_BATCH = 2048
+WRITE_ATTEMPTS = 3
 
-_Item = Union[CallRecord, threading.Event, None]
+
+@dataclass
+class _Durable:
+    """A record whose handler waits: `done` is resolved on its loop once the record is committed."""
+
+    record: CallRecord
+    loop: asyncio.AbstractEventLoop
+    done: "asyncio.Future[None]"
+
+
+_Item = Union[CallRecord, _Durable, threading.Event, None]
 
 
 class CallLogWriter:
     """Owns one thread; `submit` is safe from any thread or the event loop."""
 
-    def __init__(self, store: Store, interval: float = FLUSH_INTERVAL_S):
+    def __init__(self, store: Store, interval: float = 0.0):
         self.store = store
         self.interval = interval
+        """Extra seconds to gather a batch after its first record (0: take what is queued, commit at once)."""
         self._q: "queue.SimpleQueue[_Item]" = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="ajet-call-log", daemon=True)
         self.written = 0
@@ -43,8 +57,15 @@ class CallLogWriter:
         self._thread.start()
 
     def submit(self, record: CallRecord) -> None:
-        """Queue a call for writing (never blocks)."""
+        """Queue a call for writing without waiting (for calls that were never answered)."""
         self._q.put(record)
+
+    async def commit(self, record: CallRecord) -> None:
+        """Return once `record` is committed; `StoreUnavailable` when it could not be written."""
+        loop = asyncio.get_running_loop()
+        item = _Durable(record, loop, loop.create_future())
+        self._q.put(item)
+        await item.done
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every call queued so far is committed; False on timeout."""
@@ -63,18 +84,17 @@ class CallLogWriter:
     def _run(self) -> None:
         running = True
         while running:
-            batch: list[CallRecord] = []
+            batch: list[Union[CallRecord, _Durable]] = []
             barriers: list[threading.Event] = []
             running = self._collect(batch, barriers)
             self._write(batch)
             for b in barriers:
                 b.set()
 
-    def _collect(self, batch: list[CallRecord], barriers: list[threading.Event]) -> bool:
+    def _collect(self, batch: list[Union[CallRecord, _Durable]], barriers: list[threading.Event]) -> bool:
         """Gather items for one transaction; False once the stop marker is seen."""
-        first = self._q.get()
+        item: Optional[_Item] = self._q.get()
         deadline = time.monotonic() + self.interval
-        item: Optional[_Item] = first
         while True:
             if item is None:
                 self._drain_rest(batch, barriers)
@@ -85,15 +105,13 @@ class CallLogWriter:
             batch.append(item)
             if len(batch) >= MAX_BATCH:
                 return True
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                return True
             try:
-                item = self._q.get(timeout=wait)
+                item = self._q.get(timeout=max(0.0, deadline - time.monotonic())) if self.interval \
+                    else self._q.get_nowait()
             except queue.Empty:
                 return True
 
-    def _drain_rest(self, batch: list[CallRecord], barriers: list[threading.Event]) -> None:
+    def _drain_rest(self, batch: list[Union[CallRecord, _Durable]], barriers: list[threading.Event]) -> None:
         while True:
             try:
                 item = self._q.get_nowait()
@@ -104,16 +122,34 @@ class CallLogWriter:
             elif item is not None:
                 batch.append(item)
 
-    def _write(self, batch: list[CallRecord]) -> None:
+    def _write(self, batch: list[Union[CallRecord, _Durable]]) -> None:
         if not batch:
             return
-        for attempt in range(5):
+        records = [b.record if isinstance(b, _Durable) else b for b in batch]
+        error: Optional[BaseException] = None
+        for attempt in range(WRITE_ATTEMPTS):
             try:
-                self.store.write_calls(batch)
-                self.written += len(batch)
-                return
-            except Exception:  # noqa: BLE001 - keep the proxy serving; retry, then report loudly
-                logger.exception("writing %d calls failed (attempt %d/5)", len(batch), attempt + 1)
-                time.sleep(0.2 * (attempt + 1))
-        self.failed_batches += 1
-        logger.error("dropped %d call records after 5 failed writes", len(batch))
+                self.store.write_calls(records)
+                self.written += len(records)
+                error = None
+                break
+            except Exception as exc:  # noqa: BLE001 - keep the proxy serving; retry, then tell every waiter
+                error = exc
+                logger.exception("writing %d calls failed (attempt %d/%d)", len(records), attempt + 1,
+                                 WRITE_ATTEMPTS)
+                time.sleep(0.1 * (attempt + 1))
+        if error is not None:
+            self.failed_batches += 1
+            logger.error("could not store %d call records: %s", len(records), error)
+        for b in batch:
+            if isinstance(b, _Durable):
+                b.loop.call_soon_threadsafe(_resolve, b.done, error)
+
+
+def _resolve(done: "asyncio.Future[None]", error: Optional[BaseException]) -> None:
+    if done.done():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(StoreUnavailable(f"the call could not be stored: {error}"))

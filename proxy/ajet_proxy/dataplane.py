@@ -19,13 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
-from ajet.protocol import POLICY_VERSION_HEADER
+from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, openai_error_body
 from ajet.types import EngineState
 from ajet_proxy.episodes import LiveEpisode, hash_key
 from ajet_proxy.limits import InputLimits, check_chat_shape
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
 from ajet_proxy.tokens import Extracted, StreamAccumulator, extract_response
+from ajet_store import StoreError
 from ajet_store.types import CallRecord, Deployment
 
 logger = logging.getLogger(__name__)
@@ -121,12 +122,14 @@ class DataPlane:
         else:
             status, data, dep, version = await self._send_aiohttp(call, body)
         if status == 200:
-            ex = extract_response(orjson.loads(data))
-            self._log(call, dep, version, data.decode(), ex, stream=False)
+            record = self._record(call, dep, version, data.decode(), extract_response(orjson.loads(data)), stream=False)
         else:
-            self._log(call, dep, version, data.decode(errors="replace"), Extracted(), stream=False,
-                      error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
-        call.finish()
+            record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream=False,
+                                  error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
+        try:
+            await self.s.writer.commit(record)  # durable before the agent sees the answer
+        finally:
+            call.finish()
         return Response(data, status_code=status, media_type=_media_type(status, data))
 
     async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
@@ -167,8 +170,8 @@ class DataPlane:
                 tried.append(dep.name)
                 call.ep.deployment = None
                 if len(tried) >= len(self.s.router.deployments):
-                    self._log(call, dep, dep.policy_version, None, Extracted(), stream=False,
-                              error=f"no deployment reachable: {exc!r}")
+                    self.s.writer.submit(self._record(call, dep, dep.policy_version, None, Extracted(), stream=False,
+                                                      error=f"no deployment reachable: {exc!r}"))
                     raise UpstreamUnavailable(f"no policy deployment reachable (tried {', '.join(tried)})") from exc
 
     # ------------------------------------------------------------------ streaming
@@ -185,22 +188,22 @@ class DataPlane:
         if status != 200:
             data = await resp.read()
             resp.release()
-            self._log(call, dep, version, data.decode(errors="replace"), Extracted(), stream=True,
-                      error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
-            call.finish()
-            return Response(data, status_code=status, media_type="application/json")
+            try:
+                await self.s.writer.commit(self._record(
+                    call, dep, version, data.decode(errors="replace"), Extracted(), stream=True,
+                    error=f"backend answered {status}: {data[:300].decode(errors='replace')}"))
+            finally:
+                call.finish()
+            return Response(data, status_code=status, media_type=_media_type(status, data))
 
-        async def relay() -> AsyncIterator[bytes]:
-            acc = StreamAccumulator()
+        async def chunks() -> AsyncIterator[bytes]:
             try:
                 async for chunk in resp.content.iter_any():
-                    acc.feed(chunk)
                     yield chunk
             finally:
                 resp.release()
-                self._log_stream(call, dep, version, acc)
 
-        return StreamingResponse(relay(), media_type="text/event-stream")
+        return StreamingResponse(self._relay(call, dep, version, chunks()), media_type="text/event-stream")
 
     async def _stream_litellm(self, call: "_Call", body: dict[str, Any]) -> Response:
         async def attempt(dep: Deployment) -> tuple[int, Any, int]:
@@ -214,41 +217,63 @@ class DataPlane:
 
         _status, it, dep, version = await self._with_failover(call, attempt)
 
-        async def relay() -> AsyncIterator[bytes]:
-            acc = StreamAccumulator()
-            try:
-                async for chunk in it:
-                    data = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
-                    acc.feed(data)
-                    yield data
-                acc.feed(b"data: [DONE]\n\n")
-                yield b"data: [DONE]\n\n"
-            finally:
-                self._log_stream(call, dep, version, acc)
+        async def chunks() -> AsyncIterator[bytes]:
+            async for chunk in it:
+                yield b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
+            yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(relay(), media_type="text/event-stream")
+        return StreamingResponse(self._relay(call, dep, version, chunks()), media_type="text/event-stream")
 
-    def _log_stream(self, call: "_Call", dep: Deployment, version: int, acc: StreamAccumulator) -> None:
-        error = None if acc.done and not acc.errors else (
-            f"stream error: {acc.errors[0]}" if acc.errors else "stream ended before [DONE]")
-        self._log(call, dep, version, orjson.dumps(acc.assembled_response()).decode(), acc.result(),
-                  stream=True, error=error)
-        call.finish()
+    async def _relay(self, call: "_Call", dep: Deployment, version: int, chunks: AsyncIterator[bytes]
+                     ) -> AsyncIterator[bytes]:
+        """Pass a stream through; the chunk that carries [DONE] is held until the call is committed.
+
+        A stream that ends early (the client went away, the backend broke off) is logged as such,
+        without waiting, since nobody is there to answer."""
+        acc, committed, disconnected = StreamAccumulator(), False, False
+        try:
+            async for chunk in chunks:
+                acc.feed(chunk)
+                if acc.done and not committed:
+                    committed = True
+                    try:
+                        await self.s.writer.commit(self._stream_record(call, dep, version, acc))
+                    except StoreError as exc:
+                        err = openai_error_body(ErrorCode.STORE_ERROR, str(exc)).model_dump()
+                        yield b"data: " + orjson.dumps(err) + b"\n\n"
+                        return
+                yield chunk
+        except (asyncio.CancelledError, GeneratorExit):
+            disconnected = True
+            raise
+        finally:
+            if not committed:
+                why = "the client disconnected before [DONE]" if disconnected else None
+                self.s.writer.submit(self._stream_record(call, dep, version, acc, why))
+            call.finish()
+
+    def _stream_record(self, call: "_Call", dep: Deployment, version: int, acc: StreamAccumulator,
+                       why: Optional[str] = None) -> CallRecord:
+        error = why or (None if acc.done and not acc.errors else (
+            f"stream error: {acc.errors[0]}" if acc.errors else "stream ended before [DONE]"))
+        return self._record(call, dep, version, orjson.dumps(acc.assembled_response()).decode(), acc.result(),
+                            stream=True, error=error)
 
     # ------------------------------------------------------------------ logging
-    def _log(self, call: "_Call", dep: Optional[Deployment], version: int, response: Optional[str], ex: Extracted,
-             stream: bool, error: Optional[str] = None) -> None:
+    def _record(self, call: "_Call", dep: Optional[Deployment], version: int, response: Optional[str],
+                ex: Extracted, stream: bool, error: Optional[str] = None) -> CallRecord:
+        """The call's log record (counted; a success without token ids is warned about)."""
         if error is not None:
             self.s.counters["errors"] += 1
         elif ex.prompt_ids is None or ex.completion_ids is None:
             logger.warning("episode %s call %d: backend returned no token ids; episode marked untrainable",
                            call.ep.uuid, call.seq)
-        self.s.writer.submit(CallRecord(
+        return CallRecord(
             episode_uuid=call.ep.uuid, seq=call.seq, request=call.raw.decode(errors="replace"), response=response,
             prompt_ids=ex.prompt_ids, completion_ids=ex.completion_ids, logprobs=ex.logprobs,
             finish_reason=ex.finish_reason, policy_version=version, deployment=dep.name if dep else None,
             latency_ms=(time.perf_counter() - call.t0) * 1000.0, created_at=time.time(), stream=stream,
-            error=error))
+            error=error)
 
 
 class _Call:

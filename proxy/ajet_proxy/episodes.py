@@ -61,11 +61,11 @@ class EpisodeRegistry:
     def __len__(self) -> int:
         return len(self._by_uuid)
 
-    def add_row(self, row: EpisodeRow) -> LiveEpisode:
-        """Register an open episode from its store row."""
+    def add_row(self, row: EpisodeRow, next_seq: int = 0) -> LiveEpisode:
+        """Register an open episode from its store row; its next call is numbered `next_seq`."""
         ep = LiveEpisode(uuid=row.uuid, key_hash=row.key_hash, client_id=row.client_id,
                          episode_type=row.episode_type, timeout_s=row.timeout_s, created_at=row.created_at,
-                         last_active=row.last_active_at, next_seq=row.num_calls)
+                         last_active=row.last_active_at, next_seq=next_seq)
         with self._lock:
             self._by_hash[ep.key_hash] = ep
             self._by_uuid[ep.uuid] = ep

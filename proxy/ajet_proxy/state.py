@@ -73,8 +73,10 @@ class ProxyState:
     async def lifespan(self, _app: Any) -> AsyncIterator[None]:
         """Start the writer, load open episodes and deployments, run the loops; flush on exit."""
         self.writer.start()
-        for row in self.store.episodes(status=EpisodeStatus.OPEN):
-            self.registry.add_row(row)
+        open_rows = self.store.episodes(status=EpisodeStatus.OPEN)
+        next_seqs = self.store.next_seqs([row.uuid for row in open_rows])
+        for row in open_rows:  # numbering goes on after the highest stored call, never reusing a number
+            self.registry.add_row(row, next_seq=next_seqs.get(row.uuid, 0))
         self._load_router(self.store.engine_row())
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),

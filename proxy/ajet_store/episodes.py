@@ -57,6 +57,10 @@ class EpisodeOps(Database):
             c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
                 status=EpisodeStatus.ENDED.value, task_id=task_id, reward=reward, is_success=is_success,
                 metadata=metadata, ended_at=now))
+            gap = _numbering_gap(c, uuid)
+            if gap is not None:  # a call numbered but never stored (the proxy died mid-call): never train it
+                c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
+                    untrainable=True, untrainable_reason=gap))
             rows.touch_client(c, client_id, now, "ended")
             return rows.episode(c, uuid), True
 
@@ -143,6 +147,16 @@ class EpisodeOps(Database):
         return [RewardedEpisode(p.uuid, p.task_id, p.reward, tuple(self.calls(p.uuid))) for p in batch]
 
     # ------------------------------------------------------------------ calls
+    def next_seqs(self, uuids: Sequence[str]) -> dict[str, int]:
+        """For each episode with calls: one past its highest call number (where numbering goes on)."""
+        if not uuids:
+            return {}
+        lc = t.llm_calls.c
+        q = sa.select(lc.episode_uuid, sa.func.max(lc.seq)).where(lc.episode_uuid.in_(list(uuids))).group_by(
+            lc.episode_uuid)
+        with self._read() as c:
+            return {uuid: top + 1 for uuid, top in c.execute(q)}
+
     def write_calls(self, records: Sequence[CallRecord]) -> None:
         """Insert a batch of calls; refresh each episode's activity and flag untrainable ones."""
         if not records:
@@ -169,3 +183,13 @@ class EpisodeOps(Database):
             t.llm_calls.c.seq, t.llm_calls.c.id)
         with self._read() as c:
             return [rows.call_from(m) for m in c.execute(q).mappings()]
+
+
+def _numbering_gap(c: sa.Connection, uuid: str) -> Optional[str]:
+    """Why an episode's calls are known to be incomplete (numbers 0..max with some missing), else None."""
+    lc = t.llm_calls.c
+    count, top = c.execute(sa.select(sa.func.count(sa.distinct(lc.seq)), sa.func.max(lc.seq))
+                           .where(lc.episode_uuid == uuid)).one()
+    if top is None or count == top + 1:
+        return None
+    return f"calls numbered up to {top} but only {count} stored: a call was lost (e.g. a proxy crash mid-call)"

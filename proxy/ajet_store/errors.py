@@ -35,7 +35,7 @@ class NotRolling(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The store URL is malformed, or its database cannot be opened or created."""
+    """The store URL is malformed, its database cannot be opened or created, or a write failed for good."""
 
 
 class SchemaMismatch(StoreError):

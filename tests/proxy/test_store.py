@@ -111,6 +111,23 @@ def test_eval_and_untrainable_episodes_stay_out_of_the_pool(st):
     assert st.pool_episodes() == []
 
 
+def test_a_gap_in_call_numbers_keeps_an_episode_out_of_training(st):
+    rolling(st)
+
+    def call(uuid: str, seq: int) -> CallRecord:
+        return CallRecord(uuid, seq, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, time.time())
+
+    for uuid, seqs in (("gap", [0, 1, 3]), ("whole", [0, 1, 2])):
+        st.begin_episode(uuid, "h" + uuid, "c", "train", 10)
+        st.write_calls([call(uuid, s) for s in seqs])
+    assert st.next_seqs(["gap", "whole", "none"]) == {"gap": 4, "whole": 3}  # numbering never reuses a number
+    for uuid in ("gap", "whole"):
+        st.end_episode(uuid, "c", "t", 1.0, None, {})
+    gap = st.get_episode("gap")
+    assert gap.untrainable and "up to 3 but only 3 stored" in gap.untrainable_reason
+    assert [p.uuid for p in st.pool_episodes()] == ["whole"]
+
+
 def test_deployments_bump_version(st):
     v0 = st.engine_row().deployments_version
     st.register_deployment(Deployment("a", "http://x/v1", "m", 0))

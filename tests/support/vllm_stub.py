@@ -23,6 +23,7 @@ import hashlib
 import os
 import sys
 import time
+import uuid
 from typing import Any, Optional
 
 import orjson
@@ -62,6 +63,12 @@ def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
 def completion_text(prompt_ids: list[int], seed: Any, max_tokens: int) -> str:
     digest = hashlib.sha256(orjson.dumps([prompt_ids[-64:], seed, len(prompt_ids)])).hexdigest()
     return ("reply " + digest)[: max(1, min(max_tokens, 24))]
+
+
+
+def _completion_id() -> str:
+    """A fresh id per answer, as a real server gives (tests find a given answer in the store by it)."""
+    return f"chatcmpl-stub-{uuid.uuid4().hex}"
 
 
 class HFTokens:
@@ -135,7 +142,7 @@ class Stub:
                                               for k, i in enumerate(ids)]}
         if want_ids:
             choice["token_ids"] = ids
-        out: dict[str, Any] = {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
+        out: dict[str, Any] = {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
                                "model": model, "choices": [choice],
                                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
                                          "total_tokens": len(prompt) + len(ids)}}
@@ -147,7 +154,7 @@ class Stub:
                       text: str, calls: list[dict[str, Any]], finish: str, want_ids: bool) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
+        base = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": body.get("model", "")}
 
         async def send(obj: dict[str, Any]) -> None:
