@@ -14,6 +14,7 @@ from ajet_store.batch_policy import (
     rollout_until_finish_enough_tasks,
     select_batch,
 )
+from ajet_store.engine_state import QUARANTINE_AFTER
 from ajet_store.engines import DEFAULT_DB, sqlite_url
 from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import (
@@ -32,6 +33,7 @@ from ajet_store.types import CallRecord, Deployment, EngineRow, EpisodeRow, Pool
 
 __all__ = [
     "DEFAULT_DB",
+    "QUARANTINE_AFTER",
     "SCHEMA_VERSION",
     "TRAINER_TIMEOUT_S",
     "AlreadyConsumed",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import sqlalchemy as sa
 
@@ -13,6 +13,9 @@ from ajet_store import tables as t
 from ajet_store.db import Database
 from ajet_store.errors import WrongState
 from ajet_store.types import EngineRow
+
+QUARANTINE_AFTER = 2
+"""Failed updates of one batch in a row before its episodes are quarantined (never trained)."""
 
 
 class EngineStateOps(Database):
@@ -45,6 +48,33 @@ class EngineStateOps(Database):
         with self._tx() as c:
             c.execute(t.engine_state.update().values(trainer_heartbeat=time.time()))
 
+    def record_trainer_error(self, message: str, to: Optional[EngineState] = None) -> EngineRow:
+        """Keep the trainer's failure where clients see it (`last_error`); optionally move to `to`."""
+        with self._tx() as c:
+            now = time.time()
+            values: dict[str, Any] = {"last_error": message[:1024], "last_error_at": now}
+            if to is not None and rows.engine(c).state != to:
+                values.update(state=to.value, state_since=now)
+            c.execute(t.engine_state.update().values(**values))
+            return rows.engine(c)
+
+    def record_update_failure(self, message: str, batch_uuids: Sequence[str], to: EngineState) -> bool:
+        """Count a failed update of this batch; at the `QUARANTINE_AFTER`-th failure in a row, mark its
+        episodes untrainable ("quarantined") so it is never tried again. Moves to `to`; True if quarantined."""
+        e = t.episodes.c
+        with self._tx() as c:
+            failures = rows.engine(c).update_failures + 1
+            quarantine = failures >= QUARANTINE_AFTER
+            if quarantine and batch_uuids:
+                c.execute(t.episodes.update().where(e.uuid.in_(list(batch_uuids)), e.consumed_step.is_(None)).values(
+                    untrainable=True, untrainable_reason=f"quarantined: the update failed {failures} times: "
+                                                         f"{message}"[:256]))
+            now = time.time()
+            c.execute(t.engine_state.update().values(
+                last_error=message[:1024], last_error_at=now, update_failures=0 if quarantine else failures,
+                state=to.value, state_since=now))
+            return quarantine
+
     def sync_job(self, job: dict[str, Any]) -> EngineRow:
         """Store the job (only while OFFLINE); its collection method becomes the batch mode.
 
@@ -68,7 +98,8 @@ class EngineStateOps(Database):
             if cur.state != EngineState.OFFLINE:
                 return cur, False
             _write_job(c, cur, job)
-            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time()))
+            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time(),
+                                                     last_error=None, last_error_at=None))
             return rows.engine(c), True
 
     def start(self) -> EngineRow:
@@ -80,7 +111,8 @@ class EngineStateOps(Database):
             if cur.state != EngineState.OFFLINE:
                 raise WrongState(f"cannot go to {EngineState.BOOTING.value} from {cur.state.value}",
                                  state=cur.state.value)
-            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time()))
+            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time(),
+                                                     last_error=None, last_error_at=None))
             return rows.engine(c)
 
     def set_batch_mode(self, mode: BatchMode) -> EngineRow:

@@ -99,6 +99,12 @@ class EpisodeOps(Database):
             q = sa.select(t.episodes.c.uuid).where(t.episodes.c.status == EpisodeStatus.OPEN.value)
             return {r[0] for r in c.execute(q)}
 
+    def count_episodes(self, uuids: Sequence[str]) -> int:
+        """How many of `uuids` are episodes of this store."""
+        with self._read() as c:
+            return int(c.execute(sa.select(sa.func.count()).select_from(t.episodes)
+                                 .where(t.episodes.c.uuid.in_(list(uuids)))).scalar() or 0)
+
     def get_episode(self, uuid: str) -> EpisodeRow:
         """One episode (`NotFound` if unknown)."""
         with self._read() as c:
@@ -167,6 +173,7 @@ class EpisodeOps(Database):
         e = t.episodes.c
         with self._tx() as c:
             c.execute(t.llm_calls.insert(), [rows.call_row(r) for r in records])
+            rows.add_to_counters(c, calls=len(records), call_errors=sum(r.error is not None for r in records))
             for uuid, recs in per_episode.items():
                 latest = max(r.created_at for r in recs)
                 c.execute(t.episodes.update().where(e.uuid == uuid).values(

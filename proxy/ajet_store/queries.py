@@ -7,6 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ajet.types import EpisodeStatus
+from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 
@@ -20,9 +21,8 @@ class StatsOps(Database):
             out = {s.value: 0 for s in EpisodeStatus}
             for status, n in c.execute(sa.select(t.episodes.c.status, sa.func.count()).group_by(t.episodes.c.status)):
                 out[status] = n
-            out["calls"] = c.execute(sa.select(sa.func.count()).select_from(t.llm_calls)).scalar() or 0
-            out["call_errors"] = c.execute(sa.select(sa.func.count()).select_from(t.llm_calls)
-                                           .where(t.llm_calls.c.error.is_not(None))).scalar() or 0
+            kept = rows.counters(c)  # kept as calls are written: never a scan of the call log
+            out["calls"], out["call_errors"] = kept.get("calls", 0), kept.get("call_errors", 0)
             return out
 
     def missions(self) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ def engine(c: sa.Connection) -> EngineRow:
     """The single engine row, read in the caller's transaction."""
     m = c.execute(sa.select(t.engine_state).where(t.engine_state.c.id == 1)).mappings().one()
     return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
-                     BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"])
+                     BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"],
+                     m["last_error"], m["last_error_at"], m["update_failures"] or 0)
 
 
 def episode(c: sa.Connection, uuid: str) -> EpisodeRow:
@@ -72,3 +73,15 @@ def touch_client(c: sa.Connection, client_id: str, now: float, counter: str) -> 
     if res.rowcount == 0:
         counts = {"begun": 0, "ended": 0, "aborted": 0, counter: 1}
         c.execute(t.clients.insert().values(client_id=client_id, first_seen=now, last_seen=now, **counts))
+
+
+def add_to_counters(c: sa.Connection, **deltas: int) -> None:
+    """Add to the named totals in the caller's transaction (one UPDATE per non-zero delta)."""
+    for name, delta in deltas.items():
+        if delta:
+            c.execute(t.counters.update().where(t.counters.c.name == name).values(value=t.counters.c.value + delta))
+
+
+def counters(c: sa.Connection) -> dict[str, int]:
+    """The kept totals."""
+    return {name: int(value) for name, value in c.execute(sa.select(t.counters.c.name, t.counters.c.value))}

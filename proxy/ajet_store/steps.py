@@ -38,7 +38,8 @@ class StepOps(Database):
             c.execute(t.steps.insert().values(step=step, policy_version=policy_version,
                                               num_episodes=len(episode_uuids), reward_mean=reward_mean,
                                               metrics=metrics, finished_at=time.time()))
-            c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version))
+            c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version,
+                                                     update_failures=0))
 
     def rollback_to_step(self, step: int, policy_version: int) -> list[str]:
         """Forget the steps after `step` (their weights were lost with a crashed trainer).

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = sa.MetaData()
 
@@ -34,7 +34,17 @@ engine_state = sa.Table(
     sa.Column("deployments_version", sa.Integer, nullable=False, default=0),
     sa.Column("run_id", sa.Integer, nullable=False, default=0),
     sa.Column("trainer_heartbeat", sa.Float, nullable=True),
+    sa.Column("last_error", sa.String(1024), nullable=True),
+    sa.Column("last_error_at", sa.Float, nullable=True),
+    sa.Column("update_failures", sa.Integer, nullable=False, default=0, server_default="0"),
 )
+
+counters = sa.Table(
+    "counters", metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+"""Totals kept as the data is written (`calls`, `call_errors`), so statistics never count the call log."""
 
 episodes = sa.Table(
     "episodes", metadata,

@@ -34,6 +34,12 @@ class EngineRow:
     """Bumped when a different job is synced; the rollout pool holds only this run's episodes."""
     trainer_heartbeat: Optional[float] = None
     """Unix time of the trainer's last sign of life (None: no trainer has written one)."""
+    last_error: Optional[str] = None
+    """The trainer's last failure (a boot refused, an update that raised), shown by the monitor and status."""
+    last_error_at: Optional[float] = None
+    """Unix time of `last_error`."""
+    update_failures: int = 0
+    """Failed updates of the current batch in a row; at `QUARANTINE_AFTER` the batch is quarantined."""
 
 
 @dataclass(frozen=True)

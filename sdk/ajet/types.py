@@ -239,6 +239,10 @@ class EngineStatus(WireModel):
     """Whether a job configuration has been synced."""
     experiment_name: Optional[str] = None
     """The synced job's experiment name."""
+    last_error: Optional[str] = None
+    """The trainer's last failure (a refused boot, an update that raised; None when all went well)."""
+    last_error_age_s: Optional[float] = None
+    """Seconds since `last_error` happened."""
 
 
 class OkResponse(WireModel):

@@ -128,3 +128,27 @@ def test_stopped_proxy_shows_disconnected_and_reconnects(module_tmp, stub):
         asyncio.run(scenario())
     finally:
         px.close()
+
+
+def test_the_trainers_last_error_is_shown(tmp_path):
+    """A refused boot is written to the store by the trainer; the monitor's header names it."""
+    from ajet.types import EngineState
+    from ajet_store import Store
+
+    url = sqlite_url(tmp_path / "err.db")
+    st = Store(url)
+    st.record_trainer_error("boot failed: CheckpointError: checkpoint A does not match store B", to=EngineState.OFFLINE)
+    px = start_proxy(tmp_path, url)
+
+    async def scenario():
+        app = Overwatch(px.url, refresh=0.2)
+        async with app.run_test(size=(150, 40)) as pilot:
+            await settle(pilot, lambda: "trainer error" in text(app, "#status"))
+            return text(app, "#status")
+
+    try:
+        status = asyncio.run(scenario())
+    finally:
+        px.close()
+        st.close()
+    assert "checkpoint A does not match store B" in status and "engine OFFLINE" in status

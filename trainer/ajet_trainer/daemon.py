@@ -7,6 +7,11 @@ WEIGHT_SYNCING: assemble samples, GRPO update, new weights live, checkpoint when
 (marking its episodes consumed in the same transaction) -> ROLLING. `stop_engine` (OFFLINE, from any
 client, in any state) tears the session down. A trainer that starts while the store is in another
 state than OFFLINE is a restart after a crash: it boots, rolls back to its last checkpoint and goes on.
+
+Failures never leave the engine stuck: a boot that raises (e.g. a checkpoint that does not match the
+store) goes back to OFFLINE; an update that raises reboots the session from its last checkpoint, and a
+batch that fails `QUARANTINE_AFTER` times in a row is quarantined. Either way the reason is kept in the
+store (`last_error`), where `get_engine_status` and the monitor show it.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from ajet.job import AgentJetJob
 from ajet.types import EngineState
-from ajet_store import Store, WrongState, select_batch
+from ajet_store import QUARANTINE_AFTER, Store, WrongState, select_batch
 from ajet_store.types import EngineRow, PoolEpisode
 from ajet_trainer.backends import open_session
 from ajet_trainer.options import TrainerOptions
@@ -84,18 +89,45 @@ class TrainerDaemon:
             self.teardown(final_checkpoint=True)  # another job was synced: start over with it
         try:
             if self.session is None or row.state == EngineState.BOOTING:
-                self.boot(row)
-                return True
+                return self._guarded(self.boot, row, self._boot_failed)
             if row.state == EngineState.ROLLING:
                 return self.maybe_close_batch(self.session, row)
             if row.state == EngineState.ROLLING_POST:
                 return self.drain(self.session)
             if row.state == EngineState.WEIGHT_SYNCING:
-                self.train_step(self.session, row)
-                return True
+                return self._guarded(lambda r: self.train_step(self.session, r), row, self._update_failed)
         except WrongState as exc:  # a client stopped the engine under our feet
             logger.info("state changed during %s: %s", row.state.value, exc.detail)
         return False
+
+    # ------------------------------------------------------------------ failures
+    def _guarded(self, work: Callable[[EngineRow], None], row: EngineRow,
+                 on_failure: Callable[[EngineRow, Exception], None]) -> bool:
+        """Run one state's work; a failure leaves the engine in a state clients can use, never stuck."""
+        try:
+            work(row)
+        except WrongState:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure: record it where clients see it, recover
+            logger.exception("%s failed", row.state.value)
+            on_failure(row, exc)
+        return True
+
+    def _boot_failed(self, _row: EngineRow, exc: Exception) -> None:
+        """A boot that failed will not succeed by itself (a bad model, a checkpoint of another store):
+        back to OFFLINE with the reason, so clients stop waiting and see why."""
+        self.teardown(final_checkpoint=False)
+        self.store.record_trainer_error(f"boot failed: {type(exc).__name__}: {exc}", to=EngineState.OFFLINE)
+
+    def _update_failed(self, row: EngineRow, exc: Exception) -> None:
+        """An update that raised: its weights are suspect, so the session reboots from its last checkpoint
+        (BOOTING -> ROLLING); a batch failing `QUARANTINE_AFTER` times in a row is quarantined."""
+        batch = self._batch(self.session, row) if self.session is not None else []
+        self.teardown(final_checkpoint=False)
+        quarantined = self.store.record_update_failure(f"update failed: {type(exc).__name__}: {exc}",
+                                                       [p.uuid for p in batch], to=EngineState.BOOTING)
+        if quarantined:
+            logger.error("quarantined a batch of %d episode(s) after %d failed updates", len(batch), QUARANTINE_AFTER)
 
     # ------------------------------------------------------------------ states
     def boot(self, row: EngineRow) -> None:

@@ -145,7 +145,7 @@ def _restore(job: AgentJetJob, exp_dir: Path, model: PolicyModel, learner: Learn
         state = load_checkpoint(ckpt, model, learner.optimizer)
         step, pending = int(state["step"]), state.get("pending_record")
         logger.info("restored checkpoint %s", ckpt)
-    reconcile_store(store, step, pending)
+    reconcile_store(store, step, pending, str(ckpt or ""))
     return step
 
 

@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 
 from ajet_store import Store
 from ajet_store.types import PoolEpisode
+from ajet_trainer.errors import CheckpointError
 from ajet_trainer.metrics import MetricsLog
 from ajet_trainer.types import Metrics
 
@@ -41,14 +42,41 @@ def record_step(store: Store, log: MetricsLog, step: int, policy_version: int, b
                 metrics.get("loss"), metrics.get("train_s", 0.0))
 
 
-def reconcile_store(store: Store, step: int, pending: Optional[dict[str, Any]]) -> None:
+def checkpoint_mismatch(step: int, pending: Optional[dict[str, Any]], recorded: set[int],
+                        known_episodes: int) -> Optional[str]:
+    """Why a checkpoint of `step` cannot belong to a store that recorded `recorded` steps (None if it can).
+
+    The store may be ahead of the checkpoint (steps after it are undone) or one step behind it when the
+    checkpoint carries that step's record (`pending`, finished on restore), never further behind; and the
+    pending step's episodes (`known_episodes` of them found) must be this store's.
+    """
+    if step == 0:
+        return None
+    behind = step - 1 if pending and pending.get("episode_uuids") else step
+    if behind > 0 and behind not in recorded:
+        last = max(recorded, default=0)
+        return f"the checkpoint is at step {step}, the store has recorded steps only up to {last}"
+    if step not in recorded and pending and known_episodes != len(pending.get("episode_uuids", [])):
+        return f"the checkpoint's step {step} trained episodes this store does not have"
+    return None
+
+
+def reconcile_store(store: Store, step: int, pending: Optional[dict[str, Any]], source: str = "") -> None:
     """Make the store agree with a checkpoint of `step` (the trainer's truth after a restart).
 
     `pending` is the record of the checkpointed step as saved with it (`episode_uuids`, `reward_mean`):
     a crash between checkpoint and record is finished here. Steps after the checkpoint are undone and
-    their episodes return to the pool.
+    their episodes return to the pool. A checkpoint of another store (`checkpoint_mismatch`) is refused
+    with `CheckpointError` naming both, `source` being where the checkpoint lies.
     """
     recorded = {s.step for s in store.steps()}
+    uuids = list((pending or {}).get("episode_uuids") or [])
+    known = store.count_episodes(uuids) if uuids and step not in recorded else len(uuids)
+    why = checkpoint_mismatch(step, pending, recorded, known)
+    if why is not None:
+        raise CheckpointError(f"checkpoint {source or f'of step {step}'} does not match store {store.url}: {why}. "
+                              "Use a fresh --experiment-dir for this store, or the store this experiment was "
+                              "trained with.")
     if step > 0 and pending and pending.get("episode_uuids") and step not in recorded:
         store.rollback_to_step(step - 1, step - 1)
         store.record_step(step, step, list(pending["episode_uuids"]), pending["reward_mean"], {"restored": True})

@@ -201,7 +201,7 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
     trainer.init_workers()
     with tracker_env(exp_dir):
         step = trainer.begin()
-    reconcile_store(store, step, trainer.train_dataloader.restored or None)
+    reconcile_store(store, step, trainer.train_dataloader.restored or None, str(exp_dir))
     # verl's vLLM server takes the model path as its served model name
     session = VerlSession(job, run_id, store, exp_dir, trainer, model_path, step, owns_ray)
     logger.info("verl session: %s, step %d, replicas %s, experiment %s", job.model, step,

@@ -1,0 +1,154 @@
+"""A trainer failure never leaves the engine stuck: the state machine with a session that fails on demand."""
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import pytest
+
+from ajet import AgentJetJob
+from ajet.types import EngineState
+from ajet_store import QUARANTINE_AFTER, Store, sqlite_url
+from ajet_store.types import Deployment, PoolEpisode
+from ajet_trainer import daemon as daemon_mod
+from ajet_trainer.daemon import TrainerDaemon
+from ajet_trainer.errors import CheckpointError
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.steps import checkpoint_mismatch, reconcile_store
+
+JOB = AgentJetJob(batch_size=1, num_repeat=2)
+
+
+@dataclass
+class FakeSession:
+    """A `TrainingSession` whose `train` raises while `failures` says so."""
+
+    job: AgentJetJob
+    run_id: int
+    store: Store
+    failures: list[str] = field(default_factory=list)
+    step: int = 0
+
+    @property
+    def policy_version(self) -> int:
+        return self.step
+
+    @property
+    def base_url(self) -> str:
+        return "http://127.0.0.1:9/v1"
+
+    def deployments(self) -> list[Deployment]:
+        return [Deployment("fake", self.base_url, "policy", self.step)]
+
+    def register(self) -> None:
+        self.store.register_deployments(self.deployments())
+
+    def train(self, batch: Sequence[PoolEpisode], timers: dict) -> dict:
+        if self.failures:
+            raise RuntimeError(self.failures.pop(0))
+        self.step += 1
+        self.store.record_step(self.step, self.step, [p.uuid for p in batch], 0.5, {})
+        return {}
+
+    def close(self, final_checkpoint: bool) -> None:
+        pass
+
+
+@pytest.fixture
+def rig(tmp_path, monkeypatch):
+    st = Store(sqlite_url(tmp_path / "d.db"))
+    plan: dict[str, Optional[list[str]]] = {"train_failures": [], "boot_error": None}
+
+    def open_session(job, run_id, store, opts):
+        if plan["boot_error"]:
+            raise CheckpointError(plan["boot_error"])
+        return FakeSession(job, run_id, store, failures=plan["train_failures"])
+
+    monkeypatch.setattr(daemon_mod, "open_session", open_session)
+    d = TrainerDaemon(TrainerOptions(db_url=st.url, experiment_dir=str(tmp_path / "exp")))
+    st.sync_job(JOB.model_dump())
+    st.start()
+    yield d, st, plan
+    d.teardown(final_checkpoint=False)
+    d.store.close()
+    st.close()
+
+
+def fill_batch(st: Store, tag: str) -> list[str]:
+    uuids = []
+    for i in range(2):
+        uuid = f"{tag}{i}"
+        st.begin_episode(uuid, "h" + uuid, "c", "train", 60)
+        st.end_episode(uuid, "c", "task", float(i), None, {})
+        uuids.append(uuid)
+    return uuids
+
+
+def run_to(d: TrainerDaemon, st: Store, state: EngineState, ticks: int = 8) -> None:
+    for _ in range(ticks):
+        if st.engine_row().state == state:
+            return
+        d.tick()
+    assert st.engine_row().state == state
+
+
+def test_an_update_that_raises_reboots_and_a_batch_failing_twice_is_quarantined(rig):
+    d, st, plan = rig
+    plan["train_failures"] += ["boom 1", "boom 2"]
+    d.tick()
+    assert st.engine_row().state == EngineState.ROLLING
+    batch = fill_batch(st, "a")
+    d.tick(), d.tick(), d.tick()  # ROLLING -> ROLLING_POST -> WEIGHT_SYNCING -> the update raises
+    row = st.engine_row()
+    assert row.state == EngineState.BOOTING and row.update_failures == 1 and "boom 1" in row.last_error
+    run_to(d, st, EngineState.ROLLING)  # rebooted from the last checkpoint: clients can go on
+    assert [p.uuid for p in st.pool_episodes()] == batch  # tried once more
+    d.tick(), d.tick(), d.tick()
+    row = st.engine_row()
+    assert "boom 2" in row.last_error and row.update_failures == 0
+    assert QUARANTINE_AFTER == 2 and st.pool_episodes() == []
+    assert all("quarantined" in st.get_episode(u).untrainable_reason for u in batch)
+    run_to(d, st, EngineState.ROLLING)
+    fill_batch(st, "b")  # the next batch trains as usual
+    run_to(d, st, EngineState.ROLLING_POST), run_to(d, st, EngineState.ROLLING)
+    assert [s.step for s in st.steps()] == [1] and st.engine_row().update_failures == 0
+
+
+def test_a_boot_that_fails_goes_back_to_offline_with_the_reason(rig):
+    d, st, plan = rig
+    plan["boot_error"] = "checkpoint X does not match store Y"
+    d.tick()
+    row = st.engine_row()
+    assert row.state == EngineState.OFFLINE and "does not match store Y" in row.last_error
+    d.tick()
+    assert st.engine_row().state == EngineState.OFFLINE  # not BOOTING forever
+    st.start()  # the user fixes it and starts again: the error is cleared
+    plan["boot_error"] = None
+    d.tick()
+    assert st.engine_row().state == EngineState.ROLLING and st.engine_row().last_error is None
+
+
+def test_the_error_shows_in_get_engine_status(rig):
+    from ajet_proxy.stats import engine_status
+
+    d, st, plan = rig
+    plan["boot_error"] = "no such model"
+    d.tick()
+    status = engine_status(st.engine_row(), now=st.engine_row().last_error_at + 3)
+    assert status.state == EngineState.OFFLINE and "no such model" in status.last_error
+    assert status.last_error_age_s == pytest.approx(3)
+
+
+@pytest.mark.parametrize("step,pending,recorded,known,ok", [
+    (0, None, set(), 0, True), (5, None, {1, 2, 3, 4, 5}, 0, True), (5, None, {1, 2, 3, 4, 5, 6, 7}, 0, True),
+    (5, {"episode_uuids": ["a"]}, {1, 2, 3, 4}, 1, True), (5, None, {1, 2, 3, 4}, 0, False),
+    (18, {"episode_uuids": ["a"] * 32}, set(), 0, False), (5, {"episode_uuids": ["a", "b"]}, {1, 2, 3, 4}, 1, False)])
+def test_checkpoint_mismatch(step, pending, recorded, known, ok):
+    assert (checkpoint_mismatch(step, pending, recorded, known) is None) == ok
+
+
+def test_reusing_an_experiment_with_a_fresh_store_is_refused_naming_both(tmp_path):
+    st = Store(sqlite_url(tmp_path / "fresh.db"))
+    with pytest.raises(CheckpointError) as info:
+        reconcile_store(st, 18, {"episode_uuids": ["x"] * 32, "reward_mean": 0.5}, "/exp/step_18")
+    assert "/exp/step_18" in str(info.value) and st.url in str(info.value) and "fresh --experiment-dir" in str(info.value)
+    st.close()
