@@ -167,6 +167,24 @@ def plot(args: argparse.Namespace) -> None:
     print(f"plotted {len(steps)} steps to {plot_steps(steps, Path(args.out), title)}")
 
 
+def prune(args: argparse.Namespace) -> None:
+    """Drop the bodies of calls trained more than --keep-steps steps ago; --vacuum returns the space."""
+    import os.path
+
+    store = _store(args)
+    try:
+        path = store.url.removeprefix("sqlite:///") if store.url.startswith("sqlite:///") else None
+        before = os.path.getsize(path) if path else None
+        n = store.prune_bodies(args.keep_steps)
+        if args.vacuum:
+            store.vacuum()
+        after = os.path.getsize(path) if path else None
+    finally:
+        store.close()
+    size = f"; file {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB" if before is not None and after is not None else ""
+    print(f"pruned the bodies of {n} call(s) trained more than {args.keep_steps} step(s) ago{size}")
+
+
 def db_upgrade(args: argparse.Namespace) -> None:
     """Migrate the store to this code's schema (episodes kept); a store already there is left alone."""
     from ajet_store.migrate import upgrade
@@ -197,7 +215,11 @@ def _main(argv: Optional[list[str]] = None) -> int:
     upg = db.add_parser("upgrade", help="migrate an older store to this version's schema (episodes are kept)")
     plt = sub.add_parser("plot", help="draw reward, entropy, log-prob gap and episodes per step into a PNG")
     plt.add_argument("--out", default="reward.png")
-    for p in (lst, show, exp, upg, plt):
+    prn = sub.add_parser("prune", help="drop request/response bodies of calls trained more than N steps ago "
+                                       "(token ids, rewards and metrics stay)")
+    prn.add_argument("--keep-steps", type=int, required=True, help="keep the bodies of the last N steps' episodes")
+    prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
+    for p in (lst, show, exp, upg, plt, prn):
         p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     args = parser.parse_args(argv)
     if args.command == "start":
@@ -212,6 +234,8 @@ def _main(argv: Optional[list[str]] = None) -> int:
         db_upgrade(args)
     elif args.command == "plot":
         plot(args)
+    elif args.command == "prune":
+        prune(args)
     return 0
 
 

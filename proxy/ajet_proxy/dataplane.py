@@ -71,6 +71,11 @@ def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
     return up
 
 
+def upstream_headers(dep: Deployment) -> dict[str, str]:
+    """JSON, and the engine's internal key when it has one."""
+    return {**_JSON, "Authorization": f"Bearer {dep.api_key}"} if dep.api_key else _JSON
+
+
 class DataPlane:
     """Handlers of the data-plane routes; holds no state of its own."""
 
@@ -135,7 +140,7 @@ class DataPlane:
     async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
         async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
             async with self.s.http.post(dep.base_url + "/chat/completions", data=orjson.dumps(upstream_body(body, dep)),
-                                        headers=_JSON) as resp:
+                                        headers=upstream_headers(dep)) as resp:
                 data = await resp.read()
                 return resp.status, data, _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
 
@@ -181,7 +186,7 @@ class DataPlane:
 
         async def attempt(dep: Deployment) -> tuple[int, Any, int]:
             resp = await self.s.http.post(dep.base_url + "/chat/completions",
-                                          data=orjson.dumps(upstream_body(body, dep)), headers=_JSON)
+                                          data=orjson.dumps(upstream_body(body, dep)), headers=upstream_headers(dep))
             return resp.status, resp, _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
 
         status, resp, dep, version = await self._with_failover(call, attempt)

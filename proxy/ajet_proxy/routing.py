@@ -40,7 +40,7 @@ def build_model_list(deps: Iterable[Deployment]) -> list[dict[str, Any]]:
     """LiteLLM Router model list: each deployment in the `policy` group and under its own name."""
     out = []
     for d in deps:
-        params = {"model": litellm_model_name(d), "api_base": d.base_url, "api_key": "ajet-internal"}
+        params = {"model": litellm_model_name(d), "api_base": d.base_url, "api_key": d.api_key or "ajet-internal"}
         out.append({"model_name": POLICY_GROUP, "litellm_params": dict(params), "model_info": {"id": d.name}})
         out.append({"model_name": d.name, "litellm_params": dict(params), "model_info": {"id": f"{d.name}#direct"}})
     return out

@@ -15,7 +15,7 @@ from ajet_store.batch_policy import (
     select_batch,
 )
 from ajet_store.engine_state import QUARANTINE_AFTER
-from ajet_store.engines import DEFAULT_DB, sqlite_url
+from ajet_store.engines import DEFAULT_DB, redact_url, sqlite_url
 from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import (
     AlreadyConsumed,
@@ -58,6 +58,7 @@ __all__ = [
     "rollout_until_finish_enough_episodes",
     "rollout_until_finish_enough_non_dummy_tasks",
     "rollout_until_finish_enough_tasks",
+    "redact_url",
     "select_batch",
     "sqlite_url",
 ]

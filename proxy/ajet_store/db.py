@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from ajet.types import BatchMode, EngineState
 from ajet_store import migrate
-from ajet_store.engines import DEFAULT_FILE_MODE, make_engines
+from ajet_store.engines import DEFAULT_FILE_MODE, make_engines, redact_url
 from ajet_store import tables as t
 from ajet_store.errors import StoreUnavailable
 
@@ -31,13 +31,13 @@ class Database:
         try:
             self._w, self._r = make_engines(url, file_mode)
         except (sa.exc.ArgumentError, ImportError, OSError) as exc:  # a bad URL, a missing driver, a bad path
-            raise StoreUnavailable(f"cannot use store URL {url!r}: {exc}") from exc
+            raise StoreUnavailable(f"cannot use store URL {redact_url(url)!r}: {exc}") from exc
         try:
             t.metadata.create_all(self._w)
             self._init_rows()
         except sa.exc.OperationalError as exc:
             self.close()
-            raise StoreUnavailable(f"cannot open store {url!r}: {exc.orig}") from exc
+            raise StoreUnavailable(f"cannot open store {redact_url(url)!r}: {exc.orig}") from exc
         except BaseException:
             self.close()
             raise
@@ -71,7 +71,7 @@ class Database:
                 c.execute(t.meta.insert().values(key="schema_version", value=str(t.SCHEMA_VERSION)))
                 migrate.stamp_head(c)
             else:
-                migrate.check_version(int(version), self.url)
+                migrate.check_version(int(version), redact_url(self.url))
             if c.execute(sa.select(t.engine_state.c.id)).first() is None:
                 c.execute(t.engine_state.insert().values(
                     id=1, state=EngineState.OFFLINE.value, state_since=time.time(), job=None, global_step=0,

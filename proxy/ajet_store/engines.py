@@ -43,6 +43,14 @@ def _sqlite_engine(url: str, immediate: bool) -> sa.Engine:
     return eng
 
 
+def redact_url(url: str) -> str:
+    """The store URL with its password masked (`***`): what logs and error messages show."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a malformed URL: show its scheme only, it may still hold a secret
+        return url.split(":", 1)[0] + ":(unparsable URL)"
+
+
 def driver_url(url: str) -> str:
     """The URL SQLAlchemy is given: a plain `postgresql://` URL is driven by psycopg 3 (the `postgres` extra);
     one that names its driver (`postgresql+psycopg2://`) is left alone."""

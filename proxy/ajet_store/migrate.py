@@ -16,7 +16,7 @@ from typing import Optional
 import sqlalchemy as sa
 
 from ajet_store import tables as t
-from ajet_store.engines import make_engines
+from ajet_store.engines import make_engines, redact_url
 from ajet_store.errors import SchemaMismatch
 
 logger = logging.getLogger(__name__)
@@ -80,5 +80,5 @@ def upgrade(url: str, revision: str = "head") -> tuple[Optional[int], int]:
         engine.dispose()
         reader.dispose()
     assert after is not None
-    logger.info("store %s: schema %s -> %d", url, before, after)
+    logger.info("store %s: schema %s -> %d", redact_url(url), before, after)
     return before, after

@@ -15,6 +15,10 @@ from ajet_store.errors import AlreadyConsumed
 from ajet_store.types import Deployment, StepRow
 
 
+PRUNED = ""
+"""The request body of a call whose bodies were pruned (its response becomes NULL)."""
+
+
 class StepOps(Database):
     """The step log (exactly-once consumption of episodes) and the deployments table."""
 
@@ -40,6 +44,22 @@ class StepOps(Database):
                                               metrics=metrics, finished_at=time.time()))
             c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version,
                                                      update_failures=0))
+
+    def prune_bodies(self, keep_steps: int) -> int:
+        """Drop the request and response bodies of calls of episodes consumed more than `keep_steps` steps
+        ago (token ids, logprobs, rewards, metrics and every id stay). Returns the number of calls pruned."""
+        e, lc = t.episodes.c, t.llm_calls.c
+        with self._tx() as c:
+            cutoff = rows.engine(c).global_step - keep_steps
+            old = sa.select(e.uuid).where(e.consumed_step.is_not(None), e.consumed_step <= cutoff)
+            res = c.execute(t.llm_calls.update().where(lc.episode_uuid.in_(old), lc.request != PRUNED)
+                            .values(request=PRUNED, response=None))
+            return int(res.rowcount or 0)
+
+    def vacuum(self) -> None:
+        """Give the space of pruned bodies back to the file system (SQLite `VACUUM`; PostgreSQL `VACUUM`)."""
+        with self._w.connect() as c:
+            c.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
 
     def rollback_to_step(self, step: int, policy_version: int) -> list[str]:
         """Forget the steps after `step` (their weights were lost with a crashed trainer).
@@ -83,7 +103,8 @@ class StepOps(Database):
             for dep in deps:
                 c.execute(t.deployments.delete().where(t.deployments.c.name == dep.name))
                 c.execute(t.deployments.insert().values(name=dep.name, base_url=dep.base_url, model=dep.model,
-                                                        policy_version=dep.policy_version, updated_at=now))
+                                                        policy_version=dep.policy_version, updated_at=now,
+                                                        api_key=dep.api_key))
             _bump_deployments(c)
 
     def remove_deployments(self, names: Optional[Iterable[str]] = None) -> None:
@@ -99,7 +120,7 @@ class StepOps(Database):
         """Registered deployments, by name."""
         with self._read() as c:
             found = c.execute(sa.select(t.deployments).order_by(t.deployments.c.name)).mappings()
-            return [Deployment(r["name"], r["base_url"], r["model"], r["policy_version"]) for r in found]
+            return [Deployment(r["name"], r["base_url"], r["model"], r["policy_version"], r["api_key"]) for r in found]
 
 
 def _bump_deployments(c: sa.Connection) -> None:

@@ -96,6 +96,7 @@ deployments = sa.Table(
     sa.Column("model", sa.String(512), nullable=False),
     sa.Column("policy_version", sa.Integer, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("api_key", sa.String(128), nullable=True),
 )
 
 clients = sa.Table(

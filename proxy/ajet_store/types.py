@@ -54,6 +54,9 @@ class Deployment:
     """Model name to send upstream (a LoRA adapter name for vLLM)."""
     policy_version: int
     """The weights version it serves."""
+    api_key: Optional[str] = None
+    """The engine's internal key, sent as a Bearer token by the proxy only (None: the engine takes no key).
+    Kept in the store, which only its owner can read (0600)."""
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,9 @@ class AgentJetJob(BaseModel):
     """Seed for model creation and sampling defaults."""
     max_abs_reward: float = Field(default=1e6, gt=0)
     """`end_episode` refuses a reward whose magnitude exceeds this (one absurd reward must not wreck a step)."""
+    keep_call_bodies_steps: Optional[int] = Field(default=None, ge=0)
+    """After each step, drop the request/response bodies of calls trained more than this many steps ago
+    (token ids, logprobs, rewards and metrics stay; `ajet-proxy prune` does the same by hand). None keeps all."""
 
     @model_validator(mode="before")
     @classmethod

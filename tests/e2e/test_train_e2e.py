@@ -158,6 +158,10 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
         assert time.monotonic() < deadline, trainer.log_tail()
         time.sleep(0.1)
     assert client.get_engine_status().policy_version == 1
+    (dep,) = store.deployments()  # the engine takes its internal key only (a fresh one per trainer process)
+    assert dep.api_key and requests.post(dep.base_url + "/chat/completions", timeout=30,
+                                         json={"messages": [{"role": "user", "content": "hi"}]}).status_code == 401
+    assert dep.api_key not in trainer.log_tail(10**7)  # the trainer logs at INFO: no key there
     all_ended += run_batch(client, 1)  # begin_episode waits while the new trainer boots
     deadline = time.monotonic() + 60
     while client.get_engine_status().state != EngineState.WEIGHT_SYNCING:

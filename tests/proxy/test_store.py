@@ -204,3 +204,12 @@ def test_a_new_store_file_is_the_owners_only(tmp_path):
     with Store(sqlite_url(tmp_path / "shared.db"), file_mode=0o640) as st:  # --db-mode 640
         st.heartbeat()
     assert stat.S_IMODE(os.stat(tmp_path / "shared.db").st_mode) == 0o640
+
+
+def test_a_store_password_never_reaches_a_message():
+    from ajet_store import StoreUnavailable, redact_url
+
+    assert redact_url("postgresql://ajet:hunter2@127.0.0.1:5/db") == "postgresql://ajet:***@127.0.0.1:5/db"
+    with pytest.raises(StoreUnavailable) as info:
+        Store("postgresql://ajet:hunter2@127.0.0.1:1/db")
+    assert "hunter2" not in str(info.value) and "***" in str(info.value)

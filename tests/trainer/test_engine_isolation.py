@@ -91,3 +91,20 @@ def test_a_batch_that_fails_is_served_one_by_one_and_only_the_culprit_fails(tiny
         eng.stop()
     assert bad.status_code == 500 and "boom" in bad.json()["error"]["message"]
     assert [r.status_code for r in healthy] == [200] * HEALTHY
+
+
+def test_with_an_internal_key_only_its_bearer_is_served(tiny):
+    model, tok = tiny
+    eng = EmbeddedEngine(model, tok, max_tokens_cap=2, api_key="s3cret")
+    url = eng.start()
+    try:
+        body = {"messages": MSGS, "max_tokens": 2}
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "s3cret"}):
+            r = httpx.post(url + "/chat/completions", json=body, headers=headers, timeout=60)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(url + "/models").status_code == 401
+        ok = httpx.post(url + "/chat/completions", json=body, headers={"Authorization": "Bearer s3cret"}, timeout=60)
+        assert ok.status_code == 200
+        assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200  # liveness stays open
+    finally:
+        eng.stop()

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from ajet.job import AgentJetJob
 from ajet.types import EngineState
-from ajet_store import QUARANTINE_AFTER, Store, WrongState, select_batch
+from ajet_store import QUARANTINE_AFTER, Store, WrongState, redact_url, select_batch
 from ajet_store.types import EngineRow, PoolEpisode
 from ajet_trainer.backends import open_session
 from ajet_trainer.options import TrainerOptions
@@ -56,7 +56,7 @@ class TrainerDaemon:
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
         """Drive the state machine until `stop` is set; tears down cleanly on exit."""
-        logger.info("trainer watching %s", self.opts.db_url)
+        logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
         beat.start()
         try:
@@ -175,6 +175,9 @@ class TrainerDaemon:
         batch = self._batch(session, row)
         if batch:
             session.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s})
+            if session.job.keep_call_bodies_steps is not None:
+                pruned = self.store.prune_bodies(session.job.keep_call_bodies_steps)
+                logger.info("retention: pruned the bodies of %d call(s)", pruned)
         self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING])
         self.timers = _Timers()
 

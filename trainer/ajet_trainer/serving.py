@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -33,7 +34,7 @@ class EmbeddedServing:
         self.base_url = engine.start()
 
     def deployments(self, version: int) -> list[Deployment]:
-        return [Deployment("embedded-0", self.base_url, self.served_model, version)]
+        return [Deployment("embedded-0", self.base_url, self.served_model, version, self.engine.api_key)]
 
     @contextmanager
     def updating(self, next_version: int) -> Iterator[None]:
@@ -96,7 +97,8 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
     if opts.engine == "embedded":
         return EmbeddedServing(EmbeddedEngine(model, tokenizer, host=opts.engine_host,
                                               default_temperature=job.temperature,
-                                              max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step))
+                                              max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step,
+                                              api_key=secrets.token_urlsafe(32)))
     if opts.engine == "vllm":
         if job.lora_rank <= 0:
             raise TrainerError("--engine vllm hot-loads LoRA adapters: set lora_rank > 0 in the job "

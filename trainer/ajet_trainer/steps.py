@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any, Optional, Sequence
 
-from ajet_store import Store
+from ajet_store import Store, redact_url
 from ajet_store.types import PoolEpisode
 from ajet_trainer.errors import CheckpointError
 from ajet_trainer.metrics import MetricsLog
@@ -74,7 +74,7 @@ def reconcile_store(store: Store, step: int, pending: Optional[dict[str, Any]], 
     known = store.count_episodes(uuids) if uuids and step not in recorded else len(uuids)
     why = checkpoint_mismatch(step, pending, recorded, known)
     if why is not None:
-        raise CheckpointError(f"checkpoint {source or f'of step {step}'} does not match store {store.url}: {why}. "
+        raise CheckpointError(f"checkpoint {source or f'of step {step}'} does not match store {redact_url(store.url)}: {why}. "
                               "Use a fresh --experiment-dir for this store, or the store this experiment was "
                               "trained with.")
     if step > 0 and pending and pending.get("episode_uuids") and step not in recorded:

@@ -4,11 +4,15 @@ Requests are queued and micro-batched: a worker thread takes everything waiting 
 and samples it in one left-padded batch. `weights_lock` is held for each batch; the trainer holds it
 while it changes weights, so new weights become live atomically between batches. Every answer
 carries the policy version that produced it (`x-ajet-policy-version` header and `policy_version`).
+With an `api_key` (the trainer always sets one, a fresh one per process, published to the proxy through
+the store's deployments row), `/v1/*` refuses every request without it: other users of the host cannot
+sample from the policy, nor make calls that are never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import queue
 import threading
@@ -47,12 +51,14 @@ class EmbeddedEngine:
 
     def __init__(self, model: PolicyModel, tokenizer: Tokenizer, *, model_name: str = "policy", host: str = "127.0.0.1",
                  port: int = 0, max_batch: int = 128, default_temperature: float = 1.0, max_tokens_cap: int = 4096,
-                 policy_version: int = 0, batch_window_s: float = 0.003):
+                 policy_version: int = 0, batch_window_s: float = 0.003, api_key: Optional[str] = None):
         self.model, self.tokenizer = model, tokenizer
         self.model_name, self.host, self.port = model_name, host, port
         self.max_batch, self.default_temperature, self.max_tokens_cap = max_batch, default_temperature, max_tokens_cap
         self.policy_version = policy_version
         self.batch_window_s = batch_window_s
+        self.api_key = api_key
+        """When set, `/v1/*` answers only requests bearing it (the proxy's; nobody else on the host)."""
         self.weights_lock = threading.Lock()
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.max_context: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -87,7 +93,7 @@ class EmbeddedEngine:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[self._require_key])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
@@ -155,6 +161,16 @@ class EmbeddedEngine:
             return None
 
     # ------------------------------------------------------------------ HTTP
+    @web.middleware
+    async def _require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.api_key and request.path.startswith("/v1/"):
+            auth = request.headers.get("Authorization", "")
+            given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+                return _error(401, ErrorCode.UNAUTHORIZED, "this engine serves the ajet proxy only (internal key)",
+                              None)
+        return await handler(request)
+
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
 

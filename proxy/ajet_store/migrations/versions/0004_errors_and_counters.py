@@ -1,5 +1,6 @@
 """Schema 4: the engine row keeps the trainer's last error and its failed updates in a row; call totals
-are counters kept as calls are written (statistics no longer count the whole call log).
+are counters kept as calls are written (statistics no longer count the whole call log); a deployment
+carries its engine's internal key.
 
 Revision ID: 0004
 """
@@ -20,6 +21,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("last_error", sa.String(1024), nullable=True))
         batch.add_column(sa.Column("last_error_at", sa.Float, nullable=True))
         batch.add_column(sa.Column("update_failures", sa.Integer, nullable=False, server_default="0"))
+    with op.batch_alter_table("deployments") as batch:
+        batch.add_column(sa.Column("api_key", sa.String(128), nullable=True))
     op.create_table("counters", sa.Column("name", sa.String(64), primary_key=True),
                     sa.Column("value", sa.BigInteger, nullable=False))
     op.execute("INSERT INTO counters (name, value) SELECT 'calls', COUNT(*) FROM llm_calls")
@@ -30,6 +33,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("counters")
+    with op.batch_alter_table("deployments") as batch:
+        batch.drop_column("api_key")
     with op.batch_alter_table("engine_state") as batch:
         batch.drop_column("update_failures")
         batch.drop_column("last_error_at")
