@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual_plotext import PlotextPlot
@@ -179,7 +180,10 @@ class Overwatch(App[None]):
             self.connected, self.last_error = False, type(exc).__name__
         finally:
             self._busy = False
-        self.render_stat()
+        try:
+            self.render_stat()
+        except NoMatches:  # the main screen is not showing (an episode is open, or the app is closing)
+            pass
 
     def render_stat(self) -> None:
         self.query_one("#status", Static).update(header_text(self.swarm_url, self.stat, self.connected,

@@ -68,6 +68,9 @@ episodes = sa.Table(
     sa.Column("untrainable", sa.Boolean, nullable=False, default=False),
     sa.Column("untrainable_reason", sa.String(256), nullable=True),
     sa.Column("num_calls", sa.Integer, nullable=False, default=0),
+    # the statistics and the trainer's pool query read only these indexes, never the wide rows
+    sa.Index("ix_episodes_pool", "consumed_step", "status", "episode_type", "untrainable", "ended_at"),
+    sa.Index("ix_episodes_missions", "episode_type", "mission", "status", "reward"),
 )
 
 llm_calls = sa.Table(

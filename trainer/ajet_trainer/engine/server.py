@@ -44,6 +44,15 @@ class _Pending:
     tokens: Optional[asyncio.Queue] = None
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    emitted: int = 0
+    """Tokens already handed to the stream (counted in the batcher thread: a failed batch cannot retry them)."""
+
+    def emit(self, tok: int, lp: float) -> None:
+        """The streaming callback: count the token, queue it for the HTTP side."""
+        self.emitted += 1
+        tokens = self.tokens
+        assert tokens is not None  # only streamed requests emit
+        self.loop.call_soon_threadsafe(tokens.put_nowait, (tok, lp))
 
 
 class EmbeddedEngine:
@@ -150,7 +159,7 @@ class EmbeddedEngine:
 
     def _alone(self, p: _Pending) -> Optional[GenResult]:
         """Serve one request of a failed batch by itself (a stream that already sent tokens cannot restart)."""
-        if p.tokens is not None and not p.tokens.empty():
+        if p.emitted:
             p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed("its batch failed mid-stream"))
             return None
         try:
@@ -198,7 +207,7 @@ class EmbeddedEngine:
         tools = bool(body.get("tools"))
         if body.get("stream"):
             pending.tokens = asyncio.Queue()
-            req.on_token = lambda tok, lp: loop.call_soon_threadsafe(pending.tokens.put_nowait, (tok, lp))
+            req.on_token = pending.emit
             self._q.put(pending)
             return await self._stream(request, pending, prompt, tools, want_ids, want_lps, body)
         self._q.put(pending)

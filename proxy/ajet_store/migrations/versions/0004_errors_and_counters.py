@@ -28,10 +28,15 @@ def upgrade() -> None:
     op.execute("INSERT INTO counters (name, value) SELECT 'calls', COUNT(*) FROM llm_calls")
     op.execute("INSERT INTO counters (name, value) SELECT 'call_errors', COUNT(*) FROM llm_calls "
                "WHERE error IS NOT NULL")
+    op.create_index("ix_episodes_pool", "episodes", ["consumed_step", "status", "episode_type", "untrainable",
+                                                     "ended_at"])
+    op.create_index("ix_episodes_missions", "episodes", ["episode_type", "mission", "status", "reward"])
     op.execute("UPDATE ajet_meta SET value = '4' WHERE key = 'schema_version'")
 
 
 def downgrade() -> None:
+    op.drop_index("ix_episodes_missions", "episodes")
+    op.drop_index("ix_episodes_pool", "episodes")
     op.drop_table("counters")
     with op.batch_alter_table("deployments") as batch:
         batch.drop_column("api_key")
