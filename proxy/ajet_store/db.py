@@ -19,10 +19,6 @@ from ajet_store.errors import StoreUnavailable
 _Self = TypeVar("_Self", bound="Database")
 
 
-COUNTERS = ("calls", "call_errors")
-"""The totals kept in the `counters` table."""
-
-
 class Database:
     """Connections and schema of one store; the store's concerns subclass it."""
 
@@ -76,7 +72,4 @@ class Database:
                 c.execute(t.engine_state.insert().values(
                     id=1, state=EngineState.OFFLINE.value, state_since=time.time(), job=None, global_step=0,
                     policy_version=0, batch_mode=BatchMode.TASKS.value, deployments_version=0, run_id=0))
-            have = {r[0] for r in c.execute(sa.select(t.counters.c.name))}
-            for name in COUNTERS:
-                if name not in have:
-                    c.execute(t.counters.insert().values(name=name, value=0))
+

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Optional, Sequence
 import sqlalchemy as sa
 
 from ajet.types import BatchMode, EngineState, EpisodeStatus
-from ajet_store import rows
+from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 from ajet_store.errors import WrongState
@@ -39,8 +39,9 @@ class EngineStateOps(Database):
             if cur.state != to:
                 c.execute(t.engine_state.update().values(state=to.value, state_since=now))
             if to == EngineState.OFFLINE:
-                c.execute(t.episodes.update().where(t.episodes.c.status == EpisodeStatus.OPEN.value)
-                          .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
+                is_open = t.episodes.c.status == EpisodeStatus.OPEN.value
+                counters.bulk_move(c, is_open, EpisodeStatus.ABORTED.value)
+                c.execute(t.episodes.update().where(is_open).values(status=EpisodeStatus.ABORTED.value, ended_at=now))
             return rows.engine(c)
 
     def heartbeat(self) -> None:

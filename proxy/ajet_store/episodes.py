@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import sqlalchemy as sa
 
 from ajet.types import EngineState, EpisodeStatus
-from ajet_store import rows
+from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 from ajet_store.errors import Conflict, NotRolling
@@ -37,6 +37,7 @@ class EpisodeOps(Database):
                 uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type, mission=mission,
                 status=EpisodeStatus.OPEN.value, created_at=now, last_active_at=now, timeout_s=timeout_s,
                 policy_version_start=eng.policy_version, run_id=eng.run_id, untrainable=False, num_calls=0))
+            counters.bump(c, counters.status_deltas(mission, episode_type, None, EpisodeStatus.OPEN.value))
             rows.touch_client(c, client_id, now, "begun")
             return rows.episode(c, uuid)
 
@@ -57,6 +58,8 @@ class EpisodeOps(Database):
             c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
                 status=EpisodeStatus.ENDED.value, task_id=task_id, reward=reward, is_success=is_success,
                 metadata=metadata, ended_at=now))
+            counters.bump(c, counters.status_deltas(row.mission, row.episode_type, row.status.value,
+                                                    EpisodeStatus.ENDED.value, reward=reward))
             gap = _numbering_gap(c, uuid)
             if gap is not None:  # a call numbered but never stored (the proxy died mid-call): never train it
                 c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
@@ -77,6 +80,8 @@ class EpisodeOps(Database):
                 raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
             c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid)
                       .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
+            counters.bump(c, counters.status_deltas(row.mission, row.episode_type, row.status.value,
+                                                    EpisodeStatus.ABORTED.value))
             rows.touch_client(c, client_id, now, "aborted")
             return rows.episode(c, uuid), True
 
@@ -88,7 +93,9 @@ class EpisodeOps(Database):
                 q = q.where(t.episodes.c.uuid.in_(list(uuids)))
             hit = [r[0] for r in c.execute(q)]
             if hit:
-                c.execute(t.episodes.update().where(t.episodes.c.uuid.in_(hit))
+                moving = t.episodes.c.uuid.in_(hit)
+                counters.bulk_move(c, moving, EpisodeStatus.EXPIRED.value)
+                c.execute(t.episodes.update().where(moving)
                           .values(status=EpisodeStatus.EXPIRED.value, ended_at=time.time()))
             return hit
 
@@ -173,7 +180,7 @@ class EpisodeOps(Database):
         e = t.episodes.c
         with self._tx() as c:
             c.execute(t.llm_calls.insert(), [rows.call_row(r) for r in records])
-            rows.add_to_counters(c, calls=len(records), call_errors=sum(r.error is not None for r in records))
+            counters.bump(c, {"calls": len(records), "call_errors": sum(r.error is not None for r in records)})
             for uuid, recs in per_episode.items():
                 latest = max(r.created_at for r in recs)
                 c.execute(t.episodes.update().where(e.uuid == uuid).values(

@@ -74,14 +74,3 @@ def touch_client(c: sa.Connection, client_id: str, now: float, counter: str) -> 
         counts = {"begun": 0, "ended": 0, "aborted": 0, counter: 1}
         c.execute(t.clients.insert().values(client_id=client_id, first_seen=now, last_seen=now, **counts))
 
-
-def add_to_counters(c: sa.Connection, **deltas: int) -> None:
-    """Add to the named totals in the caller's transaction (one UPDATE per non-zero delta)."""
-    for name, delta in deltas.items():
-        if delta:
-            c.execute(t.counters.update().where(t.counters.c.name == name).values(value=t.counters.c.value + delta))
-
-
-def counters(c: sa.Connection) -> dict[str, int]:
-    """The kept totals."""
-    return {name: int(value) for name, value in c.execute(sa.select(t.counters.c.name, t.counters.c.value))}

@@ -58,8 +58,18 @@ class StepOps(Database):
 
     def vacuum(self) -> None:
         """Give the space of pruned bodies back to the file system (SQLite `VACUUM`; PostgreSQL `VACUUM`)."""
-        with self._w.connect() as c:
-            c.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
+        raw = self._w.raw_connection()  # VACUUM runs outside any transaction, so not through `_tx`
+        driver = raw.driver_connection if self._w.dialect.name == "postgresql" else None
+        try:
+            if driver is not None:
+                driver.autocommit = True  # psycopg: no implicit transaction around VACUUM
+            cur = raw.cursor()
+            cur.execute("VACUUM")
+            cur.close()
+        finally:
+            if driver is not None:
+                driver.autocommit = False
+            raw.close()
 
     def rollback_to_step(self, step: int, policy_version: int) -> list[str]:
         """Forget the steps after `step` (their weights were lost with a crashed trainer).

@@ -41,10 +41,10 @@ engine_state = sa.Table(
 
 counters = sa.Table(
     "counters", metadata,
-    sa.Column("name", sa.String(64), primary_key=True),
-    sa.Column("value", sa.BigInteger, nullable=False),
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
 )
-"""Totals kept as the data is written (`calls`, `call_errors`), so statistics never count the call log."""
+"""Totals kept as the data is written (see `ajet_store.counters`), so statistics never count rows."""
 
 episodes = sa.Table(
     "episodes", metadata,

@@ -11,7 +11,7 @@ import math
 from enum import Enum
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EpisodeType = Literal["train", "eval"]
 
@@ -174,6 +174,20 @@ class BeginEpisodeResponse(WireModel):
     """The policy version when the episode began."""
 
 
+class EpisodeOutcome(WorkflowOutput):
+    """A `WorkflowOutput` as `end_episode` takes it: the reward is required (the API description says so)."""
+
+    reward: float  # narrowed: Optional in the SDK type (seed code builds it empty), required on the wire
+    """The episode's scalar reward: a finite JSON number (no strings, no booleans)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reward_present(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("reward") is None:
+            raise ValueError("reward is required to end an episode (use abort_episode to discard)")
+        return data
+
+
 class EndEpisodeRequest(WireModel):
     """Body of `POST /swarm/end_episode`."""
 
@@ -181,15 +195,8 @@ class EndEpisodeRequest(WireModel):
     """The episode to end."""
     task: Task
     """The task the episode ran; its `task_id` is the GRPO group."""
-    workflow_output: WorkflowOutput
+    workflow_output: EpisodeOutcome
     """The result; `reward` must be a finite number."""
-
-    @field_validator("workflow_output")
-    @classmethod
-    def _reward_present(cls, v: WorkflowOutput) -> WorkflowOutput:
-        if v.reward is None:
-            raise ValueError("reward is required to end an episode (use abort_episode to discard)")
-        return v
 
     @property
     def reward(self) -> float:

@@ -213,3 +213,52 @@ def test_a_store_password_never_reaches_a_message():
     with pytest.raises(StoreUnavailable) as info:
         Store("postgresql://ajet:hunter2@127.0.0.1:1/db")
     assert "hunter2" not in str(info.value) and "***" in str(info.value)
+
+
+def test_kept_counters_equal_a_recount_of_the_rows(st):
+    """Every status change keeps the counters the statistics read; a recount from the rows agrees."""
+    from ajet_store import counters
+
+    rolling(st)
+    for i in range(12):
+        st.begin_episode(f"e{i}", f"h{i}", "c", "eval" if i % 5 == 0 else "train", 10, mission=["m1", "m2", None][i % 3])
+    for i in (1, 2, 3, 4):
+        st.write_calls([CallRecord(f"e{i}", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, time.time(),
+                                   error="x" if i == 4 else None)])
+        st.end_episode(f"e{i}", "c", "t", i / 4, None, {})
+    st.abort_episode("e6", "c")
+    st.expire_episodes(["e7", "e8"])
+    st.transition(EngineState.OFFLINE)  # aborts the rest
+    kept = (st.totals(), st.missions())
+    with st._tx() as c:
+        counters.backfill(c)
+    assert kept == (st.totals(), st.missions())
+    assert kept[0]["ended"] == 4 and kept[0]["calls"] == 4 and kept[0]["call_errors"] == 1 and kept[0]["open"] == 0
+    m1 = next(m for m in kept[1] if m["mission"] == "m1")
+    assert m1 == {"mission": "m1", "open": 0, "ended": 1, "aborted": 2, "reward_mean": 0.75}
+
+
+def test_prune_drops_old_bodies_keeps_ids_rewards_and_metrics(tmp_path):
+    import subprocess
+    import sys
+
+    url = sqlite_url(tmp_path / "p.db")
+    st = Store(url)
+    rolling(st)
+    body = "x" * 200_000
+    for step in (1, 2, 3):
+        uuid = f"s{step}"
+        st.begin_episode(uuid, "h" + uuid, "c", "train", 10)
+        st.write_calls([CallRecord(uuid, 0, body, body, [1, 2], [3], [-0.5], "stop", 0, "d", 1.0, time.time())])
+        st.end_episode(uuid, "c", "t", 0.5, None, {})
+        st.record_step(step, step, [uuid], 0.5, {"loss": 0.25})
+    assert st.prune_bodies(keep_steps=1) == 2  # steps 1 and 2 are more than 1 step old
+    old, kept = st.calls("s1")[0], st.calls("s3")[0]
+    assert (old.request, old.response, old.completion_ids, old.logprobs) == ("", None, [3], [-0.5])
+    assert kept.request == body and st.get_episode("s1").reward == 0.5 and st.steps()[0].metrics == {"loss": 0.25}
+    assert st.prune_bodies(keep_steps=1) == 0  # nothing left to prune
+    st.close()
+    size = (tmp_path / "p.db").stat().st_size
+    out = subprocess.run([sys.executable, "-m", "ajet_proxy.cli", "prune", "--db", url, "--keep-steps", "0",
+                          "--vacuum"], capture_output=True, text=True, check=True).stdout
+    assert "pruned the bodies of 1 call(s)" in out and (tmp_path / "p.db").stat().st_size < size / 3, out

@@ -64,6 +64,11 @@ def test_full_cycle_on_postgres(pg):
         pg.record_step(2, 2, [b.uuid for b in batch], 0.5, {})
     assert sorted(pg.rollback_to_step(0, 0)) == ["u0", "u1"]
     assert {e.status for e in pg.iter_episodes(page=1)} == {EpisodeStatus.ENDED}
+    assert pg.totals()["ended"] == 2 and pg.totals()["calls"] == 2 and pg.missions()[0]["reward_mean"] == 0.5
+    pg.record_step(1, 1, ["u0", "u1"], 0.5, {})
+    assert pg.prune_bodies(keep_steps=0) == 2 and pg.calls("u0")[0].response is None
+    pg.vacuum()
+    assert pg.calls("u0")[0].completion_ids == [3, 4]  # the token ids stay
     assert pg.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
 
 

@@ -22,7 +22,7 @@ def test_empty_task_id_refused():
 
 def test_end_request_needs_reward():
     with pytest.raises(ValidationError, match="reward is required"):
-        EndEpisodeRequest(episode_uuid="u", task=Task(task_id="t"), workflow_output=WorkflowOutput())
+        EndEpisodeRequest(episode_uuid="u", task=Task(task_id="t"), workflow_output={"metadata": {}})
 
 
 def test_openai_client_helpers():

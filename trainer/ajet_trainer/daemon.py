@@ -87,15 +87,16 @@ class TrainerDaemon:
             return False
         if self.session is not None and self.session.run_id != row.run_id:
             self.teardown(final_checkpoint=True)  # another job was synced: start over with it
+        session = self.session
         try:
-            if self.session is None or row.state == EngineState.BOOTING:
+            if session is None or row.state == EngineState.BOOTING:
                 return self._guarded(self.boot, row, self._boot_failed)
             if row.state == EngineState.ROLLING:
-                return self.maybe_close_batch(self.session, row)
+                return self.maybe_close_batch(session, row)
             if row.state == EngineState.ROLLING_POST:
-                return self.drain(self.session)
+                return self.drain(session)
             if row.state == EngineState.WEIGHT_SYNCING:
-                return self._guarded(lambda r: self.train_step(self.session, r), row, self._update_failed)
+                return self._guarded(lambda r: self.train_step(session, r), row, self._update_failed)
         except WrongState as exc:  # a client stopped the engine under our feet
             logger.info("state changed during %s: %s", row.state.value, exc.detail)
         return False

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from ajet_store import counters
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -23,11 +25,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("update_failures", sa.Integer, nullable=False, server_default="0"))
     with op.batch_alter_table("deployments") as batch:
         batch.add_column(sa.Column("api_key", sa.String(128), nullable=True))
-    op.create_table("counters", sa.Column("name", sa.String(64), primary_key=True),
-                    sa.Column("value", sa.BigInteger, nullable=False))
-    op.execute("INSERT INTO counters (name, value) SELECT 'calls', COUNT(*) FROM llm_calls")
-    op.execute("INSERT INTO counters (name, value) SELECT 'call_errors', COUNT(*) FROM llm_calls "
-               "WHERE error IS NOT NULL")
+    op.create_table("counters", sa.Column("name", sa.String(200), primary_key=True),
+                    sa.Column("value", sa.Float, nullable=False))
+    counters.backfill(op.get_bind())
     op.create_index("ix_episodes_pool", "episodes", ["consumed_step", "status", "episode_type", "untrainable",
                                                      "ended_at"])
     op.create_index("ix_episodes_missions", "episodes", ["episode_type", "mission", "status", "reward"])
