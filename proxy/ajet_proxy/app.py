@@ -16,6 +16,7 @@ from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
+from ajet_proxy.openapi import CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MODELS_ROUTE_OPENAPI
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -34,12 +35,18 @@ async def handle_domain_error(request: Request, exc: Exception) -> Response:
 async def handle_http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own answers (an unknown route, a wrong method) in the same error shapes as ours."""
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: ErrorCode.ROUTE_NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code)
-    if code is None:
-        return Response(str(exc.detail), status_code=exc.status_code, headers=exc.headers)
-    detail = f"no route {request.method} {request.url.path}" if code is ErrorCode.ROUTE_NOT_FOUND else \
-        f"{request.method} is not allowed on {request.url.path}"
-    return error_response(HttpError(code, detail), request.url.path)
+    code = {404: ErrorCode.ROUTE_NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code,
+                                                                                   ErrorCode.INVALID_REQUEST)
+    if code is ErrorCode.ROUTE_NOT_FOUND:
+        detail = f"no route {request.method} {request.url.path}"
+    elif code is ErrorCode.METHOD_NOT_ALLOWED:
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    else:  # FastAPI's 400 for a body that is not JSON: a malformed body, answered like every other
+        detail = f"body: {exc.detail}"
+    fields = ["body"] if code is ErrorCode.INVALID_REQUEST else []
+    response = error_response(HttpError(code, detail, fields=fields), request.url.path)
+    response.headers.update(exc.headers or {})  # e.g. `Allow` on a 405
+    return response
 
 
 async def handle_validation_error(request: Request, exc: Exception) -> Response:
@@ -70,9 +77,11 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.include_router(control.router)
     plane = DataPlane(state)
     app.add_api_route("/v1/chat/completions", plane.chat_completions, methods=["POST"], tags=["data plane"],
-                      summary="OpenAI chat completions, authenticated by the episode key")
+                      summary="OpenAI chat completions, authenticated by the episode key",
+                      responses=DATA_PLANE_ERRORS, openapi_extra=CHAT_ROUTE_OPENAPI)
     app.add_api_route("/v1/models", plane.models, methods=["GET"], tags=["data plane"],
-                      summary="Models served to the episode")
+                      summary="Models served to the episode", responses=DATA_PLANE_ERRORS,
+                      openapi_extra=MODELS_ROUTE_OPENAPI)
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:

@@ -28,7 +28,7 @@ def needs_token(path: str) -> bool:
 def token_matches(headers: Headers, token: str) -> bool:
     """The request carries `token` (compared in constant time)."""
     auth = headers.get("authorization", "")
-    given = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get(SWARM_TOKEN_HEADER, "")
+    given = headers.get(SWARM_TOKEN_HEADER) or (auth[7:].strip() if auth[:7].lower() == "bearer " else "")
     return hmac.compare_digest(given.encode(), token.encode())
 
 

@@ -34,6 +34,7 @@ from ajet.types import (
 )
 from ajet_proxy.episodes import hash_key, new_episode_key
 from ajet_proxy.errors import InvalidRequest
+from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail, step_info
 
@@ -44,7 +45,7 @@ def _state(request: Request) -> ProxyState:
     return request.app.state.ajet
 
 
-router = APIRouter(prefix="/swarm", tags=["control"])  # the swarm token is checked first, by `auth.py`
+router = APIRouter(prefix="/swarm", tags=["control"], responses=CONTROL_ERRORS)  # the swarm token is checked first, by `auth.py`
 
 
 def _client_id(request: Request) -> str:

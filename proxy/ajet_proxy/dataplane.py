@@ -45,6 +45,10 @@ def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str
         raise InvalidRequest("body: expected a JSON object", fields=["body"])
     check_chat_shape(body, limits)
     try:
+        orjson.dumps(body)  # a lone surrogate (e.g. "\\udaa4") parses but cannot be sent on: refuse it here
+    except orjson.JSONEncodeError as exc:
+        raise InvalidRequest(f"body: a string cannot be encoded as UTF-8 ({exc})", fields=["body"]) from exc
+    try:
         check_chat_fields(body)
     except ChatFieldError as exc:
         raise InvalidRequest(str(exc), fields=[exc.param]) from exc

@@ -20,6 +20,8 @@ MAX_TOP_LOGPROBS = 20
 """Largest `top_logprobs` (OpenAI's bound)."""
 SEED_RANGE = (-(2**63), 2**63 - 1)
 """Seeds are 64-bit signed integers, as in vLLM."""
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+"""Message roles OpenAI's API knows."""
 CONTENT_TYPES = (str, list)
 """A message's content: text, or a list of content parts (None for an assistant turn with tool calls)."""
 
@@ -118,15 +120,34 @@ def check_messages(messages: Any) -> None:
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise ChatFieldError(f"messages.{i}", "each message must be an object")
-        if not isinstance(m.get("role"), str):
-            raise ChatFieldError(f"messages.{i}.role", "each message needs a string role")
+        if m.get("role") not in ROLES:
+            raise ChatFieldError(f"messages.{i}.role", f"each message needs a role, one of {', '.join(ROLES)}")
         content = m.get("content")
         if content is not None and not isinstance(content, CONTENT_TYPES):
             raise ChatFieldError(f"messages.{i}.content", "must be a string or a list of content parts")
         if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
             raise ChatFieldError(f"messages.{i}.content", "each content part must be an object")
-        if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
-            raise ChatFieldError(f"messages.{i}.tool_calls", "must be a list")
+        if m.get("tool_calls") is not None:
+            _check_tool_calls(m["tool_calls"], f"messages.{i}.tool_calls")
+        for key in ("name", "tool_call_id"):
+            if m.get(key) is not None and not isinstance(m[key], str):
+                raise ChatFieldError(f"messages.{i}.{key}", "must be a string")
+
+
+def _check_tool_calls(calls: Any, where: str) -> None:
+    """An assistant turn's tool calls: `{"id", "type": "function", "function": {"name", "arguments"}}` each."""
+    if not isinstance(calls, list):
+        raise ChatFieldError(where, "must be a list")
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                or not isinstance(fn.get("arguments"), str):
+            raise ChatFieldError(f"{where}.{j}.function", "each tool call needs a function with a string name "
+                                                           "and string arguments")
+        if call.get("id") is not None and not isinstance(call["id"], str):
+            raise ChatFieldError(f"{where}.{j}.id", "must be a string")
+        if call.get("type") not in (None, "function"):
+            raise ChatFieldError(f"{where}.{j}.type", "must be 'function'")
 
 
 def check_chat_fields(body: dict[str, Any]) -> None:

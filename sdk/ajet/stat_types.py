@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from ajet.types import BatchMode, EngineStatus, EpisodeStatus, EpisodeType, WireModel
 
@@ -107,9 +107,9 @@ class StepInfo(WireModel):
 class StepsRequest(WireModel):
     """Body of `POST /swarm/get_steps`: a page of the step history (the monitor reads it incrementally)."""
 
-    after: int = Field(default=0, ge=0)
+    after: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
     """Only steps newer than this one."""
-    limit: int = Field(default=1000, ge=1, le=10000)
+    limit: StrictInt = Field(default=1000, ge=1, le=10000)
     """At most this many steps, oldest first."""
 
 

@@ -11,7 +11,7 @@ import math
 from enum import Enum
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 EpisodeType = Literal["train", "eval"]
 
@@ -144,8 +144,8 @@ class AutoSyncRequest(WireModel):
 
     job: dict[str, Any]
     """The job as `AgentJetJob.model_dump()` produces it."""
-    force_restart: bool = False
-    """Stop the engine first, whatever it is doing."""
+    force_restart: StrictBool = False
+    """Stop the engine first, whatever it is doing (a JSON boolean: 0 and "yes" are refused)."""
 
 
 class BeginEpisodeRequest(WireModel):

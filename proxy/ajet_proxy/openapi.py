@@ -1,0 +1,94 @@
+"""What the API description says, so that it matches the answers (checked by schemathesis in CI).
+
+- Every control route documents its error answers as `ErrorBody` (the 422 included: FastAPI's own
+  `HTTPValidationError` shape is never sent).
+- The data plane documents OpenAI's error object, its request body (the chat fields the proxy checks,
+  `ajet.chat_fields`) and its two success shapes (JSON, or an SSE stream).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ajet.chat_fields import MAX_STOP_STRINGS, MAX_TOP_LOGPROBS, ROLES, SEED_RANGE
+from ajet.protocol import ErrorBody, OpenAIErrorBody
+
+CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Wrong or missing swarm token (`Unauthorized`)"},
+    404: {"model": ErrorBody, "description": "Unknown episode (`EpisodeNotFound`)"},
+    409: {"model": ErrorBody, "description": "Wrong engine state or episode status (`WrongState`, `EpisodeConflict`)"},
+    413: {"model": ErrorBody, "description": "Body over the proxy's size limit (`RequestTooLarge`)"},
+    422: {"model": ErrorBody, "description": "Malformed body; `fields` names the offending fields (`InvalidRequest`)"},
+    500: {"model": ErrorBody, "description": "The store failed (`StoreError`)"},
+    503: {"model": ErrorBody, "description": "Not now: the engine is not ready (`EngineNotReady`, with Retry-After)"},
+}
+"""Error answers of every `/swarm/*` route."""
+
+DATA_PLANE_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": OpenAIErrorBody, "description": "Invalid request; `param` names the field"},
+    401: {"model": OpenAIErrorBody, "description": "Unknown, ended or expired episode key (`invalid_api_key`)"},
+    413: {"model": OpenAIErrorBody, "description": "Body over the proxy's size limit"},
+    500: {"model": OpenAIErrorBody, "description": "The store could not record the call"},
+    503: {"model": OpenAIErrorBody, "description": "The engine is not ROLLING, or no policy deployment answers "
+                                                   "(with Retry-After)"},
+}
+"""Error answers of every `/v1/*` route."""
+
+_NUMBER = {"type": "number"}
+_TOOL_CALL = {
+    "type": "object", "required": ["function"],
+    "properties": {"id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                   "type": {"anyOf": [{"type": "string", "enum": ["function"]}, {"type": "null"}]},
+                   "function": {"type": "object", "required": ["name", "arguments"],
+                                "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}}}},
+}
+_MESSAGE = {
+    "type": "object", "required": ["role"],
+    "properties": {"role": {"type": "string", "enum": list(ROLES)},
+                   "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}},
+                                         {"type": "null"}]},
+                   "name": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                   "tool_call_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                   "tool_calls": {"anyOf": [{"type": "array", "items": _TOOL_CALL}, {"type": "null"}]}},
+}
+def _nullable(props: dict[str, Any]) -> dict[str, Any]:
+    """Each optional property may also be null (the same as absent, as in OpenAI's API)."""
+    return {name: {"anyOf": [schema, {"type": "null"}]} for name, schema in props.items()}
+
+
+CHAT_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["messages"],
+    "properties": {"messages": {"type": "array", "minItems": 1, "items": _MESSAGE}, **_nullable({
+        "model": {"type": "string"},
+        "stream": {"type": "boolean"},
+        "n": {"type": "integer", "enum": [1]},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+        "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+        "temperature": {**_NUMBER, "minimum": 0, "maximum": 2},
+        "top_p": {**_NUMBER, "exclusiveMinimum": 0, "maximum": 1},
+        "seed": {"type": "integer", "minimum": SEED_RANGE[0], "maximum": SEED_RANGE[1]},
+        "stop": {"anyOf": [{"type": "string", "minLength": 1},
+                           {"type": "array", "maxItems": MAX_STOP_STRINGS, "items": {"type": "string", "minLength": 1}}]},
+        "logprobs": {"type": "boolean"},
+        "top_logprobs": {"type": "integer", "minimum": 0, "maximum": MAX_TOP_LOGPROBS},
+        "tools": {"type": "array", "items": {"type": "object"}},
+    })},
+}
+"""The chat-completions body the proxy accepts (the fields it checks; others pass through)."""
+
+CHAT_ROUTE_OPENAPI: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": CHAT_REQUEST_SCHEMA}}},
+    "responses": {"200": {"description": "A chat completion, or with `stream` an SSE stream of chunks",
+                          "content": {"application/json": {"schema": {"type": "object"}},
+                                      "text/event-stream": {"schema": {
+                                          "type": "object", "description": "each SSE event: `data:` a JSON chunk, "
+                                                                           "the last `data: [DONE]`",
+                                          "properties": {"data": {"type": "string"}}}}}}},
+}
+"""`openapi_extra` of `POST /v1/chat/completions` (the route reads its body raw, to log it byte for byte)."""
+
+MODELS_ROUTE_OPENAPI: dict[str, Any] = {
+    "responses": {"200": {"description": "The models the episode may name",
+                          "content": {"application/json": {"schema": {"type": "object"}}}}},
+}
+"""`openapi_extra` of `GET /v1/models`."""
