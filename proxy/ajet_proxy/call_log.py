@@ -141,15 +141,19 @@ class CallLogWriter:
         if error is not None:
             self.failed_batches += 1
             logger.error("could not store %d call records: %s", len(records), error)
+        waiting: dict[asyncio.AbstractEventLoop, list["asyncio.Future[None]"]] = {}
         for b in batch:
             if isinstance(b, _Durable):
-                b.loop.call_soon_threadsafe(_resolve, b.done, error)
+                waiting.setdefault(b.loop, []).append(b.done)
+        for loop, futures in waiting.items():  # one wake-up of each loop per transaction, not one per call
+            loop.call_soon_threadsafe(_resolve, futures, error)
 
 
-def _resolve(done: "asyncio.Future[None]", error: Optional[BaseException]) -> None:
-    if done.done():
-        return
-    if error is None:
-        done.set_result(None)
-    else:
-        done.set_exception(StoreUnavailable(f"the call could not be stored: {error}"))
+def _resolve(futures: list["asyncio.Future[None]"], error: Optional[BaseException]) -> None:
+    for done in futures:
+        if done.done():
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(StoreUnavailable(f"the call could not be stored: {error}"))

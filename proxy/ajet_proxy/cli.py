@@ -44,6 +44,9 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
     add_db_mode_argument(p)
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
                    help="largest request body accepted (413 above it; default 8 MiB)")
+    p.add_argument("--commit-window-ms", type=float, default=0.0,
+                   help="gather answered calls this long before committing them together (default 0: commit "
+                        "what is waiting at once); an answer always waits for its commit")
     p.add_argument("--upstream", choices=["aiohttp", "litellm"], default="aiohttp",
                    help="send agent calls through a pooled aiohttp session (default) or litellm.Router")
     p.add_argument("--log-level", default="info")
@@ -64,7 +67,8 @@ def run_proxy(args: argparse.Namespace) -> None:
             "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host)
     limits = InputLimits(max_body_bytes=args.max_body_bytes)
     app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream,
-                                 db_mode=args.db_mode, limits=limits))
+                                 db_mode=args.db_mode, limits=limits,
+                                 commit_window_s=args.commit_window_ms / 1000.0))
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     uvicorn.run(app, host=args.host, port=args.port, loop=loop, http=http, log_level=args.log_level,

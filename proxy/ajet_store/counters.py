@@ -33,15 +33,18 @@ def mission_key(kind: str, mission: Optional[str]) -> str:
     return f"mission:{kind}:{mission or NO_MISSION}"
 
 
+_ADD = t.counters.update().where(t.counters.c.name == sa.bindparam("b_name")).values(
+    value=t.counters.c.value + sa.bindparam("b_delta", type_=sa.Float))
+"""Built once: the counters are bumped on every write."""
+
+
 def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
     """Add each delta to its counter in the caller's transaction (a new name starts at 0)."""
-    col = t.counters.c
     for name, delta in deltas.items():
-        if not delta:
-            continue
-        res = c.execute(t.counters.update().where(col.name == name).values(value=col.value + delta))
-        if res.rowcount == 0:
-            c.execute(t.counters.insert().values(name=name, value=delta))
+        if delta:
+            res = c.execute(_ADD, {"b_name": name, "b_delta": delta})
+            if res.rowcount == 0:
+                c.execute(t.counters.insert().values(name=name, value=delta))
 
 
 def status_deltas(mission: Optional[str], episode_type: str, old: Optional[str], new: str, n: int = 1,

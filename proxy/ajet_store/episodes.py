@@ -14,6 +14,14 @@ from ajet_store.db import Database
 from ajet_store.errors import Conflict, NotRolling
 from ajet_store.types import CallRecord, EpisodeRow, PoolEpisode, RewardedEpisode
 
+_E = t.episodes.c
+_INSERT_CALLS = t.llm_calls.insert()
+_TOUCH_EPISODE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).values(
+    num_calls=_E.num_calls + sa.bindparam("b_n", type_=sa.Integer),
+    last_active_at=sa.case((_E.last_active_at < sa.bindparam("b_latest", type_=sa.Float), sa.bindparam("b_latest")),
+                           else_=_E.last_active_at))
+"""Built once (building a statement costs more than running it): an episode's calls counted, activity kept."""
+
 TRAINER_TIMEOUT_S = 30.0
 """A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
 
@@ -179,13 +187,11 @@ class EpisodeOps(Database):
             per_episode.setdefault(r.episode_uuid, []).append(r)
         e = t.episodes.c
         with self._tx() as c:
-            c.execute(t.llm_calls.insert(), [rows.call_row(r) for r in records])
+            c.execute(_INSERT_CALLS, [rows.call_row(r) for r in records])
             counters.bump(c, {"calls": len(records), "call_errors": sum(r.error is not None for r in records)})
+            c.execute(_TOUCH_EPISODE, [{"b_uuid": uuid, "b_n": len(recs), "b_latest": max(r.created_at for r in recs)}
+                                       for uuid, recs in per_episode.items()])  # one statement, every episode
             for uuid, recs in per_episode.items():
-                latest = max(r.created_at for r in recs)
-                c.execute(t.episodes.update().where(e.uuid == uuid).values(
-                    num_calls=e.num_calls + len(recs),
-                    last_active_at=sa.case((e.last_active_at < latest, latest), else_=e.last_active_at)))
                 bad = next((r for r in recs if r.error is None and not r.trainable), None)
                 if bad is not None:
                     c.execute(t.episodes.update().where(e.uuid == uuid).values(

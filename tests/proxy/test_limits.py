@@ -3,6 +3,8 @@ messages is refused naming the limit; nothing of a refused call is logged, and n
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -75,3 +77,18 @@ def test_a_plain_text_backend_error_is_not_relabelled_json(proxy, store, episode
     client.get_episode(uuid)
     (call,) = store.calls(uuid)
     assert call.error and "upstream fell over" in call.error  # logged as the failed call it was
+
+
+def test_a_client_that_leaves_a_stream_early_is_logged_as_such(proxy, store, episode):
+    client, uuid, auth = episode
+    body = {"messages": MSGS, "stream": True, "stub_chunk_delay": 0.5}
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60) as r:
+        first = next(r.iter_bytes())
+        assert first.startswith(b"data: ")
+    # the connection is closed mid-stream; the proxy notices on its next write
+    deadline = time.monotonic() + 15
+    while not store.calls(uuid):
+        assert time.monotonic() < deadline, "the abandoned stream was never logged"
+        time.sleep(0.2)
+    (call,) = store.calls(uuid)
+    assert call.stream and call.error == "the client disconnected before [DONE]"

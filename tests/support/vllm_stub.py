@@ -178,6 +178,7 @@ class Stub:
             if k == len(ids) - 1:
                 ch["finish_reason"] = finish
             await send({**base, "choices": [ch]})
+            await asyncio.sleep(float(body.get("stub_chunk_delay") or 0))  # a slow stream, for disconnect tests
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -1,0 +1,72 @@
+"""The cost of "every answered call is in the store", side by side in one run.
+
+One vLLM-format stub, one ajet-proxy per commit window (`--commit-window-ms`, default 0 and 2): plain
+and streamed calls at each concurrency, one JSON line per (window, stream, concurrency) with the
+proxy's CPU per call and p50/p99 latency, then the ratio of each window's CPU to the first's.
+
+Usage: python bench/group_commit.py [--requests 2000] [--concurrency 32 256] [--windows-ms 0 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from proxy_overhead import measure  # noqa: E402
+
+from ajet import AgentJetJob, SwarmClient  # noqa: E402
+from ajet.types import EngineState  # noqa: E402
+from ajet_store import Store, sqlite_url  # noqa: E402
+from tests.conftest import make_rolling, wait_state  # noqa: E402
+from tests.support.procs import start_proxy, start_stub  # noqa: E402
+
+
+def start(tmp: Path, stub_url: str, window_ms: float) -> tuple:
+    url = sqlite_url(tmp / f"w{window_ms}.db")
+    px = start_proxy(tmp, url, "--commit-window-ms", str(window_ms))
+    st = Store(url)
+    client = SwarmClient(px.url)
+    client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
+    client.start_engine()
+    make_rolling(st, stub_url)
+    wait_state(client, EngineState.ROLLING)
+    keys = [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(64)]
+    return px, keys, st
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 256])
+    ap.add_argument("--windows-ms", type=float, nargs="+", default=[0.0, 2.0])
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="ajet-group-commit-"))
+    stub = start_stub(tmp)
+    proxies = {w: start(tmp, stub.url, w) for w in args.windows_ms}
+    try:
+        for stream in (False, True):
+            for conc in args.concurrency:
+                rows = {}
+                for w, (px, keys, _st) in proxies.items():
+                    rows[w] = measure("ajet", px.url + "/v1/chat/completions", keys, px.pid, stream, conc, args.requests)
+                    print(json.dumps({**rows[w], "commit_window_ms": w}), flush=True)
+                base = rows[args.windows_ms[0]]["proxy_cpu_ms_per_call"]
+                print(json.dumps({"figure": "cpu_ratio_vs_first_window", "stream": stream, "concurrency": conc,
+                                  **{f"window_{w:g}ms": round(r["proxy_cpu_ms_per_call"] / base, 3)
+                                     for w, r in rows.items()}}), flush=True)
+    finally:
+        for px, _keys, st in proxies.values():
+            px.close()
+            st.close()
+        stub.close()
+
+
+if __name__ == "__main__":
+    main()
