@@ -18,11 +18,13 @@ from typing import Optional
 from ajet import __version__
 from ajet.utils.runtime import offline_env, run_cli
 from ajet_proxy.cli import DEFAULT_PORT, add_monitor_arguments, add_start_arguments, expected_errors, run_monitor
+from ajet_store import redact_url
 
 
 def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The proxy's and the trainer's command lines for `ajet-swarm start` (no secret in them: see `child_env`)."""
-    common = ["--db", args.db, "--log-level", args.log_level, "--db-mode", format(args.db_mode, "o")]
+    """The proxy's and the trainer's command lines for `ajet-swarm start` (no secret in them, not even the store
+    URL, which may carry a password: see `child_env`)."""
+    common = ["--log-level", args.log_level, "--db-mode", format(args.db_mode, "o")]
     proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
              *common]
     trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
@@ -33,9 +35,11 @@ def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def child_env(args: argparse.Namespace) -> dict[str, str]:
-    """The children's environment: offline, and the swarm token (never on a command line, which `ps` shows)."""
+    """The children's environment: offline, the store URL (`AJET_DB`) and the swarm token, never on a command
+    line, which `ps` shows to every user of the host."""
     env = offline_env()
     env.pop("AJET_SWARM_TOKEN", None)
+    env["AJET_DB"] = args.db
     if args.swarm_token:
         env["AJET_SWARM_TOKEN"] = args.swarm_token
     return env
@@ -49,7 +53,7 @@ def run_swarm(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    print(f"ajet-swarm: proxy on http://{args.host}:{args.swarm_port}, store {args.db}", flush=True)
+    print(f"ajet-swarm: proxy on http://{args.host}:{args.swarm_port}, store {redact_url(args.db)}", flush=True)
     while not stopping.is_set() and all(p.poll() is None for p in procs):
         stopping.wait(0.5)
     for p in procs:

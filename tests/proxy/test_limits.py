@@ -92,3 +92,28 @@ def test_a_client_that_leaves_a_stream_early_is_logged_as_such(proxy, store, epi
         time.sleep(0.2)
     (call,) = store.calls(uuid)
     assert call.stream and call.error == "the client disconnected before [DONE]"
+
+
+def test_no_token_key_or_prompt_in_the_proxy_log_at_info(tmp_path, stub):
+    from ajet import Task, WorkflowOutput
+    from ajet_store import Store, sqlite_url
+    from tests.support.procs import start_proxy
+
+    url, token, prompt = sqlite_url(tmp_path / "log.db"), "tok-5ecret-xyz", "a very private prompt 7c1e"
+    px = start_proxy(tmp_path, url, "--swarm-token", token, "--log-level", "info")
+    st = Store(url)
+    client = SwarmClient(px.url, swarm_token=token)
+    try:
+        ensure_rolling(client, st, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2))
+        uuid, creds = client.begin_episode()
+        r = httpx.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": prompt}]},
+                       headers={"Authorization": f"Bearer {creds.api_key}"}, timeout=60)
+        assert r.status_code == 200
+        client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+        log = px.log_tail(10**7)
+    finally:
+        client.close()
+        px.close()
+        st.close()
+    assert "proxy ready" in log  # INFO lines were written
+    assert token not in log and creds.api_key not in log and prompt not in log
