@@ -152,3 +152,20 @@ def test_reusing_an_experiment_with_a_fresh_store_is_refused_naming_both(tmp_pat
         reconcile_store(st, 18, {"episode_uuids": ["x"] * 32, "reward_mean": 0.5}, "/exp/step_18")
     assert "/exp/step_18" in str(info.value) and st.url in str(info.value) and "fresh --experiment-dir" in str(info.value)
     st.close()
+
+
+def test_a_failure_while_rolling_keeps_the_state_and_is_shown(rig, monkeypatch):
+    d, st, _plan = rig
+    d.tick()
+    assert st.engine_row().state == EngineState.ROLLING
+
+    def busy():
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(d.store, "pool_episodes", busy)
+    assert d.tick() is False  # no crash: poll again later
+    row = st.engine_row()
+    assert row.state == EngineState.ROLLING and "ROLLING: OSError: disk I/O error" in row.last_error
+    monkeypatch.undo()
+    fill_batch(st, "c")
+    run_to(d, st, EngineState.ROLLING_POST)

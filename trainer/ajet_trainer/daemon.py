@@ -92,9 +92,9 @@ class TrainerDaemon:
             if session is None or row.state == EngineState.BOOTING:
                 return self._guarded(self.boot, row, self._boot_failed)
             if row.state == EngineState.ROLLING:
-                return self.maybe_close_batch(session, row)
+                return self._guarded(lambda r: self.maybe_close_batch(session, r), row, self._poll_failed)
             if row.state == EngineState.ROLLING_POST:
-                return self.drain(session)
+                return self._guarded(lambda _r: self.drain(session), row, self._poll_failed)
             if row.state == EngineState.WEIGHT_SYNCING:
                 return self._guarded(lambda r: self.train_step(session, r), row, self._update_failed)
         except WrongState as exc:  # a client stopped the engine under our feet
@@ -102,17 +102,27 @@ class TrainerDaemon:
         return False
 
     # ------------------------------------------------------------------ failures
-    def _guarded(self, work: Callable[[EngineRow], None], row: EngineRow,
+    def _guarded(self, work: Callable[[EngineRow], object], row: EngineRow,
                  on_failure: Callable[[EngineRow, Exception], None]) -> bool:
-        """Run one state's work; a failure leaves the engine in a state clients can use, never stuck."""
+        """Run one state's work; a failure leaves the engine in a state clients can use, never stuck.
+        Returns whether to poll again at once (the work's own answer when it gives one)."""
         try:
-            work(row)
+            did = work(row)
         except WrongState:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure: record it where clients see it, recover
             logger.exception("%s failed", row.state.value)
             on_failure(row, exc)
-        return True
+            return False
+        return did if isinstance(did, bool) else True
+
+    def _poll_failed(self, row: EngineRow, exc: Exception) -> None:
+        """Waiting for a batch or for the drain failed (e.g. the store was busy): keep the state, say why,
+        try again on the next tick."""
+        try:
+            self.store.record_trainer_error(f"{row.state.value}: {type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - the store itself may be what failed
+            logger.exception("could not record the error")
 
     def _boot_failed(self, _row: EngineRow, exc: Exception) -> None:
         """A boot that failed will not succeed by itself (a bad model, a checkpoint of another store):
