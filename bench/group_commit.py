@@ -19,26 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from proxy_overhead import measure  # noqa: E402
+from proxy_overhead import measure, start_middle  # noqa: E402
 
-from ajet import AgentJetJob, SwarmClient  # noqa: E402
-from ajet.types import EngineState  # noqa: E402
-from ajet_store import Store, sqlite_url  # noqa: E402
-from tests.conftest import make_rolling, wait_state  # noqa: E402
-from tests.support.procs import start_proxy, start_stub  # noqa: E402
-
-
-def start(tmp: Path, stub_url: str, window_ms: float) -> tuple:
-    url = sqlite_url(tmp / f"w{window_ms}.db")
-    px = start_proxy(tmp, url, "--commit-window-ms", str(window_ms))
-    st = Store(url)
-    client = SwarmClient(px.url)
-    client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
-    client.start_engine()
-    make_rolling(st, stub_url)
-    wait_state(client, EngineState.ROLLING)
-    keys = [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(64)]
-    return px, keys, st
+from tests.support.procs import start_stub  # noqa: E402
 
 
 def main() -> None:
@@ -49,7 +32,8 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ajet-group-commit-"))
     stub = start_stub(tmp)
-    proxies = {w: start(tmp, stub.url, w) for w in args.windows_ms}
+    proxies = {w: start_middle(tmp, stub, "aiohttp", 64, "--commit-window-ms", str(w), name=f"window-{w:g}")
+               for w in args.windows_ms}
     try:
         for stream in (False, True):
             for conc in args.concurrency:

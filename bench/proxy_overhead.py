@@ -95,9 +95,11 @@ def measure(path: str, url: str, keys: list[str], pid: Optional[int], stream: bo
             "proxy_cpu_ms_per_call": None if pid is None else round((c1 - c0) * 1000.0 / n, 3)}
 
 
-def start_middle(tmp: Path, stub: Proc, upstream: str, n_keys: int) -> tuple[Proc, list[str], Store]:
-    url = sqlite_url(tmp / f"{upstream}.db")
-    px = start_proxy(tmp, url, "--upstream", upstream)
+def start_middle(tmp: Path, stub: Proc, upstream: str, n_keys: int, *extra: str, name: str = "") -> tuple[
+        Proc, list[str], Store]:
+    """An ajet-proxy (`extra`: more `ajet-proxy start` options) on its own store, ROLLING, with `n_keys` episodes."""
+    url = sqlite_url(tmp / f"{name or upstream}.db")
+    px = start_proxy(tmp, url, "--upstream", upstream, *extra)
     st = Store(url)
     client = SwarmClient(px.url)
     client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))

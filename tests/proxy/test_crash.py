@@ -13,14 +13,19 @@ from tests.support.procs import free_port, start_proxy
 MSGS = [{"role": "user", "content": "survive this"}]
 
 
-@pytest.mark.slow
-def test_sigkill_loses_nothing_and_keys_survive(module_tmp, stub):
-    url = sqlite_url(module_tmp / "crash.db")
-    port = free_port()
-    px = start_proxy(module_tmp, url, port=port)
+def rolling_proxy(tmp, stub, db: str):
+    """A proxy on a fixed port (a restart keeps the clients' URLs) and a fresh store, ROLLING on the stub."""
+    url, port = sqlite_url(tmp / db), free_port()
+    px = start_proxy(tmp, url, port=port)
     st = Store(url)
     client = SwarmClient(px.url)
     ensure_rolling(client, st, stub.url, job=AgentJetJob(batch_size=4, num_repeat=2))
+    return url, port, px, st, client
+
+
+@pytest.mark.slow
+def test_sigkill_loses_nothing_and_keys_survive(module_tmp, stub):
+    url, port, px, st, client = rolling_proxy(module_tmp, stub, "crash.db")
     ended, open_eps, calls_made = [], [], {}
     for i in range(20):
         uuid, creds = client.begin_episode()
@@ -104,12 +109,7 @@ def test_sigkill_under_load_loses_no_answered_call(module_tmp, stub):
 
     import orjson
 
-    url = sqlite_url(module_tmp / "load.db")
-    port = free_port()
-    px = start_proxy(module_tmp, url, port=port)
-    st = Store(url)
-    client = SwarmClient(px.url)
-    ensure_rolling(client, st, stub.url, job=AgentJetJob(batch_size=4, num_repeat=2))
+    url, port, px, st, client = rolling_proxy(module_tmp, stub, "load.db")
     keys = {}
     for _ in range(200):
         uuid, creds = client.begin_episode()
