@@ -20,14 +20,14 @@ from starlette.responses import Response, StreamingResponse
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, openai_error_body
-from ajet.types import EngineState
+from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.episodes import LiveEpisode, hash_key
 from ajet_proxy.limits import InputLimits, check_chat_shape
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
 from ajet_proxy.tokens import Extracted, StreamAccumulator, extract_response
 from ajet_store import StoreError
-from ajet_store.types import CallRecord, Deployment
+from ajet_store.types import CallRecord, Deployment, EpisodeRow
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,20 @@ def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
     return up
 
 
+def refused_key_reason(row: Optional[EpisodeRow]) -> str:
+    """Why a key that is not live was refused, from its episode (None: no episode has that key)."""
+    if row is None:
+        return "unknown episode key: no episode has it (keys come from begin_episode)"
+    if row.status == EpisodeStatus.ENDED:
+        return f"episode {row.uuid} has ended (end_episode); its key no longer works"
+    if row.status == EpisodeStatus.ABORTED:
+        return (f"episode {row.uuid} was aborted (abort_episode, or the engine was stopped); "
+                "its key no longer works")
+    if row.status == EpisodeStatus.EXPIRED:
+        return f"episode {row.uuid} expired after {row.timeout_s:g} s without a call; its key no longer works"
+    return f"episode {row.uuid} is not known to this proxy yet; retry"
+
+
 def upstream_headers(dep: Deployment) -> dict[str, str]:
     """JSON, and the engine's internal key when it has one."""
     return {**_JSON, "Authorization": f"Bearer {dep.api_key}"} if dep.api_key else _JSON
@@ -87,13 +101,16 @@ class DataPlane:
         self.s = state
 
     # ------------------------------------------------------------------ auth
-    def authenticate(self, request: Request) -> LiveEpisode:
-        """The live episode of the request's Bearer key, or 401 / 503."""
+    async def authenticate(self, request: Request) -> LiveEpisode:
+        """The live episode of the request's Bearer key, or 401 (saying why the key does not work) / 503."""
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        ep = self.s.registry.by_key_hash(hash_key(key)) if key else None
-        if ep is None:
-            raise Unauthorized("unknown, ended or expired episode key")
+        if not key:
+            raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
+        ep = self.s.registry.by_key_hash(hash_key(key))
+        if ep is None:  # rare (a mistake or a late call): worth one indexed read to say which it is
+            row = await asyncio.to_thread(self.s.store.episode_by_key_hash, hash_key(key))
+            raise Unauthorized(refused_key_reason(row))
         state = self.s.engine.state
         if state not in _LIVE_STATES:
             raise EngineNotReady(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
@@ -101,7 +118,7 @@ class DataPlane:
 
     async def models(self, request: Request) -> Response:
         """`GET /v1/models`: the policy group and the deployments' model names."""
-        self.authenticate(request)
+        await self.authenticate(request)
         ids = ["policy"] + sorted({d.model for d in self.s.router.deployments.values()})
         data = {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "ajet"} for i in ids]}
         return Response(orjson.dumps(data), media_type="application/json")
@@ -109,7 +126,7 @@ class DataPlane:
     # ------------------------------------------------------------------ chat
     async def chat_completions(self, request: Request) -> Response:
         """`POST /v1/chat/completions`, plain or streamed."""
-        ep = self.authenticate(request)
+        ep = await self.authenticate(request)
         raw = await request.body()
         body = parse_chat_body(raw, self.s.config.limits)
         seq = ep.next_seq

@@ -32,7 +32,8 @@ class ProxyError(Exception):
 
 
 class Unauthorized(ProxyError):
-    """A wrong swarm token, or an unknown, ended or expired episode key."""
+    """A wrong swarm token, or an episode key that does not work (unknown, ended, aborted or expired: the
+    message says which)."""
 
     code = ErrorCode.UNAUTHORIZED
 

@@ -120,6 +120,12 @@ class EpisodeOps(Database):
             return int(c.execute(sa.select(sa.func.count()).select_from(t.episodes)
                                  .where(t.episodes.c.uuid.in_(list(uuids)))).scalar() or 0)
 
+    def episode_by_key_hash(self, key_hash: str) -> Optional[EpisodeRow]:
+        """The episode a key belongs to, whatever its status (None for a key no episode has)."""
+        with self._read() as c:
+            m = c.execute(sa.select(t.episodes).where(t.episodes.c.key_hash == key_hash)).mappings().first()
+            return None if m is None else rows.episode_from(m)
+
     def get_episode(self, uuid: str) -> EpisodeRow:
         """One episode (`NotFound` if unknown)."""
         with self._read() as c:

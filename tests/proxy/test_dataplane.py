@@ -106,13 +106,19 @@ def test_keys_valid_ended_expired_and_foreign(client, proxy, store):
     assert post(b.api_key).status_code == 200
     # each key logs into its own episode only
     assert len(flushed_calls(store, a_uuid, 1)) == 1 and len(flushed_calls(store, b_uuid, 1)) == 1
-    assert post("ajet-ep-forged").status_code == 401
-    assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 401
+    def refused(r: httpx.Response) -> str:
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", r.text
+        return r.json()["error"]["message"]
+
+    assert refused(post("ajet-ep-forged")).startswith("unknown episode key")
+    assert refused(httpx.post(proxy.url + "/v1/chat/completions", json=body)).startswith("no episode key")
+    c_uuid, c = client.begin_episode()
+    client.abort_episode(c_uuid)
+    assert refused(post(c.api_key)).startswith(f"episode {c_uuid} was aborted (abort_episode, or the engine was stopped)")
     client.end_episode(Task(task_id="k"), a_uuid, WorkflowOutput(reward=1))
-    r = post(a.api_key)
-    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert refused(post(a.api_key)) == f"episode {a_uuid} has ended (end_episode); its key no longer works"
     time.sleep(3.0)  # b idles past its 1 s timeout; housekeeping runs every second
-    assert post(b.api_key).status_code == 401
+    assert refused(post(b.api_key)) == f"episode {b_uuid} expired after 1 s without a call; its key no longer works"
     assert store.get_episode(b_uuid).status == EpisodeStatus.EXPIRED
     with pytest.raises(Exception, match="expired"):
         client.end_episode(Task(task_id="k"), b_uuid, WorkflowOutput(reward=1))
@@ -163,7 +169,7 @@ def test_the_openai_sdk_carries_the_reason(client, proxy):
     bad = openai.OpenAI(base_url=proxy.url + "/v1", api_key="ajet-ep-forged", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as auth:
         bad.chat.completions.create(model="policy", messages=MSGS)
-    assert auth.value.code == "invalid_api_key" and "unknown, ended or expired" in auth.value.message
+    assert auth.value.code == "invalid_api_key" and "unknown episode key" in auth.value.message
 
 
 def test_unknown_routes_answer_in_the_routes_error_shape(proxy):
