@@ -37,6 +37,8 @@ from ajet_proxy.errors import InvalidRequest
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail, step_info
+from ajet_store.counters import NO_CALLS
+from ajet_store.types import EpisodeRow
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +156,15 @@ def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     row, _changed = s.store.end_episode(body.episode_uuid, _client_id(request), body.task.task_id,
                                         body.reward, out.is_success, meta)
     s.registry.remove([row.uuid])
-    return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
+    return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
+
+
+def _never_trains(row: EpisodeRow) -> Optional[str]:
+    """The warning for an ended episode that will never train (its reward is kept), else None."""
+    if row.untrainable_reason == NO_CALLS:
+        return (f"episode {row.uuid} made no LLM calls through its key, so it will never train (its reward is "
+                "kept); did the agent use the base_url and api_key from begin_episode?")
+    return None
 
 
 def _check_reward(reward: float, job: Optional[dict]) -> None:

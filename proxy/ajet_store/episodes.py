@@ -68,10 +68,12 @@ class EpisodeOps(Database):
                 metadata=metadata, ended_at=now))
             counters.bump(c, counters.status_deltas(row.mission, row.episode_type, row.status.value,
                                                     EpisodeStatus.ENDED.value, reward=reward))
-            gap = _numbering_gap(c, uuid)
-            if gap is not None:  # a call numbered but never stored (the proxy died mid-call): never train it
+            why = untrainable_at_end(*_call_numbers(c, uuid))
+            if why is not None:  # no calls, or a call numbered but never stored: record it, never train it
                 c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
-                    untrainable=True, untrainable_reason=gap))
+                    untrainable=True, untrainable_reason=why))
+                if why == counters.NO_CALLS:
+                    counters.bump(c, {counters.WITHOUT_CALLS: 1})
             rows.touch_client(c, client_id, now, "ended")
             return rows.episode(c, uuid), True
 
@@ -211,11 +213,18 @@ class EpisodeOps(Database):
             return [rows.call_from(m) for m in c.execute(q).mappings()]
 
 
-def _numbering_gap(c: sa.Connection, uuid: str) -> Optional[str]:
-    """Why an episode's calls are known to be incomplete (numbers 0..max with some missing), else None."""
+def _call_numbers(c: sa.Connection, uuid: str) -> tuple[int, Optional[int]]:
+    """(how many distinct call numbers an episode has stored, the highest of them or None)."""
     lc = t.llm_calls.c
     count, top = c.execute(sa.select(sa.func.count(sa.distinct(lc.seq)), sa.func.max(lc.seq))
                            .where(lc.episode_uuid == uuid)).one()
-    if top is None or count == top + 1:
-        return None
-    return f"calls numbered up to {top} but only {count} stored: a call was lost (e.g. a proxy crash mid-call)"
+    return int(count), top
+
+
+def untrainable_at_end(count: int, top: Optional[int]) -> Optional[str]:
+    """Why an ending episode cannot train, from its stored call numbers (None: it can)."""
+    if top is None:
+        return counters.NO_CALLS
+    if count != top + 1:
+        return f"calls numbered up to {top} but only {count} stored: a call was lost (e.g. a proxy crash mid-call)"
+    return None

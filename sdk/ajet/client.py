@@ -58,6 +58,7 @@ class SwarmClient:
         self.begin_episode_max_wait = begin_episode_max_wait
         self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.mission = mission
+        self._warned_untrainable = False
         self.verbose = verbose
         headers = {CLIENT_HEADER: self.client_id}
         if self.swarm_token:
@@ -153,7 +154,11 @@ class SwarmClient:
         """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
         body = {"episode_uuid": episode_uuid, "task": task.model_dump(mode="json"),
                 "workflow_output": workflow_output.model_dump(mode="json")}
-        return EpisodeResult.model_validate(self._call("POST", "end_episode", body))
+        result = EpisodeResult.model_validate(self._call("POST", "end_episode", body))
+        if result.warning and not self._warned_untrainable:  # once per client: a loop would repeat it forever
+            self._warned_untrainable = True
+            logger.warning("%s (logged once per client)", result.warning)
+        return result
 
     def abort_episode(self, episode_uuid: str) -> EpisodeResult:
         """Discard the episode; its key stops working. Aborting twice is harmless."""

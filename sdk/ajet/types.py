@@ -222,6 +222,8 @@ class EpisodeResult(WireModel):
     """Its status after the call."""
     reward: Optional[float] = None
     """The stored reward (ended episodes)."""
+    warning: Optional[str] = None
+    """Set when the episode was ended but will never train (e.g. it made no LLM calls); the SDK logs it."""
 
 
 class SetBatchModeRequest(WireModel):

@@ -8,6 +8,7 @@ import pytest
 
 from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, Task, Unauthorized
 from ajet import SwarmTimeout, WorkflowOutput
+from ajet.rollout_summary import format_rollout_stat
 from ajet.types import EngineState, EpisodeStatus
 from tests.conftest import ensure_rolling, make_rolling, wait_state
 
@@ -173,7 +174,8 @@ def test_rollout_stat_and_batch_mode(client, store, stub):
     ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2, experiment_name="stat"))
     for task_id, rewards in (("a", [1, 0]), ("b", [1, 1])):
         for r in rewards:
-            uuid, _ = client.begin_episode()
+            uuid, creds = client.begin_episode()
+            creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
             client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=r))
     open_uuid, _ = client.begin_episode()
     stat = client.get_rollout_stat()
@@ -301,3 +303,25 @@ def test_only_the_client_that_began_an_episode_aborts_it(client, store, stub):
         SwarmClient(client.server_url).abort_episode(uuid)
     assert store.get_episode(uuid).status == EpisodeStatus.OPEN
     assert client.abort_episode(uuid).status == EpisodeStatus.ABORTED
+
+
+def test_an_episode_without_calls_keeps_its_reward_never_trains_and_warns_once(client, store, stub, caplog):
+    import logging
+
+    ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2))
+    before = client.get_rollout_stat().totals.get("without_calls", 0)
+    results, fresh = [], SwarmClient(client.server_url)  # a client that has not warned yet
+    with caplog.at_level(logging.WARNING, logger="ajet.client"):
+        for _ in range(2):  # e.g. an agent that died before its first LLM call
+            uuid, _creds = fresh.begin_episode()
+            results.append(fresh.end_episode(Task(task_id="z"), uuid, WorkflowOutput(reward=0.5)))
+    fresh.close()
+    assert all(r.reward == 0.5 and "made no LLM calls" in (r.warning or "") for r in results)
+    assert sum("made no LLM calls" in rec.getMessage() for rec in caplog.records) == 1  # once per client
+    for r in results:
+        row = store.get_episode(r.episode_uuid)
+        assert row.reward == 0.5 and row.untrainable and row.untrainable_reason == "the episode made no LLM calls"
+    assert not {p.uuid for p in store.pool_episodes()} & {r.episode_uuid for r in results}
+    stat = client.get_rollout_stat()
+    assert stat.totals["without_calls"] == before + 2
+    assert "without calls" in format_rollout_stat(stat)

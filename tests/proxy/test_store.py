@@ -7,7 +7,7 @@ import pytest
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, Store, WrongState, sqlite_url
 from ajet_store.types import CallRecord, Deployment
-from tests.support.stores import store_of_schema
+from tests.support.stores import end_with_a_call, store_of_schema
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_record_step_consumes_once(st):
     rolling(st)
     for i in range(3):
         st.begin_episode(f"u{i}", f"h{i}", "c", "train", 10)
-        st.end_episode(f"u{i}", "c", "t", float(i), None, {})
+        end_with_a_call(st, f"u{i}", float(i))
     assert len(st.pool_episodes()) == 3
     st.record_step(1, 1, ["u0", "u1"], 0.5, {"loss": 0.1})
     assert [p.uuid for p in st.pool_episodes()] == ["u2"]
@@ -151,7 +151,7 @@ def test_wal_mode(st, tmp_path):
 def test_new_job_starts_a_new_pool_same_job_resumes(st):
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)
-    st.end_episode("u1", "c", "t", 1.0, None, {})
+    end_with_a_call(st, "u1", 1.0)
     st.transition(EngineState.OFFLINE)
     st.sync_job({"batch_size": 1, "num_repeat": 1})  # the same job: the pool is kept
     assert [p.uuid for p in st.pool_episodes()] == ["u1"]

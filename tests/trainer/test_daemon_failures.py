@@ -14,6 +14,7 @@ from ajet_trainer.daemon import TrainerDaemon
 from ajet_trainer.errors import CheckpointError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.steps import checkpoint_mismatch, reconcile_store
+from tests.support.stores import end_with_a_call
 
 JOB = AgentJetJob(batch_size=1, num_repeat=2)
 
@@ -78,7 +79,7 @@ def fill_batch(st: Store, tag: str) -> list[str]:
     for i in range(2):
         uuid = f"{tag}{i}"
         st.begin_episode(uuid, "h" + uuid, "c", "train", 60)
-        st.end_episode(uuid, "c", "task", float(i), None, {})
+        end_with_a_call(st, uuid, float(i), task_id="task")
         uuids.append(uuid)
     return uuids
 
