@@ -13,7 +13,7 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ajet.protocol import SWARM_TOKEN_HEADER, ErrorCode
+from ajet.protocol import SWARM_TOKEN_HEADER, ErrorCode, bearer_token
 from ajet_proxy.errors import HttpError, error_response
 
 DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -27,8 +27,7 @@ def needs_token(path: str) -> bool:
 
 def token_matches(headers: Headers, token: str) -> bool:
     """The request carries `token` (compared in constant time)."""
-    auth = headers.get("authorization", "")
-    given = headers.get(SWARM_TOKEN_HEADER) or (auth[7:].strip() if auth[:7].lower() == "bearer " else "")
+    given = headers.get(SWARM_TOKEN_HEADER) or bearer_token(headers.get("authorization", ""))
     return hmac.compare_digest(given.encode(), token.encode())
 
 

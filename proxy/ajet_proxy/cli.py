@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import DEFAULT_DB, add_db_mode_argument
+from ajet_store.engines import DEFAULT_DB, add_db_mode_argument, sqlite_path
 
 if TYPE_CHECKING:
     from ajet_store import Store
@@ -42,7 +42,7 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
                    help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
                         "which `ps` does not show)")
     add_db_mode_argument(p)
-    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
+    p.add_argument("--max-body-bytes", type=int, default=None,
                    help="largest request body accepted (413 above it; default 8 MiB)")
     p.add_argument("--commit-window-ms", type=float, default=0.0,
                    help="gather answered calls this long before committing them together (default 0: commit "
@@ -65,7 +65,7 @@ def run_proxy(args: argparse.Namespace) -> None:
     if not _is_loopback(args.host) and not args.swarm_token:
         logging.getLogger("ajet_proxy").warning(
             "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host)
-    limits = InputLimits(max_body_bytes=args.max_body_bytes)
+    limits = InputLimits() if args.max_body_bytes is None else InputLimits(max_body_bytes=args.max_body_bytes)
     app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream,
                                  db_mode=args.db_mode, limits=limits,
                                  commit_window_s=args.commit_window_ms / 1000.0))
@@ -173,16 +173,14 @@ def plot(args: argparse.Namespace) -> None:
 
 def prune(args: argparse.Namespace) -> None:
     """Drop the bodies of calls trained more than --keep-steps steps ago; --vacuum returns the space."""
-    import os.path
-
+    path = sqlite_path(args.db)
     store = _store(args)
     try:
-        path = store.url.removeprefix("sqlite:///") if store.url.startswith("sqlite:///") else None
-        before = os.path.getsize(path) if path else None
+        before = path.stat().st_size if path else None
         n = store.prune_bodies(args.keep_steps)
         if args.vacuum:
             store.vacuum()
-        after = os.path.getsize(path) if path else None
+        after = path.stat().st_size if path else None
     finally:
         store.close()
     size = f"; file {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB" if before is not None and after is not None else ""

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
-from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, openai_error_body
+from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body
 from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.episodes import LiveEpisode, hash_key
 from ajet_proxy.limits import InputLimits, check_chat_shape
@@ -103,13 +103,13 @@ class DataPlane:
     # ------------------------------------------------------------------ auth
     async def authenticate(self, request: Request) -> LiveEpisode:
         """The live episode of the request's Bearer key, or 401 (saying why the key does not work) / 503."""
-        auth = request.headers.get("authorization", "")
-        key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        key = bearer_token(request.headers.get("authorization", ""))
         if not key:
             raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
-        ep = self.s.registry.by_key_hash(hash_key(key))
+        key_hash = hash_key(key)
+        ep = self.s.registry.by_key_hash(key_hash)
         if ep is None:  # rare (a mistake or a late call): worth one indexed read to say which it is
-            row = await asyncio.to_thread(self.s.store.episode_by_key_hash, hash_key(key))
+            row = await asyncio.to_thread(self.s.store.episode_by_key_hash, key_hash)
             raise Unauthorized(refused_key_reason(row))
         state = self.s.engine.state
         if state not in _LIVE_STATES:
@@ -147,10 +147,16 @@ class DataPlane:
             status, data, dep, version = await self._send_litellm(call, body)
         else:
             status, data, dep, version = await self._send_aiohttp(call, body)
+        return await self._answer(call, dep, version, status, data, stream=False)
+
+    async def _answer(self, call: "_Call", dep: Deployment, version: int, status: int, data: bytes, stream: bool
+                      ) -> Response:
+        """The backend's whole answer (a success, or an error of a plain or streamed call), logged and
+        committed before it is passed on unchanged."""
         if status == 200:
-            record = self._record(call, dep, version, data.decode(), extract_response(orjson.loads(data)), stream=False)
+            record = self._record(call, dep, version, data.decode(), extract_response(orjson.loads(data)), stream)
         else:
-            record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream=False,
+            record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream,
                                   error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
         try:
             await self.s.writer.commit(record)  # durable before the agent sees the answer
@@ -214,13 +220,7 @@ class DataPlane:
         if status != 200:
             data = await resp.read()
             resp.release()
-            try:
-                await self.s.writer.commit(self._record(
-                    call, dep, version, data.decode(errors="replace"), Extracted(), stream=True,
-                    error=f"backend answered {status}: {data[:300].decode(errors='replace')}"))
-            finally:
-                call.finish()
-            return Response(data, status_code=status, media_type=_media_type(status, data))
+            return await self._answer(call, dep, version, status, data, stream=True)
 
         async def chunks() -> AsyncIterator[bytes]:
             try:

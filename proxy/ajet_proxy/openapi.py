@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ajet.chat_fields import MAX_STOP_STRINGS, MAX_TOP_LOGPROBS, ROLES, SEED_RANGE
+from ajet.chat_fields import (
+    MAX_STOP_STRINGS,
+    MAX_TOKENS_RANGE,
+    MAX_TOP_LOGPROBS,
+    ROLES,
+    SEED_RANGE,
+    TEMPERATURE_RANGE,
+    TOP_P_RANGE,
+)
 from ajet.protocol import ErrorBody, OpenAIErrorBody
 
 CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -35,6 +43,7 @@ DATA_PLANE_ERRORS: dict[int | str, dict[str, Any]] = {
 """Error answers of every `/v1/*` route."""
 
 _NUMBER = {"type": "number"}
+_MAX_TOKENS = {"type": "integer", "minimum": MAX_TOKENS_RANGE[0], "maximum": MAX_TOKENS_RANGE[1]}
 _TOOL_CALL = {
     "type": "object", "required": ["function"],
     "properties": {"id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
@@ -62,10 +71,10 @@ CHAT_REQUEST_SCHEMA: dict[str, Any] = {
         "model": {"type": "string"},
         "stream": {"type": "boolean"},
         "n": {"type": "integer", "enum": [1]},
-        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-        "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-        "temperature": {**_NUMBER, "minimum": 0, "maximum": 2},
-        "top_p": {**_NUMBER, "exclusiveMinimum": 0, "maximum": 1},
+        "max_tokens": _MAX_TOKENS,
+        "max_completion_tokens": _MAX_TOKENS,
+        "temperature": {**_NUMBER, "minimum": TEMPERATURE_RANGE[0], "maximum": TEMPERATURE_RANGE[1]},
+        "top_p": {**_NUMBER, "exclusiveMinimum": TOP_P_RANGE[0], "maximum": TOP_P_RANGE[1]},
         "seed": {"type": "integer", "minimum": SEED_RANGE[0], "maximum": SEED_RANGE[1]},
         "stop": {"anyOf": [{"type": "string", "minLength": 1},
                            {"type": "array", "maxItems": MAX_STOP_STRINGS, "items": {"type": "string", "minLength": 1}}]},

@@ -99,8 +99,7 @@ class EngineStateOps(Database):
             if cur.state != EngineState.OFFLINE:
                 return cur, False
             _write_job(c, cur, job)
-            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time(),
-                                                     last_error=None, last_error_at=None))
+            _boot(c)
             return rows.engine(c), True
 
     def start(self) -> EngineRow:
@@ -112,8 +111,7 @@ class EngineStateOps(Database):
             if cur.state != EngineState.OFFLINE:
                 raise WrongState(f"cannot go to {EngineState.BOOTING.value} from {cur.state.value}",
                                  state=cur.state.value)
-            c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time(),
-                                                     last_error=None, last_error_at=None))
+            _boot(c)
             return rows.engine(c)
 
     def set_batch_mode(self, mode: BatchMode) -> EngineRow:
@@ -121,6 +119,12 @@ class EngineStateOps(Database):
         with self._tx() as c:
             c.execute(t.engine_state.update().values(batch_mode=mode.value))
             return rows.engine(c)
+
+
+def _boot(c: sa.Connection) -> None:
+    """Go BOOTING for a (re)start: the last trainer error belongs to the run before it."""
+    c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time(),
+                                             last_error=None, last_error_at=None))
 
 
 def _write_job(c: sa.Connection, cur: EngineRow, job: dict[str, Any]) -> None:

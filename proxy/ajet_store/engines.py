@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -22,6 +22,13 @@ DEFAULT_DB = "sqlite:///./ajet-swarm.db"
 def sqlite_url(path: str | Path) -> str:
     """A SQLAlchemy URL for a SQLite file."""
     return f"sqlite:///{Path(path).expanduser().resolve()}"
+
+
+def sqlite_path(url: str) -> Optional[Path]:
+    """The file of a SQLite store URL (None for another database or an in-memory one)."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        return Path(url[len("sqlite:///"):])
+    return None
 
 
 def _sqlite_engine(url: str, immediate: bool) -> sa.Engine:
@@ -78,8 +85,8 @@ def make_engines(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engin
     if not url.startswith("sqlite"):
         eng = sa.create_engine(driver_url(url), pool_pre_ping=True)
         return eng, eng
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        path = Path(url[len("sqlite:///"):])
+    path = sqlite_path(url)
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, file_mode))  # an empty file is an empty database

@@ -20,6 +20,14 @@ MAX_TOP_LOGPROBS = 20
 """Largest `top_logprobs` (OpenAI's bound)."""
 SEED_RANGE = (-(2**63), 2**63 - 1)
 """Seeds are 64-bit signed integers, as in vLLM."""
+MAX_TOKENS_RANGE = (1, 2**31 - 1)
+"""`max_tokens` / `max_completion_tokens`: at least one token (the engine's own cap applies below this)."""
+TEMPERATURE_RANGE = (0.0, 2.0)
+"""OpenAI's temperature bounds."""
+TOP_P_RANGE = (0.0, 1.0)
+"""`top_p` lies in (0, 1]: the lower end is excluded."""
+PENALTY_RANGE = (-2.0, 2.0)
+"""OpenAI's presence / frequency penalty bounds."""
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 """Message roles OpenAI's API knows."""
 CONTENT_TYPES = (str, list)
@@ -94,12 +102,12 @@ FIELD_CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
     "stream": _of_type(bool, "a boolean"),
     "stream_options": _of_type(dict, "an object"),
     "n": _n,
-    "max_tokens": _int_in(1, 2**31 - 1),
-    "max_completion_tokens": _int_in(1, 2**31 - 1),
-    "temperature": _number_in(0.0, 2.0),
-    "top_p": _number_in(0.0, 1.0, lo_open=True),
-    "presence_penalty": _number_in(-2.0, 2.0),
-    "frequency_penalty": _number_in(-2.0, 2.0),
+    "max_tokens": _int_in(*MAX_TOKENS_RANGE),
+    "max_completion_tokens": _int_in(*MAX_TOKENS_RANGE),
+    "temperature": _number_in(*TEMPERATURE_RANGE),
+    "top_p": _number_in(*TOP_P_RANGE, lo_open=True),
+    "presence_penalty": _number_in(*PENALTY_RANGE),
+    "frequency_penalty": _number_in(*PENALTY_RANGE),
     "seed": _int_in(*SEED_RANGE),
     "stop": _stop,
     "logprobs": _of_type(bool, "a boolean"),

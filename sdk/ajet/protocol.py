@@ -23,6 +23,11 @@ POLICY_VERSION_HEADER = "X-Ajet-Policy-Version"
 """Set by an inference engine on each answer: the weights version that produced it."""
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an `Authorization: Bearer TOKEN` header value ("" when it is not a Bearer header)."""
+    return authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
+
+
 class ErrorCode(str, Enum):
     """What went wrong, by name; the SDK's exception classes carry the same names."""
 

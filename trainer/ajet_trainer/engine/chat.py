@@ -35,11 +35,10 @@ def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None) -> list[int]:
-    """Token ids of the rendered chat prompt (generation prompt added); `EngineRequestError` when the
-    chat template refuses the messages or the prompt leaves no room in the model's context."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise EngineRequestError("messages: a non-empty list is required")
+    """Token ids of the rendered chat prompt (generation prompt added) of a body that passed
+    `ajet.chat_fields.check_chat_fields`; `EngineRequestError` when the chat template refuses the messages
+    or the prompt leaves no room in the model's context."""
+    messages = body["messages"]
     kwargs = {"tools": body["tools"]} if body.get("tools") else {}
     try:
         text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True,

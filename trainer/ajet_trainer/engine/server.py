@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
-from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, openai_error_body
+from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body
 from ajet_trainer.engine.chat import chunk_body, completion_body, gen_request, parse_tool_calls, prompt_ids
 from ajet_trainer.engine.generation import GenRequest, GenResult, decode_text, generate_batch
 from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed
@@ -173,8 +173,7 @@ class EmbeddedEngine:
     @web.middleware
     async def _require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self.api_key and request.path.startswith("/v1/"):
-            auth = request.headers.get("Authorization", "")
-            given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            given = bearer_token(request.headers.get("Authorization", ""))
             if not hmac.compare_digest(given.encode(), self.api_key.encode()):
                 return _error(401, ErrorCode.UNAUTHORIZED, "this engine serves the ajet proxy only (internal key)",
                               None)
