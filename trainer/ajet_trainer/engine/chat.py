@@ -14,10 +14,13 @@ import time
 import uuid
 from typing import Any, Optional
 
+from ajet.chat_fields import ChatFieldError
 from ajet_trainer.engine.generation import GenRequest, GenResult
 from ajet_trainer.errors import EngineRequestError
 from ajet_trainer.types import Tokenizer
 
+TOOL_CALL_OPEN = "<tool_call>"
+"""Where a Hermes-style tool call begins in the completion text (a stream holds back from here)."""
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
 
@@ -39,7 +42,7 @@ def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] 
     `ajet.chat_fields.check_chat_fields`; `EngineRequestError` when the chat template refuses the messages
     or the prompt leaves no room in the model's context."""
     messages = body["messages"]
-    kwargs = {"tools": body["tools"]} if body.get("tools") else {}
+    kwargs = {"tools": body["tools"]} if uses_tools(body) else {}
     try:
         text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True,
                                              **kwargs)
@@ -56,20 +59,50 @@ GREEDY_BELOW = 1e-5
 """A temperature below this samples greedily (as vLLM does): dividing logits by 1e-45 overflows."""
 
 
+def uses_tools(body: dict[str, Any]) -> bool:
+    """Whether the model sees the tools and its answer is parsed for calls (`tool_choice: "none"`: neither)."""
+    return bool(body.get("tools")) and body.get("tool_choice") != "none"
+
+
+def check_engine_support(body: dict[str, Any]) -> None:
+    """Refuse, naming the field, what the embedded engine accepts in the API but cannot honour: a forced
+    tool call (`tool_choice` "required" or a named function) and structured output (`response_format`).
+    Both would need constrained decoding, which would also make the logged logprobs those of a masked
+    distribution; the vLLM engine passes them to vLLM's guided decoding instead."""
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in ("auto", "none"):
+        raise ChatFieldError("tool_choice", "the embedded engine cannot force a tool call: use 'auto' or 'none' "
+                                            "(the vLLM engine supports 'required' and named functions)")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt.get("type") != "text":
+        raise ChatFieldError("response_format", f"the embedded engine has no structured output "
+                                                f"({fmt.get('type')!r}): leave it out or use the vLLM engine")
+
+
 def gen_request(body: dict[str, Any], prompt: list[int], default_temperature: float, max_tokens_cap: int,
                 max_context: Optional[int] = None) -> GenRequest:
-    """Sampling settings of a chat request whose fields passed `ajet.chat_fields.check_chat_fields`."""
+    """Sampling settings of a chat request whose fields passed `ajet.chat_fields.check_chat_fields`.
+
+    `max_tokens` above the job's per-turn cap, or beyond the model's context, is refused (a 400 naming it,
+    as OpenAI and vLLM refuse it) rather than cut silently; left out, it is as much as both allow."""
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    asked: Optional[int] = body.get(param)
+    room = max_tokens_cap if max_context is None else min(max_tokens_cap, max_context - len(prompt))
+    if asked is not None and asked > max_tokens_cap:
+        raise ChatFieldError(param, f"{asked} is above this engine's per-turn cap of {max_tokens_cap} tokens "
+                                    "(the job's max_response_length_in_one_turn)")
+    if asked is not None and asked > room:
+        raise ChatFieldError(param, f"the prompt is {len(prompt)} tokens and this model's context is {max_context}: "
+                                    f"at most {room} tokens fit")
     stop = body.get("stop") or []
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens_cap
     temperature = body.get("temperature")
     temperature = default_temperature if temperature is None else float(temperature)
     top_p = body.get("top_p")
-    if max_context is not None:
-        max_tokens_cap = min(max_tokens_cap, max_context - len(prompt))
-    return GenRequest(prompt_ids=prompt, max_tokens=min(max_tokens, max_tokens_cap),
+    return GenRequest(prompt_ids=prompt, max_tokens=room if asked is None else asked,
                       temperature=0.0 if temperature < GREEDY_BELOW else temperature,
                       top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
-                      stop=[stop] if isinstance(stop, str) else list(stop))
+                      stop=[stop] if isinstance(stop, str) else list(stop),
+                      top_logprobs=int(body.get("top_logprobs") or 0))
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -88,9 +121,15 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     return (kept.strip() if calls else text), calls
 
 
-def _logprobs(tokenizer: Any, ids: list[int], lps: list[float]) -> dict[str, Any]:
-    return {"content": [{"token": tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
-                        for t, lp in zip(ids, lps)]}
+def logprob_item(tokenizer: Any, token_id: int, logprob: float, top: list[tuple[int, float]]) -> dict[str, Any]:
+    """One token's entry of `logprobs.content`, with its most likely alternatives."""
+    return {"token": tokenizer.decode([token_id]), "logprob": logprob, "bytes": None,
+            "top_logprobs": [{"token": tokenizer.decode([t]), "logprob": lp, "bytes": None} for t, lp in top]}
+
+
+def _logprobs(tokenizer: Any, res: GenResult) -> dict[str, Any]:
+    tops = res.top_logprobs or [[] for _ in res.token_ids]
+    return {"content": [logprob_item(tokenizer, t, lp, top) for t, lp, top in zip(res.token_ids, res.logprobs, tops)]}
 
 
 def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: GenResult, tools: bool,
@@ -103,7 +142,7 @@ def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: Ge
     choice: dict[str, Any] = {"index": 0, "message": message,
                               "finish_reason": "tool_calls" if calls else res.finish_reason}
     if want_logprobs:
-        choice["logprobs"] = _logprobs(tokenizer, res.token_ids, res.logprobs)
+        choice["logprobs"] = _logprobs(tokenizer, res)
     if want_ids:
         choice["token_ids"] = res.token_ids
     body: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
@@ -116,17 +155,18 @@ def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: Ge
     return body
 
 
-def chunk_body(cid: str, model: str, delta: dict[str, Any], token: Optional[tuple[int, float, str]] = None,
+def chunk_body(cid: str, model: str, delta: dict[str, Any], token: Optional[tuple[int, dict[str, Any]]] = None,
                finish: Optional[str] = None, prompt: Optional[list[int]] = None, want_ids: bool = False,
                want_logprobs: bool = False) -> dict[str, Any]:
-    """One streamed chunk; the first carries `prompt_token_ids`, each token chunk its `token_ids`."""
+    """One streamed chunk; the first carries `prompt_token_ids`, each token chunk its `token_ids` and
+    (`token` = (id, its `logprob_item`)) its logprobs."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
     if token is not None:
-        tok, lp, piece = token
+        tok, item = token
         if want_ids:
             choice["token_ids"] = [tok]
         if want_logprobs:
-            choice["logprobs"] = {"content": [{"token": piece, "logprob": lp, "bytes": None, "top_logprobs": []}]}
+            choice["logprobs"] = {"content": [item]}
     body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()),
                             "model": model, "choices": [choice]}
     if prompt is not None and want_ids:

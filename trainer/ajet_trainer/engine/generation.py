@@ -14,7 +14,21 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ajet_trainer.engine.detok import IncrementalDecoder, first_stop
 from ajet_trainer.types import PolicyModel, Tokenizer
+
+@dataclass(frozen=True)
+class TokenOut:
+    """One sampled token, as a stream hands it on."""
+
+    id: int
+    """The token id."""
+    logprob: float
+    """The model's log-probability of it (temperature-free)."""
+    text: str
+    """The text it completes (incremental decoding; "" while a multi-byte character is partial, and for EOS)."""
+    top: list[tuple[int, float]]
+    """The `top_logprobs` most likely tokens at this position with their log-probabilities (empty unless asked)."""
 
 
 @dataclass
@@ -27,7 +41,9 @@ class GenRequest:
     top_p: float = 1.0
     seed: Optional[int] = None
     stop: list[str] = field(default_factory=list)
-    on_token: Optional[Callable[[int, float], None]] = None
+    top_logprobs: int = 0
+    """How many most likely alternatives to report per token (0: none)."""
+    on_token: Optional[Callable[[TokenOut], None]] = None
     """Called after each sampled token (streaming)."""
 
 
@@ -40,6 +56,8 @@ class GenResult:
     finish_reason: str
     text: str
     policy_version: int = 0
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Per token, the most likely alternatives (empty lists unless the request asked for them)."""
     error: Optional[str] = None
     """Why this request alone failed (its batch went on without it); None when it completed."""
 
@@ -111,6 +129,8 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
     gens = [_generator(r.seed) for r in requests]
     out_ids: list[list[int]] = [[] for _ in requests]
     out_lps: list[list[float]] = [[] for _ in requests]
+    out_top: list[list[list[tuple[int, float]]]] = [[] for _ in requests]
+    texts = [IncrementalDecoder(tokenizer, eos_ids | {tokenizer.pad_token_id}) for _ in requests]
     finish: list[Optional[str]] = [None] * len(requests)
     cache_kw = _cache_keyword(model)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
@@ -127,10 +147,13 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
             if i in errors:
                 finish[i] = "error"
                 continue
+            top = _top(logp[i], requests[i].top_logprobs)
             out_ids[i].append(tok)
             out_lps[i].append(lp)
+            out_top[i].append(top)
             next_tok[i] = tok
-            finish[i] = _advance(i, tok, lp, out_ids[i], requests[i], tokenizer, eos_ids, errors)
+            finish[i] = _advance(i, TokenOut(tok, lp, texts[i].push(tok), top), out_ids[i], texts[i].text,
+                                 requests[i], eos_ids, errors)
         if all(f is not None for f in finish):
             break
         alive = torch.tensor([f is None for f in finish], dtype=torch.long, device=device)
@@ -139,17 +162,25 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
         out = model(input_ids=next_tok[:, None].to(device), attention_mask=mask, position_ids=last_pos[:, None],
                     use_cache=True, **{cache_kw: past})
         past, logits = _cache_of(out), out.logits[:, -1, :].float()
-    return [_result(out_ids[i], out_lps[i], finish[i] or "length", req, tokenizer, eos_ids, errors.get(i))
+    return [GenResult(token_ids=out_ids[i], logprobs=out_lps[i], finish_reason=finish[i] or "length",
+                      text=_cut_at_stop(texts[i].text, req.stop), top_logprobs=out_top[i], error=errors.get(i))
             for i, req in enumerate(requests)]
 
 
-def _advance(i: int, tok: int, lp: float, ids: list[int], req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int],
+def _top(logp_row: torch.Tensor, k: int) -> list[tuple[int, float]]:
+    if k <= 0:
+        return []
+    vals, idx = torch.topk(logp_row, min(k, logp_row.shape[-1]))
+    return list(zip(idx.tolist(), vals.tolist()))
+
+
+def _advance(i: int, out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int],
              errors: dict[int, str]) -> Optional[str]:
     """Hand the new token to the request's stream and decide whether it is finished ("error" if either fails)."""
     try:
         if req.on_token is not None:
-            req.on_token(tok, lp)
-        return _finished(tok, ids, req, tokenizer, eos_ids)
+            req.on_token(out)
+        return _finished(out, ids, text, req, eos_ids)
     except Exception as exc:  # noqa: BLE001 - one request's failure must not end its batch
         errors[i] = f"{type(exc).__name__}: {exc}"
         return "error"
@@ -176,27 +207,16 @@ def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
     return g
 
 
-def _finished(tok: int, ids: list[int], req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int]) -> Optional[str]:
-    if tok in eos_ids:
+def _finished(out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int]) -> Optional[str]:
+    if out.id in eos_ids:
         return "stop"
-    if req.stop and any(s in decode_text(tokenizer, ids, eos_ids) for s in req.stop):
+    if req.stop and first_stop(text, req.stop, len(text) - len(out.text)) is not None:
         return "stop"
     if len(ids) >= req.max_tokens:
         return "length"
     return None
 
 
-def decode_text(tokenizer: Tokenizer, ids: list[int], eos_ids: set[int]) -> str:
-    """Completion text: EOS and padding dropped, other added tokens (e.g. `<tool_call>`) kept."""
-    drop = eos_ids | {tokenizer.pad_token_id}
-    return tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
-
-
-def _result(ids: list[int], lps: list[float], finish: str, req: GenRequest, tokenizer: Tokenizer, eos_ids: set[int],
-            error: Optional[str] = None) -> GenResult:
-    text = decode_text(tokenizer, ids, eos_ids)
-    for s in req.stop:
-        cut = text.find(s)
-        if cut >= 0:
-            text = text[:cut]
-    return GenResult(token_ids=ids, logprobs=lps, finish_reason=finish, text=text, error=error)
+def _cut_at_stop(text: str, stop: list[str]) -> str:
+    at = first_stop(text, stop, 0)
+    return text if at is None else text[:at]

@@ -26,8 +26,10 @@ from aiohttp import web
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body
-from ajet_trainer.engine.chat import chunk_body, completion_body, gen_request, parse_tool_calls, prompt_ids
-from ajet_trainer.engine.generation import GenRequest, GenResult, decode_text, generate_batch
+from ajet_trainer.engine.chat import (TOOL_CALL_OPEN, check_engine_support, chunk_body, completion_body, gen_request,
+                                     logprob_item, parse_tool_calls, prompt_ids, uses_tools)
+from ajet_trainer.engine.detok import safe_prefix_len
+from ajet_trainer.engine.generation import GenRequest, GenResult, TokenOut, generate_batch
 from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 
@@ -47,12 +49,12 @@ class _Pending:
     emitted: int = 0
     """Tokens already handed to the stream (counted in the batcher thread: a failed batch cannot retry them)."""
 
-    def emit(self, tok: int, lp: float) -> None:
+    def emit(self, out: TokenOut) -> None:
         """The streaming callback: count the token, queue it for the HTTP side."""
         self.emitted += 1
         tokens = self.tokens
         assert tokens is not None  # only streamed requests emit
-        self.loop.call_soon_threadsafe(tokens.put_nowait, (tok, lp))
+        self.loop.call_soon_threadsafe(tokens.put_nowait, out)
 
 
 class EmbeddedEngine:
@@ -191,6 +193,7 @@ class EmbeddedEngine:
             if not isinstance(body, dict):
                 raise ChatFieldError("body", "expected a JSON object")
             check_chat_fields(body)
+            check_engine_support(body)
             prompt = prompt_ids(self.tokenizer, body, self.max_context)
             req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
         except orjson.JSONDecodeError as exc:
@@ -203,7 +206,7 @@ class EmbeddedEngine:
         loop = asyncio.get_running_loop()
         pending = _Pending(req=req, loop=loop, done=loop.create_future(), started=loop.create_future())
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
-        tools = bool(body.get("tools"))
+        tools = uses_tools(body)
         if body.get("stream"):
             pending.tokens = asyncio.Queue()
             req.on_token = pending.emit
@@ -230,20 +233,22 @@ class EmbeddedEngine:
             await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
 
         await send(chunk_body(cid, model, {"role": "assistant", "content": ""}, prompt=prompt, want_ids=want_ids))
-        ids: list[int] = []
-        text = ""
+        # Content goes out as it is generated, short of what may still become a stop string or a tool call.
+        markers = p.req.stop + ([TOOL_CALL_OPEN] if tools else [])
+        text, sent = "", 0
         tokens = p.tokens
         assert tokens is not None  # streamed requests are queued with a token queue
         while True:
             get_tok = asyncio.ensure_future(tokens.get())
             finished, _ = await asyncio.wait({get_tok, p.done}, return_when=asyncio.FIRST_COMPLETED)
             if get_tok in finished:
-                tok, lp = get_tok.result()
-                ids.append(tok)
-                new_text = decode_text(self.tokenizer, ids, self.eos_ids)
-                piece, text = new_text[len(text):], new_text
-                delta = {} if tools or not piece else {"content": piece}
-                await send(chunk_body(cid, model, delta, token=(tok, lp, piece), want_ids=want_ids,
+                out: TokenOut = get_tok.result()
+                text += out.text
+                safe = safe_prefix_len(text, markers, sent)
+                delta = {"content": text[sent:safe]} if safe > sent else {}
+                sent = max(sent, safe)
+                item = logprob_item(self.tokenizer, out.id, out.logprob, out.top) if want_lps else {}
+                await send(chunk_body(cid, model, delta, token=(out.id, item), want_ids=want_ids,
                                       want_logprobs=want_lps))
                 continue
             get_tok.cancel()
@@ -255,14 +260,13 @@ class EmbeddedEngine:
             await resp.write_eof()
             return resp
         res: GenResult = p.done.result()
-        final_delta: dict[str, Any] = {}
+        content, calls = parse_tool_calls(res.text) if tools else (res.text, [])
+        rest = content[sent:] if content.startswith(text[:sent]) else ""
+        final_delta: dict[str, Any] = {"content": rest} if rest else {}
         finish = res.finish_reason
-        if tools:
-            content, calls = parse_tool_calls(res.text)
-            final_delta = {"content": content} if content else {}
-            if calls:
-                final_delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
-                finish = "tool_calls"
+        if calls:
+            final_delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+            finish = "tool_calls"
         await send(chunk_body(cid, model, final_delta, finish=finish))
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({"id": cid, "object": "chat.completion.chunk", "model": model, "choices": [],

@@ -1,0 +1,177 @@
+"""The embedded engine honours what a chat request asks, and refuses (400, naming the field) what it cannot:
+streamed content as it is generated (also with tools), stop strings never streamed, top_logprobs, tool_choice,
+response_format, max_tokens above the cap; and the incremental decoder it streams with."""
+
+import httpx
+import orjson
+import pytest
+
+from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.detok import IncrementalDecoder, first_stop, safe_prefix_len
+from tests.support.scripted_model import ScriptedModel
+
+TOOLS = [{"type": "function", "function": {"name": "add", "description": "add numbers",
+                                            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]
+USER = [{"role": "user", "content": "hi"}]
+CAP = 64
+
+
+@pytest.fixture(scope="module")
+def scripted(tiny):
+    model, tok = tiny
+    wrapped = ScriptedModel(model, [])
+    eng = EmbeddedEngine(wrapped, tok, max_tokens_cap=CAP)
+    url = eng.start()
+
+    def answer(text: str) -> None:
+        wrapped.reset(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+
+    yield answer, url
+    eng.stop()
+
+
+def _post(url, **body):
+    return httpx.post(url + "/chat/completions", json={"messages": USER, **body}, timeout=60)
+
+
+def _stream(url, **body) -> list[dict]:
+    chunks = []
+    with httpx.stream("POST", url + "/chat/completions", json={"messages": USER, "stream": True, **body},
+                      timeout=60) as r:
+        assert r.status_code == 200, r.read()
+        buf = b""
+        for data in r.iter_bytes():
+            buf += data
+            while b"\n\n" in buf:
+                event, buf = buf.split(b"\n\n", 1)
+                payload = event[len(b"data: "):]
+                if payload != b"[DONE]":
+                    chunks.append(orjson.loads(payload))
+    return chunks
+
+
+def _contents(chunks: list[dict]) -> list[str]:
+    return [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]
+            and c["choices"][0]["delta"].get("content")]
+
+
+def test_a_streamed_answer_with_tools_sends_content_as_generated_and_holds_back_the_call(scripted):
+    answer, url = scripted
+    answer('Let me add.<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+    chunks = _stream(url, tools=TOOLS, temperature=1.0)
+    pieces = _contents(chunks)
+    assert len(pieces) >= 5  # one delta per character of "Let me add.", not one at the end
+    assert "".join(pieces) == "Let me add."
+    assert not any("<" in p for p in pieces)
+    last = [c for c in chunks if c["choices"] and c["choices"][0].get("finish_reason")][-1]["choices"][0]
+    assert last["finish_reason"] == "tool_calls"
+    (call,) = last["delta"]["tool_calls"]
+    assert call["function"]["name"] == "add" and orjson.loads(call["function"]["arguments"]) == {"a": 1}
+
+
+def test_a_stop_string_is_never_streamed_and_both_answers_agree(scripted):
+    answer, url = scripted
+    answer("abcSTOPdef")
+    pieces = _contents(_stream(url, stop=["STOP"], temperature=1.0))
+    assert "".join(pieces) == "abc"
+    assert all("S" not in p for p in pieces)
+    answer("abcSTOPdef")
+    plain = _post(url, stop="STOP", temperature=1.0).json()["choices"][0]
+    assert plain["message"]["content"] == "abc" and plain["finish_reason"] == "stop"
+
+
+def test_a_tool_call_block_that_does_not_parse_is_streamed_as_content_at_the_end(scripted):
+    answer, url = scripted
+    answer("ok <tool_call>not json</tool_call>")
+    chunks = _stream(url, tools=TOOLS, temperature=1.0)
+    assert "".join(_contents(chunks)) == "ok <tool_call>not json</tool_call>"
+    assert not any(c["choices"][0]["delta"].get("tool_calls") for c in chunks if c["choices"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_logprobs_are_the_most_likely_tokens_in_order(scripted, stream):
+    answer, url = scripted
+    answer("xyz")
+    body = {"logprobs": True, "top_logprobs": 3, "temperature": 1.0}
+    if stream:
+        items = [i for c in _stream(url, **body) if c["choices"] and c["choices"][0].get("logprobs")
+                 for i in c["choices"][0]["logprobs"]["content"]]
+    else:
+        items = _post(url, **body).json()["choices"][0]["logprobs"]["content"]
+    assert [i["token"] for i in items[:3]] == ["x", "y", "z"]
+    for item in items:
+        tops = item["top_logprobs"]
+        assert len(tops) == 3
+        assert [t["logprob"] for t in tops] == sorted((t["logprob"] for t in tops), reverse=True)
+        assert tops[0]["token"] == item["token"] and tops[0]["logprob"] == pytest.approx(item["logprob"])
+
+
+def test_without_logprobs_asked_the_engine_returns_none(scripted):
+    answer, url = scripted
+    answer("q")
+    assert "logprobs" not in _post(url, temperature=1.0).json()["choices"][0]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("tool_choice", "required"),
+    ("tool_choice", {"type": "function", "function": {"name": "add"}}),
+    ("response_format", {"type": "json_object"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ("max_tokens", CAP + 1),
+    ("max_completion_tokens", CAP + 1),
+])
+def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, field, value):
+    _answer, url = scripted
+    r = _post(url, tools=TOOLS, **{field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
+def test_what_it_honours_is_served(scripted):
+    answer, url = scripted
+    for extra in ({"response_format": {"type": "text"}}, {"tool_choice": "auto"}, {"max_tokens": CAP}):
+        answer("fine")
+        assert _post(url, tools=TOOLS, temperature=1.0, **extra).status_code == 200
+
+
+def test_tool_choice_none_hides_the_tools_and_parses_no_call(scripted):
+    answer, url = scripted
+    text = '<tool_call>{"name": "add", "arguments": {}}</tool_call>'
+    answer(text)
+    with_tools = _post(url, tools=TOOLS, return_token_ids=True, temperature=1.0).json()
+    answer(text)
+    none = _post(url, tools=TOOLS, tool_choice="none", return_token_ids=True, temperature=1.0).json()
+    answer(text)
+    bare = _post(url, return_token_ids=True, temperature=1.0).json()
+    assert none["prompt_token_ids"] == bare["prompt_token_ids"] != with_tools["prompt_token_ids"]
+    assert with_tools["choices"][0]["message"]["tool_calls"]
+    assert none["choices"][0]["message"]["content"] == text and "tool_calls" not in none["choices"][0]["message"]
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def test_incremental_decoding_equals_decoding_everything(tiny):
+    _model, tok = tiny
+    text = 'Hi <tool_call>{"a": 1}</tool_call>\n\tdone ~' * 5
+    ids = tok.encode(text, add_special_tokens=False)
+    dec = IncrementalDecoder(tok, {tok.eos_token_id})
+    pieces = [dec.push(i) for i in ids + [tok.eos_token_id]]
+    assert "".join(pieces) == dec.text == tok.decode(ids, skip_special_tokens=False)
+    assert pieces[-1] == ""  # EOS adds no text
+
+
+def test_safe_prefix_stops_at_a_marker_and_short_of_its_beginning():
+    assert safe_prefix_len("hello", ["STOP"]) == 5
+    assert safe_prefix_len("hello ST", ["STOP"]) == 6
+    assert safe_prefix_len("hello STOP more", ["STOP"]) == 6
+    assert safe_prefix_len("a <tool", ["<tool_call>", "zz"]) == 2
+    assert safe_prefix_len("a z", ["<tool_call>", "zz"]) == 2
+    assert safe_prefix_len("abc", []) == 3
+    assert safe_prefix_len("xSTOPySTOP", ["STOP"], start=6) == 6
+
+
+def test_first_stop_finds_the_earliest_match_ending_after_since():
+    assert first_stop("abSTOPcdEND", ["END", "STOP"], 0) == 2
+    assert first_stop("abST", ["STOP"], 0) is None
+    assert first_stop("abSTOP", ["STOP"], 5) == 2  # the match straddles `since`
