@@ -16,7 +16,7 @@ from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.openapi import CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MODELS_ROUTE_OPENAPI
+from ajet_proxy.openapi import CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -82,6 +82,9 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_api_route("/v1/models", plane.models, methods=["GET"], tags=["data plane"],
                       summary="Models served to the episode", responses=DATA_PLANE_ERRORS,
                       openapi_extra=MODELS_ROUTE_OPENAPI)
+    app.add_api_route("/v1/models/{model}", plane.model, methods=["GET"], tags=["data plane"],
+                      summary="One model served to the episode", responses=DATA_PLANE_ERRORS,
+                      openapi_extra=MODEL_ROUTE_OPENAPI)
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:

@@ -19,13 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
-from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body
+from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token
 from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.episodes import LiveEpisode, hash_key
 from ajet_proxy.limits import InputLimits, check_chat_shape
-from ajet_proxy.errors import EngineNotReady, InvalidRequest, Unauthorized, UpstreamUnavailable
+from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
-from ajet_proxy.tokens import Extracted, StreamAccumulator, extract_response
+from ajet_proxy.shapes import SSE_MEDIA_TYPE, ApiShape, ChatShape
+from ajet_proxy.tokens import SSESplitter, Extracted, StreamAccumulator, extract_response
 from ajet_store import StoreError
 from ajet_store.types import CallRecord, Deployment, EpisodeRow
 
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 _LIVE_STATES = (EngineState.ROLLING, EngineState.ROLLING_POST)
 _JSON = {"Content-Type": "application/json"}
+ANTHROPIC_KEY_HEADER = "x-api-key"
+"""Where the Anthropic SDK sends its API key (the episode key); `Authorization: Bearer` works as well."""
 
 
 def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str, Any]:
@@ -53,17 +56,6 @@ def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str
     except ChatFieldError as exc:
         raise InvalidRequest(str(exc), fields=[exc.param]) from exc
     return body
-
-
-def _media_type(status: int, data: bytes) -> str:
-    """An answer keeps what it is: JSON, or (a backend's error page) plain text, never relabelled."""
-    if status == 200:
-        return "application/json"
-    try:
-        orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return "text/plain; charset=utf-8"
-    return "application/json"
 
 
 def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
@@ -103,7 +95,7 @@ class DataPlane:
     # ------------------------------------------------------------------ auth
     async def authenticate(self, request: Request) -> LiveEpisode:
         """The live episode of the request's Bearer key, or 401 (saying why the key does not work) / 503."""
-        key = bearer_token(request.headers.get("authorization", ""))
+        key = bearer_token(request.headers.get("authorization", "")) or request.headers.get(ANTHROPIC_KEY_HEADER, "")
         if not key:
             raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
         key_hash = hash_key(key)
@@ -116,12 +108,24 @@ class DataPlane:
             raise EngineNotReady(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
         return ep
 
+    def model_ids(self) -> list[str]:
+        """The names an episode may call: the policy group, then each deployment's model (no repeats)."""
+        return list(dict.fromkeys(["policy"] + sorted({d.model for d in self.s.router.deployments.values()})))
+
     async def models(self, request: Request) -> Response:
         """`GET /v1/models`: the policy group and the deployments' model names."""
         await self.authenticate(request)
-        ids = ["policy"] + sorted({d.model for d in self.s.router.deployments.values()})
-        data = {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "ajet"} for i in ids]}
+        data = {"object": "list", "data": [_model_object(i) for i in self.model_ids()]}
         return Response(orjson.dumps(data), media_type="application/json")
+
+    async def model(self, request: Request) -> Response:
+        """`GET /v1/models/{model}`: one model, or 404 naming it."""
+        await self.authenticate(request)
+        name = request.path_params["model"]
+        if name not in self.model_ids():
+            raise ModelNotFound(f"model {name!r} is not served here; the policy is 'policy' "
+                                f"(also: {', '.join(self.model_ids()[1:]) or 'none'})", fields=["model"])
+        return Response(orjson.dumps(_model_object(name)), media_type="application/json")
 
     # ------------------------------------------------------------------ chat
     async def chat_completions(self, request: Request) -> Response:
@@ -129,11 +133,16 @@ class DataPlane:
         ep = await self.authenticate(request)
         raw = await request.body()
         body = parse_chat_body(raw, self.s.config.limits)
+        return await self.serve(ep, body, raw, ChatShape(want_logprobs=bool(body.get("logprobs"))))
+
+    async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:
+        """Number, send, log and answer one chat call (`body`, checked; `raw`, the request as logged),
+        writing the answer through `shape`."""
         seq = ep.next_seq
         ep.next_seq += 1
         ep.in_flight += 1
         self.s.counters["requests"] += 1
-        call = _Call(ep, seq, raw, time.perf_counter())
+        call = _Call(ep, seq, raw, time.perf_counter(), shape)
         try:
             if body.get("stream"):
                 return await self._stream(call, body)
@@ -152,9 +161,10 @@ class DataPlane:
     async def _answer(self, call: "_Call", dep: Deployment, version: int, status: int, data: bytes, stream: bool
                       ) -> Response:
         """The backend's whole answer (a success, or an error of a plain or streamed call), logged and
-        committed before it is passed on unchanged."""
-        if status == 200:
-            record = self._record(call, dep, version, data.decode(), extract_response(orjson.loads(data)), stream)
+        committed before the client is answered through the call's shape."""
+        parsed = _json_object(data)
+        if status == 200 and parsed is not None:
+            record = self._record(call, dep, version, data.decode(), extract_response(parsed), stream)
         else:
             record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream,
                                   error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
@@ -162,7 +172,7 @@ class DataPlane:
             await self.s.writer.commit(record)  # durable before the agent sees the answer
         finally:
             call.finish()
-        return Response(data, status_code=status, media_type=_media_type(status, data))
+        return call.shape.answer(status, data, parsed)
 
     async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
         async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
@@ -229,7 +239,7 @@ class DataPlane:
             finally:
                 resp.release()
 
-        return StreamingResponse(self._relay(call, dep, version, chunks()), media_type="text/event-stream")
+        return StreamingResponse(self._relay(call, dep, version, chunks()), media_type=SSE_MEDIA_TYPE)
 
     async def _stream_litellm(self, call: "_Call", body: dict[str, Any]) -> Response:
         async def attempt(dep: Deployment) -> tuple[int, Any, int]:
@@ -248,27 +258,36 @@ class DataPlane:
                 yield b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
             yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(self._relay(call, dep, version, chunks()), media_type="text/event-stream")
+        return StreamingResponse(self._relay(call, dep, version, chunks()), media_type=SSE_MEDIA_TYPE)
 
     async def _relay(self, call: "_Call", dep: Deployment, version: int, chunks: AsyncIterator[bytes]
                      ) -> AsyncIterator[bytes]:
-        """Pass a stream through; the chunk that carries [DONE] is held until the call is committed.
+        """Pass a stream on through the call's shape, event by event; what answers [DONE] is held until the
+        call is committed.
 
         A stream that ends early (the client went away, the backend broke off) is logged as such,
         without waiting, since nobody is there to answer."""
-        acc, committed, disconnected = StreamAccumulator(), False, False
+        acc, sse, shape = StreamAccumulator(), SSESplitter(), call.shape
+        committed, disconnected = False, False
         try:
             async for chunk in chunks:
-                acc.feed(chunk)
-                if acc.done and not committed:
-                    committed = True
-                    try:
-                        await self.s.writer.commit(self._stream_record(call, dep, version, acc))
-                    except StoreError as exc:
-                        err = openai_error_body(ErrorCode.STORE_ERROR, str(exc)).model_dump()
-                        yield b"data: " + orjson.dumps(err) + b"\n\n"
-                        return
-                yield chunk
+                out = []
+                for payload in sse.feed(chunk):
+                    data = acc.add(payload)
+                    if not acc.done:
+                        out.append(shape.event(payload, data))
+                    elif not committed:
+                        committed = True
+                        try:
+                            await self.s.writer.commit(self._stream_record(call, dep, version, acc))
+                        except StoreError as exc:
+                            yield b"".join(out) + shape.failed(ErrorCode.STORE_ERROR, str(exc))
+                            return
+                        out.append(shape.done(acc.assembled_response()))
+                if out:
+                    yield b"".join(out)
+            if not committed and not acc.errors:
+                yield shape.failed(ErrorCode.UPSTREAM_UNAVAILABLE, "the policy backend ended the stream early")
         except (asyncio.CancelledError, GeneratorExit):
             disconnected = True
             raise
@@ -305,16 +324,28 @@ class DataPlane:
 class _Call:
     """One in-flight call: keeps the episode's activity bookkeeping in one place."""
 
-    __slots__ = ("ep", "seq", "raw", "t0", "_done")
+    __slots__ = ("ep", "seq", "raw", "t0", "shape", "_done")
 
-    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float):
-        self.ep, self.seq, self.raw, self.t0, self._done = ep, seq, raw, t0, False
+    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float, shape: ApiShape):
+        self.ep, self.seq, self.raw, self.t0, self.shape, self._done = ep, seq, raw, t0, shape, False
 
     def finish(self) -> None:
         if not self._done:
             self._done = True
             self.ep.in_flight -= 1
             self.ep.last_active = time.time()
+
+
+def _json_object(data: bytes) -> Optional[dict[str, Any]]:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "ajet"}
 
 
 def _version(header: Optional[str], dep: Deployment) -> int:

@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import Response
 
 import ajet_store
-from ajet.protocol import ErrorBody, ErrorCode, openai_error_body, openai_status
+from ajet.protocol import ErrorBody, ErrorCode, anthropic_error_body, openai_error_body, openai_status
 
 
 class ProxyError(Exception):
@@ -48,6 +48,12 @@ class EngineNotReady(ProxyError):
     """The engine cannot take this call now but will later (answered with Retry-After)."""
 
     code = ErrorCode.ENGINE_NOT_READY
+
+
+class ModelNotFound(ProxyError):
+    """A data-plane call named a model this proxy does not serve."""
+
+    code = ErrorCode.MODEL_NOT_FOUND
 
 
 class UpstreamUnavailable(ProxyError):
@@ -95,10 +101,18 @@ class HttpError:
 
 DATA_PLANE_PREFIX = "/v1/"
 """Routes answered in OpenAI's error shape (the agent's SDK reads them); the rest get an `ErrorBody`."""
+ANTHROPIC_PREFIX = "/v1/messages"
+"""Anthropic's Messages API: answered in Anthropic's error shape (what the anthropic SDK reads)."""
 
 
 def error_response(err: HttpError, path: str = "") -> Response:
-    """The HTTP answer: OpenAI's error object under `/v1/`, else an `ErrorBody`; the error's headers."""
+    """The HTTP answer: Anthropic's error under `/v1/messages`, OpenAI's error object elsewhere under `/v1/`,
+    else an `ErrorBody`; the error's headers."""
+    if path.startswith(ANTHROPIC_PREFIX):
+        text = f"{err.fields[0]}: {err.detail}" if err.fields and not err.detail.startswith(err.fields[0]) \
+            else err.detail
+        return Response(orjson.dumps(anthropic_error_body(err.code, text).model_dump()),
+                        status_code=openai_status(err.code), media_type="application/json", headers=err.headers)
     if path.startswith(DATA_PLANE_PREFIX):
         param = err.fields[0] if err.fields else None
         data = openai_error_body(err.code, err.detail, param).model_dump()

@@ -101,3 +101,11 @@ MODELS_ROUTE_OPENAPI: dict[str, Any] = {
                           "content": {"application/json": {"schema": {"type": "object"}}}}},
 }
 """`openapi_extra` of `GET /v1/models`."""
+
+MODEL_ROUTE_OPENAPI: dict[str, Any] = {
+    "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
+                    "description": "A model name from `GET /v1/models`"}],
+    "responses": {"200": {"description": "The model",
+                          "content": {"application/json": {"schema": {"type": "object"}}}}},
+}
+"""`openapi_extra` of `GET /v1/models/{model}`."""

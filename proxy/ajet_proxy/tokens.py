@@ -21,6 +21,8 @@ class Extracted:
     completion_ids: Optional[list[int]] = None
     logprobs: Optional[list[float]] = None
     finish_reason: Optional[str] = None
+    stop_reason: Optional[str | int] = None
+    """vLLM's `stop_reason`: the stop string (or token id) that ended the answer; None for EOS or length."""
     content: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: Optional[dict[str, Any]] = None
@@ -42,17 +44,42 @@ def extract_response(data: dict[str, Any]) -> Extracted:
         out.completion_ids = ch.get("token_ids")
         out.logprobs = _logprob_values(ch.get("logprobs"))
         out.finish_reason = ch.get("finish_reason")
+        out.stop_reason = ch.get("stop_reason")
         msg = ch.get("message") or {}
         out.content = msg.get("content") or ""
         out.tool_calls = msg.get("tool_calls") or []
     return out
 
 
-class StreamAccumulator:
-    """Feeds on raw SSE bytes as they pass through; assembles choice 0 of the stream."""
+class SSESplitter:
+    """Cuts a byte stream of server-sent events into the `data:` payloads of complete events."""
 
     def __init__(self) -> None:
         self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Consume bytes; the payloads of the events they complete (a partial event is kept for later)."""
+        self._buf += chunk
+        out = []
+        while True:
+            cut = self._buf.find(b"\n\n")
+            if cut < 0:
+                return out
+            event, self._buf = self._buf[:cut], self._buf[cut + 2:]
+            data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+            if data:
+                out.append(b"\n".join(data))
+
+
+DONE = b"[DONE]"
+"""The payload that ends an OpenAI chat stream."""
+
+
+class StreamAccumulator:
+    """Feeds on a chat stream's events as they pass through; assembles choice 0 of the stream."""
+
+    def __init__(self) -> None:
+        self._sse = SSESplitter()
         self.out = Extracted()
         self._ids: list[int] = []
         self._lps: list[float] = []
@@ -65,28 +92,24 @@ class StreamAccumulator:
         self.errors: list[Any] = []
 
     def feed(self, chunk: bytes) -> None:
-        """Consume bytes; complete events are parsed, a partial one is kept for later."""
-        self._buf += chunk
-        while True:
-            cut = self._buf.find(b"\n\n")
-            if cut < 0:
-                return
-            event, self._buf = self._buf[:cut], self._buf[cut + 2:]
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    self._data(line[5:].strip())
+        """Consume raw bytes (complete events are parsed, a partial one is kept for later)."""
+        for payload in self._sse.feed(chunk):
+            self.add(payload)
 
-    def _data(self, payload: bytes) -> None:
-        if payload == b"[DONE]":
+    def add(self, payload: bytes) -> Optional[dict[str, Any]]:
+        """Consume one event's payload; returns it parsed (None for [DONE] or what is not JSON)."""
+        if payload == DONE:
             self.done = True
-            return
+            return None
         try:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return
+            return None
+        if not isinstance(data, dict):
+            return None
         if "error" in data:
             self.errors.append(data["error"])
-            return
+            return data
         if not self.meta:
             self.meta = {k: data.get(k) for k in ("id", "created", "model")}
         if data.get("prompt_token_ids") is not None:
@@ -96,6 +119,7 @@ class StreamAccumulator:
         for ch in data.get("choices") or []:
             if ch.get("index", 0) == 0:
                 self._choice(ch)
+        return data
 
     def _choice(self, ch: dict[str, Any]) -> None:
         if ch.get("prompt_token_ids") is not None and self.out.prompt_ids is None:
@@ -109,6 +133,7 @@ class StreamAccumulator:
             self._lps.extend(lps)
         if ch.get("finish_reason"):
             self.out.finish_reason = ch["finish_reason"]
+            self.out.stop_reason = ch.get("stop_reason")
         delta = ch.get("delta") or {}
         if delta.get("content"):
             self._parts.append(delta["content"])
@@ -135,4 +160,5 @@ class StreamAccumulator:
         if ex.tool_calls:
             message["tool_calls"] = ex.tool_calls
         return {**self.meta, "object": "chat.completion", "usage": ex.usage,
-                "choices": [{"index": 0, "message": message, "finish_reason": ex.finish_reason}]}
+                "choices": [{"index": 0, "message": message, "finish_reason": ex.finish_reason,
+                             "stop_reason": ex.stop_reason}]}

@@ -87,7 +87,7 @@ class ServerStoreError(SwarmServerError):
 
 
 class RouteNotFound(SwarmServerError):
-    """404/405: the proxy has no such route or method (a proxy of another version than this SDK?)."""
+    """404/405: the proxy has no such route, method or model (a proxy of another version than this SDK?)."""
 
 
 _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
@@ -102,6 +102,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.STORE_ERROR: ServerStoreError,
     ErrorCode.ROUTE_NOT_FOUND: RouteNotFound,
     ErrorCode.METHOD_NOT_ALLOWED: RouteNotFound,
+    ErrorCode.MODEL_NOT_FOUND: RouteNotFound,
 }
 _BY_STATUS: dict[int, type[SwarmServerError]] = {401: Unauthorized, 403: Unauthorized, 404: EpisodeNotFound,
                                                   409: Conflict, 413: RequestTooLarge, 422: InvalidRequest,

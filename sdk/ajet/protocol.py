@@ -42,6 +42,7 @@ class ErrorCode(str, Enum):
     STORE_ERROR = "StoreError"
     ROUTE_NOT_FOUND = "RouteNotFound"
     METHOD_NOT_ALLOWED = "MethodNotAllowed"
+    MODEL_NOT_FOUND = "ModelNotFound"
 
     @property
     def status(self) -> int:
@@ -66,6 +67,7 @@ _STATUS = {
     ErrorCode.STORE_ERROR: 500,
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.MODEL_NOT_FOUND: 404,
 }
 _RETRY_AFTER = {ErrorCode.ENGINE_NOT_READY: 1, ErrorCode.UPSTREAM_UNAVAILABLE: 2}
 
@@ -114,8 +116,42 @@ class OpenAIErrorBody(WireModel):
     """The error object."""
 
 
+_OPENAI_CODE = {ErrorCode.UNAUTHORIZED: "invalid_api_key", ErrorCode.MODEL_NOT_FOUND: "model_not_found"}
+"""Where OpenAI has a code of its own for one of ours."""
+
+
 def openai_error_body(code: ErrorCode, message: str, param: Optional[str] = None) -> OpenAIErrorBody:
     """The OpenAI-shaped answer to an error of `code`."""
-    wire_code = "invalid_api_key" if code is ErrorCode.UNAUTHORIZED else code.value
+    wire_code = _OPENAI_CODE.get(code, code.value)
     return OpenAIErrorBody(error=OpenAIError(message=message, type=_OPENAI_TYPE.get(openai_status(code), "server_error"),
                                              param=param, code=wire_code))
+
+
+_ANTHROPIC_TYPE = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                   405: "invalid_request_error", 409: "invalid_request_error", 413: "request_too_large",
+                   500: "api_error", 503: "overloaded_error"}
+
+
+class AnthropicError(WireModel):
+    """The inside of an Anthropic error answer, as the anthropic SDK parses it into its exception."""
+
+    type: str
+    """Anthropic's error type: `invalid_request_error`, `authentication_error`, `not_found_error`,
+    `overloaded_error` (retry later) or `api_error`."""
+    message: str
+    """The human-readable reason; for a bad field it starts with the field's dotted path."""
+
+
+class AnthropicErrorBody(WireModel):
+    """Body of every error answer on `/v1/messages` (Anthropic's Messages API)."""
+
+    type: str = "error"
+    """Always `error`."""
+    error: AnthropicError
+    """The error."""
+
+
+def anthropic_error_body(code: ErrorCode, message: str) -> AnthropicErrorBody:
+    """The Anthropic-shaped answer to an error of `code` (same status as on the OpenAI routes)."""
+    return AnthropicErrorBody(error=AnthropicError(type=_ANTHROPIC_TYPE.get(openai_status(code), "api_error"),
+                                                   message=message))

@@ -11,7 +11,7 @@ from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import Store, sqlite_url
 from ajet_store.types import Deployment
-from tests.conftest import ensure_rolling, wait_state
+from tests.conftest import ensure_rolling, make_rolling, wait_state
 from tests.support.procs import start_proxy, start_stub
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
@@ -127,8 +127,44 @@ def test_keys_valid_ended_expired_and_foreign(client, proxy, store):
 
 def test_models_route(client, proxy):
     _, creds = client.begin_episode()
-    ids = [m.id for m in creds.as_openai_client().models.list().data]
+    oc = creds.as_openai_client()
+    ids = [m.id for m in oc.models.list().data]
     assert ids == ["policy", "stub-model"]
+    assert oc.models.retrieve("policy").id == "policy" and oc.models.retrieve("stub-model").id == "stub-model"
+    with pytest.raises(openai.NotFoundError) as err:
+        oc.models.retrieve("gpt-9")
+    assert err.value.code == "model_not_found" and "gpt-9" in err.value.message
+
+
+def test_a_deployment_named_policy_is_listed_once(module_tmp, stub):
+    db = sqlite_url(module_tmp / "policy-named.db")
+    store = Store(db)
+    proxy = start_proxy(module_tmp, db)
+    try:
+        c = SwarmClient(proxy.url)
+        c.sync_train_config(AgentJetJob(batch_size=2, num_repeat=2))
+        c.start_engine()
+        make_rolling(store, stub.url, model="policy")
+        wait_state(c, EngineState.ROLLING)
+        _, creds = c.begin_episode()
+        assert [m.id for m in creds.as_openai_client().models.list().data] == ["policy"]
+        c.close()
+    finally:
+        proxy.close()
+        store.close()
+
+
+def test_logprobs_reach_the_client_only_when_asked_and_are_always_logged(client, store):
+    uuid, creds = client.begin_episode()
+    oc = creds.as_openai_client()
+    plain = oc.chat.completions.create(model="m", messages=MSGS, seed=1, max_tokens=6)
+    streamed = list(oc.chat.completions.create(model="m", messages=MSGS, seed=1, max_tokens=6, stream=True))
+    asked = oc.chat.completions.create(model="m", messages=MSGS, seed=1, max_tokens=6, logprobs=True)
+    assert plain.choices[0].logprobs is None
+    assert all(c.choices[0].logprobs is None for c in streamed if c.choices)
+    assert asked.choices[0].logprobs is not None and asked.choices[0].logprobs.content
+    calls = flushed_calls(store, uuid, 3)
+    assert len(calls) == 3 and all(c.logprobs and len(c.logprobs) == len(c.completion_ids) for c in calls)
 
 
 _USER = '"messages": [{"role": "user", "content": "x"}]'

@@ -175,3 +175,17 @@ def test_first_stop_finds_the_earliest_match_ending_after_since():
     assert first_stop("abSTOPcdEND", ["END", "STOP"], 0) == 2
     assert first_stop("abST", ["STOP"], 0) is None
     assert first_stop("abSTOP", ["STOP"], 5) == 2  # the match straddles `since`
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_stop_string_that_ended_the_answer_is_named_as_vllm_does(scripted, stream):
+    answer, url = scripted
+    answer("abEND!")
+    body = {"stop": ["zz", "END"], "temperature": 1.0}
+    if stream:
+        (last,) = [c["choices"][0] for c in _stream(url, **body) if c["choices"] and c["choices"][0]["finish_reason"]]
+    else:
+        last = _post(url, **body).json()["choices"][0]
+    assert last["finish_reason"] == "stop" and last["stop_reason"] == "END"
+    answer("ab")
+    assert _post(url, temperature=1.0).json()["choices"][0]["stop_reason"] is None  # EOS

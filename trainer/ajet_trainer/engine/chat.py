@@ -140,7 +140,8 @@ def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: Ge
     if calls:
         message["tool_calls"] = calls
     choice: dict[str, Any] = {"index": 0, "message": message,
-                              "finish_reason": "tool_calls" if calls else res.finish_reason}
+                              "finish_reason": "tool_calls" if calls else res.finish_reason,
+                              "stop_reason": res.stop_reason}
     if want_logprobs:
         choice["logprobs"] = _logprobs(tokenizer, res)
     if want_ids:
@@ -157,10 +158,12 @@ def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: Ge
 
 def chunk_body(cid: str, model: str, delta: dict[str, Any], token: Optional[tuple[int, dict[str, Any]]] = None,
                finish: Optional[str] = None, prompt: Optional[list[int]] = None, want_ids: bool = False,
-               want_logprobs: bool = False) -> dict[str, Any]:
+               want_logprobs: bool = False, stop_reason: Optional[str] = None) -> dict[str, Any]:
     """One streamed chunk; the first carries `prompt_token_ids`, each token chunk its `token_ids` and
-    (`token` = (id, its `logprob_item`)) its logprobs."""
+    (`token` = (id, its `logprob_item`)) its logprobs, the last its finish and stop reasons."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+    if finish is not None:
+        choice["stop_reason"] = stop_reason
     if token is not None:
         tok, item = token
         if want_ids:

@@ -58,6 +58,8 @@ class GenResult:
     policy_version: int = 0
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     """Per token, the most likely alternatives (empty lists unless the request asked for them)."""
+    stop_reason: Optional[str] = None
+    """The stop string that ended the answer (vLLM's `stop_reason`); None for EOS, length or an error."""
     error: Optional[str] = None
     """Why this request alone failed (its batch went on without it); None when it completed."""
 
@@ -162,8 +164,7 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
         out = model(input_ids=next_tok[:, None].to(device), attention_mask=mask, position_ids=last_pos[:, None],
                     use_cache=True, **{cache_kw: past})
         past, logits = _cache_of(out), out.logits[:, -1, :].float()
-    return [GenResult(token_ids=out_ids[i], logprobs=out_lps[i], finish_reason=finish[i] or "length",
-                      text=_cut_at_stop(texts[i].text, req.stop), top_logprobs=out_top[i], error=errors.get(i))
+    return [_result(out_ids[i], out_lps[i], out_top[i], finish[i] or "length", texts[i].text, req, errors.get(i))
             for i, req in enumerate(requests)]
 
 
@@ -217,6 +218,10 @@ def _finished(out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids
     return None
 
 
-def _cut_at_stop(text: str, stop: list[str]) -> str:
-    at = first_stop(text, stop, 0)
-    return text if at is None else text[:at]
+def _result(ids: list[int], lps: list[float], top: list[list[tuple[int, float]]], finish: str, text: str,
+            req: GenRequest, error: Optional[str]) -> GenResult:
+    """The outcome; the text ends before the stop string that ended it, named in `stop_reason` (as vLLM)."""
+    at = first_stop(text, req.stop, 0)
+    stop_reason = None if at is None else next(s for s in req.stop if text.startswith(s, at))
+    return GenResult(token_ids=ids, logprobs=lps, finish_reason=finish, text=text if at is None else text[:at],
+                     top_logprobs=top, stop_reason=stop_reason, error=error)

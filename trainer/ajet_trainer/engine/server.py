@@ -267,7 +267,7 @@ class EmbeddedEngine:
         if calls:
             final_delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
             finish = "tool_calls"
-        await send(chunk_body(cid, model, final_delta, finish=finish))
+        await send(chunk_body(cid, model, final_delta, finish=finish, stop_reason=res.stop_reason))
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({"id": cid, "object": "chat.completion.chunk", "model": model, "choices": [],
                         "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
