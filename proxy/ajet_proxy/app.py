@@ -16,7 +16,8 @@ from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.openapi import CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI
+from ajet_proxy.openapi import (CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI,
+                                RESPONSES_ROUTE_OPENAPI)
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -79,6 +80,9 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_api_route("/v1/chat/completions", plane.chat_completions, methods=["POST"], tags=["data plane"],
                       summary="OpenAI chat completions, authenticated by the episode key",
                       responses=DATA_PLANE_ERRORS, openapi_extra=CHAT_ROUTE_OPENAPI)
+    app.add_api_route("/v1/responses", plane.responses, methods=["POST"], tags=["data plane"],
+                      summary="OpenAI Responses API, on the chat path, authenticated by the episode key",
+                      responses=DATA_PLANE_ERRORS, openapi_extra=RESPONSES_ROUTE_OPENAPI)
     app.add_api_route("/v1/models", plane.models, methods=["GET"], tags=["data plane"],
                       summary="Models served to the episode", responses=DATA_PLANE_ERRORS,
                       openapi_extra=MODELS_ROUTE_OPENAPI)

@@ -25,6 +25,8 @@ from ajet_proxy.episodes import LiveEpisode, hash_key
 from ajet_proxy.limits import InputLimits, check_chat_shape
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
+from ajet_proxy import responses_api
+from ajet_proxy.responses_stream import ResponsesShape
 from ajet_proxy.shapes import SSE_MEDIA_TYPE, ApiShape, ChatShape
 from ajet_proxy.tokens import SSESplitter, Extracted, StreamAccumulator, extract_response
 from ajet_store import StoreError
@@ -38,14 +40,32 @@ ANTHROPIC_KEY_HEADER = "x-api-key"
 """Where the Anthropic SDK sends its API key (the episode key); `Authorization: Bearer` works as well."""
 
 
-def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str, Any]:
-    """The request body as a dict; `InvalidRequest` naming the field when malformed or over a limit."""
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object; `InvalidRequest` naming `body` otherwise."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"body: not valid JSON ({exc})", fields=["body"]) from exc
     if not isinstance(body, dict):
         raise InvalidRequest("body: expected a JSON object", fields=["body"])
+    return body
+
+
+def check_mapped_body(chat: dict[str, Any], limits: InputLimits, names: dict[str, str]) -> bytes:
+    """Check the chat body another API's request became (as `parse_chat_body` checks a chat request);
+    a bad field is named as the client wrote it (`names`: chat field -> theirs). Returns the body as logged."""
+    try:
+        check_chat_shape(chat, limits)
+        check_chat_fields(chat)
+    except ChatFieldError as exc:
+        theirs = names.get(exc.param.split(".")[0], exc.param)
+        raise InvalidRequest(str(exc).replace(exc.param, theirs, 1), fields=[theirs]) from exc
+    return orjson.dumps(chat)
+
+
+def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str, Any]:
+    """The request body as a dict; `InvalidRequest` naming the field when malformed or over a limit."""
+    body = parse_json_object(raw)
     check_chat_shape(body, limits)
     try:
         orjson.dumps(body)  # a lone surrogate (e.g. "\\udaa4") parses but cannot be sent on: refuse it here
@@ -134,6 +154,21 @@ class DataPlane:
         raw = await request.body()
         body = parse_chat_body(raw, self.s.config.limits)
         return await self.serve(ep, body, raw, ChatShape(want_logprobs=bool(body.get("logprobs"))))
+
+    async def responses(self, request: Request) -> Response:
+        """`POST /v1/responses` (OpenAI's Responses API), plain or streamed, on the chat path."""
+        ep = await self.authenticate(request)
+        body = parse_json_object(await request.body())
+        prev = body.get("previous_response_id")
+        history = [] if prev is None else ep.responses.get(prev) if isinstance(prev, str) else None
+        if history is None:
+            raise InvalidRequest(f"previous_response_id: {prev!r} is not a response of this episode (responses "
+                                 "are kept while their episode is open)", fields=["previous_response_id"])
+        chat, conversation = responses_api.chat_request(body, history)
+        raw = check_mapped_body(chat, self.s.config.limits, responses_api.FIELD_NAMES)
+        shape = ResponsesShape(body, conversation, ep.responses, responses_api.new_response_id(),
+                               responses_api.wants_logprobs(body))
+        return await self.serve(ep, chat, raw, shape)
 
     async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:
         """Number, send, log and answer one chat call (`body`, checked; `raw`, the request as logged),

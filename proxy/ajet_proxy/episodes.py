@@ -12,8 +12,8 @@ import hashlib
 import secrets
 import threading
 import time
-from dataclasses import dataclass
-from typing import Iterable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
 
 from ajet_store.types import EpisodeRow
 
@@ -44,6 +44,9 @@ class LiveEpisode:
     next_seq: int = 0
     in_flight: int = 0
     deployment: Optional[str] = None
+    responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Responses API: each response's conversation (chat messages) by response id, for `previous_response_id`
+    (kept while the episode is open in this proxy process)."""
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""

@@ -109,3 +109,40 @@ MODEL_ROUTE_OPENAPI: dict[str, Any] = {
                           "content": {"application/json": {"schema": {"type": "object"}}}}},
 }
 """`openapi_extra` of `GET /v1/models/{model}`."""
+
+_TEXT_PART = {"type": "object", "required": ["type"], "properties": {
+    "type": {"type": "string", "enum": ["input_text", "output_text", "text"]}, "text": {"type": "string"}}}
+_RESPONSES_ITEM = {"type": "object", "description": "a message, function_call or function_call_output item",
+                   "properties": {
+                       "type": {"type": "string", "enum": ["message", "function_call", "function_call_output"]},
+                       "role": {"type": "string", "enum": ["user", "assistant", "system", "developer"]},
+                       "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]},
+                       "call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string"},
+                       "output": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]}}}
+RESPONSES_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["input"],
+    "properties": {"input": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": _RESPONSES_ITEM}]},
+                   **_nullable({
+                       "model": {"type": "string"},
+                       "instructions": {"type": "string"},
+                       "stream": {"type": "boolean"},
+                       "max_output_tokens": _MAX_TOKENS,
+                       "temperature": {**_NUMBER, "minimum": TEMPERATURE_RANGE[0], "maximum": TEMPERATURE_RANGE[1]},
+                       "top_p": {**_NUMBER, "exclusiveMinimum": TOP_P_RANGE[0], "maximum": TOP_P_RANGE[1]},
+                       "previous_response_id": {"type": "string"},
+                       "tools": {"type": "array", "items": {"type": "object", "required": ["type", "name"],
+                                                            "properties": {"type": {"type": "string",
+                                                                                    "enum": ["function"]},
+                                                                           "name": {"type": "string"}}}},
+                   })},
+}
+"""The Responses body the proxy accepts (the fields it checks; built-in tools, background mode and file
+inputs are refused naming the field)."""
+
+RESPONSES_ROUTE_OPENAPI: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": RESPONSES_REQUEST_SCHEMA}}},
+    "responses": {"200": {"description": "A Response, or with `stream` an SSE stream of Responses events",
+                          "content": {"application/json": {"schema": {"type": "object"}},
+                                      "text/event-stream": {"schema": {"type": "object"}}}}},
+}
+"""`openapi_extra` of `POST /v1/responses`."""

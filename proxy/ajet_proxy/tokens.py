@@ -159,6 +159,10 @@ class StreamAccumulator:
         message: dict[str, Any] = {"role": "assistant", "content": ex.content}
         if ex.tool_calls:
             message["tool_calls"] = ex.tool_calls
-        return {**self.meta, "object": "chat.completion", "usage": ex.usage,
+        usage = ex.usage
+        if usage is None and ex.prompt_ids is not None and ex.completion_ids is not None:  # counted from the ids
+            usage = {"prompt_tokens": len(ex.prompt_ids), "completion_tokens": len(ex.completion_ids),
+                     "total_tokens": len(ex.prompt_ids) + len(ex.completion_ids)}
+        return {**self.meta, "object": "chat.completion", "usage": usage,
                 "choices": [{"index": 0, "message": message, "finish_reason": ex.finish_reason,
                              "stop_reason": ex.stop_reason}]}

@@ -1,0 +1,156 @@
+"""`ResponsesShape`: a chat answer written as an OpenAI Response, plain or as the Responses stream.
+
+The stream follows the backend token by token: `response.created`, then for the assistant text
+`response.output_item.added` / `content_part.added` / `output_text.delta`..., for each function call
+`output_item.added` / `function_call_arguments.delta`..., each item closed with its `.done` events,
+and `response.completed` (or `response.incomplete` at the token limit) once the call is committed.
+Every event carries its `sequence_number`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from starlette.responses import Response
+
+from ajet.protocol import ErrorCode, openai_error_body
+from ajet_proxy.responses_api import (Conversation, assistant_message, call_item, message_item, output_logprobs,
+                                      response_object)
+from ajet_proxy.shapes import error_message, json_response, sse
+
+
+class ResponsesShape:
+    """One Responses call. `responses` is the episode's store of conversations by response id; the answer's
+    conversation is saved there under `rid` for a later `previous_response_id`."""
+
+    def __init__(self, body: dict[str, Any], conversation: Conversation, responses: dict[str, Conversation],
+                 rid: str, want_logprobs: bool):
+        self.body, self.conversation, self.responses, self.rid = body, conversation, responses, rid
+        self.want_logprobs = want_logprobs
+        self._seq = 0
+        self._started = False
+        self._items: list[dict[str, Any]] = []
+        self._text: Optional[dict[str, Any]] = None  # the open message item, while text streams
+        self._calls: dict[int, dict[str, Any]] = {}  # open function_call items by chat tool-call index
+
+    # ---------------------------------------------------------------- plain
+    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+        if status != 200 or parsed is None:
+            err = openai_error_body(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(parsed, status))
+            return json_response(parsed if parsed is not None and "error" in parsed else err.model_dump(), status)
+        choice = (parsed.get("choices") or [{}])[0]
+        msg = choice.get("message") or {}
+        items = []
+        if msg.get("content") or not msg.get("tool_calls"):
+            items.append(message_item(msg.get("content") or "", output_logprobs(choice) if self.want_logprobs else None))
+        items += [call_item(c) for c in msg.get("tool_calls") or []]
+        self._remember(choice)
+        return json_response(response_object(self.rid, self.body, items, parsed.get("usage"),
+                                             choice.get("finish_reason")))
+
+    def _remember(self, choice: dict[str, Any]) -> None:
+        self.responses[self.rid] = self.conversation + [assistant_message(choice)]
+
+    # ---------------------------------------------------------------- streamed
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        self._seq += 1
+        return sse({"type": kind, "sequence_number": self._seq - 1, **fields}, event=kind)
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        shell = response_object(self.rid, self.body, [], None, None, status="in_progress")
+        return self._event("response.created", response=shell) + self._event("response.in_progress", response=shell)
+
+    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+        if data is None:
+            return b""
+        if "error" in data:
+            return self._failure(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(data, 502))
+        out = [self._start()]
+        for choice in data.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                out.append(self._text_delta(delta["content"], output_logprobs(choice) if self.want_logprobs else []))
+            for call in delta.get("tool_calls") or ():
+                out.append(self._call_delta(call))
+        return b"".join(out)
+
+    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> bytes:
+        out = b""
+        if self._text is None:
+            self._text = message_item("", None, status="in_progress")
+            self._items.append(self._text)
+            index = len(self._items) - 1
+            out += self._event("response.output_item.added", output_index=index,
+                               item={**self._text, "content": []})
+            out += self._event("response.content_part.added", item_id=self._text["id"], output_index=index,
+                               content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+        part = self._text["content"][0]
+        part["text"] += text
+        part["logprobs"] += logprobs
+        return out + self._event("response.output_text.delta", item_id=self._text["id"],
+                                 output_index=self._items.index(self._text), content_index=0, delta=text,
+                                 logprobs=logprobs)
+
+    def _call_delta(self, call: dict[str, Any]) -> bytes:
+        out = self._close_text()
+        index = call.get("index", 0)
+        fn = call.get("function") or {}
+        item = self._calls.get(index)
+        if item is None:
+            item = call_item({"id": call.get("id"), "function": {"name": fn.get("name") or "", "arguments": ""}},
+                             status="in_progress")
+            self._calls[index] = item
+            self._items.append(item)
+            out += self._event("response.output_item.added", output_index=len(self._items) - 1, item=dict(item))
+        if fn.get("arguments"):
+            item["arguments"] += fn["arguments"]
+            out += self._event("response.function_call_arguments.delta", item_id=item["id"],
+                               output_index=self._items.index(item), delta=fn["arguments"])
+        return out
+
+    def _close_text(self) -> bytes:
+        item, self._text = self._text, None
+        if item is None:
+            return b""
+        index, part = self._items.index(item), item["content"][0]
+        item["status"] = "completed"
+        return (self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                            text=part["text"], logprobs=part["logprobs"])
+                + self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                              content_index=0, part=part)
+                + self._event("response.output_item.done", output_index=index, item=item))
+
+    def _close_calls(self) -> bytes:
+        out = b""
+        for item in self._calls.values():
+            index = self._items.index(item)
+            item["status"] = "completed"
+            out += self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                               name=item["name"], arguments=item["arguments"])
+            out += self._event("response.output_item.done", output_index=index, item=item)
+        self._calls = {}
+        return out
+
+    def done(self, assembled: dict[str, Any]) -> bytes:
+        out = self._start()
+        if not self._items:  # nothing was said: an empty message, as a plain answer has
+            out += self._text_delta("", [])
+        out += self._close_text() + self._close_calls()
+        choice = (assembled.get("choices") or [{}])[0]
+        self._remember(choice)
+        final = response_object(self.rid, self.body, self._items, assembled.get("usage"), choice.get("finish_reason"))
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        return out + self._event(kind, response=final)
+
+    def failed(self, code: ErrorCode, message: str) -> bytes:
+        return self._failure(code, message)
+
+    def _failure(self, code: ErrorCode, message: str) -> bytes:
+        """An `error` event: the openai SDK raises it as an `APIError` carrying the message."""
+        err = openai_error_body(code, message).error.model_dump()
+        return self._start() + self._event("error", code=err["code"], message=message, param=None, error=err)
