@@ -6,9 +6,11 @@ parses. `previous_response_id` continues a conversation of the same episode: the
 response's conversation (its input and output as chat messages) with the live episode.
 
 Why not LiteLLM's Responses<->chat transformation: measured in `bench/responses_mapping.py`, it costs
-~5-10x this mapping per call (request + answer), and its streaming side consumes LiteLLM's own chunk
-objects, while the proxy relays the backend's bytes; this module is the one mapping for both, and
-`tests/proxy/test_responses_api.py` checks its chat messages against LiteLLM's.
+~20x this mapping per turn (0.76 ms against 0.04 ms for request + answer, about half the proxy's whole
+CPU per call), and its streaming side consumes LiteLLM's own chunk objects, while the proxy relays the
+backend's bytes. This module is the one mapping for both; `tests/proxy/test_responses_api.py` checks its
+chat messages against LiteLLM's (they differ only where the policy's chat template needs it: `developer`
+becomes `system`).
 """
 
 from __future__ import annotations
