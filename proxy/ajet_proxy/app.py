@@ -16,8 +16,8 @@ from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.openapi import (CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI,
-                                RESPONSES_ROUTE_OPENAPI)
+from ajet_proxy.openapi import (CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MESSAGES_ERRORS, MESSAGES_ROUTE_OPENAPI,
+                                MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI, RESPONSES_ROUTE_OPENAPI)
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -83,6 +83,10 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_api_route("/v1/responses", plane.responses, methods=["POST"], tags=["data plane"],
                       summary="OpenAI Responses API, on the chat path, authenticated by the episode key",
                       responses=DATA_PLANE_ERRORS, openapi_extra=RESPONSES_ROUTE_OPENAPI)
+    app.add_api_route("/v1/messages", plane.messages, methods=["POST"], tags=["data plane"],
+                      summary="Anthropic Messages API, on the chat path, authenticated by the episode key "
+                              "(x-api-key or Bearer)",
+                      responses=MESSAGES_ERRORS, openapi_extra=MESSAGES_ROUTE_OPENAPI)
     app.add_api_route("/v1/models", plane.models, methods=["GET"], tags=["data plane"],
                       summary="Models served to the episode", responses=DATA_PLANE_ERRORS,
                       openapi_extra=MODELS_ROUTE_OPENAPI)

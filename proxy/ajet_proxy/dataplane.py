@@ -25,7 +25,8 @@ from ajet_proxy.episodes import LiveEpisode, hash_key
 from ajet_proxy.limits import InputLimits, check_chat_shape
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
-from ajet_proxy import responses_api
+from ajet_proxy import messages_api, responses_api
+from ajet_proxy.messages_stream import MessagesShape
 from ajet_proxy.responses_stream import ResponsesShape
 from ajet_proxy.shapes import SSE_MEDIA_TYPE, ApiShape, ChatShape
 from ajet_proxy.tokens import SSESplitter, Extracted, StreamAccumulator, extract_response
@@ -168,6 +169,15 @@ class DataPlane:
         raw = check_mapped_body(chat, self.s.config.limits, responses_api.FIELD_NAMES)
         shape = ResponsesShape(body, conversation, ep.responses, responses_api.new_response_id(),
                                responses_api.wants_logprobs(body))
+        return await self.serve(ep, chat, raw, shape)
+
+    async def messages(self, request: Request) -> Response:
+        """`POST /v1/messages` (Anthropic's Messages API), plain or streamed, on the chat path."""
+        ep = await self.authenticate(request)
+        body = parse_json_object(await request.body())
+        chat = messages_api.chat_request(body)
+        raw = check_mapped_body(chat, self.s.config.limits, messages_api.FIELD_NAMES)
+        shape = MessagesShape(str(body.get("model") or "policy"), messages_api.new_message_id())
         return await self.serve(ep, chat, raw, shape)
 
     async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:

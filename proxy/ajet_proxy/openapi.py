@@ -19,7 +19,7 @@ from ajet.chat_fields import (
     TEMPERATURE_RANGE,
     TOP_P_RANGE,
 )
-from ajet.protocol import ErrorBody, OpenAIErrorBody
+from ajet.protocol import AnthropicErrorBody, ErrorBody, OpenAIErrorBody
 
 CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Wrong or missing swarm token (`Unauthorized`)"},
@@ -146,3 +146,41 @@ RESPONSES_ROUTE_OPENAPI: dict[str, Any] = {
                                       "text/event-stream": {"schema": {"type": "object"}}}}},
 }
 """`openapi_extra` of `POST /v1/responses`."""
+
+MESSAGES_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": AnthropicErrorBody, "description": spec["description"]} for status, spec in DATA_PLANE_ERRORS.items()
+}
+"""Error answers of `/v1/messages`: the same statuses, in Anthropic's error shape."""
+
+_BLOCK = {"type": "object", "required": ["type"], "properties": {
+    "type": {"type": "string", "enum": ["text", "tool_use", "tool_result"]}, "text": {"type": "string"}}}
+MESSAGES_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["max_tokens", "messages"],
+    "properties": {
+        "max_tokens": _MAX_TOKENS,
+        "messages": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["role", "content"],
+            "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                           "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _BLOCK}]}}}},
+        **_nullable({
+            "model": {"type": "string"},
+            "system": {"anyOf": [{"type": "string"}, {"type": "array", "items": _BLOCK}]},
+            "stream": {"type": "boolean"},
+            "temperature": {**_NUMBER, "minimum": TEMPERATURE_RANGE[0], "maximum": TEMPERATURE_RANGE[1]},
+            "top_p": {**_NUMBER, "exclusiveMinimum": TOP_P_RANGE[0], "maximum": TOP_P_RANGE[1]},
+            "stop_sequences": {"type": "array", "maxItems": MAX_STOP_STRINGS,
+                               "items": {"type": "string", "minLength": 1}},
+            "tools": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                                 "properties": {"name": {"type": "string"}}}},
+        })},
+}
+"""The Messages body the proxy accepts (the fields it checks; server tools, images and documents are refused
+naming the field)."""
+
+MESSAGES_ROUTE_OPENAPI: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": MESSAGES_REQUEST_SCHEMA}}},
+    "responses": {"200": {"description": "A message, or with `stream` Anthropic's SSE events",
+                          "content": {"application/json": {"schema": {"type": "object"}},
+                                      "text/event-stream": {"schema": {"type": "object"}}}}},
+}
+"""`openapi_extra` of `POST /v1/messages`."""

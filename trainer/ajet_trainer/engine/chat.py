@@ -73,6 +73,9 @@ def check_engine_support(body: dict[str, Any]) -> None:
     if choice is not None and choice not in ("auto", "none"):
         raise ChatFieldError("tool_choice", "the embedded engine cannot force a tool call: use 'auto' or 'none' "
                                             "(the vLLM engine supports 'required' and named functions)")
+    if body.get("top_k") not in (None, 0, -1):
+        raise ChatFieldError("top_k", "the embedded engine samples with temperature and top_p only "
+                                      "(the vLLM engine supports top_k)")
     fmt = body.get("response_format")
     if fmt is not None and fmt.get("type") != "text":
         raise ChatFieldError("response_format", f"the embedded engine has no structured output "

@@ -1,0 +1,118 @@
+"""`MessagesShape`: a chat answer written as an Anthropic message, plain or as Anthropic's stream.
+
+Streamed, each backend token becomes an event as it arrives: `message_start`, then
+`content_block_start` / `content_block_delta` (`text_delta`, or `input_json_delta` for a tool's input)
+/ `content_block_stop` per block, and `message_delta` (stop reason, output tokens) with
+`message_stop` once the call is committed. Errors are Anthropic's `error` event and error body.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from starlette.responses import Response
+
+from ajet.protocol import ErrorCode, anthropic_error_body
+from ajet_proxy.messages_api import message_object, stop_reason, tool_use_block
+from ajet_proxy.shapes import error_message, json_response, sse
+
+
+class MessagesShape:
+    """One Messages call (model name echoed as the client sent it)."""
+
+    def __init__(self, model: str, mid: str):
+        self.model, self.mid = model, mid
+        self._started = False
+        self._blocks = 0  # blocks opened so far
+        self._open: Optional[str] = None  # "text" or "tool_use" while a block is open
+        self._calls: dict[int, int] = {}  # chat tool-call index -> block index
+        self._input_tokens = 0
+
+    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+        if status != 200 or parsed is None:
+            body = anthropic_error_body(_code(status), error_message(parsed, status))
+            return json_response(body.model_dump(), status)
+        choice = (parsed.get("choices") or [{}])[0]
+        msg = choice.get("message") or {}
+        content = [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
+        content += [tool_use_block(c) for c in msg.get("tool_calls") or []]
+        return json_response(message_object(self.mid, self.model, content, choice.get("finish_reason"),
+                                            choice.get("stop_reason"), parsed.get("usage")))
+
+    # ---------------------------------------------------------------- streamed
+    def _start(self, data: dict[str, Any]) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        self._input_tokens = len(data.get("prompt_token_ids") or ())
+        start = message_object(self.mid, self.model, [], None, None, {"prompt_tokens": self._input_tokens})
+        start["stop_reason"] = None
+        return sse({"type": "message_start", "message": start}, event="message_start")
+
+    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+        if data is None:
+            return b""
+        if "error" in data:
+            return self._failure(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(data, 502))
+        out = [self._start(data)]
+        for choice in data.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                if self._open != "text":
+                    out.append(self._close() + self._open_block({"type": "text", "text": ""}, "text"))
+                out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
+            for call in delta.get("tool_calls") or ():
+                out.append(self._tool_delta(call))
+        return b"".join(out)
+
+    def _open_block(self, block: dict[str, Any], kind: str) -> bytes:
+        self._open = kind
+        self._blocks += 1
+        return sse({"type": "content_block_start", "index": self._blocks - 1, "content_block": block},
+                   event="content_block_start")
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse({"type": "content_block_delta", "index": self._blocks - 1, "delta": delta},
+                   event="content_block_delta")
+
+    def _close(self) -> bytes:
+        if self._open is None:
+            return b""
+        self._open = None
+        return sse({"type": "content_block_stop", "index": self._blocks - 1}, event="content_block_stop")
+
+    def _tool_delta(self, call: dict[str, Any]) -> bytes:
+        out = b""
+        index, fn = call.get("index", 0), call.get("function") or {}
+        if index not in self._calls:
+            out += self._close()
+            block = tool_use_block({"id": call.get("id"), "function": {"name": fn.get("name"), "arguments": "{}"}})
+            out += self._open_block(block, "tool_use")
+            self._calls[index] = self._blocks - 1
+        if fn.get("arguments"):
+            out += self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
+        return out
+
+    def done(self, assembled: dict[str, Any]) -> bytes:
+        choice = (assembled.get("choices") or [{}])[0]
+        usage = assembled.get("usage") or {}
+        reason = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"))
+        matched = choice.get("stop_reason") if isinstance(choice.get("stop_reason"), str) else None
+        return (self._start({}) + self._close()
+                + sse({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": matched},
+                       "usage": {"output_tokens": int(usage.get("completion_tokens") or 0)}}, event="message_delta")
+                + sse({"type": "message_stop"}, event="message_stop"))
+
+    def failed(self, code: ErrorCode, message: str) -> bytes:
+        return self._failure(code, message)
+
+    def _failure(self, code: ErrorCode, message: str) -> bytes:
+        return sse(anthropic_error_body(code, message).model_dump(), event="error")
+
+
+def _code(status: int) -> ErrorCode:
+    """The error code of a backend's status (its own 400 stays a client error)."""
+    return {400: ErrorCode.INVALID_REQUEST, 401: ErrorCode.UNAUTHORIZED, 404: ErrorCode.MODEL_NOT_FOUND,
+            503: ErrorCode.ENGINE_NOT_READY}.get(status, ErrorCode.UPSTREAM_UNAVAILABLE)
