@@ -17,7 +17,8 @@ from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
 from ajet_proxy.openapi import (CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MESSAGES_ERRORS, MESSAGES_ROUTE_OPENAPI,
-                                MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI, RESPONSES_ROUTE_OPENAPI)
+                                MODEL_NOT_FOUND_ERROR, MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI,
+                                RESPONSES_ROUTE_OPENAPI)
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -91,7 +92,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
                       summary="Models served to the episode", responses=DATA_PLANE_ERRORS,
                       openapi_extra=MODELS_ROUTE_OPENAPI)
     app.add_api_route("/v1/models/{model}", plane.model, methods=["GET"], tags=["data plane"],
-                      summary="One model served to the episode", responses=DATA_PLANE_ERRORS,
+                      summary="One model served to the episode",
+                      responses={**DATA_PLANE_ERRORS, 404: MODEL_NOT_FOUND_ERROR},
                       openapi_extra=MODEL_ROUTE_OPENAPI)
 
     @app.get("/health", tags=["control"])

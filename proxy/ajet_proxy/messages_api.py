@@ -38,17 +38,21 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
         raise _bad("thinking", "extended thinking is not supported by the policy model")
     if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
         raise _bad("max_tokens", "required, an integer")
+    if body.get("stop_sequences") is not None and not isinstance(body["stop_sequences"], list):
+        raise _bad("stop_sequences", "must be a list of strings")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "required, a non-empty list of messages")
-    chat: dict[str, Any] = {"model": body.get("model") or "policy", "max_tokens": body["max_tokens"],
+    chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"], "max_tokens": body["max_tokens"],
                             "messages": system_messages(body.get("system")) + chat_messages(messages)}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
                          ("stream", "stream"), ("stop_sequences", "stop")):
         if body.get(ours) is not None:
             chat[theirs] = body[ours]
-    if body.get("tools"):
-        chat["tools"] = chat_tools(body["tools"])
+    if body.get("tools") is not None:
+        tools = chat_tools(body["tools"])
+        if tools:
+            chat["tools"] = tools
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = chat_tool_choice(body["tool_choice"])
     return chat

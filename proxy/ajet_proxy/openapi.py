@@ -41,6 +41,8 @@ DATA_PLANE_ERRORS: dict[int | str, dict[str, Any]] = {
                                                    "(with Retry-After)"},
 }
 """Error answers of every `/v1/*` route."""
+MODEL_NOT_FOUND_ERROR: dict[str, Any] = {"model": OpenAIErrorBody, "description": "No such model (`model_not_found`)"}
+"""The 404 of `GET /v1/models/{model}`."""
 
 _NUMBER = {"type": "number"}
 _MAX_TOKENS = {"type": "integer", "minimum": MAX_TOKENS_RANGE[0], "maximum": MAX_TOKENS_RANGE[1]}
@@ -112,13 +114,19 @@ MODEL_ROUTE_OPENAPI: dict[str, Any] = {
 
 _TEXT_PART = {"type": "object", "required": ["type"], "properties": {
     "type": {"type": "string", "enum": ["input_text", "output_text", "text"]}, "text": {"type": "string"}}}
-_RESPONSES_ITEM = {"type": "object", "description": "a message, function_call or function_call_output item",
-                   "properties": {
-                       "type": {"type": "string", "enum": ["message", "function_call", "function_call_output"]},
-                       "role": {"type": "string", "enum": ["user", "assistant", "system", "developer"]},
-                       "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]},
-                       "call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string"},
-                       "output": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]}}}
+_TEXT_OR_PARTS = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]}
+_RESPONSES_ITEM = {"description": "a message, function_call or function_call_output item", "anyOf": [
+    {"type": "object", "required": ["role", "content"],
+     "properties": {"type": {"type": "string", "enum": ["message"]},
+                    "role": {"type": "string", "enum": ["user", "assistant", "system", "developer"]},
+                    "content": _TEXT_OR_PARTS}},
+    {"type": "object", "required": ["type", "call_id", "name", "arguments"],
+     "properties": {"type": {"type": "string", "enum": ["function_call"]}, "call_id": {"type": "string"},
+                    "name": {"type": "string"}, "arguments": {"type": "string"}}},
+    {"type": "object", "required": ["type", "call_id", "output"],
+     "properties": {"type": {"type": "string", "enum": ["function_call_output"]}, "call_id": {"type": "string"},
+                    "output": _TEXT_OR_PARTS}},
+]}
 RESPONSES_REQUEST_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["input"],
     "properties": {"input": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": _RESPONSES_ITEM}]},

@@ -57,15 +57,17 @@ def chat_request(body: dict[str, Any], history: Conversation) -> tuple[dict[str,
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _bad("instructions", "must be a string")
-    chat: dict[str, Any] = {"model": body.get("model") or "policy",
+    chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"],
                             "messages": ([{"role": "system", "content": instructions}] if instructions else [])
                             + conversation}
     for ours, theirs in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
                          ("stream", "stream"), ("top_logprobs", "top_logprobs")):
         if body.get(ours) is not None:
             chat[theirs] = body[ours]
-    if body.get("tools"):
-        chat["tools"] = chat_tools(body["tools"])
+    if body.get("tools") is not None:
+        tools = chat_tools(body["tools"])
+        if tools:
+            chat["tools"] = tools
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = chat_tool_choice(body["tool_choice"])
     fmt = response_format(body.get("text"))
@@ -93,7 +95,7 @@ def input_messages(inp: Any) -> Conversation:
         where = f"input.{i}"
         if not isinstance(item, dict):
             raise _bad(where, "each input item must be an object")
-        kind = item.get("type") or ("message" if "role" in item else None)
+        kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             out.append(_message(item, where))
         elif kind == "function_call":
@@ -126,7 +128,10 @@ def _text(content: Any, where: str) -> str:
         if kind not in _PART_TEXT:
             raise _bad(f"{where}.{j}.type", f"{kind!r} content is not supported: the policy takes text only "
                                             "(no image, file or audio input)")
-        texts.append(str(part.get("text") if kind != "refusal" else part.get("refusal") or ""))
+        value = part.get("refusal" if kind == "refusal" else "text")
+        if not isinstance(value, str):
+            raise _bad(f"{where}.{j}.{'refusal' if kind == 'refusal' else 'text'}", "required, a string")
+        texts.append(value)
     return "".join(texts)
 
 
