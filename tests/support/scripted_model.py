@@ -11,19 +11,24 @@ BOOST = 60.0
 
 
 class ScriptedModel(torch.nn.Module):
-    """The wrapped model, answering `script` (token ids) to one request at a time: the k-th forward pass
-    since `reset()` favours `script[k]`."""
+    """The wrapped model, answering scripts (token ids) to one request at a time: each request (a forward pass
+    over more than one new token: a prefill) takes the next queued script, and its k-th forward pass favours
+    the script's k-th token. With no script queued, the model answers as itself."""
 
     def __init__(self, model: torch.nn.Module, script: list[int]):
         super().__init__()
         self.inner, self.script, self.step = model, list(script), 0
+        self.queue: list[list[int]] = []
         self.config, self.generation_config = model.config, model.generation_config
 
-    def reset(self, script: list[int]) -> None:
-        """Answer `script` from the next request on."""
-        self.script, self.step = list(script), 0
+    def reset(self, *scripts: list[int]) -> None:
+        """Answer the next requests with `scripts`, one each."""
+        self.queue = [list(s) for s in scripts]
+        self.script, self.step = [], 0
 
     def forward(self, input_ids: torch.Tensor, **kw):  # noqa: ANN003 - the model's own keywords
+        if input_ids.shape[1] > 1:  # a prefill: a new request
+            self.script, self.step = (self.queue.pop(0) if self.queue else []), 0
         out = self.inner(input_ids=input_ids, **kw)
         if self.step < len(self.script):
             out.logits[:, -1, self.script[self.step]] += BOOST

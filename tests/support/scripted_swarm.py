@@ -12,9 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ajet import AgentJetJob, SwarmClient
+import math
+
+import torch
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet_store import Store, sqlite_url
 from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.grpo import collate, loss_config, policy_loss, sequence_logprobs
+from ajet_trainer.samples import assemble
 from ajet_trainer.learner import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.conftest import ensure_rolling
@@ -29,8 +35,38 @@ class ScriptedSwarm:
     client: SwarmClient
     proxy: Proc
     store: Store
-    answer: Callable[[str], None]
+    answer: Callable[..., None]
+    """`answer(text, ...)`: what the policy says to the next requests, one text each."""
     job: AgentJetJob
+    model: torch.nn.Module
+    """The tiny policy itself (not the scripted wrapper), to take a training step on what was logged."""
+    pad_id: int
+
+    def assert_episode_trains(self, uuid: str, reward: float = 1.0, min_calls: int = 1) -> None:
+        """End the episode and check that it trains: in the rollout pool, assembled from its logged calls (every
+        call with exact ids and a logprob per completion token), and one GRPO loss on it has a finite, non-zero
+        gradient on the policy."""
+        calls = self.store.calls(uuid)
+        assert len(calls) >= min_calls, f"{len(calls)} calls logged"
+        for c in calls:
+            assert c.error is None and c.prompt_ids and c.completion_ids, c
+            assert c.logprobs is not None and len(c.logprobs) == len(c.completion_ids)
+        result = self.client.end_episode(Task(task_id="framework"), uuid, WorkflowOutput(reward=reward))
+        assert result.warning is None, result.warning
+        pool = [p for p in self.store.pool_episodes() if p.uuid == uuid]
+        assert pool, "the episode is not in the rollout pool"
+        samples, stats = assemble(self.store.rewarded_episodes(pool), 10_000, 10_000)
+        assert stats.calls == len(calls) and samples and samples[0].sequences
+        trained = sum(sum(s.response_mask) for s in samples[0].sequences)
+        assert trained == sum(len(c.completion_ids) for c in calls)  # every sampled token is trained
+        batch = collate([(s, 1.0) for s in samples[0].sequences], self.pad_id)
+        self.model.zero_grad()
+        logp, _ = sequence_logprobs(self.model, batch)
+        loss, _ = policy_loss(batch.rollout_logprobs, logp, batch, loss_config(0.2), "token-mean")
+        loss.backward()
+        grad = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in self.model.parameters() if p.grad is not None))
+        assert math.isfinite(float(loss.detach())) and math.isfinite(grad) and grad > 0
+        self.model.zero_grad()
 
 
 @contextlib.contextmanager
@@ -46,12 +82,12 @@ def scripted_swarm(tmp: Path, max_tokens_cap: int = 96) -> Iterator[ScriptedSwar
     client = SwarmClient(proxy.url)
     job = AgentJetJob(batch_size=1, num_repeat=2, max_response_length_in_one_turn=max_tokens_cap)
 
-    def answer(text: str) -> None:
-        wrapped.reset(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+    def answer(*texts: str) -> None:
+        wrapped.reset(*(tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts))
 
     try:
         ensure_rolling(client, store, base, job=job)
-        yield ScriptedSwarm(client, proxy, store, answer, job)
+        yield ScriptedSwarm(client, proxy, store, answer, job, model, tok.pad_token_id)
     finally:
         client.close()
         proxy.close()

@@ -23,8 +23,8 @@ def scripted(tiny):
     eng = EmbeddedEngine(wrapped, tok, max_tokens_cap=CAP)
     url = eng.start()
 
-    def answer(text: str) -> None:
-        wrapped.reset(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+    def answer(*texts: str) -> None:
+        wrapped.reset(*(tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts))
 
     yield answer, url
     eng.stop()
