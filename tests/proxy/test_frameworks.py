@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from ajet import Task, WorkflowOutput
 from tests.support.scripted_swarm import scripted_swarm
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
@@ -190,3 +191,39 @@ def test_anthropic_sdk_tool_loop(swarm, episode):
         final = stream.get_final_message()
     assert final.content[0].text == FINAL
     swarm.assert_episode_trains(uuid, min_calls=2)
+
+
+# ---------------------------------------------------------------- errors, as each framework shows them
+
+
+@pytest.fixture()
+def ended_key(swarm):
+    """The credentials of an episode that has ended: every call is refused, saying so."""
+    uuid, creds = swarm.client.begin_episode()
+    swarm.answer("x")
+    openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key).chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "x"}])
+    swarm.client.end_episode(Task(task_id="framework"), uuid, WorkflowOutput(reward=0.0))
+    return creds
+
+
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
+def test_the_agents_sdk_shows_why_a_key_is_refused(ended_key, responses):
+    from agents import Runner
+
+    with pytest.raises(openai.AuthenticationError) as err:
+        asyncio.run(Runner.run(_agent(ended_key, responses, []), "hi"))
+    assert err.value.code == "invalid_api_key" and "has ended" in str(err.value)
+
+
+def test_langchain_shows_why_a_key_is_refused(ended_key):
+    with pytest.raises(openai.AuthenticationError) as err:
+        _chat_model(ended_key).invoke("hi")
+    assert "has ended" in str(err.value)
+
+
+def test_langchain_shows_the_field_a_request_got_wrong(episode):
+    _uuid, creds = episode
+    with pytest.raises(openai.BadRequestError) as err:
+        _chat_model(creds, temperature=7).invoke("hi")
+    assert err.value.param == "temperature" and "temperature" in str(err.value)

@@ -1,0 +1,115 @@
+"""The proxy's CPU per call by API, and against an earlier commit, side by side in one run.
+
+One vLLM-format stub backend; one ajet-proxy from this tree, and (with `--baseline REF`) one from commit
+REF, checked out in a temporary git worktree and run from it. Each proxy gets plain and streamed chat
+calls; this tree's also gets Responses (`/v1/responses`) and Anthropic Messages (`/v1/messages`) calls
+asking the same thing. One JSON line per (proxy, API, stream): CPU ms per call, req/s, p50/p99; then the
+ratios: this tree's chat over the baseline's, and each API's over chat's.
+
+Usage: python bench/api_cost.py [--requests 2000] [--concurrency 32] [--baseline 78a54de]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import proxy_overhead  # noqa: E402
+from proxy_overhead import measure  # noqa: E402
+
+from ajet import AgentJetJob, SwarmClient  # noqa: E402
+from ajet.types import EngineState  # noqa: E402
+from ajet_store import Store, sqlite_url  # noqa: E402
+from tests.conftest import make_rolling, wait_state  # noqa: E402
+from tests.support.procs import Proc, free_port, offline_env, start_stub  # noqa: E402
+
+MESSAGES = proxy_overhead.BODY["messages"]
+BODIES = {
+    "chat": ("/v1/chat/completions", proxy_overhead.BODY),
+    "responses": ("/v1/responses", {"model": "m", "instructions": MESSAGES[0]["content"],
+                                    "input": MESSAGES[1]["content"], "max_output_tokens": 24}),
+    "messages": ("/v1/messages", {"model": "m", "system": MESSAGES[0]["content"], "max_tokens": 24,
+                                  "messages": [MESSAGES[1]]}),
+}
+
+
+def start_proxy_from(tmp: Path, tree: Path, name: str) -> tuple[Proc, list[str]]:
+    """`ajet-proxy start` run from the packages of `tree` (this checkout, or a baseline worktree), ROLLING."""
+    db = sqlite_url(tmp / f"{name}.db")
+    port = free_port()
+    env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
+    px = Proc([sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db, "--log-level",
+               "warning"], f"http://127.0.0.1:{port}", "/health", tmp / f"{name}.log", env=env)
+    return px, db
+
+
+def roll(px: Proc, db: str, backend: str, n_keys: int = 64) -> list[str]:
+    st = Store(db)
+    client = SwarmClient(px.url)
+    client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
+    client.start_engine()
+    make_rolling(st, backend)
+    wait_state(client, EngineState.ROLLING)
+    return [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(n_keys)]
+
+
+def run(px: Proc, keys: list[str], api: str, stream: bool, conc: int, n: int, name: str) -> dict:
+    route, body = BODIES[api]
+    proxy_overhead.BODY = body  # `load` sends this body
+    row = measure(name, px.url + route, keys, px.pid, stream, conc, n)
+    return {**row, "api": api}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--baseline", default=None, help="a git ref whose proxy to compare chat calls with")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="ajet-api-cost-"))
+    stub = start_stub(tmp)
+    trees = {"head": REPO}
+    if args.baseline:
+        wt = tmp / "baseline"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.baseline], check=True,
+                       capture_output=True)
+        trees["baseline"] = wt
+    proxies = {name: start_proxy_from(tmp, tree, name) for name, tree in trees.items()}
+    rows = {}
+    try:
+        keys = {name: roll(px, db, stub.url) for name, (px, db) in proxies.items()}
+        time.sleep(1.0)
+        for stream in (False, True):
+            for name, (px, _db) in proxies.items():
+                for api in (("chat", "responses", "messages") if name == "head" else ("chat",)):
+                    row = run(px, keys[name], api, stream, args.concurrency, args.requests, name)
+                    rows[name, api, stream] = row
+                    print(json.dumps(row), flush=True)
+            head_chat = rows["head", "chat", stream]["proxy_cpu_ms_per_call"]
+            ratios = {f"{api}_over_chat": round(rows["head", api, stream]["proxy_cpu_ms_per_call"] / head_chat, 3)
+                      for api in ("responses", "messages")}
+            if "baseline" in proxies:
+                ratios["head_chat_over_baseline_chat"] = round(
+                    head_chat / rows["baseline", "chat", stream]["proxy_cpu_ms_per_call"], 3)
+            print(json.dumps({"figure": "cpu_ratios", "stream": stream, **ratios}), flush=True)
+    finally:
+        for px, _db in proxies.values():
+            px.close()
+        stub.close()
+        if "baseline" in trees:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees["baseline"])],
+                           capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
