@@ -4,6 +4,7 @@ experiment folder, beside `metrics.jsonl`; the job names its loggers."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -52,7 +53,20 @@ def test_wandb_offline_run(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, list(tmp_path.rglob("*"))
     (record,) = runs[0].glob("run-*.wandb")  # what `wandb sync` uploads later
-    data = record.read_bytes()
+    data = _settled(record)
     # history records carry each key with its JSON value (wandb 0.31 ships no Python reader for the file)
     for key, value in (("loss", "0.5"), ("loss", "0.25"), ("reward_mean", "0.75"), ("samples/episodes", "4")):
         assert key.encode() in data and value.encode() in data, (key, value)
+
+
+def _settled(path, timeout: float = 30.0) -> bytes:
+    """The file's bytes once its writer (wandb's service process, which may lag `finish` under load) has stopped
+    growing it."""
+    deadline, last = time.monotonic() + timeout, b""
+    while time.monotonic() < deadline:
+        data = path.read_bytes()
+        if data == last and len(data) > 64:
+            return data
+        last = data
+        time.sleep(0.5)
+    return last
