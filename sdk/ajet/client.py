@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, TextIO, Union
 
 import httpx
 
@@ -160,9 +160,22 @@ class SwarmClient:
             logger.warning("%s (logged once per client)", result.warning)
         return result
 
-    def abort_episode(self, episode_uuid: str) -> EpisodeResult:
-        """Discard the episode; its key stops working. Aborting twice is harmless."""
-        return EpisodeResult.model_validate(self._call("POST", "abort_episode", {"episode_uuid": episode_uuid}))
+    def abort_episode(self, task_or_uuid: Union[Task, str], episode_uuid: Optional[str] = None,
+                      workflow_output: Optional[WorkflowOutput] = None) -> EpisodeResult:
+        """Discard the episode; its key stops working. Aborting twice is harmless.
+
+        Called as `abort_episode(episode_uuid)`, or as the seed says ("just replace `end_episode` with
+        `abort_episode`") `abort_episode(task, episode_uuid, workflow_output)`: the task and output are
+        then not recorded, since an aborted episode is never trained."""
+        if isinstance(task_or_uuid, Task):
+            if episode_uuid is None:
+                raise TypeError("abort_episode(task, episode_uuid, workflow_output): episode_uuid is missing")
+            uuid = episode_uuid
+        elif episode_uuid is not None or workflow_output is not None:
+            raise TypeError("abort_episode takes (episode_uuid) or (task, episode_uuid, workflow_output)")
+        else:
+            uuid = task_or_uuid
+        return EpisodeResult.model_validate(self._call("POST", "abort_episode", {"episode_uuid": uuid}))
 
     # ------------------------------------------------------------------ stats
     def get_rollout_stat(self) -> RolloutStat:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 from ajet.client import SwarmClient
 from ajet.errors import SwarmServerError, SwarmTimeout
 from ajet.stat_types import StepInfo
-from ajet.types import Task, WorkflowOutput
-from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
+from ajet.types import OpenaiBaseUrlAndApiKey, Task, WorkflowOutput
+from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor, run_episodes_until_all_complete
 
 logger = logging.getLogger(__name__)
 
@@ -71,3 +71,43 @@ def train_on_tasks(client: SwarmClient, tasks: Sequence[Task], agent: AgentFn, *
                 if on_step is not None:
                     on_step(step)
     return seen[:max_steps]
+
+
+class TaskSource(Protocol):
+    """A dataset as the seed code passes it: anything with `generate_training_tasks()` (e.g. `RouterTaskReader`)."""
+
+    def generate_training_tasks(self) -> Iterable[Task]:
+        """The training tasks, in order."""
+        ...
+
+
+SeedAgentFn = Callable[[Task, OpenaiBaseUrlAndApiKey], WorkflowOutput]
+"""The seed's agent signature: `execute_agent(task, api_baseurl_key) -> WorkflowOutput`."""
+
+
+def auto_train_with_dataset(dataset: TaskSource, swarm_worker: SwarmClient, execute_agent: SeedAgentFn,
+                            local_grpo_n: int = 2, remote_batch_size: int = 8) -> list[Optional[float]]:
+    """The seed's whole training loop in one call: every task `local_grpo_n` times, `remote_batch_size` x
+    `local_grpo_n` episodes at a time (retried until they complete), each begun, run with
+    `execute_agent(task, api_baseurl_key)` and ended with its reward. Returns the rewards in task order."""
+
+    def rollout(task: Task) -> float:
+        episode_uuid, api_baseurl_key = swarm_worker.begin_episode()
+        try:
+            workflow_output = execute_agent(task, api_baseurl_key)
+        except Exception:
+            swarm_worker.abort_episode(episode_uuid)  # a crashed agent is not scored: retried instead
+            raise
+        swarm_worker.end_episode(task, episode_uuid, workflow_output)
+        return workflow_output.reward
+
+    rewards: list[Optional[float]] = []
+    batch: list[Task] = []
+    for task in dataset.generate_training_tasks():
+        batch += [task] * local_grpo_n
+        if len(batch) >= remote_batch_size * local_grpo_n:
+            rewards += run_episodes_until_all_complete(batch, rollout, auto_retry=True)
+            batch = []
+    if batch:
+        rewards += run_episodes_until_all_complete(batch, rollout, auto_retry=True)
+    return rewards

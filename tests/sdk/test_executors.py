@@ -39,7 +39,8 @@ def test_periodic_drain_waits_for_each_group():
     assert peak[0] <= 4
 
 
-def test_retries_are_bounded_and_logged(caplog):
+def test_retries_are_bounded_and_logged(caplog, monkeypatch):
+    monkeypatch.setattr("ajet.utils.thread_executors.RETRY_BACKOFF_S", (0.001, 0.001))
     attempts = {}
 
     def flaky(task):
@@ -54,6 +55,26 @@ def test_retries_are_bounded_and_logged(caplog):
     assert attempts == {"a": 2, "never": 4}
     assert any("failed after 4 attempt" in r.message for r in caplog.records)
     assert sum("retry" in r.message for r in caplog.records) == 1 + 3
+    assert all(r.exc_info is not None for r in caplog.records)  # each failure with its traceback
+
+
+def test_auto_retry_retries_until_every_episode_completes(monkeypatch):
+    monkeypatch.setattr("ajet.utils.thread_executors.RETRY_BACKOFF_S", (0.001, 0.001))
+    attempts = {}
+
+    def fails_five_times(task):
+        attempts[task] = attempts.get(task, 0) + 1
+        if attempts[task] <= 5:
+            raise ConnectionError("the server is restarting")
+        return task * 10
+
+    assert run_episodes_until_all_complete([3, 1, 2], fails_five_times, auto_retry=True) == [30, 10, 20]
+    assert attempts == {1: 6, 2: 6, 3: 6}
+
+
+def test_max_workers_defaults_to_one_thread_per_task():
+    barrier = threading.Barrier(6, timeout=5)  # only passes if all six run at once
+    assert run_episodes_until_all_complete(range(6), lambda t: barrier.wait() * 0 + t) == list(range(6))
 
 
 def test_no_retry_without_auto_retry():

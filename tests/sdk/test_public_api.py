@@ -22,13 +22,15 @@ def test_all_names_resolve(module):
 @pytest.mark.parametrize("path,names", [
     ("ajet.copilot.job", ["AgentJetJob"]),
     ("ajet.tuner_lib.experimental.swarm_client", ["SwarmClient", "run_episodes_until_all_complete"]),
-    ("ajet.tuner_lib.experimental.as_swarm_client", ["SwarmClient", "OpenaiBaseUrlAndApiKey"]),
+    ("ajet.tuner_lib.experimental.as_swarm_client", ["SwarmClient", "OpenaiBaseUrlAndApiKey",
+                                                     "run_episodes_until_all_complete", "auto_train_with_dataset"]),
     ("ajet.tuner_lib.as_oai_baseurl_apikey", ["OpenaiBaseUrlAndApiKey"]),
     ("ajet.schema.task", ["Task", "WorkflowOutput"]),
     ("ajet.task_reader", ["RouterTaskReader", "HuggingFaceTaskReader"]),
     ("ajet.default_config.ajet_config_schema", ["AjetTaskReader", "HuggingfaceDatRepo", "JsonlDatasetFile",
                                                 "JsonlTrainingFp"]),
-    ("ajet.default_config.ajet_default", ["default_job", "default_job_yaml"]),
+    ("ajet.default_config.ajet_default", ["default_job", "default_job_yaml", "AjetTaskReader", "HuggingfaceDatRepo",
+                                          "JsonlDatasetFile", "JsonlTrainingFp"]),
     ("ajet.utils.thread_executors", ["PeriodicDrainThreadPoolExecutor", "BoundedThreadPoolExecutor",
                                      "run_episodes_until_all_complete"]),
 ])

@@ -6,6 +6,8 @@ from typing import Any
 
 import yaml
 
+from ajet.default_config.ajet_config_schema import (AjetTaskReader, HuggingfaceDatRepo, JsonlDatasetFile,
+                                                    JsonlTrainingFp, JsonlValidationFp, RandomDummy)
 from ajet.job import AgentJetJob
 
 
@@ -19,4 +21,5 @@ def default_job_yaml() -> str:
     return yaml.safe_dump({"ajet": default_job()}, sort_keys=False)
 
 
-__all__ = ["default_job", "default_job_yaml"]
+__all__ = ["default_job", "default_job_yaml", "AjetTaskReader", "HuggingfaceDatRepo", "JsonlDatasetFile",
+           "JsonlTrainingFp", "JsonlValidationFp", "RandomDummy"]

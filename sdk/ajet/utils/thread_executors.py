@@ -1,13 +1,15 @@
 """Thread executors for running many episodes from one client.
 
-Retries are bounded and logged, never silent: a task that still fails after its retries is logged
-with its exception and reported as failed (None in results).
+Retries are logged, never silent: each failure is logged with its traceback. `run_episodes_until_all_complete`
+retries a failing episode until it completes, as AgentJet's own client does (`max_retries` bounds it);
+a task that still fails after its bounded retries is reported as failed (None in results).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
@@ -19,30 +21,45 @@ R = TypeVar("R")
 DEFAULT_MAX_RETRIES = 3
 
 
-def call_with_retries(fn: Callable[[T], R], task: T, retries: int) -> Optional[R]:
-    """`fn(task)`, retried up to `retries` times on exceptions; None (and an error log) after that."""
-    for attempt in range(retries + 1):
+RETRY_BACKOFF_S = (0.5, 10.0)
+"""The pause before a retry: the first, then doubling up to the second (a persistent failure does not spin)."""
+
+
+def call_with_retries(fn: Callable[[T], R], task: T, retries: Optional[int]) -> Optional[R]:
+    """`fn(task)`, retried on exceptions (each logged with its traceback): up to `retries` times, or until it
+    succeeds when `retries` is None. None (and an error log) once the retries are spent."""
+    attempt = 0
+    while True:
         try:
             return fn(task)
         except Exception as exc:  # noqa: BLE001 - agent code may raise anything; we log and count it
-            if attempt == retries:
-                logger.error("task %s failed after %d attempt(s): %r", _task_name(task), attempt + 1, exc)
+            attempt += 1
+            if retries is not None and attempt > retries:
+                logger.error("task %s failed after %d attempt(s): %r", _task_name(task), attempt, exc, exc_info=True)
                 return None
-            logger.warning("task %s failed (%r); retry %d/%d", _task_name(task), exc, attempt + 1, retries)
-    return None
+            bound = "" if retries is None else f"/{retries}"
+            logger.warning("task %s failed (%r); retry %d%s", _task_name(task), exc, attempt, bound, exc_info=True)
+            time.sleep(min(RETRY_BACKOFF_S[1], RETRY_BACKOFF_S[0] * 2 ** (attempt - 1)))
 
 
 def _task_name(task: Any) -> str:
     return str(getattr(task, "task_id", task))[:60]
 
 
-def run_episodes_until_all_complete(tasks: Iterable[T], func: Callable[[T], R], max_workers: int = 32,
-                                    auto_retry: bool = True, max_retries: int = DEFAULT_MAX_RETRIES
+def run_episodes_until_all_complete(tasks: Iterable[T], func: Callable[[T], R], max_workers: Optional[int] = None,
+                                    auto_retry: bool = True, max_retries: Optional[int] = None
                                     ) -> list[Optional[R]]:
-    """Run `func(task)` for every task on `max_workers` threads; results in task order."""
+    """Run `func(task)` for every task, on `max_workers` threads (default: one per task); results in task order.
+
+    With `auto_retry` a failing episode is retried until it completes (as AgentJet's client does), each failure
+    logged with its traceback; `max_retries` bounds the retries (then its result is None). Without
+    `auto_retry` a failure is logged and its result is None."""
+    items = list(tasks)
+    if not items:
+        return []
     retries = max_retries if auto_retry else 0
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        futures = [pool.submit(call_with_retries, func, t, retries) for t in tasks]
+    with ThreadPoolExecutor(max_workers=max_workers or len(items)) as pool:
+        futures = [pool.submit(call_with_retries, func, t, retries) for t in items]
         return [f.result() for f in futures]
 
 
