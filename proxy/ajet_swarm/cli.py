@@ -8,6 +8,7 @@ scaffold. None of them imports torch: the trainer's packages load only in its ow
 from __future__ import annotations
 
 import argparse
+import socket
 import signal
 import subprocess
 import sys
@@ -28,9 +29,12 @@ def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
              *common]
     trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
-               "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine]
+               "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine,
+               "--nnodes", str(args.nnodes)]
     if args.experiment_dir:
         trainer += ["--experiment-dir", args.experiment_dir]
+    if args.ray_address:
+        trainer += ["--ray-address", args.ray_address]
     return proxy, trainer
 
 
@@ -45,6 +49,21 @@ def child_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+ALL_INTERFACES = ("0.0.0.0", "::")
+
+
+def banner(host: str, port: int, token: bool, store: str) -> str:
+    """What `start` prints first: where clients connect, from this machine and from others, and whether the
+    control API is protected (the proxy itself warns once when it is not)."""
+    if host in ALL_INTERFACES:
+        where = (f"ajet-swarm: listening on all interfaces, port {port}: other machines use "
+                 f"http://{socket.gethostname()}:{port} (this one: http://127.0.0.1:{port})")
+    else:
+        where = f"ajet-swarm: listening on http://{host}:{port} only"
+    guard = "swarm token required on control calls" if token else "no swarm token (set AJET_SWARM_TOKEN to require one)"
+    return f"{where}; {guard}; store {store}"
+
+
 def run_swarm(args: argparse.Namespace) -> int:
     """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly."""
     proxy, trainer = child_commands(args)
@@ -53,7 +72,7 @@ def run_swarm(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    print(f"ajet-swarm: proxy on http://{args.host}:{args.swarm_port}, store {redact_url(args.db)}", flush=True)
+    print(banner(args.host, args.swarm_port, bool(args.swarm_token), redact_url(args.db)), flush=True)
     while not stopping.is_set() and all(p.poll() is None for p in procs):
         stopping.wait(0.5)
     for p in procs:
@@ -75,11 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="run ajet-proxy and ajet-trainer together")
     add_start_arguments(start)
-    start.set_defaults(port=None)
+    start.set_defaults(port=None, host="0.0.0.0")  # agents run on other machines: all interfaces, as vLLM does
     start.add_argument("--swarm-port", type=int, default=DEFAULT_PORT)
     start.add_argument("--experiment-dir", default=None)
     start.add_argument("--device", default="auto")
-    start.add_argument("--backend", choices=["embedded", "verl"], default="embedded")
+    start.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto",
+                       help="auto (default): verl + vLLM where CUDA, verl and vLLM are present, else embedded")
+    start.add_argument("--ray-address", default=None,
+                       help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
+    start.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
     start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded")
     start.add_argument("--threads", type=int, default=1)
     for name in ("overwatch", "top"):

@@ -1,7 +1,40 @@
-"""`ajet-swarm start` hands the swarm token and the store URL to its children by environment, never on a
-command line."""
+"""`ajet-swarm start`: listens on all interfaces (agents run on other machines), says where to connect, picks
+its backend, and hands the swarm token and the store URL to its children by environment, never on a command
+line."""
 
-from ajet_swarm.cli import build_parser, child_commands, child_env
+import pytest
+
+from ajet_swarm.cli import banner, build_parser, child_commands, child_env
+from ajet_trainer.backends import choose_backend
+
+OTHER_ADDRESS = "127.0.0.2"
+"""A loopback address other than 127.0.0.1: it answers only when the server listens on all interfaces."""
+
+
+def test_start_listens_on_all_interfaces_and_passes_the_ray_settings():
+    args = build_parser().parse_args(["start", "--db", "sqlite:///x.db", "--ray-address", "10.0.0.1:6379",
+                                      "--nnodes", "2"])
+    proxy, trainer = child_commands(args)
+    assert proxy[proxy.index("--host") + 1] == "0.0.0.0"
+    assert trainer[trainer.index("--backend") + 1] == "auto"
+    assert trainer[trainer.index("--ray-address") + 1] == "10.0.0.1:6379" and trainer[trainer.index("--nnodes") + 1] == "2"
+    assert build_parser().parse_args(["start", "--host", "127.0.0.1"]).host == "127.0.0.1"
+
+
+def test_the_banner_says_where_to_connect_and_whether_a_token_guards_it():
+    text = banner("0.0.0.0", 10086, False, "sqlite:///x.db")
+    assert "all interfaces" in text and ":10086" in text and "AJET_SWARM_TOKEN" in text
+    assert "token required" in banner("127.0.0.1", 10086, True, "s") and "only" in banner("127.0.0.1", 1, True, "s")
+
+
+@pytest.mark.parametrize("cuda,verl,vllm,want", [
+    (True, True, True, "verl"), (False, True, True, "embedded"), (True, False, True, "embedded"),
+    (True, True, False, "embedded"), (False, False, False, "embedded")])
+def test_backend_auto_picks_verl_only_where_it_can_run(cuda, verl, vllm, want):
+    backend, why = choose_backend(cuda, verl, vllm)
+    assert backend == want and why
+    if want == "embedded":
+        assert "no " in why
 
 
 def test_the_token_never_reaches_a_command_line(monkeypatch):
@@ -33,7 +66,7 @@ def test_ajet_swarm_start_runs_both_children_with_no_secret_in_their_command_lin
     db, port, token = sqlite_url(tmp_path / "swarm.db"), free_port(), "swarm-s3cret"
     swarm = Proc([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db", db,
                   "--swarm-token", token, "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"],
-                 f"http://127.0.0.1:{port}", "/health", tmp_path / "swarm.log")
+                 f"http://{OTHER_ADDRESS}:{port}", "/health", tmp_path / "swarm.log")
     st = Store(db)
     try:
         deadline = time.monotonic() + 60
@@ -49,3 +82,36 @@ def test_ajet_swarm_start_runs_both_children_with_no_secret_in_their_command_lin
     finally:
         swarm.close()
         st.close()
+
+
+@pytest.mark.parametrize("token", [None, "swarm-s3cret"], ids=["open", "token"])
+def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch, token):
+    """Reachable on 127.0.0.2 (all interfaces), the control API guarded when a token is set, and the SDK
+    reading that token from AJET_SWARM_TOKEN, so seed code runs unchanged against a protected server."""
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    from ajet import SwarmClient
+    from ajet_store import sqlite_url
+    from tests.support.procs import Proc, free_port
+
+    port = free_port()
+    args = [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
+            "--db", sqlite_url(tmp_path / "swarm.db"), "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"]
+    swarm = Proc(args + (["--swarm-token", token] if token else []), f"http://{OTHER_ADDRESS}:{port}", "/health",
+                 tmp_path / "swarm.log")
+    try:
+        url = f"http://{OTHER_ADDRESS}:{port}"
+        status = httpx.get(url + "/swarm/get_engine_status").status_code
+        assert status == (401 if token else 200)
+        if token:
+            monkeypatch.setenv("AJET_SWARM_TOKEN", token)
+        client = SwarmClient(url)
+        assert client.get_engine_status().state.value
+        client.close()
+        assert "all interfaces" in swarm.log_tail()
+        assert ("without --swarm-token" in swarm.log_tail()) == (token is None)  # the proxy warns once, when open
+    finally:
+        swarm.close()

@@ -1,17 +1,38 @@
 """The backend factory: the one place that picks a `TrainingSession` implementation.
 
-`embedded` (default) trains in this process with PyTorch and serves with the engine `--engine`
-names; `verl` trains with verl's workers on Ray. The verl backend is imported only when chosen: it
-loads verl's Ray trainer, which the embedded path does not need.
+`embedded` trains in this process with PyTorch and serves with the engine `--engine` names; `verl`
+trains with verl's workers on Ray. `auto` (the command's default) picks verl + vLLM where CUDA, verl and
+vLLM are present, else the embedded trainer (`choose_backend`). The verl backend is imported only when
+chosen: it loads verl's Ray trainer, which the embedded path does not need.
 """
 
 from __future__ import annotations
 
+import importlib.util
+
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_trainer.errors import TrainerError
-from ajet_trainer.options import TrainerOptions
+from ajet_trainer.options import BackendKind, TrainerOptions
 from ajet_trainer.protocols import TrainingSession
+
+
+def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendKind, str]:
+    """`--backend auto`: verl (FSDP workers, vLLM replicas) when it can run here, else embedded; and why."""
+    missing = [what for what, ok in (("a CUDA device", cuda), ("verl", has_verl), ("vLLM", has_vllm)) if not ok]
+    if not missing:
+        return "verl", "CUDA, verl and vLLM are present"
+    return "embedded", f"no {' nor '.join(missing)} here (verl needs all three)"
+
+
+def detect_backend() -> tuple[BackendKind, str]:
+    """`choose_backend` for this machine."""
+    import torch
+
+    def has(module: str) -> bool:
+        return importlib.util.find_spec(module) is not None
+
+    return choose_backend(torch.cuda.is_available(), has("verl"), has("vllm"))
 
 
 def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:

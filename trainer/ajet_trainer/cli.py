@@ -27,9 +27,10 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
                    help="vllm: launch `vllm serve` and hot-load each step's LoRA adapter. Environment: "
                         "AJET_VLLM_COMMAND (launch command), AJET_VLLM_SLEEP=1 (sleep during updates), "
                         "AJET_VLLM_REPLICAS=N and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group)")
-    p.add_argument("--backend", choices=["embedded", "verl"], default="embedded",
+    p.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto",
                    help="verl: verl's FSDP workers on Ray train, verl launches and syncs the vLLM replicas "
-                        "(needs CUDA and `pip install -e '.[vllm]'`); --engine is then ignored")
+                        "(needs CUDA and `pip install -e '.[vllm]'`); --engine is then ignored. embedded: this "
+                        "process trains. auto (default): verl where CUDA, verl and vLLM are present, else embedded")
     p.add_argument("--ray-address", default=None,
                    help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
@@ -51,14 +52,20 @@ def run_trainer(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
+    from ajet_trainer.backends import detect_backend
     from ajet_trainer.daemon import TrainerDaemon
     from ajet_trainer.options import TrainerOptions
+
+    backend = args.backend
+    if backend == "auto":
+        backend, why = detect_backend()
+        logging.getLogger("ajet_trainer").info("backend auto: %s (%s)", backend, why)
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
-                                 device=args.device, backend=args.backend, ray_address=args.ray_address,
+                                 device=args.device, backend=backend, ray_address=args.ray_address,
                                  nnodes=args.nnodes, verl_overrides=args.verl_overrides,
                                  db_mode=args.db_mode)).run(stop)
 
