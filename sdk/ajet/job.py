@@ -7,10 +7,11 @@ writes every field, `build_job_from_yaml` overrides fields from a file (flat, or
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -106,6 +107,10 @@ class AgentJetJob(BaseModel):
     """Seed for model creation and sampling defaults."""
     max_abs_reward: float = Field(default=1e6, gt=0)
     """`end_episode` refuses a reward whose magnitude exceeds this (one absurd reward must not wreck a step)."""
+    verl: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of verl's `ppo_trainer` config as dotted keys (e.g. `actor_rollout_ref.actor.optim.lr`), applied
+    last by `--backend verl` (they win over the keys the job implies and the server's `--verl-overrides`). The
+    job YAML's `verl:` section; nested mappings are flattened. The embedded backend ignores them (it says so)."""
     keep_call_bodies_steps: Optional[int] = Field(default=None, ge=0)
     """After each step, drop the request/response bodies of calls trained more than this many steps ago
     (token ids, logprobs, rewards and metrics stay; `ajet-proxy prune` does the same by hand). None keeps all."""
@@ -118,6 +123,11 @@ class AgentJetJob(BaseModel):
         if data.get("base_yaml_config"):
             data = {**_read_yaml_fields(data["base_yaml_config"]), **data}
         return _accept_backbone(data)
+
+    @field_validator("verl", mode="before")
+    @classmethod
+    def _dotted_verl_keys(cls, value: Any) -> Any:
+        return flatten_keys(value) if isinstance(value, dict) else value
 
     @field_validator("logging", mode="before")
     @classmethod
@@ -141,10 +151,13 @@ class AgentJetJob(BaseModel):
 
     # ------------------------------------------------------------------ YAML
     def dump_job_as_yaml(self, path: Union[str, Path]) -> Path:
-        """Write every field under `ajet:` (the verl backend writes the verl config it resolves beside it)."""
+        """Write every field under `ajet:` and the verl overrides under `verl:` (dotted keys of verl's
+        `ppo_trainer` config: edit or add one there and `build_job_from_yaml` carries it to `--backend verl`)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"ajet": self.to_wire()}, sort_keys=False))
+        wire = self.to_wire()
+        path.write_text(yaml.safe_dump({"ajet": {k: v for k, v in wire.items() if k != "verl"},
+                                        "verl": wire["verl"]}, sort_keys=False))
         return path
 
     def build_job_from_yaml(self, path: Union[str, Path]) -> "AgentJetJob":
@@ -186,16 +199,48 @@ def _accept_backbone(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+YAML_SECTIONS = ("ajet", "verl", "verl_resolved")
+"""Top-level sections of a job YAML: the job's fields, its verl overrides, and (written by the trainer, for
+reference, ignored on reading) the verl keys the job implies."""
+
+
+def flatten_keys(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (`{"a": {"b": 1}}` -> `{"a.b": 1}`); dotted keys stay as they are."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten_keys(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def unknown_key_error(where: str, key: str, known: Sequence[str], what: str) -> ConfigError:
+    """An unknown key, named with its nearest valid spelling."""
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return ConfigError(f"{where}: unknown {what} {key!r}{hint}")
+
+
 def _read_yaml_fields(path: Union[str, Path]) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"job YAML not found: {p}")
     data = yaml.safe_load(p.read_text()) or {}
-    if isinstance(data, dict) and isinstance(data.get("ajet"), dict):
-        data = data["ajet"]
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of job fields")
-    unknown = sorted(set(data) - set(AgentJetJob.model_fields) - {"backbone"})
-    if unknown:
-        raise ConfigError(f"{p}: unknown job fields {unknown}")
+    if isinstance(data.get("ajet"), dict):
+        for section in data:
+            if section not in YAML_SECTIONS:
+                raise unknown_key_error(str(p), section, YAML_SECTIONS, "section")
+        fields = dict(data["ajet"])
+        if data.get("verl"):
+            if not isinstance(data["verl"], dict):
+                raise ConfigError(f"{p}: verl: expected a mapping of verl config keys")
+            fields["verl"] = {**flatten_keys(fields.get("verl") or {}), **flatten_keys(data["verl"])}
+        data = fields
+    for key in data:
+        if key not in AgentJetJob.model_fields and key != "backbone":
+            raise unknown_key_error(str(p), key, list(AgentJetJob.model_fields), "job field")
     return _accept_backbone(data)

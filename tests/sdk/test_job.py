@@ -20,7 +20,8 @@ def test_seed_defaults():
     for k, v in SEED_DEFAULTS.items():
         assert wire[k] == v, k
     assert default_job() == wire
-    assert yaml.safe_load(default_job_yaml())["ajet"] == wire
+    dumped = yaml.safe_load(default_job_yaml())
+    assert {**dumped["ajet"], "verl": dumped["verl"]} == wire
 
 
 def test_seed_backbone_argument_accepted_and_checked(tmp_path):
@@ -59,7 +60,9 @@ def test_unknown_field_refused():
 
 def test_yaml_round_trip(tmp_path):
     job = AgentJetJob(experiment_name="x", batch_size=7, num_repeat=3, lora_rank=8, lora_target_modules=["q_proj"],
-                      swarm_mode_sample_collection_method=BatchMode.NON_DUMMY_TASKS)
+                      swarm_mode_sample_collection_method=BatchMode.NON_DUMMY_TASKS,
+                      verl={"trainer": {"total_epochs": 2}, "actor_rollout_ref.actor.optim.lr": 1e-6})
+    assert job.verl == {"trainer.total_epochs": 2, "actor_rollout_ref.actor.optim.lr": 1e-6}  # dotted keys
     path = job.dump_job_as_yaml(tmp_path / "job.yaml")
     assert AgentJetJob.from_yaml(path) == job
     assert AgentJetJob().build_job_from_yaml(path).to_wire() == job.to_wire()
@@ -79,8 +82,12 @@ def test_yaml_errors_name_the_problem(tmp_path):
         AgentJetJob().build_job_from_yaml(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("batch_sise: 3\n")
-    with pytest.raises(ConfigError, match="batch_sise"):
+    with pytest.raises(ConfigError, match="'batch_sise'; did you mean 'batch_size'"):
         AgentJetJob().build_job_from_yaml(bad)
+    section = tmp_path / "section.yaml"
+    section.write_text("ajet:\n  batch_size: 3\nverll:\n  trainer.total_epochs: 2\n")
+    with pytest.raises(ConfigError, match="'verll'; did you mean 'verl'"):
+        AgentJetJob().build_job_from_yaml(section)
     worse = tmp_path / "worse.yaml"
     worse.write_text("batch_size: 0\n")
     with pytest.raises(ConfigError, match="batch_size"):

@@ -23,6 +23,7 @@ from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.backends import open_session
+from ajet_trainer.errors import ConfigurationError
 from ajet_trainer.steps import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, validate
@@ -47,7 +48,33 @@ def test_verl_config_composition(tmp_path):
     assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.trainer.total_epochs) == (4, 2, 3)
     assert a.rollout.tensor_model_parallel_size == 2  # the user's file wins
     dumped = yaml.safe_load(write_job_yaml(job, tmp_path / "job.yaml").read_text())
-    assert dumped["verl"]["actor_rollout_ref.rollout.n"] == 8 and AgentJetJob.from_yaml(tmp_path / "job.yaml") == job
+    assert dumped["verl_resolved"]["actor_rollout_ref.rollout.n"] == 8 and dumped["verl"] == {}
+    assert AgentJetJob.from_yaml(tmp_path / "job.yaml") == job  # the resolved keys are for reference only
+
+
+def test_a_verl_key_edited_in_the_job_yaml_reaches_verls_resolved_config(tmp_path):
+    path = AgentJetJob(batch_size=4, num_repeat=2).dump_job_as_yaml(tmp_path / "job.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["verl"] = {"actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 2}},
+                    "actor_rollout_ref.actor.optim.lr": 7e-7, "trainer.total_epochs": 5}
+    data["ajet"]["lr"] = 1e-3  # the job's own lr loses to the verl section's, which is more specific
+    path.write_text(yaml.safe_dump(data))
+    job = AgentJetJob().build_job_from_yaml(path)
+    assert job.verl == {"actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+                        "actor_rollout_ref.actor.optim.lr": 7e-7, "trainer.total_epochs": 5}
+    user = tmp_path / "server.yaml"
+    user.write_text("trainer.total_epochs: 3\n")  # the server's file: the job's verl section wins over it
+    cfg = compose_verl_config(job, user)
+    a = cfg.actor_rollout_ref
+    assert (a.rollout.tensor_model_parallel_size, a.actor.optim.lr, cfg.trainer.total_epochs) == (2, 7e-7, 5)
+    assert cfg.data.train_batch_size == 4  # and the job's other fields still reach verl
+    assert AgentJetJob.from_yaml(job.dump_job_as_yaml(tmp_path / "again.yaml")) == job  # round trip
+
+
+def test_an_unknown_verl_key_names_its_nearest_spelling():
+    with pytest.raises(ConfigurationError, match=r"'actor_rollout_ref.actor.optim.lrr'.*did you mean "
+                                                 r"'actor_rollout_ref.actor.optim.lr'"):
+        compose_verl_config(AgentJetJob(verl={"actor_rollout_ref.actor.optim.lrr": 0.1}))
 
 
 @pytest.mark.parametrize("job", [

@@ -120,6 +120,9 @@ class Session:
 def open_embedded_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> Session:
     """Load, restore, reconcile the store, start the engine."""
     torch.manual_seed(job.seed)
+    if job.verl:
+        logger.warning("the job's verl overrides (%s) apply to --backend verl only; the embedded trainer ignores them",
+                       ", ".join(sorted(job.verl)))
     device = pick_device(opts.device)
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,9 @@ def default_job() -> dict[str, Any]:
 
 def default_job_yaml() -> str:
     """The defaults as YAML, in the layout `AgentJetJob.dump_job_as_yaml` writes."""
-    return yaml.safe_dump({"ajet": default_job()}, sort_keys=False)
+    wire = default_job()
+    return yaml.safe_dump({"ajet": {k: v for k, v in wire.items() if k != "verl"}, "verl": wire["verl"]},
+                          sort_keys=False)
 
 
 __all__ = ["default_job", "default_job_yaml", "AjetTaskReader", "HuggingfaceDatRepo", "JsonlDatasetFile",

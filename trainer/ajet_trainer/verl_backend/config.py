@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 
-from ajet.job import AgentJetJob
+from ajet.job import AgentJetJob, flatten_keys, unknown_key_error
 from ajet_trainer.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -64,10 +64,13 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
 
 
 def write_job_yaml(job: AgentJetJob, path: Path) -> Path:
-    """The experiment's `job.yaml`: every job field under `ajet:` (what `AgentJetJob.from_yaml` reads) and the
-    verl keys the job implies under `verl:`, for reference."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({"ajet": job.to_wire(), "verl": job_overrides(job)}, sort_keys=False))
+    """The experiment's `job.yaml`: what `AgentJetJob.dump_job_as_yaml` writes (`ajet:` fields, `verl:`
+    overrides, both read back by `AgentJetJob.from_yaml`), and the verl keys the job implies under
+    `verl_resolved:`, for reference (ignored when read: copy a key to `verl:` to change it)."""
+    job.dump_job_as_yaml(path)
+    data = yaml.safe_load(path.read_text())
+    data["verl_resolved"] = job_overrides(job)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
@@ -102,8 +105,9 @@ def load_user_overrides(path: Optional[Path]) -> dict[str, Any]:
 
 def override_list(job: AgentJetJob, user_overrides: Optional[dict[str, Any]] = None, nnodes: int = 1,
                   extra: Sequence[str] = (), model_path: Optional[str] = None) -> list[str]:
-    """hydra overrides: the job's, the node count, then the user's (which win), then `extra`."""
-    merged = {**job_overrides(job), "trainer.nnodes": nnodes, **(user_overrides or {})}
+    """hydra overrides: the job's fields, the node count, the server's overrides file, then the job's own `verl:`
+    overrides (the most specific: they win), then `extra`."""
+    merged = {**job_overrides(job), "trainer.nnodes": nnodes, **(user_overrides or {}), **job.verl}
     if model_path is not None:  # e.g. builtin:tiny resolved to its folder
         merged["actor_rollout_ref.model.path"] = model_path
     return [_override(k, v) for k, v in merged.items()] + list(extra)
@@ -115,9 +119,27 @@ def compose_verl_config(job: AgentJetJob, user_overrides_file: Optional[Path] = 
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     overrides = override_list(job, load_user_overrides(user_overrides_file), nnodes, extra, model_path)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+        try:
+            return compose(config_name="ppo_trainer", overrides=overrides)
+        except ConfigCompositionException as exc:
+            raise _unknown_key(exc, compose(config_name="ppo_trainer")) from exc
+
+
+def _unknown_key(exc: Exception, base: "DictConfig") -> ConfigurationError:
+    """hydra's refusal of a key verl's config does not have, with the key's nearest valid spelling."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    match = re.search(r"override '([^']+)'", str(exc))
+    if match is None:
+        return ConfigurationError(f"verl config: {exc}")
+    tree = OmegaConf.to_container(base, resolve=False)
+    known = list(flatten_keys(tree)) if isinstance(tree, dict) else []
+    return ConfigurationError(str(unknown_key_error("verl config", match.group(1), known, "key")))
