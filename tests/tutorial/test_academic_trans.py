@@ -13,8 +13,21 @@ from ajet.types import EpisodeStatus
 from tests.support.procs import free_port
 from tests.support.swarm import running_swarm
 from tutorial.example_academic_trans_swarm.train_multi_model.trans_reward import JudgeError, noun_recall, parse_score
+from tutorial.example_academic_trans_swarm import trans
 from tutorial.example_academic_trans_swarm.trans import FINAL, NOUNS, ROUGH
 from tutorial.example_academic_trans_swarm.trans_roll import job, rollout
+
+
+def test_demo2_has_the_seeds_names_and_shape():
+    import inspect
+
+    params = lambda f: list(inspect.signature(f).parameters)  # noqa: E731
+    assert params(trans.execute_agent)[:3] == ["task", "api_baseurl_key_7b", "api_baseurl_key_14b"]
+    assert params(trans.rough_translate_agent)[:3] == ["base_url", "api_key", "abstract"]
+    assert params(trans.detect_hard_proper_nouns)[:5] == ["messages", "base_url", "api_key", "abstract",
+                                                         "rough_translate"]
+    assert params(trans.produce_final_translation)[:6] == ["messages", "base_url", "api_key", "abstract",
+                                                          "rough_translate", "fix_nouns"]
 
 
 @pytest.mark.parametrize("text,score", [("Score: 7/10", 0.7), ("**Score: 8**/10", 0.8), ('{"score": 9}', 0.9),

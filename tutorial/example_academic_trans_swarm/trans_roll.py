@@ -18,12 +18,7 @@ import logging
 from pathlib import Path
 
 from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient, Task
-from ajet import WorkflowOutput
 from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
-from tutorial.example_academic_trans_swarm.train_multi_model.trans_reward import (
-    judge_translation,
-    noun_recall,
-)
 from tutorial.example_academic_trans_swarm.trans import execute_agent
 
 HERE = Path(__file__).resolve().parent
@@ -41,20 +36,18 @@ def job(name: str, model: str) -> AgentJetJob:
 
 def rollout(task: Task, swarm_a: SwarmClient, swarm_b: SwarmClient, max_tokens: int) -> tuple[float, float]:
     """One episode on both models; returns (reward A, reward B), or raises after aborting both."""
-    uuid_a, creds_a = swarm_a.begin_episode()
-    uuid_b, creds_b = swarm_b.begin_episode()
+    uuid_a, api_baseurl_key_a = swarm_a.begin_episode(discard_episode_timeout=240)
+    uuid_b, api_baseurl_key_b = swarm_b.begin_episode(discard_episode_timeout=240)
     try:
-        result = execute_agent(task.main_query, creds_a, creds_b, max_tokens)
-        reward_a = judge_translation(task.main_query, result.final)
+        workflow_output_a, workflow_output_b = execute_agent(task, api_baseurl_key_a, api_baseurl_key_b, max_tokens)
     except Exception as exc:  # the judge (JudgeError), an agent or the network: score nothing
         swarm_a.abort_episode(uuid_a)
         swarm_b.abort_episode(uuid_b)
         logger.warning("episode of %s aborted: %s", task.task_id, exc)
         raise
-    reward_b = noun_recall(result.nouns, task.metadata.get("proper_nouns", []))
-    swarm_a.end_episode(task, uuid_a, WorkflowOutput(reward=reward_a, metadata={"final": result.final}))
-    swarm_b.end_episode(task, uuid_b, WorkflowOutput(reward=reward_b, metadata={"nouns": result.nouns}))
-    return reward_a, reward_b
+    swarm_a.end_episode(task, uuid_a, workflow_output_a)
+    swarm_b.end_episode(task, uuid_b, workflow_output_b)
+    return workflow_output_a.reward, workflow_output_b.reward
 
 
 def main() -> None:
