@@ -25,18 +25,21 @@ from ajet.types import (
     BeginEpisodeResponse,
     EndEpisodeRequest,
     EngineState,
+    EpisodeContinuation,
     EngineStatus,
     EpisodeResult,
+    EpisodeStatus,
     EpisodeUuidRequest,
     OkResponse,
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
-from ajet_proxy.episodes import hash_key, new_episode_key
+from ajet_proxy.episodes import hash_key, new_episode_key, refused_key_reason
 from ajet_proxy.errors import InvalidRequest
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail, step_info
+from ajet_store import NotFound
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
 
@@ -182,6 +185,21 @@ def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
     row, _changed = s.store.abort_episode(body.episode_uuid, _client_id(request))
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
+
+
+@router.post("/can_continue_episode", response_model=EpisodeContinuation)
+def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeContinuation:
+    """Whether the episode is still open, so a long agent can stop early once the server expired it."""
+    s = _state(request)
+    if s.registry.by_uuid(body.episode_uuid) is not None:
+        return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
+    try:
+        row: Optional[EpisodeRow] = s.store.get_episode(body.episode_uuid)
+    except NotFound:
+        row = None
+    return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=False,
+                               status=row.status if row else None,
+                               reason=refused_key_reason(row).replace("its key no longer works", "").rstrip("; "))
 
 
 @router.get("/get_rollout_stat", response_model=RolloutStat)

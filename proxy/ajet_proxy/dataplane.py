@@ -20,8 +20,8 @@ from starlette.responses import Response, StreamingResponse
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token
-from ajet.types import EngineState, EpisodeStatus
-from ajet_proxy.episodes import LiveEpisode, hash_key
+from ajet.types import EngineState
+from ajet_proxy.episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.limits import InputLimits, check_chat_shape
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
 from ajet_proxy.state import ProxyState
@@ -86,20 +86,6 @@ def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
     up["return_token_ids"] = True
     up["logprobs"] = True
     return up
-
-
-def refused_key_reason(row: Optional[EpisodeRow]) -> str:
-    """Why a key that is not live was refused, from its episode (None: no episode has that key)."""
-    if row is None:
-        return "unknown episode key: no episode has it (keys come from begin_episode)"
-    if row.status == EpisodeStatus.ENDED:
-        return f"episode {row.uuid} has ended (end_episode); its key no longer works"
-    if row.status == EpisodeStatus.ABORTED:
-        return (f"episode {row.uuid} was aborted (abort_episode, or the engine was stopped); "
-                "its key no longer works")
-    if row.status == EpisodeStatus.EXPIRED:
-        return f"episode {row.uuid} expired after {row.timeout_s:g} s without a call; its key no longer works"
-    return f"episode {row.uuid} is not known to this proxy yet; retry"
 
 
 def upstream_headers(dep: Deployment) -> dict[str, str]:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from ajet.types import EpisodeStatus
 from ajet_store.types import EpisodeRow
 
 KEY_PREFIX = "ajet-ep-"
@@ -53,6 +54,20 @@ class LiveEpisode:
         return 0.0 if self.in_flight else max(0.0, now - self.last_active)
 
 
+def refused_key_reason(row: Optional[EpisodeRow]) -> str:
+    """Why a key that is not live was refused, from its episode (None: no episode has that key)."""
+    if row is None:
+        return "unknown episode key: no episode has it (keys come from begin_episode)"
+    if row.status == EpisodeStatus.ENDED:
+        return f"episode {row.uuid} has ended (end_episode); its key no longer works"
+    if row.status == EpisodeStatus.ABORTED:
+        return (f"episode {row.uuid} was aborted (abort_episode, or the engine was stopped); "
+                "its key no longer works")
+    if row.status == EpisodeStatus.EXPIRED:
+        return f"episode {row.uuid} expired after {row.timeout_s:g} s without a call; its key no longer works"
+    return f"episode {row.uuid} is not known to this proxy yet; retry"
+
+
 class EpisodeRegistry:
     """Open episodes by key hash and by uuid. Thread-safe for the control routes' thread pool."""
 
@@ -77,6 +92,10 @@ class EpisodeRegistry:
     def by_key_hash(self, key_hash: str) -> Optional[LiveEpisode]:
         """The open episode of a key hash (dict lookup, no lock needed for reads)."""
         return self._by_hash.get(key_hash)
+
+    def by_uuid(self, uuid: str) -> Optional[LiveEpisode]:
+        """The open episode of that id, if this proxy has it open."""
+        return self._by_uuid.get(uuid)
 
     def remove(self, uuids: Iterable[str]) -> None:
         """Forget episodes (ended, aborted, expired)."""

@@ -34,7 +34,7 @@ from ajet.job import AgentJetJob
 from ajet.protocol import ErrorCode
 from ajet.stat_types import RolloutStat
 from ajet.task_reader import HuggingFaceTaskReader, JsonlTaskReader, RandomDummyTaskReader, RouterTaskReader
-from ajet.training_loop import rollout_episode, train_on_tasks, wait_for_step
+from ajet.training_loop import auto_train_with_dataset, rollout_episode, train_on_tasks, wait_for_step
 from ajet.types import (
     BatchMode,
     EngineState,
@@ -53,6 +53,7 @@ from ajet.utils.thread_executors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "auto_train_with_dataset",
     "AgentJetJob",
     "AjetError",
     "AjetTaskReader",

@@ -27,6 +27,7 @@ from ajet.types import (
     BeginEpisodeResponse,
     EngineState,
     EngineStatus,
+    EpisodeContinuation,
     EpisodeResult,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
@@ -176,6 +177,15 @@ class SwarmClient:
         else:
             uuid = task_or_uuid
         return EpisodeResult.model_validate(self._call("POST", "abort_episode", {"episode_uuid": uuid}))
+
+    def can_continue_episode(self, episode_uuid: str) -> bool:
+        """Whether the episode is still open: a long agent can check it and stop early once the server has
+        expired (or anyone has ended or aborted) the episode. The reason is logged when it cannot."""
+        answer = EpisodeContinuation.model_validate(self._call("POST", "can_continue_episode",
+                                                               {"episode_uuid": episode_uuid}))
+        if not answer.can_continue:
+            logger.info("episode %s cannot continue: %s", episode_uuid, answer.reason)
+        return answer.can_continue
 
     # ------------------------------------------------------------------ stats
     def get_rollout_stat(self) -> RolloutStat:

@@ -159,6 +159,19 @@ class BeginEpisodeRequest(WireModel):
     """Which mission (dataset + reward) the episode belongs to, for statistics."""
 
 
+class EpisodeContinuation(WireModel):
+    """Answer of `POST /swarm/can_continue_episode`: whether a long agent should go on."""
+
+    episode_uuid: str
+    """The episode asked about."""
+    can_continue: bool
+    """True while the episode is open (its key works); False once it ended, was aborted or expired."""
+    status: Optional[EpisodeStatus] = None
+    """The episode's status in the store (None: no episode has that id)."""
+    reason: Optional[str] = None
+    """Why it cannot continue (e.g. "expired after 240 s without a call"), when it cannot."""
+
+
 class BeginEpisodeResponse(WireModel):
     """Answer of `POST /swarm/begin_episode`."""
 

@@ -89,3 +89,26 @@ def test_auto_train_with_dataset(client):
 
     rewards = auto_train_with_dataset(Dataset(), client, execute_agent, local_grpo_n=2, remote_batch_size=2)
     assert rewards == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+
+
+def test_can_continue_episode_says_when_a_long_agent_should_stop(client):
+    task = Task(task_id="seed-continue", main_query="q")
+    uuid, key = client.begin_episode()
+    assert client.can_continue_episode(uuid) is True
+    client.end_episode(task, uuid, execute_agent(task, key))
+    assert client.can_continue_episode(uuid) is False
+    aborted, _ = client.begin_episode()
+    client.abort_episode(aborted)
+    assert client.can_continue_episode(aborted) is False
+    assert client.can_continue_episode("no-such-episode") is False
+
+
+def test_can_continue_episode_turns_false_when_the_server_expires_it(client, store):
+    import time
+
+    uuid, _ = client.begin_episode(discard_episode_timeout=0.5)
+    deadline = time.monotonic() + 30
+    while client.can_continue_episode(uuid):
+        assert time.monotonic() < deadline, "the episode never expired"
+        time.sleep(0.2)
+    assert store.get_episode(uuid).status == EpisodeStatus.EXPIRED
