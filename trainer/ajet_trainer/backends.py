@@ -9,6 +9,8 @@ chosen: it loads verl's Ray trainer, which the embedded path does not need.
 from __future__ import annotations
 
 import importlib.util
+import logging
+from dataclasses import replace
 
 from ajet.job import AgentJetJob
 from ajet_store import Store
@@ -16,13 +18,15 @@ from ajet_trainer.errors import TrainerError
 from ajet_trainer.options import BackendKind, TrainerOptions
 from ajet_trainer.protocols import TrainingSession
 
+logger = logging.getLogger(__name__)
+
 
 def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendKind, str]:
     """`--backend auto`: verl (FSDP workers, vLLM replicas) when it can run here, else embedded; and why."""
     missing = [what for what, ok in (("a CUDA device", cuda), ("verl", has_verl), ("vLLM", has_vllm)) if not ok]
     if not missing:
         return "verl", "CUDA, verl and vLLM are present"
-    return "embedded", f"no {' nor '.join(missing)} here (verl needs all three)"
+    return "embedded", f"missing here: {', '.join(missing)} (the verl backend needs all three)"
 
 
 def detect_backend() -> tuple[BackendKind, str]:
@@ -36,7 +40,12 @@ def detect_backend() -> tuple[BackendKind, str]:
 
 
 def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:
-    """Open the session of `job` on the backend `opts.backend` names (`TrainerError` for an unknown one)."""
+    """Open the session of `job` on the backend `opts.backend` names (`auto`: the one `detect_backend` picks,
+    logged with why; `TrainerError` for an unknown one)."""
+    if opts.backend == "auto":
+        backend, why = detect_backend()
+        logger.info("backend auto: %s (%s)", backend, why)
+        opts = replace(opts, backend=backend)
     if opts.backend == "embedded":
         from ajet_trainer.session import open_embedded_session
 

@@ -52,20 +52,14 @@ def run_trainer(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    from ajet_trainer.backends import detect_backend
     from ajet_trainer.daemon import TrainerDaemon
     from ajet_trainer.options import TrainerOptions
-
-    backend = args.backend
-    if backend == "auto":
-        backend, why = detect_backend()
-        logging.getLogger("ajet_trainer").info("backend auto: %s (%s)", backend, why)
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
-                                 device=args.device, backend=backend, ray_address=args.ray_address,
+                                 device=args.device, backend=args.backend, ray_address=args.ray_address,
                                  nnodes=args.nnodes, verl_overrides=args.verl_overrides,
                                  db_mode=args.db_mode)).run(stop)
 

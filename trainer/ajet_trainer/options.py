@@ -10,7 +10,7 @@ from ajet.job import AgentJetJob
 from ajet_store.engines import DEFAULT_FILE_MODE
 
 EngineKind = Literal["embedded", "vllm"]
-BackendKind = Literal["embedded", "verl"]
+BackendKind = Literal["auto", "embedded", "verl"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class TrainerOptions:
     engine: EngineKind = "embedded"
     """Inference engine: `embedded` (in-process transformers) or `vllm` (`vllm serve`, LoRA hot-loading)."""
     backend: BackendKind = "embedded"
-    """Training backend: `embedded` (in-process GRPO) or `verl` (verl's workers on Ray; verl launches vLLM)."""
+    """Training backend: `embedded` (in-process GRPO), `verl` (verl's workers on Ray; verl launches vLLM), or `auto`
+    (verl where CUDA, verl and vLLM are present, else embedded: `backends.detect_backend`)."""
     ray_address: Optional[str] = None
     """verl backend: the Ray cluster to join (`ray start --head` on the first node); None: $RAY_ADDRESS or local."""
     nnodes: int = 1
