@@ -31,6 +31,7 @@ def test_wheel_carries_packages_and_data(wheel):
         assert f"{pkg}/__init__.py" in names, pkg
     assert "ajet_trainer/verl_backend/verl_overrides.yaml" in names
     assert "ajet/skills/write_swarm_client/SKILL.md" in names
+    assert "ajet/skills/write_swarm_client/reference/swarm_guide.md" in names
     assert any(n.startswith("ajet/templates/swarm_client/") and n.endswith(".tmpl") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()

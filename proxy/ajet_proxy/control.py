@@ -35,11 +35,12 @@ from ajet.types import (
     SyncTrainConfigRequest,
 )
 from ajet_proxy.episodes import hash_key, new_episode_key, refused_key_reason
-from ajet_proxy.errors import InvalidRequest
+from ajet_proxy.errors import EngineNotReady, InvalidRequest
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
-from ajet_proxy.stats import build_rollout_stat, engine_status, episode_detail, step_info
+from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, step_info
 from ajet_store import NotFound
+from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
 
@@ -138,6 +139,7 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING; 503 with Retry-After otherwise)."""
     s = _state(request)
+    _admit_mission(s, body)
     key = new_episode_key()
     row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), _client_id(request), body.episode_type,
                                 body.discard_episode_timeout, body.mission)
@@ -160,6 +162,22 @@ def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
                                         body.reward, out.is_success, meta)
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
+
+
+def _admit_mission(s: ProxyState, body: BeginEpisodeRequest) -> None:
+    """A capped mission with its share of the batch in flight (open, or waiting in the pool) waits for a step:
+    503 with Retry-After, which `begin_episode` in the SDK waits out."""
+    job = s.engine.job or {}
+    share = (job.get("mission_mix") or {}).get(body.mission) if body.mission else None
+    if share is None or body.episode_type != "train":
+        return
+    batch_size, num_repeat = batch_shape(s.engine)
+    limit = mission_limit(float(share), batch_size) * num_repeat
+    in_flight = s.store.mission_in_flight(body.mission)
+    if in_flight >= limit:
+        raise EngineNotReady(f"mission {body.mission!r} has its share of the batch in flight ({in_flight} episodes, "
+                             f"max_batch_share {share:g} of {batch_size} tasks x {num_repeat}); retry after the step",
+                             state=s.engine.state.value)
 
 
 def _never_trains(row: EpisodeRow) -> Optional[str]:

@@ -165,7 +165,8 @@ class Overwatch(App[None]):
                                                            "timeout s")
         self.query_one("#clients", DataTable).add_columns("client", "last seen s", "begun", "ended", "aborted")
         self.query_one("#tasks", DataTable).add_columns("task", "episodes", "reward mean", "dummy")
-        self.query_one("#missions", DataTable).add_columns("mission", "open", "ended", "aborted", "reward mean")
+        self.query_one("#missions", DataTable).add_columns("mission", "open", "ended", "aborted", "in pool",
+                                                           "batch share", "reward mean")
         self.set_interval(self.refresh_s, self.action_refresh)
         self.call_later(self.action_refresh)
 
@@ -202,8 +203,9 @@ class Overwatch(App[None]):
         self._fill(self.query_one("#tasks", DataTable),
                    [(t.task_id, t.episodes, f"{t.reward_mean:.3f}", "yes" if t.dummy else "") for t in stat.tasks])
         self._fill(self.query_one("#missions", DataTable),
-                   [(m.mission, m.open, m.ended, m.aborted, "-" if m.reward_mean is None else f"{m.reward_mean:.3f}")
-                    for m in stat.missions])
+                   [(m.mission, m.open, m.ended, m.aborted, m.pooled,
+                     "-" if m.max_batch_share is None else f"≤ {m.max_batch_share:.0%}",
+                     "-" if m.reward_mean is None else f"{m.reward_mean:.3f}") for m in stat.missions])
 
     def _read_new_steps(self) -> None:
         """Append the steps recorded since the last read (a new run starts the history over)."""

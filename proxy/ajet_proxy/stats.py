@@ -39,6 +39,21 @@ def batch_shape(row: EngineRow) -> tuple[int, int]:
     return int(job.get("batch_size", _DEFAULTS.batch_size)), int(job.get("num_repeat", _DEFAULTS.num_repeat))
 
 
+def mission_caps(row: EngineRow) -> dict[str, float]:
+    """The synced job's mission mix (mission -> most share of a batch)."""
+    return {str(k): float(v) for k, v in ((row.job or {}).get("mission_mix") or {}).items()}
+
+
+def mission_stats(missions: Sequence[dict[str, Any]], pool: Sequence[PoolEpisode], caps: dict[str, float]
+                  ) -> list[MissionStat]:
+    """Each mission's counts, with its cap and the episodes it has waiting in the pool."""
+    pooled: dict[str, int] = {}
+    for ep in pool:
+        pooled[ep.mission or "-"] = pooled.get(ep.mission or "-", 0) + 1
+    return [MissionStat(**m, pooled=pooled.get(m["mission"], 0), max_batch_share=caps.get(m["mission"]))
+            for m in missions]
+
+
 def task_stats(pool: Sequence[PoolEpisode]) -> list[TaskStat]:
     """Per-task counts of the pool, in pool order."""
     return [TaskStat(task_id=tid, episodes=len(g), reward_mean=sum(e.reward for e in g) / len(g), dummy=is_dummy(g))
@@ -50,6 +65,7 @@ def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequen
                        now: float, missions: Sequence[dict[str, Any]] = ()) -> RolloutStat:
     """Everything `get_rollout_stat` answers."""
     batch_size, num_repeat = batch_shape(row)
+    caps = mission_caps(row)
     open_eps = [OpenEpisodeInfo(episode_uuid=e.uuid, client_id=e.client_id, episode_type=e.episode_type,
                                 age_s=max(0.0, now - e.created_at), idle_s=e.idle(now), timeout_s=e.timeout_s,
                                 num_calls=e.next_seq) for e in sorted(live, key=lambda e: e.created_at)]
@@ -57,9 +73,9 @@ def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequen
                                ended=c["ended"], aborted=c["aborted"]) for c in clients]
     step_infos = [step_info(s) for s in steps]
     return RolloutStat(engine=engine_status(row, now), batch_mode=row.batch_mode, batch_size=batch_size,
-                       num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat),
+                       num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat, caps),
                        open_episodes=open_eps, tasks=task_stats(pool), clients=client_infos, totals=totals,
-                       recent_steps=step_infos, missions=[MissionStat(**m) for m in missions])
+                       recent_steps=step_infos, missions=mission_stats(missions, pool, caps))
 
 
 def step_info(s: StepRow) -> StepInfo:

@@ -5,12 +5,17 @@ the step takes. Counting is by `task_id`:
 - enough episodes: at least batch_size x num_repeat episodes;
 - enough tasks (default): batch_size task ids, each with at least num_repeat episodes;
 - enough non-dummy tasks: as above, but a task whose rewards are all equal (no GRPO signal) does not count.
+
+A mission mix (`caps`: mission -> the most share of a batch its tasks may take, the job's `mission_mix`)
+bounds each capped mission to `mission_limit` tasks (episodes, in the episodes mode) of a batch; what is
+over its share waits in the pool for a later step. Missions not named are not capped.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 from ajet.stat_types import BatchProgress
 from ajet.types import BatchMode
@@ -30,32 +35,66 @@ def is_dummy(group: Sequence[PoolEpisode]) -> bool:
     return len({ep.reward for ep in group}) <= 1
 
 
-def rollout_until_finish_enough_episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int
-                                         ) -> BatchProgress:
-    """Progress in episodes: target batch_size x num_repeat."""
-    target = batch_size * num_repeat
-    return BatchProgress(mode=BatchMode.EPISODES, current=len(pool), target=target, ready=len(pool) >= target)
+Caps = Mapping[str, float]
+"""Mission -> the most share of a batch (0 < share <= 1) its tasks may take."""
 
 
-def _full_tasks(pool: Sequence[PoolEpisode], num_repeat: int, skip_dummy: bool) -> list[str]:
+def mission_limit(share: float, units: int) -> int:
+    """How many of a batch's `units` (tasks, or episodes) a mission capped at `share` may take: at least one."""
+    return max(1, math.floor(share * units + 1e-9))
+
+
+def _capped(items: Sequence[str], mission_of: Mapping[str, Optional[str]], caps: Caps, units: int) -> list[str]:
+    """`items` in order, skipping those whose mission already has its share of `units`."""
+    if not caps:
+        return list(items)
+    taken: dict[str, int] = {}
     out = []
-    for task_id, group in group_by_task(pool).items():
-        if len(group) >= num_repeat and not (skip_dummy and is_dummy(group[:num_repeat])):
-            out.append(task_id)
+    for item in items:
+        mission = mission_of.get(item)
+        if mission is not None and mission in caps:
+            if taken.get(mission, 0) >= mission_limit(caps[mission], units):
+                continue
+            taken[mission] = taken.get(mission, 0) + 1
+        out.append(item)
     return out
 
 
-def rollout_until_finish_enough_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int
-                                      ) -> BatchProgress:
+def _episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps) -> list[PoolEpisode]:
+    ordered = sorted(pool, key=lambda e: e.ended_at)
+    by_uuid = {e.uuid: e for e in ordered}
+    kept = _capped([e.uuid for e in ordered], {e.uuid: e.mission for e in ordered}, caps, batch_size * num_repeat)
+    return [by_uuid[u] for u in kept]
+
+
+def rollout_until_finish_enough_episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
+                                         caps: Caps = {}) -> BatchProgress:
+    """Progress in episodes: target batch_size x num_repeat."""
+    target, n = batch_size * num_repeat, len(_episodes(pool, batch_size, num_repeat, caps))
+    return BatchProgress(mode=BatchMode.EPISODES, current=n, target=target, ready=n >= target)
+
+
+def _full_tasks(pool: Sequence[PoolEpisode], num_repeat: int, skip_dummy: bool, caps: Caps = {},
+                batch_size: int = 0) -> list[str]:
+    out, mission_of = [], {}
+    for task_id, group in group_by_task(pool).items():
+        if len(group) >= num_repeat and not (skip_dummy and is_dummy(group[:num_repeat])):
+            out.append(task_id)
+            mission_of[task_id] = group[0].mission
+    return _capped(out, mission_of, caps, batch_size)
+
+
+def rollout_until_finish_enough_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
+                                      caps: Caps = {}) -> BatchProgress:
     """Progress in tasks that have num_repeat episodes: target batch_size."""
-    n = len(_full_tasks(pool, num_repeat, skip_dummy=False))
+    n = len(_full_tasks(pool, num_repeat, False, caps, batch_size))
     return BatchProgress(mode=BatchMode.TASKS, current=n, target=batch_size, ready=n >= batch_size)
 
 
-def rollout_until_finish_enough_non_dummy_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int
-                                                ) -> BatchProgress:
+def rollout_until_finish_enough_non_dummy_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
+                                                caps: Caps = {}) -> BatchProgress:
     """Progress in full tasks whose rewards differ: target batch_size."""
-    n = len(_full_tasks(pool, num_repeat, skip_dummy=True))
+    n = len(_full_tasks(pool, num_repeat, True, caps, batch_size))
     return BatchProgress(mode=BatchMode.NON_DUMMY_TASKS, current=n, target=batch_size, ready=n >= batch_size)
 
 
@@ -66,23 +105,24 @@ POLICIES = {
 }
 
 
-def all_progress(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int) -> list[BatchProgress]:
+def all_progress(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps = {}
+                 ) -> list[BatchProgress]:
     """Progress under all three modes, in a fixed order."""
-    return [fn(pool, batch_size, num_repeat) for fn in POLICIES.values()]
+    return [fn(pool, batch_size, num_repeat, caps) for fn in POLICIES.values()]
 
 
-def select_batch(pool: Sequence[PoolEpisode], mode: BatchMode, batch_size: int, num_repeat: int
+def select_batch(pool: Sequence[PoolEpisode], mode: BatchMode, batch_size: int, num_repeat: int, caps: Caps = {}
                  ) -> list[PoolEpisode]:
     """The episodes one training step takes under `mode` ([] if the pool is not ready).
 
     Task modes take the first batch_size qualifying tasks, num_repeat episodes each (first ended
-    first); the episodes mode takes the oldest batch_size x num_repeat episodes. Episodes not taken
-    stay in the pool for the next step.
+    first); the episodes mode takes the oldest batch_size x num_repeat episodes; either within the
+    missions' caps. Episodes not taken stay in the pool for the next step.
     """
-    if not POLICIES[mode](pool, batch_size, num_repeat).ready:
+    if not POLICIES[mode](pool, batch_size, num_repeat, caps).ready:
         return []
     if mode == BatchMode.EPISODES:
-        return sorted(pool, key=lambda e: e.ended_at)[: batch_size * num_repeat]
+        return _episodes(pool, batch_size, num_repeat, caps)[: batch_size * num_repeat]
     groups = group_by_task(pool)
-    chosen = _full_tasks(pool, num_repeat, skip_dummy=mode == BatchMode.NON_DUMMY_TASKS)[:batch_size]
+    chosen = _full_tasks(pool, num_repeat, mode == BatchMode.NON_DUMMY_TASKS, caps, batch_size)[:batch_size]
     return [ep for task_id in chosen for ep in groups[task_id][:num_repeat]]

@@ -164,12 +164,24 @@ class EpisodeOps(Database):
         """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
         e = t.episodes.c
         run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
-        q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at)
+        q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at, e.mission)
              .where(e.status == EpisodeStatus.ENDED.value, e.episode_type == "train", e.run_id == run,
                     e.consumed_step.is_(None), e.untrainable.is_(False))
              .order_by(e.ended_at))
         with self._read() as c:
-            return [PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at) for r in c.execute(q)]
+            return [PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission) for r in c.execute(q)]
+
+    def mission_in_flight(self, mission: str) -> int:
+        """Train episodes of `mission` in the current run that a coming batch may still take: open ones, and
+        ended ones waiting in the pool (what a mission mix admits new episodes against)."""
+        e = t.episodes.c
+        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
+        waiting = sa.and_(e.status == EpisodeStatus.ENDED.value, e.consumed_step.is_(None), e.untrainable.is_(False))
+        q = (sa.select(sa.func.count()).select_from(t.episodes)
+             .where(e.mission == mission, e.episode_type == "train", e.run_id == run,
+                    sa.or_(e.status == EpisodeStatus.OPEN.value, waiting)))
+        with self._read() as c:
+            return int(c.execute(q).scalar_one())
 
     def rewarded_episodes(self, batch: Sequence[PoolEpisode]) -> list[RewardedEpisode]:
         """The batch's episodes with their calls, in batch order: what sample assembly reads."""

@@ -154,6 +154,8 @@ class PoolEpisode:
     """Its reward."""
     ended_at: float = 0.0
     """Unix time it ended (for first-come ordering)."""
+    mission: Optional[str] = None
+    """The mission it belongs to (what a mission mix caps)."""
 
 
 @dataclass(frozen=True)

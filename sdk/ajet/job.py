@@ -107,6 +107,10 @@ class AgentJetJob(BaseModel):
     """Seed for model creation and sampling defaults."""
     max_abs_reward: float = Field(default=1e6, gt=0)
     """`end_episode` refuses a reward whose magnitude exceeds this (one absurd reward must not wreck a step)."""
+    mission_mix: dict[str, float] = Field(default_factory=dict)
+    """The most share of each batch a mission's tasks may take (e.g. `{"math": 0.4, "coding": 0.6}`), enforced by
+    the server: the batch policy takes no more, and `begin_episode` of a mission with its share in flight waits
+    (503, Retry-After) until a step consumes it. Missions not named are not capped."""
     verl: dict[str, Any] = Field(default_factory=dict)
     """Overrides of verl's `ppo_trainer` config as dotted keys (e.g. `actor_rollout_ref.actor.optim.lr`), applied
     last by `--backend verl` (they win over the keys the job implies and the server's `--verl-overrides`). The
@@ -123,6 +127,14 @@ class AgentJetJob(BaseModel):
         if data.get("base_yaml_config"):
             data = {**_read_yaml_fields(data["base_yaml_config"]), **data}
         return _accept_backbone(data)
+
+    @field_validator("mission_mix")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        for mission, share in value.items():
+            if not 0 < share <= 1:
+                raise ValueError(f"mission_mix[{mission!r}]: a share of a batch is in (0, 1], not {share}")
+        return value
 
     @field_validator("verl", mode="before")
     @classmethod

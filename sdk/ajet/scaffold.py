@@ -12,9 +12,17 @@ TEMPLATE_FILES = ["agent_run.py", "agent_roll.py", "readme.md", "data.jsonl"]
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,48}$")
 
 
+SKILL_DIR = "skills/write_swarm_client"
+
+
 def skill_text() -> str:
     """The write-swarm-client skill (SKILL.md) shipped with the package."""
-    return resources.files("ajet").joinpath("skills/write_swarm_client/SKILL.md").read_text()
+    return resources.files("ajet").joinpath(f"{SKILL_DIR}/SKILL.md").read_text()
+
+
+def swarm_guide_text() -> str:
+    """The skill's reference material: how the swarm works, for a client author."""
+    return resources.files("ajet").joinpath(f"{SKILL_DIR}/reference/swarm_guide.md").read_text()
 
 
 def new_client(name: str, root: Path = Path(".")) -> Path:
@@ -34,6 +42,8 @@ def new_client(name: str, root: Path = Path(".")) -> Path:
         text = templates.joinpath(fname + ".tmpl").read_text().format(name=name)
         (dest / fname).write_text(text)
     (dest / "SKILL.md").write_text(skill_text())
+    (dest / "reference").mkdir()
+    (dest / "reference" / "swarm_guide.md").write_text(swarm_guide_text())
     return dest
 
 

@@ -70,6 +70,10 @@ class MissionStat(WireModel):
     """Episodes aborted or expired."""
     reward_mean: Optional[float] = None
     """Mean reward of its ended train episodes."""
+    pooled: int = 0
+    """Its ended episodes waiting in the rollout pool for a step."""
+    max_batch_share: Optional[float] = None
+    """Its cap in the job's mission mix: the most share of a batch its tasks may take (None: not capped)."""
 
 
 class ClientInfo(WireModel):

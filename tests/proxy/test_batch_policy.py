@@ -54,3 +54,38 @@ def test_select_batch_non_dummy_and_episodes():
 def test_empty_pool():
     assert not any(p.ready for p in all_progress([], 1, 1))
     assert select_batch([], BatchMode.TASKS, 1, 1) == []
+
+
+def mixed(spec):
+    """spec: list of (task_id, mission, reward); ended in list order."""
+    return [PoolEpisode(f"m{i}", t, r, float(i), m) for i, (t, m, r) in enumerate(spec)]
+
+
+MIXED = mixed([("m1", "math", 1), ("m1", "math", 0), ("m2", "math", 1), ("m2", "math", 0),
+               ("m3", "math", 1), ("m3", "math", 0), ("c1", "code", 1), ("c1", "code", 0),
+               ("c2", "code", 0), ("c2", "code", 1)])
+
+
+def test_a_mission_mix_caps_each_missions_share_of_a_batch():
+    caps = {"math": 0.5}
+    # uncapped, math's three full tasks would fill a batch of 3; capped at half, 1 math task + 2 others
+    assert {e.task_id for e in select_batch(MIXED, BatchMode.TASKS, 3, 2)} == {"m1", "m2", "m3"}
+    assert {e.task_id for e in select_batch(MIXED, BatchMode.TASKS, 3, 2, caps)} == {"m1", "c1", "c2"}
+    assert len(select_batch(MIXED, BatchMode.TASKS, 4, 2, {"math": 0.5, "code": 0.5})) == 8  # 2 + 2 tasks
+    assert select_batch(MIXED, BatchMode.TASKS, 4, 2, {"math": 0.25, "code": 0.5}) == []  # 1 + 2 tasks are not 4
+    assert rollout_until_finish_enough_tasks(MIXED, 4, 2, {"math": 0.5}).current == 4  # m1, m2 (2 of 4), c1, c2
+    assert not rollout_until_finish_enough_tasks(MIXED, 4, 2, {"math": 0.25}).ready  # m1 + c1 + c2 = 3 of 4
+
+
+def test_a_mission_mix_in_the_episodes_mode_caps_episodes():
+    chosen = select_batch(MIXED, BatchMode.EPISODES, 2, 2, {"math": 0.25})  # 1 of 4 episodes may be math
+    assert [e.mission for e in chosen] == ["math", "code", "code", "code"]
+    assert [e.mission for e in select_batch(MIXED, BatchMode.EPISODES, 4, 2, {"math": 0.5})].count("math") == 4
+    capped = rollout_until_finish_enough_episodes(MIXED, 4, 2, {"math": 0.25})
+    assert (capped.current, capped.ready) == (2 + 4, False)  # 2 math episodes, 4 code
+
+
+def test_mission_limits_round_down_but_never_to_zero():
+    from ajet_store.batch_policy import mission_limit
+
+    assert [mission_limit(s, 8) for s in (0.4, 0.6, 0.01, 1.0, 0.125)] == [3, 4, 1, 8, 1]

@@ -156,7 +156,8 @@ class TrainerDaemon:
 
     def _batch(self, session: TrainingSession, row: EngineRow) -> list[PoolEpisode]:
         job = session.job
-        return select_batch(self.store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat)
+        return select_batch(self.store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat,
+                            job.mission_mix)
 
     def maybe_close_batch(self, session: TrainingSession, row: EngineRow) -> bool:
         """ROLLING -> ROLLING_POST once the batch policy is satisfied."""
