@@ -1,6 +1,7 @@
 """The math-agent tutorial: its reward, its sandboxed tool, its multi-turn loop, and a training step."""
 
 import re
+import time
 
 import pytest
 
@@ -66,3 +67,23 @@ def test_math_swarm_trains_on_the_tiny_model(tmp_path):
             assert calls and all(c.prompt_ids and c.completion_ids for c in calls)
             final = ep.metadata["workflow"]["final"]  # the last 500 characters of the answer
             assert ep.reward == compute_reward(final, ep.metadata["task"]["metadata"]["answer"])
+
+
+@pytest.mark.slow
+def test_seed_000_demo_1_full_code_trains_as_written(tmp_path, monkeypatch):
+    """The seed's Demo 1 "Full code" (its imports and loop; constants changed) trains on the tiny model."""
+    with running_swarm(tmp_path, name="seed") as sw:
+        monkeypatch.setenv("AJET_SWARM_URL", sw.url)  # the child inherits it, as its REMOTE_SWARM_URL constant
+        monkeypatch.setenv("AJET_MAX_TASKS", "4")  # two steps of 2 tasks x 2 episodes
+        res = sw.run_module("tutorial.example_math_swarm.seed_demo1", timeout=400)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + sw.logs()
+        st = sw.store()
+        assert res.stdout.count("[") >= 2  # the seed prints each batch's rewards
+        deadline = time.monotonic() + 60
+        while len(st.steps()) < 2:  # the second batch's step runs after the client is done
+            assert time.monotonic() < deadline, sw.logs()
+            time.sleep(0.5)
+        assert [s.num_episodes for s in st.steps()[:2]] == [4, 4]  # batch 2 x grpo 2
+        ended = st.episodes(status=EpisodeStatus.ENDED)
+        assert all(st.calls(ep.uuid) and all(c.prompt_ids and c.completion_ids for c in st.calls(ep.uuid))
+                   for ep in ended)
