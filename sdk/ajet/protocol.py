@@ -13,7 +13,7 @@ from typing import Optional
 
 from pydantic import Field
 
-from ajet.types import WireModel
+from ajet.types import AnswerModel, WireModel
 
 CLIENT_HEADER = "X-Ajet-Client"
 """Names the client that sends a control call (episodes are owned by the client that began them)."""
@@ -72,7 +72,7 @@ _STATUS = {
 _RETRY_AFTER = {ErrorCode.ENGINE_NOT_READY: 1, ErrorCode.UPSTREAM_UNAVAILABLE: 2}
 
 
-class ErrorBody(WireModel):
+class ErrorBody(AnswerModel):
     """Body of every control-API error answer."""
 
     error: str

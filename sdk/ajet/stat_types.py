@@ -10,9 +10,9 @@ from typing import Any, Optional
 
 from pydantic import Field, StrictInt
 
-from ajet.types import BatchMode, EngineStatus, EpisodeStatus, EpisodeType, WireModel
+from ajet.types import AnswerModel, BatchMode, EngineStatus, EpisodeStatus, EpisodeType, WireModel
 
-class BatchProgress(WireModel):
+class BatchProgress(AnswerModel):
     """Progress of the rollout pool under one batch mode."""
 
     mode: BatchMode
@@ -25,7 +25,7 @@ class BatchProgress(WireModel):
     """current >= target."""
 
 
-class OpenEpisodeInfo(WireModel):
+class OpenEpisodeInfo(AnswerModel):
     """One running episode."""
 
     episode_uuid: str
@@ -44,7 +44,7 @@ class OpenEpisodeInfo(WireModel):
     """LLM calls made so far."""
 
 
-class TaskStat(WireModel):
+class TaskStat(AnswerModel):
     """Per-task counts among ended, not yet trained train episodes."""
 
     task_id: str
@@ -57,7 +57,7 @@ class TaskStat(WireModel):
     """All rewards equal (no GRPO signal)."""
 
 
-class MissionStat(WireModel):
+class MissionStat(AnswerModel):
     """Counts of one mission (a client's dataset + reward), across the store."""
 
     mission: str
@@ -76,7 +76,7 @@ class MissionStat(WireModel):
     """Its cap in the job's mission mix: the most share of a batch its tasks may take (None: not capped)."""
 
 
-class ClientInfo(WireModel):
+class ClientInfo(AnswerModel):
     """One client seen by the proxy."""
 
     client_id: str
@@ -91,7 +91,7 @@ class ClientInfo(WireModel):
     """Episodes it aborted."""
 
 
-class StepInfo(WireModel):
+class StepInfo(AnswerModel):
     """One finished training step."""
 
     step: int
@@ -117,14 +117,14 @@ class StepsRequest(WireModel):
     """At most this many steps, oldest first."""
 
 
-class StepsPage(WireModel):
+class StepsPage(AnswerModel):
     """Answer of `POST /swarm/get_steps`."""
 
     steps: list[StepInfo]
     """Steps newer than `after`, oldest first; fewer than `limit` means there are no more yet."""
 
 
-class RolloutStat(WireModel):
+class RolloutStat(AnswerModel):
     """Answer of `GET /swarm/get_rollout_stat`: everything the SDK and the monitor show."""
 
     engine: EngineStatus
@@ -151,7 +151,7 @@ class RolloutStat(WireModel):
     """The latest training steps, newest last."""
 
 
-class CallInfo(WireModel):
+class CallInfo(AnswerModel):
     """One logged LLM call of an episode, for inspection."""
 
     seq: int
@@ -176,7 +176,7 @@ class CallInfo(WireModel):
     """Error text of a failed call."""
 
 
-class EpisodeDetail(WireModel):
+class EpisodeDetail(AnswerModel):
     """Answer of `POST /swarm/get_episode`: one episode and its calls."""
 
     episode_uuid: str

@@ -44,9 +44,16 @@ class BatchMode(str, Enum):
 
 
 class WireModel(BaseModel):
-    """Base of the control API bodies: unknown fields are refused, instances are immutable."""
+    """Base of the control API's request bodies: unknown fields are refused, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AnswerModel(BaseModel):
+    """Base of what the server answers: fields a newer server adds are ignored, so an older SDK on a client
+    machine keeps working against an upgraded swarm; instances are immutable."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 # --------------------------------------------------------------------------- RL types
@@ -159,7 +166,7 @@ class BeginEpisodeRequest(WireModel):
     """Which mission (dataset + reward) the episode belongs to, for statistics."""
 
 
-class EpisodeContinuation(WireModel):
+class EpisodeContinuation(AnswerModel):
     """Answer of `POST /swarm/can_continue_episode`: whether a long agent should go on."""
 
     episode_uuid: str
@@ -172,7 +179,7 @@ class EpisodeContinuation(WireModel):
     """Why it cannot continue (e.g. "expired after 240 s without a call"), when it cannot."""
 
 
-class BeginEpisodeResponse(WireModel):
+class BeginEpisodeResponse(AnswerModel):
     """Answer of `POST /swarm/begin_episode`."""
 
     episode_uuid: str
@@ -226,7 +233,7 @@ class EpisodeUuidRequest(WireModel):
     """The episode to act on."""
 
 
-class EpisodeResult(WireModel):
+class EpisodeResult(AnswerModel):
     """Answer of `end_episode` and `abort_episode`."""
 
     episode_uuid: str
@@ -246,7 +253,7 @@ class SetBatchModeRequest(WireModel):
     """The batch policy for the next training step."""
 
 
-class EngineStatus(WireModel):
+class EngineStatus(AnswerModel):
     """Answer of `GET /swarm/get_engine_status` and part of the rollout stats."""
 
     state: EngineState
@@ -267,7 +274,7 @@ class EngineStatus(WireModel):
     """Seconds since `last_error` happened."""
 
 
-class OkResponse(WireModel):
+class OkResponse(AnswerModel):
     """Answer of control calls that only change state."""
 
     ok: bool = True

@@ -31,3 +31,16 @@ def test_openai_client_helpers():
     assert str(client.base_url).startswith("http://127.0.0.1:1/v1") and client.api_key == "k"
     aclient = creds.as_async_openai_client()
     assert aclient.api_key == "k"
+
+
+def test_answers_ignore_fields_a_newer_server_adds_and_requests_refuse_unknown_ones():
+    """Client machines upgrade later than the swarm: an older SDK must read a newer server's answers."""
+    from ajet.stat_types import MissionStat, RolloutStat
+    from ajet.types import BeginEpisodeRequest, EpisodeResult
+
+    stat = MissionStat.model_validate({"mission": "m", "open": 1, "ended": 2, "aborted": 0, "field_from_2027": 5})
+    assert stat.ended == 2 and not hasattr(stat, "field_from_2027")
+    assert EpisodeResult.model_validate({"episode_uuid": "u", "status": "ended", "reward": 1.0, "new": True}).reward == 1
+    assert "extra" not in RolloutStat.model_config or RolloutStat.model_config["extra"] == "ignore"
+    with pytest.raises(ValidationError, match="discard_episode_timeoutt"):
+        BeginEpisodeRequest.model_validate({"discard_episode_timeoutt": 5})
