@@ -27,7 +27,9 @@ def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     URL, which may carry a password: see `child_env`)."""
     common = ["--log-level", args.log_level, "--db-mode", format(args.db_mode, "o")]
     proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
-             *common]
+             "--upstream", args.upstream, "--commit-window-ms", str(args.commit_window_ms), *common]
+    if args.max_body_bytes is not None:
+        proxy += ["--max-body-bytes", str(args.max_body_bytes)]
     trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
                "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine,
                "--nnodes", str(args.nnodes)]

@@ -19,6 +19,11 @@ def test_start_listens_on_all_interfaces_and_passes_the_ray_settings():
     assert trainer[trainer.index("--backend") + 1] == "auto"
     assert trainer[trainer.index("--ray-address") + 1] == "10.0.0.1:6379" and trainer[trainer.index("--nnodes") + 1] == "2"
     assert build_parser().parse_args(["start", "--host", "127.0.0.1"]).host == "127.0.0.1"
+    tuned = build_parser().parse_args(["start", "--upstream", "litellm", "--max-body-bytes", "1000",
+                                       "--commit-window-ms", "2"])
+    proxy, _trainer = child_commands(tuned)  # the proxy's own options reach the proxy
+    assert [proxy[proxy.index(f) + 1] for f in ("--upstream", "--max-body-bytes", "--commit-window-ms")] == \
+        ["litellm", "1000", "2.0"]
 
 
 def test_the_banner_says_where_to_connect_and_whether_a_token_guards_it():
