@@ -13,10 +13,14 @@ import uuid
 from typing import Any, Optional
 
 from ajet_proxy.errors import InvalidRequest
+from ajet_proxy.shapes import carried, with_tools
 
 FIELD_NAMES = {"stop": "stop_sequences", "tools": "tools", "messages": "messages"}
 """A chat field a Messages request became -> the Messages field a client would fix."""
 
+_CARRIED = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("stream", "stream"),
+            ("stop_sequences", "stop"))
+"""Messages fields chat has too: (theirs, chat's)."""
 _UNSUPPORTED = {"container": "code-execution containers", "mcp_servers": "remote MCP servers"}
 
 
@@ -43,19 +47,11 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "required, a non-empty list of messages")
-    chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"], "max_tokens": body["max_tokens"],
-                            "messages": system_messages(body.get("system")) + chat_messages(messages)}
-    for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
-                         ("stream", "stream"), ("stop_sequences", "stop")):
-        if body.get(ours) is not None:
-            chat[theirs] = body[ours]
-    if body.get("tools") is not None:
-        tools = chat_tools(body["tools"])
-        if tools:
-            chat["tools"] = tools
-    if body.get("tool_choice") is not None:
-        chat["tool_choice"] = chat_tool_choice(body["tool_choice"])
-    return chat
+    chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"],
+                            "max_tokens": body["max_tokens"],
+                            "messages": system_messages(body.get("system")) + chat_messages(messages),
+                            **carried(body, _CARRIED)}
+    return with_tools(chat, body, chat_tools, chat_tool_choice)
 
 
 def system_messages(system: Any) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import uuid
 from typing import Any, Optional
 
 from ajet_proxy.errors import InvalidRequest
+from ajet_proxy.shapes import carried, with_tools
 
 Conversation = list[dict[str, Any]]
 """Chat messages, without the instructions (a later response does not inherit them)."""
@@ -27,6 +28,9 @@ Conversation = list[dict[str, Any]]
 FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format"}
 """A chat field a Responses request became -> the Responses field a client would fix."""
 
+_CARRIED = (("max_output_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
+            ("stream", "stream"), ("top_logprobs", "top_logprobs"))
+"""Responses fields chat has too: (theirs, chat's)."""
 _UNSUPPORTED = {
     "background": "background mode (the episode's calls are answered while it runs)",
     "conversation": "the Conversations API (use previous_response_id within the episode)",
@@ -59,17 +63,8 @@ def chat_request(body: dict[str, Any], history: Conversation) -> tuple[dict[str,
         raise _bad("instructions", "must be a string")
     chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"],
                             "messages": ([{"role": "system", "content": instructions}] if instructions else [])
-                            + conversation}
-    for ours, theirs in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
-                         ("stream", "stream"), ("top_logprobs", "top_logprobs")):
-        if body.get(ours) is not None:
-            chat[theirs] = body[ours]
-    if body.get("tools") is not None:
-        tools = chat_tools(body["tools"])
-        if tools:
-            chat["tools"] = tools
-    if body.get("tool_choice") is not None:
-        chat["tool_choice"] = chat_tool_choice(body["tool_choice"])
+                            + conversation, **carried(body, _CARRIED)}
+    with_tools(chat, body, chat_tools, chat_tool_choice)
     fmt = response_format(body.get("text"))
     if fmt is not None:
         chat["response_format"] = fmt

@@ -10,7 +10,7 @@ Messages. A shape is made per call, so a stream's translation state lives in it.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import orjson
 from starlette.responses import Response
@@ -32,6 +32,23 @@ def error_message(data: Optional[dict[str, Any]], status: int) -> str:
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         return err["message"]
     return f"the policy backend answered {status}"
+
+
+def carried(body: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The fields of another API's request that chat has too, under chat's names (absent or null: left out)."""
+    return {theirs: body[ours] for ours, theirs in renames if body.get(ours) is not None}
+
+
+def with_tools(chat: dict[str, Any], body: dict[str, Any], tools: Callable[[Any], list[dict[str, Any]]],
+               choice: Callable[[Any], Any]) -> dict[str, Any]:
+    """`chat` with the request's tools and tool choice converted to chat's shape (`tools`, `choice`)."""
+    if body.get("tools") is not None:
+        converted = tools(body["tools"])
+        if converted:
+            chat["tools"] = converted
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = choice(body["tool_choice"])
+    return chat
 
 
 def json_response(data: dict[str, Any], status: int = 200) -> Response:

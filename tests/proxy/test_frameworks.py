@@ -13,18 +13,11 @@ import openai
 import pytest
 
 from ajet import Task, WorkflowOutput
-from tests.support.scripted_swarm import scripted_swarm
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 FINAL = "The sum is 5."
 ADD_TOOL = {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
-
-
-@pytest.fixture(scope="module")
-def swarm(module_tmp):
-    with scripted_swarm(module_tmp) as s:
-        yield s
 
 
 @pytest.fixture()

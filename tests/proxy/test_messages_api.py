@@ -6,17 +6,10 @@ import anthropic
 import orjson
 import pytest
 
-from tests.support.scripted_swarm import scripted_swarm
 
 TOOLS = [{"name": "add", "description": "add two numbers",
           "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}]
 CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def swarm(module_tmp):
-    with scripted_swarm(module_tmp) as s:
-        yield s
 
 
 def _anthropic(base_url: str, key: str) -> anthropic.Anthropic:

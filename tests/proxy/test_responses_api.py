@@ -9,17 +9,10 @@ import orjson
 import pytest
 
 from ajet_proxy import responses_api
-from tests.support.scripted_swarm import scripted_swarm
 
 TOOLS = [{"type": "function", "name": "add", "description": "add two numbers",
           "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}]
 CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def swarm(module_tmp):
-    with scripted_swarm(module_tmp) as s:
-        yield s
 
 
 @pytest.fixture()
