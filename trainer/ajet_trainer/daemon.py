@@ -197,8 +197,11 @@ class TrainerDaemon:
         """Stop the engine, unregister it, save a last checkpoint."""
         if self.session is None:
             return
-        s, self.session = self.session, None
-        s.close(final_checkpoint=final_checkpoint)
+        s = self.session
+        try:
+            s.close(final_checkpoint=final_checkpoint)
+        finally:
+            self.session = None  # only once the last checkpoint is written: `session is None` means torn down
         try:
             self.store.remove_deployments([d.name for d in s.deployments()])
         except Exception:  # noqa: BLE001 - the store may be gone at interpreter exit
