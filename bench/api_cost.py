@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+
+import httpx
 import os
 import subprocess
 import sys
@@ -27,7 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import proxy_overhead  # noqa: E402
 from proxy_overhead import measure  # noqa: E402
 
-from ajet import AgentJetJob, SwarmClient  # noqa: E402
+from ajet import SwarmClient  # noqa: E402
 from ajet.types import EngineState  # noqa: E402
 from ajet_store import Store, sqlite_url  # noqa: E402
 from tests.conftest import make_rolling, wait_state  # noqa: E402
@@ -56,7 +58,8 @@ def start_proxy_from(tmp: Path, tree: Path, name: str) -> tuple[Proc, list[str]]
 def roll(px: Proc, db: str, backend: str, n_keys: int = 64) -> list[str]:
     st = Store(db)
     client = SwarmClient(px.url)
-    client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
+    # only the fields every version knows: a baseline proxy refuses job fields added after it
+    httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()
     client.start_engine()
     make_rolling(st, backend)
     wait_state(client, EngineState.ROLLING)
