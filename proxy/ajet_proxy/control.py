@@ -34,11 +34,11 @@ from ajet.types import (
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
-from ajet_proxy.episodes import hash_key, new_episode_key, refused_key_reason
+from ajet_proxy.episodes import closed_reason, hash_key, new_episode_key, refused_key_reason
 from ajet_proxy.errors import EngineNotReady, InvalidRequest
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
-from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, step_info
+from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, mission_caps, step_info
 from ajet_store import NotFound
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
@@ -167,12 +167,11 @@ def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
 def _admit_mission(s: ProxyState, body: BeginEpisodeRequest) -> None:
     """A capped mission with its share of the batch in flight (open, or waiting in the pool) waits for a step:
     503 with Retry-After, which `begin_episode` in the SDK waits out."""
-    job = s.engine.job or {}
-    share = (job.get("mission_mix") or {}).get(body.mission) if body.mission else None
+    share = mission_caps(s.engine).get(body.mission) if body.mission else None
     if share is None or body.episode_type != "train":
         return
     batch_size, num_repeat = batch_shape(s.engine)
-    limit = mission_limit(float(share), batch_size) * num_repeat
+    limit = mission_limit(share, batch_size) * num_repeat
     in_flight = s.store.mission_in_flight(body.mission)
     if in_flight >= limit:
         raise EngineNotReady(f"mission {body.mission!r} has its share of the batch in flight ({in_flight} episodes, "
@@ -215,9 +214,9 @@ def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeC
         row: Optional[EpisodeRow] = s.store.get_episode(body.episode_uuid)
     except NotFound:
         row = None
+    reason = (closed_reason(row) if row else None) or refused_key_reason(row)
     return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=False,
-                               status=row.status if row else None,
-                               reason=refused_key_reason(row).replace("its key no longer works", "").rstrip("; "))
+                               status=row.status if row else None, reason=reason)
 
 
 @router.get("/get_rollout_stat", response_model=RolloutStat)

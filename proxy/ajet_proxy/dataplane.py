@@ -128,10 +128,10 @@ class DataPlane:
     async def model(self, request: Request) -> Response:
         """`GET /v1/models/{model}`: one model, or 404 naming it."""
         await self.authenticate(request)
-        name = request.path_params["model"]
-        if name not in self.model_ids():
+        name, served = request.path_params["model"], self.model_ids()
+        if name not in served:
             raise ModelNotFound(f"model {name!r} is not served here; the policy is 'policy' "
-                                f"(also: {', '.join(self.model_ids()[1:]) or 'none'})", fields=["model"])
+                                f"(also: {', '.join(served[1:]) or 'none'})", fields=["model"])
         return Response(orjson.dumps(_model_object(name)), media_type="application/json")
 
     # ------------------------------------------------------------------ chat

@@ -54,17 +54,24 @@ class LiveEpisode:
         return 0.0 if self.in_flight else max(0.0, now - self.last_active)
 
 
+def closed_reason(row: EpisodeRow) -> Optional[str]:
+    """Why an episode is over (ended, aborted, expired), or None while it is open."""
+    if row.status == EpisodeStatus.ENDED:
+        return f"episode {row.uuid} has ended (end_episode)"
+    if row.status == EpisodeStatus.ABORTED:
+        return f"episode {row.uuid} was aborted (abort_episode, or the engine was stopped)"
+    if row.status == EpisodeStatus.EXPIRED:
+        return f"episode {row.uuid} expired after {row.timeout_s:g} s without a call"
+    return None
+
+
 def refused_key_reason(row: Optional[EpisodeRow]) -> str:
     """Why a key that is not live was refused, from its episode (None: no episode has that key)."""
     if row is None:
         return "unknown episode key: no episode has it (keys come from begin_episode)"
-    if row.status == EpisodeStatus.ENDED:
-        return f"episode {row.uuid} has ended (end_episode); its key no longer works"
-    if row.status == EpisodeStatus.ABORTED:
-        return (f"episode {row.uuid} was aborted (abort_episode, or the engine was stopped); "
-                "its key no longer works")
-    if row.status == EpisodeStatus.EXPIRED:
-        return f"episode {row.uuid} expired after {row.timeout_s:g} s without a call; its key no longer works"
+    closed = closed_reason(row)
+    if closed is not None:
+        return f"{closed}; its key no longer works"
     return f"episode {row.uuid} is not known to this proxy yet; retry"
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 from ajet.stat_types import BatchProgress
 from ajet.types import BatchMode
@@ -35,6 +35,7 @@ def is_dummy(group: Sequence[PoolEpisode]) -> bool:
     return len({ep.reward for ep in group}) <= 1
 
 
+T = TypeVar("T")
 Caps = Mapping[str, float]
 """Mission -> the most share of a batch (0 < share <= 1) its tasks may take."""
 
@@ -44,14 +45,14 @@ def mission_limit(share: float, units: int) -> int:
     return max(1, math.floor(share * units + 1e-9))
 
 
-def _capped(items: Sequence[str], mission_of: Mapping[str, Optional[str]], caps: Caps, units: int) -> list[str]:
+def _capped(items: Sequence[T], mission_of: Callable[[T], Optional[str]], caps: Caps, units: int) -> list[T]:
     """`items` in order, skipping those whose mission already has its share of `units`."""
     if not caps:
         return list(items)
     taken: dict[str, int] = {}
     out = []
     for item in items:
-        mission = mission_of.get(item)
+        mission = mission_of(item)
         if mission is not None and mission in caps:
             if taken.get(mission, 0) >= mission_limit(caps[mission], units):
                 continue
@@ -61,10 +62,8 @@ def _capped(items: Sequence[str], mission_of: Mapping[str, Optional[str]], caps:
 
 
 def _episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps) -> list[PoolEpisode]:
-    ordered = sorted(pool, key=lambda e: e.ended_at)
-    by_uuid = {e.uuid: e for e in ordered}
-    kept = _capped([e.uuid for e in ordered], {e.uuid: e.mission for e in ordered}, caps, batch_size * num_repeat)
-    return [by_uuid[u] for u in kept]
+    """The pool, oldest first, within the caps (counted in episodes)."""
+    return _capped(sorted(pool, key=lambda e: e.ended_at), lambda e: e.mission, caps, batch_size * num_repeat)
 
 
 def rollout_until_finish_enough_episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
@@ -81,7 +80,7 @@ def _full_tasks(pool: Sequence[PoolEpisode], num_repeat: int, skip_dummy: bool, 
         if len(group) >= num_repeat and not (skip_dummy and is_dummy(group[:num_repeat])):
             out.append(task_id)
             mission_of[task_id] = group[0].mission
-    return _capped(out, mission_of, caps, batch_size)
+    return _capped(out, mission_of.get, caps, batch_size)
 
 
 def rollout_until_finish_enough_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,

@@ -29,9 +29,16 @@ AgentFn = Callable[[Task, str, str], WorkflowOutput]
 def rollout_episode(client: SwarmClient, task: Task, agent: AgentFn, episode_type: str = "train",
                     timeout: float = 240) -> float:
     """One episode: begin, run the agent, end (or abort if the agent raises); returns the reward."""
+    return _episode(client, task, lambda creds: agent(task, creds.base_url, creds.api_key), episode_type, timeout)
+
+
+def _episode(client: SwarmClient, task: Task, run: Callable[[OpenaiBaseUrlAndApiKey], WorkflowOutput],
+             episode_type: str = "train", timeout: float = 240) -> float:
+    """Begin an episode, `run` the agent with its credentials, end it with the output (abort it if the agent
+    raises: a crashed agent is never scored); returns the recorded reward."""
     uuid, creds = client.begin_episode(discard_episode_timeout=timeout, episode_type=episode_type)
     try:
-        out = agent(task, creds.base_url, creds.api_key)
+        out = run(creds)
     except Exception:
         client.abort_episode(uuid)
         raise
@@ -92,14 +99,7 @@ def auto_train_with_dataset(dataset: TaskSource, swarm_worker: SwarmClient, exec
     `execute_agent(task, api_baseurl_key)` and ended with its reward. Returns the rewards in task order."""
 
     def rollout(task: Task) -> float:
-        episode_uuid, api_baseurl_key = swarm_worker.begin_episode()
-        try:
-            workflow_output = execute_agent(task, api_baseurl_key)
-        except Exception:
-            swarm_worker.abort_episode(episode_uuid)  # a crashed agent is not scored: retried instead
-            raise
-        swarm_worker.end_episode(task, episode_uuid, workflow_output)
-        return workflow_output.reward
+        return _episode(swarm_worker, task, lambda api_baseurl_key: execute_agent(task, api_baseurl_key))
 
     rewards: list[Optional[float]] = []
     batch: list[Task] = []

@@ -66,9 +66,9 @@ def uses_tools(body: dict[str, Any]) -> bool:
 
 def check_engine_support(body: dict[str, Any]) -> None:
     """Refuse, naming the field, what the embedded engine accepts in the API but cannot honour: a forced
-    tool call (`tool_choice` "required" or a named function) and structured output (`response_format`).
-    Both would need constrained decoding, which would also make the logged logprobs those of a masked
-    distribution; the vLLM engine passes them to vLLM's guided decoding instead."""
+    tool call (`tool_choice` "required" or a named function), structured output (`response_format`) and
+    `top_k`. The first two would need constrained decoding, which would also make the logged logprobs those
+    of a masked distribution; the vLLM engine passes all three to vLLM (guided decoding, its sampler)."""
     choice = body.get("tool_choice")
     if choice is not None and choice not in ("auto", "none"):
         raise ChatFieldError("tool_choice", "the embedded engine cannot force a tool call: use 'auto' or 'none' "

@@ -17,6 +17,7 @@ import torch
 from ajet_trainer.engine.detok import IncrementalDecoder, first_stop
 from ajet_trainer.types import PolicyModel, Tokenizer
 
+
 @dataclass(frozen=True)
 class TokenOut:
     """One sampled token, as a stream hands it on."""
