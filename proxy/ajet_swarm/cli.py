@@ -37,6 +37,9 @@ def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         trainer += ["--experiment-dir", args.experiment_dir]
     if args.ray_address:
         trainer += ["--ray-address", args.ray_address]
+    if args.vllm_python:
+        trainer += ["--vllm-python", args.vllm_python]
+    trainer += [f"--vllm-arg={a}" for a in args.vllm_arg]
     return proxy, trainer
 
 
@@ -105,7 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--ray-address", default=None,
                        help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     start.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
-    start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded")
+    start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded",
+                       help="vllm: the trainer launches vLLM's server and pushes each step's weights into it")
+    start.add_argument("--vllm-python", default=None, help="--engine vllm: the Python with vLLM installed")
+    start.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                       help="--engine vllm: one more vLLM argument, repeatable: --vllm-arg=--dtype=bfloat16")
     start.add_argument("--threads", type=int, default=1)
     for name in ("overwatch", "top"):
         add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))

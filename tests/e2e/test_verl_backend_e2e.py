@@ -39,7 +39,7 @@ def _wait(cond, what, thread, timeout=120.0):
 
 def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
     model_path = str(builtin_model_path("builtin:tiny"))
-    stub = start_stub(tmp_path, "serve", model_path, "--served-model-name", model_path)  # verl names it by path
+    stub = start_stub(tmp_path, "serve", "--model", model_path, "--served-model-name", model_path)  # verl names it by path
     url = sqlite_url(tmp_path / "v.db")
     px = start_proxy(tmp_path, url)
     model, _ = load_policy(model_path, AgentJetJob(), "cpu")

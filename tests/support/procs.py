@@ -99,7 +99,7 @@ class Proc(Child):
 
 
 def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
-    """The vLLM-format stub backend (`extra` first, so `serve MODEL_FOLDER ...` works as with `vllm serve`)."""
+    """The vLLM-format stub backend (`extra` first, so `serve --model FOLDER ...` works as the trainer launches vLLM)."""
     port = port or free_port()
     return Proc([sys.executable, str(STUB), *extra, "--port", str(port)], f"http://127.0.0.1:{port}", "/health",
                 tmp / f"stub-{port}.log")

@@ -1,18 +1,19 @@
 """A small HTTP server that answers in vLLM's OpenAI format, for tests and benchmarks.
 
-It is a stand-in for `vllm serve` (which needs a GPU): chat completions with `prompt_token_ids`,
-per-choice `token_ids` and logprobs, plain and streamed (ids in the first chunk, per-chunk token ids),
-tool calls, `/v1/models`, `/health`, runtime LoRA (`/v1/load_lora_adapter`, `/v1/unload_lora_adapter`;
-chat only for served or loaded model names, as vLLM) and sleep mode (`/sleep`, `/wake_up`). Every
+It is a stand-in for vLLM's OpenAI server (real vLLM runs in the `vllm_real` tests): chat completions
+with `prompt_token_ids`, per-choice `token_ids` and logprobs, plain and streamed (ids in the first chunk,
+per-chunk token ids), tool calls, `/v1/models`, `/health`, runtime LoRA (`/v1/load_lora_adapter`,
+`/v1/unload_lora_adapter`; chat only for served or loaded model names, as vLLM), sleep mode (`/sleep`, `/wake_up`) and the full
+weight reload (`/collective_rpc`, `/reset_prefix_cache`; recorded, the stand-in has no weights). Every
 control call and the model of every chat is recorded in `GET /stub/journal`.
 
 Its default "tokenizer" is one token per character (id = 1000 + code point) with role markers, so
 prompts of later turns extend earlier prompt + completion ids exactly, as a real chat template does.
-Started as `vllm_stub.py serve MODEL_FOLDER ...` (the trainer's launch command) it uses that folder's
-tokenizer and chat template instead, so the ids fit the model being trained.
+Started as `vllm_stub.py serve --model MODEL_FOLDER ...` (as the trainer launches vLLM) it uses that
+folder's tokenizer and chat template instead, so the ids fit the model being trained.
 
 Run: `python tests/support/vllm_stub.py --port 8000 [--no-token-ids] [--model NAME]`
- or: `python tests/support/vllm_stub.py serve /path/to/model --port 8000 --served-model-name policy ...`
+ or: `python tests/support/vllm_stub.py serve --model /path/to/model --port 8000 --served-model-name policy ...`
 """
 
 from __future__ import annotations
@@ -218,6 +219,15 @@ class Stub:
         self.asleep = False
         return web.Response(text="")
 
+    async def collective_rpc(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.journal.append({"op": body.get("method"), "kwargs": body.get("kwargs", {})})
+        return web.json_response({"results": [None]})
+
+    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        self.journal.append({"op": "reset_prefix_cache"})
+        return web.Response(text="")
+
     async def get_journal(self, _request: web.Request) -> web.Response:
         return web.json_response(self.journal)
 
@@ -234,32 +244,34 @@ def make_app(model: str = "stub-model", token_ids: bool = True, delay: float = 0
     app.router.add_post("/v1/unload_lora_adapter", stub.unload_lora)
     app.router.add_post("/sleep", stub.sleep)
     app.router.add_post("/wake_up", stub.wake_up)
+    app.router.add_post("/collective_rpc", stub.collective_rpc)
+    app.router.add_post("/reset_prefix_cache", stub.reset_prefix_cache)
     app.router.add_get("/stub/journal", stub.get_journal)
     return app
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    hf = None
-    if argv[:1] == ["serve"]:  # `vllm serve MODEL ...`: take the folder's tokenizer, ignore engine flags
-        folder, argv = argv[1], argv[2:]
-        hf = HFTokens(folder)
+    serve = argv[:1] == ["serve"]  # launched as the trainer launches vLLM: `--model FOLDER --served-model-name N`
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--model", "--served-model-name", dest="model", default="stub-model")
+    ap.add_argument("--model", default="stub-model", help="served name; with `serve`, the model folder")
+    ap.add_argument("--served-model-name", default=None)
     ap.add_argument("--no-token-ids", action="store_true")
     ap.add_argument("--delay", type=float, default=0.0)
-    args, unknown = ap.parse_known_args(argv)
+    args, unknown = ap.parse_known_args(argv[1:] if serve else argv)
     if unknown:
         print(f"vllm stand-in: ignoring engine flags {unknown}", flush=True)
+    hf = HFTokens(args.model) if serve else None  # the folder's tokenizer, so the ids fit the model trained
+    name = args.served_model_name or args.model
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    web.run_app(make_app(args.model, not args.no_token_ids, args.delay, hf), host=args.host, port=args.port,
+    web.run_app(make_app(name, not args.no_token_ids, args.delay, hf), host=args.host, port=args.port,
                 print=None, access_log=None)
 
 

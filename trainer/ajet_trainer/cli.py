@@ -24,9 +24,16 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `ajet-trainer start`."""
     p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
     p.add_argument("--engine", choices=["embedded", "vllm"], default="embedded",
-                   help="vllm: launch `vllm serve` and hot-load each step's LoRA adapter. Environment: "
-                        "AJET_VLLM_COMMAND (launch command), AJET_VLLM_SLEEP=1 (sleep during updates), "
+                   help="vllm: launch vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the "
+                        "full weights in place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), "
                         "AJET_VLLM_REPLICAS=N and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group)")
+    p.add_argument("--vllm-python", default=None,
+                   help="--engine vllm: the Python with vLLM installed (default: .venv-vllm/bin/python, which "
+                        "`make setup-vllm` builds on a CPU machine, when present; else this Python)")
+    p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                   help="--engine vllm: one more vLLM server argument, repeatable, written with '=': "
+                        "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
+                        "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)")
     p.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto",
                    help="verl: verl's FSDP workers on Ray train, verl launches and syncs the vLLM replicas "
                         "(needs CUDA and `pip install -e '.[vllm]'`); --engine is then ignored. embedded: this "
@@ -59,6 +66,7 @@ def run_trainer(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
+                                 vllm_python=args.vllm_python, vllm_args=tuple(args.vllm_arg),
                                  device=args.device, backend=args.backend, ray_address=args.ray_address,
                                  nnodes=args.nnodes, verl_overrides=args.verl_overrides,
                                  db_mode=args.db_mode)).run(stop)

@@ -22,7 +22,12 @@ class TrainerOptions:
     experiment_dir: Optional[str] = None
     """Overrides the job's experiment folder."""
     engine: EngineKind = "embedded"
-    """Inference engine: `embedded` (in-process transformers) or `vllm` (`vllm serve`, LoRA hot-loading)."""
+    """Inference engine: `embedded` (in-process transformers) or `vllm` (vLLM's server: LoRA adapters hot-loaded,
+    or full weights reloaded in place, after each step)."""
+    vllm_python: Optional[str] = None
+    """`--engine vllm`: the interpreter with vLLM; None: `.venv-vllm/bin/python` when present, else this one."""
+    vllm_args: tuple[str, ...] = ()
+    """`--engine vllm`: more vLLM server flags (`--vllm-arg`), replacing the trainer's defaults of the same name."""
     backend: BackendKind = "embedded"
     """Training backend: `embedded` (in-process GRPO), `verl` (verl's workers on Ray; verl launches vLLM), or `auto`
     (verl where CUDA, verl and vLLM are present, else embedded: `backends.detect_backend`)."""

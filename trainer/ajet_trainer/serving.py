@@ -2,14 +2,18 @@
 
 - `EmbeddedServing`: the in-process engine serves the very weights being trained; an update runs
   under its weights lock, so no generation batch sees half-updated weights.
-- `VllmServing`: `vllm serve` replicas (one per GPU group); each step's LoRA adapter is saved and
-  hot-loaded as `policy@<N>`, and with sleep mode the replicas free the GPUs during the update.
+- `VllmServing`: vLLM server replicas (one per GPU group); each step's LoRA adapter is saved and
+  hot-loaded as `policy@<N>`, or with full fine-tuning each step's weights are saved and reloaded in
+  place; with sleep mode the replicas free the GPUs during the update.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import secrets
+import shlex
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -17,11 +21,13 @@ from typing import Iterator
 from ajet.job import AgentJetJob
 from ajet_store.types import Deployment
 from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, replica_devices
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python, prune_folders, replica_devices
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.protocols import Serving
 from ajet_trainer.types import PolicyModel, Tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 class EmbeddedServing:
@@ -50,10 +56,10 @@ class EmbeddedServing:
 
 
 class VllmServing:
-    """`vllm serve` replicas; `publish` saves the step's adapter and loads it into every replica."""
+    """vLLM replicas; `publish` pushes the step's adapter (LoRA) or weights (full fine-tuning) into every one."""
 
-    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path):
-        self.engines, self.model, self.exp_dir = engines, model, exp_dir
+    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path, lora: bool):
+        self.engines, self.model, self.exp_dir, self.lora = engines, model, exp_dir, lora
         for e in engines:
             e.launch()
         try:
@@ -82,9 +88,17 @@ class VllmServing:
                 e.wake_up()
 
     def publish(self, version: int) -> str:
-        path = self.exp_dir / "adapters" / f"step_{version}"
+        """LoRA: load `policy@<version>`. Full: save the weights, every replica reloads them as `policy`."""
+        if self.lora:
+            path = self.exp_dir / "adapters" / f"step_{version}"
+            self.model.save_pretrained(str(path))
+            return [e.publish_adapter(version, path) for e in self.engines][0]
+        path = self.exp_dir / "weights" / f"step_{version}"
         self.model.save_pretrained(str(path))
-        return [e.publish_adapter(version, path) for e in self.engines][0]
+        for e in self.engines:
+            e.reload_weights(path)
+        prune_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
+        return self.served_model
 
     def stop(self) -> None:
         for e in self.engines:
@@ -100,14 +114,35 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
                                               max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step,
                                               api_key=secrets.token_urlsafe(32)))
     if opts.engine == "vllm":
-        if job.lora_rank <= 0:
-            raise TrainerError("--engine vllm hot-loads LoRA adapters: set lora_rank > 0 in the job "
-                               "(full fine-tuning at scale is the verl backend's job)")
-        settings = VllmSettings.from_env(max_lora_rank=max(job.lora_rank, 8), max_model_len=job.max_model_len,
-                                         gpu_memory_utilization=job.gpu_memory_utilization,
-                                         enable_sleep_mode=os.environ.get("AJET_VLLM_SLEEP", "0") == "1")
+        lora = job.lora_rank > 0
+        if not lora:
+            refuse_tied_full_reload(model_path)
+        settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
         replicas = int(os.environ.get("AJET_VLLM_REPLICAS", "1"))
         devices = replica_devices(replicas, os.environ.get("AJET_VLLM_GPU_GROUPS"))
         return VllmServing([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d)
-                            for i, d in enumerate(devices)], model, exp_dir)
+                            for i, d in enumerate(devices)], model, exp_dir, lora)
     raise TrainerError(f"unknown engine '{opts.engine}'")
+
+
+def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSettings:
+    """How to launch vLLM for this job: `--vllm-python`, `--vllm-arg`, the job's lengths and LoRA rank."""
+    sleep = os.environ.get("AJET_VLLM_SLEEP", "0") == "1"
+    if sleep and cpu:
+        logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
+        sleep = False
+    command = os.environ.get("AJET_VLLM_COMMAND")
+    return VllmSettings(python=find_vllm_python(opts.vllm_python), command=tuple(shlex.split(command or "")),
+                        lora_rank=job.lora_rank, max_model_len=job.max_model_len,
+                        gpu_memory_utilization=job.gpu_memory_utilization, cpu=cpu, enable_sleep_mode=sleep,
+                        user_args=opts.vllm_args)
+
+
+def refuse_tied_full_reload(model_path: str) -> None:
+    """Full fine-tuning reloads weights into vLLM in place, which vLLM 0.32 gets wrong for tied embeddings."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    text_config = config.get("text_config") or config
+    if text_config.get("tie_word_embeddings", config.get("tie_word_embeddings", False)):
+        raise TrainerError(f"{model_path} ties its input and output embeddings: vLLM's in-place weight reload "
+                           "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
+                           "Train it with LoRA (lora_rank > 0), or with --engine embedded")

