@@ -1,8 +1,10 @@
-"""`--engine vllm` on CPU: launch arguments, health failures, and the LoRA / sleep choreography against a
-stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py started as `vllm serve`)."""
+"""`--engine vllm` against a stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py, launched in
+vLLM's place): launch arguments, health failures, and the LoRA / full-weights / sleep choreography.
+Real vLLM runs the same paths in tests/vllm_real/."""
 
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -11,26 +13,71 @@ from ajet import AgentJetJob
 from ajet_trainer.engine.vllm import (
     VllmEngine,
     VllmSettings,
+    find_vllm_python,
     launch_args,
     launch_env,
+    prune_folders,
     replica_devices,
 )
 from ajet_trainer.errors import EngineStartError, TrainerError
+from ajet_trainer.serving import VllmServing, refuse_tied_full_reload
+from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.episodes import play_batch
 from tests.support.procs import STUB
 from tests.support.swarm import running_swarm
 
+STAND_IN = f"{sys.executable} {STUB} serve"
 
-def test_vllm_launch_arguments_and_env(monkeypatch):
-    s = VllmSettings(max_lora_rank=16, max_model_len=4096, gpu_memory_utilization=0.5, enable_sleep_mode=True,
-                     tool_call_parser="hermes", extra_args=("--seed", "1"))
-    assert launch_args("/models/qwen", s, 8123) == [
-        "vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "policy",
-        "--enable-lora", "--max-lora-rank", "16", "--max-model-len", "4096", "--gpu-memory-utilization", "0.5",
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--enable-sleep-mode", "--seed", "1"]
-    assert launch_env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
-    monkeypatch.setenv("AJET_VLLM_COMMAND", "python -m my_vllm serve")
-    assert VllmSettings.from_env().command == ("python", "-m", "my_vllm", "serve")
+
+def test_vllm_launch_arguments_defaults_and_overrides():
+    gpu = VllmSettings(python="/venv/bin/python", lora_rank=16, max_model_len=4096, gpu_memory_utilization=0.5,
+                       enable_sleep_mode=True)
+    assert launch_args("/models/qwen", gpu, 8123) == [
+        "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/qwen",
+        "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "policy",
+        "--max-model-len", "4096", "--gpu-memory-utilization", "0.5", "--enable-auto-tool-choice",
+        "--tool-call-parser", "hermes", "--enable-lora", "--max-lora-rank", "16", "--enable-sleep-mode"]
+    cpu = VllmSettings(python="py", lora_rank=0, max_model_len=256, cpu=True,
+                       user_args=("--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed", "1"))
+    args = launch_args("/m", cpu, 1)
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.15"  # a share of host RAM on CPU
+    assert "--enforce-eager" in args and "--enable-lora" not in args  # full fine-tuning: no LoRA in vLLM
+    assert args.count("--tool-call-parser") == 1 and "hermes" not in args  # a --vllm-arg replaces the default
+    assert "float32" not in args and args[-5:] == ["--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed",
+                                                   "1"]
+    env = launch_env()
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["VLLM_HOST_IP"] == "127.0.0.1"  # vLLM's internal queues stay on loopback
+    stand_in = VllmSettings(command=("python", "stub.py", "serve"))
+    assert launch_args("/m", stand_in, 2)[:5] == ["python", "stub.py", "serve", "--model", "/m"]
+
+
+def test_vllm_python_is_found(tmp_path, monkeypatch):
+    monkeypatch.delenv("AJET_VLLM_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TrainerError, match="no such interpreter"):
+        find_vllm_python(str(tmp_path / "nope"))
+    venv = tmp_path / ".venv-vllm" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("")
+    assert find_vllm_python() == str(venv / "python")  # .venv-vllm of the working folder first
+    monkeypatch.setenv("AJET_VLLM_PYTHON", sys.executable)
+    assert find_vllm_python() == sys.executable
+
+
+def test_prune_keeps_the_newest_step_folders(tmp_path):
+    for n in (1, 2, 10):
+        (tmp_path / f"step_{n}").mkdir()
+    prune_folders(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_10", "step_2"]
+
+
+def test_full_fine_tuning_refuses_tied_embeddings(tmp_path):
+    (tmp_path / "config.json").write_text('{"tie_word_embeddings": true}')
+    with pytest.raises(TrainerError, match="ties its input and output embeddings"):
+        refuse_tied_full_reload(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"tie_word_embeddings": false}')
+    refuse_tied_full_reload(str(tmp_path))
 
 
 def test_vllm_replica_gpu_groups():
@@ -50,33 +97,57 @@ def test_vllm_start_failure_reports_the_log_tail(tmp_path):
         VllmEngine("/models/none", hang, tmp_path / "vllm2.log").start()
 
 
+def test_sleep_mode_wraps_each_update(tmp_path):
+    class Model:
+        def save_pretrained(self, path):
+            Path(path).mkdir(parents=True)
+            (Path(path) / "adapter_config.json").write_text("{}")
+
+    s = VllmSettings(command=tuple(STAND_IN.split()), lora_rank=8, enable_sleep_mode=True, health_timeout_s=60)
+    model_path = str(builtin_model_path("builtin:tiny"))
+    serving = VllmServing([VllmEngine(model_path, s, tmp_path / "v.log")], Model(), tmp_path, lora=True)
+    try:
+        with serving.updating(1):
+            pass
+        assert serving.publish(1) == "policy@1"
+        journal = httpx.get(serving.engines[0].base + "/stub/journal").json()
+        assert [j["op"] for j in journal] == ["sleep", "wake_up", "load_lora_adapter"]
+    finally:
+        serving.stop()
+
+
+def _train_three_batches(sw, job: AgentJetJob) -> None:
+    client = sw.client()
+    client.auto_sync_train_config_and_start_engine(job)
+    for batch in range(3):
+        play_batch(client, batch)
+        deadline = time.monotonic() + 120
+        while client.get_engine_status().global_step < batch + 1:
+            assert time.monotonic() < deadline, sw.logs()
+            time.sleep(0.2)
+
+
+JOB = dict(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64, max_response_length=64,
+           max_model_len=256, max_response_length_in_one_turn=8)
+
+
 @pytest.mark.slow
-def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
-    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_COMMAND=f"{sys.executable} {STUB} serve",
-                       AJET_VLLM_SLEEP="1", AJET_VLLM_REPLICAS="2") as sw:
-        client = sw.client()
-        client.auto_sync_train_config_and_start_engine(AgentJetJob(
-            model="builtin:tiny", lora_rank=4, batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64,
-            max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
+def test_vllm_lora_hot_loading_over_two_replicas(tmp_path):
+    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_COMMAND=STAND_IN, AJET_VLLM_SLEEP="1",
+                       AJET_VLLM_REPLICAS="2") as sw:
+        _train_three_batches(sw, AgentJetJob(lora_rank=4, **JOB))
         store = sw.store()
-        for batch in range(3):
-            play_batch(client, batch)
-            deadline = time.monotonic() + 120
-            while client.get_engine_status().global_step < batch + 1:
-                assert time.monotonic() < deadline, sw.logs()
-                time.sleep(0.2)
         deps = store.deployments()
         assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy@3", 3),
                                                                       ("vllm-1", "policy@3", 3)]
         chats = []
-        for dep in deps:  # both replicas got the same choreography
+        for dep in deps:  # both replicas got the same choreography; no sleep on CPU, and the log says why
             journal = httpx.get(dep.base_url.removesuffix("/v1") + "/stub/journal").json()
             control = [(j["op"], j.get("name")) for j in journal if j["op"] != "chat"]
-            assert control == [("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@1"),
-                               ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@2"),
-                               ("sleep", None), ("wake_up", None), ("load_lora_adapter", "policy@3"),
-                               ("unload_lora_adapter", "policy@1")]
+            assert control == [("load_lora_adapter", "policy@1"), ("load_lora_adapter", "policy@2"),
+                               ("load_lora_adapter", "policy@3"), ("unload_lora_adapter", "policy@1")]
             chats.append([j["model"] for j in journal if j["op"] == "chat"])
+        assert "sleep mode needs CUDA" in sw.trainer.log_tail(10**6)
         assert all(chats), "the proxy balanced episodes over both replicas"
         merged = sorted(m for c in chats for m in c)
         assert merged == ["policy"] * 4 + ["policy@1"] * 4 + ["policy@2"] * 4  # each batch on the newest adapter
@@ -84,3 +155,18 @@ def test_vllm_lora_hot_loading_and_sleep_choreography(tmp_path):
             assert (sw.exp_dir / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
         versions = [c.policy_version for e in store.episodes() for c in store.calls(e.uuid)]
         assert sorted(set(versions)) == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_vllm_full_fine_tuning_reloads_the_weights_each_step(tmp_path):
+    with running_swarm(tmp_path, name="f", engine="vllm", AJET_VLLM_COMMAND=STAND_IN) as sw:
+        _train_three_batches(sw, AgentJetJob(lora_rank=0, **JOB))
+        deps = sw.store().deployments()
+        assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy", 3)]
+        journal = httpx.get(deps[0].base_url.removesuffix("/v1") + "/stub/journal").json()
+        control = [(j["op"], j.get("kwargs", {}).get("weights_path")) for j in journal if j["op"] != "chat"]
+        weights = sw.exp_dir / "weights"
+        assert control == [op for n in (1, 2, 3) for op in (("reload_weights", str(weights / f"step_{n}")),
+                                                            ("reset_prefix_cache", None))]
+        assert [p.name for p in weights.iterdir()] == ["step_3"]  # older folders pruned once vLLM read them
+        assert (weights / "step_3" / "model.safetensors").is_file()
