@@ -56,26 +56,44 @@ class EmbeddedServing:
 
 
 class VllmServing:
-    """vLLM replicas; `publish` pushes the step's adapter (LoRA) or weights (full fine-tuning) into every one."""
+    """vLLM replicas; `publish` pushes the step's adapter (LoRA) or weights (full fine-tuning) into every one.
+
+    A replica that has exited is dropped at the next publish (its deployment leaves the store, the proxy
+    fails over to the others); when none is left, the step fails with the last replica's log tail.
+    """
 
     def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path, lora: bool):
-        self.engines, self.model, self.exp_dir, self.lora = engines, model, exp_dir, lora
+        self.model, self.exp_dir, self.lora = model, exp_dir, lora
+        self.replicas = {f"vllm-{i}": e for i, e in enumerate(engines)}
         for e in engines:
             e.launch()
         try:
-            self.base_urls = [e.wait_ready() for e in engines]
+            self.base_url = [e.wait_ready() for e in engines][0]
         except Exception:
             self.stop()
             raise
-        self.base_url = self.base_urls[0]
+
+    @property
+    def engines(self) -> list[VllmEngine]:
+        return list(self.replicas.values())
 
     @property
     def served_model(self) -> str:
         return self.engines[0].served_model
 
     def deployments(self, version: int) -> list[Deployment]:
-        """One deployment per replica: the proxy balances episodes over them."""
-        return [Deployment(f"vllm-{i}", e.base_url, e.served_model, version) for i, e in enumerate(self.engines)]
+        """One deployment per live replica: the proxy balances episodes over them."""
+        return [Deployment(name, e.base_url, e.served_model, version) for name, e in self.replicas.items()]
+
+    def drop_exited(self) -> None:
+        """Forget replicas whose process has exited; `TrainerError` when none is left."""
+        for name, e in list(self.replicas.items()):
+            if e.proc is not None and e.proc.poll() is not None:
+                if len(self.replicas) == 1:
+                    raise TrainerError(f"the last vLLM replica ({name}) exited; log tail:\n{e.log_tail()}")
+                logger.error("vLLM replica %s exited with %s; %d replica(s) left", name, e.proc.returncode,
+                             len(self.replicas) - 1)
+                del self.replicas[name]
 
     @contextmanager
     def updating(self, next_version: int) -> Iterator[None]:
@@ -89,6 +107,7 @@ class VllmServing:
 
     def publish(self, version: int) -> str:
         """LoRA: load `policy@<version>`. Full: save the weights, every replica reloads them as `policy`."""
+        self.drop_exited()
         if self.lora:
             path = self.exp_dir / "adapters" / f"step_{version}"
             self.model.save_pretrained(str(path))

@@ -52,6 +52,8 @@ class Session:
         self.step, self.keep_checkpoints = step, keep_checkpoints
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(exp_dir, job)
+        self.registered: set[str] = set()
+        """Deployment names this session put in the store."""
 
     @property
     def policy_version(self) -> int:
@@ -73,8 +75,13 @@ class Session:
         return self.serving.deployments(self.policy_version)
 
     def register(self) -> None:
-        """Publish the engine(s) in the store; the proxy reloads its router."""
-        self.store.register_deployments(self.deployments())
+        """Publish the engine(s) in the store (and withdraw replicas that left); the proxy reloads its router."""
+        deployments = self.deployments()
+        gone = self.registered - {d.name for d in deployments}
+        if gone:
+            self.store.remove_deployments(gone)
+        self.store.register_deployments(deployments)
+        self.registered = {d.name for d in deployments}
 
     def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:
         """One GRPO step on `batch`; returns its metrics."""
@@ -88,10 +95,12 @@ class Session:
             if samples:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
+        t_publish = time.perf_counter()
         self.serving.publish(self.step)
         self.register()  # the proxy routes new calls to the new weights
         t2 = time.perf_counter()
         metrics["train_s"] = t2 - t1
+        metrics["publish_s"] = t2 - t_publish
         if self.job.save_freq and self.step % self.job.save_freq == 0:
             self.checkpoint(pending={"episode_uuids": [p.uuid for p in batch], "reward_mean": batch_reward_mean(batch)})
         metrics["sync_s"] = time.perf_counter() - t2

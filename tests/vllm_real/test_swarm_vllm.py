@@ -1,0 +1,80 @@
+"""`ajet-trainer --engine vllm` with real vLLM: the trainer launches two replicas, trains LoRA steps, hot-loads
+each step's adapter into both, and the swarm keeps going when one replica is killed."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import psutil
+import pytest
+
+from ajet import AgentJetJob
+from ajet.types import EngineState
+from tests.conftest import wait_state
+from tests.support.episodes import play_batch
+from tests.support.real_vllm import vllm_python
+from tests.support.swarm import running_swarm
+
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
+
+JOB = dict(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64, max_response_length=64,
+           max_model_len=256, max_response_length_in_one_turn=8)
+
+
+def wait_step(client, step: int, sw) -> None:
+    deadline = time.monotonic() + 180
+    while client.get_engine_status().global_step < step:
+        assert time.monotonic() < deadline, sw.logs()
+        time.sleep(0.2)
+
+
+def served(base_url: str) -> set[str]:
+    return {m["id"] for m in httpx.get(base_url + "/models").json()["data"]}
+
+
+def kill_replica(port: int) -> None:
+    """SIGKILL the vLLM server on `port` and its engine processes, as a crashed node would go."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "vllm.entrypoints.openai.api_server" in " ".join(cmd) and str(port) in cmd:
+            for p in [*proc.children(recursive=True), proc]:
+                p.send_signal(signal.SIGKILL)
+            return
+    raise AssertionError(f"no vLLM server on port {port}")
+
+
+def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
+    vllm_python()
+    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_REPLICAS="2") as sw:
+        client = sw.client()
+        client.auto_sync_train_config_and_start_engine(AgentJetJob(lora_rank=8, **JOB))
+        wait_state(client, EngineState.ROLLING, timeout=600)
+        store = sw.store()
+        for batch in (0, 1):
+            play_batch(client, batch)
+            wait_step(client, batch + 1, sw)
+        deps = store.deployments()
+        assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy@2", 2),
+                                                                      ("vllm-1", "policy@2", 2)]
+        assert all(served(d.base_url) == {"policy", "policy@1", "policy@2"} for d in deps)
+        used = {c.deployment for e in store.episodes() for c in store.calls(e.uuid)}
+        assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both replicas"
+
+        kill_replica(int(deps[1].base_url.rsplit(":", 1)[1].split("/")[0]))
+        play_batch(client, 2)  # every episode completes: the proxy fails over to vllm-0
+        wait_step(client, 3, sw)
+        play_batch(client, 3)
+        wait_step(client, 4, sw)
+        deps = store.deployments()
+        assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@4")]  # the dead replica withdrawn
+        assert served(deps[0].base_url) == {"policy", "policy@3", "policy@4"}  # policy@1, @2 unloaded
+        assert "vLLM replica vllm-1 exited" in sw.trainer.log_tail(10**6)
+
+        calls = sorted((c for e in store.episodes() for c in store.calls(e.uuid)), key=lambda c: c.policy_version)
+        assert [c.policy_version for c in calls] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # each on the newest
+        assert all(c.completion_ids and len(c.logprobs) == len(c.completion_ids) for c in calls)
+        assert {c.deployment for c in calls if c.policy_version == 3} == {"vllm-0"}
+        for step in (1, 2, 3, 4):
+            assert (sw.exp_dir / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
