@@ -15,13 +15,16 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
 from ajet.utils.runtime import offline_env
 
 REPO = Path(__file__).resolve().parents[1]
+ENV = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
 
 
 def free_port() -> int:
@@ -30,17 +33,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> int:
-    root = REPO / "experiments" / "demo"
+@contextmanager
+def running_swarm(root: Path, *extra: str) -> Iterator[str]:
+    """`ajet-swarm start` on a free port with a fresh store and experiment folder under `root`; yields its URL."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     log = open(root / "swarm.log", "w")
-    swarm = subprocess.Popen([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
-                              "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--experiment-dir", str(root / "experiment"),
-                              "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    cmd = [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
+           "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--experiment-dir", str(root / "experiment"),
+           "--log-level", "warning", *extra]
+    swarm = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -50,11 +54,9 @@ def main() -> int:
             except httpx.HTTPError:
                 pass
             if swarm.poll() is not None or time.monotonic() > deadline:
-                print((root / "swarm.log").read_text()[-3000:])
-                return 1
+                raise RuntimeError("the swarm did not start:\n" + (root / "swarm.log").read_text()[-3000:])
             time.sleep(0.2)
-        client = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
-                                 *sys.argv[1:]], env=env, cwd=REPO)
+        yield url
     finally:
         swarm.send_signal(signal.SIGINT)
         try:
@@ -62,13 +64,24 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             swarm.kill()
         log.close()
+
+
+def main() -> int:
+    root = REPO / "experiments" / "demo"
+    try:
+        with running_swarm(root) as url:
+            client = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
+                                     *sys.argv[1:]], env=ENV, cwd=REPO)
+    except RuntimeError as e:
+        print(e)
+        return 1
     exp = root / "experiment"
     if client.returncode == 0:
         bin_dir = Path(sys.executable).parent
         for cmd in ([bin_dir / "ajet-trainer", "export-model", "--experiment-dir", exp, "--out", root / "model"],
                     [bin_dir / "ajet-proxy", "plot", "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--out",
                      root / "reward.png"]):
-            subprocess.run([str(c) for c in cmd], env=env, cwd=REPO, check=True, stdout=sys.stderr)
+            subprocess.run([str(c) for c in cmd], env=ENV, cwd=REPO, check=True, stdout=sys.stderr)
     print(f"model:       {root / 'model'}  (AutoModelForCausalLM.from_pretrained, vllm serve)\n"
           f"curves:      {root / 'reward.png'}\ntensorboard: tensorboard --logdir {exp / 'tensorboard'}\n"
           f"checkpoints: {exp / 'checkpoints'}\nmetrics:     {exp / 'metrics.jsonl'}\n"

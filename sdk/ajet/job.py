@@ -91,6 +91,10 @@ class AgentJetJob(BaseModel):
     """PPO clip ratio."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Gradient norm clip."""
+    tis_cap: Optional[float] = Field(default=None, gt=0)
+    """Truncated importance sampling against the engine's logged log-probs: each token's policy loss is weighted
+    by min(pi_trainer / pi_engine, tis_cap) (verl's rollout correction), correcting for an engine whose numbers
+    differ from the trainer's (bf16 vLLM, other kernels). None: off; 2.0 is verl's usual cap."""
     use_kl_loss: bool = False
     """Add verl's KL loss against the reference policy."""
     kl_loss_coef: float = Field(default=0.001, ge=0)

@@ -123,3 +123,43 @@ def test_a_non_finite_update_is_skipped_and_leaves_the_weights(tiny):
     assert learner.update(ok)["skipped_minibatches"] == 0.0  # the next healthy step trains
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     model.load_state_dict(before)  # the module's model is shared
+
+
+def _with_rollout_logprobs(samples, logps):
+    """The samples with the engine's log-probs set to `logps` (one list per sample, per response token)."""
+    out = []
+    for s, lp in zip(samples, logps):
+        seq = s.sequences[0]
+        out.append(EpisodeSample(s.episode_uuid, s.task_id, s.reward, (TrainSequence(
+            seq.episode_uuid, seq.task_id, seq.prompt_ids, seq.response_ids, seq.response_mask, tuple(lp)),)))
+    return out
+
+
+def test_truncated_importance_sampling_is_a_no_op_without_a_gap_and_caps_a_gap(tiny):
+    import copy
+
+    model, tok = tiny
+    base = [sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 1, 1)),
+            sample("b", "t", 0.0, resp=(50, 51)), sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
+            sample("d", "u", 0.0, resp=(61, 62))]
+    batch = collate(flatten(base, episode_advantages(base)), tok.pad_token_id)
+    with torch.no_grad():
+        exact, _ = sequence_logprobs(model, batch)
+    # the engine's numbers are the trainer's: the weights are all 1, and the update is the uncorrected one
+    same = _with_rollout_logprobs(base, [exact[i, :len(s.sequences[0].response_ids)].tolist()
+                                         for i, s in enumerate(base)])
+    job = AgentJetJob(lr=1e-2, max_prompt_length=64, max_response_length=16, max_model_len=128)
+    models = [copy.deepcopy(model), copy.deepcopy(model)]
+    m_off = Learner(models[0], tok, job).update(same)
+    m_on = Learner(models[1], tok, job.model_copy(update={"tis_cap": 2.0})).update(same)
+    assert m_on["tis_weight_mean"] == pytest.approx(1.0, abs=1e-5) and m_on["tis_capped_share"] == 0.0
+    assert m_on["loss"] == pytest.approx(m_off["loss"], abs=1e-7) and m_on["logprob_gap"] < 1e-6
+    for p_off, p_on in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.allclose(p_off, p_on, atol=1e-7)
+    # an engine far less sure than the trainer (ratio e^3 > cap): weights capped at 2
+    far = _with_rollout_logprobs(base, [(exact[i, :len(s.sequences[0].response_ids)] - 3.0).tolist()
+                                        for i, s in enumerate(base)])
+    m_far = Learner(copy.deepcopy(model), tok, job.model_copy(update={"tis_cap": 2.0})).update(far)
+    assert m_far["tis_weight_max"] == pytest.approx(2.0) and m_far["tis_capped_share"] == 1.0
+    assert m_far["logprob_gap"] == pytest.approx(3.0, abs=1e-4) and m_far["logprob_gap_max"] == pytest.approx(
+        3.0, abs=1e-4)

@@ -1,8 +1,9 @@
 """vLLM itself (the CPU build), driven as `--engine vllm` drives it: one server shared by the module.
 
-Calls go through the proxy into the store as in training, and are checked against the trainer's own
-model: the prompt ids equal the chat template's, the completion log-probs equal a transformers forward
-pass (vLLM runs float32 on CPU). LoRA adapters hot-load and unload, full weights reload in place, and
+The server serves what `ajet-trainer export-model` wrote from a trainer's checkpoint. Calls go through the
+proxy into the store as in training, and are checked against the trainer's own model: the prompt ids
+equal the chat template's, the completion log-probs equal the trainer's forward pass (vLLM runs float32
+on CPU). LoRA adapters hot-load and unload, full weights reload in place, and
 vLLM's Hermes parser turns the tiny model's `<tool_call>` output into OpenAI tool calls.
 """
 
@@ -20,8 +21,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ajet import SwarmClient
+from ajet_trainer.checkpoint import save_checkpoint
 from ajet_trainer.engine.vllm import VllmEngine
 from ajet_trainer.errors import EngineStartError
+from ajet_trainer.export import export_model
 from tests.conftest import make_rolling
 from tests.support.real_vllm import hf_logprobs, start_vllm, tiny_path
 
@@ -36,8 +39,22 @@ EXACT = 2e-4  # float32 on both sides; the attention kernels differ
 
 
 @pytest.fixture(scope="module")
-def vllm(module_tmp: Path) -> Iterator[VllmEngine]:
-    engine = start_vllm(module_tmp)
+def trained(module_tmp: Path) -> tuple[torch.nn.Module, Path]:
+    """A trainer's model after some steps (the built-in one, moved), and its checkpoint exported as a folder."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_path())
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    exp = module_tmp / "exp"
+    save_checkpoint(exp, 3, model, AutoTokenizer.from_pretrained(tiny_path()), torch.optim.AdamW(model.parameters()),
+                    False, {"policy_version": 3, "model": "builtin:tiny"})
+    return model.eval(), export_model(exp, module_tmp / "exported")
+
+
+@pytest.fixture(scope="module")
+def vllm(module_tmp: Path, trained) -> Iterator[VllmEngine]:
+    engine = start_vllm(module_tmp, model_path=str(trained[1]))  # `vllm serve OUT` of an export
     yield engine
     engine.stop()
 
@@ -55,8 +72,9 @@ def client(proxy, store, vllm) -> Iterator[SwarmClient]:
 
 
 @pytest.fixture(scope="module")
-def hf() -> tuple[torch.nn.Module, object]:
-    return AutoModelForCausalLM.from_pretrained(tiny_path()).eval(), AutoTokenizer.from_pretrained(tiny_path())
+def hf(trained) -> tuple[torch.nn.Module, object]:
+    """The trainer's model itself and the export's tokenizer: the references vLLM's answers are checked against."""
+    return trained[0], AutoTokenizer.from_pretrained(trained[1])
 
 
 def logged_call(store, uuid: str, n: int = 1):
@@ -115,26 +133,26 @@ def test_hermes_tool_calls_are_parsed_by_vllm_and_logged(client, store):
     assert call.finish_reason == "tool_calls" and call.completion_ids[-1] == 2  # <|im_end|>
 
 
-def _adapter(tmp: Path, seed: int) -> Path:
-    """A peft adapter of the tiny model with non-zero weights (a trained one's shape)."""
+def _adapter(base: Path, tmp: Path, seed: int) -> Path:
+    """A peft adapter of the served model with non-zero weights (a trained one's shape)."""
     torch.manual_seed(seed)
-    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path()),
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
     path = tmp / f"adapter_{seed}"
     peft.save_pretrained(str(path))
     return path
 
 
-def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tmp_path):
+def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, trained, tmp_path):
     model, _tok = hf
     for step in (1, 2, 3):
-        assert vllm.publish_adapter(step, _adapter(tmp_path, step)) == f"policy@{step}"
+        assert vllm.publish_adapter(step, _adapter(trained[1], tmp_path, step)) == f"policy@{step}"
     served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
     assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
     assert chat(vllm, "policy@1").status_code == 404
     got = chat(vllm, "policy@3").json()
     ids, want = got["prompt_token_ids"], got["choices"][0]
-    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path()), LoraConfig(
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(trained[1]), LoraConfig(
         r=8, lora_alpha=16, target_modules="all-linear"))
     peft_model.load_adapter(str(tmp_path / "adapter_3"), adapter_name="default")
     lp = [c["logprob"] for c in want["logprobs"]["content"]]
@@ -144,9 +162,9 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tmp
     assert max(abs(a - b) for a, b in zip(lp, base_lp)) > 0.01  # the adapter, not the base model, answered
 
 
-def test_full_weights_reload_in_place(vllm, hf, tmp_path):
+def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):
     model, _tok = hf
-    changed = AutoModelForCausalLM.from_pretrained(tiny_path())
+    changed = AutoModelForCausalLM.from_pretrained(trained[1])
     with torch.no_grad():
         for p in changed.parameters():
             p.add_(torch.randn_like(p) * 0.2)
@@ -161,7 +179,7 @@ def test_full_weights_reload_in_place(vllm, hf, tmp_path):
         assert max(abs(a - b) for a, b in zip(lp, want)) < EXACT  # every weight, both embeddings included
         assert reload_s < 30
     finally:
-        vllm.reload_weights(Path(tiny_path()))  # the module's other tests expect the built-in weights
+        vllm.reload_weights(trained[1])  # the module's other tests expect the exported weights
     got = chat(vllm).json()
     lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
     assert max(abs(a - b) for a, b in zip(lp, hf_logprobs(model, got["prompt_token_ids"],

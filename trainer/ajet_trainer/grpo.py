@@ -101,12 +101,14 @@ def loss_config(clip_ratio: float) -> Any:
 
 
 def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: Any, loss_agg_mode: str,
-                ref_logp: Optional[torch.Tensor] = None, kl_coef: float = 0.0, kl_type: str = "low_var_kl"
-                ) -> tuple[torch.Tensor, dict[str, float]]:
-    """verl's vanilla PPO-clip loss, plus `kl_coef` x verl's KL loss against `ref_logp` when given."""
+                ref_logp: Optional[torch.Tensor] = None, kl_coef: float = 0.0, kl_type: str = "low_var_kl",
+                is_weights: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's vanilla PPO-clip loss (per-token `is_weights` when given), plus `kl_coef` x verl's KL loss against
+    `ref_logp` when given."""
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
     pg_loss, pg_metrics = loss_fn(old_log_prob=old_logp, log_prob=logp, advantages=batch.advantages,
-                                  response_mask=batch.response_mask, loss_agg_mode=loss_agg_mode, config=cfg)
+                                  response_mask=batch.response_mask, loss_agg_mode=loss_agg_mode, config=cfg,
+                                  rollout_is_weights=is_weights)
     metrics = {"pg_loss": float(pg_loss.detach()), "clip_frac": pg_metrics["actor/pg_clipfrac"],
                "ppo_kl": pg_metrics["actor/ppo_kl"]}
     loss = pg_loss
@@ -116,6 +118,26 @@ def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: A
         loss = loss + kl_coef * kl_loss
         metrics["kl"] = float(kl_loss.detach())
     return loss, metrics
+
+
+def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor,
+                cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance-sampling weights min(pi_old / pi_engine, cap) per token (verl's rollout correction),
+    and their mean, max and the share of tokens capped."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    log_ratio = (old_logp - rollout_logp).detach()
+    weights, _ = compute_rollout_correction_weights(log_ratio, mask, rollout_is="token", rollout_is_threshold=cap)
+    raw = torch.exp(log_ratio.clamp(max=20.0))
+    n = mask.sum().clamp(min=1)
+    return weights, {"tis_weight_mean": float((weights * mask).sum() / n),
+                     "tis_weight_max": float(weights.masked_fill(mask == 0, 0.0).max()),
+                     "tis_capped_share": float(((raw > cap) * mask).sum() / n)}
+
+
+def masked_max(x: torch.Tensor, mask: torch.Tensor) -> float:
+    """Largest `x` over `mask` (0.0 when empty)."""
+    return float(x.masked_fill(mask == 0, float("-inf")).max()) if mask.any() else 0.0
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:

@@ -22,9 +22,11 @@ from ajet_trainer.grpo import (
     collate,
     episode_advantages,
     loss_config,
+    masked_max,
     masked_mean,
     policy_loss,
     sequence_logprobs,
+    tis_weights,
 )
 from ajet_trainer.samples import flatten
 from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
@@ -115,7 +117,9 @@ class Learner:
                 if single_pass:
                     old_logp = old
         assert old_logp is not None
-        metrics["logprob_gap"] = masked_mean((old_logp - batch.rollout_logprobs).abs(), batch.response_mask)
+        gap = (old_logp - batch.rollout_logprobs).abs()  # the engine's numbers vs the trainer's, same tokens
+        metrics["logprob_gap"] = masked_mean(gap, batch.response_mask)
+        metrics["logprob_gap_max"] = masked_max(gap, batch.response_mask)
         skipped = agg.pop("skipped", [])
         metrics.update({k: statistics.fmean(v) for k, v in agg.items() if v})
         metrics["skipped_minibatches"] = float(len(skipped))
@@ -131,8 +135,12 @@ class Learner:
         logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
         if old_logp is None:
             old_logp = logp.detach()
+        is_w, is_m = None, {}
+        if self.job.tis_cap is not None:
+            is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, self.job.tis_cap)
         loss, m = policy_loss(old_logp, logp, mb, self.cfg, self.job.loss_agg_mode, ref_logp,
-                              self.job.kl_loss_coef, self.job.kl_loss_type)
+                              self.job.kl_loss_coef, self.job.kl_loss_type, is_w)
+        m.update(is_m)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.job.grad_clip)

@@ -55,6 +55,9 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
         "trainer.experiment_name": job.experiment_name,
         "trainer.save_freq": job.save_freq,
     }
+    if job.tis_cap is not None:  # the same truncated importance sampling, verl's rollout correction
+        out.update({"algorithm.rollout_correction.rollout_is": "token",
+                    "algorithm.rollout_correction.rollout_is_threshold": job.tis_cap})
     if job.lora_rank > 0:
         targets = job.lora_target_modules
         out.update({f"{arr}.model.lora_rank": job.lora_rank, f"{arr}.model.lora_alpha": job.lora_alpha,
