@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU smoke test (not run in CI: CI has no GPU). On a machine with one GPU:
 #   1. the embedded engine and trainer on CUDA (scripts/gpu_check.py: timings, logprob gap, live weights);
-#   2. two LoRA steps through `--engine vllm` (the trainer launches `vllm serve`, hot-loads policy@N);
+#   2. two LoRA steps through `--engine vllm` (the trainer launches vLLM's server, hot-loads policy@N);
 #   3. two steps through `--backend verl` (verl's FSDP workers on a local Ray, verl launches vLLM and
 #      syncs the weights with its checkpoint engine; LoRA merged into the synced weights).
 # Steps 2-3 need vLLM: `pip install -e '.[vllm]'` (vLLM 0.24.0 + verl 0.9.1). Each prints the policy
