@@ -22,12 +22,16 @@ export OMP_NUM_THREADS ?= 1
 
 setup: $(STAMP)
 
+# Each stage says where setup is (pip draws its own download bars at a terminal).
 $(STAMP): pyproject.toml Makefile
+	@echo "== setup [1/4] virtual environment $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
-	# CPU torch first, so no dependency can pull a CUDA build
+	@echo "== setup [2/4] CPU torch 2.13.0 (first, so no dependency can pull a CUDA build)"
 	$(PIP) install torch==2.13.0
+	@echo "== setup [3/4] the project and its extras"
 	$(PIP) install -e '.[all,dev]'
+	@echo "== setup [4/4] import check"
 	$(PY) -c "import torch, verl.trainer.ppo.core_algos, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl_backend.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 

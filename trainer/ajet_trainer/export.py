@@ -15,6 +15,7 @@ from typing import Optional
 
 from ajet_trainer.checkpoint import ADAPTER_DIR, MODEL_DIR, checkpoint_at, read_state
 from ajet_trainer.errors import CheckpointError
+from ajet_trainer.progress import configure_hf_progress, copy_tree
 from ajet_trainer.tiny_model import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -33,11 +34,11 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         if not state["lora"]:
-            shutil.copytree(ckpt / MODEL_DIR, tmp)
+            copy_tree(ckpt / MODEL_DIR, tmp, f"export step {state['step']}")
         elif merge_lora:
             _merge(ckpt / ADAPTER_DIR, str(resolve_model_path(state["model"])), tmp)
         else:
-            shutil.copytree(ckpt / ADAPTER_DIR, tmp)
+            copy_tree(ckpt / ADAPTER_DIR, tmp, f"export step {state['step']} adapter")
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
@@ -52,6 +53,7 @@ def _merge(adapter: Path, base_path: str, dest: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    configure_hf_progress()  # loading and writing bars at a terminal
     base = AutoModelForCausalLM.from_pretrained(base_path)
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     merged.save_pretrained(str(dest), safe_serialization=True)

@@ -28,6 +28,7 @@ from ajet_trainer.grpo import (
     sequence_logprobs,
     tis_weights,
 )
+from ajet_trainer.progress import configure_hf_progress
 from ajet_trainer.samples import flatten
 from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
 
@@ -37,9 +38,8 @@ logger = logging.getLogger(__name__)
 def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyModel, Tokenizer]:
     """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    configure_hf_progress()  # transformers' loading bar at a terminal, none in logs
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token_id is None:
