@@ -1,0 +1,54 @@
+"""`make demo`'s main job, N times: how many steps and seconds each run takes to the 0.8 target.
+
+    python bench/demo_runs.py [--runs 10] [--max-steps 300]
+
+One JSON line per run (steps, seconds from the client's start, first and final reward, whether it reached
+the target), then one with the medians and the count that reached the target. Setup (the venv) is not timed;
+each run starts a fresh swarm, store and experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from run_demo import ENV, running_swarm  # noqa: E402
+
+
+def one_run(i: int, max_steps: int, target: float) -> dict[str, float]:
+    """One demo run's client summary: steps, seconds, first and final reward, reached (1.0 or 0.0)."""
+    with running_swarm(REPO / "experiments" / f"demo_run_{i}") as url:
+        out = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
+                              "--max-steps", str(max_steps), "--target", str(target)],
+                             env=ENV, cwd=REPO, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise SystemExit(f"run {i} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**result, "reached": float(result["final_reward"] >= target)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--max-steps", type=int, default=300)
+    ap.add_argument("--target", type=float, default=0.8)
+    args = ap.parse_args()
+    runs = []
+    for i in range(args.runs):
+        runs.append(one_run(i, args.max_steps, args.target))
+        print(json.dumps({"bench": "demo_runs", "run": i, **runs[-1]}), flush=True)
+    print(json.dumps({"bench": "demo_runs", "figure": "median", "runs": len(runs),
+                      "reached": int(sum(r["reached"] for r in runs)),
+                      "median_steps": statistics.median(r["steps"] for r in runs),
+                      "median_seconds": statistics.median(r["seconds"] for r in runs)}))
+
+
+if __name__ == "__main__":
+    main()
