@@ -76,6 +76,9 @@ def test_full_fine_tuning_refuses_tied_embeddings(tmp_path):
     (tmp_path / "config.json").write_text('{"tie_word_embeddings": true}')
     with pytest.raises(TrainerError, match="ties its input and output embeddings"):
         refuse_tied_full_reload(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')  # unsaid: tied, as transformers reads it
+    with pytest.raises(TrainerError, match="ties"):
+        refuse_tied_full_reload(str(tmp_path))
     (tmp_path / "config.json").write_text('{"tie_word_embeddings": false}')
     refuse_tied_full_reload(str(tmp_path))
 

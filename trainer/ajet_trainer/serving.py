@@ -161,7 +161,8 @@ def refuse_tied_full_reload(model_path: str) -> None:
     """Full fine-tuning reloads weights into vLLM in place, which vLLM 0.32 gets wrong for tied embeddings."""
     config = json.loads((Path(model_path) / "config.json").read_text())
     text_config = config.get("text_config") or config
-    if text_config.get("tie_word_embeddings", config.get("tie_word_embeddings", False)):
+    # transformers ties the embeddings of a config that does not say (PretrainedConfig's default)
+    if text_config.get("tie_word_embeddings", config.get("tie_word_embeddings", True)):
         raise TrainerError(f"{model_path} ties its input and output embeddings: vLLM's in-place weight reload "
                            "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
                            "Train it with LoRA (lora_rank > 0), or with --engine embedded")
