@@ -47,7 +47,7 @@ def kill_replica(port: int) -> None:
 
 def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
     vllm_python()
-    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_REPLICAS="2") as sw:
+    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_REPLICAS="2", AJET_VLLM_SLEEP="1") as sw:
         client = sw.client()
         client.auto_sync_train_config_and_start_engine(AgentJetJob(lora_rank=8, **JOB))
         wait_state(client, EngineState.ROLLING, timeout=600)
@@ -70,7 +70,9 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         deps = store.deployments()
         assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@4")]  # the dead replica withdrawn
         assert served(deps[0].base_url) == {"policy", "policy@3", "policy@4"}  # policy@1, @2 unloaded
-        assert "vLLM replica vllm-1 exited" in sw.trainer.log_tail(10**6)
+        log = sw.trainer.log_tail(10**6)
+        assert "vLLM replica vllm-1 exited" in log
+        assert "sleep mode needs CUDA" in log  # asked for on CPU: said, and vLLM stays awake
 
         calls = sorted((c for e in store.episodes() for c in store.calls(e.uuid)), key=lambda c: c.policy_version)
         assert [c.policy_version for c in calls] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # each on the newest
