@@ -72,9 +72,10 @@ $(VLLM_STAMP): Makefile
 demo: setup
 	$(PY) scripts/run_demo.py
 
-# AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without .venv-vllm
+# AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without .venv-vllm. Two workers, one test
+# file each at a time (module fixtures stay shared): most tests wait on processes, and real vLLM starts first.
 test: setup setup-client setup-vllm
-	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q
+	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -14,7 +14,8 @@ import pytest
 from tests.support.real_vllm import vllm_python
 from tests.support.swarm import running_swarm
 
-pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
+# minutes of vLLM start-up and training, beside another test file's processes on two cores
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]
 
 STEPS = 20
 

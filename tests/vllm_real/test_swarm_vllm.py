@@ -17,7 +17,8 @@ from tests.support.episodes import play_batch
 from tests.support.real_vllm import vllm_python
 from tests.support.swarm import running_swarm
 
-pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
+# minutes of vLLM start-up and training, beside another test file's processes on two cores
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]
 
 JOB = dict(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64, max_response_length=64,
            max_model_len=256, max_response_length_in_one_turn=8)

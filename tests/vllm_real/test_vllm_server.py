@@ -28,7 +28,7 @@ from ajet_trainer.export import export_model
 from tests.conftest import make_rolling
 from tests.support.real_vllm import hf_logprobs, start_vllm, tiny_path
 
-pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]  # the server starts in minutes
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say a"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather of a city",
