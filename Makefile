@@ -73,7 +73,7 @@ demo: setup
 	$(PY) scripts/run_demo.py
 
 # AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without .venv-vllm. Two workers, one test
-# file each at a time (module fixtures stay shared): most tests wait on processes, and real vLLM starts first.
+# file each at a time (module fixtures stay shared): most tests wait on processes (29 min serial, 17 with two).
 test: setup setup-client setup-vllm
 	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 2 --dist loadfile
 

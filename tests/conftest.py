@@ -28,12 +28,6 @@ def make_rolling(store: Store, backend_url: str, model: str = "stub-model", name
     store.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING, EngineState.ROLLING])
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Real vLLM's files first: with two workers (`make test`), their minutes overlap the rest of the suite
-    instead of ending it."""
-    items.sort(key=lambda item: item.get_closest_marker("vllm_real") is None)  # stable: file order kept
-
-
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mod")
