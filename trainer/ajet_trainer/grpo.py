@@ -127,12 +127,9 @@ def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
 
     log_ratio = (old_logp - rollout_logp).detach()
-    weights, _ = compute_rollout_correction_weights(log_ratio, mask, rollout_is="token", rollout_is_threshold=cap)
-    raw = torch.exp(log_ratio.clamp(max=20.0))
-    n = mask.sum().clamp(min=1)
-    return weights, {"tis_weight_mean": float((weights * mask).sum() / n),
-                     "tis_weight_max": float(weights.masked_fill(mask == 0, 0.0).max()),
-                     "tis_capped_share": float(((raw > cap) * mask).sum() / n)}
+    weights, m = compute_rollout_correction_weights(log_ratio, mask, rollout_is="token", rollout_is_threshold=cap)
+    return weights, {"tis_weight_mean": m["rollout_is_mean"], "tis_weight_max": m["rollout_is_max"],
+                     "tis_capped_share": m["rollout_is_ratio_fraction_high"]}
 
 
 def masked_max(x: torch.Tensor, mask: torch.Tensor) -> float:
