@@ -11,13 +11,13 @@ import httpx
 import pytest
 
 from ajet import AgentJetJob
+from ajet_trainer.checkpoint import prune_step_folders
 from ajet_trainer.engine.vllm import (
     VllmEngine,
     VllmSettings,
     find_vllm_python,
     launch_args,
     launch_env,
-    prune_folders,
     replica_devices,
 )
 from ajet_trainer.errors import EngineStartError, TrainerError
@@ -69,7 +69,7 @@ def test_vllm_python_is_found(tmp_path, monkeypatch):
 def test_prune_keeps_the_newest_step_folders(tmp_path):
     for n in (1, 2, 10):
         (tmp_path / f"step_{n}").mkdir()
-    prune_folders(tmp_path, keep=2)
+    prune_step_folders(tmp_path, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_10", "step_2"]
 
 

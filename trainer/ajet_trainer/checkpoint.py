@@ -121,9 +121,14 @@ def _model_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
 
 def prune_checkpoints(root: Path, keep: int) -> None:
     """Delete all but the newest `keep` checkpoints."""
-    ckpts = sorted((p for p in (root / "checkpoints").glob("step_*") if p.is_dir()),
-                   key=lambda p: int(p.name.split("_")[1]))
-    for p in ckpts[:-keep] if keep > 0 else []:
+    prune_step_folders(root / "checkpoints", keep)
+
+
+def prune_step_folders(parent: Path, keep: int) -> None:
+    """Delete all but the newest `keep` `step_<N>` folders under `parent` (none when `keep` <= 0)."""
+    steps = sorted((p for p in parent.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
+                   key=lambda p: int(p.name[5:]))
+    for p in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
 
 

@@ -20,8 +20,9 @@ from typing import Iterator
 
 from ajet.job import AgentJetJob
 from ajet_store.types import Deployment
+from ajet_trainer.checkpoint import prune_step_folders
 from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python, prune_folders, replica_devices
+from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python, replica_devices
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.protocols import Serving
@@ -116,7 +117,7 @@ class VllmServing:
         self.model.save_pretrained(str(path))
         for e in self.engines:
             e.reload_weights(path)
-        prune_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
+        prune_step_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
         return self.served_model
 
     def stop(self) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -241,10 +240,3 @@ class VllmEngine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self._http.close()
-
-
-def prune_folders(parent: Path, keep: int) -> None:
-    """Delete all but the newest `keep` `step_<N>` folders under `parent`."""
-    steps = sorted((p for p in parent.glob("step_*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
-    for old in steps[:-keep] if keep else steps:
-        shutil.rmtree(old, ignore_errors=True)
