@@ -3,6 +3,7 @@ vLLM's place): launch arguments, health failures, and the full-weights and sleep
 runs these paths in tests/vllm_real/ (LoRA over two replicas through a swarm there only: the stand-in's
 version of that test was the same test, slower to fail)."""
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -73,15 +74,30 @@ def test_prune_keeps_the_newest_step_folders(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_10", "step_2"]
 
 
+def _without_tie_key(model, folder: Path) -> Path:
+    """`model` saved with a config that does not say whether the embeddings are tied."""
+    model.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def test_full_fine_tuning_refuses_tied_embeddings(tmp_path):
-    (tmp_path / "config.json").write_text('{"tie_word_embeddings": true}')
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
+
+    small = dict(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=2, head_dim=8)
     with pytest.raises(TrainerError, match="ties its input and output embeddings"):
-        refuse_tied_full_reload(str(tmp_path))
-    (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')  # unsaid: tied, as transformers reads it
-    with pytest.raises(TrainerError, match="ties"):
-        refuse_tied_full_reload(str(tmp_path))
-    (tmp_path / "config.json").write_text('{"tie_word_embeddings": false}')
-    refuse_tied_full_reload(str(tmp_path))
+        refuse_tied_full_reload(Qwen3ForCausalLM(Qwen3Config(tie_word_embeddings=True, **small)), "tied")
+    # a config that does not say gets its model class's default, as transformers (and vLLM) read it:
+    gpt2 = _without_tie_key(GPT2LMHeadModel(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2)),
+                            tmp_path / "gpt2")
+    with pytest.raises(TrainerError, match="ties"):  # GPT-2's default: tied
+        refuse_tied_full_reload(AutoModelForCausalLM.from_pretrained(gpt2), str(gpt2))
+    qwen3 = _without_tie_key(Qwen3ForCausalLM(Qwen3Config(tie_word_embeddings=True, **small)), tmp_path / "qwen3")
+    refuse_tied_full_reload(AutoModelForCausalLM.from_pretrained(qwen3), str(qwen3))  # Qwen3's default: untied
+    refuse_tied_full_reload(AutoModelForCausalLM.from_pretrained(builtin_model_path("builtin:tiny")), "builtin:tiny")
 
 
 def test_vllm_replica_gpu_groups():

@@ -100,7 +100,7 @@ def load_checkpoint(path: Path, model: PolicyModel, optimizer: torch.optim.Optim
         set_peft_model_state_dict(model, weights)
     else:
         missing, unexpected = model.load_state_dict(_model_weights(path, device), strict=False)
-        real_missing = [k for k in missing if k not in _tied_names(model)]
+        real_missing = [k for k in missing if k not in tied_names(model)]
         if real_missing or unexpected:
             raise CheckpointError(f"{path}: missing {real_missing[:5]}, unexpected {unexpected[:5]}")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
@@ -132,7 +132,8 @@ def prune_step_folders(parent: Path, keep: int) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def _tied_names(model: PolicyModel) -> set[str]:
+def tied_names(model: PolicyModel) -> set[str]:
+    """Names of the parameters that share their storage with another (tied embeddings)."""
     sd = model.state_dict()
     by_ptr: dict[int, list[str]] = {}
     for k, v in sd.items():

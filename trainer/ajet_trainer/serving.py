@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -20,7 +19,7 @@ from typing import Iterator
 
 from ajet.job import AgentJetJob
 from ajet_store.types import Deployment
-from ajet_trainer.checkpoint import prune_step_folders
+from ajet_trainer.checkpoint import prune_step_folders, tied_names
 from ajet_trainer.engine import EmbeddedEngine
 from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python, replica_devices
 from ajet_trainer.errors import TrainerError
@@ -136,7 +135,7 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
     if opts.engine == "vllm":
         lora = job.lora_rank > 0
         if not lora:
-            refuse_tied_full_reload(model_path)
+            refuse_tied_full_reload(model, model_path)
         settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
         replicas = int(os.environ.get("AJET_VLLM_REPLICAS", "1"))
         devices = replica_devices(replicas, os.environ.get("AJET_VLLM_GPU_GROUPS"))
@@ -158,12 +157,9 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
                         user_args=opts.vllm_args)
 
 
-def refuse_tied_full_reload(model_path: str) -> None:
+def refuse_tied_full_reload(model: PolicyModel, model_path: str) -> None:
     """Full fine-tuning reloads weights into vLLM in place, which vLLM 0.32 gets wrong for tied embeddings."""
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    text_config = config.get("text_config") or config
-    # transformers ties the embeddings of a config that does not say (PretrainedConfig's default)
-    if text_config.get("tie_word_embeddings", config.get("tie_word_embeddings", True)):
+    if tied_names(model):  # the loaded model, so transformers' defaults for a config that does not say hold
         raise TrainerError(f"{model_path} ties its input and output embeddings: vLLM's in-place weight reload "
                            "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
                            "Train it with LoRA (lora_rank > 0), or with --engine embedded")
