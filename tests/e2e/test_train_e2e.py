@@ -16,6 +16,7 @@ from ajet.schema.task import Task, WorkflowOutput
 from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 from ajet.types import EngineState, EpisodeStatus
 from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.logprobs import completion_logprobs
 from tests.support.procs import offline_env
 from tests.support.swarm import running_swarm
 
@@ -135,11 +136,7 @@ def assert_export_matches_the_served_policy(client, store, exp: Path, lora_rank:
             model = AutoPeftModelForCausalLM.from_pretrained(str(out))
         else:
             model = AutoModelForCausalLM.from_pretrained(str(out))
-        ids = torch.tensor([call.prompt_ids + call.completion_ids])
-        with torch.no_grad():
-            logp = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
-        n = len(call.prompt_ids)
-        got = [logp[n - 1 + i, tok].item() for i, tok in enumerate(call.completion_ids)]
+        got = completion_logprobs(model, call.prompt_ids, call.completion_ids)
         assert got == pytest.approx(call.logprobs, abs=1e-4), name  # the exported model is the served one
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-import torch
 
 from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python
 from ajet_trainer.tiny_model import builtin_model_path
@@ -42,12 +41,3 @@ def start_vllm(tmp: Path, model_path: Optional[str] = None, lora_rank: int = 8,
     engine = VllmEngine(model_path or tiny_path(), settings, tmp / "vllm.log")
     engine.start()
     return engine
-
-
-def hf_logprobs(model: torch.nn.Module, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
-    """The trainer's log-probs of `completion_ids` after `prompt_ids` (one forward pass, float32)."""
-    ids = torch.tensor([prompt_ids + completion_ids])
-    with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
-    n = len(prompt_ids)
-    return [float(logp[n - 1 + i, tok]) for i, tok in enumerate(completion_ids)]

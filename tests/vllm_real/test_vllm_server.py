@@ -26,7 +26,8 @@ from ajet_trainer.engine.vllm import VllmEngine
 from ajet_trainer.errors import EngineStartError
 from ajet_trainer.export import export_model
 from tests.conftest import make_rolling
-from tests.support.real_vllm import hf_logprobs, start_vllm, tiny_path
+from tests.support.logprobs import completion_logprobs
+from tests.support.real_vllm import start_vllm, tiny_path
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]  # the server starts in minutes
 
@@ -115,7 +116,7 @@ def test_calls_log_vllms_ids_and_logprobs_which_the_trainer_reproduces(client, s
     assert call.prompt_ids == tok.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=True)["input_ids"]
     assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
     assert tok.decode(call.completion_ids, skip_special_tokens=True) == text
-    gap = [abs(a - b) for a, b in zip(call.logprobs, hf_logprobs(model, call.prompt_ids, call.completion_ids))]
+    gap = [abs(a - b) for a, b in zip(call.logprobs, completion_logprobs(model, call.prompt_ids, call.completion_ids))]
     assert max(gap) < EXACT, gap
 
 
@@ -156,9 +157,9 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
         r=8, lora_alpha=16, target_modules="all-linear"))
     peft_model.load_adapter(str(tmp_path / "adapter_3"), adapter_name="default")
     lp = [c["logprob"] for c in want["logprobs"]["content"]]
-    gap = [abs(a - b) for a, b in zip(lp, hf_logprobs(peft_model.eval(), ids, want["token_ids"]))]
+    gap = [abs(a - b) for a, b in zip(lp, completion_logprobs(peft_model.eval(), ids, want["token_ids"]))]
     assert max(gap) < EXACT, gap
-    base_lp = hf_logprobs(model, ids, want["token_ids"])
+    base_lp = completion_logprobs(model, ids, want["token_ids"])
     assert max(abs(a - b) for a, b in zip(lp, base_lp)) > 0.01  # the adapter, not the base model, answered
 
 
@@ -175,12 +176,12 @@ def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):
         reload_s = time.perf_counter() - t0
         got = chat(vllm).json()
         lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
-        want = hf_logprobs(changed.eval(), got["prompt_token_ids"], got["choices"][0]["token_ids"])
+        want = completion_logprobs(changed.eval(), got["prompt_token_ids"], got["choices"][0]["token_ids"])
         assert max(abs(a - b) for a, b in zip(lp, want)) < EXACT  # every weight, both embeddings included
         assert reload_s < 30
     finally:
         vllm.reload_weights(trained[1])  # the module's other tests expect the exported weights
     got = chat(vllm).json()
     lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
-    assert max(abs(a - b) for a, b in zip(lp, hf_logprobs(model, got["prompt_token_ids"],
+    assert max(abs(a - b) for a, b in zip(lp, completion_logprobs(model, got["prompt_token_ids"],
                                                           got["choices"][0]["token_ids"]))) < EXACT
