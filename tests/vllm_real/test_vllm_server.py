@@ -91,6 +91,19 @@ def chat(vllm: VllmEngine, model: str = "policy") -> httpx.Response:
     return httpx.post(vllm.base_url + "/chat/completions", json=body, timeout=60)
 
 
+def gaps(logprobs: list[float], model: torch.nn.Module, prompt_ids: list[int],
+         completion_ids: list[int]) -> list[float]:
+    """|engine - `model`| log-prob of each completion token."""
+    return [abs(a - b) for a, b in zip(logprobs, completion_logprobs(model, prompt_ids, completion_ids))]
+
+
+def answer_gaps(answer: dict, model: torch.nn.Module) -> list[float]:
+    """`gaps` of an answer vLLM gave directly (`chat(...).json()`)."""
+    choice = answer["choices"][0]
+    return gaps([c["logprob"] for c in choice["logprobs"]["content"]], model, answer["prompt_token_ids"],
+                choice["token_ids"])
+
+
 def test_health_models_and_cpu_settings(vllm):
     assert httpx.get(vllm.base + "/health").status_code == 200
     assert [m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]] == ["policy"]
@@ -116,7 +129,7 @@ def test_calls_log_vllms_ids_and_logprobs_which_the_trainer_reproduces(client, s
     assert call.prompt_ids == tok.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=True)["input_ids"]
     assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
     assert tok.decode(call.completion_ids, skip_special_tokens=True) == text
-    gap = [abs(a - b) for a, b in zip(call.logprobs, completion_logprobs(model, call.prompt_ids, call.completion_ids))]
+    gap = gaps(call.logprobs, model, call.prompt_ids, call.completion_ids)
     assert max(gap) < EXACT, gap
 
 
@@ -152,15 +165,12 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
     assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
     assert chat(vllm, "policy@1").status_code == 404
     got = chat(vllm, "policy@3").json()
-    ids, want = got["prompt_token_ids"], got["choices"][0]
     peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(trained[1]), LoraConfig(
         r=8, lora_alpha=16, target_modules="all-linear"))
     peft_model.load_adapter(str(tmp_path / "adapter_3"), adapter_name="default")
-    lp = [c["logprob"] for c in want["logprobs"]["content"]]
-    gap = [abs(a - b) for a, b in zip(lp, completion_logprobs(peft_model.eval(), ids, want["token_ids"]))]
+    gap = answer_gaps(got, peft_model.eval())
     assert max(gap) < EXACT, gap
-    base_lp = completion_logprobs(model, ids, want["token_ids"])
-    assert max(abs(a - b) for a, b in zip(lp, base_lp)) > 0.01  # the adapter, not the base model, answered
+    assert max(answer_gaps(got, model)) > 0.01  # the adapter, not the base model, answered
 
 
 def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):
@@ -174,14 +184,8 @@ def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):
         t0 = time.perf_counter()
         vllm.reload_weights(tmp_path / "step_1")
         reload_s = time.perf_counter() - t0
-        got = chat(vllm).json()
-        lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
-        want = completion_logprobs(changed.eval(), got["prompt_token_ids"], got["choices"][0]["token_ids"])
-        assert max(abs(a - b) for a, b in zip(lp, want)) < EXACT  # every weight, both embeddings included
+        assert max(answer_gaps(chat(vllm).json(), changed.eval())) < EXACT  # every weight, both embeddings
         assert reload_s < 30
     finally:
         vllm.reload_weights(trained[1])  # the module's other tests expect the exported weights
-    got = chat(vllm).json()
-    lp = [c["logprob"] for c in got["choices"][0]["logprobs"]["content"]]
-    assert max(abs(a - b) for a, b in zip(lp, completion_logprobs(model, got["prompt_token_ids"],
-                                                          got["choices"][0]["token_ids"]))) < EXACT
+    assert max(answer_gaps(chat(vllm).json(), model)) < EXACT
