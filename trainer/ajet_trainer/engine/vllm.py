@@ -32,6 +32,7 @@ from typing import Optional
 
 import httpx
 
+from ajet.utils.runtime import offline_env
 from ajet_trainer.errors import EngineStartError, TrainerError
 
 logger = logging.getLogger(__name__)
@@ -113,8 +114,8 @@ def launch_args(model_path: str, s: VllmSettings, port: int) -> list[str]:
 
 
 def launch_env(host: str = "127.0.0.1") -> dict[str, str]:
-    """vLLM's environment: runtime LoRA updates and the weight-reload endpoints allowed, offline."""
-    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_SERVER_DEV_MODE="1", HF_HUB_OFFLINE="1")
+    """vLLM's environment: offline, runtime LoRA updates and the weight-reload endpoints allowed."""
+    env = offline_env(VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_SERVER_DEV_MODE="1")
     if host.startswith("127."):
         env.setdefault("VLLM_HOST_IP", host)  # its internal queues bind here, not to the machine's address
     return env
