@@ -12,22 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import ENV, running_swarm  # noqa: E402
+from run_demo import run_tutorial, running_swarm  # noqa: E402
 
 
 def one_run(i: int, max_steps: int, target: float) -> dict[str, float]:
     """One demo run's client summary: steps, seconds, first and final reward, reached (1.0 or 0.0)."""
     with running_swarm(REPO / "experiments" / f"demo_run_{i}") as url:
-        out = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
-                              "--max-steps", str(max_steps), "--target", str(target)],
-                             env=ENV, cwd=REPO, capture_output=True, text=True, timeout=3600)
+        out = run_tutorial(url, "--max-steps", str(max_steps), "--target", str(target), capture=True,
+                           timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"run {i} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])

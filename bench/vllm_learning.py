@@ -15,14 +15,13 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import ENV, running_swarm  # noqa: E402
+from run_demo import run_tutorial, running_swarm  # noqa: E402
 
 MODES = {"full": ("vllm", 0), "lora": ("vllm", 8), "embedded": ("embedded", 0)}
 
@@ -32,9 +31,8 @@ def run_mode(mode: str, steps: int, lr_full: float, lr_lora: float) -> dict[str,
     root = REPO / "experiments" / f"bench_vllm_{mode}"
     lr = lr_lora if rank else lr_full
     with running_swarm(root, "--engine", engine, "--log-level", "info") as url:  # info: vLLM's start-up time
-        out = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
-                              "--max-steps", str(steps), "--target", "2", "--lr", str(lr), "--lora-rank", str(rank),
-                              "--fresh"], env=ENV, cwd=REPO, capture_output=True, text=True, timeout=3600)
+        out = run_tutorial(url, "--max-steps", str(steps), "--target", "2", "--lr", str(lr), "--lora-rank",
+                           str(rank), "--fresh", capture=True, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"{mode}: the tutorial failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     rows = [json.loads(line) for line in (root / "experiment" / "metrics.jsonl").read_text().splitlines()]

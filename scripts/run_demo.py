@@ -17,7 +17,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import httpx
 
@@ -66,12 +66,18 @@ def running_swarm(root: Path, *extra: str) -> Iterator[str]:
         log.close()
 
 
+def run_tutorial(url: str, *args: str, capture: bool = False,
+                 timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
+    """`tutorial/example_tiny_rl/agent_roll.py` against the swarm at `url` (its output captured, or shown)."""
+    return subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url, *args],
+                          env=ENV, cwd=REPO, capture_output=capture, text=True, timeout=timeout)
+
+
 def main() -> int:
     root = REPO / "experiments" / "demo"
     try:
         with running_swarm(root) as url:
-            client = subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
-                                     *sys.argv[1:]], env=ENV, cwd=REPO)
+            client = run_tutorial(url, *sys.argv[1:])
     except RuntimeError as e:
         print(e)
         return 1
