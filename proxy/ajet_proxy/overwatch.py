@@ -57,11 +57,15 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
     out.append("CONNECTED", style="bold green")
     if stat is not None:
         e = stat.engine
-        out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)  step {e.global_step}  "
-                   f"policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
+        out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)")
+        if e.updating:
+            out.append(f" + updating ({e.updating_seconds or 0:.0f}s)", style="bold cyan")
+        out.append(f"  step {e.global_step}  policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
                    f"errors {stat.totals.get('call_errors', 0)}")
         if stat.totals.get("without_calls"):
             out.append(f"  without calls {stat.totals['without_calls']} (never train)", style="yellow")
+        if stat.totals.get("stale"):
+            out.append(f"  stale {stat.totals['stale']} (dropped, never train)", style="yellow")
         if e.last_error:
             out.append(f"\n   trainer error {e.last_error_age_s or 0:.0f}s ago: ", style="bold red")
             out.append(e.last_error[:300])

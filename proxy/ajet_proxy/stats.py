@@ -30,7 +30,9 @@ def engine_status(row: EngineRow, now: float) -> EngineStatus:
     return EngineStatus(state=row.state, state_seconds=max(0.0, now - row.state_since), global_step=row.global_step,
                         policy_version=row.policy_version, job_synced=row.job is not None,
                         experiment_name=job.get("experiment_name"), last_error=row.last_error,
-                        last_error_age_s=None if row.last_error_at is None else max(0.0, now - row.last_error_at))
+                        last_error_age_s=None if row.last_error_at is None else max(0.0, now - row.last_error_at),
+                        updating=row.updating_since is not None,
+                        updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since))
 
 
 def batch_shape(row: EngineRow) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from ajet_store.batch_policy import (
     rollout_until_finish_enough_non_dummy_tasks,
     rollout_until_finish_enough_tasks,
     select_batch,
+    split_stale,
 )
 from ajet_store.engine_state import QUARANTINE_AFTER
 from ajet_store.engines import DEFAULT_DB, redact_url, sqlite_url
@@ -60,5 +61,6 @@ __all__ = [
     "rollout_until_finish_enough_tasks",
     "redact_url",
     "select_batch",
+    "split_stale",
     "sqlite_url",
 ]

@@ -6,6 +6,8 @@ the step takes. Counting is by `task_id`:
 - enough tasks (default): batch_size task ids, each with at least num_repeat episodes;
 - enough non-dummy tasks: as above, but a task whose rewards are all equal (no GRPO signal) does not count.
 
+`split_stale` sorts out episodes too old for an asynchronous step (`max_staleness`) before a policy runs.
+
 A mission mix (`caps`: mission -> the most share of a batch its tasks may take, the job's `mission_mix`)
 bounds each capped mission to `mission_limit` tasks (episodes, in the episodes mode) of a batch; what is
 over its share waits in the pool for a later step. Missions not named are not capped.
@@ -38,6 +40,15 @@ def is_dummy(group: Sequence[PoolEpisode]) -> bool:
 T = TypeVar("T")
 Caps = Mapping[str, float]
 """Mission -> the most share of a batch (0 < share <= 1) its tasks may take."""
+
+
+def split_stale(pool: Sequence[PoolEpisode], version: int, max_staleness: int
+                ) -> tuple[list[PoolEpisode], list[PoolEpisode]]:
+    """(fresh, stale): an episode is stale when its oldest call is more than `max_staleness` versions behind
+    `version`, the policy the next update starts from (asynchronous training trains only fresh ones)."""
+    fresh = [p for p in pool if version - p.oldest_version <= max_staleness]
+    stale = [p for p in pool if version - p.oldest_version > max_staleness]
+    return fresh, stale
 
 
 def mission_limit(share: float, units: int) -> int:

@@ -4,6 +4,7 @@ The `counters` table holds one number per name, changed in the same transaction 
 counts:
 - `calls`, `call_errors`: logged calls (`write_calls`);
 - `episodes_without_calls`: episodes ended without a single call (they never train);
+- `episodes_stale`: ended episodes dropped as older than an asynchronous job's `max_staleness`;
 - `episodes:<status>`: episodes by status (every status change);
 - `mission:<status>:<mission>` and `mission:reward_sum:<mission>`: train episodes of each mission by
   status, and the sum of their rewards once ended (the mission table of the monitor).
@@ -24,6 +25,10 @@ NO_CALLS = "the episode made no LLM calls"
 """Why an episode ended without a single call never trains (its reward is still recorded)."""
 WITHOUT_CALLS = "episodes_without_calls"
 """The counter of such episodes (shown by the statistics and the monitor)."""
+STALE = "episodes_stale"
+"""The counter of ended episodes an asynchronous batch dropped as too old to train (`max_staleness`)."""
+STALE_PREFIX = "stale: "
+"""How the `untrainable_reason` of such an episode starts."""
 NO_MISSION = "-"
 """How an episode begun without a mission label is counted."""
 
@@ -94,6 +99,7 @@ def totals_from(kept: dict[str, float]) -> dict[str, int]:
     out = {s.value: int(kept.get(episodes_key(s.value), 0)) for s in EpisodeStatus}
     out["calls"], out["call_errors"] = int(kept.get("calls", 0)), int(kept.get("call_errors", 0))
     out["without_calls"] = int(kept.get(WITHOUT_CALLS, 0))
+    out["stale"] = int(kept.get(STALE, 0))
     return out
 
 
@@ -122,7 +128,9 @@ def backfill(c: sa.Connection) -> None:
     deltas: list[dict[str, float]] = [
         {"calls": c.execute(sa.select(sa.func.count()).select_from(t.llm_calls)).scalar() or 0,
          "call_errors": c.execute(sa.select(sa.func.count()).where(lc.error.is_not(None))).scalar() or 0,
-         WITHOUT_CALLS: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason == NO_CALLS)).scalar() or 0}]
+         WITHOUT_CALLS: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason == NO_CALLS)).scalar() or 0,
+         STALE: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason.startswith(STALE_PREFIX))).scalar()
+         or 0}]
     q = sa.select(e.mission, e.episode_type, e.status, sa.func.count(), sa.func.sum(e.reward)).group_by(
         e.mission, e.episode_type, e.status)
     for mission, kind, status, n, reward_sum in c.execute(q):

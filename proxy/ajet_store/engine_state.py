@@ -29,7 +29,8 @@ class EngineStateOps(Database):
     def transition(self, to: EngineState, allowed_from: Optional[Iterable[EngineState]] = None) -> EngineRow:
         """Move to `to` if the current state is in `allowed_from` (any state when None; else `WrongState`).
 
-        Moving to OFFLINE aborts every open episode (their keys stop working).
+        Moving to OFFLINE aborts every open episode (their keys stop working). Any state but ROLLING ends an
+        asynchronous update (`updating_since`): a trainer that reboots or stops is no longer updating.
         """
         with self._tx() as c:
             cur = rows.engine(c)
@@ -38,11 +39,18 @@ class EngineStateOps(Database):
             now = time.time()
             if cur.state != to:
                 c.execute(t.engine_state.update().values(state=to.value, state_since=now))
+            if to != EngineState.ROLLING and cur.updating_since is not None:
+                c.execute(t.engine_state.update().values(updating_since=None))
             if to == EngineState.OFFLINE:
                 is_open = t.episodes.c.status == EpisodeStatus.OPEN.value
                 counters.bulk_move(c, is_open, EpisodeStatus.ABORTED.value)
                 c.execute(t.episodes.update().where(is_open).values(status=EpisodeStatus.ABORTED.value, ended_at=now))
             return rows.engine(c)
+
+    def set_updating(self, updating: bool) -> None:
+        """Say that an asynchronous update started (True) or ended (False); rollouts go on meanwhile."""
+        with self._tx() as c:
+            c.execute(t.engine_state.update().values(updating_since=time.time() if updating else None))
 
     def heartbeat(self) -> None:
         """The trainer's sign of life (written every few seconds by the trainer daemon)."""

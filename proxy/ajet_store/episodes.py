@@ -164,12 +164,29 @@ class EpisodeOps(Database):
         """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
         e = t.episodes.c
         run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
-        q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at, e.mission)
+        oldest = (sa.select(sa.func.min(t.llm_calls.c.policy_version))
+                  .where(t.llm_calls.c.episode_uuid == e.uuid).scalar_subquery())
+        q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at, e.mission,
+                       sa.func.coalesce(oldest, e.policy_version_start).label("oldest"))
              .where(e.status == EpisodeStatus.ENDED.value, e.episode_type == "train", e.run_id == run,
                     e.consumed_step.is_(None), e.untrainable.is_(False))
              .order_by(e.ended_at))
         with self._read() as c:
-            return [PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission) for r in c.execute(q)]
+            return [PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission, int(r.oldest))
+                    for r in c.execute(q)]
+
+    def drop_stale(self, uuids: Sequence[str], reason: str) -> int:
+        """Take pool episodes too old to train out of the pool for good (kept, flagged untrainable with
+        "stale: <reason>", counted as `episodes_stale`); returns how many were dropped."""
+        if not uuids:
+            return 0
+        e = t.episodes.c
+        with self._tx() as c:
+            res = c.execute(t.episodes.update().where(e.uuid.in_(list(uuids)), e.consumed_step.is_(None),
+                                                      e.untrainable.is_(False))
+                            .values(untrainable=True, untrainable_reason=(counters.STALE_PREFIX + reason)[:256]))
+            counters.bump(c, {counters.STALE: res.rowcount})
+            return int(res.rowcount)
 
     def mission_in_flight(self, mission: str) -> int:
         """Train episodes of `mission` in the current run that a coming batch may still take: open ones, and

@@ -17,7 +17,7 @@ def engine(c: sa.Connection) -> EngineRow:
     m = c.execute(sa.select(t.engine_state).where(t.engine_state.c.id == 1)).mappings().one()
     return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
                      BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"],
-                     m["last_error"], m["last_error_at"], m["update_failures"] or 0)
+                     m["last_error"], m["last_error_at"], m["update_failures"] or 0, m["updating_since"])
 
 
 def episode(c: sa.Connection, uuid: str) -> EpisodeRow:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = sa.MetaData()
 
@@ -37,6 +37,7 @@ engine_state = sa.Table(
     sa.Column("last_error", sa.String(1024), nullable=True),
     sa.Column("last_error_at", sa.Float, nullable=True),
     sa.Column("update_failures", sa.Integer, nullable=False, default=0, server_default="0"),
+    sa.Column("updating_since", sa.Float, nullable=True),
 )
 
 counters = sa.Table(

@@ -40,6 +40,9 @@ class EngineRow:
     """Unix time of `last_error`."""
     update_failures: int = 0
     """Failed updates of the current batch in a row; at `QUARANTINE_AFTER` the batch is quarantined."""
+    updating_since: Optional[float] = None
+    """Unix time an asynchronous update (`max_staleness >= 1`) began while rollouts go on; None when no update
+    runs beside ROLLING (a synchronous update shows as WEIGHT_SYNCING instead)."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,9 @@ class PoolEpisode:
     """Unix time it ended (for first-come ordering)."""
     mission: Optional[str] = None
     """The mission it belongs to (what a mission mix caps)."""
+    oldest_version: int = 0
+    """The policy version of its oldest call (of its start when it made none): how far behind the policy being
+    trained its data is, which an asynchronous batch bounds (`max_staleness`)."""
 
 
 @dataclass(frozen=True)

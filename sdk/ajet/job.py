@@ -95,6 +95,16 @@ class AgentJetJob(BaseModel):
     """Truncated importance sampling against the engine's logged log-probs: each token's policy loss is weighted
     by min(pi_trainer / pi_engine, tis_cap) (verl's rollout correction), correcting for an engine whose numbers
     differ from the trainer's (bf16 vLLM, other kernels). None: off; 2.0 is verl's usual cap."""
+    max_staleness: int = Field(default=0, ge=0)
+    """Asynchronous training: 0 (the default) is synchronous, each update stops rollouts (ROLLING_POST ->
+    WEIGHT_SYNCING). k >= 1: episodes begin and call the LLM while the trainer updates (the state stays ROLLING,
+    `get_engine_status().updating` says an update runs), new weights go live between engine batches, and a batch
+    takes only episodes whose oldest call is at most k policy versions behind the policy being updated; older ones
+    are dropped and counted (`stale`). The loss corrects for the lag with the logged behaviour log-probs
+    (truncated importance sampling, cap `tis_cap`, 2.0 when unset). Embedded engine and backend only."""
+    bench_update_delay_s: float = Field(default=0.0, ge=0)
+    """Benchmarks only: seconds each update sleeps before it trains, standing in for a large model's update
+    (`bench/async_vs_sync.py`)."""
     use_kl_loss: bool = False
     """Add verl's KL loss against the reference policy."""
     kl_loss_coef: float = Field(default=0.001, ge=0)

@@ -16,7 +16,9 @@ def format_rollout_stat(stat: RolloutStat, max_rows: int = 8) -> str:
     """A compact, one-screen summary of the rollout pool."""
     e = stat.engine
     lines = [
-        f"engine {e.state.value} ({e.state_seconds:.0f}s)  step {e.global_step}  policy v{e.policy_version}"
+        f"engine {e.state.value} ({e.state_seconds:.0f}s)"
+        + (f" + updating ({e.updating_seconds or 0:.0f}s)" if e.updating else "")
+        + f"  step {e.global_step}  policy v{e.policy_version}"
         f"  batch {stat.batch_size} tasks x {stat.num_repeat}",
     ]
     for p in stat.progress:
@@ -26,7 +28,8 @@ def format_rollout_stat(stat: RolloutStat, max_rows: int = 8) -> str:
     t = stat.totals
     lines.append(f"   episodes: open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}"
                  f"  expired {t.get('expired', 0)}  calls {t.get('calls', 0)}  errors {t.get('call_errors', 0)}"
-                 + (f"  without calls {t['without_calls']} (never train)" if t.get("without_calls") else ""))
+                 + (f"  without calls {t['without_calls']} (never train)" if t.get("without_calls") else "")
+                 + (f"  stale {t['stale']} (dropped, never train)" if t.get("stale") else ""))
     if stat.recent_steps:
         last = stat.recent_steps[-1]
         rm = "n/a" if last.reward_mean is None else f"{last.reward_mean:.3f}"

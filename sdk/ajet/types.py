@@ -272,6 +272,11 @@ class EngineStatus(AnswerModel):
     """The trainer's last failure (a refused boot, an update that raised; None when all went well)."""
     last_error_age_s: Optional[float] = None
     """Seconds since `last_error` happened."""
+    updating: bool = False
+    """An asynchronous update (job `max_staleness >= 1`) is running while the state stays ROLLING: episodes
+    begin and call the LLM meanwhile, and the new weights go live when it ends."""
+    updating_seconds: Optional[float] = None
+    """Seconds the running asynchronous update has taken so far (None when none runs)."""
 
 
 class OkResponse(AnswerModel):

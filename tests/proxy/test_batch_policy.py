@@ -7,6 +7,7 @@ from ajet_store.batch_policy import (
     rollout_until_finish_enough_non_dummy_tasks,
     rollout_until_finish_enough_tasks,
     select_batch,
+    split_stale,
 )
 from ajet_store.types import PoolEpisode
 
@@ -89,3 +90,11 @@ def test_mission_limits_round_down_but_never_to_zero():
     from ajet_store.batch_policy import mission_limit
 
     assert [mission_limit(s, 8) for s in (0.4, 0.6, 0.01, 1.0, 0.125)] == [3, 4, 1, 8, 1]
+
+
+def test_split_stale_keeps_episodes_at_most_k_versions_behind():
+    eps = [PoolEpisode(f"e{v}", "a", 1.0, float(v), oldest_version=v) for v in range(6)]
+    fresh, stale = split_stale(eps, version=5, max_staleness=2)
+    assert [p.oldest_version for p in fresh] == [3, 4, 5]
+    assert [p.oldest_version for p in stale] == [0, 1, 2]
+    assert split_stale(eps, version=5, max_staleness=5) == (eps, [])

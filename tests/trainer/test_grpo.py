@@ -163,3 +163,23 @@ def test_truncated_importance_sampling_is_a_no_op_without_a_gap_and_caps_a_gap(t
     assert m_far["tis_weight_max"] == pytest.approx(2.0) and m_far["tis_capped_share"] == 1.0
     assert m_far["logprob_gap"] == pytest.approx(3.0, abs=1e-4) and m_far["logprob_gap_max"] == pytest.approx(
         3.0, abs=1e-4)
+
+
+def test_async_jobs_correct_for_the_behaviour_policy_by_default():
+    from ajet_trainer.learner import ASYNC_TIS_CAP, tis_cap
+
+    assert tis_cap(AgentJetJob()) is None  # synchronous: off unless asked
+    assert tis_cap(AgentJetJob(max_staleness=1)) == ASYNC_TIS_CAP
+    assert tis_cap(AgentJetJob(max_staleness=2, tis_cap=3.0)) == 3.0
+    assert tis_cap(AgentJetJob(tis_cap=1.5)) == 1.5
+
+
+def test_staleness_metrics_count_each_lag_and_the_dropped_share():
+    from ajet_store.types import PoolEpisode
+    from ajet_trainer.steps import staleness_metrics
+
+    batch = [PoolEpisode(f"e{i}", "a", 0.0, oldest_version=v) for i, v in enumerate([7, 7, 6, 5])]
+    m = staleness_metrics(batch, version=7, dropped=1)
+    assert (m["staleness/0"], m["staleness/1"], m["staleness/2"]) == (2.0, 1.0, 1.0)
+    assert m["staleness_mean"] == 0.75 and m["staleness_max"] == 2.0
+    assert m["dropped_stale"] == 1.0 and m["dropped_stale_share"] == pytest.approx(1 / 5)

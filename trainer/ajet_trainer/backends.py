@@ -51,6 +51,9 @@ def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptio
 
         return open_embedded_session(job, run_id, store, opts)
     if opts.backend == "verl":
+        if job.max_staleness > 0:
+            raise TrainerError(f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded "
+                               "backend only so far; with --backend verl use max_staleness=0")
         from ajet_trainer.verl_backend.session import open_verl_session
 
         return open_verl_session(job, run_id, store, opts)

@@ -4,7 +4,9 @@ OFFLINE -> (a client syncs a job and starts) BOOTING: load the model, restore th
 start the embedded engine, register it -> ROLLING: wait until the job's batch policy is satisfied ->
 ROLLING_POST: no new episodes; drain open ones (bounded by `drain_timeout`, then expire them) ->
 WEIGHT_SYNCING: assemble samples, GRPO update, new weights live, checkpoint when due, record the step
-(marking its episodes consumed in the same transaction) -> ROLLING. `stop_engine` (OFFLINE, from any
+(marking its episodes consumed in the same transaction) -> ROLLING. With `max_staleness >= 1` (asynchronous
+training) the state stays ROLLING: the step runs beside the rollouts (`updating` in the store), on a batch
+of episodes at most `max_staleness` policy versions old (older ones are dropped and counted). `stop_engine` (OFFLINE, from any
 client, in any state) tears the session down. A trainer that starts while the store is in another
 state than OFFLINE is a restart after a crash: it boots, rolls back to its last checkpoint and goes on.
 
@@ -24,11 +26,12 @@ from typing import Callable, Optional
 
 from ajet.job import AgentJetJob
 from ajet.types import EngineState
-from ajet_store import QUARANTINE_AFTER, Store, WrongState, redact_url, select_batch
+from ajet_store import QUARANTINE_AFTER, Store, WrongState, redact_url, select_batch, split_stale
 from ajet_store.types import EngineRow, PoolEpisode
 from ajet_trainer.backends import open_session
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.protocols import TrainingSession
+from ajet_trainer.steps import staleness_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +45,8 @@ class _Timers:
     drain_since: float = 0.0
     wait_s: float = 0.0
     drain_s: float = 0.0
+    dropped: int = 0
+    """Episodes dropped as too old (asynchronous training) since the last step."""
 
 
 class TrainerDaemon:
@@ -91,6 +96,8 @@ class TrainerDaemon:
         try:
             if session is None or row.state == EngineState.BOOTING:
                 return self._guarded(self.boot, row, self._boot_failed)
+            if row.state == EngineState.ROLLING and session.job.max_staleness > 0:
+                return self._guarded(lambda r: self.async_step(session, r), row, self._update_failed)
             if row.state == EngineState.ROLLING:
                 return self._guarded(lambda r: self.maybe_close_batch(session, r), row, self._poll_failed)
             if row.state == EngineState.ROLLING_POST:
@@ -155,9 +162,39 @@ class TrainerDaemon:
         logger.info("ROLLING: policy v%d served at %s", s.policy_version, s.base_url)
 
     def _batch(self, session: TrainingSession, row: EngineRow) -> list[PoolEpisode]:
+        """The next step's episodes under the batch policy ([] if not ready). Asynchronous training first drops
+        (for good, counted) the pool's episodes more than `max_staleness` versions behind the policy."""
         job = session.job
-        return select_batch(self.store.pool_episodes(), row.batch_mode, job.batch_size, job.num_repeat,
-                            job.mission_mix)
+        pool = self.store.pool_episodes()
+        if job.max_staleness > 0:
+            pool, stale = split_stale(pool, session.policy_version, job.max_staleness)
+            if stale:
+                self.timers.dropped += self.store.drop_stale(
+                    [p.uuid for p in stale], f"older than max_staleness={job.max_staleness} at policy "
+                                             f"v{session.policy_version}")
+        return select_batch(pool, row.batch_mode, job.batch_size, job.num_repeat, job.mission_mix)
+
+    def async_step(self, session: TrainingSession, row: EngineRow) -> bool:
+        """ROLLING with `max_staleness >= 1`: once the batch policy is satisfied, train on the batch while
+        rollouts go on (the store says `updating`); the state stays ROLLING throughout."""
+        batch = self._batch(session, row)
+        if not batch:
+            return False
+        timers = {"wait_s": time.monotonic() - self.timers.rolling_since, "drain_s": 0.0,
+                  **staleness_metrics(batch, session.policy_version, self.timers.dropped)}
+        self.timers = _Timers()  # the next batch gathers from now, while this one trains
+        self.store.set_updating(True)
+        try:
+            session.train(batch, timers)
+        finally:
+            self.store.set_updating(False)
+        self._retention(session)
+        return True
+
+    def _retention(self, session: TrainingSession) -> None:
+        if session.job.keep_call_bodies_steps is not None:
+            pruned = self.store.prune_bodies(session.job.keep_call_bodies_steps)
+            logger.info("retention: pruned the bodies of %d call(s)", pruned)
 
     def maybe_close_batch(self, session: TrainingSession, row: EngineRow) -> bool:
         """ROLLING -> ROLLING_POST once the batch policy is satisfied."""
@@ -186,10 +223,9 @@ class TrainerDaemon:
         """WEIGHT_SYNCING: one GRPO step on the batch, then back to ROLLING."""
         batch = self._batch(session, row)
         if batch:
-            session.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s})
-            if session.job.keep_call_bodies_steps is not None:
-                pruned = self.store.prune_bodies(session.job.keep_call_bodies_steps)
-                logger.info("retention: pruned the bodies of %d call(s)", pruned)
+            session.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s,
+                                  **staleness_metrics(batch, session.policy_version, 0)})
+            self._retention(session)
         self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING])
         self.timers = _Timers()
 

@@ -56,6 +56,18 @@ def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyM
     return model, tokenizer
 
 
+ASYNC_TIS_CAP = 2.0
+"""The truncated importance-sampling cap of an asynchronous job that sets none (verl's usual threshold)."""
+
+
+def tis_cap(job: AgentJetJob) -> Optional[float]:
+    """The cap of the behaviour-policy correction: the job's, else `ASYNC_TIS_CAP` when it trains asynchronously
+    (its batches hold data of older policies), else None (off)."""
+    if job.tis_cap is not None:
+        return job.tis_cap
+    return ASYNC_TIS_CAP if job.max_staleness > 0 else None
+
+
 def reward_stats(rewards: Sequence[float]) -> tuple[float, float]:
     """Mean and population std of the rewards, computed scaled so that huge values cannot overflow."""
     scale = max((abs(r) for r in rewards), default=0.0) or 1.0
@@ -136,8 +148,9 @@ class Learner:
         if old_logp is None:
             old_logp = logp.detach()
         is_w, is_m = None, {}
-        if self.job.tis_cap is not None:
-            is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, self.job.tis_cap)
+        cap = tis_cap(self.job)
+        if cap is not None:
+            is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, cap)
         loss, m = policy_loss(old_logp, logp, mb, self.cfg, self.job.loss_agg_mode, ref_logp,
                               self.job.kl_loss_coef, self.job.kl_loss_type, is_w)
         m.update(is_m)

@@ -9,13 +9,16 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import secrets
 import shlex
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
+
+import torch
 
 from ajet.job import AgentJetJob
 from ajet_store.types import Deployment
@@ -31,12 +34,19 @@ logger = logging.getLogger(__name__)
 
 
 class EmbeddedServing:
-    """The in-process engine: new weights are live as soon as the update returns."""
+    """The in-process engine: new weights are live as soon as the update returns.
+
+    Synchronous training serves the very model being trained and holds generation for the whole update.
+    Asynchronous training (`trained` given) serves a copy: generation goes on during the update, and the
+    new weights are copied into it between two engine batches, together with the version bump.
+    """
 
     served_model = "policy"
 
-    def __init__(self, engine: EmbeddedEngine):
+    def __init__(self, engine: EmbeddedEngine, trained: Optional[PolicyModel] = None):
         self.engine = engine
+        self.trained = trained
+        """The model the learner updates, when it is not the one the engine serves (asynchronous training)."""
         self.base_url = engine.start()
 
     def deployments(self, version: int) -> list[Deployment]:
@@ -44,9 +54,15 @@ class EmbeddedServing:
 
     @contextmanager
     def updating(self, next_version: int) -> Iterator[None]:
-        with self.engine.weights_lock:  # no generation batch runs while the weights change
-            yield
-            self.engine.policy_version = next_version  # live atomically with the new weights
+        if self.trained is None:
+            with self.engine.weights_lock:  # no generation batch runs while the weights change
+                yield
+                self.engine.policy_version = next_version  # live atomically with the new weights
+            return
+        yield  # the engine keeps serving its copy meanwhile
+        with self.engine.weights_lock, torch.no_grad():  # between two batches: weights and version together
+            self.engine.model.load_state_dict(self.trained.state_dict())
+            self.engine.policy_version = next_version
 
     def publish(self, version: int) -> str:
         return self.served_model
@@ -128,10 +144,15 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
                  step: int, exp_dir: Path) -> Serving:
     """The engine `--engine` names, serving the weights of `step`."""
     if opts.engine == "embedded":
-        return EmbeddedServing(EmbeddedEngine(model, tokenizer, host=opts.engine_host,
+        served = copy.deepcopy(model).requires_grad_(False) if job.max_staleness > 0 else model
+        return EmbeddedServing(EmbeddedEngine(served, tokenizer, host=opts.engine_host,
                                               default_temperature=job.temperature,
                                               max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step,
-                                              api_key=secrets.token_urlsafe(32)))
+                                              api_key=secrets.token_urlsafe(32)),
+                               trained=model if served is not model else None)
+    if job.max_staleness > 0:
+        raise TrainerError(f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded engine "
+                           f"only so far; with --engine {opts.engine} use max_staleness=0")
     if opts.engine == "vllm":
         lora = job.lora_rank > 0
         if not lora:

@@ -92,6 +92,8 @@ class Session:
         t1 = time.perf_counter()
         with self.serving.updating(self.step + 1):
             _fault_delay()
+            if self.job.bench_update_delay_s:  # benchmarks: stand in for a large model's update
+                time.sleep(self.job.bench_update_delay_s)
             if samples:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1

@@ -1,6 +1,6 @@
 """The step log the trainer keeps in the store, written the same way by every backend.
 
-`record_step` is the one path from a finished update to the store: the step's reward over every
+`staleness_metrics` says how old a step's data is. `record_step` is the one path from a finished update to the store: the step's reward over every
 episode it consumed, its metrics made JSON-safe, the record (episodes marked consumed in the same
 transaction), the metrics sinks, one log line. `reconcile_store` makes the store agree with the
 checkpoint a restarted trainer resumes from.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from typing import Any, Optional, Sequence
 
 from ajet_store import Store, redact_url
@@ -24,6 +25,19 @@ logger = logging.getLogger(__name__)
 def batch_reward_mean(batch: Sequence[PoolEpisode]) -> float:
     """The step's reward: the mean over every episode it consumes (those without samples too)."""
     return sum(p.reward for p in batch) / len(batch)
+
+
+def staleness_metrics(batch: Sequence[PoolEpisode], version: int, dropped: int) -> Metrics:
+    """How old a step's data is: `staleness/<k>` episodes whose oldest call is k versions behind `version` (the
+    policy being updated), their mean and max, and the episodes dropped as too old since the last step (count
+    and share of all the step saw)."""
+    lags = [version - p.oldest_version for p in batch]
+    out: Metrics = {f"staleness/{k}": float(n) for k, n in sorted(Counter(lags).items())}
+    out["staleness_mean"] = sum(lags) / len(lags) if lags else 0.0
+    out["staleness_max"] = float(max(lags, default=0))
+    out["dropped_stale"] = float(dropped)
+    out["dropped_stale_share"] = dropped / (dropped + len(batch)) if dropped + len(batch) else 0.0
+    return out
 
 
 def jsonable(metrics: Metrics) -> dict[str, Any]:

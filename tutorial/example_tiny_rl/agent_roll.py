@@ -31,7 +31,8 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
                        batch_size=BATCH_SIZE, num_repeat=GRPO_N, lr=args.lr, lora_rank=args.lora_rank,
                        max_prompt_length=64, max_response_length=16, max_model_len=128,
                        max_response_length_in_one_turn=4, save_freq=args.save_freq, n_gpu=1,
-                       ensure_new_experiment=args.fresh, seed=args.seed, logging=["jsonl", "tensorboard"])
+                       ensure_new_experiment=args.fresh, seed=args.seed, logging=["jsonl", "tensorboard"],
+                       max_staleness=args.max_staleness)
 
 
 def main() -> None:
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--save-freq", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-staleness", type=int, default=0,
+                    help="0: synchronous; k >= 1: roll out while the trainer updates, on data at most k versions old")
     ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
     args = ap.parse_args()
@@ -58,18 +61,25 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     executor = PeriodicDrainThreadPoolExecutor(workers=BATCH_SIZE * GRPO_N, max_parallel=32)
-    rewards, last_step = [], client.get_engine_status().global_step
-    while len(rewards) < args.max_steps:
+    rewards: list[float] = []
+    start = last_step = client.get_engine_status().global_step
+    batches = 0
+    while len(rewards) < args.max_steps and not (rewards and rewards[-1] >= args.target):
+        # At most max_staleness batches ahead of the trainer: 0 waits for each batch's step (synchronous);
+        # 1 rolls the next batch out while the trainer updates on this one.
+        while batches - (last_step - start) > args.max_staleness and not (rewards and rewards[-1] >= args.target):
+            step = wait_for_step(client, last_step)
+            last_step = step.step
+            rewards.append(step.reward_mean)
+            print(f"step {step.step:4d}  reward {step.reward_mean:.3f}  "
+                  f"loss {step.metrics.get('loss', float('nan')):+.4f}  "
+                  f"entropy {step.metrics.get('entropy', float('nan')):.3f}  {time.monotonic() - t0:6.1f}s", flush=True)
+        if len(rewards) >= args.max_steps or (rewards and rewards[-1] >= args.target):
+            break
         for task in rng.sample(tasks, BATCH_SIZE):
             for _ in range(GRPO_N):
-                executor.submit_with_periodic_drain(rollout, task)
-        step = wait_for_step(client, last_step)
-        last_step = step.step
-        rewards.append(step.reward_mean)
-        print(f"step {step.step:4d}  reward {step.reward_mean:.3f}  loss {step.metrics.get('loss', float('nan')):+.4f}"
-              f"  entropy {step.metrics.get('entropy', float('nan')):.3f}  {time.monotonic() - t0:6.1f}s", flush=True)
-        if step.reward_mean >= args.target:
-            break
+                executor.submit_with_periodic_drain(rollout, task)  # returns once the whole batch has ended
+        batches += 1
     executor.shutdown()
     if not args.keep_engine:
         client.stop_engine()  # the trainer writes a final checkpoint

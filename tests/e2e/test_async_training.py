@@ -1,0 +1,121 @@
+"""Asynchronous training (`max_staleness >= 1`) end to end: proxy + trainer processes, real HTTP, a real store.
+
+Rollouts go on while the trainer updates; a batch takes episodes at most k versions old and drops older ones
+(counted, never trained); a SIGKILL mid-update loses nothing and trains nothing twice.
+"""
+
+import time
+
+import pytest
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet.types import EngineState, EpisodeStatus
+from tests.support.swarm import running_swarm
+
+pytestmark = pytest.mark.slow
+
+UPDATE_S = 4.0  # each update sleeps this long first (the job's benchmark knob): a window to roll out in
+
+
+def async_job(**kw) -> AgentJetJob:
+    return AgentJetJob(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, save_freq=1, max_prompt_length=64,
+                       max_response_length=16, max_model_len=128, max_response_length_in_one_turn=4,
+                       max_staleness=1, bench_update_delay_s=UPDATE_S, **kw)
+
+
+def begin_and_call(client: SwarmClient, k: int) -> str:
+    """Begin an episode and make its one call; returns its uuid."""
+    uuid, creds = client.begin_episode()
+    creds.as_openai_client(max_retries=0).chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "say"}], max_tokens=2, seed=k)
+    return uuid
+
+
+def play(client: SwarmClient, tag: str, tasks: str = "ab") -> list[str]:
+    """One batch (two tasks, two episodes each, rewards 0 and 1); returns the episodes' uuids."""
+    out = []
+    for task in tasks:
+        for k in range(2):
+            uuid = begin_and_call(client, k)
+            client.end_episode(Task(task_id=f"{tag}-{task}"), uuid, WorkflowOutput(reward=float(k)))
+            out.append(uuid)
+    return out
+
+
+def versions(store, uuids) -> set[int]:
+    """The policy versions that answered the episodes' calls (as the proxy logged them)."""
+    return {c.policy_version for u in uuids for c in store.calls(u)}
+
+
+def wait_for(pred, what: str, timeout: float = 120, poll: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll)
+    return got
+
+
+def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):
+    with running_swarm(tmp_path) as sw:
+        client, store = sw.client(), sw.store()
+        client.auto_sync_train_config_and_start_engine(async_job())
+        held = [begin_and_call(client, k) for k in range(2)]  # begun and called at v0, ended after step 2
+        first = play(client, "b0")
+        wait_for(lambda: client.get_engine_status().updating, "the first update")
+        status = client.get_engine_status()
+        assert status.state == EngineState.ROLLING and status.global_step == 0
+        t0 = time.monotonic()
+        during = play(client, "b1")  # the whole batch rolls out while step 1 trains
+        assert time.monotonic() - t0 < UPDATE_S / 2, "episodes waited for the update"
+        assert client.get_engine_status().updating  # still in the same update
+        assert versions(store, first + during) == {0}  # every call of both batches answered by policy v0
+        wait_for(lambda: client.get_engine_status().global_step >= 2, "step 2")
+        assert not wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is None
+        for i, uuid in enumerate(held):  # its calls are 2 versions behind the policy now: too old for k=1
+            client.end_episode(Task(task_id="b0-a"), uuid, WorkflowOutput(reward=float(i)))
+        play(client, "b2")
+        wait_for(lambda: client.get_engine_status().global_step >= 3, "step 3")
+        steps = {s.step: s for s in store.steps()}
+        assert steps[1].metrics["staleness/0"] == 4 and steps[1].metrics["staleness_max"] == 0
+        assert steps[2].metrics["staleness/1"] == 4  # rolled out at v0, trained into v2
+        assert steps[3].metrics["dropped_stale"] == 2 and steps[3].metrics["dropped_stale_share"] == pytest.approx(2 / 6)
+        for uuid in held:
+            ep = store.get_episode(uuid)
+            assert ep.consumed_step is None and ep.untrainable and ep.untrainable_reason.startswith("stale: ")
+        assert client.get_rollout_stat().totals["stale"] == 2
+        assert versions(store, held) == {0}
+        assert {store.get_episode(u).consumed_step for u in during} == {2}
+        assert "tis_weight_mean" in steps[2].metrics  # the behaviour-policy correction is on in async mode
+
+
+def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
+    with running_swarm(tmp_path, trainer=False) as sw:
+        sw.start_trainer()
+        client, store = sw.client(), sw.store()
+        client.auto_sync_train_config_and_start_engine(async_job())
+        ended = play(client, "b0")
+        wait_for(lambda: client.get_engine_status().global_step >= 1, "step 1")  # checkpoint step_1 written
+        ended += play(client, "b1")
+        wait_for(lambda: client.get_engine_status().updating, "the update of step 2")
+        ended += play(client, "b2")  # rolled out during the update that is about to die
+        sw.trainer.kill()
+        assert client.get_engine_status().global_step == 1
+        sw.start_trainer()
+        wait_for(lambda: client.get_engine_status().global_step >= 3, "steps 2 and 3 after the restart", timeout=180)
+        assert not wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is None
+        eps = [store.get_episode(u) for u in ended]
+        assert all(e.status == EpisodeStatus.ENDED and not e.untrainable for e in eps)
+        assert sorted(e.consumed_step for e in eps) == [1] * 4 + [2] * 4 + [3] * 4  # each trained exactly once
+        assert [s.step for s in store.steps()] == [1, 2, 3]
+        assert client.get_engine_status().policy_version == 3
+
+
+def test_vllm_engine_refuses_async_training_with_the_reason(tmp_path):
+    from ajet_trainer.errors import TrainerError
+    from ajet_trainer.options import TrainerOptions
+    from ajet_trainer.serving import make_serving
+
+    job = AgentJetJob(max_staleness=1)
+    opts = TrainerOptions(db_url="sqlite://", engine="vllm")
+    with pytest.raises(TrainerError, match="max_staleness=1 .* embedded engine only"):
+        make_serving(opts, job, "unused", None, None, 0, tmp_path)  # refused before anything is loaded
