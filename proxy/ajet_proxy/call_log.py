@@ -6,7 +6,8 @@ takes everything queued at that moment into one transaction (group commit): whil
 the calls answered meanwhile queue up and share the next, so a call waits a few milliseconds and the
 commit cost is shared by its neighbours. `submit` (no wait) is for records of calls that were never
 answered (a disconnect, no reachable backend). `flush()` is a barrier: it returns once every call
-queued before it is committed (`end_episode` uses it).
+queued before it is committed. `pending(uuid)` says whether an episode has calls queued and not yet
+committed: `end_episode` flushes only then (usually its calls were committed before their answers left).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class CallLogWriter:
         """Extra seconds to gather a batch after its first record (0: take what is queued, commit at once)."""
         self._q: "queue.SimpleQueue[_Item]" = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="ajet-call-log", daemon=True)
+        self._pending: dict[str, int] = {}
+        """Episode uuid -> its records queued and not yet written (or given up on)."""
+        self._pending_lock = threading.Lock()
         self.written = 0
         self.failed_batches = 0
 
@@ -58,14 +62,30 @@ class CallLogWriter:
 
     def submit(self, record: CallRecord) -> None:
         """Queue a call for writing without waiting (for calls that were never answered)."""
+        self._track([record], +1)
         self._q.put(record)
 
     async def commit(self, record: CallRecord) -> None:
         """Return once `record` is committed; `StoreUnavailable` when it could not be written."""
         loop = asyncio.get_running_loop()
         item = _Durable(record, loop, loop.create_future())
+        self._track([record], +1)
         self._q.put(item)
         await item.done
+
+    def pending(self, episode_uuid: str) -> bool:
+        """Whether calls of the episode are queued and not yet written."""
+        with self._pending_lock:
+            return episode_uuid in self._pending
+
+    def _track(self, records: list[CallRecord], delta: int) -> None:
+        with self._pending_lock:
+            for r in records:
+                n = self._pending.get(r.episode_uuid, 0) + delta
+                if n > 0:
+                    self._pending[r.episode_uuid] = n
+                else:
+                    self._pending.pop(r.episode_uuid, None)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every call queued so far is committed; False on timeout."""
@@ -138,6 +158,7 @@ class CallLogWriter:
                 logger.exception("writing %d calls failed (attempt %d/%d)", len(records), attempt + 1,
                                  WRITE_ATTEMPTS)
                 time.sleep(0.1 * (attempt + 1))
+        self._track(records, -1)
         if error is not None:
             self.failed_batches += 1
             logger.error("could not store %d call records: %s", len(records), error)

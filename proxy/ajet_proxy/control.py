@@ -155,7 +155,8 @@ def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
     s = _state(request)
     _check_reward(body.reward, s.engine.job)
-    s.writer.flush()
+    if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
+        s.writer.flush()
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
     row, _changed = s.store.end_episode(body.episode_uuid, _client_id(request), body.task.task_id,

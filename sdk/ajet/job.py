@@ -89,6 +89,12 @@ class AgentJetJob(BaseModel):
     """Default sampling temperature of the engine (a request may set its own)."""
     clip_ratio: float = Field(default=0.2, gt=0)
     """PPO clip ratio."""
+    clip_ratio_high: Optional[float] = Field(default=None, gt=0)
+    """Upper PPO clip ratio (DAPO's clip-higher; verl's `clip_ratio_high`): a wider upper bound lets unlikely
+    tokens with a positive advantage grow, against entropy collapse. None: `clip_ratio` both ways."""
+    entropy_coeff: float = Field(default=0.0, ge=0)
+    """Entropy bonus (verl's `actor.entropy_coeff`): the loss subtracts this times the mean token entropy, which keeps
+    the policy exploring instead of settling on one answer per prompt. 0: off."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Gradient norm clip."""
     tis_cap: Optional[float] = Field(default=None, gt=0)

@@ -183,3 +183,23 @@ def test_staleness_metrics_count_each_lag_and_the_dropped_share():
     assert (m["staleness/0"], m["staleness/1"], m["staleness/2"]) == (2.0, 1.0, 1.0)
     assert m["staleness_mean"] == 0.75 and m["staleness_max"] == 2.0
     assert m["dropped_stale"] == 1.0 and m["dropped_stale_share"] == pytest.approx(1 / 5)
+
+
+def test_entropy_bonus_and_clip_higher_follow_verls_actor(tiny):
+    model, tok = tiny
+    samples = [sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41), mask=(1, 1)),
+               sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51), mask=(1, 1))]
+    batch = collate(flatten(samples, episode_advantages(samples)), tok.pad_token_id)
+    with torch.no_grad():
+        logp, entropy = sequence_logprobs(model, batch, with_entropy=True)
+        old = logp - 0.5  # every ratio is e^0.5 = 1.65: beyond 1.2, within 1.8
+        plain, _ = policy_loss(old, logp, batch, loss_config(0.2), "token-mean")
+        bonus, _ = policy_loss(old, logp, batch, loss_config(0.2), "token-mean", entropy=entropy, entropy_coeff=0.1)
+        mean_entropy = core_algos.agg_loss(loss_mat=entropy, loss_mask=batch.response_mask, loss_agg_mode="token-mean")
+        assert float(bonus) == pytest.approx(float(plain) - 0.1 * float(mean_entropy), abs=1e-6)
+        # the positive-advantage tokens are clipped at 1.2 by default, not under a 0.8 upper clip (clip-higher)
+        _, m_default = policy_loss(old, logp, batch, loss_config(0.2), "token-mean")
+        _, m_higher = policy_loss(old, logp, batch, loss_config(0.2, 0.8), "token-mean")
+    assert m_default["clip_frac"] > m_higher["clip_frac"]
+    cfg = Learner(model, tok, AgentJetJob(clip_ratio_high=0.28, entropy_coeff=0.01)).cfg
+    assert (cfg.clip_ratio, cfg.clip_ratio_high) == (0.2, 0.28)

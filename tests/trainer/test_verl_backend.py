@@ -35,7 +35,7 @@ def test_verl_config_composition(tmp_path):
     user.write_text("actor_rollout_ref.rollout.tensor_model_parallel_size: 2\ntrainer.total_epochs: 3\n")
     job = AgentJetJob(batch_size=16, num_repeat=8, lr=3e-6, lora_rank=32, lora_alpha=64, n_gpu=4, ppo_epochs=2,
                       mini_batch_num=4, use_kl_loss=True, kl_loss_coef=0.01, max_prompt_length=1024,
-                      max_response_length=2048, max_model_len=4096)
+                      max_response_length=2048, max_model_len=4096, clip_ratio_high=0.28, entropy_coeff=0.01)
     cfg = compose_verl_config(job, user, nnodes=2, model_path="/models/qwen")
     a = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.data.train_batch_size == 16
@@ -45,6 +45,7 @@ def test_verl_config_composition(tmp_path):
     assert a.rollout.load_format == "safetensors" and a.rollout.layered_summon is True
     assert (a.actor.ppo_epochs, a.actor.ppo_mini_batch_size) == (2, 4)
     assert a.actor.use_kl_loss is True and a.actor.kl_loss_coef == 0.01
+    assert (a.actor.clip_ratio, a.actor.clip_ratio_high, a.actor.entropy_coeff) == (0.2, 0.28, 0.01)
     assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.trainer.total_epochs) == (4, 2, 3)
     assert a.rollout.tensor_model_parallel_size == 2  # the user's file wins
     dumped = yaml.safe_load(write_job_yaml(job, tmp_path / "job.yaml").read_text())

@@ -49,6 +49,15 @@ class _Timers:
     """Episodes dropped as too old (asynchronous training) since the last step."""
 
 
+def preload_embedded() -> None:
+    """Import what the embedded backend's first boot needs (torch, transformers, verl's algorithms: seconds)."""
+    try:
+        import ajet_trainer.session  # noqa: F401
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+    except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
+        logger.debug("preloading the embedded backend failed", exc_info=True)
+
+
 class TrainerDaemon:
     """One trainer bound to one store; `run(stop)` loops until `stop` is set."""
 
@@ -64,6 +73,8 @@ class TrainerDaemon:
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
         beat.start()
+        if self.opts.backend == "embedded":  # import while no job is synced yet: the first boot is seconds faster
+            threading.Thread(target=preload_embedded, name="ajet-trainer-preload", daemon=True).start()
         try:
             while not stop.is_set():
                 if not self.tick():

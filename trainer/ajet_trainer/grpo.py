@@ -94,17 +94,18 @@ def sequence_logprobs(model: PolicyModel, batch: Batch, with_entropy: bool = Fal
     return logp, entropy
 
 
-def loss_config(clip_ratio: float) -> Any:
-    """The actor config verl's vanilla policy loss reads."""
-    return OmegaConf.create({"clip_ratio": clip_ratio, "clip_ratio_low": None, "clip_ratio_high": None,
+def loss_config(clip_ratio: float, clip_ratio_high: Optional[float] = None) -> Any:
+    """The actor config verl's vanilla policy loss reads (`clip_ratio_high`: the upper bound when it differs)."""
+    return OmegaConf.create({"clip_ratio": clip_ratio, "clip_ratio_low": None, "clip_ratio_high": clip_ratio_high,
                              "clip_ratio_c": 3.0, "global_batch_info": {}})
 
 
 def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: Any, loss_agg_mode: str,
                 ref_logp: Optional[torch.Tensor] = None, kl_coef: float = 0.0, kl_type: str = "low_var_kl",
-                is_weights: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, float]]:
+                is_weights: Optional[torch.Tensor] = None, entropy: Optional[torch.Tensor] = None,
+                entropy_coeff: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's vanilla PPO-clip loss (per-token `is_weights` when given), plus `kl_coef` x verl's KL loss against
-    `ref_logp` when given."""
+    `ref_logp` when given, minus `entropy_coeff` x the aggregated token `entropy` (as verl's actor does)."""
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
     pg_loss, pg_metrics = loss_fn(old_log_prob=old_logp, log_prob=logp, advantages=batch.advantages,
                                   response_mask=batch.response_mask, loss_agg_mode=loss_agg_mode, config=cfg,
@@ -117,6 +118,9 @@ def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: A
         kl_loss = core_algos.agg_loss(loss_mat=kld, loss_mask=batch.response_mask, loss_agg_mode=loss_agg_mode)
         loss = loss + kl_coef * kl_loss
         metrics["kl"] = float(kl_loss.detach())
+    if entropy is not None and entropy_coeff > 0:
+        ent = core_algos.agg_loss(loss_mat=entropy, loss_mask=batch.response_mask, loss_agg_mode=loss_agg_mode)
+        loss = loss - entropy_coeff * ent
     return loss, metrics
 
 

@@ -82,7 +82,7 @@ class Learner:
         self.model, self.tokenizer, self.job = model, tokenizer, job
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
-        self.cfg = loss_config(job.clip_ratio)
+        self.cfg = loss_config(job.clip_ratio, job.clip_ratio_high)
         self.lora = job.lora_rank > 0
         self.ref_model: Optional[PolicyModel] = None
         if job.use_kl_loss and not self.lora:  # LoRA's reference is the same model with the adapter off
@@ -152,7 +152,7 @@ class Learner:
         if cap is not None:
             is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, cap)
         loss, m = policy_loss(old_logp, logp, mb, self.cfg, self.job.loss_agg_mode, ref_logp,
-                              self.job.kl_loss_coef, self.job.kl_loss_type, is_w)
+                              self.job.kl_loss_coef, self.job.kl_loss_type, is_w, entropy, self.job.entropy_coeff)
         m.update(is_m)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

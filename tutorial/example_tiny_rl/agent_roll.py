@@ -13,9 +13,10 @@ import argparse
 import json
 import random
 import time
+from functools import partial
 from pathlib import Path
 
-from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient
+from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient, Task
 from ajet.training_loop import rollout_episode, wait_for_step
 from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
 from tutorial.example_tiny_rl.agent_run import run_agent_and_compute_reward
@@ -32,7 +33,7 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
                        max_prompt_length=64, max_response_length=16, max_model_len=128,
                        max_response_length_in_one_turn=4, save_freq=args.save_freq, n_gpu=1,
                        ensure_new_experiment=args.fresh, seed=args.seed, logging=["jsonl", "tensorboard"],
-                       max_staleness=args.max_staleness)
+                       max_staleness=args.max_staleness, bench_update_delay_s=args.bench_update_delay_s)
 
 
 def main() -> None:
@@ -47,6 +48,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-staleness", type=int, default=0,
                     help="0: synchronous; k >= 1: roll out while the trainer updates, on data at most k versions old")
+    ap.add_argument("--bench-update-delay-s", type=float, default=0.0,
+                    help="benchmarks only: each update sleeps this long first (a large model's update)")
     ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
     args = ap.parse_args()
@@ -56,35 +59,47 @@ def main() -> None:
     client = SwarmClient(args.swarm_url)
     client.auto_sync_train_config_and_start_engine(make_job(args), force_restart=True)
 
-    def rollout(task):
-        return rollout_episode(client, task, run_agent_and_compute_reward, timeout=120)
+    def rollout(job: tuple[Task, int]):
+        task, seed = job
+        return rollout_episode(client, task, partial(run_agent_and_compute_reward, seed=seed), timeout=120)
 
     rng = random.Random(args.seed)
     executor = PeriodicDrainThreadPoolExecutor(workers=BATCH_SIZE * GRPO_N, max_parallel=32)
     rewards: list[float] = []
     start = last_step = client.get_engine_status().global_step
-    batches = 0
-    while len(rewards) < args.max_steps and not (rewards and rewards[-1] >= args.target):
+    batches, idle_s = 0, 0.0
+
+    def reached() -> bool:
+        return bool(rewards) and (rewards[-1] >= args.target or len(rewards) >= args.max_steps)
+
+    while not reached():
         # At most max_staleness batches ahead of the trainer: 0 waits for each batch's step (synchronous);
         # 1 rolls the next batch out while the trainer updates on this one.
-        while batches - (last_step - start) > args.max_staleness and not (rewards and rewards[-1] >= args.target):
+        t_idle = time.monotonic()
+        while batches - (last_step - start) > args.max_staleness and not reached():
             step = wait_for_step(client, last_step)
             last_step = step.step
             rewards.append(step.reward_mean)
             print(f"step {step.step:4d}  reward {step.reward_mean:.3f}  "
                   f"loss {step.metrics.get('loss', float('nan')):+.4f}  "
                   f"entropy {step.metrics.get('entropy', float('nan')):.3f}  {time.monotonic() - t0:6.1f}s", flush=True)
-        if len(rewards) >= args.max_steps or (rewards and rewards[-1] >= args.target):
+        idle_s += time.monotonic() - t_idle  # no episode of ours in flight meanwhile
+        if reached():
             break
-        for task in rng.sample(tasks, BATCH_SIZE):
-            for _ in range(GRPO_N):
-                executor.submit_with_periodic_drain(rollout, task)  # returns once the whole batch has ended
+        for i, task in enumerate(rng.sample(tasks, BATCH_SIZE)):
+            for k in range(GRPO_N):  # a seed per request, derived from the job's: a synchronous run repeats
+                seed = (args.seed * 1_000_003 + batches * 1_009 + i * GRPO_N + k) % 2**31
+                executor.submit_with_periodic_drain(rollout, (task, seed))  # returns once the whole batch ended
         batches += 1
     executor.shutdown()
     if not args.keep_engine:
         client.stop_engine()  # the trainer writes a final checkpoint
+    seconds = time.monotonic() - t0
     print(json.dumps({"steps": len(rewards), "first_reward": round(rewards[0], 4),
-                      "final_reward": round(rewards[-1], 4), "seconds": round(time.monotonic() - t0, 1)}))
+                      "final_reward": round(rewards[-1], 4), "seconds": round(seconds, 1),
+                      "episodes": batches * BATCH_SIZE * GRPO_N, "episodes_per_s": round(batches * BATCH_SIZE * GRPO_N /
+                                                                                        seconds, 1),
+                      "client_idle_s": round(idle_s, 1)}))
 
 
 if __name__ == "__main__":

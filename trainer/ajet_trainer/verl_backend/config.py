@@ -42,6 +42,8 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
         f"{arr}.actor.ppo_epochs": job.ppo_epochs,
         f"{arr}.actor.ppo_mini_batch_size": max(1, job.batch_size // job.mini_batch_num),
         f"{arr}.actor.clip_ratio": job.clip_ratio,
+        f"{arr}.actor.clip_ratio_high": job.clip_ratio_high if job.clip_ratio_high is not None else job.clip_ratio,
+        f"{arr}.actor.entropy_coeff": job.entropy_coeff,
         f"{arr}.actor.grad_clip": job.grad_clip,
         f"{arr}.actor.loss_agg_mode": job.loss_agg_mode,
         f"{arr}.actor.use_kl_loss": job.use_kl_loss,
