@@ -1,7 +1,8 @@
 """The control API: one route per SDK method, under `/swarm/`, with the same names.
 
 Handlers are plain `def`s (FastAPI runs them in its thread pool), so store transactions never block
-the event loop that serves the data plane. With a swarm token configured, every route here needs
+the event loop that serves the data plane; the episode life cycle (begin, end, abort), the hot path,
+runs its store work on the proxy's one episode thread instead (`ProxyState.in_episode_thread`). With a swarm token configured, every route here needs
 it (checked by `auth.SwarmTokenMiddleware` before the body is read); an episode key never grants control.
 """
 
@@ -136,31 +137,40 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 
 
 @router.post("/begin_episode", response_model=BeginEpisodeResponse)
-def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
+async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING; 503 with Retry-After otherwise)."""
     s = _state(request)
+    base_url = str(request.base_url).rstrip("/") + "/v1"
+    return await s.in_episode_thread(_begin_episode, s, body, _client_id(request), base_url)
+
+
+def _begin_episode(s: ProxyState, body: BeginEpisodeRequest, client_id: str, base_url: str) -> BeginEpisodeResponse:
     _admit_mission(s, body)
     key = new_episode_key()
-    row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), _client_id(request), body.episode_type,
+    row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), client_id, body.episode_type,
                                 body.discard_episode_timeout, body.mission)
     s.registry.add_row(row)
     if s.engine.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
         s.refresh_engine()
-    return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=str(request.base_url).rstrip("/") + "/v1",
-                                model="policy", policy_version=row.policy_version_start)
+    return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=base_url, model="policy",
+                                policy_version=row.policy_version_start)
 
 
 @router.post("/end_episode", response_model=EpisodeResult)
-def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
+async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
     s = _state(request)
     _check_reward(body.reward, s.engine.job)
+    return await s.in_episode_thread(_end_episode, s, body, _client_id(request))
+
+
+def _end_episode(s: ProxyState, body: EndEpisodeRequest, client_id: str) -> EpisodeResult:
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
         s.writer.flush()
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
-    row, _changed = s.store.end_episode(body.episode_uuid, _client_id(request), body.task.task_id,
-                                        body.reward, out.is_success, meta)
+    row, _changed = s.store.end_episode(body.episode_uuid, client_id, body.task.task_id, body.reward,
+                                        out.is_success, meta)
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
 
@@ -197,10 +207,14 @@ def _check_reward(reward: float, job: Optional[dict]) -> None:
 
 
 @router.post("/abort_episode", response_model=EpisodeResult)
-def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
+async def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
     """Discard an episode; harmless if it is already aborted or expired."""
     s = _state(request)
-    row, _changed = s.store.abort_episode(body.episode_uuid, _client_id(request))
+    return await s.in_episode_thread(_abort_episode, s, body.episode_uuid, _client_id(request))
+
+
+def _abort_episode(s: ProxyState, episode_uuid: str, client_id: str) -> EpisodeResult:
+    row, _changed = s.store.abort_episode(episode_uuid, client_id)
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
 

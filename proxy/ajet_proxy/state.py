@@ -13,9 +13,10 @@ import asyncio
 import gc
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Literal, Optional
+from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar
 
 import aiohttp
 
@@ -30,6 +31,7 @@ from ajet_store.types import EngineRow
 from ajet.types import EpisodeStatus
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,10 @@ class ProxyState:
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
+        # One thread for the episode life cycle's store writes (begin, end, abort): queued there, they never
+        # contend for SQLite's write lock with each other (whose busy wait sleeps up to 100 ms a try) nor for
+        # the GIL as dozens of pool threads would; the event loop never blocks on them.
+        self._episode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ajet-episodes")
 
     # ------------------------------------------------------------------ life cycle
     @asynccontextmanager
@@ -95,9 +101,14 @@ class ProxyState:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.http.close()
+            self._episode_thread.shutdown(wait=True)
             self.writer.stop()
             self.store.close()
             logger.info("proxy stopped; %d calls written", self.writer.written)
+
+    async def in_episode_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` (an episode life-cycle change: store writes) on the one episode thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._episode_thread, fn, *args)
 
     @property
     def http(self) -> aiohttp.ClientSession:

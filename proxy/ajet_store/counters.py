@@ -50,11 +50,22 @@ _ADD = t.counters.update().where(t.counters.c.name == sa.bindparam("b_name")).va
 
 def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
     """Add each delta to its counter in the caller's transaction (a new name starts at 0)."""
-    for name, delta in deltas.items():
-        if delta:
-            res = c.execute(_ADD, {"b_name": name, "b_delta": delta})
-            if res.rowcount == 0:
-                c.execute(t.counters.insert().values(name=name, value=delta))
+    changes = [{"b_name": name, "b_delta": delta} for name, delta in deltas.items() if delta]
+    if not changes:
+        return
+    if c.dialect.supports_sane_multi_rowcount:  # one statement when every counter exists (the usual case)
+        if c.execute(_ADD, changes).rowcount == len(changes):
+            return
+        # a new name among them: the UPDATE added to the others and did nothing for it
+        have = {r[0] for r in c.execute(sa.select(t.counters.c.name).where(
+            t.counters.c.name.in_([ch["b_name"] for ch in changes])))}
+        for change in changes:
+            if change["b_name"] not in have:
+                c.execute(t.counters.insert().values(name=change["b_name"], value=change["b_delta"]))
+        return
+    for change in changes:  # a driver that cannot count an executemany's rows: one name at a time
+        if c.execute(_ADD, change).rowcount == 0:
+            c.execute(t.counters.insert().values(name=change["b_name"], value=change["b_delta"]))
 
 
 def status_deltas(mission: Optional[str], episode_type: str, old: Optional[str], new: str, n: int = 1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import sqlalchemy as sa
@@ -21,6 +22,15 @@ _TOUCH_EPISODE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).va
     last_active_at=sa.case((_E.last_active_at < sa.bindparam("b_latest", type_=sa.Float), sa.bindparam("b_latest")),
                            else_=_E.last_active_at))
 """Built once (building a statement costs more than running it): an episode's calls counted, activity kept."""
+_INSERT_EPISODE = t.episodes.insert()
+_END_EPISODE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).values(
+    status=EpisodeStatus.ENDED.value, task_id=sa.bindparam("b_task_id"), reward=sa.bindparam("b_reward"),
+    is_success=sa.bindparam("b_is_success"), metadata=sa.bindparam("b_metadata", type_=sa.JSON),
+    ended_at=sa.bindparam("b_ended_at"))
+_MARK_UNTRAINABLE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).values(
+    untrainable=True, untrainable_reason=sa.bindparam("b_reason"))
+_CALL_NUMBERS = sa.select(sa.func.count(sa.distinct(t.llm_calls.c.seq)), sa.func.max(t.llm_calls.c.seq)).where(
+    t.llm_calls.c.episode_uuid == sa.bindparam("b_uuid"))
 
 TRAINER_TIMEOUT_S = 30.0
 """A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
@@ -41,13 +51,16 @@ class EpisodeOps(Database):
             if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
                 raise NotRolling(f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer "
                                  "is down or restarting", state=eng.state.value)
-            c.execute(t.episodes.insert().values(
-                uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type, mission=mission,
-                status=EpisodeStatus.OPEN.value, created_at=now, last_active_at=now, timeout_s=timeout_s,
-                policy_version_start=eng.policy_version, run_id=eng.run_id, untrainable=False, num_calls=0))
+            c.execute(_INSERT_EPISODE, {
+                "uuid": uuid, "key_hash": key_hash, "client_id": client_id, "episode_type": episode_type,
+                "mission": mission, "status": EpisodeStatus.OPEN.value, "created_at": now, "last_active_at": now,
+                "timeout_s": timeout_s, "policy_version_start": eng.policy_version, "run_id": eng.run_id,
+                "untrainable": False, "num_calls": 0})
             counters.bump(c, counters.status_deltas(mission, episode_type, None, EpisodeStatus.OPEN.value))
             rows.touch_client(c, client_id, now, "begun")
-            return rows.episode(c, uuid)
+            return EpisodeRow(uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type,
+                              status=EpisodeStatus.OPEN, created_at=now, last_active_at=now, timeout_s=timeout_s,
+                              policy_version_start=eng.policy_version, mission=mission)
 
     def end_episode(self, uuid: str, client_id: str, task_id: str, reward: float, is_success: Optional[bool],
                     metadata: dict[str, Any]) -> tuple[EpisodeRow, bool]:
@@ -63,19 +76,20 @@ class EpisodeOps(Database):
                 raise Conflict(f"episode {uuid} is {row.status.value}; it can no longer be ended")
             if row.client_id != client_id:
                 raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
-            c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
-                status=EpisodeStatus.ENDED.value, task_id=task_id, reward=reward, is_success=is_success,
-                metadata=metadata, ended_at=now))
-            counters.bump(c, counters.status_deltas(row.mission, row.episode_type, row.status.value,
-                                                    EpisodeStatus.ENDED.value, reward=reward))
+            c.execute(_END_EPISODE, {"b_uuid": uuid, "b_task_id": task_id, "b_reward": reward,
+                                     "b_is_success": is_success, "b_metadata": metadata, "b_ended_at": now})
+            deltas = counters.status_deltas(row.mission, row.episode_type, row.status.value,
+                                            EpisodeStatus.ENDED.value, reward=reward)
             why = untrainable_at_end(*_call_numbers(c, uuid))
             if why is not None:  # no calls, or a call numbered but never stored: record it, never train it
-                c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid).values(
-                    untrainable=True, untrainable_reason=why))
+                c.execute(_MARK_UNTRAINABLE, {"b_uuid": uuid, "b_reason": why})
                 if why == counters.NO_CALLS:
-                    counters.bump(c, {counters.WITHOUT_CALLS: 1})
+                    deltas[counters.WITHOUT_CALLS] = 1
+            counters.bump(c, deltas)
             rows.touch_client(c, client_id, now, "ended")
-            return rows.episode(c, uuid), True
+            return replace(row, status=EpisodeStatus.ENDED, task_id=task_id, reward=reward, is_success=is_success,
+                           metadata=metadata, ended_at=now, untrainable=row.untrainable or why is not None,
+                           untrainable_reason=why if why is not None else row.untrainable_reason), True
 
     def abort_episode(self, uuid: str, client_id: str) -> tuple[EpisodeRow, bool]:
         """Discard an open episode; returns (row, changed). Aborting an aborted or expired one is harmless."""
@@ -244,9 +258,7 @@ class EpisodeOps(Database):
 
 def _call_numbers(c: sa.Connection, uuid: str) -> tuple[int, Optional[int]]:
     """(how many distinct call numbers an episode has stored, the highest of them or None)."""
-    lc = t.llm_calls.c
-    count, top = c.execute(sa.select(sa.func.count(sa.distinct(lc.seq)), sa.func.max(lc.seq))
-                           .where(lc.episode_uuid == uuid)).one()
+    count, top = c.execute(_CALL_NUMBERS, {"b_uuid": uuid}).one()
     return int(count), top
 
 

@@ -12,9 +12,18 @@ from ajet_store.errors import NotFound
 from ajet_store.types import CallRecord, EngineRow, EpisodeRow, StepRow
 
 
+# Statements of the episode life cycle, built once: building one (and its cache key) costs more than running it.
+_ENGINE = sa.select(t.engine_state).where(t.engine_state.c.id == 1)
+_EPISODE = sa.select(t.episodes).where(t.episodes.c.uuid == sa.bindparam("b_uuid"))
+_CLIENT_INSERT = t.clients.insert()
+_CLIENT_TOUCH = {counter: t.clients.update().where(t.clients.c.client_id == sa.bindparam("b_id")).values(
+    last_seen=sa.bindparam("b_now"), **{counter: getattr(t.clients.c, counter) + 1})
+    for counter in ("begun", "ended", "aborted")}
+
+
 def engine(c: sa.Connection) -> EngineRow:
     """The single engine row, read in the caller's transaction."""
-    m = c.execute(sa.select(t.engine_state).where(t.engine_state.c.id == 1)).mappings().one()
+    m = c.execute(_ENGINE).mappings().one()
     return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
                      BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"],
                      m["last_error"], m["last_error_at"], m["update_failures"] or 0, m["updating_since"])
@@ -22,7 +31,7 @@ def engine(c: sa.Connection) -> EngineRow:
 
 def episode(c: sa.Connection, uuid: str) -> EpisodeRow:
     """One episode (`NotFound` if unknown)."""
-    m = c.execute(sa.select(t.episodes).where(t.episodes.c.uuid == uuid)).mappings().first()
+    m = c.execute(_EPISODE, {"b_uuid": uuid}).mappings().first()
     if m is None:
         raise NotFound(f"no episode {uuid}")
     return episode_from(m)
@@ -67,10 +76,8 @@ def step_from(m: Any) -> StepRow:
 
 def touch_client(c: sa.Connection, client_id: str, now: float, counter: str) -> None:
     """Count one begun/ended/aborted episode for a client (inserting the client on first sight)."""
-    col = t.clients.c
-    res = c.execute(t.clients.update().where(col.client_id == client_id)
-                    .values(last_seen=now, **{counter: getattr(col, counter) + 1}))
+    res = c.execute(_CLIENT_TOUCH[counter], {"b_id": client_id, "b_now": now})
     if res.rowcount == 0:
         counts = {"begun": 0, "ended": 0, "aborted": 0, counter: 1}
-        c.execute(t.clients.insert().values(client_id=client_id, first_seen=now, last_seen=now, **counts))
+        c.execute(_CLIENT_INSERT, {"client_id": client_id, "first_seen": now, "last_seen": now, **counts})
 
