@@ -51,7 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--modes", default="full,lora,embedded")
-    ap.add_argument("--lr-full", type=float, default=2e-3, help="the tutorial's default")
+    ap.add_argument("--lr-full", type=float, default=2e-3, help="the lr of the results in bench/results")
     ap.add_argument("--lr-lora", type=float, default=2e-2, help="LoRA moves fewer weights: a larger step")
     args = ap.parse_args()
     results = {}

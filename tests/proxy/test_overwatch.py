@@ -152,3 +152,37 @@ def test_the_trainers_last_error_is_shown(tmp_path):
         px.close()
         st.close()
     assert "checkpoint A does not match store B" in status and "engine OFFLINE" in status
+
+
+def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
+    """The trainer says an asynchronous update runs; the header and the text summary show it beside ROLLING."""
+    from ajet.rollout_summary import format_rollout_stat
+    from ajet.types import EngineState
+    from ajet_store import Store
+
+    url = sqlite_url(tmp_path / "upd.db")
+    st = Store(url)
+    st.sync_and_start({"batch_size": 1, "max_staleness": 1})
+    st.transition(EngineState.ROLLING)
+    st.set_updating(True)
+    px = start_proxy(tmp_path, url)
+
+    async def scenario():
+        app = Overwatch(px.url, refresh=0.2)
+        async with app.run_test(size=(150, 40)) as pilot:
+            await settle(pilot, lambda: "updating" in text(app, "#status"))
+            return text(app, "#status")
+
+    try:
+        status = asyncio.run(scenario())
+        client = SwarmClient(px.url)
+        assert client.get_engine_status().updating
+        assert "ROLLING (" in format_rollout_stat(client.get_rollout_stat()).splitlines()[0]
+        assert "+ updating" in format_rollout_stat(client.get_rollout_stat()).splitlines()[0]
+        st.transition(EngineState.BOOTING)  # a reboot ends the update
+        assert not client.get_engine_status().updating
+        client.close()
+    finally:
+        px.close()
+        st.close()
+    assert "engine ROLLING" in status and "+ updating" in status
