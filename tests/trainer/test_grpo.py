@@ -203,3 +203,21 @@ def test_entropy_bonus_and_clip_higher_follow_verls_actor(tiny):
     assert m_default["clip_frac"] > m_higher["clip_frac"]
     cfg = Learner(model, tok, AgentJetJob(clip_ratio_high=0.28, entropy_coeff=0.01)).cfg
     assert (cfg.clip_ratio, cfg.clip_ratio_high) == (0.2, 0.28)
+
+
+def test_the_same_batch_in_another_order_makes_the_same_update_bit_for_bit(tiny):
+    import copy
+    import random
+
+    model, tok = tiny
+    samples = [sample(f"e{i}", f"t{i % 3}", float(i % 2), prompt=(5, 6 + i % 3), resp=(40 + i, 41), mask=(1, 1))
+               for i in range(12)]
+    shuffled = samples[:]
+    random.Random(1).shuffle(shuffled)
+    job = AgentJetJob(lr=1e-2, max_prompt_length=64, max_response_length=16, max_model_len=128)
+    weights = []
+    for order in (samples, shuffled):
+        m = copy.deepcopy(model)
+        Learner(m, tok, job).update(order)
+        weights.append([p.detach().clone() for p in m.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))

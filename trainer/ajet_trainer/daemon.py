@@ -193,12 +193,12 @@ class TrainerDaemon:
             return False
         timers = {"wait_s": time.monotonic() - self.timers.rolling_since, "drain_s": 0.0,
                   **staleness_metrics(batch, session.policy_version, self.timers.dropped)}
-        self.timers = _Timers()  # the next batch gathers from now, while this one trains
         self.store.set_updating(True)
         try:
             session.train(batch, timers)
         finally:
             self.store.set_updating(False)
+            self.timers = _Timers()  # the next step's wait starts when this one ends: step_s is the period
         self._retention(session)
         return True
 

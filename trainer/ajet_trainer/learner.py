@@ -29,7 +29,7 @@ from ajet_trainer.grpo import (
     tis_weights,
 )
 from ajet_trainer.progress import configure_hf_progress
-from ajet_trainer.samples import flatten
+from ajet_trainer.samples import canonical_order, flatten
 from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class Learner:
     def update(self, samples: Sequence[EpisodeSample], seed: int = 0) -> dict[str, float]:
         """One GRPO step; returns its metrics."""
         t0 = time.perf_counter()
+        samples = canonical_order(samples)  # arrival order must not change the update
         adv = episode_advantages(samples)
         items = flatten(samples, adv)
         batch = collate(items, self.tokenizer.pad_token_id).to(self.device)

@@ -111,6 +111,13 @@ def assemble(episodes: Sequence[RewardedEpisode], max_prompt: int, max_response:
                               response_truncated=st["cut_r"])
 
 
+def canonical_order(samples: Sequence[EpisodeSample]) -> list[EpisodeSample]:
+    """The samples in an order that depends on their content only (task, reward, tokens), not on when their
+    episodes ended: the same batch then makes the same update, bit for bit, so a seeded run repeats."""
+    return sorted(samples, key=lambda e: (e.task_id, e.reward, tuple(
+        (s.prompt_ids, s.response_ids, s.response_mask, s.rollout_logprobs) for s in e.sequences)))
+
+
 def flatten(samples: Sequence[EpisodeSample], advantages: Optional[dict[str, float]] = None
             ) -> list[tuple[TrainSequence, float]]:
     """Every sequence with its episode's advantage (0.0 when none is given)."""
