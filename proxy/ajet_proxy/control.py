@@ -2,8 +2,9 @@
 
 Handlers are plain `def`s (FastAPI runs them in its thread pool), so store transactions never block
 the event loop that serves the data plane; the episode life cycle (begin, end, abort), the hot path,
-runs its store work on the proxy's one episode thread instead (`ProxyState.in_episode_thread`). With a swarm token configured, every route here needs
-it (checked by `auth.SwarmTokenMiddleware` before the body is read); an episode key never grants control.
+runs its store work on the proxy's one episode thread instead (`ProxyState.in_episode_thread`). With a
+swarm token configured, every route here needs it (checked by `auth.SwarmTokenMiddleware` before the body
+is read); an episode key never grants control.
 """
 
 from __future__ import annotations

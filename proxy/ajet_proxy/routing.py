@@ -11,6 +11,7 @@ with zero cost so LiteLLM spends no time pricing them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Iterable, Optional
 
@@ -55,19 +56,27 @@ class PolicyRouter:
         self.version = -1
         self.router: Any = None
         self._cooling: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def load(self, deps: list[Deployment], version: int) -> None:
-        """Replace the deployments (called when the store's deployments version changes)."""
+        """Replace the deployments (called when the store's deployments version changes).
+
+        Several threads may load at once (the engine poll, a control route's refresh): the LiteLLM Router is
+        built first, then deployments, version and router are swapped together, and never for an older
+        version than the one held (a slow load of an old version must not overwrite a newer one)."""
         import litellm
 
-        self.deployments = {d.name: d for d in deps}
-        self.version = version
-        self._cooling = {n: t for n, t in self._cooling.items() if n in self.deployments}
+        router = None
         if deps:
             _register_zero_cost({litellm_model_name(d) for d in deps})
-            self.router = litellm.Router(model_list=build_model_list(deps), num_retries=0)
-        else:
-            self.router = None
+            router = litellm.Router(model_list=build_model_list(deps), num_retries=0)
+        with self._lock:
+            if version < self.version:
+                return
+            self.deployments = {d.name: d for d in deps}
+            self.version = version
+            self.router = router
+            self._cooling = {n: t for n, t in self._cooling.items() if n in self.deployments}
         logger.info("deployments v%d: %s", version, ", ".join(f"{d.name}->{d.base_url} ({d.model})" for d in deps)
                     or "none")
 

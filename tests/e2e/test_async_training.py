@@ -78,7 +78,8 @@ def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):
         steps = {s.step: s for s in store.steps()}
         assert steps[1].metrics["staleness/0"] == 4 and steps[1].metrics["staleness_max"] == 0
         assert steps[2].metrics["staleness/1"] == 4  # rolled out at v0, trained into v2
-        assert steps[3].metrics["dropped_stale"] == 2 and steps[3].metrics["dropped_stale_share"] == pytest.approx(2 / 6)
+        assert steps[3].metrics["dropped_stale"] == 2
+        assert steps[3].metrics["dropped_stale_share"] == pytest.approx(2 / 6)
         for uuid in held:
             ep = store.get_episode(uuid)
             assert ep.consumed_step is None and ep.untrainable and ep.untrainable_reason.startswith("stale: ")
