@@ -7,8 +7,9 @@ WEIGHT_SYNCING: assemble samples, GRPO update, new weights live, checkpoint when
 (marking its episodes consumed in the same transaction) -> ROLLING. With `max_staleness >= 1` (asynchronous
 training) the state stays ROLLING: the step runs beside the rollouts (`updating` in the store), on a batch
 of episodes at most `max_staleness` policy versions old (older ones are dropped and counted).
-`stop_engine` (OFFLINE, from any client, in any state) tears the session down. A trainer that starts while the store is in another
-state than OFFLINE is a restart after a crash: it boots, rolls back to its last checkpoint and goes on.
+`stop_engine` (OFFLINE, from any client, in any state) tears the session down. A trainer that starts while
+the store is in another state than OFFLINE is a restart after a crash: it boots, rolls back to its last
+checkpoint and goes on.
 
 Failures never leave the engine stuck: a boot that raises (e.g. a checkpoint that does not match the
 store) goes back to OFFLINE; an update that raises reboots the session from its last checkpoint, and a

@@ -1,8 +1,8 @@
 """The step log the trainer keeps in the store, written the same way by every backend.
 
 `staleness_metrics` says how old a step's data is. `record_step` is the one path from a finished update
-to the store: the step's reward over every episode it consumed, its metrics made JSON-safe, the record (episodes marked consumed in the same
-transaction), the metrics sinks, one log line. `reconcile_store` makes the store agree with the
+to the store: the step's reward over every episode it consumed, its metrics made JSON-safe, the record
+(episodes marked consumed in the same transaction), the metrics sinks, one log line. `reconcile_store` makes the store agree with the
 checkpoint a restarted trainer resumes from.
 """
 
