@@ -2,8 +2,8 @@
 
 `staleness_metrics` says how old a step's data is. `record_step` is the one path from a finished update
 to the store: the step's reward over every episode it consumed, its metrics made JSON-safe, the record
-(episodes marked consumed in the same transaction), the metrics sinks, one log line. `reconcile_store` makes the store agree with the
-checkpoint a restarted trainer resumes from.
+(episodes marked consumed in the same transaction), the metrics sinks, one log line. `reconcile_store`
+makes the store agree with the checkpoint a restarted trainer resumes from.
 """
 
 from __future__ import annotations
