@@ -18,19 +18,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import run_tutorial, running_swarm  # noqa: E402
+from run_demo import tutorial_summary  # noqa: E402
 
 
 def one_run(k: int, update_s: float, target: float, max_steps: int, seed: int) -> dict[str, float]:
     """The tutorial client's summary for one `max_staleness`."""
-    with running_swarm(REPO / "experiments" / f"async_vs_sync_k{k}") as url:
-        out = run_tutorial(url, "--max-staleness", str(k), "--bench-update-delay-s", str(update_s), "--target",
-                           str(target), "--max-steps", str(max_steps), "--seed", str(seed), capture=True,
-                           timeout=7200)
-    if out.returncode != 0:
-        raise SystemExit(f"k={k} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**result, "reached": float(result["final_reward"] >= target)}
+    return tutorial_summary(REPO / "experiments" / f"async_vs_sync_k{k}", target, "--max-staleness", str(k),
+                            "--bench-update-delay-s", str(update_s), "--max-steps", str(max_steps), "--seed", str(seed))
 
 
 def main() -> None:

@@ -18,18 +18,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import run_tutorial, running_swarm  # noqa: E402
+from run_demo import tutorial_summary  # noqa: E402
 
 
 def one_run(i: int, max_steps: int, target: float) -> dict[str, float]:
     """One demo run's client summary: steps, seconds, first and final reward, reached (1.0 or 0.0)."""
-    with running_swarm(REPO / "experiments" / f"demo_run_{i}") as url:
-        out = run_tutorial(url, "--max-steps", str(max_steps), "--target", str(target), capture=True,
-                           timeout=3600)
-    if out.returncode != 0:
-        raise SystemExit(f"run {i} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**result, "reached": float(result["final_reward"] >= target)}
+    return tutorial_summary(REPO / "experiments" / f"demo_run_{i}", target, "--max-steps", str(max_steps))
 
 
 def main() -> None:

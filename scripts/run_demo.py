@@ -9,6 +9,7 @@ logs under the experiment. The client's JSON line is the last line of stdout.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
@@ -71,6 +72,17 @@ def run_tutorial(url: str, *args: str, capture: bool = False,
     """`tutorial/example_tiny_rl/agent_roll.py` against the swarm at `url` (its output captured, or shown)."""
     return subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url, *args],
                           env=ENV, cwd=REPO, capture_output=capture, text=True, timeout=timeout)
+
+
+def tutorial_summary(root: Path, target: float, *args: str) -> dict[str, float]:
+    """The tutorial's final JSON line from one run on a fresh swarm under `root` (and `reached`: 1.0 if its final
+    reward is at least `target`); exits with the run's output when it fails."""
+    with running_swarm(root) as url:
+        out = run_tutorial(url, "--target", str(target), *args, capture=True, timeout=7200)
+    if out.returncode != 0:
+        raise SystemExit(f"{root.name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**result, "reached": float(result["final_reward"] >= target)}
 
 
 def main() -> int:

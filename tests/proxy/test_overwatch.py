@@ -130,6 +130,18 @@ def test_stopped_proxy_shows_disconnected_and_reconnects(module_tmp, stub):
         px.close()
 
 
+def header_once(url: str, words: str) -> str:
+    """The monitor's header text once it shows `words`."""
+
+    async def scenario():
+        app = Overwatch(url, refresh=0.2)
+        async with app.run_test(size=(150, 40)) as pilot:
+            await settle(pilot, lambda: words in text(app, "#status"))
+            return text(app, "#status")
+
+    return asyncio.run(scenario())
+
+
 def test_the_trainers_last_error_is_shown(tmp_path):
     """A refused boot is written to the store by the trainer; the monitor's header names it."""
     from ajet.types import EngineState
@@ -139,15 +151,8 @@ def test_the_trainers_last_error_is_shown(tmp_path):
     st = Store(url)
     st.record_trainer_error("boot failed: CheckpointError: checkpoint A does not match store B", to=EngineState.OFFLINE)
     px = start_proxy(tmp_path, url)
-
-    async def scenario():
-        app = Overwatch(px.url, refresh=0.2)
-        async with app.run_test(size=(150, 40)) as pilot:
-            await settle(pilot, lambda: "trainer error" in text(app, "#status"))
-            return text(app, "#status")
-
     try:
-        status = asyncio.run(scenario())
+        status = header_once(px.url, "trainer error")
     finally:
         px.close()
         st.close()
@@ -166,15 +171,8 @@ def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
     st.transition(EngineState.ROLLING)
     st.set_updating(True)
     px = start_proxy(tmp_path, url)
-
-    async def scenario():
-        app = Overwatch(px.url, refresh=0.2)
-        async with app.run_test(size=(150, 40)) as pilot:
-            await settle(pilot, lambda: "updating" in text(app, "#status"))
-            return text(app, "#status")
-
     try:
-        status = asyncio.run(scenario())
+        status = header_once(px.url, "updating")
         client = SwarmClient(px.url)
         assert client.get_engine_status().updating
         assert "ROLLING (" in format_rollout_stat(client.get_rollout_stat()).splitlines()[0]
