@@ -24,7 +24,7 @@ from textual_plotext import PlotextPlot
 
 from ajet.client import SwarmClient
 from ajet.errors import AjetError
-from ajet.rollout_summary import progress_bar
+from ajet.rollout_summary import progress_bar, updating_text
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo
 from ajet.types import BatchMode
 
@@ -58,8 +58,7 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
     if stat is not None:
         e = stat.engine
         out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)")
-        if e.updating:
-            out.append(f" + updating ({e.updating_seconds or 0:.0f}s)", style="bold cyan")
+        out.append(updating_text(e), style="bold cyan")
         out.append(f"  step {e.global_step}  policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
                    f"errors {stat.totals.get('call_errors', 0)}")
         if stat.totals.get("without_calls"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ajet.stat_types import RolloutStat
+from ajet.types import EngineStatus
 
 
 def progress_bar(current: int, target: int, width: int = 20) -> str:
@@ -12,12 +13,18 @@ def progress_bar(current: int, target: int, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
+def updating_text(e: EngineStatus) -> str:
+    """` + updating (Ns)` while an asynchronous update runs beside ROLLING, else empty (the summary and the
+    monitor's header both show it after the state)."""
+    return f" + updating ({e.updating_seconds or 0:.0f}s)" if e.updating else ""
+
+
 def format_rollout_stat(stat: RolloutStat, max_rows: int = 8) -> str:
     """A compact, one-screen summary of the rollout pool."""
     e = stat.engine
     lines = [
         f"engine {e.state.value} ({e.state_seconds:.0f}s)"
-        + (f" + updating ({e.updating_seconds or 0:.0f}s)" if e.updating else "")
+        + updating_text(e)
         + f"  step {e.global_step}  policy v{e.policy_version}"
         f"  batch {stat.batch_size} tasks x {stat.num_repeat}",
     ]

@@ -111,12 +111,13 @@ def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
         assert client.get_engine_status().policy_version == 3
 
 
-def test_vllm_engine_refuses_async_training_with_the_reason(tmp_path):
+@pytest.mark.parametrize("backend, engine", [("embedded", "vllm"), ("verl", "embedded"), ("verl", "vllm")])
+def test_vllm_engine_and_verl_backend_refuse_async_training_with_the_reason(backend, engine):
+    from ajet_trainer.backends import open_session
     from ajet_trainer.errors import TrainerError
     from ajet_trainer.options import TrainerOptions
-    from ajet_trainer.serving import make_serving
 
     job = AgentJetJob(max_staleness=1)
-    opts = TrainerOptions(db_url="sqlite://", engine="vllm")
+    opts = TrainerOptions(db_url="sqlite://", backend=backend, engine=engine)
     with pytest.raises(TrainerError, match="max_staleness=1 .* embedded engine only"):
-        make_serving(opts, job, "unused", None, None, 0, tmp_path)  # refused before anything is loaded
+        open_session(job, 0, None, opts)  # refused before anything is loaded (no store is touched)

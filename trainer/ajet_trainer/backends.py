@@ -39,21 +39,28 @@ def detect_backend() -> tuple[BackendKind, str]:
     return choose_backend(torch.cuda.is_available(), has("verl"), has("vllm"))
 
 
+def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
+    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine: `TrainerError` naming
+    both otherwise, before any model is loaded."""
+    if job.max_staleness > 0 and (opts.backend, opts.engine) != ("embedded", "embedded"):
+        raise TrainerError(f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend "
+                           f"and the embedded engine only so far; with --backend {opts.backend} --engine "
+                           f"{opts.engine} use max_staleness=0")
+
+
 def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:
     """Open the session of `job` on the backend `opts.backend` names (`auto`: the one `detect_backend` picks,
-    logged with why; `TrainerError` for an unknown one)."""
+    logged with why; `TrainerError` for an unknown one, or for asynchronous training where it cannot run)."""
     if opts.backend == "auto":
         backend, why = detect_backend()
         logger.info("backend auto: %s (%s)", backend, why)
         opts = replace(opts, backend=backend)
+    refuse_unsupported_async(job, opts)
     if opts.backend == "embedded":
         from ajet_trainer.session import open_embedded_session
 
         return open_embedded_session(job, run_id, store, opts)
     if opts.backend == "verl":
-        if job.max_staleness > 0:
-            raise TrainerError(f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded "
-                               "backend only so far; with --backend verl use max_staleness=0")
         from ajet_trainer.verl_backend.session import open_verl_session
 
         return open_verl_session(job, run_id, store, opts)

@@ -150,9 +150,6 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
                                               max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step,
                                               api_key=secrets.token_urlsafe(32)),
                                trained=model if served is not model else None)
-    if job.max_staleness > 0:
-        raise TrainerError(f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded engine "
-                           f"only so far; with --engine {opts.engine} use max_staleness=0")
     if opts.engine == "vllm":
         lora = job.lora_rank > 0
         if not lora:
