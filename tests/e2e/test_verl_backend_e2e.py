@@ -50,11 +50,11 @@ def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
         self.llm_server_manager = replicas
         self.checkpoint_manager.sleep_replicas()
 
-    monkeypatch.setattr(verl_session, "_ray_init", lambda address, gpus: False)
+    monkeypatch.setattr(verl_session, "_ray_init", lambda address, workers, cpu=False: False)
     monkeypatch.setattr(StoreFedTrainer, "init_workers", init_workers)
     stop = threading.Event()
-    daemon = TrainerDaemon(TrainerOptions(db_url=url, backend="verl", experiment_dir=str(tmp_path / "exp"),
-                                          poll_s=0.05))
+    daemon = TrainerDaemon(TrainerOptions(db_url=url, backend="verl", engine="hybrid",
+                                          experiment_dir=str(tmp_path / "exp"), poll_s=0.05))
     thread = threading.Thread(target=daemon.run, args=(stop,), daemon=True)
     thread.start()
     store = Store(url)

@@ -307,12 +307,13 @@ def test_verl_backend_without_gpus_is_a_clear_error_not_a_hang(store, tmp_path):
     job = AgentJetJob(model="builtin:tiny", n_gpu=1)
     user = tmp_path / "over.yaml"
     user.write_text("actor_rollout_ref.rollout.tensor_model_parallel_size: 1\nactor_rollout_ref.actor.ppo_epochs: 3\n")
-    opts = TrainerOptions(db_url="unused", backend="verl", experiment_dir=str(tmp_path / "exp"),
+    opts = TrainerOptions(db_url="unused", backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"),
                           verl_overrides=str(user))
-    with pytest.raises(TrainerError, match="needs 1 CUDA GPU"):
+    with pytest.raises(TrainerError, match="hybrid needs 1 CUDA GPU"):
         open_session(job, 1, store, opts)
     written = yaml.safe_load((tmp_path / "exp" / "verl_config.yaml").read_text())  # composed before Ray is asked
     assert written["actor_rollout_ref"]["actor"]["ppo_epochs"] == 3 and written["critic"]["enable"] is False
     with pytest.raises(TrainerError, match="no such file"):
-        open_session(job, 1, store, TrainerOptions(db_url="unused", backend="verl", verl_overrides="/nope.yaml",
+        open_session(job, 1, store, TrainerOptions(db_url="unused", backend="verl", engine="hybrid",
+                                                   verl_overrides="/nope.yaml",
                                                    experiment_dir=str(tmp_path / "exp")))

@@ -1,8 +1,10 @@
 """The backend factory: the one place that picks a `TrainingSession` implementation.
 
 `embedded` trains in this process with PyTorch and serves with the engine `--engine` names; `verl`
-trains with verl's workers on Ray. `auto` (the command's default) picks verl + vLLM where CUDA, verl and
-vLLM are present, else the embedded trainer (`choose_backend`). The verl backend is imported only when
+trains with verl's workers on Ray, either beside the engine `--engine` names (embedded or vllm: verl's
+actor only, its weights pulled into that engine after each step; on CPU too) or `--engine hybrid`
+(verl launches and syncs its own vLLM replicas, GPU clusters). `auto` (the command's default) picks
+verl + vLLM where CUDA, verl and vLLM are present, else the embedded trainer (`choose_backend`). The verl backend is imported only when
 chosen: it loads verl's Ray trainer, which the embedded path does not need.
 """
 
@@ -15,7 +17,7 @@ from dataclasses import replace
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_trainer.errors import TrainerError
-from ajet_trainer.options import BackendKind, TrainerOptions
+from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
 from ajet_trainer.protocols import TrainingSession
 
 logger = logging.getLogger(__name__)
@@ -39,6 +41,16 @@ def detect_backend() -> tuple[BackendKind, str]:
     return choose_backend(torch.cuda.is_available(), has("verl"), has("vllm"))
 
 
+def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> EngineKind:
+    """`--engine auto`: the embedded engine, except verl on CUDA, where verl's own vLLM replicas serve (hybrid).
+    `TrainerError` for hybrid without the verl backend."""
+    if engine == "auto":
+        return "hybrid" if backend == "verl" and cuda else "embedded"
+    if engine == "hybrid" and backend != "verl":
+        raise TrainerError("--engine hybrid (verl's own vLLM replicas) needs --backend verl")
+    return engine
+
+
 def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
     """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine: `TrainerError` naming
     both otherwise, before any model is loaded."""
@@ -55,6 +67,9 @@ def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptio
         backend, why = detect_backend()
         logger.info("backend auto: %s (%s)", backend, why)
         opts = replace(opts, backend=backend)
+    import torch
+
+    opts = replace(opts, engine=resolve_engine(opts.backend, opts.engine, torch.cuda.is_available()))
     refuse_unsupported_async(job, opts)
     if opts.backend == "embedded":
         from ajet_trainer.session import open_embedded_session

@@ -23,10 +23,13 @@ from ajet_store.engines import DEFAULT_DB, add_db_mode_argument
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `ajet-trainer start`."""
     p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
-    p.add_argument("--engine", choices=["embedded", "vllm"], default="embedded",
-                   help="vllm: launch vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the "
-                        "full weights in place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), "
-                        "AJET_VLLM_REPLICAS=N and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group)")
+    p.add_argument("--engine", choices=["auto", "embedded", "vllm", "hybrid"], default="auto",
+                   help="what answers the agents' calls. embedded: this process's transformers engine. vllm: launch "
+                        "vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the full weights in "
+                        "place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), AJET_VLLM_REPLICAS=N "
+                        "and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group). hybrid (--backend verl): "
+                        "verl launches vLLM replicas colocated with its actor and syncs them itself. auto (default): "
+                        "hybrid for --backend verl on CUDA, else embedded")
     p.add_argument("--vllm-python", default=None,
                    help="--engine vllm: the Python with vLLM installed (default: .venv-vllm/bin/python, which "
                         "`make setup-vllm` builds on a CPU machine, when present; else this Python)")
@@ -35,9 +38,10 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
                         "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
                         "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)")
     p.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto",
-                   help="verl: verl's FSDP workers on Ray train, verl launches and syncs the vLLM replicas "
-                        "(needs CUDA and `pip install -e '.[vllm]'`); --engine is then ignored. embedded: this "
-                        "process trains. auto (default): verl where CUDA, verl and vLLM are present, else embedded")
+                   help="verl: verl's FSDP actor workers on Ray train; with --engine embedded|vllm they train "
+                        "beside that engine (on CPU too: verl's CPU platform, gloo), with --engine hybrid verl "
+                        "serves from its own vLLM replicas (CUDA). embedded: this process trains. auto (default): "
+                        "verl where CUDA, verl and vLLM are present, else embedded")
     p.add_argument("--ray-address", default=None,
                    help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")

@@ -9,7 +9,7 @@ from typing import Literal, Optional
 from ajet.job import AgentJetJob
 from ajet_store.engines import DEFAULT_FILE_MODE
 
-EngineKind = Literal["embedded", "vllm"]
+EngineKind = Literal["auto", "embedded", "vllm", "hybrid"]
 BackendKind = Literal["auto", "embedded", "verl"]
 
 
@@ -21,9 +21,10 @@ class TrainerOptions:
     """The store shared with the proxy."""
     experiment_dir: Optional[str] = None
     """Overrides the job's experiment folder."""
-    engine: EngineKind = "embedded"
-    """Inference engine: `embedded` (in-process transformers) or `vllm` (vLLM's server: LoRA adapters hot-loaded,
-    or full weights reloaded in place, after each step)."""
+    engine: EngineKind = "auto"
+    """Inference engine: `embedded` (in-process transformers), `vllm` (vLLM's server: LoRA adapters hot-loaded, or
+    full weights reloaded in place, after each step), `hybrid` (verl backend only: verl launches vLLM replicas
+    colocated with its actor and syncs them), or `auto`: `backends.resolve_engine`."""
     vllm_python: Optional[str] = None
     """`--engine vllm`: the interpreter with vLLM; None: `.venv-vllm/bin/python` when present, else this one."""
     vllm_args: tuple[str, ...] = ()

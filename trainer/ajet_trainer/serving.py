@@ -159,7 +159,7 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
         devices = replica_devices(replicas, os.environ.get("AJET_VLLM_GPU_GROUPS"))
         return VllmServing([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d)
                             for i, d in enumerate(devices)], model, exp_dir, lora)
-    raise TrainerError(f"unknown engine '{opts.engine}'")
+    raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")
 
 
 def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSettings:

@@ -39,6 +39,7 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
         f"{arr}.rollout.max_model_len": job.max_model_len,
         f"{arr}.rollout.response_length": job.max_response_length_in_one_turn,
         f"{arr}.actor.optim.lr": job.lr,
+        f"{arr}.actor.optim.weight_decay": 0.0,  # as the embedded learner's AdamW (verl's default is 0.01)
         f"{arr}.actor.ppo_epochs": job.ppo_epochs,
         f"{arr}.actor.ppo_mini_batch_size": max(1, job.batch_size // job.mini_batch_num),
         f"{arr}.actor.clip_ratio": job.clip_ratio,

@@ -9,9 +9,12 @@ weight sync -> checkpoint -> metrics). What changes:
   store (after its ROLLING -> ROLLING_POST drain) as a DataProto built with the embedded trainer's sample
   rules; in the hybrid (colocated) layout
   it then puts the vLLM replicas to sleep so the update has the GPUs;
-- the vLLM replicas are launched by verl (`LLMServerManager`, hybrid with the actor workers) and kept
-  in sync by verl's `CheckpointEngineManager`; no agent loop runs: their OpenAI addresses are what the
-  proxy routes the agents' calls to;
+- serving, two topologies: *hybrid* (`--engine hybrid`, GPU clusters): the vLLM replicas are launched
+  by verl (`LLMServerManager`, colocated with the actor workers) and kept in sync by verl's
+  `CheckpointEngineManager`; no agent loop runs: their OpenAI addresses are what the proxy routes the
+  agents' calls to. *Beside* (`--engine embedded|vllm`, and the CPU): the workers are verl's actor
+  only, and `beside.WeightPull` takes the checkpoint manager's place, loading each step's weights into
+  the trainer's own serving engine;
 - GRPO advantages are computed per episode, so an episode split into several sequences counts once
   in its group (verl's row-wise GRPO would count each sequence) — exactly the embedded trainer's values;
 - rows are padded (no trained token) to a multiple of verl's mini-batch, which must divide the batch.
@@ -20,7 +23,7 @@ weight sync -> checkpoint -> metrics). What changes:
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 from omegaconf import OmegaConf, open_dict
@@ -37,6 +40,7 @@ from ajet_trainer.grpo import episode_advantages
 from ajet_trainer.samples import assemble
 from ajet_trainer.steps import batch_reward_mean
 from ajet_trainer.types import AssemblyStats, EpisodeSample
+from ajet_trainer.verl_backend.beside import ACTOR_ROLE, WeightPull
 from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
 
 logger = logging.getLogger(__name__)
@@ -92,17 +96,29 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
             if OmegaConf.select(self.config, "critic.optim"):
                 self.config.critic.optim.total_training_steps = self.total_training_steps
 
+    ajet_load: Optional[Callable[[Mapping[str, torch.Tensor]], None]] = None
+    """Beside topology: loads the actor's weights into the served model; None: hybrid (verl's replicas)."""
+
+    def serve_beside(self, load: Callable[[Mapping[str, torch.Tensor]], None]) -> None:
+        """Choose the beside topology (call before `init_workers`): verl's actor only, weights go to `load`."""
+        self.ajet_load = load
+
     def _create_actor_rollout_classes(self) -> None:
-        """The hybrid actor+rollout workers (verl's unified engine worker) on the actor's pool."""
+        """The actor workers (beside) or the hybrid actor+rollout workers (verl's unified engine worker)."""
         pool = self.resource_pool_manager.get_resource_pool(Role.ActorRollout)
+        role = ACTOR_ROLE if self.ajet_load is not None else str(Role.ActorRollout)
         cls = RayClassWithInitArgs(cls=self.role_worker_mapping[Role.ActorRollout],
-                                   config=self.config.actor_rollout_ref, role=str(Role.ActorRollout))
+                                   config=self.config.actor_rollout_ref, role=role)
         self.resource_pool_to_cls[pool][str(Role.ActorRollout)] = cls
 
     def _init_async_rollout_manager(self) -> None:
-        """Launch verl's vLLM replicas colocated with the actor workers; no agent loop (agents are outside)."""
+        """Hybrid: launch verl's vLLM replicas colocated with the actor workers; no agent loop (agents are
+        outside). Beside: nothing to launch."""
         from verl.workers.rollout.llm_server import LLMServerManager
 
+        if self.ajet_load is not None:
+            self.async_rollout_mode, self.async_rollout_manager, self.llm_server_manager = False, None, None
+            return
         self.async_rollout_mode = True
         self.async_rollout_manager = None
         self.llm_server_manager = LLMServerManager.create(
@@ -122,13 +138,25 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
             self.reward_loop_manager = None
 
     def init_workers(self) -> None:
-        """verl's worker setup, then replicas asleep until `begin` loads the (restored) weights into them."""
-        super().init_workers()
-        self.checkpoint_manager.sleep_replicas()
+        """verl's worker setup, then replicas asleep until `begin` loads the (restored) weights into them.
+
+        Beside: the same steps as verl's `init_workers` (separation/ray_trainer.py:105), with `WeightPull`
+        where verl builds its `CheckpointEngineManager` over the replicas this topology does not have."""
+        if self.ajet_load is None:
+            super().init_workers()
+            self.checkpoint_manager.sleep_replicas()
+            return
+        self._init_resource_pools()
+        self._create_worker_classes()
+        self._init_worker_groups()
+        self._init_models()
+        self._init_reward_loop()
+        self._init_async_rollout_manager()
+        self.checkpoint_manager = WeightPull(self.actor_rollout_wg, self.ajet_load)
 
     def server_addresses(self) -> list[str]:
-        """`host:port` of each vLLM replica's OpenAI server."""
-        return list(self.llm_server_manager.get_addresses())
+        """`host:port` of each vLLM replica's OpenAI server (hybrid; none beside)."""
+        return [] if self.llm_server_manager is None else list(self.llm_server_manager.get_addresses())
 
     def begin(self) -> int:
         """fit()'s prologue without its data loop: restore, push weights into the replicas. Returns the step."""
@@ -141,7 +169,7 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
                                config=OmegaConf.to_container(self.config, resolve=True))
         self.global_steps = 0
         self._load_checkpoint()
-        self.checkpoint_manager.update_weights(self.global_steps)  # wakes the replicas with these weights
+        self.checkpoint_manager.update_weights(self.global_steps)  # the replicas / the served model get these weights
         restored = self.global_steps
         self.progress_bar = tqdm(total=self.total_training_steps, initial=restored, desc="verl steps")
         self.global_steps += 1  # verl counts steps from 1
