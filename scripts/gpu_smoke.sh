@@ -50,4 +50,4 @@ PYEOF
 }
 
 AJET_VLLM_SLEEP=1 run_swarm vllm-engine --engine vllm
-run_swarm verl-backend --backend verl
+run_swarm verl-backend --backend verl --engine hybrid

@@ -2,8 +2,8 @@
 
 Real: the proxy (uvicorn), the store (SQLite), the SDK client, the trainer daemon, verl's driver
 (`StoreFedTrainer.fit_step`), Ray (local, one CPU worker), verl's `ActorRolloutRefWorker` with its FSDP2
-engine on verl's CPU platform (gloo), verl's checkpoints; the embedded engine answers the agents' calls
-with the weights pulled from verl's actor after each step.
+engine on verl's CPU platform (gloo), verl's checkpoints and model merger (`export-model`); the embedded
+engine answers the agents' calls with the weights pulled from verl's actor after each step.
 """
 
 import os
@@ -19,6 +19,7 @@ import torch
 from ajet import AgentJetJob, SwarmClient
 from ajet_store import Store, sqlite_url
 from tests.support.episodes import play_batch
+from tests.support.exports import assert_export_matches_the_served_policy
 from tests.support.procs import offline_env, start_proxy
 
 pytestmark = pytest.mark.slow
@@ -88,6 +89,8 @@ def test_verl_actor_on_cpu_trains_beside_the_embedded_engine_and_restores_after_
         assert sorted(consumed) == [1, 1, 1, 1, 2, 2, 2, 2]  # each episode trained exactly once
         ckpts = tmp_path / "exp" / "verl_checkpoints"
         assert (ckpts / "latest_checkpointed_iteration.txt").read_text() == "2"
+        # verl's checkpoint of step 2 exports as the embedded backend's do, and is the served policy
+        assert_export_matches_the_served_policy(client, store, tmp_path / "exp", lora_rank)
 
         os.killpg(trainer.pid, signal.SIGKILL)  # no goodbye: the restart restores verl's checkpoint
         trainer.wait(30)

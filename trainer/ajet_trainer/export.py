@@ -22,7 +22,12 @@ logger = logging.getLogger(__name__)
 
 
 def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lora: bool = False) -> Path:
-    """Export checkpoint `step` (the newest when None) of `exp_dir` to the folder `out`; returns `out`."""
+    """Export checkpoint `step` (the newest when None) of `exp_dir` to the folder `out`; returns `out`.
+
+    An experiment of the verl backend (verl's checkpoints, none of the embedded trainer's) is exported through
+    verl's model merger (`verl_backend.export`), to the same kinds of folder."""
+    if (exp_dir / "verl_checkpoints").is_dir() and not (exp_dir / "checkpoints").is_dir():
+        return _export_verl(exp_dir, out, step, merge_lora)
     ckpt = checkpoint_at(exp_dir, step)
     state = read_state(ckpt)
     if out.exists() and any(out.iterdir()):
@@ -36,7 +41,7 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
         if not state["lora"]:
             copy_tree(ckpt / MODEL_DIR, tmp, f"export step {state['step']}")
         elif merge_lora:
-            _merge(ckpt / ADAPTER_DIR, str(resolve_model_path(state["model"])), tmp)
+            merge_adapter(ckpt / ADAPTER_DIR, str(resolve_model_path(state["model"])), tmp)
         else:
             copy_tree(ckpt / ADAPTER_DIR, tmp, f"export step {state['step']} adapter")
         if out.exists():
@@ -48,7 +53,34 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
     return out
 
 
-def _merge(adapter: Path, base_path: str, dest: Path) -> None:
+def _export_verl(exp_dir: Path, out: Path, step: Optional[int], merge_lora: bool) -> Path:
+    from ajet.job import AgentJetJob
+    from ajet_trainer.verl_backend.export import export_verl
+
+    if out.exists() and any(out.iterdir()):
+        raise CheckpointError(f"{out} exists and is not empty")
+    job = AgentJetJob.from_yaml(str(exp_dir / "job.yaml"))
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    adapter = out.parent / f".{out.name}.adapter"
+    try:
+        base = str(resolve_model_path(job.model))
+        if export_verl(exp_dir, tmp, step, base) and merge_lora:  # the adapter's base is the job's model
+            shutil.rmtree(adapter, ignore_errors=True)
+            tmp.rename(adapter)
+            merge_adapter(adapter, base, tmp)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(adapter, ignore_errors=True)
+    logger.info("exported verl checkpoint of %s%s to %s", exp_dir, ", LoRA merged" if merge_lora else "", out)
+    return out
+
+
+def merge_adapter(adapter: Path, base_path: str, dest: Path) -> None:
     """The base model with the adapter merged in, saved as a plain model folder (with the tokenizer)."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,4 +1,5 @@
-"""The verl backend (`ajet-trainer start --backend verl`): verl's trainer on Ray, fed by the store.
+"""The verl backend (`ajet-trainer start --backend verl`): verl's trainer on Ray, fed by the store, training
+beside the trainer's own engine (CPU or CUDA) or serving from verl's own vLLM replicas (hybrid, CUDA).
 
 Names load on first use (PEP 562): importing `ajet_trainer.verl_backend.config` (the job -> verl key
 mapping the embedded trainer uses too) must not load verl's Ray trainer.
@@ -11,6 +12,12 @@ from typing import TYPE_CHECKING
 from ajet_trainer.lazy import lazy_getattr
 
 _EXPORTS = {
+    "ActorWeightsWorker": "ajet_trainer.verl_backend.beside",
+    "PlatformCPU": "ajet_trainer.verl_backend.cpu_platform",
+    "WeightPull": "ajet_trainer.verl_backend.beside",
+    "export_verl": "ajet_trainer.verl_backend.export",
+    "load_weights": "ajet_trainer.verl_backend.beside",
+    "use_cpu_platform": "ajet_trainer.verl_backend.cpu_platform",
     "StoreCursor": "ajet_trainer.verl_backend.trainer",
     "StoreFedTrainer": "ajet_trainer.verl_backend.trainer",
     "VerlSession": "ajet_trainer.verl_backend.session",
@@ -31,6 +38,9 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
+    from ajet_trainer.verl_backend.beside import ActorWeightsWorker, WeightPull, load_weights
+    from ajet_trainer.verl_backend.cpu_platform import PlatformCPU, use_cpu_platform
+    from ajet_trainer.verl_backend.export import export_verl
     from ajet_trainer.verl_backend.config import compose_verl_config, job_overrides, write_job_yaml
     from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
     from ajet_trainer.verl_backend.session import VerlSession, build_trainer, open_verl_session
