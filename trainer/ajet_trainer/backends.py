@@ -4,8 +4,9 @@
 trains with verl's workers on Ray, either beside the engine `--engine` names (embedded or vllm: verl's
 actor only, its weights pulled into that engine after each step; on CPU too) or `--engine hybrid`
 (verl launches and syncs its own vLLM replicas, GPU clusters). `auto` (the command's default) picks
-verl + vLLM where CUDA, verl and vLLM are present, else the embedded trainer (`choose_backend`). The verl backend is imported only when
-chosen: it loads verl's Ray trainer, which the embedded path does not need.
+verl + vLLM where CUDA, verl and vLLM are present, else the embedded trainer (`choose_backend`). The
+verl backend is imported only when chosen: it loads verl's Ray trainer, which the embedded path does
+not need.
 """
 
 from __future__ import annotations

@@ -299,7 +299,8 @@ def validate(config: "DictConfig", hybrid: bool = True) -> None:
         validate_config(config=config, use_reference_policy=need_reference_policy(config),
                         use_critic=need_critic(config))
     except Exception as exc:  # noqa: BLE001 - verl raises assertions and hydra instantiation errors
-        raise ConfigurationError(f"verl rejects the composed config (see <experiment>/verl_config.yaml): {exc}") from exc
+        raise ConfigurationError(f"verl rejects the composed config (see <experiment>/verl_config.yaml): "
+                                 f"{exc}") from exc
     # verl's update asserts this at the first step, on the GPUs; say it now
     actor = config.actor_rollout_ref.actor
     mini_rows = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
