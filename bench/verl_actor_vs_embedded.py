@@ -1,0 +1,139 @@
+"""verl's actor (CPU platform, Ray, FSDP2) vs the embedded learner: seconds per training step, same batch.
+
+Both sides train the same fixed batch (`--groups` tasks x `--group` episodes, prompts and responses of
+`--prompt`/`--response` tokens, rewards spread in each group), with the same job (model, lr, LoRA rank,
+one epoch, one mini-batch), `--steps` times after one warm-up step. verl's step is its driver's
+`fit_step` (old log-probs, advantages, `update_actor`, then the weights pulled into a served model, as
+`--backend verl --engine embedded` does); the embedded step is `Learner.update`. One JSON line per
+figure, then the ratios (verl / embedded).
+
+Usage: python bench/verl_actor_vs_embedded.py [--model builtin:tiny] [--lora 0] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from ajet.utils.runtime import apply_offline_env  # noqa: E402
+
+apply_offline_env()
+
+import torch  # noqa: E402
+
+from ajet import AgentJetJob  # noqa: E402
+from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
+from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
+
+
+def batch(groups: int, group: int, prompt: int, response: int) -> list[EpisodeSample]:
+    """A fixed batch: episode k of a group has reward k / (group - 1) and tokens that differ per episode."""
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for t in range(groups):
+        for k in range(group):
+            uuid, task = f"t{t}-{k}", f"t{t}"
+            p = tuple(int(x) for x in torch.randint(10, 100, (prompt,), generator=gen))
+            r = tuple(int(x) for x in torch.randint(10, 100, (response,), generator=gen))
+            out.append(EpisodeSample(uuid, task, k / max(1, group - 1),
+                                     (TrainSequence(uuid, task, p, r, (1,) * response, (-1.0,) * response),)))
+    return out
+
+
+def verl_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int, exp: Path) -> list[dict[str, float]]:
+    import ray
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    from ajet_trainer.learner import load_policy
+    from ajet_trainer.metrics import tracker_env
+    from ajet_trainer.verl_backend.beside import load_weights
+    from ajet_trainer.verl_backend.config import compose_verl_config
+    from ajet_trainer.verl_backend.cpu_platform import use_cpu_platform
+    from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
+    from ajet_trainer.verl_backend.session import _ray_init, build_trainer, session_overrides, validate
+
+    use_cpu_platform()
+    path = str(builtin_model_path(job.model))
+    config = compose_verl_config(job, model_path=path, extra=session_overrides(job, exp, hybrid=False, cpu=True))
+    OmegaConf.resolve(config)
+    validate(config, hybrid=False)
+    served, _ = load_policy(path, job, "cpu")
+    owns = _ray_init(None, 1, cpu=True)
+    try:
+        trainer = build_trainer(config, hf_tokenizer(path), hybrid=False)
+        trainer.attach_store(None, job, pad_id=0)
+        trainer.serve_beside(lambda w: load_weights(served, w))
+        trainer.init_workers()
+        with tracker_env(exp):
+            trainer.begin()
+        out = []
+        for step in range(1, steps + 2):
+            trainer.ajet_samples, trainer.ajet_next = samples, samples_to_dataproto(samples, 0)
+            trainer.train_dataloader.pending = {"step": step}
+            t0 = time.perf_counter()
+            trainer.fit_step(None)
+            m = dict(trainer.metrics)
+            out.append({"step_s": time.perf_counter() - t0, "update_s": m["timing_s/update_actor"],
+                        "old_log_prob_s": m.get("timing_s/old_log_prob", 0.0),
+                        "pull_s": m.get("timing_s/pull_weights", 0.0), "loss": m["actor/pg_loss"]})
+        return out[1:]
+    finally:
+        if owns:
+            ray.shutdown()
+
+
+def embedded_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int) -> list[dict[str, float]]:
+    from ajet_trainer.learner import Learner, load_policy
+
+    model, tokenizer = load_policy(str(builtin_model_path(job.model)), job, "cpu")
+    learner = Learner(model, tokenizer, job)
+    out = []
+    for step in range(steps + 1):
+        t0 = time.perf_counter()
+        m = learner.update(samples, seed=step)
+        out.append({"step_s": time.perf_counter() - t0, "update_s": m["update_s"], "loss": m["pg_loss"]})
+    return out[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="builtin:tiny")
+    ap.add_argument("--lora", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--prompt", type=int, default=48)
+    ap.add_argument("--response", type=int, default=24)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # the trainer's default (AJET_TORCH_THREADS); verl's worker gets one CPU from Ray
+    samples = batch(args.groups, args.group, args.prompt, args.response)
+    with tempfile.TemporaryDirectory() as tmp:
+        job = AgentJetJob(model=args.model, n_gpu=1, batch_size=args.groups, num_repeat=args.group, lr=1e-3,
+                          lora_rank=args.lora, save_freq=0, ensure_new_experiment=True, experiment_dir=tmp,
+                          max_prompt_length=args.prompt, max_response_length=args.response,
+                          max_model_len=args.prompt + args.response)
+        sides = {"embedded": embedded_steps(job, samples, args.steps),
+                 "verl_actor_cpu": verl_steps(job, samples, args.steps, Path(tmp))}
+    common = {"bench": "verl_actor_vs_embedded", "model": args.model, "lora_rank": args.lora,
+              "episodes": len(samples), "tokens_per_episode": args.prompt + args.response, "steps": args.steps}
+    med = {}
+    for side, rows in sides.items():
+        med[side] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "loss"}
+        print(json.dumps({**common, "side": side, **{f"median_{k}": round(v, 4) for k, v in med[side].items()}}),
+              flush=True)
+    print(json.dumps({**common, "figure": "ratio_verl_over_embedded",
+                      "step_s": round(med["verl_actor_cpu"]["step_s"] / med["embedded"]["step_s"], 2),
+                      "update_s": round(med["verl_actor_cpu"]["update_s"] / med["embedded"]["update_s"], 2)}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
