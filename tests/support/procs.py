@@ -116,7 +116,8 @@ def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None)
 class Trainer(Child):
     """`ajet-trainer start` as a child process (no HTTP port of its own)."""
 
-    def __init__(self, tmp: Path, db_url: str, exp_dir: Path, engine: str = "embedded", **env: str):
+    def __init__(self, tmp: Path, db_url: str, exp_dir: Path, engine: str = "embedded", backend: str = "auto",
+                 **env: str):
         args = [sys.executable, "-m", "ajet_trainer.cli", "start", "--db", db_url, "--experiment-dir", str(exp_dir),
-                "--device", "cpu", "--log-level", "info", "--engine", engine]
+                "--device", "cpu", "--log-level", "info", "--engine", engine, "--backend", backend]
         super().__init__(args, tmp / f"trainer-{time.time_ns()}.log", offline_env(**env))

@@ -43,9 +43,9 @@ class Swarm:
         """The newest trainer."""
         return self.trainers[-1]
 
-    def start_trainer(self, engine: str = "embedded", **env: str) -> Trainer:
+    def start_trainer(self, engine: str = "embedded", backend: str = "auto", **env: str) -> Trainer:
         """Start a trainer on the store (after a kill, this is the restart)."""
-        tr = Trainer(self.tmp, self.db_url, self.exp_dir, engine=engine, **env)
+        tr = Trainer(self.tmp, self.db_url, self.exp_dir, engine=engine, backend=backend, **env)
         self.trainers.append(tr)
         return tr
 
@@ -89,12 +89,12 @@ class Swarm:
 
 @contextmanager
 def running_swarm(tmp_path: Path, *, name: str = "swarm", trainer: bool = True, engine: str = "embedded",
-                  proxy_args: tuple[str, ...] = (), **trainer_env: str) -> Iterator[Swarm]:
+                  backend: str = "auto", proxy_args: tuple[str, ...] = (), **trainer_env: str) -> Iterator[Swarm]:
     """A proxy (and, unless `trainer=False`, a trainer) on a fresh store; everything closed on exit."""
     sw = Swarm(tmp_path, name, proxy_args)
     try:
         if trainer:
-            sw.start_trainer(engine=engine, **trainer_env)
+            sw.start_trainer(engine=engine, backend=backend, **trainer_env)
         yield sw
     finally:
         sw.close()

@@ -1,5 +1,6 @@
 """`ajet-trainer --engine vllm` with real vLLM: the trainer launches two replicas, trains LoRA steps, hot-loads
-each step's adapter into both, and the swarm keeps going when one replica is killed."""
+each step's adapter into both, and the swarm keeps going when one replica is killed; and verl's real actor
+(CPU platform) training beside one vLLM replica, each step's adapter hot-loaded into it."""
 
 from __future__ import annotations
 
@@ -81,3 +82,23 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         assert {c.deployment for c in calls if c.policy_version == 3} == {"vllm-0"}
         for step in (1, 2, 3, 4):
             assert (sw.exp_dir / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
+
+
+def test_verl_actor_trains_beside_real_vllm_with_lora_hot_loading(tmp_path):
+    vllm_python()
+    with running_swarm(tmp_path, name="vv", engine="vllm", backend="verl") as sw:
+        client = sw.client()
+        client.auto_sync_train_config_and_start_engine(AgentJetJob(lora_rank=8, n_gpu=1, **JOB))
+        wait_state(client, EngineState.ROLLING, timeout=600)
+        store = sw.store()
+        for batch in (0, 1):
+            play_batch(client, batch)
+            wait_step(client, batch + 1, sw)
+        (dep,) = store.deployments()
+        assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@2", 2)
+        assert served(dep.base_url) == {"policy", "policy@1", "policy@2"}  # verl's adapters, hot-loaded
+        steps = store.steps()
+        assert [s.step for s in steps] == [1, 2] and all(s.metrics["grad_norm"] > 0 for s in steps)
+        assert "verl's actor on CPU beside the vllm engine" in sw.trainer.log_tail(10**6)
+        calls = sorted((c for e in store.episodes() for c in store.calls(e.uuid)), key=lambda c: c.policy_version)
+        assert [c.policy_version for c in calls] == [0] * 4 + [1] * 4  # each batch on the newest adapter
