@@ -16,7 +16,6 @@ Tolerances (fp32 on both sides; the two differ in kernels and reduction order on
 """
 
 import copy
-import os
 
 import pytest
 import torch
@@ -118,13 +117,24 @@ def _embedded_steps(job: AgentJetJob, samples, start: dict[str, torch.Tensor]):
     return metrics, before, model
 
 
+@pytest.fixture
+def cpu_platform(monkeypatch):
+    """verl's CPU platform for this test only: the environment it sets and verl's platform singleton restored."""
+    from verl.plugin.platform import platform_manager
+
+    from ajet_trainer.verl_backend.cpu_platform import ENV
+
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
+
+
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= ABS + REL * abs(b)
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora+kl"])
-def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_rank):
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_rank, cpu_platform):
     job, samples = _job(lora_rank, tmp_path), _samples()
     verl_steps, seen, start, verl_end = _verl_steps(job, samples, tmp_path)
     our_steps, before, model = _embedded_steps(job, samples, start)

@@ -6,14 +6,16 @@ cuda, npu and rocm ship. This module registers `cpu` through verl's own hook, th
 `VERL_USE_EXTERNAL_MODULES`, which `verl/__init__.py` imports in every process, Ray workers included)
 and setting `VERL_PLATFORM=cpu` is all verl needs to place its workers on CPU:
 
-- device `cpu`, torch module `torch.cpu`, collective backend `gloo`;
+- device `cpu` (`torch.device("cpu")` where verl asks for a device index), `torch.cpu` with the memory
+  and RNG calls verl makes of a device module, collective backend `gloo`;
 - Ray resource `CPU`: a worker asks Ray for CPUs, not GPUs (`ray_resource_options`);
 - no IPC weight sharing, no profiler, no CUDA runtime.
 
 `use_cpu_platform()` does both for this process and the Ray workers it starts (they inherit the
 environment through the runtime env). The places where verl still assumes an accelerator past the
-platform are patched below (`_patch_*`), one function each, with verl's file and line; the patches
-apply when this module is imported and only while `VERL_PLATFORM=cpu`.
+platform are patched below (`_patch_*`), one function each, with verl's file and line; they apply once
+`VERL_PLATFORM=cpu` is set, and each asks the current platform, so a process that goes back to another
+platform is unaffected.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
+
 
 class _CpuDeviceModule(ModuleType):
     """`torch.cpu` plus what verl asks of a `torch.<device>` module that `torch.cpu` lacks: the memory
@@ -188,7 +191,9 @@ def _patch_process_group() -> None:
     original = distributed.initialize_global_process_group_ray
 
     def initialize(timeout_second: Optional[int] = None, backend: Optional[str] = None) -> None:
-        original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
+        if backend is None and distributed.get_device_name() == PLATFORM_NAME:
+            backend = "cpu:gloo"
+        original(timeout_second=timeout_second, backend=backend)
 
     for module in (distributed, engine_workers, ckpt_base):
         setattr(module, "initialize_global_process_group_ray", initialize)
@@ -233,11 +238,17 @@ def _patch_resource_check() -> None:
     CPU workers is refused ("Total available GPUs 0 is less than total desired GPUs 1"). Counted here in
     the platform's resource (upstream: use `get_platform().ray_resource_name()` there)."""
     import ray
+    from verl.plugin.platform import get_platform
     from verl.single_controller.ray.base import ResourcePoolManager
 
+    original = ResourcePoolManager._check_resource_available
+
     def check(self: ResourcePoolManager) -> None:
+        resource = get_platform().ray_resource_name()
+        if resource != PLATFORM_RESOURCE:
+            return original(self)
         nodes = ray._private.state.available_resources_per_node().values()
-        have = sum(node.get(PLATFORM_RESOURCE, 0) for node in nodes)
+        have = sum(node.get(resource, 0) for node in nodes)
         want = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
         if have < want:
             raise ValueError(f"Total available CPUs {have} is less than total desired CPU workers {want}")
