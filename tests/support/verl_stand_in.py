@@ -1,17 +1,18 @@
-"""CPU stand-ins for the parts of verl that need a GPU, behind the interfaces verl's driver calls.
+"""Stand-ins for verl's hybrid topology (`--engine hybrid`), behind the interfaces verl's driver calls.
 
-verl's FSDP actor workers and its vLLM replicas only run on CUDA. These stand in for them so the real
-driver code (`StoreFedTrainer.fit_step`: reward extraction, old log-probs, advantages, balancing,
-update, weight sync, checkpoint, metrics) runs in CI:
+verl's vLLM replicas and its checkpoint engine need CUDA. These stand in for them so the real driver
+code of the hybrid topology (`StoreFedTrainer.fit_step`: reward extraction, old log-probs, advantages,
+balancing, update, weight sync, checkpoint, metrics) runs in CI:
 
-- `CpuActorGroup` is the actor worker group (`compute_log_prob`, `update_actor`, `save_checkpoint`,
-  `load_checkpoint`, dispatch info) computing with a real tiny transformers model on CPU and verl's
-  own policy loss, on the no-padding TensorDicts verl sends its workers;
 - `ReplicaJournal` is the checkpoint-engine manager + LLM server manager: it records the sleep /
   weight-sync sequence and reports replica addresses; `HttpReplicas` also drives real servers that
-  speak vLLM's HTTP API (the vLLM stand-in): sleep before the update, wake up when weights are pushed.
+  speak vLLM's HTTP API (the vLLM stand-in): sleep before the update, wake up when weights are pushed;
+- `CpuActorGroup` is a recording double of the actor worker group for these choreography tests and the
+  driver's unit tests (it keeps what each `update_actor` received, which a Ray worker cannot show): a real
+  tiny model with verl's policy loss. verl's real actor worker runs on CPU in
+  `tests/e2e/test_verl_actor_cpu.py` and `tests/trainer/test_verl_agreement.py` (no stand-in there).
 
-`scripts/gpu_smoke.sh` runs the same path with verl's real workers and vLLM on a GPU.
+`scripts/gpu_smoke.sh` runs the hybrid path with verl's real workers and vLLM on a GPU.
 """
 
 from __future__ import annotations
