@@ -45,8 +45,8 @@ def _samples() -> list[EpisodeSample]:
     return out
 
 
-def _job(lora_rank: int, tmp_path) -> AgentJetJob:
-    return AgentJetJob(model="builtin:tiny", n_gpu=1, batch_size=2, num_repeat=2, mini_batch_num=1, ppo_epochs=1,
+def _job(lora_rank: int, tmp_path, ranks: int = 1) -> AgentJetJob:
+    return AgentJetJob(model="builtin:tiny", n_gpu=ranks, batch_size=2, num_repeat=2, mini_batch_num=1, ppo_epochs=1,
                        lr=1e-3, lora_rank=lora_rank, lora_alpha=16, use_kl_loss=lora_rank > 0, kl_loss_coef=0.1,
                        save_freq=0, seed=0, max_prompt_length=32, max_response_length=32, max_model_len=128,
                        ensure_new_experiment=True, experiment_dir=str(tmp_path / "exp"))
@@ -74,7 +74,7 @@ def _verl_steps(job: AgentJetJob, samples, tmp_path):
     config = compose_verl_config(job, model_path=model_path, extra=session_overrides(job, exp, hybrid=False, cpu=True))
     OmegaConf.resolve(config)
     validate(config, hybrid=False)
-    owns = _ray_init(None, 1, cpu=True)
+    owns = _ray_init(None, job.n_gpu, cpu=True)  # one CPU worker per rank
     pulled: list[dict[str, torch.Tensor]] = []
     try:
         trainer = build_trainer(config, hf_tokenizer(model_path), hybrid=False)
@@ -133,9 +133,10 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= ABS + REL * abs(b)
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora+kl"])
-def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_rank, cpu_platform):
-    job, samples = _job(lora_rank, tmp_path), _samples()
+@pytest.mark.parametrize("lora_rank, ranks", [(0, 1), (4, 1), (0, 2)], ids=["full", "lora+kl", "full-2-ranks"])
+def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_rank, ranks, cpu_platform):
+    """`ranks` 2: verl's FSDP2 shards the model over two gloo ranks (two Ray CPU workers)."""
+    job, samples = _job(lora_rank, tmp_path, ranks), _samples()
     verl_steps, seen, start, verl_end = _verl_steps(job, samples, tmp_path)
     our_steps, before, model = _embedded_steps(job, samples, start)
 
@@ -171,7 +172,7 @@ def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_
     assert close >= WEIGHT_CLOSE_SHARE, f"only {close:.6f} of the weights agree within {WEIGHT_CLOSE}"
     assert float(diff.max()) <= WEIGHT_MAX, f"weights differ by up to {float(diff.max()):.2e} after one step"
     ours, verl_metrics = our_steps[-1], verl_steps[-1]
-    print(f"agreement[{'lora' if lora_rank else 'full'}]: pg_loss {ours['pg_loss']:.6g} vs "
+    print(f"agreement[{'lora' if lora_rank else 'full'}, {ranks} rank(s)]: pg_loss {ours['pg_loss']:.6g} vs "
           f"{verl_metrics['actor/pg_loss']:.6g}, grad_norm {ours['grad_norm']:.6g} vs "
           f"{verl_metrics['actor/grad_norm']:.6g}, kl {ours.get('kl')} vs {verl_metrics.get('actor/kl_loss')}, "
           f"weights within {WEIGHT_CLOSE}: {close:.6f} of {diff.numel()}, max diff {float(diff.max()):.2e}")
