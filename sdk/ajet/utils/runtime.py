@@ -17,8 +17,9 @@ OFFLINE_ENV: Mapping[str, str] = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_USAGE_STATS_ENABLED": "0",  # a local Ray (the verl backend) reports usage stats online otherwise
 }
-"""Variables that keep Hugging Face and LiteLLM from reaching the network."""
+"""Variables that keep Hugging Face, LiteLLM and Ray from reaching the network."""
 
 
 def apply_offline_env() -> None:
