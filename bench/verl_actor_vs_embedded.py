@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from ajet import AgentJetJob  # noqa: E402
 from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
 from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
+from tests.support.verl_actor import verl_cpu_trainer  # noqa: E402
 
 
 def batch(groups: int, group: int, prompt: int, response: int) -> list[EpisodeSample]:
@@ -48,46 +49,19 @@ def batch(groups: int, group: int, prompt: int, response: int) -> list[EpisodeSa
 
 
 def verl_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int, exp: Path) -> list[dict[str, float]]:
-    import ray
-    from omegaconf import OmegaConf
-    from verl.utils import hf_tokenizer
-
     from ajet_trainer.learner import load_policy
-    from ajet_trainer.metrics import tracker_env
     from ajet_trainer.verl_backend.beside import load_weights
-    from ajet_trainer.verl_backend.config import compose_verl_config
-    from ajet_trainer.verl_backend.cpu_platform import use_cpu_platform
-    from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
-    from ajet_trainer.verl_backend.session import _ray_init, build_trainer, session_overrides, validate
 
-    use_cpu_platform()
-    path = str(builtin_model_path(job.model))
-    config = compose_verl_config(job, model_path=path, extra=session_overrides(job, exp, hybrid=False, cpu=True))
-    OmegaConf.resolve(config)
-    validate(config, hybrid=False)
-    served, _ = load_policy(path, job, "cpu")
-    owns = _ray_init(None, 1, cpu=True)
-    try:
-        trainer = build_trainer(config, hf_tokenizer(path), hybrid=False)
-        trainer.attach_store(None, job, pad_id=0)
-        trainer.serve_beside(lambda w: load_weights(served, w))
-        trainer.init_workers()
-        with tracker_env(exp):
-            trainer.begin()
-        out = []
-        for step in range(1, steps + 2):
-            trainer.ajet_samples, trainer.ajet_next = samples, samples_to_dataproto(samples, 0)
-            trainer.train_dataloader.pending = {"step": step}
+    served, _ = load_policy(str(builtin_model_path(job.model)), job, "cpu")
+    out = []
+    with verl_cpu_trainer(job, exp, lambda w: load_weights(served, w)) as trainer:
+        for _ in range(steps + 1):
             t0 = time.perf_counter()
-            trainer.fit_step(None)
-            m = dict(trainer.metrics)
+            m = trainer.train_samples(samples)
             out.append({"step_s": time.perf_counter() - t0, "update_s": m["timing_s/update_actor"],
                         "old_log_prob_s": m.get("timing_s/old_log_prob", 0.0),
                         "pull_s": m.get("timing_s/pull_weights", 0.0), "loss": m["actor/pg_loss"]})
-        return out[1:]
-    finally:
-        if owns:
-            ray.shutdown()
+    return out[1:]
 
 
 def embedded_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int) -> list[dict[str, float]]:

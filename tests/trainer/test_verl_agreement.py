@@ -25,6 +25,7 @@ from ajet_trainer.grpo import episode_advantages
 from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
+from tests.support.verl_actor import verl_cpu_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -58,31 +59,9 @@ STEPS = 2
 def _verl_steps(job: AgentJetJob, samples, tmp_path):
     """verl's driver steps on `samples`: (its metrics per step, the advantages of the last step, the start and
     end weights)."""
-    import ray
-    from omegaconf import OmegaConf
-    from verl.utils import hf_tokenizer
-
-    from ajet_trainer.metrics import tracker_env
-    from ajet_trainer.verl_backend.config import compose_verl_config
-    from ajet_trainer.verl_backend.cpu_platform import use_cpu_platform
-    from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
-    from ajet_trainer.verl_backend.session import _ray_init, build_trainer, session_overrides, validate
-
-    use_cpu_platform()
-    model_path = str(builtin_model_path("builtin:tiny"))
-    exp = tmp_path / "exp"
-    config = compose_verl_config(job, model_path=model_path, extra=session_overrides(job, exp, hybrid=False, cpu=True))
-    OmegaConf.resolve(config)
-    validate(config, hybrid=False)
-    owns = _ray_init(None, job.n_gpu, cpu=True)  # one CPU worker per rank
     pulled: list[dict[str, torch.Tensor]] = []
-    try:
-        trainer = build_trainer(config, hf_tokenizer(model_path), hybrid=False)
-        trainer.attach_store(None, job, pad_id=0)
-        trainer.serve_beside(lambda w: pulled.append({k: v.clone() for k, v in w.items()}))
-        trainer.init_workers()
-        with tracker_env(exp):
-            trainer.begin()  # pulls the start weights (verl's initial adapter, with LoRA)
+    with verl_cpu_trainer(job, tmp_path / "exp", lambda w: pulled.append({k: v.clone() for k, v in w.items()})) \
+            as trainer:
         seen = {}
         compute = trainer._fit_compute_advantage
 
@@ -93,15 +72,7 @@ def _verl_steps(job: AgentJetJob, samples, tmp_path):
             return batch
 
         trainer._fit_compute_advantage = record
-        metrics = []
-        for step in range(1, STEPS + 1):
-            trainer.ajet_samples, trainer.ajet_next = samples, samples_to_dataproto(samples, 0)
-            trainer.train_dataloader.pending = {"step": step}
-            trainer.fit_step(None)
-            metrics.append(dict(trainer.metrics))
-    finally:
-        if owns:
-            ray.shutdown()
+        metrics = [trainer.train_samples(samples) for _ in range(STEPS)]
     assert len(pulled) == 1 + STEPS, "the start weights, then each step's"
     return metrics, seen, pulled[0], pulled[-1]
 

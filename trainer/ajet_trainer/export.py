@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ajet_trainer.checkpoint import ADAPTER_DIR, MODEL_DIR, checkpoint_at, read_state
 from ajet_trainer.errors import CheckpointError
@@ -30,25 +30,19 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
         return _export_verl(exp_dir, out, step, merge_lora)
     ckpt = checkpoint_at(exp_dir, step)
     state = read_state(ckpt)
-    if out.exists() and any(out.iterdir()):
-        raise CheckpointError(f"{out} exists and is not empty")
+    _refuse_nonempty(out)
     if not (ckpt / (ADAPTER_DIR if state["lora"] else MODEL_DIR)).is_dir():
         raise CheckpointError(f"{ckpt} was written before checkpoints were model folders: resume it once to re-save")
-    tmp = out.parent / f".{out.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
+
+    def write(tmp: Path) -> None:
         if not state["lora"]:
             copy_tree(ckpt / MODEL_DIR, tmp, f"export step {state['step']}")
         elif merge_lora:
             merge_adapter(ckpt / ADAPTER_DIR, str(resolve_model_path(state["model"])), tmp)
         else:
             copy_tree(ckpt / ADAPTER_DIR, tmp, f"export step {state['step']} adapter")
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    _write_into_place(out, write)
     logger.info("exported %s (step %d%s) to %s", ckpt, state["step"], ", LoRA merged" if merge_lora else "", out)
     return out
 
@@ -57,27 +51,44 @@ def _export_verl(exp_dir: Path, out: Path, step: Optional[int], merge_lora: bool
     from ajet.job import AgentJetJob
     from ajet_trainer.verl_backend.export import export_verl
 
+    _refuse_nonempty(out)
+    base = str(resolve_model_path(AgentJetJob.from_yaml(str(exp_dir / "job.yaml")).model))
+
+    def write(tmp: Path) -> None:
+        if not merge_lora:
+            export_verl(exp_dir, tmp, step, base)
+            return
+        adapter = tmp.parent / f"{tmp.name}.adapter"
+        try:
+            if export_verl(exp_dir, adapter, step, base):  # the adapter's base is the job's model
+                merge_adapter(adapter, base, tmp)
+            else:  # full fine-tuning: nothing to merge
+                adapter.rename(tmp)
+        finally:
+            shutil.rmtree(adapter, ignore_errors=True)
+
+    _write_into_place(out, write)
+    logger.info("exported verl checkpoint of %s%s to %s", exp_dir, ", LoRA merged" if merge_lora else "", out)
+    return out
+
+
+def _refuse_nonempty(out: Path) -> None:
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"{out} exists and is not empty")
-    job = AgentJetJob.from_yaml(str(exp_dir / "job.yaml"))
+
+
+def _write_into_place(out: Path, write: Callable[[Path], None]) -> None:
+    """`write` fills a new folder beside `out`, which is then renamed to `out`: a failure leaves nothing there."""
     tmp = out.parent / f".{out.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    adapter = out.parent / f".{out.name}.adapter"
     try:
-        base = str(resolve_model_path(job.model))
-        if export_verl(exp_dir, tmp, step, base) and merge_lora:  # the adapter's base is the job's model
-            shutil.rmtree(adapter, ignore_errors=True)
-            tmp.rename(adapter)
-            merge_adapter(adapter, base, tmp)
+        write(tmp)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(adapter, ignore_errors=True)
-    logger.info("exported verl checkpoint of %s%s to %s", exp_dir, ", LoRA merged" if merge_lora else "", out)
-    return out
 
 
 def merge_adapter(adapter: Path, base_path: str, dest: Path) -> None:

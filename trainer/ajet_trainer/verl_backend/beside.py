@@ -17,6 +17,7 @@ syncs them with its checkpoint engine) stays in `trainer.StoreFedTrainer` for GP
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Mapping
 
 import torch
@@ -77,19 +78,14 @@ class WeightPull:
 
     def __init__(self, worker_group: Any, load: Callable[[Mapping[str, torch.Tensor]], None]):
         self.worker_group, self.load = worker_group, load
-        self.pulls = 0
-        """How many times weights were pulled (the restore, then once a step)."""
 
     def sleep_replicas(self) -> None:
         """Nothing to put to sleep: the served engine is not colocated with verl's workers."""
         return None
 
     def update_weights(self, global_steps: int = 0) -> dict[str, float]:
-        import time
-
         t0 = time.perf_counter()
         weights = self.worker_group.export_weights()[0]  # rank 0's copy; all ranks hold the same tensors
         self.load(weights)
-        self.pulls += 1
         logger.debug("weights of step %d pulled from verl's actor (%d tensors)", global_steps, len(weights))
         return {"timing_s/pull_weights": time.perf_counter() - t0}

@@ -24,7 +24,7 @@ import warnings
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from ajet.job import AgentJetJob
 from ajet.utils.runtime import OFFLINE_ENV
@@ -42,6 +42,7 @@ from ajet_trainer.types import Metrics, PolicyModel, Tokenizer
 from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
 
 if TYPE_CHECKING:
+    import torch
     from omegaconf import DictConfig
 
     from ajet_trainer.verl_backend.trainer import StoreFedTrainer
@@ -228,7 +229,6 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
     served model and start its engine with the restored weights."""
     import torch
     from omegaconf import OmegaConf
-    from verl.utils import hf_tokenizer
 
     from ajet_trainer.verl_backend.beside import load_weights
 
@@ -247,14 +247,9 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
                                  extra=session_overrides(job, exp_dir, hybrid=hybrid, cpu=cpu))
     OmegaConf.resolve(config)
     (exp_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(config))
-    validate(config, hybrid=hybrid)
-    owns_ray = _ray_init(opts.ray_address, config.trainer.n_gpus_per_node * config.trainer.nnodes, cpu=cpu)
-    trainer = build_trainer(config, hf_tokenizer(model_path), hybrid=hybrid)
-    trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer))
     served = None if hybrid else _served_model(job, model_path, opts)
-    if served is not None:
-        trainer.serve_beside(partial(load_weights, served[0]))
-    trainer.init_workers()
+    trainer, owns_ray = start_trainer(config, job, store, opts.ray_address, cpu=cpu,
+                                      load=None if served is None else partial(load_weights, served[0]))
     with tracker_env(exp_dir):
         step = trainer.begin()  # beside: the restored weights are in the served model now
     reconcile_store(store, step, trainer.train_dataloader.restored or None, str(exp_dir))
@@ -270,6 +265,25 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
                 f"replicas {trainer.server_addresses()}" if hybrid else
                 f"verl's actor on {'CPU' if cpu else 'CUDA'} beside the {opts.engine} engine", exp_dir)
     return session
+
+
+def start_trainer(config: "DictConfig", job: AgentJetJob, store: Optional[Store], ray_address: Optional[str],
+                  cpu: bool = False, load: Optional[Callable[[Mapping[str, "torch.Tensor"]], None]] = None,
+                  ) -> tuple["StoreFedTrainer", bool]:
+    """verl's checks of the resolved `config`, Ray, the trainer and its workers; `load` given: the beside
+    topology, the actor's weights go there. Returns the trainer (`begin` restores it) and whether this process
+    started Ray."""
+    from verl.utils import hf_tokenizer
+
+    hybrid = load is None
+    validate(config, hybrid=hybrid)
+    owns_ray = _ray_init(ray_address, config.trainer.n_gpus_per_node * config.trainer.nnodes, cpu=cpu)
+    trainer = build_trainer(config, hf_tokenizer(config.actor_rollout_ref.model.path), hybrid=hybrid)
+    trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer))
+    if load is not None:
+        trainer.serve_beside(load)
+    trainer.init_workers()
+    return trainer, owns_ray
 
 
 def _served_model(job: AgentJetJob, model_path: str, opts: TrainerOptions) -> tuple[PolicyModel, Tokenizer]:

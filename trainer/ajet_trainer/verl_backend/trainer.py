@@ -182,9 +182,20 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         A batch without any trainable call (every call failed, or no token ids) still counts as a step,
         as in the embedded trainer: its episodes are consumed, the weights do not change.
         """
-        data = self.store_batch(batch)
-        self.train_dataloader.pending = {"step": self.global_steps, "episode_uuids": [p.uuid for p in batch],
-                                         "reward_mean": batch_reward_mean(batch)}
+        record = {"step": self.global_steps, "episode_uuids": [p.uuid for p in batch],
+                  "reward_mean": batch_reward_mean(batch)}
+        return self._train(self.store_batch(batch), record)
+
+    def train_samples(self, samples: Sequence[EpisodeSample]) -> dict[str, Any]:
+        """One verl step on samples already assembled (not read from the store: benchmarks, the agreement test
+        of the two backends); returns verl's metrics of the step."""
+        self.ajet_samples = list(samples)
+        data = samples_to_dataproto(samples, self.ajet_pad_id) if samples else None
+        return self._train(data, {"step": self.global_steps})
+
+    def _train(self, data: Optional[DataProto], record: dict[str, Any]) -> dict[str, Any]:
+        """The step on `data` (None: nothing trainable, the step still counts); `record` goes into its checkpoint."""
+        self.train_dataloader.pending = record
         if data is None:
             logger.warning("verl step %d: no trainable call in the batch, no update", self.global_steps)
             self.global_steps += 1
