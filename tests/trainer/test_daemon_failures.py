@@ -170,3 +170,22 @@ def test_a_failure_while_rolling_keeps_the_state_and_is_shown(rig, monkeypatch):
     monkeypatch.undo()
     fill_batch(st, "c")
     run_to(d, st, EngineState.ROLLING_POST)
+
+
+@pytest.mark.parametrize("backend,preloads", [("embedded", True), ("auto", True), ("verl", False)])
+def test_the_trainer_preloads_the_embedded_backend_before_any_job(tmp_path, monkeypatch, backend, preloads):
+    """The first boot's imports (seconds) happen while no job is synced, also under `--backend auto` (the demo's)."""
+    import threading
+
+    called = threading.Event()
+    monkeypatch.setattr(daemon_mod, "preload_embedded", called.set)
+    d = TrainerDaemon(TrainerOptions(db_url=sqlite_url(tmp_path / "p.db"), backend=backend,
+                                     experiment_dir=str(tmp_path / "exp")))
+    stop = threading.Event()
+    loop = threading.Thread(target=d.run, args=(stop,))
+    loop.start()
+    try:
+        assert called.wait(5 if preloads else 0.5) is preloads
+    finally:
+        stop.set()
+        loop.join(10)

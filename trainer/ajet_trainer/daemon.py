@@ -74,7 +74,9 @@ class TrainerDaemon:
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
         beat.start()
-        if self.opts.backend == "embedded":  # import while no job is synced yet: the first boot is seconds faster
+        # import while no job is synced yet: the first boot is seconds faster (`auto` picks embedded on any machine
+        # without CUDA, vLLM and verl; where it picks verl, the session module is still the first thing it loads)
+        if self.opts.backend in ("embedded", "auto"):
             threading.Thread(target=preload_embedded, name="ajet-trainer-preload", daemon=True).start()
         try:
             while not stop.is_set():
