@@ -41,7 +41,7 @@ from ajet_proxy.errors import EngineNotReady, InvalidRequest
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, mission_caps, step_info
-from ajet_store import NotFound
+from ajet_store import BeginEpisode, EndEpisode, NotFound
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
@@ -141,20 +141,16 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING; 503 with Retry-After otherwise)."""
     s = _state(request)
-    base_url = str(request.base_url).rstrip("/") + "/v1"
-    return await s.in_episode_thread(_begin_episode, s, body, _client_id(request), base_url)
-
-
-def _begin_episode(s: ProxyState, body: BeginEpisodeRequest, client_id: str, base_url: str) -> BeginEpisodeResponse:
-    _admit_mission(s, body)
+    if body.mission:
+        await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
     key = new_episode_key()
-    row = s.store.begin_episode(uuid.uuid4().hex, hash_key(key), client_id, body.episode_type,
-                                body.discard_episode_timeout, body.mission)
+    row = await s.episodes.apply(BeginEpisode(uuid.uuid4().hex, hash_key(key), _client_id(request),
+                                              body.episode_type, body.discard_episode_timeout, body.mission))
     s.registry.add_row(row)
     if s.engine.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
-        s.refresh_engine()
-    return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=base_url, model="policy",
-                                policy_version=row.policy_version_start)
+        await s.in_episode_thread(s.refresh_engine)
+    return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=str(request.base_url).rstrip("/") + "/v1",
+                                model="policy", policy_version=row.policy_version_start)
 
 
 @router.post("/end_episode", response_model=EpisodeResult)
@@ -162,16 +158,12 @@ async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResul
     """Record the reward. Answers only after it is committed, with every call of the episode."""
     s = _state(request)
     _check_reward(body.reward, s.engine.job)
-    return await s.in_episode_thread(_end_episode, s, body, _client_id(request))
-
-
-def _end_episode(s: ProxyState, body: EndEpisodeRequest, client_id: str) -> EpisodeResult:
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
-        s.writer.flush()
+        await s.in_episode_thread(s.writer.flush)
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
-    row, _changed = s.store.end_episode(body.episode_uuid, client_id, body.task.task_id, body.reward,
-                                        out.is_success, meta)
+    row = await s.episodes.apply(EndEpisode(body.episode_uuid, _client_id(request), body.task.task_id, body.reward,
+                                            out.is_success, meta))
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
 

@@ -22,6 +22,7 @@ import aiohttp
 
 from ajet_proxy.call_log import CallLogWriter
 from ajet_proxy.errors import UpstreamUnavailable
+from ajet_proxy.lifecycle import EpisodeCommitter
 from ajet_proxy.limits import InputLimits
 from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
@@ -76,6 +77,8 @@ class ProxyState:
         # contend for SQLite's write lock with each other (whose busy wait sleeps up to 100 ms a try) nor for
         # the GIL as dozens of pool threads would; the event loop never blocks on them.
         self._episode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ajet-episodes")
+        self.episodes = EpisodeCommitter(self.store, self._episode_thread)
+        """Begins and ends, group-committed on the episode thread."""
 
     # ------------------------------------------------------------------ life cycle
     @asynccontextmanager

@@ -30,7 +30,18 @@ from ajet_store.errors import (
 )
 from ajet_store.store import Store
 from ajet_store.tables import SCHEMA_VERSION
-from ajet_store.types import CallRecord, Deployment, EngineRow, EpisodeRow, PoolEpisode, RewardedEpisode, StepRow
+from ajet_store.types import (
+    BeginEpisode,
+    CallRecord,
+    Deployment,
+    EndEpisode,
+    EngineRow,
+    EpisodeChange,
+    EpisodeRow,
+    PoolEpisode,
+    RewardedEpisode,
+    StepRow,
+)
 
 __all__ = [
     "DEFAULT_DB",
@@ -38,10 +49,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "TRAINER_TIMEOUT_S",
     "AlreadyConsumed",
+    "BeginEpisode",
     "CallRecord",
     "Conflict",
     "Deployment",
+    "EndEpisode",
     "EngineRow",
+    "EpisodeChange",
     "EpisodeRow",
     "NotFound",
     "NotRolling",

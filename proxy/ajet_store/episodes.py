@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import sqlalchemy as sa
 
@@ -12,8 +12,17 @@ from ajet.types import EngineState, EpisodeStatus
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
-from ajet_store.errors import Conflict, NotRolling
-from ajet_store.types import CallRecord, EpisodeRow, PoolEpisode, RewardedEpisode
+from ajet_store.errors import Conflict, NotRolling, StoreError
+from ajet_store.types import (
+    BeginEpisode,
+    CallRecord,
+    EndEpisode,
+    EngineRow,
+    EpisodeChange,
+    EpisodeRow,
+    PoolEpisode,
+    RewardedEpisode,
+)
 
 _E = t.episodes.c
 _INSERT_CALLS = t.llm_calls.insert()
@@ -43,53 +52,34 @@ class EpisodeOps(Database):
     def begin_episode(self, uuid: str, key_hash: str, client_id: str, episode_type: str, timeout_s: float,
                       mission: Optional[str] = None) -> EpisodeRow:
         """Insert an open episode; only while ROLLING with a live trainer (else `NotRolling`)."""
-        now = time.time()
+        change = BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission)
         with self._tx() as c:
-            eng = rows.engine(c)
-            if eng.state != EngineState.ROLLING:
-                raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
-            if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
-                raise NotRolling(f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer "
-                                 "is down or restarting", state=eng.state.value)
-            c.execute(_INSERT_EPISODE, {
-                "uuid": uuid, "key_hash": key_hash, "client_id": client_id, "episode_type": episode_type,
-                "mission": mission, "status": EpisodeStatus.OPEN.value, "created_at": now, "last_active_at": now,
-                "timeout_s": timeout_s, "policy_version_start": eng.policy_version, "run_id": eng.run_id,
-                "untrainable": False, "num_calls": 0})
-            counters.bump(c, counters.status_deltas(mission, episode_type, None, EpisodeStatus.OPEN.value))
-            rows.touch_client(c, client_id, now, "begun")
-            return EpisodeRow(uuid=uuid, key_hash=key_hash, client_id=client_id, episode_type=episode_type,
-                              status=EpisodeStatus.OPEN, created_at=now, last_active_at=now, timeout_s=timeout_s,
-                              policy_version_start=eng.policy_version, mission=mission)
+            return _begin(c, rows.engine(c), time.time(), change)
 
     def end_episode(self, uuid: str, client_id: str, task_id: str, reward: float, is_success: Optional[bool],
                     metadata: dict[str, Any]) -> tuple[EpisodeRow, bool]:
         """Record the reward; returns (row, changed). Ending again with the same result is harmless."""
+        with self._tx() as c:
+            return _end(c, time.time(), EndEpisode(uuid, client_id, task_id, reward, is_success, metadata))
+
+    def apply_changes(self, changes: Sequence[EpisodeChange]) -> list[Union[EpisodeRow, StoreError]]:
+        """Begin and end episodes in one transaction (group commit), in order; returns each change's episode row,
+        or in its place the domain error that refused it (`NotRolling`, `NotFound`, `Conflict`: each is raised
+        before its change writes anything, so the others still commit). Any other error rolls back them all."""
+        out: list[Union[EpisodeRow, StoreError]] = []
         now = time.time()
         with self._tx() as c:
-            row = rows.episode(c, uuid)
-            if row.status == EpisodeStatus.ENDED:
-                if row.task_id == task_id and row.reward == reward:
-                    return row, False
-                raise Conflict(f"episode {uuid} already ended with reward {row.reward} for task {row.task_id}")
-            if row.status != EpisodeStatus.OPEN:
-                raise Conflict(f"episode {uuid} is {row.status.value}; it can no longer be ended")
-            if row.client_id != client_id:
-                raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
-            c.execute(_END_EPISODE, {"b_uuid": uuid, "b_task_id": task_id, "b_reward": reward,
-                                     "b_is_success": is_success, "b_metadata": metadata, "b_ended_at": now})
-            deltas = counters.status_deltas(row.mission, row.episode_type, row.status.value,
-                                            EpisodeStatus.ENDED.value, reward=reward)
-            why = untrainable_at_end(*_call_numbers(c, uuid))
-            if why is not None:  # no calls, or a call numbered but never stored: record it, never train it
-                c.execute(_MARK_UNTRAINABLE, {"b_uuid": uuid, "b_reason": why})
-                if why == counters.NO_CALLS:
-                    deltas[counters.WITHOUT_CALLS] = 1
-            counters.bump(c, deltas)
-            rows.touch_client(c, client_id, now, "ended")
-            return replace(row, status=EpisodeStatus.ENDED, task_id=task_id, reward=reward, is_success=is_success,
-                           metadata=metadata, ended_at=now, untrainable=row.untrainable or why is not None,
-                           untrainable_reason=why if why is not None else row.untrainable_reason), True
+            eng: Optional[EngineRow] = None  # read once: no other writer can change it inside this transaction
+            for change in changes:
+                try:
+                    if isinstance(change, BeginEpisode):
+                        eng = eng or rows.engine(c)
+                        out.append(_begin(c, eng, now, change))
+                    else:
+                        out.append(_end(c, now, change)[0])
+                except StoreError as exc:
+                    out.append(exc)
+        return out
 
     def abort_episode(self, uuid: str, client_id: str) -> tuple[EpisodeRow, bool]:
         """Discard an open episode; returns (row, changed). Aborting an aborted or expired one is harmless."""
@@ -254,6 +244,54 @@ class EpisodeOps(Database):
             t.llm_calls.c.seq, t.llm_calls.c.id)
         with self._read() as c:
             return [rows.call_from(m) for m in c.execute(q).mappings()]
+
+
+def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode) -> EpisodeRow:
+    """Insert an open episode in the caller's transaction (`NotRolling`, before any write, unless ROLLING with a
+    live trainer)."""
+    if eng.state != EngineState.ROLLING:
+        raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
+    if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
+        raise NotRolling(f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer "
+                         "is down or restarting", state=eng.state.value)
+    c.execute(_INSERT_EPISODE, {
+        "uuid": b.uuid, "key_hash": b.key_hash, "client_id": b.client_id, "episode_type": b.episode_type,
+        "mission": b.mission, "status": EpisodeStatus.OPEN.value, "created_at": now, "last_active_at": now,
+        "timeout_s": b.timeout_s, "policy_version_start": eng.policy_version, "run_id": eng.run_id,
+        "untrainable": False, "num_calls": 0})
+    counters.bump(c, counters.status_deltas(b.mission, b.episode_type, None, EpisodeStatus.OPEN.value))
+    rows.touch_client(c, b.client_id, now, "begun")
+    return EpisodeRow(uuid=b.uuid, key_hash=b.key_hash, client_id=b.client_id, episode_type=b.episode_type,
+                      status=EpisodeStatus.OPEN, created_at=now, last_active_at=now, timeout_s=b.timeout_s,
+                      policy_version_start=eng.policy_version, mission=b.mission)
+
+
+def _end(c: sa.Connection, now: float, e: EndEpisode) -> tuple[EpisodeRow, bool]:
+    """Record an episode's reward in the caller's transaction; (row, changed). `NotFound` / `Conflict` are raised
+    before any write."""
+    row = rows.episode(c, e.uuid)
+    if row.status == EpisodeStatus.ENDED:
+        if row.task_id == e.task_id and row.reward == e.reward:
+            return row, False
+        raise Conflict(f"episode {e.uuid} already ended with reward {row.reward} for task {row.task_id}")
+    if row.status != EpisodeStatus.OPEN:
+        raise Conflict(f"episode {e.uuid} is {row.status.value}; it can no longer be ended")
+    if row.client_id != e.client_id:
+        raise Conflict(f"episode {e.uuid} is held by client {row.client_id}, not {e.client_id}")
+    c.execute(_END_EPISODE, {"b_uuid": e.uuid, "b_task_id": e.task_id, "b_reward": e.reward,
+                             "b_is_success": e.is_success, "b_metadata": e.metadata, "b_ended_at": now})
+    deltas = counters.status_deltas(row.mission, row.episode_type, row.status.value, EpisodeStatus.ENDED.value,
+                                    reward=e.reward)
+    why = untrainable_at_end(*_call_numbers(c, e.uuid))
+    if why is not None:  # no calls, or a call numbered but never stored: record it, never train it
+        c.execute(_MARK_UNTRAINABLE, {"b_uuid": e.uuid, "b_reason": why})
+        if why == counters.NO_CALLS:
+            deltas[counters.WITHOUT_CALLS] = 1
+    counters.bump(c, deltas)
+    rows.touch_client(c, e.client_id, now, "ended")
+    return replace(row, status=EpisodeStatus.ENDED, task_id=e.task_id, reward=e.reward, is_success=e.is_success,
+                   metadata=e.metadata, ended_at=now, untrainable=row.untrainable or why is not None,
+                   untrainable_reason=why if why is not None else row.untrainable_reason), True
 
 
 def _call_numbers(c: sa.Connection, uuid: str) -> tuple[int, Optional[int]]:

@@ -7,7 +7,7 @@ log writes. The trainer reads episodes and calls through these types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 
@@ -104,6 +104,47 @@ class EpisodeRow:
     """Why it is untrainable."""
     mission: Optional[str] = None
     """The mission label the client gave."""
+
+
+@dataclass(frozen=True)
+class BeginEpisode:
+    """A change for `Store.apply_changes`: open an episode (only while ROLLING with a live trainer)."""
+
+    uuid: str
+    """The new episode's id."""
+    key_hash: str
+    """sha256 of the key minted for it (the key itself is never stored)."""
+    client_id: str
+    """The client that begins it (and alone may end or abort it)."""
+    episode_type: str
+    """`train` (trained on) or `eval` (logged only)."""
+    timeout_s: float
+    """Seconds without a call after which it is expired and its key stops working."""
+    mission: Optional[str] = None
+    """The mission label the client gave (for a job's mission mix), if any."""
+
+
+@dataclass(frozen=True)
+class EndEpisode:
+    """A change for `Store.apply_changes`: record an open episode's reward (ending it again with the same task and
+    reward is harmless)."""
+
+    uuid: str
+    """The episode to end."""
+    client_id: str
+    """The client ending it: must be the one that began it."""
+    task_id: str
+    """Its task: the GRPO group it trains in."""
+    reward: float
+    """Its scalar reward (already checked finite and within the job's bound by the caller)."""
+    is_success: Optional[bool]
+    """The client's success flag, kept for statistics."""
+    metadata: dict[str, Any]
+    """Workflow output metadata, log metrics and the task, kept as JSON."""
+
+
+EpisodeChange = Union[BeginEpisode, EndEpisode]
+"""One episode life-cycle change that `Store.apply_changes` group-commits with others."""
 
 
 @dataclass(frozen=True)

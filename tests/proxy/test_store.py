@@ -6,7 +6,7 @@ import pytest
 
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, Store, WrongState, sqlite_url
-from ajet_store.types import CallRecord, Deployment
+from ajet_store.types import BeginEpisode, CallRecord, Deployment, EndEpisode
 from tests.support.stores import end_with_a_call, store_of_schema
 
 
@@ -62,6 +62,34 @@ def test_end_is_idempotent_and_conflicts_are_named(st):
         st.end_episode("u3", "other", "t", 1.0, None, {})
     with pytest.raises(NotFound):
         st.end_episode("nope", "c", "t", 1.0, None, {})
+
+
+def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
+    """`apply_changes` (the proxy's group commit): each change's row in order, a refused change's error in its place
+    with nothing of it written, the others committed; the counters agree with a recount."""
+    from ajet_store import counters
+
+    assert isinstance(st.apply_changes([BeginEpisode("x", "hx", "c", "train", 10)])[0], NotRolling)
+    rolling(st)
+    st.begin_episode("u0", "h0", "c", "train", 10)
+    out = st.apply_changes([
+        BeginEpisode("u1", "h1", "c", "train", 10, mission="m"),
+        EndEpisode("u0", "c", "t0", 1.0, True, {"k": 1}),
+        EndEpisode("u1", "other", "t1", 0.5, None, {}),  # held by client c
+        EndEpisode("nope", "c", "t", 1.0, None, {}),
+        BeginEpisode("u2", "h2", "c", "eval", 10),
+        EndEpisode("u1", "c", "t1", 0.5, None, {}),  # sees u1 begun earlier in the same transaction
+    ])
+    assert [type(r).__name__ for r in out] == ["EpisodeRow", "EpisodeRow", "Conflict", "NotFound", "EpisodeRow",
+                                              "EpisodeRow"]
+    assert st.get_episode("u0").reward == 1.0 and st.get_episode("u0").metadata == {"k": 1}
+    assert st.get_episode("u1").status == EpisodeStatus.ENDED and st.get_episode("u1").reward == 0.5
+    assert st.get_episode("u1").untrainable_reason == counters.NO_CALLS  # ended without calls: recorded, not trained
+    assert st.get_episode("u2").status == EpisodeStatus.OPEN
+    kept = st.totals()
+    with st._tx() as c:
+        counters.backfill(c)
+    assert kept == st.totals() and kept["ended"] == 2 and kept["open"] == 1
 
 
 def test_stop_aborts_open_episodes(st):
