@@ -52,15 +52,21 @@ class EpisodeOps(Database):
     def begin_episode(self, uuid: str, key_hash: str, client_id: str, episode_type: str, timeout_s: float,
                       mission: Optional[str] = None) -> EpisodeRow:
         """Insert an open episode; only while ROLLING with a live trainer (else `NotRolling`)."""
-        change = BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission)
+        now, tally = time.time(), _Tally()
         with self._tx() as c:
-            return _begin(c, rows.engine(c), time.time(), change)
+            row = _begin(c, rows.engine(c), now, BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s,
+                                                               mission), tally)
+            tally.write(c, now)
+            return row
 
     def end_episode(self, uuid: str, client_id: str, task_id: str, reward: float, is_success: Optional[bool],
                     metadata: dict[str, Any]) -> tuple[EpisodeRow, bool]:
         """Record the reward; returns (row, changed). Ending again with the same result is harmless."""
+        now, tally = time.time(), _Tally()
         with self._tx() as c:
-            return _end(c, time.time(), EndEpisode(uuid, client_id, task_id, reward, is_success, metadata))
+            row, changed = _end(c, now, EndEpisode(uuid, client_id, task_id, reward, is_success, metadata), tally)
+            tally.write(c, now)
+            return row, changed
 
     def apply_changes(self, changes: Sequence[EpisodeChange]) -> list[Union[EpisodeRow, StoreError]]:
         """Begin and end episodes in one transaction (group commit), in order; returns each change's episode row,
@@ -68,17 +74,19 @@ class EpisodeOps(Database):
         before its change writes anything, so the others still commit). Any other error rolls back them all."""
         out: list[Union[EpisodeRow, StoreError]] = []
         now = time.time()
+        tally = _Tally()
         with self._tx() as c:
             eng: Optional[EngineRow] = None  # read once: no other writer can change it inside this transaction
             for change in changes:
                 try:
                     if isinstance(change, BeginEpisode):
                         eng = eng or rows.engine(c)
-                        out.append(_begin(c, eng, now, change))
+                        out.append(_begin(c, eng, now, change, tally))
                     else:
-                        out.append(_end(c, now, change)[0])
+                        out.append(_end(c, now, change, tally)[0])
                 except StoreError as exc:
                     out.append(exc)
+            tally.write(c, now)
         return out
 
     def abort_episode(self, uuid: str, client_id: str) -> tuple[EpisodeRow, bool]:
@@ -246,7 +254,24 @@ class EpisodeOps(Database):
             return [rows.call_from(m) for m in c.execute(q).mappings()]
 
 
-def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode) -> EpisodeRow:
+class _Tally:
+    """The counter and per-client changes of a transaction's episode changes, written once at its end."""
+
+    def __init__(self) -> None:
+        self.deltas: list[dict[str, float]] = []
+        self.clients: dict[tuple[str, str], int] = {}
+
+    def add(self, deltas: dict[str, float], client_id: str, counter: str) -> None:
+        self.deltas.append(deltas)
+        self.clients[(client_id, counter)] = self.clients.get((client_id, counter), 0) + 1
+
+    def write(self, c: sa.Connection, now: float) -> None:
+        counters.bump(c, counters.merge(self.deltas))
+        for (client_id, counter), n in self.clients.items():
+            rows.touch_client(c, client_id, now, counter, n)
+
+
+def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally: _Tally) -> EpisodeRow:
     """Insert an open episode in the caller's transaction (`NotRolling`, before any write, unless ROLLING with a
     live trainer)."""
     if eng.state != EngineState.ROLLING:
@@ -259,16 +284,15 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode) -> Epi
         "mission": b.mission, "status": EpisodeStatus.OPEN.value, "created_at": now, "last_active_at": now,
         "timeout_s": b.timeout_s, "policy_version_start": eng.policy_version, "run_id": eng.run_id,
         "untrainable": False, "num_calls": 0})
-    counters.bump(c, counters.status_deltas(b.mission, b.episode_type, None, EpisodeStatus.OPEN.value))
-    rows.touch_client(c, b.client_id, now, "begun")
+    tally.add(counters.status_deltas(b.mission, b.episode_type, None, EpisodeStatus.OPEN.value), b.client_id, "begun")
     return EpisodeRow(uuid=b.uuid, key_hash=b.key_hash, client_id=b.client_id, episode_type=b.episode_type,
                       status=EpisodeStatus.OPEN, created_at=now, last_active_at=now, timeout_s=b.timeout_s,
                       policy_version_start=eng.policy_version, mission=b.mission)
 
 
-def _end(c: sa.Connection, now: float, e: EndEpisode) -> tuple[EpisodeRow, bool]:
-    """Record an episode's reward in the caller's transaction; (row, changed). `NotFound` / `Conflict` are raised
-    before any write."""
+def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[EpisodeRow, bool]:
+    """Record an episode's reward in the caller's transaction; (row, changed): an episode already ended with this
+    task and reward is returned unchanged. `NotFound` / `Conflict` are raised before any write."""
     row = rows.episode(c, e.uuid)
     if row.status == EpisodeStatus.ENDED:
         if row.task_id == e.task_id and row.reward == e.reward:
@@ -287,8 +311,7 @@ def _end(c: sa.Connection, now: float, e: EndEpisode) -> tuple[EpisodeRow, bool]
         c.execute(_MARK_UNTRAINABLE, {"b_uuid": e.uuid, "b_reason": why})
         if why == counters.NO_CALLS:
             deltas[counters.WITHOUT_CALLS] = 1
-    counters.bump(c, deltas)
-    rows.touch_client(c, e.client_id, now, "ended")
+    tally.add(deltas, e.client_id, "ended")
     return replace(row, status=EpisodeStatus.ENDED, task_id=e.task_id, reward=e.reward, is_success=e.is_success,
                    metadata=e.metadata, ended_at=now, untrainable=row.untrainable or why is not None,
                    untrainable_reason=why if why is not None else row.untrainable_reason), True

@@ -17,7 +17,7 @@ _ENGINE = sa.select(t.engine_state).where(t.engine_state.c.id == 1)
 _EPISODE = sa.select(t.episodes).where(t.episodes.c.uuid == sa.bindparam("b_uuid"))
 _CLIENT_INSERT = t.clients.insert()
 _CLIENT_TOUCH = {counter: t.clients.update().where(t.clients.c.client_id == sa.bindparam("b_id")).values(
-    last_seen=sa.bindparam("b_now"), **{counter: getattr(t.clients.c, counter) + 1})
+    last_seen=sa.bindparam("b_now"), **{counter: getattr(t.clients.c, counter) + sa.bindparam("b_n", type_=sa.Integer)})
     for counter in ("begun", "ended", "aborted")}
 
 
@@ -74,10 +74,10 @@ def step_from(m: Any) -> StepRow:
                    m["finished_at"])
 
 
-def touch_client(c: sa.Connection, client_id: str, now: float, counter: str) -> None:
-    """Count one begun/ended/aborted episode for a client (inserting the client on first sight)."""
-    res = c.execute(_CLIENT_TOUCH[counter], {"b_id": client_id, "b_now": now})
+def touch_client(c: sa.Connection, client_id: str, now: float, counter: str, n: int = 1) -> None:
+    """Count `n` begun/ended/aborted episodes for a client (inserting the client on first sight)."""
+    res = c.execute(_CLIENT_TOUCH[counter], {"b_id": client_id, "b_now": now, "b_n": n})
     if res.rowcount == 0:
-        counts = {"begun": 0, "ended": 0, "aborted": 0, counter: 1}
+        counts = {"begun": 0, "ended": 0, "aborted": 0, counter: n}
         c.execute(_CLIENT_INSERT, {"client_id": client_id, "first_seen": now, "last_seen": now, **counts})
 

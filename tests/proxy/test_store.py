@@ -90,6 +90,8 @@ def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
     with st._tx() as c:
         counters.backfill(c)
     assert kept == st.totals() and kept["ended"] == 2 and kept["open"] == 1
+    (client,) = st.clients()  # one per-client row change per transaction, counting every change of it
+    assert (client["client_id"], client["begun"], client["ended"]) == ("c", 3, 2)
 
 
 def test_stop_aborts_open_episodes(st):
