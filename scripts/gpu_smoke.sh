@@ -34,7 +34,7 @@ run_swarm() {
     > "$work/trainer.log" 2>&1 &
   trainer=$!
   $PY -m tutorial.example_tiny_rl.agent_roll --swarm-url "http://127.0.0.1:$port" --model "$MODEL" \
-    --max-steps "$STEPS" --target 2 --lora-rank 8 --lr 1e-4 --fresh --keep-engine || { tail -50 "$work/trainer.log"; }
+    --max-steps "$STEPS" --target 2 --lora-rank 8 --lr 1e-4 --kl-coef 0 --fresh --keep-engine || { tail -50 "$work/trainer.log"; }
   $PY - "$port" <<'PYEOF'
 import sys
 from ajet import SwarmClient

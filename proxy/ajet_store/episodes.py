@@ -76,7 +76,7 @@ class EpisodeOps(Database):
         now = time.time()
         tally = _Tally()
         with self._tx() as c:
-            eng: Optional[EngineRow] = None  # read once: no other writer can change it inside this transaction
+            eng: Optional[EngineRow] = None  # read once a transaction, as each single begin did
             for change in changes:
                 try:
                     if isinstance(change, BeginEpisode):
