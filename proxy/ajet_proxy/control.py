@@ -9,6 +9,7 @@ is read); an episode key never grants control.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import time
@@ -159,7 +160,7 @@ async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResul
     s = _state(request)
     _check_reward(body.reward, s.engine.job)
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
-        await s.in_episode_thread(s.writer.flush)
+        await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
     row = await s.episodes.apply(EndEpisode(body.episode_uuid, _client_id(request), body.task.task_id, body.reward,
