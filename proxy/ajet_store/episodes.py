@@ -13,16 +13,8 @@ from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 from ajet_store.errors import Conflict, NotRolling, StoreError
-from ajet_store.types import (
-    BeginEpisode,
-    CallRecord,
-    EndEpisode,
-    EngineRow,
-    EpisodeChange,
-    EpisodeRow,
-    PoolEpisode,
-    RewardedEpisode,
-)
+from ajet_store.types import (BeginEpisode, CallRecord, EndEpisode, EngineRow, EpisodeChange, EpisodeRow, PoolEpisode,
+                              RewardedEpisode)
 
 _E = t.episodes.c
 _INSERT_CALLS = t.llm_calls.insert()
