@@ -34,9 +34,9 @@ from ajet.job import AgentJetJob  # noqa: E402
 from ajet_trainer.learner import Learner, load_policy  # noqa: E402
 from ajet_trainer.tiny_model import resolve_model_path  # noqa: E402
 from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
+from tutorial.example_tiny_rl.agent_roll import GRPO_N, training_tasks  # noqa: E402
+from tutorial.example_tiny_rl.agent_run import compute_reward  # noqa: E402
 
-LETTERS = "abcdefgh"
-GROUP = 16
 SETTINGS: dict[str, dict[str, Any]] = {
     "entropy_bonus_lr3e-3": {"lr": 3e-3, "entropy_coeff": 0.05},
     "entropy_bonus_kl0.05_lr2e-3": {"lr": 2e-3, "entropy_coeff": 0.05, "use_kl_loss": True, "kl_loss_coef": 0.05},
@@ -46,23 +46,23 @@ SETTINGS: dict[str, dict[str, Any]] = {
 def steps_to_target(setting: dict[str, Any], seed: int, max_steps: int, target: float) -> int:
     """Training steps until a step's mean reward reaches `target` (`max_steps` if it never does)."""
     torch.set_num_threads(1)
-    job = AgentJetJob(model="builtin:tiny", batch_size=len(LETTERS), num_repeat=GROUP, seed=seed, n_gpu=1,
-                      **setting)
+    tasks = training_tasks()
+    job = AgentJetJob(model="builtin:tiny", batch_size=len(tasks), num_repeat=GRPO_N, seed=seed, n_gpu=1, **setting)
     torch.manual_seed(seed)
     model, tok = load_policy(str(resolve_model_path(job.model)), job, "cpu")
     learner = Learner(model, tok, job)
-    prompts = [list(tok.apply_chat_template([{"role": "user", "content": f"Say the letter: {c}"}],
-                                            add_generation_prompt=True, tokenize=True)["input_ids"]) for c in LETTERS]
+    prompts = [list(tok.apply_chat_template([{"role": "user", "content": t.main_query}], add_generation_prompt=True,
+                                            tokenize=True)["input_ids"]) for t in tasks]
     gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     for step in range(1, max_steps + 1):
         with torch.no_grad():
             logp = torch.log_softmax(model(input_ids=torch.tensor(prompts)).logits[:, -1, :].float(), -1)
         samples = []
-        for i, letter in enumerate(LETTERS):
-            for token in torch.multinomial(logp[i].exp(), GROUP, replacement=True, generator=gen).tolist():
+        for i, task in enumerate(tasks):
+            for token in torch.multinomial(logp[i].exp(), GRPO_N, replacement=True, generator=gen).tolist():
                 uuid = f"{step}-{i}-{rng.random()}"
-                seq = TrainSequence(uuid, letter, tuple(prompts[i]), (token,), (1,), (float(logp[i, token]),))
-                samples.append(EpisodeSample(uuid, letter, float(tok.decode([token])[:1] == letter), (seq,)))
+                seq = TrainSequence(uuid, task.task_id, tuple(prompts[i]), (token,), (1,), (float(logp[i, token]),))
+                samples.append(EpisodeSample(uuid, task.task_id, compute_reward(task, tok.decode([token])), (seq,)))
         if learner.update(samples, seed=step)["reward_mean"] >= target:
             return step
     return max_steps

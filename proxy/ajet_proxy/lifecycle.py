@@ -58,4 +58,3 @@ class EpisodeCommitter:
                     done.set_exception(result)
                 else:
                     done.set_result(result)
-

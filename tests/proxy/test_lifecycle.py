@@ -42,12 +42,15 @@ def test_changes_arriving_together_share_transactions_and_each_hears_its_own_ans
 
 
 def test_a_transaction_that_fails_fails_every_change_in_it_and_keeps_none(rig, monkeypatch):
+    """A failure after the changes' rows were written (here: writing the counters) rolls them all back."""
+    from ajet_store import episodes
+
     st, committer = rig
 
-    def broken(changes):
+    def broken(self, c, now):
         raise RuntimeError("disk gone")
 
-    monkeypatch.setattr(st, "apply_changes", broken)
+    monkeypatch.setattr(episodes._Tally, "write", broken)
 
     async def scenario():
         return await asyncio.gather(*(committer.apply(BeginEpisode(f"u{i}", f"h{i}", "c", "train", 10))

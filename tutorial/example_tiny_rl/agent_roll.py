@@ -44,6 +44,12 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
                        entropy_coeff=args.entropy_coeff, use_kl_loss=args.kl_coef > 0, kl_loss_coef=args.kl_coef)
 
 
+def training_tasks() -> list[Task]:
+    """The eight "Say the letter: x" tasks of `letters.jsonl`."""
+    return RouterTaskReader("jsonl_dataset_file", AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
+        training=JsonlTrainingFp(file_path=str(HERE / "letters.jsonl"))))).generate_training_tasks()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
@@ -66,8 +72,7 @@ def main() -> None:
     ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
     args = ap.parse_args()
     t0 = time.monotonic()
-    tasks = RouterTaskReader("jsonl_dataset_file", AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
-        training=JsonlTrainingFp(file_path=str(HERE / "letters.jsonl"))))).generate_training_tasks()
+    tasks = training_tasks()
     client = SwarmClient(args.swarm_url)
     client.auto_sync_train_config_and_start_engine(make_job(args), force_restart=True)
 
