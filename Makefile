@@ -72,9 +72,12 @@ $(VLLM_STAMP): Makefile
 demo: setup
 	$(PY) scripts/run_demo.py
 
-# AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without .venv-vllm. Two workers, one test
-# file each at a time (module fixtures stay shared): most tests wait on processes (29 min serial, 17 with two).
-test: setup setup-client setup-vllm
+# The three environments are set up side by side (mostly downloads and unpacking: about 10 min one after
+# another on CI's two cores). AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without
+# .venv-vllm. Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
+# processes.
+test:
+	$(MAKE) -j3 --output-sync=line setup setup-client setup-vllm
 	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: setup

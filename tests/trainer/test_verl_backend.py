@@ -26,7 +26,7 @@ from ajet_trainer.backends import open_session
 from ajet_trainer.errors import ConfigurationError
 from ajet_trainer.steps import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, validate
+from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, start_local_ray, validate
 from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
 
 
@@ -317,3 +317,27 @@ def test_verl_backend_without_gpus_is_a_clear_error_not_a_hang(store, tmp_path):
         open_session(job, 1, store, TrainerOptions(db_url="unused", backend="verl", engine="hybrid",
                                                    verl_overrides="/nope.yaml",
                                                    experiment_dir=str(tmp_path / "exp")))
+
+
+def test_a_local_ray_that_times_out_starting_is_started_again_and_other_failures_are_not():
+    slow = Exception("The current node timed out during startup. This could happen because some of the raylet "
+                     "failed to startup or the GCS has become overloaded.")
+    calls: list[str] = []
+
+    def init(outcomes):
+        def go():
+            calls.append("init")
+            if outcomes:
+                raise outcomes.pop(0)
+        return go
+
+    start_local_ray(init([slow, slow]), lambda: calls.append("shutdown"))  # the third attempt starts
+    assert calls == ["init", "shutdown", "init", "shutdown", "init"]
+    calls.clear()
+    with pytest.raises(Exception, match="timed out during startup"):
+        start_local_ray(init([slow, slow, slow]), lambda: calls.append("shutdown"))
+    assert calls.count("init") == 3
+    calls.clear()
+    with pytest.raises(ValueError, match="bad runtime env"):
+        start_local_ray(init([ValueError("bad runtime env")]), lambda: calls.append("shutdown"))
+    assert calls == ["init"]

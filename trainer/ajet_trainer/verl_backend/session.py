@@ -165,6 +165,27 @@ def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: dict[str,
     return out
 
 
+RAY_START_ATTEMPTS = 3
+
+
+def start_local_ray(init: Callable[[], object], shutdown: Callable[[], None],
+                    attempts: int = RAY_START_ATTEMPTS) -> None:
+    """Start a local Ray, again (up to `attempts` times) when it times out during startup.
+
+    Ray waits a fixed 30 s for its raylet to register with the GCS; on a loaded machine (a trainer restarting
+    after a crash beside other work) that can pass, and a transient overload must not leave the engine OFFLINE.
+    Any other failure is raised at once."""
+    for attempt in range(1, attempts + 1):
+        try:
+            init()
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            logger.warning("ray did not start (%s); attempt %d of %d", exc, attempt + 1, attempts)
+            shutdown()
+
+
 def _ray_init(address: Optional[str], workers: int, cpu: bool = False) -> bool:
     """Join `address` (or $RAY_ADDRESS), else start a local Ray; True when this process started it.
 
@@ -187,7 +208,11 @@ def _ray_init(address: Optional[str], workers: int, cpu: bool = False) -> bool:
         env = get_ppo_ray_runtime_env()
         passed = {k: os.environ[k] for k in (*OFFLINE_ENV, *CPU_ENV) if k in os.environ}
         env.setdefault("env_vars", {}).update(passed)
-        ray.init(address=address, runtime_env=env, **({} if address else {"include_dashboard": False}))
+        init = partial(ray.init, address=address, runtime_env=env, **({} if address else {"include_dashboard": False}))
+        if address:
+            init()
+        else:
+            start_local_ray(init, ray.shutdown)
         logger.info("ray: %s", "joined " + address if address else "started locally")
     kind = "CPU" if cpu else "GPU"
     have = int(ray.cluster_resources().get(kind, 0))
