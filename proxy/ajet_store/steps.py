@@ -7,7 +7,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import sqlalchemy as sa
 
-from ajet.types import EpisodeStatus
+from ajet.types import EngineState, EpisodeStatus
 from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.db import Database
@@ -27,7 +27,10 @@ class StepOps(Database):
                     metrics: dict[str, Any]) -> None:
         """Record a training step and mark its episodes consumed, atomically.
 
-        Raises `AlreadyConsumed` (and records nothing) if any episode was already consumed or is not ended.
+        A step recorded in WEIGHT_SYNCING (a synchronous update, its weights already served) also resumes
+        ROLLING in the same transaction: a client that sees the step can begin its next episodes at once,
+        instead of meeting a 503 while the trainer writes its metrics. Raises `AlreadyConsumed` (and records
+        nothing) if any episode was already consumed or is not ended.
         """
         e = t.episodes.c
         uuids = set(episode_uuids)
@@ -42,8 +45,11 @@ class StepOps(Database):
             c.execute(t.steps.insert().values(step=step, policy_version=policy_version,
                                               num_episodes=len(episode_uuids), reward_mean=reward_mean,
                                               metrics=metrics, finished_at=time.time()))
+            resume: dict[str, Any] = {}
+            if rows.engine(c).state == EngineState.WEIGHT_SYNCING:
+                resume = {"state": EngineState.ROLLING.value, "state_since": time.time()}
             c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version,
-                                                     update_failures=0))
+                                                     update_failures=0, **resume))
 
     def prune_bodies(self, keep_steps: int) -> int:
         """Drop the request and response bodies of calls of episodes consumed more than `keep_steps` steps

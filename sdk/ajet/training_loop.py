@@ -48,11 +48,14 @@ def _episode(client: SwarmClient, task: Task, run: Callable[[OpenaiBaseUrlAndApi
     return ended.reward
 
 
-def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.2) -> StepInfo:
-    """The first training step newer than `after`."""
+def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.05) -> StepInfo:
+    """The first training step newer than `after`.
+
+    Polls `get_steps` (one indexed read; a third of `get_rollout_stat`'s cost to the proxy) often: in a
+    synchronous loop every step waits here, and the poll's interval is idle time of every rollout thread."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        steps = [s for s in client.get_rollout_stat().recent_steps if s.step > after]
+        steps = client.get_steps(after=after, limit=1)
         if steps:
             return steps[0]
         time.sleep(poll)

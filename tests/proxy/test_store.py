@@ -35,6 +35,30 @@ def test_state_machine(st):
     assert st.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
 
 
+def test_a_step_recorded_in_weight_syncing_resumes_rolling_in_the_same_transaction(st):
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    st.end_episode("u1", "c", "t", 1.0, True, {})
+    st.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
+    st.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
+    st.record_step(1, 1, ["u1"], 1.0, {})
+    row = st.engine_row()
+    assert (row.state, row.global_step) == (EngineState.ROLLING, 1)  # a client seeing step 1 may begin at once
+    st.begin_episode("u2", "h2", "c", "train", 10)
+    st.end_episode("u2", "c", "t", 0.0, True, {})
+    st.record_step(2, 2, ["u2"], 0.0, {})  # asynchronous: recorded while ROLLING, which stays
+    assert st.engine_row().state == EngineState.ROLLING
+    st.begin_episode("u3", "h3", "c", "train", 10)
+    st.end_episode("u3", "c", "t", 0.0, True, {})
+    st.transition(EngineState.BOOTING)
+    st.record_step(3, 3, ["u3"], 0.0, {})  # a restart finishing a checkpoint's step: still booting
+    assert st.engine_row().state == EngineState.BOOTING
+    with pytest.raises(AlreadyConsumed):
+        st.transition(EngineState.WEIGHT_SYNCING)
+        st.record_step(4, 4, ["u3"], 0.0, {})  # refused: nothing written, the state stays
+    assert st.engine_row().state == EngineState.WEIGHT_SYNCING and st.engine_row().global_step == 3
+
+
 def test_begin_only_in_rolling(st):
     with pytest.raises(NotRolling) as e:
         st.begin_episode("u", "h", "c", "train", 10)

@@ -1,10 +1,14 @@
 """The seed documents' code, as written: each import line resolves, and the API calls they make behave as the
 seeds say (against a real proxy on a vLLM-format stub)."""
 
+import threading
+import time
+
 import httpx
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet.errors import SwarmTimeout
 from ajet.types import EpisodeStatus
 from tests.conftest import ensure_rolling
 
@@ -112,3 +116,19 @@ def test_can_continue_episode_turns_false_when_the_server_expires_it(client, sto
         assert time.monotonic() < deadline, "the episode never expired"
         time.sleep(0.2)
     assert store.get_episode(uuid).status == EpisodeStatus.EXPIRED
+
+
+def test_wait_for_step_returns_the_first_step_after_the_given_one(client, store):
+    from ajet import wait_for_step
+
+    now = store.engine_row().global_step
+    store.record_step(now + 1, now + 1, [], 0.25, {})
+    store.record_step(now + 2, now + 2, [], 0.5, {})
+    assert wait_for_step(client, now).step == now + 1  # the oldest newer step, not the newest
+    later = threading.Timer(0.3, lambda: store.record_step(now + 3, now + 3, [], 0.75, {}))
+    later.start()
+    t0 = time.monotonic()
+    step = wait_for_step(client, now + 2, timeout=10)
+    assert (step.step, step.reward_mean) == (now + 3, 0.75) and time.monotonic() - t0 >= 0.25
+    with pytest.raises(SwarmTimeout):
+        wait_for_step(client, now + 3, timeout=0.2)

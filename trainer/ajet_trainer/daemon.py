@@ -240,7 +240,8 @@ class TrainerDaemon:
             session.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s,
                                   **staleness_metrics(batch, session.policy_version, 0)})
             self._retention(session)
-        self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING])
+        # recording the step already resumed ROLLING (`Store.record_step`); an empty batch recorded none
+        self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING, EngineState.ROLLING])
         self.timers = _Timers()
 
     def teardown(self, final_checkpoint: bool) -> None:
