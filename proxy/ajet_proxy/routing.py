@@ -6,6 +6,10 @@ deployment of the group once per episode; the episode then sticks to it for pref
 under its own name (so the LiteLLM send path can target the sticky deployment). A deployment that
 fails to connect cools down and the episode fails over to another one. Policy models are registered
 with zero cost so LiteLLM spends no time pricing them.
+
+The Router is built only when something will ask it: more than one deployment to choose from, or the
+LiteLLM send path (`always_build`). One deployment (the embedded engine, one vLLM replica) needs no choice,
+and importing LiteLLM costs a proxy ~6 s of CPU at start; it is imported on the first load that needs it.
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ def build_model_list(deps: Iterable[Deployment]) -> list[dict[str, Any]]:
 class PolicyRouter:
     """Holds the deployments and the LiteLLM Router built from them."""
 
-    def __init__(self, cooldown_s: float = COOLDOWN_S):
+    def __init__(self, cooldown_s: float = COOLDOWN_S, always_build: bool = False):
         self.cooldown_s = cooldown_s
+        self.always_build = always_build
+        """Build the LiteLLM Router for any deployment (the LiteLLM send path calls through it)."""
         self.deployments: dict[str, Deployment] = {}
         self.version = -1
         self.router: Any = None
@@ -63,11 +69,12 @@ class PolicyRouter:
 
         Several threads may load at once (the engine poll, a control route's refresh): the LiteLLM Router is
         built first, then deployments, version and router are swapped together, and never for an older
-        version than the one held (a slow load of an old version must not overwrite a newer one)."""
-        import litellm
-
+        version than the one held (a slow load of an old version must not overwrite a newer one). The first
+        load that needs a Router imports LiteLLM (seconds): the event loop calls this in a thread."""
         router = None
-        if deps:
+        if len(deps) > 1 or (deps and self.always_build):
+            import litellm
+
             _register_zero_cost({litellm_model_name(d) for d in deps})
             router = litellm.Router(model_list=build_model_list(deps), num_retries=0)
         with self._lock:

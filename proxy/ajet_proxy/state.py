@@ -68,7 +68,7 @@ class ProxyState:
         self.store = Store(config.db_url, file_mode=config.db_mode)
         self.writer = CallLogWriter(self.store, interval=config.commit_window_s)
         self.registry = EpisodeRegistry()
-        self.router = PolicyRouter()
+        self.router = PolicyRouter(always_build=config.upstream == "litellm")
         self.engine: EngineRow = self.store.engine_row()
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
@@ -95,7 +95,7 @@ class ProxyState:
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s), auto_decompress=False)
         self._tasks = [asyncio.create_task(self._poll_engine()), asyncio.create_task(self._housekeeping())]
         gc.collect()
-        gc.freeze()  # start-up objects (litellm, pydantic) stay out of every later GC pass
+        gc.freeze()  # start-up objects (pydantic, litellm when loaded) stay out of every later GC pass
         logger.info("proxy ready: %d open episode(s), engine %s", len(self.registry), self.engine.state.value)
         try:
             yield
@@ -142,7 +142,7 @@ class ProxyState:
                 row = await asyncio.to_thread(self.store.engine_row)
                 if row.deployments_version != self.router.version:
                     deps = await asyncio.to_thread(self.store.deployments)
-                    self.router.load(deps, row.deployments_version)
+                    await asyncio.to_thread(self.router.load, deps, row.deployments_version)  # may import LiteLLM
                 self.engine = row
             except Exception:  # noqa: BLE001 - a transient store error must not kill the loop
                 logger.exception("engine poll failed")

@@ -1,0 +1,77 @@
+"""Where `make demo`'s CPU goes: CPU milliseconds per episode of the client, the proxy and the trainer.
+
+    python bench/demo_cpu.py [--short 5] [--long 25]
+
+The demo's job (the tiny-RL tutorial, synchronous) runs twice on a fresh swarm each time, for `--short` and
+for `--long` training steps. Each process's CPU time (user + system) is read after the run; the difference
+between the two runs, over the difference in episodes, is the marginal cost of one episode, free of start-up
+(imports, model load) and of what a run does once. One JSON line per process (ms per episode), one with their
+sum and what it means on this machine: the fewest seconds the demo's episodes take when every core is busy.
+On a machine with `cores` cores, reaching 0.8 in `steps` steps of `episodes_per_step` episodes takes at
+least steps x episodes_per_step x total_ms / cores, start-up aside (the updates are in the trainer's figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from run_demo import run_tutorial, running_swarm  # noqa: E402
+
+EPISODES_PER_STEP = 128  # the tutorial's 8 tasks x 16 answers
+DEMO_STEPS = 84  # steps to 0.8 in bench/demo_runs.py (seeded: every run takes the same)
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def run_once(steps: int) -> dict[str, float]:
+    """CPU seconds of the client, the proxy and the trainer over a demo run of `steps` steps, and its episodes."""
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with running_swarm(REPO / "experiments" / f"demo_cpu_{steps}") as url:
+        swarm = {("proxy" if "ajet_proxy" in " ".join(p.cmdline()) else "trainer"): p
+                 for p in psutil.Process().children(recursive=True)
+                 if "ajet_proxy" in " ".join(p.cmdline()) or "ajet_trainer" in " ".join(p.cmdline())}
+        result = run_tutorial(url, "--max-steps", str(steps), "--target", "1.1", "--keep-engine", capture=True)
+        if result.returncode != 0:
+            sys.exit(result.stdout[-2000:] + result.stderr[-2000:])
+        out = {name: _cpu_s(p) for name, p in swarm.items()}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the client: the only child waited for meanwhile
+    out["client"] = after.ru_utime + after.ru_stime - children_before.ru_utime - children_before.ru_stime
+    out["episodes"] = json.loads(result.stdout.strip().splitlines()[-1])["episodes"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--short", type=int, default=5)
+    ap.add_argument("--long", type=int, default=25)
+    args = ap.parse_args()
+    short, long = run_once(args.short), run_once(args.long)
+    episodes = long["episodes"] - short["episodes"]
+    total = 0.0
+    for name in ("client", "proxy", "trainer"):
+        ms = 1000.0 * (long[name] - short[name]) / episodes
+        total += ms
+        print(json.dumps({"bench": "demo_cpu", "process": name, "cpu_ms_per_episode": round(ms, 2),
+                          "episodes": episodes}), flush=True)
+    cores = os.cpu_count() or 1
+    print(json.dumps({"bench": "demo_cpu", "figure": "total", "cpu_ms_per_episode": round(total, 2), "cores": cores,
+                      "episodes_per_s_at_most": round(1000.0 * cores / total, 1),
+                      "demo_seconds_at_least": round(DEMO_STEPS * EPISODES_PER_STEP * total / 1000.0 / cores, 1),
+                      "demo_steps": DEMO_STEPS}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
