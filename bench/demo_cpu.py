@@ -44,10 +44,11 @@ def run_once(steps: int) -> dict[str, float]:
                  for p in psutil.Process().children(recursive=True)
                  if "ajet_proxy" in " ".join(p.cmdline()) or "ajet_trainer" in " ".join(p.cmdline())}
         result = run_tutorial(url, "--max-steps", str(steps), "--target", "1.1", "--keep-engine", capture=True)
+        # the client: the only child waited for meanwhile (read before the swarm's processes are waited for)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if result.returncode != 0:
             sys.exit(result.stdout[-2000:] + result.stderr[-2000:])
         out = {name: _cpu_s(p) for name, p in swarm.items()}
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the client: the only child waited for meanwhile
     out["client"] = after.ru_utime + after.ru_stime - children_before.ru_utime - children_before.ru_stime
     out["episodes"] = json.loads(result.stdout.strip().splitlines()[-1])["episodes"]
     return out
