@@ -9,7 +9,7 @@ with zero cost so LiteLLM spends no time pricing them.
 
 The Router is built only when something will ask it: more than one deployment to choose from, or the
 LiteLLM send path (`always_build`). One deployment (the embedded engine, one vLLM replica) needs no choice,
-and importing LiteLLM costs a proxy ~6 s of CPU at start; it is imported on the first load that needs it.
+and importing LiteLLM costs a proxy ~5 s of CPU at start; it is imported on the first load that needs it.
 """
 
 from __future__ import annotations
