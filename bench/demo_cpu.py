@@ -40,9 +40,8 @@ def run_once(steps: int) -> dict[str, float]:
     """CPU seconds of the client, the proxy and the trainer over a demo run of `steps` steps, and its episodes."""
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with running_swarm(REPO / "experiments" / f"demo_cpu_{steps}") as url:
-        swarm = {("proxy" if "ajet_proxy" in " ".join(p.cmdline()) else "trainer"): p
-                 for p in psutil.Process().children(recursive=True)
-                 if "ajet_proxy" in " ".join(p.cmdline()) or "ajet_trainer" in " ".join(p.cmdline())}
+        swarm = {role: p for p in psutil.Process().children(recursive=True)
+                 for role in ("proxy", "trainer") if f"ajet_{role}.cli" in p.cmdline()}
         result = run_tutorial(url, "--max-steps", str(steps), "--target", "1.1", "--keep-engine", capture=True)
         # the client: the only child waited for meanwhile (read before the swarm's processes are waited for)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -208,11 +208,10 @@ def _ray_init(address: Optional[str], workers: int, cpu: bool = False) -> bool:
         env = get_ppo_ray_runtime_env()
         passed = {k: os.environ[k] for k in (*OFFLINE_ENV, *CPU_ENV) if k in os.environ}
         env.setdefault("env_vars", {}).update(passed)
-        init = partial(ray.init, address=address, runtime_env=env, **({} if address else {"include_dashboard": False}))
         if address:
-            init()
+            ray.init(address=address, runtime_env=env)
         else:
-            start_local_ray(init, ray.shutdown)
+            start_local_ray(partial(ray.init, runtime_env=env, include_dashboard=False), ray.shutdown)
         logger.info("ray: %s", "joined " + address if address else "started locally")
     kind = "CPU" if cpu else "GPU"
     have = int(ray.cluster_resources().get(kind, 0))
