@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml Makefile
 setup-client: $(CLIENT_STAMP)
 
 # built from a wheel, as a user installs it: the README's install line, tested
-CLIENT_SRC := $(shell find sdk proxy -name '*.py' -o -name '*.md' -o -name '*.tmpl' 2>/dev/null)
+CLIENT_SRC := $(shell find sdk proxy configs -name '*.py' -o -name '*.md' -o -name '*.tmpl' -o -name '*.yaml' 2>/dev/null)
 
 $(CLIENT_STAMP): pyproject.toml Makefile $(CLIENT_SRC)
 	test -x $(CLIENT)/bin/python || $(PYTHON) -m venv $(CLIENT)

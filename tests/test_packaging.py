@@ -29,7 +29,8 @@ def test_wheel_carries_packages_and_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for pkg in ("ajet", "ajet_proxy", "ajet_store", "ajet_swarm", "ajet_trainer", "ajet_trainer/verl_backend"):
         assert f"{pkg}/__init__.py" in names, pkg
-    assert "ajet_trainer/verl_backend/verl_overrides.yaml" in names
+    for name in ("proxy", "trainer", "swarm", "job", "verl_overrides"):
+        assert f"ajet/configs/{name}.yaml" in names, name
     assert "ajet/skills/write_swarm_client/SKILL.md" in names
     assert "ajet/skills/write_swarm_client/reference/swarm_guide.md" in names
     assert any(n.startswith("ajet/templates/swarm_client/") and n.endswith(".tmpl") for n in names)
@@ -53,3 +54,21 @@ def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_p
                          env=offline_env(PYTHONPATH=str(target)))
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split()[-2:] == ["vllm", "True"]
+
+
+def test_installed_wheel_finds_the_configs_outside_the_checkout(wheel, tmp_path):
+    target = tmp_path / "site"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                          str(wheel)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (target / "ajet" / "configs" / "proxy.yaml").write_text((REPO / "configs" / "proxy.yaml").read_text()
+                                                           .replace("port: 10086", "port: 10999"))
+    code = ("from ajet.utils.flags import config_dir\n"
+            "from ajet_swarm.cli import parse_args\n"
+            f"assert str(config_dir()).startswith({str(target)!r}), config_dir()\n"
+            "args = parse_args(['start'])\n"
+            "print(args.port, args.host, args.engine)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=offline_env(PYTHONPATH=str(target)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["10999", "0.0.0.0", "auto"]  # the installed file's port: the defaults come from it

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Optional
 
 from ajet import __version__
 from ajet.errors import AjetError
+from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import DEFAULT_DB, add_db_mode_argument, sqlite_path
+from ajet_store.engines import add_store_options, sqlite_path
 
 if TYPE_CHECKING:
     from ajet_store import Store
@@ -33,23 +34,28 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def add_start_arguments(p: argparse.ArgumentParser) -> None:
-    """Arguments of `ajet-proxy start` (shared with `ajet-swarm start`)."""
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
-    p.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"),
+def add_proxy_options(p: argparse.ArgumentParser, port_flags: tuple[str, ...] = ("--port",)) -> None:
+    """The proxy's own options (`ajet-swarm start` declares them through this too); defaults: configs/proxy.yaml."""
+    p.add_argument("--host", help="interface to listen on (0.0.0.0: all of them)")
+    p.add_argument(*port_flags, dest="port", type=int, help="port of the control API and the data plane")
+    p.add_argument("--swarm-token",
                    help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
                         "which `ps` does not show)")
-    add_db_mode_argument(p)
-    p.add_argument("--max-body-bytes", type=int, default=None,
-                   help="largest request body accepted (413 above it; default 8 MiB)")
-    p.add_argument("--commit-window-ms", type=float, default=0.0,
-                   help="gather answered calls this long before committing them together (default 0: commit "
-                        "what is waiting at once); an answer always waits for its commit")
-    p.add_argument("--upstream", choices=["aiohttp", "litellm"], default="aiohttp",
-                   help="send agent calls through a pooled aiohttp session (default) or litellm.Router")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 above it)")
+    p.add_argument("--commit-window-ms", type=float,
+                   help="gather answered calls this long before committing them together (0: commit what is "
+                        "waiting at once); an answer always waits for its commit")
+    p.add_argument("--upstream", choices=["aiohttp", "litellm"],
+                   help="send agent calls through a pooled aiohttp session or litellm.Router")
+
+
+def add_start_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of `ajet-proxy start`, with their defaults (configs/proxy.yaml, then AJET_DB / AJET_SWARM_TOKEN)."""
+    add_store_options(p)
+    add_proxy_options(p)
+    add_log_level_option(p)
+    add_config_option(p, "proxy.yaml")
+    apply_defaults(p, "proxy.yaml")
 
 
 def run_proxy(args: argparse.Namespace) -> None:
@@ -65,7 +71,7 @@ def run_proxy(args: argparse.Namespace) -> None:
     if not _is_loopback(args.host) and not args.swarm_token:
         logging.getLogger("ajet_proxy").warning(
             "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host)
-    limits = InputLimits() if args.max_body_bytes is None else InputLimits(max_body_bytes=args.max_body_bytes)
+    limits = InputLimits(max_body_bytes=args.max_body_bytes)
     app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream,
                                  db_mode=args.db_mode, limits=limits,
                                  commit_window_s=args.commit_window_ms / 1000.0))
@@ -222,8 +228,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
     prn.add_argument("--keep-steps", type=int, required=True, help="keep the bodies of the last N steps' episodes")
     prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
     for p in (lst, show, exp, upg, plt, prn):
-        p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
-    args = parser.parse_args(argv)
+        p.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
+        apply_defaults(p, "proxy.yaml")
+    args = parse_with_config(parser, argv)
     if args.command == "start":
         run_proxy(args)
     elif args.command == "monitor":

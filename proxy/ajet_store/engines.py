@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -70,10 +70,21 @@ DEFAULT_FILE_MODE = 0o600
 """Permissions of a new SQLite store (it holds every prompt and answer): the owner's only."""
 
 
-def add_db_mode_argument(parser: argparse.ArgumentParser) -> None:
-    """`--db-mode`, offered by every command that may create a store (`ajet-proxy`, `ajet-trainer start`)."""
-    parser.add_argument("--db-mode", type=lambda v: int(v, 8), default=DEFAULT_FILE_MODE,
-                        help="octal permissions of a new SQLite store file (default 600: the owner only)")
+class FileMode(int):
+    """File permissions written in octal (`600`), as `--db-mode` takes them and as `str()` gives them back."""
+
+    def __new__(cls, value: Union[str, int]) -> "FileMode":
+        return super().__new__(cls, int(value, 8) if isinstance(value, str) else value)
+
+    def __str__(self) -> str:
+        return format(self, "o")
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """`--db` and `--db-mode`, offered by every command that opens a store (defaults: `configs/`)."""
+    parser.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
+    parser.add_argument("--db-mode", type=FileMode,
+                        help="octal permissions of a new SQLite store file (600: the owner only, as it holds every prompt)")
 
 
 def make_engines(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:

@@ -18,28 +18,32 @@ from typing import Optional
 
 from ajet import __version__
 from ajet.utils.runtime import offline_env, run_cli
-from ajet_proxy.cli import DEFAULT_PORT, add_monitor_arguments, add_start_arguments, expected_errors, run_monitor
+from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config, to_argv
+from ajet_proxy.cli import add_monitor_arguments, add_proxy_options, add_start_arguments, expected_errors, run_monitor
 from ajet_store import redact_url
+from ajet_store.engines import add_store_options
+from ajet_trainer.cli import add_trainer_arguments, add_trainer_options
+
+
+def child_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """`ajet-proxy start`'s and `ajet-trainer start`'s own parsers: what each child will parse."""
+    proxy, trainer = argparse.ArgumentParser(), argparse.ArgumentParser()
+    add_start_arguments(proxy)
+    add_trainer_arguments(trainer)
+    return proxy, trainer
+
+
+SECRET_DESTS = ("db", "swarm_token")
+"""Handed to the children by environment (`child_env`), never on a command line: `ps` shows command lines to
+every user of the host, and a store URL may carry a password."""
 
 
 def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The proxy's and the trainer's command lines for `ajet-swarm start` (no secret in them, not even the store
-    URL, which may carry a password: see `child_env`)."""
-    common = ["--log-level", args.log_level, "--db-mode", format(args.db_mode, "o")]
-    proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", "--host", args.host, "--port", str(args.swarm_port),
-             "--upstream", args.upstream, "--commit-window-ms", str(args.commit_window_ms), *common]
-    if args.max_body_bytes is not None:
-        proxy += ["--max-body-bytes", str(args.max_body_bytes)]
-    trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *common, "--device", args.device,
-               "--threads", str(args.threads), "--backend", args.backend, "--engine", args.engine,
-               "--nnodes", str(args.nnodes)]
-    if args.experiment_dir:
-        trainer += ["--experiment-dir", args.experiment_dir]
-    if args.ray_address:
-        trainer += ["--ray-address", args.ray_address]
-    if args.vllm_python:
-        trainer += ["--vllm-python", args.vllm_python]
-    trainer += [f"--vllm-arg={a}" for a in args.vllm_arg]
+    """The proxy's and the trainer's command lines for `ajet-swarm start`: every option of each, as parsed here
+    (`ajet.utils.flags.to_argv`), but the secrets."""
+    proxy_parser, trainer_parser = child_parsers()
+    proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", *to_argv(proxy_parser, args, SECRET_DESTS)]
+    trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *to_argv(trainer_parser, args, SECRET_DESTS)]
     return proxy, trainer
 
 
@@ -77,7 +81,7 @@ def run_swarm(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    print(banner(args.host, args.swarm_port, bool(args.swarm_token), redact_url(args.db)), flush=True)
+    print(banner(args.host, args.port, bool(args.swarm_token), redact_url(args.db)), flush=True)
     while not stopping.is_set() and all(p.poll() is None for p in procs):
         stopping.wait(0.5)
     for p in procs:
@@ -92,28 +96,25 @@ def run_swarm(args: argparse.Namespace) -> int:
     return max(max(p.returncode or 0, 0) for p in procs)
 
 
+def add_swarm_start_arguments(p: argparse.ArgumentParser) -> None:
+    """`ajet-swarm start`: every proxy and trainer option, each declared once by its own package, with the
+    defaults of configs/proxy.yaml and configs/trainer.yaml, then configs/swarm.yaml's (all interfaces)."""
+    add_store_options(p)
+    add_proxy_options(p, port_flags=("--swarm-port", "--port"))
+    add_trainer_options(p)
+    add_log_level_option(p)
+    add_config_option(p, "proxy.yaml, trainer.yaml and swarm.yaml")
+    for name in ("proxy.yaml", "trainer.yaml", "swarm.yaml"):
+        apply_defaults(p, name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `ajet-swarm` command line."""
     parser = argparse.ArgumentParser(prog="ajet-swarm", description="AgentJet Swarm: proxy + trainer")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="run ajet-proxy and ajet-trainer together")
-    add_start_arguments(start)
-    start.set_defaults(port=None, host="0.0.0.0")  # agents run on other machines: all interfaces, as vLLM does
-    start.add_argument("--swarm-port", type=int, default=DEFAULT_PORT)
-    start.add_argument("--experiment-dir", default=None)
-    start.add_argument("--device", default="auto")
-    start.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto",
-                       help="auto (default): verl + vLLM where CUDA, verl and vLLM are present, else embedded")
-    start.add_argument("--ray-address", default=None,
-                       help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
-    start.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
-    start.add_argument("--engine", choices=["embedded", "vllm"], default="embedded",
-                       help="vllm: the trainer launches vLLM's server and pushes each step's weights into it")
-    start.add_argument("--vllm-python", default=None, help="--engine vllm: the Python with vLLM installed")
-    start.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
-                       help="--engine vllm: one more vLLM argument, repeatable: --vllm-arg=--dtype=bfloat16")
-    start.add_argument("--threads", type=int, default=1)
+    add_swarm_start_arguments(start)
     for name in ("overwatch", "top"):
         add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
     scaffold = sub.add_parser("new-client", help="scaffold tutorial/opencode_build_NAME/ (see the SKILL.md)")
@@ -122,8 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    """`ajet-swarm`'s arguments, `start --config FILE` applied."""
+    return parse_with_config(build_parser(), argv)
+
+
 def _main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.command in ("overwatch", "top"):
         run_monitor(args)
         return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ajet.job import AgentJetJob
 from ajet_store import Store
@@ -32,14 +32,37 @@ def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendK
     return "embedded", f"missing here: {', '.join(missing)} (the verl backend needs all three)"
 
 
-def detect_backend() -> tuple[BackendKind, str]:
-    """`choose_backend` for this machine."""
+@dataclass(frozen=True)
+class Machine:
+    """What the backend and engine choice depends on in the machine the trainer runs on."""
+
+    cuda: bool
+    """A CUDA device is visible to torch."""
+    has_verl: bool
+    """verl is importable."""
+    has_vllm: bool
+    """vLLM is importable (the verl backend's replicas)."""
+
+
+def detect_machine() -> Machine:
+    """This machine's `Machine`."""
     import torch
 
     def has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
 
-    return choose_backend(torch.cuda.is_available(), has("verl"), has("vllm"))
+    return Machine(torch.cuda.is_available(), has("verl"), has("vllm"))
+
+
+def resolve_options(opts: TrainerOptions) -> tuple[TrainerOptions, str]:
+    """`opts` with `--backend auto` and `--engine auto` made concrete for this machine (`detect_machine`), and
+    why that backend (`TrainerError` for a combination that cannot run: `resolve_engine`)."""
+    machine = detect_machine()
+    why = f"--backend {opts.backend}"
+    if opts.backend == "auto":
+        backend, why = choose_backend(machine.cuda, machine.has_verl, machine.has_vllm)
+        opts = replace(opts, backend=backend)
+    return replace(opts, engine=resolve_engine(opts.backend, opts.engine, machine.cuda)), why
 
 
 def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> EngineKind:
@@ -62,15 +85,10 @@ def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
 
 
 def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:
-    """Open the session of `job` on the backend `opts.backend` names (`auto`: the one `detect_backend` picks,
-    logged with why; `TrainerError` for an unknown one, or for asynchronous training where it cannot run)."""
-    if opts.backend == "auto":
-        backend, why = detect_backend()
-        logger.info("backend auto: %s (%s)", backend, why)
-        opts = replace(opts, backend=backend)
-    import torch
-
-    opts = replace(opts, engine=resolve_engine(opts.backend, opts.engine, torch.cuda.is_available()))
+    """Open the session of `job` on the backend `opts.backend` names (`auto`: `resolve_options`, logged with why;
+    `TrainerError` for an unknown one, or for asynchronous training where it cannot run)."""
+    opts, why = resolve_options(opts)
+    logger.info("backend %s, engine %s (%s)", opts.backend, opts.engine, why)
     refuse_unsupported_async(job, opts)
     if opts.backend == "embedded":
         from ajet_trainer.session import open_embedded_session

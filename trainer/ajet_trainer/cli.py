@@ -8,52 +8,73 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ajet import __version__
 from ajet.errors import AjetError
+from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import DEFAULT_DB, add_db_mode_argument
+from ajet_store.engines import add_store_options
+
+if TYPE_CHECKING:
+    from ajet_trainer.options import TrainerOptions
 
 
-def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
-    """Arguments of `ajet-trainer start`."""
-    p.add_argument("--db", default=os.environ.get("AJET_DB", DEFAULT_DB), help="SQLAlchemy URL of the store")
-    p.add_argument("--engine", choices=["auto", "embedded", "vllm", "hybrid"], default="auto",
+def add_trainer_options(p: argparse.ArgumentParser) -> None:
+    """The trainer's own options (`ajet-swarm start` declares them through this too); defaults:
+    configs/trainer.yaml."""
+    p.add_argument("--engine", choices=["auto", "embedded", "vllm", "hybrid"],
                    help="what answers the agents' calls. embedded: this process's transformers engine. vllm: launch "
                         "vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the full weights in "
                         "place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), AJET_VLLM_REPLICAS=N "
                         "and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group). hybrid (--backend verl): "
-                        "verl launches vLLM replicas colocated with its actor and syncs them itself. auto (default): "
-                        "hybrid for --backend verl on CUDA, else embedded")
-    p.add_argument("--vllm-python", default=None,
-                   help="--engine vllm: the Python with vLLM installed (default: .venv-vllm/bin/python, which "
+                        "verl launches vLLM replicas colocated with its actor and syncs them itself. auto: hybrid for "
+                        "--backend verl on CUDA, else embedded")
+    p.add_argument("--vllm-python",
+                   help="--engine vllm: the Python with vLLM installed (unset: .venv-vllm/bin/python, which "
                         "`make setup-vllm` builds on a CPU machine, when present; else this Python)")
-    p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+    p.add_argument("--vllm-arg", action="append", metavar="ARG",
                    help="--engine vllm: one more vLLM server argument, repeatable, written with '=': "
                         "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
                         "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)")
-    p.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto",
+    p.add_argument("--backend", choices=["auto", "embedded", "verl"],
                    help="verl: verl's FSDP actor workers on Ray train; with --engine embedded|vllm they train "
                         "beside that engine (on CPU too: verl's CPU platform, gloo), with --engine hybrid verl "
-                        "serves from its own vLLM replicas (CUDA). embedded: this process trains. auto (default): "
-                        "verl where CUDA, verl and vLLM are present, else embedded")
-    p.add_argument("--ray-address", default=None,
-                   help="verl backend: Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
-    p.add_argument("--nnodes", type=int, default=1, help="verl backend: nodes of the Ray cluster to train on")
-    p.add_argument("--verl-overrides", default=None,
-                   help="verl backend: YAML of dotted verl config keys "
-                        "(default: the repo's configs/verl_overrides.yaml)")
-    p.add_argument("--experiment-dir", default=None, help="override the job's experiment folder")
-    add_db_mode_argument(p)
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("AJET_TORCH_THREADS", "1")),
-                   help="torch CPU threads (1 avoids spin-waits when proxy and clients share the cores)")
-    p.add_argument("--log-level", default="info")
+                        "serves from its own vLLM replicas (CUDA). embedded: this process trains. auto: verl where "
+                        "CUDA, verl and vLLM are present, else embedded")
+    p.add_argument("--ray-address",
+                   help="verl backend: Ray cluster to join (unset: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--nnodes", type=int, help="verl backend: nodes of the Ray cluster to train on")
+    p.add_argument("--verl-overrides", metavar="FILE",
+                   help="verl backend: YAML of dotted verl config keys applied after the job's (unset: "
+                        "configs/verl_overrides.yaml)")
+    p.add_argument("--experiment-dir", help="override the job's experiment folder")
+    p.add_argument("--device", help="auto, cpu or cuda[:N]")
+    p.add_argument("--threads", type=int,
+                   help="torch CPU threads (1 avoids spin-waits when proxy and clients share the cores; "
+                        "environment: AJET_TORCH_THREADS)")
+
+
+def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of `ajet-trainer start`, with their defaults (configs/trainer.yaml, then AJET_DB)."""
+    add_store_options(p)
+    add_trainer_options(p)
+    add_log_level_option(p)
+    add_config_option(p, "trainer.yaml")
+    apply_defaults(p, "trainer.yaml")
+
+
+def trainer_options(args: argparse.Namespace) -> "TrainerOptions":
+    """The parsed `ajet-trainer start` flags as the daemon's settings."""
+    from ajet_trainer.options import TrainerOptions
+
+    return TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
+                          vllm_python=args.vllm_python, vllm_args=tuple(args.vllm_arg), device=args.device,
+                          backend=args.backend, ray_address=args.ray_address, nnodes=args.nnodes,
+                          verl_overrides=args.verl_overrides, db_mode=args.db_mode)
 
 
 def run_trainer(args: argparse.Namespace) -> None:
@@ -64,16 +85,11 @@ def run_trainer(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(max(1, args.threads))
     from ajet_trainer.daemon import TrainerDaemon
-    from ajet_trainer.options import TrainerOptions
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    TrainerDaemon(TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
-                                 vllm_python=args.vllm_python, vllm_args=tuple(args.vllm_arg),
-                                 device=args.device, backend=args.backend, ray_address=args.ray_address,
-                                 nnodes=args.nnodes, verl_overrides=args.verl_overrides,
-                                 db_mode=args.db_mode)).run(stop)
+    TrainerDaemon(trainer_options(args)).run(stop)
 
 
 def export_model(args: argparse.Namespace) -> None:
@@ -96,7 +112,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     exp.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
     exp.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
     exp.add_argument("--merge-lora", action="store_true", help="LoRA: merge the adapter into its base model")
-    args = parser.parse_args(argv)
+    args = parse_with_config(parser, argv)
     if args.command == "export-model":
         apply_offline_env()
         export_model(args)

@@ -24,14 +24,14 @@ class TrainerOptions:
     engine: EngineKind = "auto"
     """Inference engine: `embedded` (in-process transformers), `vllm` (vLLM's server: LoRA adapters hot-loaded, or
     full weights reloaded in place, after each step), `hybrid` (verl backend only: verl launches vLLM replicas
-    colocated with its actor and syncs them), or `auto`: `backends.resolve_engine`."""
+    colocated with its actor and syncs them), or `auto`: `backends.resolve_options`."""
     vllm_python: Optional[str] = None
     """`--engine vllm`: the interpreter with vLLM; None: `.venv-vllm/bin/python` when present, else this one."""
     vllm_args: tuple[str, ...] = ()
     """`--engine vllm`: more vLLM server flags (`--vllm-arg`), replacing the trainer's defaults of the same name."""
     backend: BackendKind = "embedded"
     """Training backend: `embedded` (in-process GRPO), `verl` (verl's workers on Ray; verl launches vLLM), or `auto`
-    (verl where CUDA, verl and vLLM are present, else embedded: `backends.detect_backend`)."""
+    (verl where CUDA, verl and vLLM are present, else embedded: `backends.resolve_options`)."""
     ray_address: Optional[str] = None
     """verl backend: the Ray cluster to join (`ray start --head` on the first node); None: $RAY_ADDRESS or local."""
     nnodes: int = 1

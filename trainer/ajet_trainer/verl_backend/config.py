@@ -1,28 +1,28 @@
 """verl's `ppo_trainer` config for a job: the job's keys, then user overrides, composed with hydra.
 
 `job_overrides` maps an `AgentJetJob` onto verl's dotted config keys. It lives here, not in the SDK,
-so that the client package knows nothing of verl. The default user overrides ship with this package
-(`verl_overrides.yaml`, found with `importlib.resources`), so a wheel runs `--backend verl` as a
-checkout does; `--verl-overrides FILE` replaces them.
+so that the client package knows nothing of verl. The default user overrides are
+`configs/verl_overrides.yaml` (shipped in the wheel, found with `ajet.utils.flags.config_dir`), so a wheel runs
+`--backend verl` as a checkout does; `--verl-overrides FILE` replaces them.
 """
 
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 
 from ajet.job import AgentJetJob, flatten_keys, unknown_key_error
+from ajet.utils.flags import config_dir
 from ajet_trainer.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 DEFAULT_OVERRIDES_NAME = "verl_overrides.yaml"
-"""The packaged default overrides (package data of `ajet_trainer.verl_backend`)."""
+"""The default overrides, `configs/verl_overrides.yaml` (in a wheel, package data of `ajet`)."""
 
 
 def job_overrides(job: AgentJetJob) -> dict[str, Any]:
@@ -92,13 +92,13 @@ def _override(key: str, value: Any) -> str:
 
 def default_overrides_text() -> str:
     """The packaged default overrides, as YAML text."""
-    return resources.files(__package__).joinpath(DEFAULT_OVERRIDES_NAME).read_text()
+    return (config_dir() / DEFAULT_OVERRIDES_NAME).read_text()
 
 
 def load_user_overrides(path: Optional[Path]) -> dict[str, Any]:
     """Dotted-key overrides from a YAML file; None: the packaged defaults. A missing file is an error."""
     if path is None:
-        text, name = default_overrides_text(), f"<package>/{DEFAULT_OVERRIDES_NAME}"
+        text, name = default_overrides_text(), f"configs/{DEFAULT_OVERRIDES_NAME}"
     elif Path(path).is_file():
         text, name = Path(path).read_text(), str(path)
     else:
