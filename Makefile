@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-client setup-vllm demo test test-fast bench clean
+.PHONY: setup setup-client setup-vllm demo lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -78,7 +78,13 @@ demo: setup
 # processes.
 test:
 	$(MAKE) -j3 --output-sync=line setup setup-client setup-vllm
+	$(MAKE) lint
 	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 2 --dist loadfile
+
+# ruff: lint (pyflakes, pycodestyle, import order, bugbear) and format, line length 120 (pyproject.toml)
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-
-import httpx
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -38,10 +38,19 @@ from tests.support.procs import Proc, free_port, offline_env, start_stub  # noqa
 MESSAGES = proxy_overhead.BODY["messages"]
 BODIES = {
     "chat": ("/v1/chat/completions", proxy_overhead.BODY),
-    "responses": ("/v1/responses", {"model": "m", "instructions": MESSAGES[0]["content"],
-                                    "input": MESSAGES[1]["content"], "max_output_tokens": 24}),
-    "messages": ("/v1/messages", {"model": "m", "system": MESSAGES[0]["content"], "max_tokens": 24,
-                                  "messages": [MESSAGES[1]]}),
+    "responses": (
+        "/v1/responses",
+        {
+            "model": "m",
+            "instructions": MESSAGES[0]["content"],
+            "input": MESSAGES[1]["content"],
+            "max_output_tokens": 24,
+        },
+    ),
+    "messages": (
+        "/v1/messages",
+        {"model": "m", "system": MESSAGES[0]["content"], "max_tokens": 24, "messages": [MESSAGES[1]]},
+    ),
 }
 
 
@@ -50,8 +59,13 @@ def start_proxy_from(tmp: Path, tree: Path, name: str) -> tuple[Proc, list[str]]
     db = sqlite_url(tmp / f"{name}.db")
     port = free_port()
     env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
-    px = Proc([sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db, "--log-level",
-               "warning"], f"http://127.0.0.1:{port}", "/health", tmp / f"{name}.log", env=env)
+    px = Proc(
+        [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db, "--log-level", "warning"],
+        f"http://127.0.0.1:{port}",
+        "/health",
+        tmp / f"{name}.log",
+        env=env,
+    )
     return px, db
 
 
@@ -84,8 +98,11 @@ def main() -> None:
     trees = {"head": REPO}
     if args.baseline:
         wt = tmp / "baseline"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.baseline], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.baseline],
+            check=True,
+            capture_output=True,
+        )
         trees["baseline"] = wt
     proxies = {name: start_proxy_from(tmp, tree, name) for name, tree in trees.items()}
     rows = {}
@@ -94,24 +111,28 @@ def main() -> None:
         time.sleep(1.0)
         for stream in (False, True):
             for name, (px, _db) in proxies.items():
-                for api in (("chat", "responses", "messages") if name == "head" else ("chat",)):
+                for api in ("chat", "responses", "messages") if name == "head" else ("chat",):
                     row = run(px, keys[name], api, stream, args.concurrency, args.requests, name)
                     rows[name, api, stream] = row
                     print(json.dumps(row), flush=True)
             head_chat = rows["head", "chat", stream]["proxy_cpu_ms_per_call"]
-            ratios = {f"{api}_over_chat": round(rows["head", api, stream]["proxy_cpu_ms_per_call"] / head_chat, 3)
-                      for api in ("responses", "messages")}
+            ratios = {
+                f"{api}_over_chat": round(rows["head", api, stream]["proxy_cpu_ms_per_call"] / head_chat, 3)
+                for api in ("responses", "messages")
+            }
             if "baseline" in proxies:
                 ratios["head_chat_over_baseline_chat"] = round(
-                    head_chat / rows["baseline", "chat", stream]["proxy_cpu_ms_per_call"], 3)
+                    head_chat / rows["baseline", "chat", stream]["proxy_cpu_ms_per_call"], 3
+                )
             print(json.dumps({"figure": "cpu_ratios", "stream": stream, **ratios}), flush=True)
     finally:
         for px, _db in proxies.values():
             px.close()
         stub.close()
         if "baseline" in trees:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees["baseline"])],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees["baseline"])], capture_output=True
+            )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,18 @@ from run_demo import tutorial_summary  # noqa: E402
 
 def one_run(k: int, update_s: float, target: float, max_steps: int, seed: int) -> dict[str, float]:
     """The tutorial client's summary for one `max_staleness`."""
-    return tutorial_summary(REPO / "experiments" / f"async_vs_sync_k{k}", target, "--max-staleness", str(k),
-                            "--bench-update-delay-s", str(update_s), "--max-steps", str(max_steps), "--seed", str(seed))
+    return tutorial_summary(
+        REPO / "experiments" / f"async_vs_sync_k{k}",
+        target,
+        "--max-staleness",
+        str(k),
+        "--bench-update-delay-s",
+        str(update_s),
+        "--max-steps",
+        str(max_steps),
+        "--seed",
+        str(seed),
+    )
 
 
 def main() -> None:
@@ -38,19 +48,39 @@ def main() -> None:
     runs = {}
     for k in args.staleness:
         runs[k] = one_run(k, args.update_s, args.target, args.max_steps, args.seed)
-        print(json.dumps({"bench": "async_vs_sync", "max_staleness": k, "update_s": args.update_s,
-                          "target": args.target, **runs[k]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "async_vs_sync",
+                    "max_staleness": k,
+                    "update_s": args.update_s,
+                    "target": args.target,
+                    **runs[k],
+                }
+            ),
+            flush=True,
+        )
     base = runs.get(0)
     if base is None:
         return
     for k, r in runs.items():
         if k == 0:
             continue
-        print(json.dumps({"bench": "async_vs_sync", "figure": "ratio_vs_sync", "max_staleness": k,
-                          "time_to_target_sync_over_async": round(base["seconds"] / r["seconds"], 2),
-                          "episodes_per_s_async_over_sync": round(r["episodes_per_s"] / base["episodes_per_s"], 2),
-                          "client_idle_s": r["client_idle_s"], "client_idle_s_sync": base["client_idle_s"],
-                          "both_reached": bool(base["reached"] and r["reached"])}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "async_vs_sync",
+                    "figure": "ratio_vs_sync",
+                    "max_staleness": k,
+                    "time_to_target_sync_over_async": round(base["seconds"] / r["seconds"], 2),
+                    "episodes_per_s_async_over_sync": round(r["episodes_per_s"] / base["episodes_per_s"], 2),
+                    "client_idle_s": r["client_idle_s"],
+                    "client_idle_s_sync": base["client_idle_s"],
+                    "both_reached": bool(base["reached"] and r["reached"]),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,12 @@ def run_once(steps: int) -> dict[str, float]:
     """CPU seconds of the client, the proxy and the trainer over a demo run of `steps` steps, and its episodes."""
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with running_swarm(REPO / "experiments" / f"demo_cpu_{steps}") as url:
-        swarm = {role: p for p in psutil.Process().children(recursive=True)
-                 for role in ("proxy", "trainer") if f"ajet_{role}.cli" in p.cmdline()}
+        swarm = {
+            role: p
+            for p in psutil.Process().children(recursive=True)
+            for role in ("proxy", "trainer")
+            if f"ajet_{role}.cli" in p.cmdline()
+        }
         result = run_tutorial(url, "--max-steps", str(steps), "--target", "1.1", "--keep-engine", capture=True)
         # the client: the only child waited for meanwhile (read before the swarm's processes are waited for)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -64,13 +68,27 @@ def main() -> None:
     for name in ("client", "proxy", "trainer"):
         ms = 1000.0 * (long[name] - short[name]) / episodes
         total += ms
-        print(json.dumps({"bench": "demo_cpu", "process": name, "cpu_ms_per_episode": round(ms, 2),
-                          "episodes": episodes}), flush=True)
+        print(
+            json.dumps(
+                {"bench": "demo_cpu", "process": name, "cpu_ms_per_episode": round(ms, 2), "episodes": episodes}
+            ),
+            flush=True,
+        )
     cores = os.cpu_count() or 1
-    print(json.dumps({"bench": "demo_cpu", "figure": "total", "cpu_ms_per_episode": round(total, 2), "cores": cores,
-                      "episodes_per_s_at_most": round(1000.0 * cores / total, 1),
-                      "demo_seconds_at_least": round(DEMO_STEPS * EPISODES_PER_STEP * total / 1000.0 / cores, 1),
-                      "demo_steps": DEMO_STEPS}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "demo_cpu",
+                "figure": "total",
+                "cpu_ms_per_episode": round(total, 2),
+                "cores": cores,
+                "episodes_per_s_at_most": round(1000.0 * cores / total, 1),
+                "demo_seconds_at_least": round(DEMO_STEPS * EPISODES_PER_STEP * total / 1000.0 / cores, 1),
+                "demo_steps": DEMO_STEPS,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

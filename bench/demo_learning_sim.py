@@ -51,8 +51,14 @@ def steps_to_target(setting: dict[str, Any], seed: int, max_steps: int, target: 
     torch.manual_seed(seed)
     model, tok = load_policy(str(resolve_model_path(job.model)), job, "cpu")
     learner = Learner(model, tok, job)
-    prompts = [list(tok.apply_chat_template([{"role": "user", "content": t.main_query}], add_generation_prompt=True,
-                                            tokenize=True)["input_ids"]) for t in tasks]
+    prompts = [
+        list(
+            tok.apply_chat_template(
+                [{"role": "user", "content": t.main_query}], add_generation_prompt=True, tokenize=True
+            )["input_ids"]
+        )
+        for t in tasks
+    ]
     gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     for step in range(1, max_steps + 1):
         with torch.no_grad():
@@ -87,12 +93,24 @@ def main() -> None:
     for name, setting in SETTINGS.items():
         steps = [s for n, _seed, s in results if n == name]
         medians[name] = statistics.median(steps)
-        print(json.dumps({"bench": "demo_learning_sim", "setting": name, **setting, "seeds": args.seeds,
-                          "steps": steps, "reached": sum(s < args.max_steps for s in steps),
-                          "median_steps": medians[name]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "demo_learning_sim",
+                    "setting": name,
+                    **setting,
+                    "seeds": args.seeds,
+                    "steps": steps,
+                    "reached": sum(s < args.max_steps for s in steps),
+                    "median_steps": medians[name],
+                }
+            ),
+            flush=True,
+        )
     old, new = medians.values()
-    print(json.dumps({"bench": "demo_learning_sim", "figure": "ratio",
-                      "median_steps_new_over_old": round(new / old, 2)}))
+    print(
+        json.dumps({"bench": "demo_learning_sim", "figure": "ratio", "median_steps_new_over_old": round(new / old, 2)})
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,14 @@ from run_demo import tutorial_summary  # noqa: E402
 
 def one_run(i: int, max_steps: int, target: float, max_staleness: int) -> dict[str, float]:
     """One demo run's client summary: steps, seconds, first and final reward, reached (1.0 or 0.0)."""
-    return tutorial_summary(REPO / "experiments" / f"demo_run_{i}", target, "--max-steps", str(max_steps),
-                            "--max-staleness", str(max_staleness))
+    return tutorial_summary(
+        REPO / "experiments" / f"demo_run_{i}",
+        target,
+        "--max-steps",
+        str(max_steps),
+        "--max-staleness",
+        str(max_staleness),
+    )
 
 
 def main() -> None:
@@ -37,12 +43,20 @@ def main() -> None:
     runs = []
     for i in range(args.runs):
         runs.append(one_run(i, args.max_steps, args.target, args.max_staleness))
-        print(json.dumps({"bench": "demo_runs", "max_staleness": args.max_staleness, "run": i, **runs[-1]}),
-              flush=True)
-    print(json.dumps({"bench": "demo_runs", "max_staleness": args.max_staleness, "figure": "median", "runs": len(runs),
-                      "reached": int(sum(r["reached"] for r in runs)),
-                      "median_steps": statistics.median(r["steps"] for r in runs),
-                      "median_seconds": statistics.median(r["seconds"] for r in runs)}))
+        print(json.dumps({"bench": "demo_runs", "max_staleness": args.max_staleness, "run": i, **runs[-1]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "demo_runs",
+                "max_staleness": args.max_staleness,
+                "figure": "median",
+                "runs": len(runs),
+                "reached": int(sum(r["reached"] for r in runs)),
+                "median_steps": statistics.median(r["steps"] for r in runs),
+                "median_seconds": statistics.median(r["seconds"] for r in runs),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ def main() -> None:
         old, new = full_redecode(tok, ids), incremental(tok, ids)
         for method, ms in (("full_redecode", old), ("incremental", new)):
             print(json.dumps({"figure": "stream_detokenize_ms", "method": method, "tokens": n, "ms": round(ms, 2)}))
-        print(json.dumps({"figure": "stream_detokenize_ratio", "tokens": n, "full_over_incremental": round(old / new, 1)}))
+        print(
+            json.dumps({"figure": "stream_detokenize_ratio", "tokens": n, "full_over_incremental": round(old / new, 1)})
+        )
 
 
 if __name__ == "__main__":

@@ -29,16 +29,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from ajet.protocol import CLIENT_HEADER  # noqa: E402
 from proxy_overhead import cpu_seconds, start_middle  # noqa: E402
+
+from ajet.protocol import CLIENT_HEADER  # noqa: E402
 from tests.support.procs import start_stub  # noqa: E402
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "Say the letter: a"}], "max_tokens": 1}
 CLIENT = {CLIENT_HEADER: "bench-client"}
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
-                ) -> dict[str, Any]:
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> dict[str, Any]:
     async with session.post(url, json=body, headers=headers) as resp:
         data: dict[str, Any] = await resp.json(content_type=None)
         if resp.status != 200:
@@ -49,9 +51,16 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], 
 async def episode(session: aiohttp.ClientSession, base: str, i: int) -> None:
     begun = await _post(session, base + "/swarm/begin_episode", {"discard_episode_timeout": 600}, CLIENT)
     await _post(session, base + "/v1/chat/completions", CHAT, {"Authorization": f"Bearer {begun['api_key']}"})
-    await _post(session, base + "/swarm/end_episode", {
-        "episode_uuid": begun["episode_uuid"], "task": {"task_id": f"t{i % 8}"},
-        "workflow_output": {"reward": float(i % 2)}}, CLIENT)
+    await _post(
+        session,
+        base + "/swarm/end_episode",
+        {
+            "episode_uuid": begun["episode_uuid"],
+            "task": {"task_id": f"t{i % 8}"},
+            "workflow_output": {"reward": float(i % 2)},
+        },
+        CLIENT,
+    )
 
 
 async def call(session: aiohttp.ClientSession, base: str, key: str) -> None:
@@ -63,6 +72,7 @@ async def load(n: int, concurrency: int, one: Any) -> tuple[float, list[float]]:
     lat: list[float] = []
     sem = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+
         async def run(i: int) -> None:
             async with sem:
                 t0 = time.perf_counter()
@@ -80,9 +90,16 @@ def measure(path: str, pid: int, n: int, concurrency: int, one: Any) -> dict[str
     secs, lat = asyncio.run(load(n, concurrency, one))
     cpu_ms = (cpu_seconds(pid) - c0) * 1000.0 / n
     lat.sort()
-    return {"bench": "episode_plumbing", "path": path, "concurrency": concurrency, "n": n,
-            "per_s": round(n / secs, 1), "p50_ms": round(statistics.median(lat), 2),
-            "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 2), "proxy_cpu_ms": round(cpu_ms, 3)}
+    return {
+        "bench": "episode_plumbing",
+        "path": path,
+        "concurrency": concurrency,
+        "n": n,
+        "per_s": round(n / secs, 1),
+        "p50_ms": round(statistics.median(lat), 2),
+        "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 2),
+        "proxy_cpu_ms": round(cpu_ms, 3),
+    }
 
 
 def main() -> None:
@@ -99,9 +116,18 @@ def main() -> None:
         print(json.dumps(ep), flush=True)
         one_call = measure("call", px.pid, args.episodes, args.concurrency, lambda s, i: call(s, base, keys[0]))
         print(json.dumps(one_call), flush=True)
-        print(json.dumps({"bench": "episode_plumbing", "figure": "ratio", "concurrency": args.concurrency,
-                          "episode_cpu_over_call_cpu": round(ep["proxy_cpu_ms"] / one_call["proxy_cpu_ms"], 2),
-                          "target_proxy_cpu_ms_per_episode": 3.0}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "episode_plumbing",
+                    "figure": "ratio",
+                    "concurrency": args.concurrency,
+                    "episode_cpu_over_call_cpu": round(ep["proxy_cpu_ms"] / one_call["proxy_cpu_ms"], 2),
+                    "target_proxy_cpu_ms_per_episode": 3.0,
+                }
+            ),
+            flush=True,
+        )
     finally:
         px.close()
         stub.close()

@@ -32,19 +32,31 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ajet-group-commit-"))
     stub = start_stub(tmp)
-    proxies = {w: start_middle(tmp, stub, "aiohttp", 64, "--commit-window-ms", str(w), name=f"window-{w:g}")
-               for w in args.windows_ms}
+    proxies = {
+        w: start_middle(tmp, stub, "aiohttp", 64, "--commit-window-ms", str(w), name=f"window-{w:g}")
+        for w in args.windows_ms
+    }
     try:
         for stream in (False, True):
             for conc in args.concurrency:
                 rows = {}
                 for w, (px, keys, _st) in proxies.items():
-                    rows[w] = measure("ajet", px.url + "/v1/chat/completions", keys, px.pid, stream, conc, args.requests)
+                    rows[w] = measure(
+                        "ajet", px.url + "/v1/chat/completions", keys, px.pid, stream, conc, args.requests
+                    )
                     print(json.dumps({**rows[w], "commit_window_ms": w}), flush=True)
                 base = rows[args.windows_ms[0]]["proxy_cpu_ms_per_call"]
-                print(json.dumps({"figure": "cpu_ratio_vs_first_window", "stream": stream, "concurrency": conc,
-                                  **{f"window_{w:g}ms": round(r["proxy_cpu_ms_per_call"] / base, 3)
-                                     for w, r in rows.items()}}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "figure": "cpu_ratio_vs_first_window",
+                            "stream": stream,
+                            "concurrency": conc,
+                            **{f"window_{w:g}ms": round(r["proxy_cpu_ms_per_call"] / base, 3) for w, r in rows.items()},
+                        }
+                    ),
+                    flush=True,
+                )
     finally:
         for px, _keys, st in proxies.values():
             px.close()

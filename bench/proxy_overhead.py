@@ -31,18 +31,24 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ajet import AgentJetJob, SwarmClient  # noqa: E402
+from ajet.types import EngineState  # noqa: E402
 from ajet_store import Store, sqlite_url  # noqa: E402
 from tests.conftest import make_rolling, wait_state  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
-from ajet.types import EngineState  # noqa: E402
 
-BODY = {"model": "m", "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                                   {"role": "user", "content": "Say something short about benchmarks."}],
-        "max_tokens": 24}
+BODY = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Say something short about benchmarks."},
+    ],
+    "max_tokens": 24,
+}
 
 
-async def _one(session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: dict[str, Any],
-               stream: bool) -> float:
+async def _one(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: dict[str, Any], stream: bool
+) -> float:
     t0 = time.perf_counter()
     async with session.post(url, json=body, headers=headers) as resp:
         if stream:
@@ -65,6 +71,7 @@ async def load(url: str, keys: list[str], stream: bool, concurrency: int, n: int
     counter = iter(range(n))
     conn = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=conn) as session:
+
         async def worker(w: int) -> None:
             headers = {"Authorization": f"Bearer {keys[w % len(keys)]}"}
             for _ in counter:
@@ -82,21 +89,29 @@ def cpu_seconds(pid: Optional[int]) -> float:
     return t.user + t.system
 
 
-def measure(path: str, url: str, keys: list[str], pid: Optional[int], stream: bool, concurrency: int,
-            n: int) -> dict[str, Any]:
+def measure(
+    path: str, url: str, keys: list[str], pid: Optional[int], stream: bool, concurrency: int, n: int
+) -> dict[str, Any]:
     asyncio.run(load(url, keys, stream, concurrency, min(200, n)))  # warm-up
     c0 = cpu_seconds(pid)
     secs, lat = asyncio.run(load(url, keys, stream, concurrency, n))
     c1 = cpu_seconds(pid)
     lat.sort()
-    return {"path": path, "stream": stream, "concurrency": concurrency, "requests": n,
-            "req_s": round(n / secs, 1), "p50_ms": round(statistics.median(lat), 2),
-            "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 2),
-            "proxy_cpu_ms_per_call": None if pid is None else round((c1 - c0) * 1000.0 / n, 3)}
+    return {
+        "path": path,
+        "stream": stream,
+        "concurrency": concurrency,
+        "requests": n,
+        "req_s": round(n / secs, 1),
+        "p50_ms": round(statistics.median(lat), 2),
+        "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 2),
+        "proxy_cpu_ms_per_call": None if pid is None else round((c1 - c0) * 1000.0 / n, 3),
+    }
 
 
-def start_middle(tmp: Path, stub: Proc, upstream: str, n_keys: int, *extra: str, name: str = "") -> tuple[
-        Proc, list[str], Store]:
+def start_middle(
+    tmp: Path, stub: Proc, upstream: str, n_keys: int, *extra: str, name: str = ""
+) -> tuple[Proc, list[str], Store]:
     """An ajet-proxy (`extra`: more `ajet-proxy start` options) on its own store, ROLLING, with `n_keys` episodes."""
     url = sqlite_url(tmp / f"{name or upstream}.db")
     px = start_proxy(tmp, url, "--upstream", upstream, *extra)
@@ -151,10 +166,19 @@ def run_group(stub: Proc, middles: dict, delay: float, stream: bool, conc: int, 
     for row in group:
         print(json.dumps({**row, "backend_delay_ms": delay}), flush=True)
     d, a, lr = group
-    print(json.dumps({"figure": "ratios", "stream": stream, "concurrency": conc, "backend_delay_ms": delay,
-                      "ajet_throughput_vs_direct": round(a["req_s"] / d["req_s"], 3),
-                      "litellm_cpu_over_ajet_cpu": round(lr["proxy_cpu_ms_per_call"] / a["proxy_cpu_ms_per_call"], 2)}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "figure": "ratios",
+                "stream": stream,
+                "concurrency": conc,
+                "backend_delay_ms": delay,
+                "ajet_throughput_vs_direct": round(a["req_s"] / d["req_s"], 3),
+                "litellm_cpu_over_ajet_cpu": round(lr["proxy_cpu_ms_per_call"] / a["proxy_cpu_ms_per_call"], 2),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

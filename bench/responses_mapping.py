@@ -21,16 +21,35 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from ajet_proxy import responses_api  # noqa: E402
 from ajet_proxy.responses_stream import ResponsesShape  # noqa: E402
 
-TOOLS = [{"type": "function", "name": "add", "description": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}]
-INPUT = [{"role": "user", "content": "what is 2+3?"},
-         {"type": "function_call", "call_id": "c1", "name": "add", "arguments": "{\"a\": 2, \"b\": 3}"},
-         {"type": "function_call_output", "call_id": "c1", "output": "5"}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "add",
+        "description": "add",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    }
+]
+INPUT = [
+    {"role": "user", "content": "what is 2+3?"},
+    {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a": 2, "b": 3}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "5"},
+]
 REQUEST = {"instructions": "Use the tools.", "tools": TOOLS, "max_output_tokens": 256, "temperature": 1.0}
-ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "policy",
-          "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                       "message": {"role": "assistant", "content": "2 + 3 = 5."}}],
-          "usage": {"prompt_tokens": 120, "completion_tokens": 9, "total_tokens": 129}}
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "policy",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "logprobs": None,
+            "message": {"role": "assistant", "content": "2 + 3 = 5."},
+        }
+    ],
+    "usage": {"prompt_tokens": 120, "completion_tokens": 9, "total_tokens": 129},
+}
 
 
 def per_call_us(fn, n: int) -> float:
@@ -43,8 +62,9 @@ def per_call_us(fn, n: int) -> float:
 
 def main() -> None:
     import orjson
-    from litellm.responses.litellm_completion_transformation.transformation import \
-        LiteLLMCompletionResponsesConfig as Lite
+    from litellm.responses.litellm_completion_transformation.transformation import (
+        LiteLLMCompletionResponsesConfig as Lite,
+    )
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=2000)
@@ -54,20 +74,38 @@ def main() -> None:
     figures = {
         ("ajet", "request"): lambda: responses_api.chat_request(body, []),
         ("litellm", "request"): lambda: Lite.transform_responses_api_request_to_chat_completion_request(
-            model="openai/policy", input=INPUT, responses_api_request=REQUEST, custom_llm_provider="openai"),
+            model="openai/policy", input=INPUT, responses_api_request=REQUEST, custom_llm_provider="openai"
+        ),
         ("ajet", "answer"): lambda: ResponsesShape(body, [], {}, "resp_1", False).answer(200, data, orjson.loads(data)),
-        ("litellm", "answer"): lambda: orjson.dumps(Lite.transform_chat_completion_response_to_responses_api_response(
-            request_input=INPUT, responses_api_request=REQUEST,
-            chat_completion_response=orjson.loads(data)).model_dump()),
+        ("litellm", "answer"): lambda: orjson.dumps(
+            Lite.transform_chat_completion_response_to_responses_api_response(
+                request_input=INPUT, responses_api_request=REQUEST, chat_completion_response=orjson.loads(data)
+            ).model_dump()
+        ),
     }
     us = {}
     for (method, direction), fn in figures.items():
         us[method, direction] = per_call_us(fn, n)
-        print(json.dumps({"figure": "responses_mapping_us", "method": method, "direction": direction,
-                          "us_per_call": round(us[method, direction], 1)}))
+        print(
+            json.dumps(
+                {
+                    "figure": "responses_mapping_us",
+                    "method": method,
+                    "direction": direction,
+                    "us_per_call": round(us[method, direction], 1),
+                }
+            )
+        )
     for direction in ("request", "answer"):
-        print(json.dumps({"figure": "responses_mapping_ratio", "direction": direction,
-                          "litellm_over_ajet": round(us["litellm", direction] / us["ajet", direction], 1)}))
+        print(
+            json.dumps(
+                {
+                    "figure": "responses_mapping_ratio",
+                    "direction": direction,
+                    "litellm_over_ajet": round(us["litellm", direction] / us["ajet", direction], 1),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -64,9 +64,27 @@ def build(st: Store, calls: int, per_episode: int, body_bytes: int, batch: int) 
         uuids = [f"ep{i:07d}" for i in range(first, min(first + batch, episodes))]
         for u in uuids:
             st.begin_episode(u, "h" + u, "bench", "train", 3600, mission=f"m{int(u[2:]) % 4}")
-        st.write_calls([CallRecord(u, s, request, response, list(range(40)), list(range(20)), [-0.5] * 20, "stop", 0,
-                                   "d", 5.0, now, error="boom" if s == 7 and u.endswith("3") else None)
-                        for u in uuids for s in range(per_episode)])
+        st.write_calls(
+            [
+                CallRecord(
+                    u,
+                    s,
+                    request,
+                    response,
+                    list(range(40)),
+                    list(range(20)),
+                    [-0.5] * 20,
+                    "stop",
+                    0,
+                    "d",
+                    5.0,
+                    now,
+                    error="boom" if s == 7 and u.endswith("3") else None,
+                )
+                for u in uuids
+                for s in range(per_episode)
+            ]
+        )
         for k, u in enumerate(uuids):
             st.end_episode(u, "bench", f"task{k}", k % 2 * 1.0, None, {})
         if first + batch < episodes:  # the last batch stays in the pool
@@ -88,7 +106,9 @@ def bench_totals(st: Store, reps: int) -> None:
     def scan() -> None:
         with st._read() as c:  # the way totals were counted before schema 4
             c.execute(sa.select(sa.func.count()).select_from(t.llm_calls)).scalar()
-            c.execute(sa.select(sa.func.count()).select_from(t.llm_calls).where(t.llm_calls.c.error.is_not(None))).scalar()
+            c.execute(
+                sa.select(sa.func.count()).select_from(t.llm_calls).where(t.llm_calls.c.error.is_not(None))
+            ).scalar()
 
     kept, counted = timed(st.totals, reps), timed(scan, max(3, reps // 5))
     emit(figure="totals", kept_ms=kept, counted_ms=counted, counted_over_kept=round(counted / max(kept, 1e-3), 1))
@@ -98,11 +118,12 @@ def bench_routes(tmp: Path, url: str, reps: int) -> None:
     px = start_proxy(tmp, url)
     try:
         with httpx.Client(base_url=px.url, timeout=60) as http:
-            for name, call in (("get_engine_status", lambda: http.get("/swarm/get_engine_status")),
-                               ("get_rollout_stat", lambda: http.get("/swarm/get_rollout_stat")),
-                               ("get_steps", lambda: http.post("/swarm/get_steps", json={"after": 0, "limit": 500})),
-                               ("get_episode", lambda: http.post("/swarm/get_episode",
-                                                                 json={"episode_uuid": "ep0000000"}))):
+            for name, call in (
+                ("get_engine_status", lambda: http.get("/swarm/get_engine_status")),
+                ("get_rollout_stat", lambda: http.get("/swarm/get_rollout_stat")),
+                ("get_steps", lambda: http.post("/swarm/get_steps", json={"after": 0, "limit": 500})),
+                ("get_episode", lambda: http.post("/swarm/get_episode", json={"episode_uuid": "ep0000000"})),
+            ):
                 assert call().status_code == 200
                 emit(figure="route", route=name, ms=timed(call, reps), limit_ms=20)
     finally:
@@ -112,21 +133,37 @@ def bench_routes(tmp: Path, url: str, reps: int) -> None:
 def bench_export(tmp: Path, url: str, recent_step: int) -> None:
     out = tmp / "export.jsonl"
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "ajet_proxy.cli", "export", "--db", url, "--since", str(recent_step),
-                          "--out", str(out)], capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "ajet_proxy.cli", "export", "--db", url, "--since", str(recent_step), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     secs = time.perf_counter() - t0
     n = int(res.stdout.split()[1])
-    emit(figure="export", episodes=n, seconds=round(secs, 2), episodes_per_s=round(n / secs, 1),
-         mb=round(out.stat().st_size / 1e6, 1))
+    emit(
+        figure="export",
+        episodes=n,
+        seconds=round(secs, 2),
+        episodes_per_s=round(n / secs, 1),
+        mb=round(out.stat().st_size / 1e6, 1),
+    )
 
 
 def bench_prune(url: str, path: Path, calls: int) -> None:
     before = path.stat().st_size
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ajet_proxy.cli", "prune", "--db", url, "--keep-steps", "2", "--vacuum"],
-                   check=True, capture_output=True)
-    emit(figure="prune", seconds=round(time.perf_counter() - t0, 1), bytes_per_call_before=round(before / calls),
-         bytes_per_call_after=round(path.stat().st_size / calls))
+    subprocess.run(
+        [sys.executable, "-m", "ajet_proxy.cli", "prune", "--db", url, "--keep-steps", "2", "--vacuum"],
+        check=True,
+        capture_output=True,
+    )
+    emit(
+        figure="prune",
+        seconds=round(time.perf_counter() - t0, 1),
+        bytes_per_call_before=round(before / calls),
+        bytes_per_call_after=round(path.stat().st_size / calls),
+    )
 
 
 def main() -> None:

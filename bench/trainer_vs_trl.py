@@ -34,8 +34,10 @@ from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
 from tests.support.procs import Proc, free_port  # noqa: E402
 
 LETTERS = "abcdefgh"
-CONFIGS = {"small": {"model": "builtin:small", "new_tokens": 64, "batch": 16},
-           "tiny": {"model": "builtin:tiny", "new_tokens": 1, "batch": 8}}
+CONFIGS = {
+    "small": {"model": "builtin:small", "new_tokens": 64, "batch": 16},
+    "tiny": {"model": "builtin:tiny", "new_tokens": 1, "batch": 8},
+}
 LR = 2e-3
 
 
@@ -46,24 +48,59 @@ def reward_of(letter: str, text: str) -> float:
 # ---------------------------------------------------------------------- this project
 def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp: Path) -> dict:
     port = free_port()
-    swarm = Proc([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db",
-                  f"sqlite:///{tmp / 'bench.db'}", "--experiment-dir", str(tmp / "exp"), "--log-level", "warning",
-                  "--threads", "1"], f"http://127.0.0.1:{port}", "/health", tmp / "swarm.log")
+    swarm = Proc(
+        [
+            str(Path(sys.executable).with_name("ajet-swarm")),
+            "start",
+            "--swarm-port",
+            str(port),
+            "--db",
+            f"sqlite:///{tmp / 'bench.db'}",
+            "--experiment-dir",
+            str(tmp / "exp"),
+            "--log-level",
+            "warning",
+            "--threads",
+            "1",
+        ],
+        f"http://127.0.0.1:{port}",
+        "/health",
+        tmp / "swarm.log",
+    )
     client = SwarmClient(swarm.url)
     import openai
 
     base = openai.OpenAI(base_url="http://127.0.0.1", api_key="x", max_retries=2)
-    job = AgentJetJob(model=model, batch_size=batch, num_repeat=group, lr=LR, max_prompt_length=64,
-                      max_response_length=64, max_model_len=128, max_response_length_in_one_turn=new_tokens,
-                      save_freq=0, temperature=1.0, experiment_name="bench")
+    job = AgentJetJob(
+        model=model,
+        batch_size=batch,
+        num_repeat=group,
+        lr=LR,
+        max_prompt_length=64,
+        max_response_length=64,
+        max_model_len=128,
+        max_response_length_in_one_turn=new_tokens,
+        save_freq=0,
+        temperature=1.0,
+        experiment_name="bench",
+    )
     client.auto_sync_train_config_and_start_engine(job, force_restart=True)
 
     def episode(group_task: tuple[str, str]) -> float:
         task_id, letter = group_task
         uuid, creds = client.begin_episode()
         oc = base.with_options(base_url=creds.base_url, api_key=creds.api_key)
-        text = oc.chat.completions.create(model="policy", max_tokens=new_tokens, temperature=1.0, messages=[
-            {"role": "user", "content": f"Say the letter: {letter}"}]).choices[0].message.content or ""
+        text = (
+            oc.chat.completions.create(
+                model="policy",
+                max_tokens=new_tokens,
+                temperature=1.0,
+                messages=[{"role": "user", "content": f"Say the letter: {letter}"}],
+            )
+            .choices[0]
+            .message.content
+            or ""
+        )
         r = reward_of(letter, text)
         client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=r))
         return r
@@ -100,19 +137,43 @@ def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp
 
     torch.set_num_threads(1)
     path = builtin_model_path(model)
-    rows = [{"prompt": [{"role": "user", "content": f"Say the letter: {c}"}], "letter": c}
-            for c in LETTERS for _ in range(64)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"Say the letter: {c}"}], "letter": c}
+        for c in LETTERS
+        for _ in range(64)
+    ]
 
     def letter_reward(completions, letter, **_kw):
         return [reward_of(lt, c[0]["content"]) for c, lt in zip(completions, letter)]
 
-    cfg = GRPOConfig(output_dir=str(tmp / "trl"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
-                     per_device_train_batch_size=batch * group, num_generations=group, gradient_accumulation_steps=1,
-                     max_completion_length=new_tokens, temperature=1.0, top_p=1.0, learning_rate=LR, beta=0.0,
-                     max_steps=steps + 1, logging_steps=1, gradient_checkpointing=False, seed=0,
-                     dataloader_num_workers=0, disable_tqdm=True)
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=letter_reward, args=cfg,
-                          train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(path))
+    cfg = GRPOConfig(
+        output_dir=str(tmp / "trl"),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        per_device_train_batch_size=batch * group,
+        num_generations=group,
+        gradient_accumulation_steps=1,
+        max_completion_length=new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=LR,
+        beta=0.0,
+        max_steps=steps + 1,
+        logging_steps=1,
+        gradient_checkpointing=False,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path),
+        reward_funcs=letter_reward,
+        args=cfg,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(path),
+    )
     gen_s: list[float] = []
     original = trainer._generate_and_score_completions
 
@@ -140,9 +201,12 @@ def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp
     trainer.add_callback(Timer())
     trainer.remove_callback(PrinterCallback)  # keep stdout to our JSON lines
     trainer.train()
-    steps_s, gens = step_s[1:], gen_s[1:len(step_s)]
-    return {"step_s": statistics.median(steps_s),
-            "update_s": statistics.median([s - g for s, g in zip(steps_s, gens)]), "final_reward": rewards[-1]}
+    steps_s, gens = step_s[1:], gen_s[1 : len(step_s)]
+    return {
+        "step_s": statistics.median(steps_s),
+        "update_s": statistics.median([s - g for s, g in zip(steps_s, gens)]),
+        "final_reward": rewards[-1],
+    }
 
 
 def main() -> None:
@@ -158,15 +222,28 @@ def main() -> None:
             continue
         tmp = Path(tempfile.mkdtemp(prefix=f"ajet-vs-trl-{name}-"))
         batch = args.batch or cfg["batch"]
-        common = {"model": cfg["model"], "new_tokens": cfg["new_tokens"], "batch": batch, "group": args.group,
-                  "steps": args.steps}
+        common = {
+            "model": cfg["model"],
+            "new_tokens": cfg["new_tokens"],
+            "batch": batch,
+            "group": args.group,
+            "steps": args.steps,
+        }
         ours = run_ajet(cfg["model"], cfg["new_tokens"], args.steps, batch, args.group, tmp)
         print(json.dumps({"side": "ajet", **common, **ours}), flush=True)
         trl = run_trl(cfg["model"], cfg["new_tokens"], args.steps, batch, args.group, tmp)
         print(json.dumps({"side": "trl", **common, **trl}), flush=True)
-        print(json.dumps({"figure": "ratios", "model": cfg["model"],
-                          "update_ajet_over_trl": round(ours["update_s"] / trl["update_s"], 3),
-                          "step_ajet_over_trl": round(ours["step_s"] / trl["step_s"], 3)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "figure": "ratios",
+                    "model": cfg["model"],
+                    "update_ajet_over_trl": round(ours["update_s"] / trl["update_s"], 3),
+                    "step_ajet_over_trl": round(ours["step_s"] / trl["step_s"], 3),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

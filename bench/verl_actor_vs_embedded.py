@@ -43,8 +43,14 @@ def batch(groups: int, group: int, prompt: int, response: int) -> list[EpisodeSa
             uuid, task = f"t{t}-{k}", f"t{t}"
             p = tuple(int(x) for x in torch.randint(10, 100, (prompt,), generator=gen))
             r = tuple(int(x) for x in torch.randint(10, 100, (response,), generator=gen))
-            out.append(EpisodeSample(uuid, task, k / max(1, group - 1),
-                                     (TrainSequence(uuid, task, p, r, (1,) * response, (-1.0,) * response),)))
+            out.append(
+                EpisodeSample(
+                    uuid,
+                    task,
+                    k / max(1, group - 1),
+                    (TrainSequence(uuid, task, p, r, (1,) * response, (-1.0,) * response),),
+                )
+            )
     return out
 
 
@@ -58,9 +64,15 @@ def verl_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int, exp: 
         for _ in range(steps + 1):
             t0 = time.perf_counter()
             m = trainer.train_samples(samples)
-            out.append({"step_s": time.perf_counter() - t0, "update_s": m["timing_s/update_actor"],
-                        "old_log_prob_s": m.get("timing_s/old_log_prob", 0.0),
-                        "pull_s": m.get("timing_s/pull_weights", 0.0), "loss": m["actor/pg_loss"]})
+            out.append(
+                {
+                    "step_s": time.perf_counter() - t0,
+                    "update_s": m["timing_s/update_actor"],
+                    "old_log_prob_s": m.get("timing_s/old_log_prob", 0.0),
+                    "pull_s": m.get("timing_s/pull_weights", 0.0),
+                    "loss": m["actor/pg_loss"],
+                }
+            )
     return out[1:]
 
 
@@ -90,23 +102,50 @@ def main() -> None:
     torch.set_num_threads(1)  # the trainer's default (AJET_TORCH_THREADS); verl's worker gets one CPU from Ray
     samples = batch(args.groups, args.group, args.prompt, args.response)
     with tempfile.TemporaryDirectory() as tmp:
-        job = AgentJetJob(model=args.model, n_gpu=1, batch_size=args.groups, num_repeat=args.group, lr=1e-3,
-                          lora_rank=args.lora, save_freq=0, ensure_new_experiment=True, experiment_dir=tmp,
-                          max_prompt_length=args.prompt, max_response_length=args.response,
-                          max_model_len=args.prompt + args.response)
-        sides = {"embedded": embedded_steps(job, samples, args.steps),
-                 "verl_actor_cpu": verl_steps(job, samples, args.steps, Path(tmp))}
-    common = {"bench": "verl_actor_vs_embedded", "model": args.model, "lora_rank": args.lora,
-              "episodes": len(samples), "tokens_per_episode": args.prompt + args.response, "steps": args.steps}
+        job = AgentJetJob(
+            model=args.model,
+            n_gpu=1,
+            batch_size=args.groups,
+            num_repeat=args.group,
+            lr=1e-3,
+            lora_rank=args.lora,
+            save_freq=0,
+            ensure_new_experiment=True,
+            experiment_dir=tmp,
+            max_prompt_length=args.prompt,
+            max_response_length=args.response,
+            max_model_len=args.prompt + args.response,
+        )
+        sides = {
+            "embedded": embedded_steps(job, samples, args.steps),
+            "verl_actor_cpu": verl_steps(job, samples, args.steps, Path(tmp)),
+        }
+    common = {
+        "bench": "verl_actor_vs_embedded",
+        "model": args.model,
+        "lora_rank": args.lora,
+        "episodes": len(samples),
+        "tokens_per_episode": args.prompt + args.response,
+        "steps": args.steps,
+    }
     med = {}
     for side, rows in sides.items():
         med[side] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "loss"}
-        print(json.dumps({**common, "side": side, **{f"median_{k}": round(v, 4) for k, v in med[side].items()}}),
-              flush=True)
-    print(json.dumps({**common, "figure": "ratio_verl_over_embedded",
-                      "step_s": round(med["verl_actor_cpu"]["step_s"] / med["embedded"]["step_s"], 2),
-                      "update_s": round(med["verl_actor_cpu"]["update_s"] / med["embedded"]["update_s"], 2)}),
-          flush=True)
+        print(
+            json.dumps({**common, "side": side, **{f"median_{k}": round(v, 4) for k, v in med[side].items()}}),
+            flush=True,
+        )
+    print(
+        json.dumps(
+            {
+                **common,
+                "figure": "ratio_verl_over_embedded",
+                "step_s": round(med["verl_actor_cpu"]["step_s"] / med["embedded"]["step_s"], 2),
+                "update_s": round(med["verl_actor_cpu"]["update_s"] / med["embedded"]["update_s"], 2),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -31,20 +31,39 @@ def run_mode(mode: str, steps: int, lr_full: float, lr_lora: float) -> dict[str,
     root = REPO / "experiments" / f"bench_vllm_{mode}"
     lr = lr_lora if rank else lr_full
     with running_swarm(root, "--engine", engine, "--log-level", "info") as url:  # info: vLLM's start-up time
-        out = run_tutorial(url, "--max-steps", str(steps), "--target", "2", "--lr", str(lr), "--lora-rank",
-                           str(rank), "--fresh", capture=True, timeout=3600)
+        out = run_tutorial(
+            url,
+            "--max-steps",
+            str(steps),
+            "--target",
+            "2",
+            "--lr",
+            str(lr),
+            "--lora-rank",
+            str(rank),
+            "--fresh",
+            capture=True,
+            timeout=3600,
+        )
     if out.returncode != 0:
         raise SystemExit(f"{mode}: the tutorial failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     rows = [json.loads(line) for line in (root / "experiment" / "metrics.jsonl").read_text().splitlines()]
     log = (root / "swarm.log").read_text()
     startup = re.findall(r"ready after (\d+) s", log)
-    return {"bench": "vllm_learning", "mode": mode, "engine": engine, "lora_rank": rank, "lr": lr, "steps": len(rows),
-            "curve": [round(r["reward_mean"], 3) for r in rows],
-            "step_s_mean": round(statistics.fmean(r["step_s"] for r in rows), 3),
-            "publish_s_mean": round(statistics.fmean(r.get("publish_s", 0.0) for r in rows), 4),
-            "logprob_gap_mean": round(statistics.fmean(r.get("logprob_gap", 0.0) for r in rows), 6),
-            "logprob_gap_max": round(max(r.get("logprob_gap_max", 0.0) for r in rows), 6),
-            "vllm_startup_s": int(startup[0]) if startup else None}
+    return {
+        "bench": "vllm_learning",
+        "mode": mode,
+        "engine": engine,
+        "lora_rank": rank,
+        "lr": lr,
+        "steps": len(rows),
+        "curve": [round(r["reward_mean"], 3) for r in rows],
+        "step_s_mean": round(statistics.fmean(r["step_s"] for r in rows), 3),
+        "publish_s_mean": round(statistics.fmean(r.get("publish_s", 0.0) for r in rows), 4),
+        "logprob_gap_mean": round(statistics.fmean(r.get("logprob_gap", 0.0) for r in rows), 6),
+        "logprob_gap_max": round(max(r.get("logprob_gap_max", 0.0) for r in rows), 6),
+        "vllm_startup_s": int(startup[0]) if startup else None,
+    }
 
 
 def main() -> None:
@@ -62,8 +81,17 @@ def main() -> None:
         for mode in ("full", "lora"):
             if mode in results:
                 ratio = results[mode]["step_s_mean"] / results["embedded"]["step_s_mean"]
-                print(json.dumps({"bench": "vllm_learning", "figure": "step_time_ratio_vs_embedded", "mode": mode,
-                                  "ratio": round(ratio, 3)}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "bench": "vllm_learning",
+                            "figure": "step_time_ratio_vs_embedded",
+                            "mode": mode,
+                            "ratio": round(ratio, 3),
+                        }
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

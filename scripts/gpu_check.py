@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -36,9 +35,21 @@ from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
 
 async def _ask(url: str, n: int, max_tokens: int) -> list[dict]:
     async with httpx.AsyncClient(timeout=600) as c:
-        rs = await asyncio.gather(*(c.post(url + "/chat/completions", json={
-            "messages": [{"role": "user", "content": f"Say the letter: {'abcdefgh'[i % 8]}"}], "max_tokens": max_tokens,
-            "seed": i, "return_token_ids": True, "logprobs": True}) for i in range(n)))
+        rs = await asyncio.gather(
+            *(
+                c.post(
+                    url + "/chat/completions",
+                    json={
+                        "messages": [{"role": "user", "content": f"Say the letter: {'abcdefgh'[i % 8]}"}],
+                        "max_tokens": max_tokens,
+                        "seed": i,
+                        "return_token_ids": True,
+                        "logprobs": True,
+                    },
+                )
+                for i in range(n)
+            )
+        )
     return [r.json() for r in rs]
 
 
@@ -53,8 +64,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("no CUDA device visible")
-    job = AgentJetJob(model=args.model, lora_rank=args.lora_rank, lr=1e-4 if args.lora_rank == 0 else 1e-3,
-                      max_prompt_length=256, max_response_length=256, max_model_len=1024)
+    job = AgentJetJob(
+        model=args.model,
+        lora_rank=args.lora_rank,
+        lr=1e-4 if args.lora_rank == 0 else 1e-3,
+        max_prompt_length=256,
+        max_response_length=256,
+        max_model_len=1024,
+    )
     model, tok = load_policy(str(resolve_model_path(args.model)), job, args.device)
     learner = Learner(model, tok, job)
     engine = EmbeddedEngine(model, tok, max_tokens_cap=args.max_tokens)
@@ -72,17 +89,30 @@ def main() -> None:
                 ch = a["choices"][0]
                 text = ch["message"]["content"] or ""
                 reward = 1.0 if text[:1] == "abcdefgh"[i % 8] else float(len(text) % 2)
-                seq = TrainSequence(f"e{i}", f"t{i % 8}", tuple(a["prompt_token_ids"]), tuple(ch["token_ids"]),
-                                    (1,) * len(ch["token_ids"]),
-                                    tuple(c["logprob"] for c in ch["logprobs"]["content"]))
+                seq = TrainSequence(
+                    f"e{i}",
+                    f"t{i % 8}",
+                    tuple(a["prompt_token_ids"]),
+                    tuple(ch["token_ids"]),
+                    (1,) * len(ch["token_ids"]),
+                    tuple(c["logprob"] for c in ch["logprobs"]["content"]),
+                )
                 samples.append(EpisodeSample(f"e{i}", f"t{i % 8}", reward, (seq,)))
             with engine.weights_lock:
                 metrics = learner.update(samples)
                 engine.policy_version += 1
-            emit(step=step, requests=args.requests, generate_s=round(gen_s, 3),
-                 tokens_per_s=round(tokens / gen_s, 1), max_batch_seen=engine.stats["max_batch_seen"],
-                 served_versions=sorted(versions), update_s=round(metrics["update_s"], 3),
-                 logprob_gap=metrics["logprob_gap"], reward_mean=metrics["reward_mean"], loss=metrics["loss"])
+            emit(
+                step=step,
+                requests=args.requests,
+                generate_s=round(gen_s, 3),
+                tokens_per_s=round(tokens / gen_s, 1),
+                max_batch_seen=engine.stats["max_batch_seen"],
+                served_versions=sorted(versions),
+                update_s=round(metrics["update_s"], 3),
+                logprob_gap=metrics["logprob_gap"],
+                reward_mean=metrics["reward_mean"],
+                loss=metrics["loss"],
+            )
         assert versions == {args.steps - 1}, "the last batch must be served by the newest weights"
         if args.device.startswith("cuda"):
             emit(max_memory_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2))

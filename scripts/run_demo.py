@@ -42,9 +42,19 @@ def running_swarm(root: Path, *extra: str) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(root / "swarm.log", "w")
-    cmd = [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
-           "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--experiment-dir", str(root / "experiment"),
-           "--log-level", "warning", *extra]
+    cmd = [
+        str(Path(sys.executable).with_name("ajet-swarm")),
+        "start",
+        "--swarm-port",
+        str(port),
+        "--db",
+        f"sqlite:///{root / 'ajet-swarm.db'}",
+        "--experiment-dir",
+        str(root / "experiment"),
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     swarm = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
     try:
         deadline = time.monotonic() + 120
@@ -67,11 +77,18 @@ def running_swarm(root: Path, *extra: str) -> Iterator[str]:
         log.close()
 
 
-def run_tutorial(url: str, *args: str, capture: bool = False,
-                 timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
+def run_tutorial(
+    url: str, *args: str, capture: bool = False, timeout: Optional[float] = None
+) -> "subprocess.CompletedProcess[str]":
     """`tutorial/example_tiny_rl/agent_roll.py` against the swarm at `url` (its output captured, or shown)."""
-    return subprocess.run([sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url, *args],
-                          env=ENV, cwd=REPO, capture_output=capture, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url, *args],
+        env=ENV,
+        cwd=REPO,
+        capture_output=capture,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def tutorial_summary(root: Path, target: float, *args: str) -> dict[str, float]:
@@ -96,14 +113,25 @@ def main() -> int:
     exp = root / "experiment"
     if client.returncode == 0:
         bin_dir = Path(sys.executable).parent
-        for cmd in ([bin_dir / "ajet-trainer", "export-model", "--experiment-dir", exp, "--out", root / "model"],
-                    [bin_dir / "ajet-proxy", "plot", "--db", f"sqlite:///{root / 'ajet-swarm.db'}", "--out",
-                     root / "reward.png"]):
+        for cmd in (
+            [bin_dir / "ajet-trainer", "export-model", "--experiment-dir", exp, "--out", root / "model"],
+            [
+                bin_dir / "ajet-proxy",
+                "plot",
+                "--db",
+                f"sqlite:///{root / 'ajet-swarm.db'}",
+                "--out",
+                root / "reward.png",
+            ],
+        ):
             subprocess.run([str(c) for c in cmd], env=ENV, cwd=REPO, check=True, stdout=sys.stderr)
-    print(f"model:       {root / 'model'}  (AutoModelForCausalLM.from_pretrained, vllm serve)\n"
-          f"curves:      {root / 'reward.png'}\ntensorboard: tensorboard --logdir {exp / 'tensorboard'}\n"
-          f"checkpoints: {exp / 'checkpoints'}\nmetrics:     {exp / 'metrics.jsonl'}\n"
-          f"store:       {root / 'ajet-swarm.db'}\nserver log:  {root / 'swarm.log'}", file=sys.stderr)
+    print(
+        f"model:       {root / 'model'}  (AutoModelForCausalLM.from_pretrained, vllm serve)\n"
+        f"curves:      {root / 'reward.png'}\ntensorboard: tensorboard --logdir {exp / 'tensorboard'}\n"
+        f"checkpoints: {exp / 'checkpoints'}\nmetrics:     {exp / 'metrics.jsonl'}\n"
+        f"store:       {root / 'ajet-swarm.db'}\nserver log:  {root / 'swarm.log'}",
+        file=sys.stderr,
+    )
     return client.returncode
 
 

@@ -21,8 +21,9 @@ from ajet_store.types import Deployment  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
 
 
-def make_rolling(store: Store, backend_url: str, model: str = "stub-model", name: str = "stub-0",
-                 policy_version: int = 0) -> None:
+def make_rolling(
+    store: Store, backend_url: str, model: str = "stub-model", name: str = "stub-0", policy_version: int = 0
+) -> None:
     """Do what the trainer does at BOOTING: register the backend and go ROLLING."""
     store.register_deployment(Deployment(name, backend_url + "/v1", model, policy_version))
     store.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING, EngineState.ROLLING])

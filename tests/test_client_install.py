@@ -29,8 +29,9 @@ if not (BIN / "python").exists():
 
 
 def client_run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=180, cwd=cwd,
-                          env=offline_env())
+    return subprocess.run(
+        [str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=180, cwd=cwd, env=offline_env()
+    )
 
 
 def test_the_client_venv_has_no_torch():
@@ -53,9 +54,22 @@ def test_client_commands_run_without_torch(tmp_path):
 
 def test_proxy_and_monitor_run_in_the_client_venv(tmp_path):
     port = free_port()
-    proxy = Proc([str(BIN / "ajet-proxy"), "start", "--port", str(port), "--db", sqlite_url(tmp_path / "c.db"),
-                  "--log-level", "warning"], f"http://127.0.0.1:{port}", "/health", tmp_path / "proxy.log",
-                 env=offline_env())
+    proxy = Proc(
+        [
+            str(BIN / "ajet-proxy"),
+            "start",
+            "--port",
+            str(port),
+            "--db",
+            sqlite_url(tmp_path / "c.db"),
+            "--log-level",
+            "warning",
+        ],
+        f"http://127.0.0.1:{port}",
+        "/health",
+        tmp_path / "proxy.log",
+        env=offline_env(),
+    )
     try:
         script = textwrap.dedent(f"""
             import asyncio, sys, time

@@ -31,10 +31,19 @@ def test_version(prog):
     assert res.returncode == 0 and res.stdout.strip() == f"{prog} {ajet.__version__}"
 
 
-@pytest.mark.parametrize("argv", [("ajet-proxy", "--help"), ("ajet-proxy", "start", "--help"),
-                                  ("ajet-trainer", "--help"), ("ajet-trainer", "start", "--help"),
-                                  ("ajet-swarm", "--help"), ("ajet-swarm", "start", "--help"),
-                                  ("ajet-swarm", "overwatch", "--help"), ("ajet-swarm", "new-client", "--help")])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("ajet-proxy", "--help"),
+        ("ajet-proxy", "start", "--help"),
+        ("ajet-trainer", "--help"),
+        ("ajet-trainer", "start", "--help"),
+        ("ajet-swarm", "--help"),
+        ("ajet-swarm", "start", "--help"),
+        ("ajet-swarm", "overwatch", "--help"),
+        ("ajet-swarm", "new-client", "--help"),
+    ],
+)
 def test_help_imports_no_torch(argv):
     res = run(*argv, importtime=True)
     assert res.returncode == 0 and "usage:" in res.stdout
@@ -54,8 +63,11 @@ def test_bad_store_url_is_one_line(tmp_path):
     _one_line_error(run("ajet-proxy", "start", "--db", "nodriver://x/y", "--port", "1"), "ajet-proxy", "nodriver")
     _one_line_error(run("ajet-trainer", "start", "--db", "notaurl", "--device", "cpu"), "ajet-trainer", "notaurl")
     (tmp_path / "file").write_text("")  # a store path below a file cannot be created
-    _one_line_error(run("ajet-proxy", "episodes", "list", "--db", f"sqlite:///{tmp_path}/file/x.db"),
-                    "ajet-proxy", "cannot use store URL")
+    _one_line_error(
+        run("ajet-proxy", "episodes", "list", "--db", f"sqlite:///{tmp_path}/file/x.db"),
+        "ajet-proxy",
+        "cannot use store URL",
+    )
 
 
 def test_unknown_episode_is_one_line(tmp_path):

@@ -30,8 +30,13 @@ def _start_parser(add) -> argparse.ArgumentParser:
 
 def test_the_shipped_folder_is_the_top_level_configs():
     assert flags.config_dir().resolve() == CONFIGS.resolve()
-    assert {p.name for p in CONFIGS.glob("*.yaml")} == {"proxy.yaml", "trainer.yaml", "swarm.yaml", "job.yaml",
-                                                       "verl_overrides.yaml"}
+    assert {p.name for p in CONFIGS.glob("*.yaml")} == {
+        "proxy.yaml",
+        "trainer.yaml",
+        "swarm.yaml",
+        "job.yaml",
+        "verl_overrides.yaml",
+    }
 
 
 def test_job_yaml_is_the_default_job_dumped(tmp_path):
@@ -40,8 +45,9 @@ def test_job_yaml_is_the_default_job_dumped(tmp_path):
     assert AgentJetJob.from_yaml(CONFIGS / "job.yaml") == AgentJetJob()
 
 
-@pytest.mark.parametrize("name,add", [("proxy.yaml", proxy_cli.add_start_arguments),
-                                      ("trainer.yaml", trainer_cli.add_trainer_arguments)])
+@pytest.mark.parametrize(
+    "name,add", [("proxy.yaml", proxy_cli.add_start_arguments), ("trainer.yaml", trainer_cli.add_trainer_arguments)]
+)
 def test_each_file_holds_exactly_the_options_of_its_command(name, add, monkeypatch):
     for var in flags.ENV_DEFAULTS.values():
         monkeypatch.delenv(var, raising=False)
@@ -74,20 +80,28 @@ def test_a_config_file_sets_options_under_the_command_line(tmp_path):
     cfg = tmp_path / "swarm.yaml"
     cfg.write_text("port: 9999\nengine: vllm\nvllm_arg: ['--dtype=bfloat16']\ndb_mode: '640'\nupstream: litellm\n")
     args = parse_args(["start", "--config", str(cfg), "--upstream", "aiohttp"])
-    assert (args.port, args.engine, args.vllm_arg, args.db_mode, args.upstream) == \
-        (9999, "vllm", ["--dtype=bfloat16"], 0o640, "aiohttp")
+    assert (args.port, args.engine, args.vllm_arg, args.db_mode, args.upstream) == (
+        9999,
+        "vllm",
+        ["--dtype=bfloat16"],
+        0o640,
+        "aiohttp",
+    )
     proxy, trainer = child_commands(args)
     assert proxy[proxy.index("--port") + 1] == "9999" and "--vllm-arg=--dtype=bfloat16" in trainer
     assert "--config" not in proxy + trainer  # the children get the resolved flags, not the file
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("engine: turbo\n", "'turbo' is not one of"),
-    ("port: eighty\n", "invalid value 'eighty'"),
-    ("enigne: vllm\n", "did you mean 'engine'"),
-    ("- just\n- a list\n", "expected a mapping"),
-    ("port: [1, 2]\n", "expected one value"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("engine: turbo\n", "'turbo' is not one of"),
+        ("port: eighty\n", "invalid value 'eighty'"),
+        ("enigne: vllm\n", "did you mean 'engine'"),
+        ("- just\n- a list\n", "expected a mapping"),
+        ("port: [1, 2]\n", "expected one value"),
+    ],
+)
 def test_a_bad_config_file_is_a_config_error_naming_the_key(tmp_path, text, needle):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
@@ -98,8 +112,12 @@ def test_a_bad_config_file_is_a_config_error_naming_the_key(tmp_path, text, need
 def test_a_missing_config_file_is_one_line_from_each_command(tmp_path):
     missing = str(tmp_path / "nope.yaml")
     for prog in ("ajet-proxy", "ajet-trainer", "ajet-swarm"):
-        res = subprocess.run([str(Path(sys.executable).with_name(prog)), "start", "--config", missing],
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [str(Path(sys.executable).with_name(prog)), "start", "--config", missing],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 1 and res.stderr.strip() == f"{prog}: error: config file not found: {missing}"
 
 
@@ -109,6 +127,7 @@ def test_the_trainer_reads_a_config_file(tmp_path):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
     trainer_cli.add_trainer_arguments(sub.add_parser("start"))
-    opts = trainer_cli.trainer_options(flags.parse_with_config(parser, ["start", "--config", str(cfg), "--nnodes",
-                                                                       "4"]))
+    opts = trainer_cli.trainer_options(
+        flags.parse_with_config(parser, ["start", "--config", str(cfg), "--nnodes", "4"])
+    )
     assert (opts.backend, opts.nnodes) == ("verl", 4)

@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOTS = {"ajet": REPO / "sdk", "ajet_proxy": REPO / "proxy", "ajet_store": REPO / "proxy",
-         "ajet_swarm": REPO / "proxy", "ajet_trainer": REPO / "trainer"}
+ROOTS = {
+    "ajet": REPO / "sdk",
+    "ajet_proxy": REPO / "proxy",
+    "ajet_store": REPO / "proxy",
+    "ajet_swarm": REPO / "proxy",
+    "ajet_trainer": REPO / "trainer",
+}
 HEAVY = {"torch", "transformers", "peft", "verl", "vllm", "ray", "safetensors"}
 SERVER = {"fastapi", "litellm", "sqlalchemy", "uvicorn", "starlette", "aiohttp", "textual"}
 
@@ -56,8 +61,9 @@ def _imports(module: str, path: Path) -> set[str]:
                 anchor = module.split(".") if is_pkg else module.split(".")[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            out.update(_target(f"{base}.{a.name}") if f"{base}.{a.name}" in MODULES else _target(base)
-                       for a in node.names)
+            out.update(
+                _target(f"{base}.{a.name}") if f"{base}.{a.name}" in MODULES else _target(base) for a in node.names
+            )
     out.discard(module)
     return out
 
@@ -70,8 +76,13 @@ def _top(name: str) -> str:
 
 
 def _violations(package: str, forbidden: set[str]) -> list[str]:
-    return sorted(f"{m} imports {dep}" for m, deps in GRAPH.items() if _top(m) == package
-                  for dep in deps if _top(dep) in forbidden)
+    return sorted(
+        f"{m} imports {dep}"
+        for m, deps in GRAPH.items()
+        if _top(m) == package
+        for dep in deps
+        if _top(dep) in forbidden
+    )
 
 
 def test_the_graph_sees_every_package():
@@ -79,13 +90,16 @@ def test_the_graph_sees_every_package():
     assert "ajet_store" in GRAPH["ajet_proxy.state"] or any(_top(d) == "ajet_store" for d in GRAPH["ajet_proxy.state"])
 
 
-@pytest.mark.parametrize("package,forbidden", [
-    ("ajet", {"ajet_proxy", "ajet_store", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
-    ("ajet_store", {"ajet_proxy", "ajet_trainer", "ajet_swarm"} | HEAVY),
-    ("ajet_proxy", {"ajet_trainer", "ajet_swarm"} | HEAVY),
-    ("ajet_trainer", {"ajet_proxy", "ajet_swarm"}),
-    ("ajet_swarm", HEAVY),
-])
+@pytest.mark.parametrize(
+    "package,forbidden",
+    [
+        ("ajet", {"ajet_proxy", "ajet_store", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
+        ("ajet_store", {"ajet_proxy", "ajet_trainer", "ajet_swarm"} | HEAVY),
+        ("ajet_proxy", {"ajet_trainer", "ajet_swarm"} | HEAVY),
+        ("ajet_trainer", {"ajet_proxy", "ajet_swarm"}),
+        ("ajet_swarm", HEAVY),
+    ],
+)
 def test_import_rules(package, forbidden):
     assert _violations(package, forbidden) == []
 
@@ -96,8 +110,10 @@ def test_only_the_store_writes_sql():
 
 
 def test_nothing_imports_the_composition_root():
-    assert sorted(m for m, deps in GRAPH.items() if _top(m) != "ajet_swarm"
-                  and any(_top(d) == "ajet_swarm" for d in deps)) == []
+    assert (
+        sorted(m for m, deps in GRAPH.items() if _top(m) != "ajet_swarm" and any(_top(d) == "ajet_swarm" for d in deps))
+        == []
+    )
 
 
 def _cycle() -> list[str]:
@@ -110,7 +126,7 @@ def _cycle() -> list[str]:
         stack.append(m)
         for dep in sorted(d for d in GRAPH.get(m, ()) if d in MODULES):
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state:
                 found = visit(dep)
                 if found:
@@ -139,13 +155,25 @@ def test_cycle_finder_finds_a_cycle():
         GRAPH["ajet.errors"].discard("ajet.client")
 
 
-@pytest.mark.parametrize("module", ["ajet_proxy", "ajet_proxy.app", "ajet_proxy.cli", "ajet_proxy.overwatch",
-                                    "ajet_store", "ajet_swarm.cli", "ajet_trainer.cli", "ajet_trainer.options",
-                                    "ajet"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ajet_proxy",
+        "ajet_proxy.app",
+        "ajet_proxy.cli",
+        "ajet_proxy.overwatch",
+        "ajet_store",
+        "ajet_swarm.cli",
+        "ajet_trainer.cli",
+        "ajet_trainer.options",
+        "ajet",
+    ],
+)
 def test_importing_loads_no_torch(module):
     """What runs on a GPU-less client machine (`python -X importtime -c "import ajet_proxy"`) loads no torch."""
-    res = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in res.stderr.splitlines() if "|" in line}
     assert module.split(".")[0] in loaded  # the report is real

@@ -18,8 +18,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                          str(out), str(REPO)], capture_output=True, text=True, timeout=300, env=offline_env())
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=offline_env(),
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     (path,) = out.glob("*.whl")
     return path
@@ -41,34 +46,59 @@ def test_wheel_carries_packages_and_data(wheel):
 
 def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_path):
     target = tmp_path / "site"
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                          str(wheel)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
-    code = ("import ajet_trainer.verl_backend.config as c, ajet\n"
-            "from ajet import AgentJetJob\n"
-            f"assert c.__file__.startswith({str(target)!r}), c.__file__\n"
-            "cfg = c.compose_verl_config(AgentJetJob(n_gpu=1), model_path='/models/m')\n"
-            "print(cfg.actor_rollout_ref.rollout.name, cfg.actor_rollout_ref.model.use_remove_padding)\n")
+    code = (
+        "import ajet_trainer.verl_backend.config as c, ajet\n"
+        "from ajet import AgentJetJob\n"
+        f"assert c.__file__.startswith({str(target)!r}), c.__file__\n"
+        "cfg = c.compose_verl_config(AgentJetJob(n_gpu=1), model_path='/models/m')\n"
+        "print(cfg.actor_rollout_ref.rollout.name, cfg.actor_rollout_ref.model.use_remove_padding)\n"
+    )
     # run outside the checkout, with the wheel's install first on the path
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env=offline_env(PYTHONPATH=str(target)))
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=offline_env(PYTHONPATH=str(target)),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split()[-2:] == ["vllm", "True"]
 
 
 def test_installed_wheel_finds_the_configs_outside_the_checkout(wheel, tmp_path):
     target = tmp_path / "site"
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                          str(wheel)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
-    (target / "ajet" / "configs" / "proxy.yaml").write_text((REPO / "configs" / "proxy.yaml").read_text()
-                                                           .replace("port: 10086", "port: 10999"))
-    code = ("from ajet.utils.flags import config_dir\n"
-            "from ajet_swarm.cli import parse_args\n"
-            f"assert str(config_dir()).startswith({str(target)!r}), config_dir()\n"
-            "args = parse_args(['start'])\n"
-            "print(args.port, args.host, args.engine)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env=offline_env(PYTHONPATH=str(target)))
+    (target / "ajet" / "configs" / "proxy.yaml").write_text(
+        (REPO / "configs" / "proxy.yaml").read_text().replace("port: 10086", "port: 10999")
+    )
+    code = (
+        "from ajet.utils.flags import config_dir\n"
+        "from ajet_swarm.cli import parse_args\n"
+        f"assert str(config_dir()).startswith({str(target)!r}), config_dir()\n"
+        "args = parse_args(['start'])\n"
+        "print(args.port, args.host, args.engine)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=offline_env(PYTHONPATH=str(target)),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["10999", "0.0.0.0", "auto"]  # the installed file's port: the defaults come from it

@@ -16,9 +16,16 @@ from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import DataPlane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.openapi import (CHAT_ROUTE_OPENAPI, DATA_PLANE_ERRORS, MESSAGES_ERRORS, MESSAGES_ROUTE_OPENAPI,
-                                MODEL_NOT_FOUND_ERROR, MODEL_ROUTE_OPENAPI, MODELS_ROUTE_OPENAPI,
-                                RESPONSES_ROUTE_OPENAPI)
+from ajet_proxy.openapi import (
+    CHAT_ROUTE_OPENAPI,
+    DATA_PLANE_ERRORS,
+    MESSAGES_ERRORS,
+    MESSAGES_ROUTE_OPENAPI,
+    MODEL_NOT_FOUND_ERROR,
+    MODEL_ROUTE_OPENAPI,
+    MODELS_ROUTE_OPENAPI,
+    RESPONSES_ROUTE_OPENAPI,
+)
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -37,8 +44,9 @@ async def handle_domain_error(request: Request, exc: Exception) -> Response:
 async def handle_http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own answers (an unknown route, a wrong method) in the same error shapes as ours."""
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: ErrorCode.ROUTE_NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code,
-                                                                                   ErrorCode.INVALID_REQUEST)
+    code = {404: ErrorCode.ROUTE_NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(
+        exc.status_code, ErrorCode.INVALID_REQUEST
+    )
     if code is ErrorCode.ROUTE_NOT_FOUND:
         detail = f"no route {request.method} {request.url.path}"
     elif code is ErrorCode.METHOD_NOT_ALLOWED:
@@ -66,8 +74,12 @@ async def handle_validation_error(request: Request, exc: Exception) -> Response:
 def create_app(config: ProxyConfig) -> FastAPI:
     """A proxy app bound to one store."""
     state = ProxyState(config)
-    app = FastAPI(title="ajet-proxy", version=__version__, lifespan=state.lifespan,
-                  description="AgentJet Swarm proxy: control API under /swarm, OpenAI-compatible data plane under /v1.")
+    app = FastAPI(
+        title="ajet-proxy",
+        version=__version__,
+        lifespan=state.lifespan,
+        description="AgentJet Swarm proxy: control API under /swarm, OpenAI-compatible data plane under /v1.",
+    )
     app.state.ajet = state
     if config.swarm_token:
         app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token)
@@ -78,23 +90,51 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
     plane = DataPlane(state)
-    app.add_api_route("/v1/chat/completions", plane.chat_completions, methods=["POST"], tags=["data plane"],
-                      summary="OpenAI chat completions, authenticated by the episode key",
-                      responses=DATA_PLANE_ERRORS, openapi_extra=CHAT_ROUTE_OPENAPI)
-    app.add_api_route("/v1/responses", plane.responses, methods=["POST"], tags=["data plane"],
-                      summary="OpenAI Responses API, on the chat path, authenticated by the episode key",
-                      responses=DATA_PLANE_ERRORS, openapi_extra=RESPONSES_ROUTE_OPENAPI)
-    app.add_api_route("/v1/messages", plane.messages, methods=["POST"], tags=["data plane"],
-                      summary="Anthropic Messages API, on the chat path, authenticated by the episode key "
-                              "(x-api-key or Bearer)",
-                      responses=MESSAGES_ERRORS, openapi_extra=MESSAGES_ROUTE_OPENAPI)
-    app.add_api_route("/v1/models", plane.models, methods=["GET"], tags=["data plane"],
-                      summary="Models served to the episode", responses=DATA_PLANE_ERRORS,
-                      openapi_extra=MODELS_ROUTE_OPENAPI)
-    app.add_api_route("/v1/models/{model}", plane.model, methods=["GET"], tags=["data plane"],
-                      summary="One model served to the episode",
-                      responses={**DATA_PLANE_ERRORS, 404: MODEL_NOT_FOUND_ERROR},
-                      openapi_extra=MODEL_ROUTE_OPENAPI)
+    app.add_api_route(
+        "/v1/chat/completions",
+        plane.chat_completions,
+        methods=["POST"],
+        tags=["data plane"],
+        summary="OpenAI chat completions, authenticated by the episode key",
+        responses=DATA_PLANE_ERRORS,
+        openapi_extra=CHAT_ROUTE_OPENAPI,
+    )
+    app.add_api_route(
+        "/v1/responses",
+        plane.responses,
+        methods=["POST"],
+        tags=["data plane"],
+        summary="OpenAI Responses API, on the chat path, authenticated by the episode key",
+        responses=DATA_PLANE_ERRORS,
+        openapi_extra=RESPONSES_ROUTE_OPENAPI,
+    )
+    app.add_api_route(
+        "/v1/messages",
+        plane.messages,
+        methods=["POST"],
+        tags=["data plane"],
+        summary="Anthropic Messages API, on the chat path, authenticated by the episode key (x-api-key or Bearer)",
+        responses=MESSAGES_ERRORS,
+        openapi_extra=MESSAGES_ROUTE_OPENAPI,
+    )
+    app.add_api_route(
+        "/v1/models",
+        plane.models,
+        methods=["GET"],
+        tags=["data plane"],
+        summary="Models served to the episode",
+        responses=DATA_PLANE_ERRORS,
+        openapi_extra=MODELS_ROUTE_OPENAPI,
+    )
+    app.add_api_route(
+        "/v1/models/{model}",
+        plane.model,
+        methods=["GET"],
+        tags=["data plane"],
+        summary="One model served to the episode",
+        responses={**DATA_PLANE_ERRORS, 404: MODEL_NOT_FOUND_ERROR},
+        openapi_extra=MODEL_ROUTE_OPENAPI,
+    )
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:

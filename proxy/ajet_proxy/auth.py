@@ -39,8 +39,11 @@ class SwarmTokenMiddleware:
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and needs_token(scope["path"]) and not token_matches(Headers(scope=scope),
-                                                                                        self.token):
+        if (
+            scope["type"] == "http"
+            and needs_token(scope["path"])
+            and not token_matches(Headers(scope=scope), self.token)
+        ):
             response = error_response(HttpError(ErrorCode.UNAUTHORIZED, "control calls need the swarm token"))
             await response(scope, receive, send)
             return

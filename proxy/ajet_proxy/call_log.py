@@ -126,8 +126,11 @@ class CallLogWriter:
             if len(batch) >= MAX_BATCH:
                 return True
             try:
-                item = self._q.get(timeout=max(0.0, deadline - time.monotonic())) if self.interval \
+                item = (
+                    self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+                    if self.interval
                     else self._q.get_nowait()
+                )
             except queue.Empty:
                 return True
 
@@ -155,8 +158,7 @@ class CallLogWriter:
                 break
             except Exception as exc:  # noqa: BLE001 - keep the proxy serving; retry, then tell every waiter
                 error = exc
-                logger.exception("writing %d calls failed (attempt %d/%d)", len(records), attempt + 1,
-                                 WRITE_ATTEMPTS)
+                logger.exception("writing %d calls failed (attempt %d/%d)", len(records), attempt + 1, WRITE_ATTEMPTS)
                 time.sleep(0.1 * (attempt + 1))
         self._track(records, -1)
         if error is not None:

@@ -38,15 +38,23 @@ def add_proxy_options(p: argparse.ArgumentParser, port_flags: tuple[str, ...] = 
     """The proxy's own options (`ajet-swarm start` declares them through this too); defaults: configs/proxy.yaml."""
     p.add_argument("--host", help="interface to listen on (0.0.0.0: all of them)")
     p.add_argument(*port_flags, dest="port", type=int, help="port of the control API and the data plane")
-    p.add_argument("--swarm-token",
-                   help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
-                        "which `ps` does not show)")
+    p.add_argument(
+        "--swarm-token",
+        help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
+        "which `ps` does not show)",
+    )
     p.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 above it)")
-    p.add_argument("--commit-window-ms", type=float,
-                   help="gather answered calls this long before committing them together (0: commit what is "
-                        "waiting at once); an answer always waits for its commit")
-    p.add_argument("--upstream", choices=["aiohttp", "litellm"],
-                   help="send agent calls through a pooled aiohttp session or litellm.Router")
+    p.add_argument(
+        "--commit-window-ms",
+        type=float,
+        help="gather answered calls this long before committing them together (0: commit what is "
+        "waiting at once); an answer always waits for its commit",
+    )
+    p.add_argument(
+        "--upstream",
+        choices=["aiohttp", "litellm"],
+        help="send agent calls through a pooled aiohttp session or litellm.Router",
+    )
 
 
 def add_start_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,15 +78,31 @@ def run_proxy(args: argparse.Namespace) -> None:
 
     if not _is_loopback(args.host) and not args.swarm_token:
         logging.getLogger("ajet_proxy").warning(
-            "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host)
+            "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host
+        )
     limits = InputLimits(max_body_bytes=args.max_body_bytes)
-    app = create_app(ProxyConfig(db_url=args.db, swarm_token=args.swarm_token, upstream=args.upstream,
-                                 db_mode=args.db_mode, limits=limits,
-                                 commit_window_s=args.commit_window_ms / 1000.0))
+    app = create_app(
+        ProxyConfig(
+            db_url=args.db,
+            swarm_token=args.swarm_token,
+            upstream=args.upstream,
+            db_mode=args.db_mode,
+            limits=limits,
+            commit_window_s=args.commit_window_ms / 1000.0,
+        )
+    )
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
-    uvicorn.run(app, host=args.host, port=args.port, loop=loop, http=http, log_level=args.log_level,
-                access_log=False, timeout_graceful_shutdown=10)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop=loop,
+        http=http,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
 
 
 def _has(module: str) -> bool:
@@ -121,8 +145,10 @@ def episodes_list(args: argparse.Namespace) -> None:
     for row in rows:
         reward = "" if row.reward is None else f"{row.reward:7.3f}"
         step = "" if row.consumed_step is None else str(row.consumed_step)
-        print(f"{row.uuid:32}  {row.status.value:8} {row.episode_type:5} {(row.task_id or '-')[:20]:20} {reward:>7} "
-              f"{row.num_calls:>5} {step:>5}  {row.client_id}")
+        print(
+            f"{row.uuid:32}  {row.status.value:8} {row.episode_type:5} {(row.task_id or '-')[:20]:20} {reward:>7} "
+            f"{row.num_calls:>5} {step:>5}  {row.client_id}"
+        )
 
 
 def episodes_show(args: argparse.Namespace) -> None:
@@ -134,12 +160,16 @@ def episodes_show(args: argparse.Namespace) -> None:
         detail = episode_detail(store.get_episode(args.uuid), store.calls(args.uuid))
     finally:
         store.close()
-    print(f"episode {detail.episode_uuid}  {detail.status.value}  task {detail.task_id}  reward {detail.reward}"
-          f"  client {detail.client_id}  untrainable {detail.untrainable}  step {detail.consumed_step}")
+    print(
+        f"episode {detail.episode_uuid}  {detail.status.value}  task {detail.task_id}  reward {detail.reward}"
+        f"  client {detail.client_id}  untrainable {detail.untrainable}  step {detail.consumed_step}"
+    )
     for c in detail.calls:
-        print(f"\n--- call {c.seq}: prompt {c.prompt_tokens} / completion {c.completion_tokens} tokens, "
-              f"finish {c.finish_reason}, {c.latency_ms:.1f} ms, policy v{c.policy_version}"
-              f"{', streamed' if c.stream else ''}{', ERROR ' + c.error if c.error else ''}")
+        print(
+            f"\n--- call {c.seq}: prompt {c.prompt_tokens} / completion {c.completion_tokens} tokens, "
+            f"finish {c.finish_reason}, {c.latency_ms:.1f} ms, policy v{c.policy_version}"
+            f"{', streamed' if c.stream else ''}{', ERROR ' + c.error if c.error else ''}"
+        )
         for m in c.messages:
             print(f"[{m.get('role')}] {m.get('content')}")
         print(f"[answer] {c.response}")
@@ -223,8 +253,11 @@ def _main(argv: Optional[list[str]] = None) -> int:
     upg = db.add_parser("upgrade", help="migrate an older store to this version's schema (episodes are kept)")
     plt = sub.add_parser("plot", help="draw reward, entropy, log-prob gap and episodes per step into a PNG")
     plt.add_argument("--out", default="reward.png")
-    prn = sub.add_parser("prune", help="drop request/response bodies of calls trained more than N steps ago "
-                                       "(token ids, rewards and metrics stay)")
+    prn = sub.add_parser(
+        "prune",
+        help="drop request/response bodies of calls trained more than N steps ago "
+        "(token ids, rewards and metrics stay)",
+    )
     prn.add_argument("--keep-steps", type=int, required=True, help="keep the bodies of the last N steps' episodes")
     prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
     for p in (lst, show, exp, upg, plt, prn):

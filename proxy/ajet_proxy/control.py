@@ -28,8 +28,8 @@ from ajet.types import (
     BeginEpisodeResponse,
     EndEpisodeRequest,
     EngineState,
-    EpisodeContinuation,
     EngineStatus,
+    EpisodeContinuation,
     EpisodeResult,
     EpisodeStatus,
     EpisodeUuidRequest,
@@ -54,7 +54,9 @@ def _state(request: Request) -> ProxyState:
     return request.app.state.ajet
 
 
-router = APIRouter(prefix="/swarm", tags=["control"], responses=CONTROL_ERRORS)  # the swarm token is checked first, by `auth.py`
+router = APIRouter(
+    prefix="/swarm", tags=["control"], responses=CONTROL_ERRORS
+)  # the swarm token is checked first, by `auth.py`
 
 
 def _client_id(request: Request) -> str:
@@ -76,8 +78,11 @@ def _check_trackers(job: AgentJetJob) -> None:
     for name in job.logging:
         module = TRACKERS[name]
         if module is not None and importlib.util.find_spec(module) is None:
-            raise InvalidRequest(f"invalid job: logger {name!r} needs the {module!r} package, which is not installed "
-                                 f"on the training box (pip install {module})", fields=["job.logging"])
+            raise InvalidRequest(
+                f"invalid job: logger {name!r} needs the {module!r} package, which is not installed "
+                f"on the training box (pip install {module})",
+                fields=["job.logging"],
+            )
 
 
 def _ok(s: ProxyState) -> OkResponse:
@@ -119,8 +124,10 @@ def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Requ
         stop_engine(request)
     row, started = s.store.sync_and_start(job)  # atomic: racing clients cannot both sync
     if not started and row.job != job:
-        logger.warning("client %s joins the running job; its own job differs (use force_restart to replace it)",
-                       _client_id(request))
+        logger.warning(
+            "client %s joins the running job; its own job differs (use force_restart to replace it)",
+            _client_id(request),
+        )
     return _ok(s)
 
 
@@ -145,13 +152,26 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
     if body.mission:
         await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
     key = new_episode_key()
-    row = await s.episodes.apply(BeginEpisode(uuid.uuid4().hex, hash_key(key), _client_id(request),
-                                              body.episode_type, body.discard_episode_timeout, body.mission))
+    row = await s.episodes.apply(
+        BeginEpisode(
+            uuid.uuid4().hex,
+            hash_key(key),
+            _client_id(request),
+            body.episode_type,
+            body.discard_episode_timeout,
+            body.mission,
+        )
+    )
     s.registry.add_row(row)
     if s.engine.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
         await s.in_episode_thread(s.refresh_engine)
-    return BeginEpisodeResponse(episode_uuid=row.uuid, api_key=key, base_url=str(request.base_url).rstrip("/") + "/v1",
-                                model="policy", policy_version=row.policy_version_start)
+    return BeginEpisodeResponse(
+        episode_uuid=row.uuid,
+        api_key=key,
+        base_url=str(request.base_url).rstrip("/") + "/v1",
+        model="policy",
+        policy_version=row.policy_version_start,
+    )
 
 
 @router.post("/end_episode", response_model=EpisodeResult)
@@ -163,8 +183,9 @@ async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResul
         await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
-    row = await s.episodes.apply(EndEpisode(body.episode_uuid, _client_id(request), body.task.task_id, body.reward,
-                                            out.is_success, meta))
+    row = await s.episodes.apply(
+        EndEpisode(body.episode_uuid, _client_id(request), body.task.task_id, body.reward, out.is_success, meta)
+    )
     s.registry.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
 
@@ -179,16 +200,20 @@ def _admit_mission(s: ProxyState, body: BeginEpisodeRequest) -> None:
     limit = mission_limit(share, batch_size) * num_repeat
     in_flight = s.store.mission_in_flight(body.mission)
     if in_flight >= limit:
-        raise EngineNotReady(f"mission {body.mission!r} has its share of the batch in flight ({in_flight} episodes, "
-                             f"max_batch_share {share:g} of {batch_size} tasks x {num_repeat}); retry after the step",
-                             state=s.engine.state.value)
+        raise EngineNotReady(
+            f"mission {body.mission!r} has its share of the batch in flight ({in_flight} episodes, "
+            f"max_batch_share {share:g} of {batch_size} tasks x {num_repeat}); retry after the step",
+            state=s.engine.state.value,
+        )
 
 
 def _never_trains(row: EpisodeRow) -> Optional[str]:
     """The warning for an ended episode that will never train (its reward is kept), else None."""
     if row.untrainable_reason == NO_CALLS:
-        return (f"episode {row.uuid} made no LLM calls through its key, so it will never train (its reward is "
-                "kept); did the agent use the base_url and api_key from begin_episode?")
+        return (
+            f"episode {row.uuid} made no LLM calls through its key, so it will never train (its reward is "
+            "kept); did the agent use the base_url and api_key from begin_episode?"
+        )
     return None
 
 
@@ -196,8 +221,10 @@ def _check_reward(reward: float, job: Optional[dict]) -> None:
     """A reward beyond the job's bound is refused before anything is written."""
     bound = float((job or {}).get("max_abs_reward", AgentJetJob.model_fields["max_abs_reward"].default))
     if abs(reward) > bound:
-        raise InvalidRequest(f"workflow_output.reward: {reward!r} is beyond the job's bound |reward| <= {bound:g} "
-                             "(max_abs_reward)", fields=["workflow_output.reward"])
+        raise InvalidRequest(
+            f"workflow_output.reward: {reward!r} is beyond the job's bound |reward| <= {bound:g} (max_abs_reward)",
+            fields=["workflow_output.reward"],
+        )
 
 
 @router.post("/abort_episode", response_model=EpisodeResult)
@@ -224,8 +251,9 @@ def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeC
     except NotFound:
         row = None
     reason = (closed_reason(row) if row else None) or refused_key_reason(row)
-    return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=False,
-                               status=row.status if row else None, reason=reason)
+    return EpisodeContinuation(
+        episode_uuid=body.episode_uuid, can_continue=False, status=row.status if row else None, reason=reason
+    )
 
 
 @router.get("/get_rollout_stat", response_model=RolloutStat)
@@ -233,8 +261,16 @@ def get_rollout_stat(request: Request) -> RolloutStat:
     """Pool progress in all modes, open episodes, tasks, clients, totals and recent steps."""
     s = _state(request)
     st = s.store
-    return build_rollout_stat(s.refresh_engine(), st.pool_episodes(), s.registry.snapshot(), st.totals(),
-                              st.clients(), st.steps(last=50), time.time(), st.missions())
+    return build_rollout_stat(
+        s.refresh_engine(),
+        st.pool_episodes(),
+        s.registry.snapshot(),
+        st.totals(),
+        st.clients(),
+        st.steps(last=50),
+        time.time(),
+        st.missions(),
+    )
 
 
 @router.post("/get_steps", response_model=StepsPage)

@@ -21,17 +21,17 @@ from starlette.responses import Response, StreamingResponse
 from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token
 from ajet.types import EngineState
-from ajet_proxy.episodes import LiveEpisode, hash_key, refused_key_reason
-from ajet_proxy.limits import InputLimits, check_chat_shape
-from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
-from ajet_proxy.state import ProxyState
 from ajet_proxy import messages_api, responses_api
+from ajet_proxy.episodes import LiveEpisode, hash_key, refused_key_reason
+from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
+from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape
 from ajet_proxy.messages_stream import MessagesShape
 from ajet_proxy.responses_stream import ResponsesShape
 from ajet_proxy.shapes import SSE_MEDIA_TYPE, ApiShape, ChatShape
-from ajet_proxy.tokens import SSESplitter, Extracted, StreamAccumulator, extract_response
+from ajet_proxy.state import ProxyState
+from ajet_proxy.tokens import Extracted, SSESplitter, StreamAccumulator, extract_response
 from ajet_store import StoreError
-from ajet_store.types import CallRecord, Deployment, EpisodeRow
+from ajet_store.types import CallRecord, Deployment
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def check_mapped_body(chat: dict[str, Any], limits: InputLimits, names: dict[str
     return orjson.dumps(chat)
 
 
-def parse_chat_body(raw: bytes, limits: InputLimits = InputLimits()) -> dict[str, Any]:
+def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """The request body as a dict; `InvalidRequest` naming the field when malformed or over a limit."""
     body = parse_json_object(raw)
     check_chat_shape(body, limits)
@@ -130,8 +130,10 @@ class DataPlane:
         await self.authenticate(request)
         name, served = request.path_params["model"], self.model_ids()
         if name not in served:
-            raise ModelNotFound(f"model {name!r} is not served here; the policy is 'policy' "
-                                f"(also: {', '.join(served[1:]) or 'none'})", fields=["model"])
+            raise ModelNotFound(
+                f"model {name!r} is not served here; the policy is 'policy' (also: {', '.join(served[1:]) or 'none'})",
+                fields=["model"],
+            )
         return Response(orjson.dumps(_model_object(name)), media_type="application/json")
 
     # ------------------------------------------------------------------ chat
@@ -149,12 +151,16 @@ class DataPlane:
         prev = body.get("previous_response_id")
         history = [] if prev is None else ep.responses.get(prev) if isinstance(prev, str) else None
         if history is None:
-            raise InvalidRequest(f"previous_response_id: {prev!r} is not a response of this episode (responses "
-                                 "are kept while their episode is open)", fields=["previous_response_id"])
+            raise InvalidRequest(
+                f"previous_response_id: {prev!r} is not a response of this episode (responses "
+                "are kept while their episode is open)",
+                fields=["previous_response_id"],
+            )
         chat, conversation = responses_api.chat_request(body, history)
         raw = check_mapped_body(chat, self.s.config.limits, responses_api.FIELD_NAMES)
-        shape = ResponsesShape(body, conversation, ep.responses, responses_api.new_response_id(),
-                               responses_api.wants_logprobs(body))
+        shape = ResponsesShape(
+            body, conversation, ep.responses, responses_api.new_response_id(), responses_api.wants_logprobs(body)
+        )
         return await self.serve(ep, chat, raw, shape)
 
     async def messages(self, request: Request) -> Response:
@@ -189,16 +195,24 @@ class DataPlane:
             status, data, dep, version = await self._send_aiohttp(call, body)
         return await self._answer(call, dep, version, status, data, stream=False)
 
-    async def _answer(self, call: "_Call", dep: Deployment, version: int, status: int, data: bytes, stream: bool
-                      ) -> Response:
+    async def _answer(
+        self, call: "_Call", dep: Deployment, version: int, status: int, data: bytes, stream: bool
+    ) -> Response:
         """The backend's whole answer (a success, or an error of a plain or streamed call), logged and
         committed before the client is answered through the call's shape."""
         parsed = _json_object(data)
         if status == 200 and parsed is not None:
             record = self._record(call, dep, version, data.decode(), extract_response(parsed), stream)
         else:
-            record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream,
-                                  error=f"backend answered {status}: {data[:300].decode(errors='replace')}")
+            record = self._record(
+                call,
+                dep,
+                version,
+                data.decode(errors="replace"),
+                Extracted(),
+                stream,
+                error=f"backend answered {status}: {data[:300].decode(errors='replace')}",
+            )
         try:
             await self.s.writer.commit(record)  # durable before the agent sees the answer
         finally:
@@ -207,8 +221,11 @@ class DataPlane:
 
     async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
         async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
-            async with self.s.http.post(dep.base_url + "/chat/completions", data=orjson.dumps(upstream_body(body, dep)),
-                                        headers=upstream_headers(dep)) as resp:
+            async with self.s.http.post(
+                dep.base_url + "/chat/completions",
+                data=orjson.dumps(upstream_body(body, dep)),
+                headers=upstream_headers(dep),
+            ) as resp:
                 data = await resp.read()
                 return resp.status, data, _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
 
@@ -243,8 +260,17 @@ class DataPlane:
                 tried.append(dep.name)
                 call.ep.deployment = None
                 if len(tried) >= len(self.s.router.deployments):
-                    self.s.writer.submit(self._record(call, dep, dep.policy_version, None, Extracted(), stream=False,
-                                                      error=f"no deployment reachable: {exc!r}"))
+                    self.s.writer.submit(
+                        self._record(
+                            call,
+                            dep,
+                            dep.policy_version,
+                            None,
+                            Extracted(),
+                            stream=False,
+                            error=f"no deployment reachable: {exc!r}",
+                        )
+                    )
                     raise UpstreamUnavailable(f"no policy deployment reachable (tried {', '.join(tried)})") from exc
 
     # ------------------------------------------------------------------ streaming
@@ -253,8 +279,11 @@ class DataPlane:
             return await self._stream_litellm(call, body)
 
         async def attempt(dep: Deployment) -> tuple[int, Any, int]:
-            resp = await self.s.http.post(dep.base_url + "/chat/completions",
-                                          data=orjson.dumps(upstream_body(body, dep)), headers=upstream_headers(dep))
+            resp = await self.s.http.post(
+                dep.base_url + "/chat/completions",
+                data=orjson.dumps(upstream_body(body, dep)),
+                headers=upstream_headers(dep),
+            )
             return resp.status, resp, _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
 
         status, resp, dep, version = await self._with_failover(call, attempt)
@@ -291,8 +320,9 @@ class DataPlane:
 
         return StreamingResponse(self._relay(call, dep, version, chunks()), media_type=SSE_MEDIA_TYPE)
 
-    async def _relay(self, call: "_Call", dep: Deployment, version: int, chunks: AsyncIterator[bytes]
-                     ) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, call: "_Call", dep: Deployment, version: int, chunks: AsyncIterator[bytes]
+    ) -> AsyncIterator[bytes]:
         """Pass a stream on through the call's shape, event by event; what answers [DONE] is held until the
         call is committed.
 
@@ -328,28 +358,52 @@ class DataPlane:
                 self.s.writer.submit(self._stream_record(call, dep, version, acc, why))
             call.finish()
 
-    def _stream_record(self, call: "_Call", dep: Deployment, version: int, acc: StreamAccumulator,
-                       why: Optional[str] = None) -> CallRecord:
-        error = why or (None if acc.done and not acc.errors else (
-            f"stream error: {acc.errors[0]}" if acc.errors else "stream ended before [DONE]"))
-        return self._record(call, dep, version, orjson.dumps(acc.assembled_response()).decode(), acc.result(),
-                            stream=True, error=error)
+    def _stream_record(
+        self, call: "_Call", dep: Deployment, version: int, acc: StreamAccumulator, why: Optional[str] = None
+    ) -> CallRecord:
+        error = why or (
+            None
+            if acc.done and not acc.errors
+            else (f"stream error: {acc.errors[0]}" if acc.errors else "stream ended before [DONE]")
+        )
+        return self._record(
+            call, dep, version, orjson.dumps(acc.assembled_response()).decode(), acc.result(), stream=True, error=error
+        )
 
     # ------------------------------------------------------------------ logging
-    def _record(self, call: "_Call", dep: Optional[Deployment], version: int, response: Optional[str],
-                ex: Extracted, stream: bool, error: Optional[str] = None) -> CallRecord:
+    def _record(
+        self,
+        call: "_Call",
+        dep: Optional[Deployment],
+        version: int,
+        response: Optional[str],
+        ex: Extracted,
+        stream: bool,
+        error: Optional[str] = None,
+    ) -> CallRecord:
         """The call's log record (counted; a success without token ids is warned about)."""
         if error is not None:
             self.s.counters["errors"] += 1
         elif ex.prompt_ids is None or ex.completion_ids is None:
-            logger.warning("episode %s call %d: backend returned no token ids; episode marked untrainable",
-                           call.ep.uuid, call.seq)
+            logger.warning(
+                "episode %s call %d: backend returned no token ids; episode marked untrainable", call.ep.uuid, call.seq
+            )
         return CallRecord(
-            episode_uuid=call.ep.uuid, seq=call.seq, request=call.raw.decode(errors="replace"), response=response,
-            prompt_ids=ex.prompt_ids, completion_ids=ex.completion_ids, logprobs=ex.logprobs,
-            finish_reason=ex.finish_reason, policy_version=version, deployment=dep.name if dep else None,
-            latency_ms=(time.perf_counter() - call.t0) * 1000.0, created_at=time.time(), stream=stream,
-            error=error)
+            episode_uuid=call.ep.uuid,
+            seq=call.seq,
+            request=call.raw.decode(errors="replace"),
+            response=response,
+            prompt_ids=ex.prompt_ids,
+            completion_ids=ex.completion_ids,
+            logprobs=ex.logprobs,
+            finish_reason=ex.finish_reason,
+            policy_version=version,
+            deployment=dep.name if dep else None,
+            latency_ms=(time.perf_counter() - call.t0) * 1000.0,
+            created_at=time.time(),
+            stream=stream,
+            error=error,
+        )
 
 
 class _Call:

@@ -88,9 +88,16 @@ class EpisodeRegistry:
 
     def add_row(self, row: EpisodeRow, next_seq: int = 0) -> LiveEpisode:
         """Register an open episode from its store row; its next call is numbered `next_seq`."""
-        ep = LiveEpisode(uuid=row.uuid, key_hash=row.key_hash, client_id=row.client_id,
-                         episode_type=row.episode_type, timeout_s=row.timeout_s, created_at=row.created_at,
-                         last_active=row.last_active_at, next_seq=next_seq)
+        ep = LiveEpisode(
+            uuid=row.uuid,
+            key_hash=row.key_hash,
+            client_id=row.client_id,
+            episode_type=row.episode_type,
+            timeout_s=row.timeout_s,
+            created_at=row.created_at,
+            last_active=row.last_active_at,
+            next_seq=next_seq,
+        )
         with self._lock:
             self._by_hash[ep.key_hash] = ep
             self._by_uuid[ep.uuid] = ep
@@ -134,7 +141,6 @@ class EpisodeRegistry:
         `open_uuids` was read from the store at `read_at`; episodes created within `grace_s` of that
         read are kept, since their insert may have committed after it. Returns the uuids removed.
         """
-        stale = [ep.uuid for ep in self.snapshot()
-                 if ep.uuid not in open_uuids and ep.created_at < read_at - grace_s]
+        stale = [ep.uuid for ep in self.snapshot() if ep.uuid not in open_uuids and ep.created_at < read_at - grace_s]
         self.remove(stale)
         return stale

@@ -109,18 +109,28 @@ def error_response(err: HttpError, path: str = "") -> Response:
     """The HTTP answer: Anthropic's error under `/v1/messages`, OpenAI's error object elsewhere under `/v1/`,
     else an `ErrorBody`; the error's headers."""
     if path.startswith(ANTHROPIC_PREFIX):
-        text = f"{err.fields[0]}: {err.detail}" if err.fields and not err.detail.startswith(err.fields[0]) \
-            else err.detail
-        return Response(orjson.dumps(anthropic_error_body(err.code, text).model_dump()),
-                        status_code=openai_status(err.code), media_type="application/json", headers=err.headers)
+        text = (
+            f"{err.fields[0]}: {err.detail}" if err.fields and not err.detail.startswith(err.fields[0]) else err.detail
+        )
+        return Response(
+            orjson.dumps(anthropic_error_body(err.code, text).model_dump()),
+            status_code=openai_status(err.code),
+            media_type="application/json",
+            headers=err.headers,
+        )
     if path.startswith(DATA_PLANE_PREFIX):
         param = err.fields[0] if err.fields else None
         data = openai_error_body(err.code, err.detail, param).model_dump()
-        return Response(orjson.dumps(data), status_code=openai_status(err.code), media_type="application/json",
-                        headers=err.headers)
+        return Response(
+            orjson.dumps(data), status_code=openai_status(err.code), media_type="application/json", headers=err.headers
+        )
     body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
-    return Response(orjson.dumps(body.model_dump(exclude_none=True)), status_code=err.status,
-                    media_type="application/json", headers=err.headers)
+    return Response(
+        orjson.dumps(body.model_dump(exclude_none=True)),
+        status_code=err.status,
+        media_type="application/json",
+        headers=err.headers,
+    )
 
 
 def store_error_code(exc: ajet_store.StoreError) -> ErrorCode:

@@ -21,12 +21,27 @@ PAGE = 256
 def episode_record(row: EpisodeRow, calls: list[CallRecord]) -> dict[str, Any]:
     """One exported episode: its reward and every call with messages and token ids."""
     return {
-        "episode_uuid": row.uuid, "task_id": row.task_id, "reward": row.reward, "client_id": row.client_id,
-        "episode_type": row.episode_type, "policy_version_start": row.policy_version_start,
-        "consumed_step": row.consumed_step, "untrainable": row.untrainable,
-        "calls": [{"seq": c.seq, "messages": request_messages(c.request), "response": answer_text(c.response),
-                   "prompt_ids": c.prompt_ids, "completion_ids": c.completion_ids, "logprobs": c.logprobs,
-                   "finish_reason": c.finish_reason, "policy_version": c.policy_version} for c in calls],
+        "episode_uuid": row.uuid,
+        "task_id": row.task_id,
+        "reward": row.reward,
+        "client_id": row.client_id,
+        "episode_type": row.episode_type,
+        "policy_version_start": row.policy_version_start,
+        "consumed_step": row.consumed_step,
+        "untrainable": row.untrainable,
+        "calls": [
+            {
+                "seq": c.seq,
+                "messages": request_messages(c.request),
+                "response": answer_text(c.response),
+                "prompt_ids": c.prompt_ids,
+                "completion_ids": c.completion_ids,
+                "logprobs": c.logprobs,
+                "finish_reason": c.finish_reason,
+                "policy_version": c.policy_version,
+            }
+            for c in calls
+        ],
     }
 
 
@@ -69,16 +84,32 @@ def export_parquet(store: Store, out: Path, since_step: Optional[int] = None) ->
     return n
 
 
-
 def _schema(pa: Any) -> Any:
-    call = pa.struct([("seq", pa.int64()), ("messages", pa.string()), ("response", pa.string()),
-                      ("prompt_ids", pa.list_(pa.int32())), ("completion_ids", pa.list_(pa.int32())),
-                      ("logprobs", pa.list_(pa.float64())), ("finish_reason", pa.string()),
-                      ("policy_version", pa.int64())])
-    return pa.schema([("episode_uuid", pa.string()), ("task_id", pa.string()), ("reward", pa.float64()),
-                      ("client_id", pa.string()), ("episode_type", pa.string()),
-                      ("policy_version_start", pa.int64()), ("consumed_step", pa.int64()),
-                      ("untrainable", pa.bool_()), ("calls", pa.list_(call))])
+    call = pa.struct(
+        [
+            ("seq", pa.int64()),
+            ("messages", pa.string()),
+            ("response", pa.string()),
+            ("prompt_ids", pa.list_(pa.int32())),
+            ("completion_ids", pa.list_(pa.int32())),
+            ("logprobs", pa.list_(pa.float64())),
+            ("finish_reason", pa.string()),
+            ("policy_version", pa.int64()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("episode_uuid", pa.string()),
+            ("task_id", pa.string()),
+            ("reward", pa.float64()),
+            ("client_id", pa.string()),
+            ("episode_type", pa.string()),
+            ("policy_version_start", pa.int64()),
+            ("consumed_step", pa.int64()),
+            ("untrainable", pa.bool_()),
+            ("calls", pa.list_(call)),
+        ]
+    )
 
 
 def _write(pa: Any, pq: Any, writer: Any, out: Path, rows: list[dict[str, Any]]) -> Any:

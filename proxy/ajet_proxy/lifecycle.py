@@ -45,8 +45,9 @@ class EpisodeCommitter:
             batch, self._queue = self._queue, []
             changes = [change for change, _ in batch]
             try:
-                results: list[_Result] = list(await loop.run_in_executor(self.executor, self.store.apply_changes,
-                                                                          changes))
+                results: list[_Result] = list(
+                    await loop.run_in_executor(self.executor, self.store.apply_changes, changes)
+                )
             except Exception as exc:  # noqa: BLE001 - the transaction rolled back: every waiter hears why
                 results = [exc] * len(batch)
             self.transactions += 1

@@ -29,6 +29,10 @@ class InputLimits:
     """Deepest nesting of JSON arrays and objects in a chat request."""
 
 
+DEFAULT_LIMITS = InputLimits()
+"""The limits a proxy holds requests to unless configured otherwise (frozen: safe to share)."""
+
+
 def json_depth(value: Any) -> int:
     """How deeply arrays and objects nest in a parsed JSON value (a scalar is 0); iterative, no recursion."""
     deepest, stack = 0, [(value, 1)]
@@ -49,12 +53,14 @@ def check_chat_shape(body: dict[str, Any], limits: InputLimits) -> None:
     """`InvalidRequest` naming the limit a chat body exceeds."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
-        raise InvalidRequest(f"messages: {len(messages)} messages, at most {limits.max_messages} are accepted",
-                             fields=["messages"])
+        raise InvalidRequest(
+            f"messages: {len(messages)} messages, at most {limits.max_messages} are accepted", fields=["messages"]
+        )
     depth = json_depth(body)
     if depth > limits.max_json_depth:
-        raise InvalidRequest(f"body: JSON nested {depth} levels deep, at most {limits.max_json_depth} are accepted",
-                             fields=["body"])
+        raise InvalidRequest(
+            f"body: JSON nested {depth} levels deep, at most {limits.max_json_depth} are accepted", fields=["body"]
+        )
 
 
 class _TooLarge(Exception):

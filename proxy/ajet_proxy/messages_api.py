@@ -18,8 +18,13 @@ from ajet_proxy.shapes import carried, with_tools
 FIELD_NAMES = {"stop": "stop_sequences", "tools": "tools", "messages": "messages"}
 """A chat field a Messages request became -> the Messages field a client would fix."""
 
-_CARRIED = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("stream", "stream"),
-            ("stop_sequences", "stop"))
+_CARRIED = (
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("top_k", "top_k"),
+    ("stream", "stream"),
+    ("stop_sequences", "stop"),
+)
 """Messages fields chat has too: (theirs, chat's)."""
 _UNSUPPORTED = {"container": "code-execution containers", "mcp_servers": "remote MCP servers"}
 
@@ -47,10 +52,12 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "required, a non-empty list of messages")
-    chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"],
-                            "max_tokens": body["max_tokens"],
-                            "messages": system_messages(body.get("system")) + chat_messages(messages),
-                            **carried(body, _CARRIED)}
+    chat: dict[str, Any] = {
+        "model": "policy" if body.get("model") is None else body["model"],
+        "max_tokens": body["max_tokens"],
+        "messages": system_messages(body.get("system")) + chat_messages(messages),
+        **carried(body, _CARRIED),
+    }
     return with_tools(chat, body, chat_tools, chat_tool_choice)
 
 
@@ -70,8 +77,9 @@ def _text_blocks(content: Any, where: str) -> str:
     for j, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind != "text":
-            raise _bad(f"{where}.{j}.type", f"{kind!r} blocks are not supported here: text only "
-                                            "(no image or document input)")
+            raise _bad(
+                f"{where}.{j}.type", f"{kind!r} blocks are not supported here: text only (no image or document input)"
+            )
         if not isinstance(block.get("text"), str):
             raise _bad(f"{where}.{j}.text", "required, a string")
         texts.append(block["text"])
@@ -100,8 +108,10 @@ def _blocks(content: list[Any], where: str, allowed: tuple[str, ...]) -> list[tu
     for j, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind not in allowed:
-            raise _bad(f"{where}.content.{j}.type", f"{kind!r} blocks are not supported in this turn "
-                                                    f"(supported: {', '.join(allowed)})")
+            raise _bad(
+                f"{where}.content.{j}.type",
+                f"{kind!r} blocks are not supported in this turn (supported: {', '.join(allowed)})",
+            )
         out.append((kind, block, f"{where}.content.{j}"))
     return out
 
@@ -117,8 +127,13 @@ def _user(content: list[Any], where: str) -> list[dict[str, Any]]:
             raise _bad(f"{at}.tool_use_id", "required, a string")
         result = block.get("content")
         text = "" if result is None else _text_blocks(result, f"{at}.content")
-        out.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                    "content": f"Error: {text}" if block.get("is_error") else text})
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": block["tool_use_id"],
+                "content": f"Error: {text}" if block.get("is_error") else text,
+            }
+        )
     if texts or not out:
         out.append({"role": "user", "content": "".join(texts)})
     return out
@@ -132,8 +147,13 @@ def _assistant(content: list[Any], where: str) -> list[dict[str, Any]]:
             continue
         if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
             raise _bad(at, "a tool_use block needs an id and a name")
-        calls.append({"id": block["id"], "type": "function",
-                      "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {})}})
+        calls.append(
+            {
+                "id": block["id"],
+                "type": "function",
+                "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {})},
+            }
+        )
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
         msg["tool_calls"] = calls
@@ -148,8 +168,10 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            raise _bad(f"tools.{i}.type", f"server tool {kind!r} is not supported: only client tools "
-                                          "(name, description, input_schema)")
+            raise _bad(
+                f"tools.{i}.type",
+                f"server tool {kind!r} is not supported: only client tools (name, description, input_schema)",
+            )
         if not isinstance(tool.get("name"), str):
             raise _bad(f"tools.{i}.name", "required, a string")
         fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
@@ -168,8 +190,9 @@ def chat_tool_choice(choice: Any) -> Any:
         return "required"
     if kind == "tool" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise _bad("tool_choice", "one of {'type': 'auto'}, {'type': 'any'}, {'type': 'none'}, "
-                              "{'type': 'tool', 'name': ...}")
+    raise _bad(
+        "tool_choice", "one of {'type': 'auto'}, {'type': 'any'}, {'type': 'none'}, {'type': 'tool', 'name': ...}"
+    )
 
 
 # ---------------------------------------------------------------- answer
@@ -196,17 +219,36 @@ def tool_use_block(call: dict[str, Any]) -> dict[str, Any]:
         args = json.loads(fn.get("arguments") or "{}")
     except ValueError:
         args = None
-    return {"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex}", "name": fn.get("name", ""),
-            "input": args if isinstance(args, dict) else {"raw": fn.get("arguments")}}
+    return {
+        "type": "tool_use",
+        "id": call.get("id") or f"toolu_{uuid.uuid4().hex}",
+        "name": fn.get("name", ""),
+        "input": args if isinstance(args, dict) else {"raw": fn.get("arguments")},
+    }
 
 
-def message_object(mid: str, model: str, content: list[dict[str, Any]], finish_reason: Optional[str], matched: Any,
-                   usage: Optional[dict[str, Any]]) -> dict[str, Any]:
+def message_object(
+    mid: str,
+    model: str,
+    content: list[dict[str, Any]],
+    finish_reason: Optional[str],
+    matched: Any,
+    usage: Optional[dict[str, Any]],
+) -> dict[str, Any]:
     """An Anthropic message."""
     usage = usage or {}
-    return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason(finish_reason, matched),
-            "stop_sequence": matched if isinstance(matched, str) else None,
-            "usage": {"input_tokens": int(usage.get("prompt_tokens") or 0),
-                      "output_tokens": int(usage.get("completion_tokens") or 0),
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+    return {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason(finish_reason, matched),
+        "stop_sequence": matched if isinstance(matched, str) else None,
+        "usage": {
+            "input_tokens": int(usage.get("prompt_tokens") or 0),
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }

@@ -36,8 +36,16 @@ class MessagesShape:
         msg = choice.get("message") or {}
         content = [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
         content += [tool_use_block(c) for c in msg.get("tool_calls") or []]
-        return json_response(message_object(self.mid, self.model, content, choice.get("finish_reason"),
-                                            choice.get("stop_reason"), parsed.get("usage")))
+        return json_response(
+            message_object(
+                self.mid,
+                self.model,
+                content,
+                choice.get("finish_reason"),
+                choice.get("stop_reason"),
+                parsed.get("usage"),
+            )
+        )
 
     # ---------------------------------------------------------------- streamed
     def _start(self, data: dict[str, Any]) -> bytes:
@@ -70,12 +78,15 @@ class MessagesShape:
     def _open_block(self, block: dict[str, Any], kind: str) -> bytes:
         self._open = kind
         self._blocks += 1
-        return sse({"type": "content_block_start", "index": self._blocks - 1, "content_block": block},
-                   event="content_block_start")
+        return sse(
+            {"type": "content_block_start", "index": self._blocks - 1, "content_block": block},
+            event="content_block_start",
+        )
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
-        return sse({"type": "content_block_delta", "index": self._blocks - 1, "delta": delta},
-                   event="content_block_delta")
+        return sse(
+            {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}, event="content_block_delta"
+        )
 
     def _close(self) -> bytes:
         if self._open is None:
@@ -100,10 +111,19 @@ class MessagesShape:
         usage = assembled.get("usage") or {}
         reason = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"))
         matched = choice.get("stop_reason") if isinstance(choice.get("stop_reason"), str) else None
-        return (self._start({}) + self._close()
-                + sse({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": matched},
-                       "usage": {"output_tokens": int(usage.get("completion_tokens") or 0)}}, event="message_delta")
-                + sse({"type": "message_stop"}, event="message_stop"))
+        return (
+            self._start({})
+            + self._close()
+            + sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": matched},
+                    "usage": {"output_tokens": int(usage.get("completion_tokens") or 0)},
+                },
+                event="message_delta",
+            )
+            + sse({"type": "message_stop"}, event="message_stop")
+        )
 
     def failed(self, code: ErrorCode, message: str) -> bytes:
         return self._failure(code, message)
@@ -114,5 +134,9 @@ class MessagesShape:
 
 def _code(status: int) -> ErrorCode:
     """The error code of a backend's status (its own 400 stays a client error)."""
-    return {400: ErrorCode.INVALID_REQUEST, 401: ErrorCode.UNAUTHORIZED, 404: ErrorCode.MODEL_NOT_FOUND,
-            503: ErrorCode.ENGINE_NOT_READY}.get(status, ErrorCode.UPSTREAM_UNAVAILABLE)
+    return {
+        400: ErrorCode.INVALID_REQUEST,
+        401: ErrorCode.UNAUTHORIZED,
+        404: ErrorCode.MODEL_NOT_FOUND,
+        503: ErrorCode.ENGINE_NOT_READY,
+    }.get(status, ErrorCode.UPSTREAM_UNAVAILABLE)

@@ -42,8 +42,10 @@ def pool_text(stat: RolloutStat) -> Text:
         line = f"[{key}] {name:<16} {progress_bar(p.current, p.target, 24)} {p.current:>4}/{p.target:<4}\n"
         out.append(line, style="bold reverse" if p.mode == stat.batch_mode else "")
     t = stat.totals
-    out.append(f"open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}  "
-               f"expired {t.get('expired', 0)}")
+    out.append(
+        f"open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}  "
+        f"expired {t.get('expired', 0)}"
+    )
     return out
 
 
@@ -59,8 +61,10 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
         e = stat.engine
         out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)")
         out.append(updating_text(e), style="bold cyan")
-        out.append(f"  step {e.global_step}  policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
-                   f"errors {stat.totals.get('call_errors', 0)}")
+        out.append(
+            f"  step {e.global_step}  policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
+            f"errors {stat.totals.get('call_errors', 0)}"
+        )
         if stat.totals.get("without_calls"):
             out.append(f"  without calls {stat.totals['without_calls']} (never train)", style="yellow")
         if stat.totals.get("stale"):
@@ -77,8 +81,11 @@ def reward_text(stat: RolloutStat) -> Text:
         return Text("no training step yet")
     s = stat.recent_steps[-1]
     m = s.metrics
-    parts = [f"step {s.step}", f"reward {s.reward_mean:.3f}" if s.reward_mean is not None else "reward n/a",
-             f"episodes {s.num_episodes}"]
+    parts = [
+        f"step {s.step}",
+        f"reward {s.reward_mean:.3f}" if s.reward_mean is not None else "reward n/a",
+        f"episodes {s.num_episodes}",
+    ]
     for key in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "train_s", "step_s"):
         if isinstance(m.get(key), (int, float)):
             parts.append(f"{key} {m[key]:.4g}")
@@ -96,14 +103,19 @@ class EpisodeScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         d = self.detail
-        head = (f"episode {d.episode_uuid}  client {d.client_id}  {d.status.value}  task {d.task_id or '-'}  "
-                f"reward {d.reward if d.reward is not None else '-'}  calls {len(d.calls)}")
+        head = (
+            f"episode {d.episode_uuid}  client {d.client_id}  {d.status.value}  task {d.task_id or '-'}  "
+            f"reward {d.reward if d.reward is not None else '-'}  calls {len(d.calls)}"
+        )
         with VerticalScroll(id="episode-view"):
             yield Static(head, id="episode-head")
             for c in d.calls:
-                body = Text(f"#{c.seq}  prompt {c.prompt_tokens}  completion {c.completion_tokens} tokens  "
-                            f"finish {c.finish_reason}  {c.latency_ms:.0f} ms  v{c.policy_version}"
-                            f"{'  stream' if c.stream else ''}\n", style="bold")
+                body = Text(
+                    f"#{c.seq}  prompt {c.prompt_tokens}  completion {c.completion_tokens} tokens  "
+                    f"finish {c.finish_reason}  {c.latency_ms:.0f} ms  v{c.policy_version}"
+                    f"{'  stream' if c.stream else ''}\n",
+                    style="bold",
+                )
                 for m in c.messages[-6:]:
                     body.append(f"  {m.get('role')}: {str(m.get('content') or '')[:300]}\n")
                 body.append(f"  → {c.response[:500]}\n", style="green")
@@ -126,10 +138,15 @@ class Overwatch(App[None]):
     EpisodeScreen { align: center middle; }
     #episode-view { width: 90%; height: 90%; border: thick $primary; background: $surface; padding: 1; }
     """
-    BINDINGS = [Binding("1", "mode(0)", "episodes"), Binding("2", "mode(1)", "tasks"),
-                Binding("3", "mode(2)", "non-dummy"), Binding("s", "sort", "sort"),
-                Binding("enter", "open_episode", "open episode"), Binding("r", "refresh", "refresh"),
-                Binding("q", "quit", "quit")]
+    BINDINGS = [
+        Binding("1", "mode(0)", "episodes"),
+        Binding("2", "mode(1)", "tasks"),
+        Binding("3", "mode(2)", "non-dummy"),
+        Binding("s", "sort", "sort"),
+        Binding("enter", "open_episode", "open episode"),
+        Binding("r", "refresh", "refresh"),
+        Binding("q", "quit", "quit"),
+    ]
 
     def __init__(self, swarm_url: str, refresh: float = 1.0, swarm_token: Optional[str] = None):
         super().__init__()
@@ -164,12 +181,14 @@ class Overwatch(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#episodes", DataTable).add_columns("uuid", "client", "type", "age s", "idle s", "calls",
-                                                           "timeout s")
+        self.query_one("#episodes", DataTable).add_columns(
+            "uuid", "client", "type", "age s", "idle s", "calls", "timeout s"
+        )
         self.query_one("#clients", DataTable).add_columns("client", "last seen s", "begun", "ended", "aborted")
         self.query_one("#tasks", DataTable).add_columns("task", "episodes", "reward mean", "dummy")
-        self.query_one("#missions", DataTable).add_columns("mission", "open", "ended", "aborted", "in pool",
-                                                           "batch share", "reward mean")
+        self.query_one("#missions", DataTable).add_columns(
+            "mission", "open", "ended", "aborted", "in pool", "batch share", "reward mean"
+        )
         self.set_interval(self.refresh_s, self.action_refresh)
         self.call_later(self.action_refresh)
 
@@ -192,8 +211,9 @@ class Overwatch(App[None]):
             pass
 
     def render_stat(self) -> None:
-        self.query_one("#status", Static).update(header_text(self.swarm_url, self.stat, self.connected,
-                                                             self.last_error))
+        self.query_one("#status", Static).update(
+            header_text(self.swarm_url, self.stat, self.connected, self.last_error)
+        )
         if not self.connected or self.stat is None:
             return
         stat = self.stat
@@ -201,14 +221,29 @@ class Overwatch(App[None]):
         self.query_one("#reward", Static).update(reward_text(stat))
         self._draw_chart()
         self._fill_episodes(stat)
-        self._fill(self.query_one("#clients", DataTable),
-                   [(c.client_id, f"{c.last_seen_s:.0f}", c.begun, c.ended, c.aborted) for c in stat.clients])
-        self._fill(self.query_one("#tasks", DataTable),
-                   [(t.task_id, t.episodes, f"{t.reward_mean:.3f}", "yes" if t.dummy else "") for t in stat.tasks])
-        self._fill(self.query_one("#missions", DataTable),
-                   [(m.mission, m.open, m.ended, m.aborted, m.pooled,
-                     "-" if m.max_batch_share is None else f"≤ {m.max_batch_share:.0%}",
-                     "-" if m.reward_mean is None else f"{m.reward_mean:.3f}") for m in stat.missions])
+        self._fill(
+            self.query_one("#clients", DataTable),
+            [(c.client_id, f"{c.last_seen_s:.0f}", c.begun, c.ended, c.aborted) for c in stat.clients],
+        )
+        self._fill(
+            self.query_one("#tasks", DataTable),
+            [(t.task_id, t.episodes, f"{t.reward_mean:.3f}", "yes" if t.dummy else "") for t in stat.tasks],
+        )
+        self._fill(
+            self.query_one("#missions", DataTable),
+            [
+                (
+                    m.mission,
+                    m.open,
+                    m.ended,
+                    m.aborted,
+                    m.pooled,
+                    "-" if m.max_batch_share is None else f"≤ {m.max_batch_share:.0%}",
+                    "-" if m.reward_mean is None else f"{m.reward_mean:.3f}",
+                )
+                for m in stat.missions
+            ],
+        )
 
     def _read_new_steps(self) -> None:
         """Append the steps recorded since the last read (a new run starts the history over)."""
@@ -244,8 +279,15 @@ class Overwatch(App[None]):
         table.clear()
         for o in rows:
             style = "bold red" if o.idle_s > HUNG_FRACTION * o.timeout_s else ""
-            cells = [o.episode_uuid, o.client_id, o.episode_type, f"{o.age_s:.0f}", f"{o.idle_s:.1f}",
-                     str(o.num_calls), f"{o.timeout_s:.0f}"]
+            cells = [
+                o.episode_uuid,
+                o.client_id,
+                o.episode_type,
+                f"{o.age_s:.0f}",
+                f"{o.idle_s:.1f}",
+                str(o.num_calls),
+                f"{o.timeout_s:.0f}",
+            ]
             table.add_row(*(Text(c, style=style) for c in cells), key=o.episode_uuid)
 
     @staticmethod

@@ -13,8 +13,12 @@ from typing import Optional, Sequence
 from ajet_store.errors import NotFound
 from ajet_store.types import StepRow
 
-PANELS = (("reward_mean", "mean reward"), ("entropy", "entropy (nats/token)"),
-          ("logprob_gap", "|engine - trainer| log-prob"), ("num_episodes", "episodes"))
+PANELS = (
+    ("reward_mean", "mean reward"),
+    ("entropy", "entropy (nats/token)"),
+    ("logprob_gap", "|engine - trainer| log-prob"),
+    ("num_episodes", "episodes"),
+)
 """(metric, y-axis label) of each panel, top to bottom."""
 
 

@@ -28,8 +28,13 @@ Conversation = list[dict[str, Any]]
 FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format"}
 """A chat field a Responses request became -> the Responses field a client would fix."""
 
-_CARRIED = (("max_output_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
-            ("stream", "stream"), ("top_logprobs", "top_logprobs"))
+_CARRIED = (
+    ("max_output_tokens", "max_tokens"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("stream", "stream"),
+    ("top_logprobs", "top_logprobs"),
+)
 """Responses fields chat has too: (theirs, chat's)."""
 _UNSUPPORTED = {
     "background": "background mode (the episode's calls are answered while it runs)",
@@ -61,9 +66,11 @@ def chat_request(body: dict[str, Any], history: Conversation) -> tuple[dict[str,
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _bad("instructions", "must be a string")
-    chat: dict[str, Any] = {"model": "policy" if body.get("model") is None else body["model"],
-                            "messages": ([{"role": "system", "content": instructions}] if instructions else [])
-                            + conversation, **carried(body, _CARRIED)}
+    chat: dict[str, Any] = {
+        "model": "policy" if body.get("model") is None else body["model"],
+        "messages": ([{"role": "system", "content": instructions}] if instructions else []) + conversation,
+        **carried(body, _CARRIED),
+    }
     with_tools(chat, body, chat_tools, chat_tool_choice)
     fmt = response_format(body.get("text"))
     if fmt is not None:
@@ -96,11 +103,19 @@ def input_messages(inp: Any) -> Conversation:
         elif kind == "function_call":
             _add_call(out, item, where)
         elif kind == "function_call_output":
-            out.append({"role": "tool", "tool_call_id": _str(item, "call_id", where),
-                        "content": _text(item.get("output"), f"{where}.output")})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _str(item, "call_id", where),
+                    "content": _text(item.get("output"), f"{where}.output"),
+                }
+            )
         else:
-            raise _bad(f"{where}.type", f"{kind!r} items are not supported (only message, function_call and "
-                                        "function_call_output: built-in tools and item references need OpenAI's servers)")
+            raise _bad(
+                f"{where}.type",
+                f"{kind!r} items are not supported (only message, function_call and "
+                "function_call_output: built-in tools and item references need OpenAI's servers)",
+            )
     return out
 
 
@@ -121,8 +136,10 @@ def _text(content: Any, where: str) -> str:
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in _PART_TEXT:
-            raise _bad(f"{where}.{j}.type", f"{kind!r} content is not supported: the policy takes text only "
-                                            "(no image, file or audio input)")
+            raise _bad(
+                f"{where}.{j}.type",
+                f"{kind!r} content is not supported: the policy takes text only (no image, file or audio input)",
+            )
         value = part.get("refusal" if kind == "refusal" else "text")
         if not isinstance(value, str):
             raise _bad(f"{where}.{j}.{'refusal' if kind == 'refusal' else 'text'}", "required, a string")
@@ -134,13 +151,19 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise _bad(f"{where}.role", "one of user, assistant, system, developer")
-    return {"role": "system" if role == "developer" else role, "content": _text(item.get("content"), f"{where}.content")}
+    return {
+        "role": "system" if role == "developer" else role,
+        "content": _text(item.get("content"), f"{where}.content"),
+    }
 
 
 def _add_call(out: Conversation, item: dict[str, Any], where: str) -> None:
     """A function call joins the assistant turn before it (one turn may call several functions)."""
-    call = {"id": _str(item, "call_id", where), "type": "function",
-            "function": {"name": _str(item, "name", where), "arguments": _str(item, "arguments", where)}}
+    call = {
+        "id": _str(item, "call_id", where),
+        "type": "function",
+        "function": {"name": _str(item, "name", where), "arguments": _str(item, "arguments", where)},
+    }
     if out and out[-1]["role"] == "assistant":
         out[-1] = {**out[-1], "tool_calls": [*(out[-1].get("tool_calls") or []), call]}
     else:
@@ -155,8 +178,10 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
-            raise _bad(f"tools.{i}.type", f"built-in tool {kind!r} is not supported: only function tools "
-                                          "(the agent runs its tools itself)")
+            raise _bad(
+                f"tools.{i}.type",
+                f"built-in tool {kind!r} is not supported: only function tools (the agent runs its tools itself)",
+            )
         fn = {"name": _str(tool, "name", f"tools.{i}")}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
@@ -182,8 +207,10 @@ def response_format(text: Any) -> Optional[dict[str, Any]]:
     if fmt.get("type") == "json_object":
         return {"type": "json_object"}
     if fmt.get("type") == "json_schema":
-        return {"type": "json_schema", "json_schema": {k: fmt[k] for k in ("name", "schema", "strict", "description")
-                                                        if k in fmt}}
+        return {
+            "type": "json_schema",
+            "json_schema": {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt},
+        }
     raise _bad("text.format.type", "one of text, json_object, json_schema")
 
 
@@ -208,38 +235,74 @@ def message_item(text: str, logprobs: Optional[list[dict[str, Any]]], status: st
 def call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
     """A chat tool call as a function_call output item."""
     fn = call.get("function") or {}
-    return {"type": "function_call", "id": _id("fc"), "call_id": call.get("id") or _id("call"),
-            "name": fn.get("name", ""), "arguments": fn.get("arguments", ""), "status": status}
+    return {
+        "type": "function_call",
+        "id": _id("fc"),
+        "call_id": call.get("id") or _id("call"),
+        "name": fn.get("name", ""),
+        "arguments": fn.get("arguments", ""),
+        "status": status,
+    }
 
 
 def output_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
     """Chat logprobs as output_text logprobs."""
     content = (choice.get("logprobs") or {}).get("content") or []
-    return [{"token": c.get("token", ""), "logprob": c.get("logprob", 0.0), "bytes": c.get("bytes") or [],
-             "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0),
-                               "bytes": t.get("bytes") or []} for t in c.get("top_logprobs") or []]}
-            for c in content]
+    return [
+        {
+            "token": c.get("token", ""),
+            "logprob": c.get("logprob", 0.0),
+            "bytes": c.get("bytes") or [],
+            "top_logprobs": [
+                {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes") or []}
+                for t in c.get("top_logprobs") or []
+            ],
+        }
+        for c in content
+    ]
 
 
-def response_object(rid: str, body: dict[str, Any], output: list[dict[str, Any]], usage: Optional[dict[str, Any]],
-                    finish_reason: Optional[str], status: Optional[str] = None) -> dict[str, Any]:
+def response_object(
+    rid: str,
+    body: dict[str, Any],
+    output: list[dict[str, Any]],
+    usage: Optional[dict[str, Any]],
+    finish_reason: Optional[str],
+    status: Optional[str] = None,
+) -> dict[str, Any]:
     """A Response: the output items, usage in Responses' terms, the request's settings echoed."""
     usage = usage or {}
     pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     incomplete = finish_reason == "length"
     return {
-        "id": rid, "object": "response", "created_at": int(time.time()),
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
         "status": status or ("incomplete" if incomplete else "completed"),
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete and status is None else None,
-        "error": None, "model": body.get("model") or "policy", "output": output,
-        "usage": {"input_tokens": pt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": ct,
-                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": pt + ct},
-        "instructions": body.get("instructions"), "tools": body.get("tools") or [],
-        "tool_choice": body.get("tool_choice") or "auto", "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "temperature": body.get("temperature"), "top_p": body.get("top_p"),
-        "max_output_tokens": body.get("max_output_tokens"), "previous_response_id": body.get("previous_response_id"),
-        "metadata": body.get("metadata") or {}, "text": body.get("text") or {"format": {"type": "text"}},
-        "truncation": body.get("truncation") or "disabled", "store": body.get("store", True), "reasoning": None,
+        "error": None,
+        "model": body.get("model") or "policy",
+        "output": output,
+        "usage": {
+            "input_tokens": pt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": ct,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": pt + ct,
+        },
+        "instructions": body.get("instructions"),
+        "tools": body.get("tools") or [],
+        "tool_choice": body.get("tool_choice") or "auto",
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "previous_response_id": body.get("previous_response_id"),
+        "metadata": body.get("metadata") or {},
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "truncation": body.get("truncation") or "disabled",
+        "store": body.get("store", True),
+        "reasoning": None,
         "user": body.get("user"),
     }
 

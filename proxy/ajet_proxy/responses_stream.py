@@ -14,8 +14,14 @@ from typing import Any, Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
-from ajet_proxy.responses_api import (Conversation, assistant_message, call_item, message_item, output_logprobs,
-                                      response_object)
+from ajet_proxy.responses_api import (
+    Conversation,
+    assistant_message,
+    call_item,
+    message_item,
+    output_logprobs,
+    response_object,
+)
 from ajet_proxy.shapes import error_message, json_response, sse
 
 
@@ -23,8 +29,14 @@ class ResponsesShape:
     """One Responses call. `responses` is the episode's store of conversations by response id; the answer's
     conversation is saved there under `rid` for a later `previous_response_id`."""
 
-    def __init__(self, body: dict[str, Any], conversation: Conversation, responses: dict[str, Conversation],
-                 rid: str, want_logprobs: bool):
+    def __init__(
+        self,
+        body: dict[str, Any],
+        conversation: Conversation,
+        responses: dict[str, Conversation],
+        rid: str,
+        want_logprobs: bool,
+    ):
         self.body, self.conversation, self.responses, self.rid = body, conversation, responses, rid
         self.want_logprobs = want_logprobs
         self._seq = 0
@@ -42,11 +54,14 @@ class ResponsesShape:
         msg = choice.get("message") or {}
         items = []
         if msg.get("content") or not msg.get("tool_calls"):
-            items.append(message_item(msg.get("content") or "", output_logprobs(choice) if self.want_logprobs else None))
+            items.append(
+                message_item(msg.get("content") or "", output_logprobs(choice) if self.want_logprobs else None)
+            )
         items += [call_item(c) for c in msg.get("tool_calls") or []]
         self._remember(choice)
-        return json_response(response_object(self.rid, self.body, items, parsed.get("usage"),
-                                             choice.get("finish_reason")))
+        return json_response(
+            response_object(self.rid, self.body, items, parsed.get("usage"), choice.get("finish_reason"))
+        )
 
     def _remember(self, choice: dict[str, Any]) -> None:
         self.responses[self.rid] = self.conversation + [assistant_message(choice)]
@@ -85,16 +100,25 @@ class ResponsesShape:
             self._text = message_item("", None, status="in_progress")
             self._items.append(self._text)
             index = len(self._items) - 1
-            out += self._event("response.output_item.added", output_index=index,
-                               item={**self._text, "content": []})
-            out += self._event("response.content_part.added", item_id=self._text["id"], output_index=index,
-                               content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+            out += self._event("response.output_item.added", output_index=index, item={**self._text, "content": []})
+            out += self._event(
+                "response.content_part.added",
+                item_id=self._text["id"],
+                output_index=index,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []},
+            )
         part = self._text["content"][0]
         part["text"] += text
         part["logprobs"] += logprobs
-        return out + self._event("response.output_text.delta", item_id=self._text["id"],
-                                 output_index=self._items.index(self._text), content_index=0, delta=text,
-                                 logprobs=logprobs)
+        return out + self._event(
+            "response.output_text.delta",
+            item_id=self._text["id"],
+            output_index=self._items.index(self._text),
+            content_index=0,
+            delta=text,
+            logprobs=logprobs,
+        )
 
     def _call_delta(self, call: dict[str, Any]) -> bytes:
         out = self._close_text()
@@ -102,15 +126,21 @@ class ResponsesShape:
         fn = call.get("function") or {}
         item = self._calls.get(index)
         if item is None:
-            item = call_item({"id": call.get("id"), "function": {"name": fn.get("name") or "", "arguments": ""}},
-                             status="in_progress")
+            item = call_item(
+                {"id": call.get("id"), "function": {"name": fn.get("name") or "", "arguments": ""}},
+                status="in_progress",
+            )
             self._calls[index] = item
             self._items.append(item)
             out += self._event("response.output_item.added", output_index=len(self._items) - 1, item=dict(item))
         if fn.get("arguments"):
             item["arguments"] += fn["arguments"]
-            out += self._event("response.function_call_arguments.delta", item_id=item["id"],
-                               output_index=self._items.index(item), delta=fn["arguments"])
+            out += self._event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=self._items.index(item),
+                delta=fn["arguments"],
+            )
         return out
 
     def _close_text(self) -> bytes:
@@ -119,19 +149,33 @@ class ResponsesShape:
             return b""
         index, part = self._items.index(item), item["content"][0]
         item["status"] = "completed"
-        return (self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                            text=part["text"], logprobs=part["logprobs"])
-                + self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                              content_index=0, part=part)
-                + self._event("response.output_item.done", output_index=index, item=item))
+        return (
+            self._event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=part["logprobs"],
+            )
+            + self._event(
+                "response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part
+            )
+            + self._event("response.output_item.done", output_index=index, item=item)
+        )
 
     def _close_calls(self) -> bytes:
         out = b""
         for item in self._calls.values():
             index = self._items.index(item)
             item["status"] = "completed"
-            out += self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                               name=item["name"], arguments=item["arguments"])
+            out += self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
             out += self._event("response.output_item.done", output_index=index, item=item)
         self._calls = {}
         return out

@@ -36,8 +36,14 @@ def litellm_model_name(dep: Deployment) -> str:
 def _register_zero_cost(models: Iterable[str]) -> None:
     import litellm
 
-    zero = {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "cache_creation_input_token_cost": 0.0,
-            "cache_read_input_token_cost": 0.0, "litellm_provider": "openai", "mode": "chat"}
+    zero = {
+        "input_cost_per_token": 0.0,
+        "output_cost_per_token": 0.0,
+        "cache_creation_input_token_cost": 0.0,
+        "cache_read_input_token_cost": 0.0,
+        "litellm_provider": "openai",
+        "mode": "chat",
+    }
     litellm.register_model({m: dict(zero) for m in models})
 
 
@@ -84,8 +90,9 @@ class PolicyRouter:
             self.version = version
             self.router = router
             self._cooling = {n: t for n, t in self._cooling.items() if n in self.deployments}
-        logger.info("deployments v%d: %s", version, ", ".join(f"{d.name}->{d.base_url} ({d.model})" for d in deps)
-                    or "none")
+        logger.info(
+            "deployments v%d: %s", version, ", ".join(f"{d.name}->{d.base_url} ({d.model})" for d in deps) or "none"
+        )
 
     def alive(self, name: Optional[str]) -> bool:
         """Registered and not cooling down."""

@@ -39,8 +39,12 @@ def carried(body: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> dict[
     return {theirs: body[ours] for ours, theirs in renames if body.get(ours) is not None}
 
 
-def with_tools(chat: dict[str, Any], body: dict[str, Any], tools: Callable[[Any], list[dict[str, Any]]],
-               choice: Callable[[Any], Any]) -> dict[str, Any]:
+def with_tools(
+    chat: dict[str, Any],
+    body: dict[str, Any],
+    tools: Callable[[Any], list[dict[str, Any]]],
+    choice: Callable[[Any], Any],
+) -> dict[str, Any]:
     """`chat` with the request's tools and tool choice converted to chat's shape (`tools`, `choice`)."""
     if body.get("tools") is not None:
         converted = tools(body["tools"])

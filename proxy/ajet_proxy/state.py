@@ -20,16 +20,16 @@ from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar
 
 import aiohttp
 
+from ajet.types import EpisodeStatus
 from ajet_proxy.call_log import CallLogWriter
+from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.errors import UpstreamUnavailable
 from ajet_proxy.lifecycle import EpisodeCommitter
 from ajet_proxy.limits import InputLimits
-from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
 from ajet_store import Store
 from ajet_store.engines import DEFAULT_FILE_MODE
 from ajet_store.types import EngineRow
-from ajet.types import EpisodeStatus
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,7 +92,9 @@ class ProxyState:
         self._load_router(self.store.engine_row())
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s), auto_decompress=False)
+            timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s),
+            auto_decompress=False,
+        )
         self._tasks = [asyncio.create_task(self._poll_engine()), asyncio.create_task(self._housekeeping())]
         gc.collect()
         gc.freeze()  # start-up objects (pydantic, litellm when loaded) stay out of every later GC pass

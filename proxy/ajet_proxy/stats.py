@@ -27,12 +27,18 @@ _DEFAULTS = AgentJetJob()
 def engine_status(row: EngineRow, now: float) -> EngineStatus:
     """The engine row as the wire type."""
     job = row.job or {}
-    return EngineStatus(state=row.state, state_seconds=max(0.0, now - row.state_since), global_step=row.global_step,
-                        policy_version=row.policy_version, job_synced=row.job is not None,
-                        experiment_name=job.get("experiment_name"), last_error=row.last_error,
-                        last_error_age_s=None if row.last_error_at is None else max(0.0, now - row.last_error_at),
-                        updating=row.updating_since is not None,
-                        updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since))
+    return EngineStatus(
+        state=row.state,
+        state_seconds=max(0.0, now - row.state_since),
+        global_step=row.global_step,
+        policy_version=row.policy_version,
+        job_synced=row.job is not None,
+        experiment_name=job.get("experiment_name"),
+        last_error=row.last_error,
+        last_error_age_s=None if row.last_error_at is None else max(0.0, now - row.last_error_at),
+        updating=row.updating_since is not None,
+        updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since),
+    )
 
 
 def batch_shape(row: EngineRow) -> tuple[int, int]:
@@ -46,44 +52,87 @@ def mission_caps(row: EngineRow) -> dict[str, float]:
     return {str(k): float(v) for k, v in ((row.job or {}).get("mission_mix") or {}).items()}
 
 
-def mission_stats(missions: Sequence[dict[str, Any]], pool: Sequence[PoolEpisode], caps: dict[str, float]
-                  ) -> list[MissionStat]:
+def mission_stats(
+    missions: Sequence[dict[str, Any]], pool: Sequence[PoolEpisode], caps: dict[str, float]
+) -> list[MissionStat]:
     """Each mission's counts, with its cap and the episodes it has waiting in the pool."""
     pooled: dict[str, int] = {}
     for ep in pool:
         pooled[ep.mission or "-"] = pooled.get(ep.mission or "-", 0) + 1
-    return [MissionStat(**m, pooled=pooled.get(m["mission"], 0), max_batch_share=caps.get(m["mission"]))
-            for m in missions]
+    return [
+        MissionStat(**m, pooled=pooled.get(m["mission"], 0), max_batch_share=caps.get(m["mission"])) for m in missions
+    ]
 
 
 def task_stats(pool: Sequence[PoolEpisode]) -> list[TaskStat]:
     """Per-task counts of the pool, in pool order."""
-    return [TaskStat(task_id=tid, episodes=len(g), reward_mean=sum(e.reward for e in g) / len(g), dummy=is_dummy(g))
-            for tid, g in group_by_task(pool).items()]
+    return [
+        TaskStat(task_id=tid, episodes=len(g), reward_mean=sum(e.reward for e in g) / len(g), dummy=is_dummy(g))
+        for tid, g in group_by_task(pool).items()
+    ]
 
 
-def build_rollout_stat(row: EngineRow, pool: Sequence[PoolEpisode], live: Sequence[LiveEpisode],
-                       totals: dict[str, int], clients: Sequence[dict[str, Any]], steps: Sequence[StepRow],
-                       now: float, missions: Sequence[dict[str, Any]] = ()) -> RolloutStat:
+def build_rollout_stat(
+    row: EngineRow,
+    pool: Sequence[PoolEpisode],
+    live: Sequence[LiveEpisode],
+    totals: dict[str, int],
+    clients: Sequence[dict[str, Any]],
+    steps: Sequence[StepRow],
+    now: float,
+    missions: Sequence[dict[str, Any]] = (),
+) -> RolloutStat:
     """Everything `get_rollout_stat` answers."""
     batch_size, num_repeat = batch_shape(row)
     caps = mission_caps(row)
-    open_eps = [OpenEpisodeInfo(episode_uuid=e.uuid, client_id=e.client_id, episode_type=e.episode_type,
-                                age_s=max(0.0, now - e.created_at), idle_s=e.idle(now), timeout_s=e.timeout_s,
-                                num_calls=e.next_seq) for e in sorted(live, key=lambda e: e.created_at)]
-    client_infos = [ClientInfo(client_id=c["client_id"], last_seen_s=max(0.0, now - c["last_seen"]), begun=c["begun"],
-                               ended=c["ended"], aborted=c["aborted"]) for c in clients]
+    open_eps = [
+        OpenEpisodeInfo(
+            episode_uuid=e.uuid,
+            client_id=e.client_id,
+            episode_type=e.episode_type,
+            age_s=max(0.0, now - e.created_at),
+            idle_s=e.idle(now),
+            timeout_s=e.timeout_s,
+            num_calls=e.next_seq,
+        )
+        for e in sorted(live, key=lambda e: e.created_at)
+    ]
+    client_infos = [
+        ClientInfo(
+            client_id=c["client_id"],
+            last_seen_s=max(0.0, now - c["last_seen"]),
+            begun=c["begun"],
+            ended=c["ended"],
+            aborted=c["aborted"],
+        )
+        for c in clients
+    ]
     step_infos = [step_info(s) for s in steps]
-    return RolloutStat(engine=engine_status(row, now), batch_mode=row.batch_mode, batch_size=batch_size,
-                       num_repeat=num_repeat, progress=all_progress(pool, batch_size, num_repeat, caps),
-                       open_episodes=open_eps, tasks=task_stats(pool), clients=client_infos, totals=totals,
-                       recent_steps=step_infos, missions=mission_stats(missions, pool, caps))
+    return RolloutStat(
+        engine=engine_status(row, now),
+        batch_mode=row.batch_mode,
+        batch_size=batch_size,
+        num_repeat=num_repeat,
+        progress=all_progress(pool, batch_size, num_repeat, caps),
+        open_episodes=open_eps,
+        tasks=task_stats(pool),
+        clients=client_infos,
+        totals=totals,
+        recent_steps=step_infos,
+        missions=mission_stats(missions, pool, caps),
+    )
 
 
 def step_info(s: StepRow) -> StepInfo:
     """A recorded step as the wire type."""
-    return StepInfo(step=s.step, policy_version=s.policy_version, num_episodes=s.num_episodes,
-                    reward_mean=s.reward_mean, metrics=s.metrics, finished_at=s.finished_at)
+    return StepInfo(
+        step=s.step,
+        policy_version=s.policy_version,
+        num_episodes=s.num_episodes,
+        reward_mean=s.reward_mean,
+        metrics=s.metrics,
+        finished_at=s.finished_at,
+    )
 
 
 def answer_text(response: str | None) -> str:
@@ -110,16 +159,30 @@ def request_messages(request: str) -> list[dict[str, Any]]:
 
 def call_info(c: CallRecord) -> CallInfo:
     """A logged call as the wire type."""
-    return CallInfo(seq=c.seq, messages=request_messages(c.request), response=answer_text(c.response),
-                    prompt_tokens=None if c.prompt_ids is None else len(c.prompt_ids),
-                    completion_tokens=None if c.completion_ids is None else len(c.completion_ids),
-                    finish_reason=c.finish_reason, latency_ms=c.latency_ms, policy_version=c.policy_version,
-                    stream=c.stream, error=c.error)
+    return CallInfo(
+        seq=c.seq,
+        messages=request_messages(c.request),
+        response=answer_text(c.response),
+        prompt_tokens=None if c.prompt_ids is None else len(c.prompt_ids),
+        completion_tokens=None if c.completion_ids is None else len(c.completion_ids),
+        finish_reason=c.finish_reason,
+        latency_ms=c.latency_ms,
+        policy_version=c.policy_version,
+        stream=c.stream,
+        error=c.error,
+    )
 
 
 def episode_detail(row: EpisodeRow, calls: Sequence[CallRecord]) -> EpisodeDetail:
     """An episode with its calls."""
-    return EpisodeDetail(episode_uuid=row.uuid, client_id=row.client_id, status=row.status,
-                         episode_type=row.episode_type, task_id=row.task_id, reward=row.reward,
-                         untrainable=row.untrainable, consumed_step=row.consumed_step,
-                         calls=[call_info(c) for c in calls])
+    return EpisodeDetail(
+        episode_uuid=row.uuid,
+        client_id=row.client_id,
+        status=row.status,
+        episode_type=row.episode_type,
+        task_id=row.task_id,
+        reward=row.reward,
+        untrainable=row.untrainable,
+        consumed_step=row.consumed_step,
+        calls=[call_info(c) for c in calls],
+    )

@@ -65,7 +65,7 @@ class SSESplitter:
             cut = self._buf.find(b"\n\n")
             if cut < 0:
                 return out
-            event, self._buf = self._buf[:cut], self._buf[cut + 2:]
+            event, self._buf = self._buf[:cut], self._buf[cut + 2 :]
             data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
             if data:
                 out.append(b"\n".join(data))
@@ -138,8 +138,9 @@ class StreamAccumulator:
         if delta.get("content"):
             self._parts.append(delta["content"])
         for tc in delta.get("tool_calls") or []:
-            slot = self._tools.setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                                "function": {"name": "", "arguments": ""}})
+            slot = self._tools.setdefault(
+                tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            )
             slot["id"] = tc.get("id") or slot["id"]
             fn = tc.get("function") or {}
             slot["function"]["name"] += fn.get("name") or ""
@@ -161,8 +162,16 @@ class StreamAccumulator:
             message["tool_calls"] = ex.tool_calls
         usage = ex.usage
         if usage is None and ex.prompt_ids is not None and ex.completion_ids is not None:  # counted from the ids
-            usage = {"prompt_tokens": len(ex.prompt_ids), "completion_tokens": len(ex.completion_ids),
-                     "total_tokens": len(ex.prompt_ids) + len(ex.completion_ids)}
-        return {**self.meta, "object": "chat.completion", "usage": usage,
-                "choices": [{"index": 0, "message": message, "finish_reason": ex.finish_reason,
-                             "stop_reason": ex.stop_reason}]}
+            usage = {
+                "prompt_tokens": len(ex.prompt_ids),
+                "completion_tokens": len(ex.completion_ids),
+                "total_tokens": len(ex.prompt_ids) + len(ex.completion_ids),
+            }
+        return {
+            **self.meta,
+            "object": "chat.completion",
+            "usage": usage,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": ex.finish_reason, "stop_reason": ex.stop_reason}
+            ],
+        }

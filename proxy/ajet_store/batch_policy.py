@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 from ajet.stat_types import BatchProgress
@@ -41,9 +42,13 @@ T = TypeVar("T")
 Caps = Mapping[str, float]
 """Mission -> the most share of a batch (0 < share <= 1) its tasks may take."""
 
+NO_CAPS: Caps = MappingProxyType({})
+"""No mission capped (a read-only mapping, safe as a default)."""
 
-def split_stale(pool: Sequence[PoolEpisode], version: int, max_staleness: int
-                ) -> tuple[list[PoolEpisode], list[PoolEpisode]]:
+
+def split_stale(
+    pool: Sequence[PoolEpisode], version: int, max_staleness: int
+) -> tuple[list[PoolEpisode], list[PoolEpisode]]:
     """(fresh, stale): an episode is stale when its oldest call is more than `max_staleness` versions behind
     `version`, the policy the next update starts from (asynchronous training trains only fresh ones)."""
     fresh = [p for p in pool if version - p.oldest_version <= max_staleness]
@@ -77,15 +82,17 @@ def _episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, cap
     return _capped(sorted(pool, key=lambda e: e.ended_at), lambda e: e.mission, caps, batch_size * num_repeat)
 
 
-def rollout_until_finish_enough_episodes(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
-                                         caps: Caps = {}) -> BatchProgress:
+def rollout_until_finish_enough_episodes(
+    pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps = NO_CAPS
+) -> BatchProgress:
     """Progress in episodes: target batch_size x num_repeat."""
     target, n = batch_size * num_repeat, len(_episodes(pool, batch_size, num_repeat, caps))
     return BatchProgress(mode=BatchMode.EPISODES, current=n, target=target, ready=n >= target)
 
 
-def _full_tasks(pool: Sequence[PoolEpisode], num_repeat: int, skip_dummy: bool, caps: Caps = {},
-                batch_size: int = 0) -> list[str]:
+def _full_tasks(
+    pool: Sequence[PoolEpisode], num_repeat: int, skip_dummy: bool, caps: Caps = NO_CAPS, batch_size: int = 0
+) -> list[str]:
     out, mission_of = [], {}
     for task_id, group in group_by_task(pool).items():
         if len(group) >= num_repeat and not (skip_dummy and is_dummy(group[:num_repeat])):
@@ -94,15 +101,17 @@ def _full_tasks(pool: Sequence[PoolEpisode], num_repeat: int, skip_dummy: bool, 
     return _capped(out, mission_of.get, caps, batch_size)
 
 
-def rollout_until_finish_enough_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
-                                      caps: Caps = {}) -> BatchProgress:
+def rollout_until_finish_enough_tasks(
+    pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps = NO_CAPS
+) -> BatchProgress:
     """Progress in tasks that have num_repeat episodes: target batch_size."""
     n = len(_full_tasks(pool, num_repeat, False, caps, batch_size))
     return BatchProgress(mode=BatchMode.TASKS, current=n, target=batch_size, ready=n >= batch_size)
 
 
-def rollout_until_finish_enough_non_dummy_tasks(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int,
-                                                caps: Caps = {}) -> BatchProgress:
+def rollout_until_finish_enough_non_dummy_tasks(
+    pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps = NO_CAPS
+) -> BatchProgress:
     """Progress in full tasks whose rewards differ: target batch_size."""
     n = len(_full_tasks(pool, num_repeat, True, caps, batch_size))
     return BatchProgress(mode=BatchMode.NON_DUMMY_TASKS, current=n, target=batch_size, ready=n >= batch_size)
@@ -115,14 +124,16 @@ POLICIES = {
 }
 
 
-def all_progress(pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps = {}
-                 ) -> list[BatchProgress]:
+def all_progress(
+    pool: Sequence[PoolEpisode], batch_size: int, num_repeat: int, caps: Caps = NO_CAPS
+) -> list[BatchProgress]:
     """Progress under all three modes, in a fixed order."""
     return [fn(pool, batch_size, num_repeat, caps) for fn in POLICIES.values()]
 
 
-def select_batch(pool: Sequence[PoolEpisode], mode: BatchMode, batch_size: int, num_repeat: int, caps: Caps = {}
-                 ) -> list[PoolEpisode]:
+def select_batch(
+    pool: Sequence[PoolEpisode], mode: BatchMode, batch_size: int, num_repeat: int, caps: Caps = NO_CAPS
+) -> list[PoolEpisode]:
     """The episodes one training step takes under `mode` ([] if the pool is not ready).
 
     Task modes take the first batch_size qualifying tasks, num_repeat episodes each (first ended

@@ -43,8 +43,11 @@ def mission_key(kind: str, mission: Optional[str]) -> str:
     return f"mission:{kind}:{mission or NO_MISSION}"
 
 
-_ADD = t.counters.update().where(t.counters.c.name == sa.bindparam("b_name")).values(
-    value=t.counters.c.value + sa.bindparam("b_delta", type_=sa.Float))
+_ADD = (
+    t.counters.update()
+    .where(t.counters.c.name == sa.bindparam("b_name"))
+    .values(value=t.counters.c.value + sa.bindparam("b_delta", type_=sa.Float))
+)
 """Built once: the counters are bumped on every write."""
 
 
@@ -57,8 +60,12 @@ def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
         if c.execute(_ADD, changes).rowcount == len(changes):
             return
         # a new name among them: the UPDATE added to the others and did nothing for it
-        have = {r[0] for r in c.execute(sa.select(t.counters.c.name).where(
-            t.counters.c.name.in_([ch["b_name"] for ch in changes])))}
+        have = {
+            r[0]
+            for r in c.execute(
+                sa.select(t.counters.c.name).where(t.counters.c.name.in_([ch["b_name"] for ch in changes]))
+            )
+        }
         for change in changes:
             if change["b_name"] not in have:
                 c.execute(t.counters.insert().values(name=change["b_name"], value=change["b_delta"]))
@@ -68,8 +75,9 @@ def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
             c.execute(t.counters.insert().values(name=change["b_name"], value=change["b_delta"]))
 
 
-def status_deltas(mission: Optional[str], episode_type: str, old: Optional[str], new: str, n: int = 1,
-                  reward: float = 0.0) -> dict[str, float]:
+def status_deltas(
+    mission: Optional[str], episode_type: str, old: Optional[str], new: str, n: int = 1, reward: float = 0.0
+) -> dict[str, float]:
     """The counter changes of `n` episodes of one mission and type moving from `old` (None: new) to `new`."""
     out: dict[str, float] = {episodes_key(new): n}
     if old is not None:
@@ -95,8 +103,11 @@ def merge(parts: Iterable[dict[str, float]]) -> dict[str, float]:
 def bulk_move(c: sa.Connection, where: Any, new: str) -> None:
     """Count the move of every episode matching `where` to `new` (call before the UPDATE that moves them)."""
     e = t.episodes.c
-    q = sa.select(e.mission, e.episode_type, e.status, sa.func.count()).where(where).group_by(
-        e.mission, e.episode_type, e.status)
+    q = (
+        sa.select(e.mission, e.episode_type, e.status, sa.func.count())
+        .where(where)
+        .group_by(e.mission, e.episode_type, e.status)
+    )
     bump(c, merge(status_deltas(m, kind, old, new, n) for m, kind, old, n in c.execute(q)))
 
 
@@ -125,8 +136,13 @@ def missions_from(kept: dict[str, float]) -> list[dict[str, Any]]:
     for mission, k in sorted(by.items()):
         ended = int(k.get(EpisodeStatus.ENDED.value, 0))
         aborted = int(k.get(EpisodeStatus.ABORTED.value, 0) + k.get(EpisodeStatus.EXPIRED.value, 0))
-        row = {"mission": mission, "open": int(k.get(EpisodeStatus.OPEN.value, 0)), "ended": ended,
-               "aborted": aborted, "reward_mean": k.get("reward_sum", 0.0) / ended if ended else None}
+        row = {
+            "mission": mission,
+            "open": int(k.get(EpisodeStatus.OPEN.value, 0)),
+            "ended": ended,
+            "aborted": aborted,
+            "reward_mean": k.get("reward_sum", 0.0) / ended if ended else None,
+        }
         if row["open"] or ended or aborted:
             out.append(row)
     return out
@@ -137,13 +153,17 @@ def backfill(c: sa.Connection) -> None:
     e, lc = t.episodes.c, t.llm_calls.c
     c.execute(t.counters.delete())
     deltas: list[dict[str, float]] = [
-        {"calls": c.execute(sa.select(sa.func.count()).select_from(t.llm_calls)).scalar() or 0,
-         "call_errors": c.execute(sa.select(sa.func.count()).where(lc.error.is_not(None))).scalar() or 0,
-         WITHOUT_CALLS: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason == NO_CALLS)).scalar() or 0,
-         STALE: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason.startswith(STALE_PREFIX))).scalar()
-         or 0}]
+        {
+            "calls": c.execute(sa.select(sa.func.count()).select_from(t.llm_calls)).scalar() or 0,
+            "call_errors": c.execute(sa.select(sa.func.count()).where(lc.error.is_not(None))).scalar() or 0,
+            WITHOUT_CALLS: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason == NO_CALLS)).scalar() or 0,
+            STALE: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason.startswith(STALE_PREFIX))).scalar()
+            or 0,
+        }
+    ]
     q = sa.select(e.mission, e.episode_type, e.status, sa.func.count(), sa.func.sum(e.reward)).group_by(
-        e.mission, e.episode_type, e.status)
+        e.mission, e.episode_type, e.status
+    )
     for mission, kind, status, n, reward_sum in c.execute(q):
         ended = status == EpisodeStatus.ENDED.value
         deltas.append(status_deltas(mission, kind, None, status, n, float(reward_sum or 0) if ended else 0.0))

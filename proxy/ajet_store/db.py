@@ -11,10 +11,9 @@ import sqlalchemy as sa
 
 from ajet.types import BatchMode, EngineState
 from ajet_store import migrate
-from ajet_store.engines import DEFAULT_FILE_MODE, make_engines, redact_url
 from ajet_store import tables as t
+from ajet_store.engines import DEFAULT_FILE_MODE, make_engines, redact_url
 from ajet_store.errors import StoreUnavailable
-
 
 _Self = TypeVar("_Self", bound="Database")
 
@@ -69,7 +68,16 @@ class Database:
             else:
                 migrate.check_version(int(version), redact_url(self.url))
             if c.execute(sa.select(t.engine_state.c.id)).first() is None:
-                c.execute(t.engine_state.insert().values(
-                    id=1, state=EngineState.OFFLINE.value, state_since=time.time(), job=None, global_step=0,
-                    policy_version=0, batch_mode=BatchMode.TASKS.value, deployments_version=0, run_id=0))
-
+                c.execute(
+                    t.engine_state.insert().values(
+                        id=1,
+                        state=EngineState.OFFLINE.value,
+                        state_since=time.time(),
+                        job=None,
+                        global_step=0,
+                        policy_version=0,
+                        batch_mode=BatchMode.TASKS.value,
+                        deployments_version=0,
+                        run_id=0,
+                    )
+                )

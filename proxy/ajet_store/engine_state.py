@@ -75,13 +75,24 @@ class EngineStateOps(Database):
             failures = rows.engine(c).update_failures + 1
             quarantine = failures >= QUARANTINE_AFTER
             if quarantine and batch_uuids:
-                c.execute(t.episodes.update().where(e.uuid.in_(list(batch_uuids)), e.consumed_step.is_(None)).values(
-                    untrainable=True, untrainable_reason=f"quarantined: the update failed {failures} times: "
-                                                         f"{message}"[:256]))
+                c.execute(
+                    t.episodes.update()
+                    .where(e.uuid.in_(list(batch_uuids)), e.consumed_step.is_(None))
+                    .values(
+                        untrainable=True,
+                        untrainable_reason=f"quarantined: the update failed {failures} times: {message}"[:256],
+                    )
+                )
             now = time.time()
-            c.execute(t.engine_state.update().values(
-                last_error=message[:1024], last_error_at=now, update_failures=0 if quarantine else failures,
-                state=to.value, state_since=now))
+            c.execute(
+                t.engine_state.update().values(
+                    last_error=message[:1024],
+                    last_error_at=now,
+                    update_failures=0 if quarantine else failures,
+                    state=to.value,
+                    state_since=now,
+                )
+            )
             return quarantine
 
     def sync_job(self, job: dict[str, Any]) -> EngineRow:
@@ -117,8 +128,9 @@ class EngineStateOps(Database):
             if cur.job is None:
                 raise WrongState("no job synced; call sync_train_config first", state=cur.state.value)
             if cur.state != EngineState.OFFLINE:
-                raise WrongState(f"cannot go to {EngineState.BOOTING.value} from {cur.state.value}",
-                                 state=cur.state.value)
+                raise WrongState(
+                    f"cannot go to {EngineState.BOOTING.value} from {cur.state.value}", state=cur.state.value
+                )
             _boot(c)
             return rows.engine(c)
 
@@ -131,8 +143,11 @@ class EngineStateOps(Database):
 
 def _boot(c: sa.Connection) -> None:
     """Go BOOTING for a (re)start: the last trainer error belongs to the run before it."""
-    c.execute(t.engine_state.update().values(state=EngineState.BOOTING.value, state_since=time.time(),
-                                             last_error=None, last_error_at=None))
+    c.execute(
+        t.engine_state.update().values(
+            state=EngineState.BOOTING.value, state_since=time.time(), last_error=None, last_error_at=None
+        )
+    )
 
 
 def _write_job(c: sa.Connection, cur: EngineRow, job: dict[str, Any]) -> None:

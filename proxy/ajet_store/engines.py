@@ -27,7 +27,7 @@ def sqlite_url(path: str | Path) -> str:
 def sqlite_path(url: str) -> Optional[Path]:
     """The file of a SQLite store URL (None for another database or an in-memory one)."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        return Path(url[len("sqlite:///"):])
+        return Path(url[len("sqlite:///") :])
     return None
 
 
@@ -83,8 +83,11 @@ class FileMode(int):
 def add_store_options(parser: argparse.ArgumentParser) -> None:
     """`--db` and `--db-mode`, offered by every command that opens a store (defaults: `configs/`)."""
     parser.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
-    parser.add_argument("--db-mode", type=FileMode,
-                        help="octal permissions of a new SQLite store file (600: the owner only, as it holds every prompt)")
+    parser.add_argument(
+        "--db-mode",
+        type=FileMode,
+        help="octal permissions of a new SQLite store file (600: the owner only, as it holds every prompt)",
+    )
 
 
 def make_engines(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:

@@ -13,25 +13,52 @@ from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 from ajet_store.errors import Conflict, NotRolling, StoreError
-from ajet_store.types import (BeginEpisode, CallRecord, EndEpisode, EngineRow, EpisodeChange, EpisodeRow, PoolEpisode,
-                              RewardedEpisode)
+from ajet_store.types import (
+    BeginEpisode,
+    CallRecord,
+    EndEpisode,
+    EngineRow,
+    EpisodeChange,
+    EpisodeRow,
+    PoolEpisode,
+    RewardedEpisode,
+)
 
 _E = t.episodes.c
 _INSERT_CALLS = t.llm_calls.insert()
-_TOUCH_EPISODE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).values(
-    num_calls=_E.num_calls + sa.bindparam("b_n", type_=sa.Integer),
-    last_active_at=sa.case((_E.last_active_at < sa.bindparam("b_latest", type_=sa.Float), sa.bindparam("b_latest")),
-                           else_=_E.last_active_at))
+_TOUCH_EPISODE = (
+    t.episodes.update()
+    .where(_E.uuid == sa.bindparam("b_uuid"))
+    .values(
+        num_calls=_E.num_calls + sa.bindparam("b_n", type_=sa.Integer),
+        last_active_at=sa.case(
+            (_E.last_active_at < sa.bindparam("b_latest", type_=sa.Float), sa.bindparam("b_latest")),
+            else_=_E.last_active_at,
+        ),
+    )
+)
 """Built once (building a statement costs more than running it): an episode's calls counted, activity kept."""
 _INSERT_EPISODE = t.episodes.insert()
-_END_EPISODE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).values(
-    status=EpisodeStatus.ENDED.value, task_id=sa.bindparam("b_task_id"), reward=sa.bindparam("b_reward"),
-    is_success=sa.bindparam("b_is_success"), metadata=sa.bindparam("b_metadata", type_=sa.JSON),
-    ended_at=sa.bindparam("b_ended_at"))
-_MARK_UNTRAINABLE = t.episodes.update().where(_E.uuid == sa.bindparam("b_uuid")).values(
-    untrainable=True, untrainable_reason=sa.bindparam("b_reason"))
+_END_EPISODE = (
+    t.episodes.update()
+    .where(_E.uuid == sa.bindparam("b_uuid"))
+    .values(
+        status=EpisodeStatus.ENDED.value,
+        task_id=sa.bindparam("b_task_id"),
+        reward=sa.bindparam("b_reward"),
+        is_success=sa.bindparam("b_is_success"),
+        metadata=sa.bindparam("b_metadata", type_=sa.JSON),
+        ended_at=sa.bindparam("b_ended_at"),
+    )
+)
+_MARK_UNTRAINABLE = (
+    t.episodes.update()
+    .where(_E.uuid == sa.bindparam("b_uuid"))
+    .values(untrainable=True, untrainable_reason=sa.bindparam("b_reason"))
+)
 _CALL_NUMBERS = sa.select(sa.func.count(sa.distinct(t.llm_calls.c.seq)), sa.func.max(t.llm_calls.c.seq)).where(
-    t.llm_calls.c.episode_uuid == sa.bindparam("b_uuid"))
+    t.llm_calls.c.episode_uuid == sa.bindparam("b_uuid")
+)
 
 TRAINER_TIMEOUT_S = 30.0
 """A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
@@ -41,18 +68,33 @@ class EpisodeOps(Database):
     """Episode life cycle and the call log."""
 
     # ------------------------------------------------------------------ life cycle
-    def begin_episode(self, uuid: str, key_hash: str, client_id: str, episode_type: str, timeout_s: float,
-                      mission: Optional[str] = None) -> EpisodeRow:
+    def begin_episode(
+        self,
+        uuid: str,
+        key_hash: str,
+        client_id: str,
+        episode_type: str,
+        timeout_s: float,
+        mission: Optional[str] = None,
+    ) -> EpisodeRow:
         """Insert an open episode; only while ROLLING with a live trainer (else `NotRolling`)."""
         now, tally = time.time(), _Tally()
         with self._tx() as c:
-            row = _begin(c, rows.engine(c), now, BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s,
-                                                               mission), tally)
+            row = _begin(
+                c, rows.engine(c), now, BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission), tally
+            )
             tally.write(c, now)
             return row
 
-    def end_episode(self, uuid: str, client_id: str, task_id: str, reward: float, is_success: Optional[bool],
-                    metadata: dict[str, Any]) -> tuple[EpisodeRow, bool]:
+    def end_episode(
+        self,
+        uuid: str,
+        client_id: str,
+        task_id: str,
+        reward: float,
+        is_success: Optional[bool],
+        metadata: dict[str, Any],
+    ) -> tuple[EpisodeRow, bool]:
         """Record the reward; returns (row, changed). Ending again with the same result is harmless."""
         now, tally = time.time(), _Tally()
         with self._tx() as c:
@@ -92,10 +134,14 @@ class EpisodeOps(Database):
                 raise Conflict(f"episode {uuid} already ended; it cannot be aborted")
             if row.client_id != client_id:
                 raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
-            c.execute(t.episodes.update().where(t.episodes.c.uuid == uuid)
-                      .values(status=EpisodeStatus.ABORTED.value, ended_at=now))
-            counters.bump(c, counters.status_deltas(row.mission, row.episode_type, row.status.value,
-                                                    EpisodeStatus.ABORTED.value))
+            c.execute(
+                t.episodes.update()
+                .where(t.episodes.c.uuid == uuid)
+                .values(status=EpisodeStatus.ABORTED.value, ended_at=now)
+            )
+            counters.bump(
+                c, counters.status_deltas(row.mission, row.episode_type, row.status.value, EpisodeStatus.ABORTED.value)
+            )
             rows.touch_client(c, client_id, now, "aborted")
             return rows.episode(c, uuid), True
 
@@ -109,8 +155,9 @@ class EpisodeOps(Database):
             if hit:
                 moving = t.episodes.c.uuid.in_(hit)
                 counters.bulk_move(c, moving, EpisodeStatus.EXPIRED.value)
-                c.execute(t.episodes.update().where(moving)
-                          .values(status=EpisodeStatus.EXPIRED.value, ended_at=time.time()))
+                c.execute(
+                    t.episodes.update().where(moving).values(status=EpisodeStatus.EXPIRED.value, ended_at=time.time())
+                )
             return hit
 
     # ------------------------------------------------------------------ reads
@@ -123,8 +170,12 @@ class EpisodeOps(Database):
     def count_episodes(self, uuids: Sequence[str]) -> int:
         """How many of `uuids` are episodes of this store."""
         with self._read() as c:
-            return int(c.execute(sa.select(sa.func.count()).select_from(t.episodes)
-                                 .where(t.episodes.c.uuid.in_(list(uuids)))).scalar() or 0)
+            return int(
+                c.execute(
+                    sa.select(sa.func.count()).select_from(t.episodes).where(t.episodes.c.uuid.in_(list(uuids)))
+                ).scalar()
+                or 0
+            )
 
     def episode_by_key_hash(self, key_hash: str) -> Optional[EpisodeRow]:
         """The episode a key belongs to, whatever its status (None for a key no episode has)."""
@@ -141,8 +192,9 @@ class EpisodeOps(Database):
         """Episodes, oldest first, optionally of one status (all in memory: see `iter_episodes`)."""
         return list(self.iter_episodes(status=status))
 
-    def iter_episodes(self, status: Optional[EpisodeStatus] = None, since_step: Optional[int] = None,
-                      page: int = 500) -> Iterator[EpisodeRow]:
+    def iter_episodes(
+        self, status: Optional[EpisodeStatus] = None, since_step: Optional[int] = None, page: int = 500
+    ) -> Iterator[EpisodeRow]:
         """All matching episodes, oldest first, read page by page (never the whole table at once).
 
         `since_step`: only episodes consumed at that step or later, or not consumed yet.
@@ -168,16 +220,33 @@ class EpisodeOps(Database):
         """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
         e = t.episodes.c
         run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
-        oldest = (sa.select(sa.func.min(t.llm_calls.c.policy_version))
-                  .where(t.llm_calls.c.episode_uuid == e.uuid).scalar_subquery())
-        q = (sa.select(e.uuid, e.task_id, e.reward, e.ended_at, e.mission,
-                       sa.func.coalesce(oldest, e.policy_version_start).label("oldest"))
-             .where(e.status == EpisodeStatus.ENDED.value, e.episode_type == "train", e.run_id == run,
-                    e.consumed_step.is_(None), e.untrainable.is_(False))
-             .order_by(e.ended_at))
+        oldest = (
+            sa.select(sa.func.min(t.llm_calls.c.policy_version))
+            .where(t.llm_calls.c.episode_uuid == e.uuid)
+            .scalar_subquery()
+        )
+        q = (
+            sa.select(
+                e.uuid,
+                e.task_id,
+                e.reward,
+                e.ended_at,
+                e.mission,
+                sa.func.coalesce(oldest, e.policy_version_start).label("oldest"),
+            )
+            .where(
+                e.status == EpisodeStatus.ENDED.value,
+                e.episode_type == "train",
+                e.run_id == run,
+                e.consumed_step.is_(None),
+                e.untrainable.is_(False),
+            )
+            .order_by(e.ended_at)
+        )
         with self._read() as c:
-            return [PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission, int(r.oldest))
-                    for r in c.execute(q)]
+            return [
+                PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission, int(r.oldest)) for r in c.execute(q)
+            ]
 
     def drop_stale(self, uuids: Sequence[str], reason: str) -> int:
         """Take pool episodes too old to train out of the pool for good (kept, flagged untrainable with
@@ -186,9 +255,11 @@ class EpisodeOps(Database):
             return 0
         e = t.episodes.c
         with self._tx() as c:
-            res = c.execute(t.episodes.update().where(e.uuid.in_(list(uuids)), e.consumed_step.is_(None),
-                                                      e.untrainable.is_(False))
-                            .values(untrainable=True, untrainable_reason=(counters.STALE_PREFIX + reason)[:256]))
+            res = c.execute(
+                t.episodes.update()
+                .where(e.uuid.in_(list(uuids)), e.consumed_step.is_(None), e.untrainable.is_(False))
+                .values(untrainable=True, untrainable_reason=(counters.STALE_PREFIX + reason)[:256])
+            )
             counters.bump(c, {counters.STALE: res.rowcount})
             return int(res.rowcount)
 
@@ -198,9 +269,16 @@ class EpisodeOps(Database):
         e = t.episodes.c
         run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
         waiting = sa.and_(e.status == EpisodeStatus.ENDED.value, e.consumed_step.is_(None), e.untrainable.is_(False))
-        q = (sa.select(sa.func.count()).select_from(t.episodes)
-             .where(e.mission == mission, e.episode_type == "train", e.run_id == run,
-                    sa.or_(e.status == EpisodeStatus.OPEN.value, waiting)))
+        q = (
+            sa.select(sa.func.count())
+            .select_from(t.episodes)
+            .where(
+                e.mission == mission,
+                e.episode_type == "train",
+                e.run_id == run,
+                sa.or_(e.status == EpisodeStatus.OPEN.value, waiting),
+            )
+        )
         with self._read() as c:
             return int(c.execute(q).scalar_one())
 
@@ -214,8 +292,11 @@ class EpisodeOps(Database):
         if not uuids:
             return {}
         lc = t.llm_calls.c
-        q = sa.select(lc.episode_uuid, sa.func.max(lc.seq)).where(lc.episode_uuid.in_(list(uuids))).group_by(
-            lc.episode_uuid)
+        q = (
+            sa.select(lc.episode_uuid, sa.func.max(lc.seq))
+            .where(lc.episode_uuid.in_(list(uuids)))
+            .group_by(lc.episode_uuid)
+        )
         with self._read() as c:
             return {uuid: top + 1 for uuid, top in c.execute(q)}
 
@@ -230,18 +311,29 @@ class EpisodeOps(Database):
         with self._tx() as c:
             c.execute(_INSERT_CALLS, [rows.call_row(r) for r in records])
             counters.bump(c, {"calls": len(records), "call_errors": sum(r.error is not None for r in records)})
-            c.execute(_TOUCH_EPISODE, [{"b_uuid": uuid, "b_n": len(recs), "b_latest": max(r.created_at for r in recs)}
-                                       for uuid, recs in per_episode.items()])  # one statement, every episode
+            c.execute(
+                _TOUCH_EPISODE,
+                [
+                    {"b_uuid": uuid, "b_n": len(recs), "b_latest": max(r.created_at for r in recs)}
+                    for uuid, recs in per_episode.items()
+                ],
+            )  # one statement, every episode
             for uuid, recs in per_episode.items():
                 bad = next((r for r in recs if r.error is None and not r.trainable), None)
                 if bad is not None:
-                    c.execute(t.episodes.update().where(e.uuid == uuid).values(
-                        untrainable=True, untrainable_reason=f"call {bad.seq}: backend returned no token ids"))
+                    c.execute(
+                        t.episodes.update()
+                        .where(e.uuid == uuid)
+                        .values(untrainable=True, untrainable_reason=f"call {bad.seq}: backend returned no token ids")
+                    )
 
     def calls(self, uuid: str) -> list[CallRecord]:
         """The calls of one episode, in order."""
-        q = sa.select(t.llm_calls).where(t.llm_calls.c.episode_uuid == uuid).order_by(
-            t.llm_calls.c.seq, t.llm_calls.c.id)
+        q = (
+            sa.select(t.llm_calls)
+            .where(t.llm_calls.c.episode_uuid == uuid)
+            .order_by(t.llm_calls.c.seq, t.llm_calls.c.id)
+        )
         with self._read() as c:
             return [rows.call_from(m) for m in c.execute(q).mappings()]
 
@@ -269,17 +361,41 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally:
     if eng.state != EngineState.ROLLING:
         raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
     if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
-        raise NotRolling(f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer "
-                         "is down or restarting", state=eng.state.value)
-    c.execute(_INSERT_EPISODE, {
-        "uuid": b.uuid, "key_hash": b.key_hash, "client_id": b.client_id, "episode_type": b.episode_type,
-        "mission": b.mission, "status": EpisodeStatus.OPEN.value, "created_at": now, "last_active_at": now,
-        "timeout_s": b.timeout_s, "policy_version_start": eng.policy_version, "run_id": eng.run_id,
-        "untrainable": False, "num_calls": 0})
+        raise NotRolling(
+            f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer is down or restarting",
+            state=eng.state.value,
+        )
+    c.execute(
+        _INSERT_EPISODE,
+        {
+            "uuid": b.uuid,
+            "key_hash": b.key_hash,
+            "client_id": b.client_id,
+            "episode_type": b.episode_type,
+            "mission": b.mission,
+            "status": EpisodeStatus.OPEN.value,
+            "created_at": now,
+            "last_active_at": now,
+            "timeout_s": b.timeout_s,
+            "policy_version_start": eng.policy_version,
+            "run_id": eng.run_id,
+            "untrainable": False,
+            "num_calls": 0,
+        },
+    )
     tally.add(counters.status_deltas(b.mission, b.episode_type, None, EpisodeStatus.OPEN.value), b.client_id, "begun")
-    return EpisodeRow(uuid=b.uuid, key_hash=b.key_hash, client_id=b.client_id, episode_type=b.episode_type,
-                      status=EpisodeStatus.OPEN, created_at=now, last_active_at=now, timeout_s=b.timeout_s,
-                      policy_version_start=eng.policy_version, mission=b.mission)
+    return EpisodeRow(
+        uuid=b.uuid,
+        key_hash=b.key_hash,
+        client_id=b.client_id,
+        episode_type=b.episode_type,
+        status=EpisodeStatus.OPEN,
+        created_at=now,
+        last_active_at=now,
+        timeout_s=b.timeout_s,
+        policy_version_start=eng.policy_version,
+        mission=b.mission,
+    )
 
 
 def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[EpisodeRow, bool]:
@@ -294,19 +410,37 @@ def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[Ep
         raise Conflict(f"episode {e.uuid} is {row.status.value}; it can no longer be ended")
     if row.client_id != e.client_id:
         raise Conflict(f"episode {e.uuid} is held by client {row.client_id}, not {e.client_id}")
-    c.execute(_END_EPISODE, {"b_uuid": e.uuid, "b_task_id": e.task_id, "b_reward": e.reward,
-                             "b_is_success": e.is_success, "b_metadata": e.metadata, "b_ended_at": now})
-    deltas = counters.status_deltas(row.mission, row.episode_type, row.status.value, EpisodeStatus.ENDED.value,
-                                    reward=e.reward)
+    c.execute(
+        _END_EPISODE,
+        {
+            "b_uuid": e.uuid,
+            "b_task_id": e.task_id,
+            "b_reward": e.reward,
+            "b_is_success": e.is_success,
+            "b_metadata": e.metadata,
+            "b_ended_at": now,
+        },
+    )
+    deltas = counters.status_deltas(
+        row.mission, row.episode_type, row.status.value, EpisodeStatus.ENDED.value, reward=e.reward
+    )
     why = untrainable_at_end(*_call_numbers(c, e.uuid))
     if why is not None:  # no calls, or a call numbered but never stored: record it, never train it
         c.execute(_MARK_UNTRAINABLE, {"b_uuid": e.uuid, "b_reason": why})
         if why == counters.NO_CALLS:
             deltas[counters.WITHOUT_CALLS] = 1
     tally.add(deltas, e.client_id, "ended")
-    return replace(row, status=EpisodeStatus.ENDED, task_id=e.task_id, reward=e.reward, is_success=e.is_success,
-                   metadata=e.metadata, ended_at=now, untrainable=row.untrainable or why is not None,
-                   untrainable_reason=why if why is not None else row.untrainable_reason), True
+    return replace(
+        row,
+        status=EpisodeStatus.ENDED,
+        task_id=e.task_id,
+        reward=e.reward,
+        is_success=e.is_success,
+        metadata=e.metadata,
+        ended_at=now,
+        untrainable=row.untrainable or why is not None,
+        untrainable_reason=why if why is not None else row.untrainable_reason,
+    ), True
 
 
 def _call_numbers(c: sa.Connection, uuid: str) -> tuple[int, Optional[int]]:

@@ -42,11 +42,15 @@ def stored_version(conn: sa.Connection) -> Optional[int]:
 def check_version(version: int, url: str) -> None:
     """`SchemaMismatch` naming the way out unless `version` is this code's."""
     if version < t.SCHEMA_VERSION:
-        raise SchemaMismatch(f"store schema version {version}, this code needs {t.SCHEMA_VERSION}: "
-                             f"upgrade it (episodes are kept) with `{upgrade_command(url)}`")
+        raise SchemaMismatch(
+            f"store schema version {version}, this code needs {t.SCHEMA_VERSION}: "
+            f"upgrade it (episodes are kept) with `{upgrade_command(url)}`"
+        )
     if version > t.SCHEMA_VERSION:
-        raise SchemaMismatch(f"store schema version {version} was written by a newer AgentJet Swarm; this code "
-                             f"knows up to {t.SCHEMA_VERSION}: upgrade agentjet-swarm")
+        raise SchemaMismatch(
+            f"store schema version {version} was written by a newer AgentJet Swarm; this code "
+            f"knows up to {t.SCHEMA_VERSION}: upgrade agentjet-swarm"
+        )
 
 
 def _run(conn: sa.Connection, command: str, revision: str) -> None:

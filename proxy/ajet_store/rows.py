@@ -11,22 +11,39 @@ from ajet_store import tables as t
 from ajet_store.errors import NotFound
 from ajet_store.types import CallRecord, EngineRow, EpisodeRow, StepRow
 
-
 # Statements of the episode life cycle, built once: building one (and its cache key) costs more than running it.
 _ENGINE = sa.select(t.engine_state).where(t.engine_state.c.id == 1)
 _EPISODE = sa.select(t.episodes).where(t.episodes.c.uuid == sa.bindparam("b_uuid"))
 _CLIENT_INSERT = t.clients.insert()
-_CLIENT_TOUCH = {counter: t.clients.update().where(t.clients.c.client_id == sa.bindparam("b_id")).values(
-    last_seen=sa.bindparam("b_now"), **{counter: getattr(t.clients.c, counter) + sa.bindparam("b_n", type_=sa.Integer)})
-    for counter in ("begun", "ended", "aborted")}
+_CLIENT_TOUCH = {
+    counter: t.clients.update()
+    .where(t.clients.c.client_id == sa.bindparam("b_id"))
+    .values(
+        last_seen=sa.bindparam("b_now"),
+        **{counter: getattr(t.clients.c, counter) + sa.bindparam("b_n", type_=sa.Integer)},
+    )
+    for counter in ("begun", "ended", "aborted")
+}
 
 
 def engine(c: sa.Connection) -> EngineRow:
     """The single engine row, read in the caller's transaction."""
     m = c.execute(_ENGINE).mappings().one()
-    return EngineRow(EngineState(m["state"]), m["state_since"], m["job"], m["global_step"], m["policy_version"],
-                     BatchMode(m["batch_mode"]), m["deployments_version"], m["run_id"], m["trainer_heartbeat"],
-                     m["last_error"], m["last_error_at"], m["update_failures"] or 0, m["updating_since"])
+    return EngineRow(
+        EngineState(m["state"]),
+        m["state_since"],
+        m["job"],
+        m["global_step"],
+        m["policy_version"],
+        BatchMode(m["batch_mode"]),
+        m["deployments_version"],
+        m["run_id"],
+        m["trainer_heartbeat"],
+        m["last_error"],
+        m["last_error_at"],
+        m["update_failures"] or 0,
+        m["updating_since"],
+    )
 
 
 def episode(c: sa.Connection, uuid: str) -> EpisodeRow:
@@ -40,38 +57,73 @@ def episode(c: sa.Connection, uuid: str) -> EpisodeRow:
 def episode_from(m: Any) -> EpisodeRow:
     """An episodes-table mapping as an `EpisodeRow`."""
     return EpisodeRow(
-        uuid=m["uuid"], key_hash=m["key_hash"], client_id=m["client_id"], episode_type=m["episode_type"],
-        status=EpisodeStatus(m["status"]), created_at=m["created_at"], last_active_at=m["last_active_at"],
-        timeout_s=m["timeout_s"], policy_version_start=m["policy_version_start"], num_calls=m["num_calls"],
-        task_id=m["task_id"], reward=m["reward"], is_success=m["is_success"], metadata=m["metadata"] or {},
-        ended_at=m["ended_at"], consumed_step=m["consumed_step"], untrainable=bool(m["untrainable"]),
-        untrainable_reason=m["untrainable_reason"], mission=m["mission"])
+        uuid=m["uuid"],
+        key_hash=m["key_hash"],
+        client_id=m["client_id"],
+        episode_type=m["episode_type"],
+        status=EpisodeStatus(m["status"]),
+        created_at=m["created_at"],
+        last_active_at=m["last_active_at"],
+        timeout_s=m["timeout_s"],
+        policy_version_start=m["policy_version_start"],
+        num_calls=m["num_calls"],
+        task_id=m["task_id"],
+        reward=m["reward"],
+        is_success=m["is_success"],
+        metadata=m["metadata"] or {},
+        ended_at=m["ended_at"],
+        consumed_step=m["consumed_step"],
+        untrainable=bool(m["untrainable"]),
+        untrainable_reason=m["untrainable_reason"],
+        mission=m["mission"],
+    )
 
 
 def call_from(m: Any) -> CallRecord:
     """An llm_calls-table mapping as a `CallRecord` (token arrays unpacked)."""
     return CallRecord(
-        episode_uuid=m["episode_uuid"], seq=m["seq"], request=m["request"], response=m["response"],
-        prompt_ids=t.unpack_ints(m["prompt_ids"]), completion_ids=t.unpack_ints(m["completion_ids"]),
-        logprobs=t.unpack_floats(m["logprobs"]), finish_reason=m["finish_reason"],
-        policy_version=m["policy_version"], deployment=m["deployment"], latency_ms=m["latency_ms"],
-        created_at=m["created_at"], stream=bool(m["stream"]), error=m["error"])
+        episode_uuid=m["episode_uuid"],
+        seq=m["seq"],
+        request=m["request"],
+        response=m["response"],
+        prompt_ids=t.unpack_ints(m["prompt_ids"]),
+        completion_ids=t.unpack_ints(m["completion_ids"]),
+        logprobs=t.unpack_floats(m["logprobs"]),
+        finish_reason=m["finish_reason"],
+        policy_version=m["policy_version"],
+        deployment=m["deployment"],
+        latency_ms=m["latency_ms"],
+        created_at=m["created_at"],
+        stream=bool(m["stream"]),
+        error=m["error"],
+    )
 
 
 def call_row(r: CallRecord) -> dict[str, Any]:
     """A `CallRecord` as an llm_calls row (token arrays packed)."""
     return {
-        "episode_uuid": r.episode_uuid, "seq": r.seq, "request": r.request, "response": r.response,
-        "prompt_ids": t.pack_ints(r.prompt_ids), "completion_ids": t.pack_ints(r.completion_ids),
-        "logprobs": t.pack_floats(r.logprobs), "finish_reason": r.finish_reason,
-        "policy_version": r.policy_version, "deployment": r.deployment, "latency_ms": r.latency_ms,
-        "stream": r.stream, "error": r.error, "created_at": r.created_at}
+        "episode_uuid": r.episode_uuid,
+        "seq": r.seq,
+        "request": r.request,
+        "response": r.response,
+        "prompt_ids": t.pack_ints(r.prompt_ids),
+        "completion_ids": t.pack_ints(r.completion_ids),
+        "logprobs": t.pack_floats(r.logprobs),
+        "finish_reason": r.finish_reason,
+        "policy_version": r.policy_version,
+        "deployment": r.deployment,
+        "latency_ms": r.latency_ms,
+        "stream": r.stream,
+        "error": r.error,
+        "created_at": r.created_at,
+    }
 
 
 def step_from(m: Any) -> StepRow:
     """A train_steps-table mapping as a `StepRow`."""
-    return StepRow(m["step"], m["policy_version"], m["num_episodes"], m["reward_mean"], m["metrics"] or {},
-                   m["finished_at"])
+    return StepRow(
+        m["step"], m["policy_version"], m["num_episodes"], m["reward_mean"], m["metrics"] or {}, m["finished_at"]
+    )
 
 
 def touch_client(c: sa.Connection, client_id: str, now: float, counter: str, n: int = 1) -> None:
@@ -80,4 +132,3 @@ def touch_client(c: sa.Connection, client_id: str, now: float, counter: str, n: 
     if res.rowcount == 0:
         counts = {"begun": 0, "ended": 0, "aborted": 0, counter: n}
         c.execute(_CLIENT_INSERT, {"client_id": client_id, "first_seen": now, "last_seen": now, **counts})
-

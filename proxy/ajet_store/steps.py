@@ -14,7 +14,6 @@ from ajet_store.db import Database
 from ajet_store.errors import AlreadyConsumed
 from ajet_store.types import Deployment, StepRow
 
-
 PRUNED = ""
 """The request body of a call whose bodies were pruned (its response becomes NULL)."""
 
@@ -23,8 +22,14 @@ class StepOps(Database):
     """The step log (exactly-once consumption of episodes) and the deployments table."""
 
     # ------------------------------------------------------------------ steps
-    def record_step(self, step: int, policy_version: int, episode_uuids: Sequence[str], reward_mean: Optional[float],
-                    metrics: dict[str, Any]) -> None:
+    def record_step(
+        self,
+        step: int,
+        policy_version: int,
+        episode_uuids: Sequence[str],
+        reward_mean: Optional[float],
+        metrics: dict[str, Any],
+    ) -> None:
         """Record a training step and mark its episodes consumed, atomically.
 
         A step recorded in WEIGHT_SYNCING (a synchronous update, its weights already served) also resumes
@@ -36,20 +41,37 @@ class StepOps(Database):
         uuids = set(episode_uuids)
         with self._tx() as c:
             if uuids:
-                res = c.execute(t.episodes.update().where(
-                    e.uuid.in_(uuids), e.consumed_step.is_(None), e.status == EpisodeStatus.ENDED.value,
-                ).values(consumed_step=step))
+                res = c.execute(
+                    t.episodes.update()
+                    .where(
+                        e.uuid.in_(uuids),
+                        e.consumed_step.is_(None),
+                        e.status == EpisodeStatus.ENDED.value,
+                    )
+                    .values(consumed_step=step)
+                )
                 if res.rowcount != len(uuids):
-                    raise AlreadyConsumed(f"step {step}: {len(uuids) - res.rowcount} episode(s) were already "
-                                          "consumed or not ended")
-            c.execute(t.steps.insert().values(step=step, policy_version=policy_version,
-                                              num_episodes=len(episode_uuids), reward_mean=reward_mean,
-                                              metrics=metrics, finished_at=time.time()))
+                    raise AlreadyConsumed(
+                        f"step {step}: {len(uuids) - res.rowcount} episode(s) were already consumed or not ended"
+                    )
+            c.execute(
+                t.steps.insert().values(
+                    step=step,
+                    policy_version=policy_version,
+                    num_episodes=len(episode_uuids),
+                    reward_mean=reward_mean,
+                    metrics=metrics,
+                    finished_at=time.time(),
+                )
+            )
             resume: dict[str, Any] = {}
             if rows.engine(c).state == EngineState.WEIGHT_SYNCING:
                 resume = {"state": EngineState.ROLLING.value, "state_since": time.time()}
-            c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version,
-                                                     update_failures=0, **resume))
+            c.execute(
+                t.engine_state.update().values(
+                    global_step=step, policy_version=policy_version, update_failures=0, **resume
+                )
+            )
 
     def prune_bodies(self, keep_steps: int) -> int:
         """Drop the request and response bodies of calls of episodes consumed more than `keep_steps` steps
@@ -58,8 +80,11 @@ class StepOps(Database):
         with self._tx() as c:
             cutoff = rows.engine(c).global_step - keep_steps
             old = sa.select(e.uuid).where(e.consumed_step.is_not(None), e.consumed_step <= cutoff)
-            res = c.execute(t.llm_calls.update().where(lc.episode_uuid.in_(old), lc.request != PRUNED)
-                            .values(request=PRUNED, response=None))
+            res = c.execute(
+                t.llm_calls.update()
+                .where(lc.episode_uuid.in_(old), lc.request != PRUNED)
+                .values(request=PRUNED, response=None)
+            )
             return int(res.rowcount or 0)
 
     def vacuum(self) -> None:
@@ -118,9 +143,16 @@ class StepOps(Database):
         with self._tx() as c:
             for dep in deps:
                 c.execute(t.deployments.delete().where(t.deployments.c.name == dep.name))
-                c.execute(t.deployments.insert().values(name=dep.name, base_url=dep.base_url, model=dep.model,
-                                                        policy_version=dep.policy_version, updated_at=now,
-                                                        api_key=dep.api_key))
+                c.execute(
+                    t.deployments.insert().values(
+                        name=dep.name,
+                        base_url=dep.base_url,
+                        model=dep.model,
+                        policy_version=dep.policy_version,
+                        updated_at=now,
+                        api_key=dep.api_key,
+                    )
+                )
             _bump_deployments(c)
 
     def remove_deployments(self, names: Optional[Iterable[str]] = None) -> None:

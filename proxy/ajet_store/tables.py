@@ -17,13 +17,15 @@ SCHEMA_VERSION = 5
 metadata = sa.MetaData()
 
 meta = sa.Table(
-    "ajet_meta", metadata,
+    "ajet_meta",
+    metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.String(256), nullable=False),
 )
 
 engine_state = sa.Table(
-    "engine_state", metadata,
+    "engine_state",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("state", sa.String(32), nullable=False),
     sa.Column("state_since", sa.Float, nullable=False),
@@ -41,14 +43,16 @@ engine_state = sa.Table(
 )
 
 counters = sa.Table(
-    "counters", metadata,
+    "counters",
+    metadata,
     sa.Column("name", sa.String(200), primary_key=True),
     sa.Column("value", sa.Float, nullable=False),
 )
 """Totals kept as the data is written (see `ajet_store.counters`), so statistics never count rows."""
 
 episodes = sa.Table(
-    "episodes", metadata,
+    "episodes",
+    metadata,
     sa.Column("uuid", sa.String(64), primary_key=True),
     sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
     sa.Column("client_id", sa.String(256), nullable=False),
@@ -75,7 +79,8 @@ episodes = sa.Table(
 )
 
 llm_calls = sa.Table(
-    "llm_calls", metadata,
+    "llm_calls",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("episode_uuid", sa.String(64), nullable=False, index=True),
     sa.Column("seq", sa.Integer, nullable=False),
@@ -94,7 +99,8 @@ llm_calls = sa.Table(
 )
 
 deployments = sa.Table(
-    "deployments", metadata,
+    "deployments",
+    metadata,
     sa.Column("name", sa.String(128), primary_key=True),
     sa.Column("base_url", sa.String(512), nullable=False),
     sa.Column("model", sa.String(512), nullable=False),
@@ -104,7 +110,8 @@ deployments = sa.Table(
 )
 
 clients = sa.Table(
-    "clients", metadata,
+    "clients",
+    metadata,
     sa.Column("client_id", sa.String(256), primary_key=True),
     sa.Column("first_seen", sa.Float, nullable=False),
     sa.Column("last_seen", sa.Float, nullable=False),
@@ -114,7 +121,8 @@ clients = sa.Table(
 )
 
 steps = sa.Table(
-    "train_steps", metadata,
+    "train_steps",
+    metadata,
     sa.Column("step", sa.Integer, primary_key=True),
     sa.Column("policy_version", sa.Integer, nullable=False),
     sa.Column("num_episodes", sa.Integer, nullable=False),

@@ -8,8 +8,8 @@ scaffold. None of them imports torch: the trainer's packages load only in its ow
 from __future__ import annotations
 
 import argparse
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,8 +17,8 @@ import time
 from typing import Optional
 
 from ajet import __version__
-from ajet.utils.runtime import offline_env, run_cli
 from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config, to_argv
+from ajet.utils.runtime import offline_env, run_cli
 from ajet_proxy.cli import add_monitor_arguments, add_proxy_options, add_start_arguments, expected_errors, run_monitor
 from ajet_store import redact_url
 from ajet_store.engines import add_store_options
@@ -65,8 +65,10 @@ def banner(host: str, port: int, token: bool, store: str) -> str:
     """What `start` prints first: where clients connect, from this machine and from others, and whether the
     control API is protected (the proxy itself warns once when it is not)."""
     if host in ALL_INTERFACES:
-        where = (f"ajet-swarm: listening on all interfaces, port {port}: other machines use "
-                 f"http://{socket.gethostname()}:{port} (this one: http://127.0.0.1:{port})")
+        where = (
+            f"ajet-swarm: listening on all interfaces, port {port}: other machines use "
+            f"http://{socket.gethostname()}:{port} (this one: http://127.0.0.1:{port})"
+        )
     else:
         where = f"ajet-swarm: listening on http://{host}:{port} only"
     guard = "swarm token required on control calls" if token else "no swarm token (set AJET_SWARM_TOKEN to require one)"

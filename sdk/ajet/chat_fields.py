@@ -58,6 +58,7 @@ def _number_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[Any], O
         if v < lo or v > hi or (lo_open and v == lo):
             return f"must be in {'(' if lo_open else '['}{lo}, {hi}]"
         return None
+
     return check
 
 
@@ -66,6 +67,7 @@ def _int_in(lo: int, hi: int) -> Callable[[Any], Optional[str]]:
         if not _is_int(v):
             return "must be an integer"
         return None if lo <= v <= hi else f"must be in [{lo}, {hi}]"
+
     return check
 
 
@@ -73,6 +75,7 @@ def _of_type(kind: type, name: str) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
         ok = isinstance(v, bool) if kind is bool else isinstance(v, kind) and not isinstance(v, bool)
         return None if ok else f"must be {name}"
+
     return check
 
 
@@ -148,10 +151,10 @@ def _check_tool_calls(calls: Any, where: str) -> None:
         raise ChatFieldError(where, "must be a list")
     for j, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                or not isinstance(fn.get("arguments"), str):
-            raise ChatFieldError(f"{where}.{j}.function", "each tool call needs a function with a string name "
-                                                           "and string arguments")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+            raise ChatFieldError(
+                f"{where}.{j}.function", "each tool call needs a function with a string name and string arguments"
+            )
         if call.get("id") is not None and not isinstance(call["id"], str):
             raise ChatFieldError(f"{where}.{j}.id", "must be a string")
         if call.get("type") not in (None, "function"):

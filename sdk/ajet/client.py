@@ -86,8 +86,9 @@ class SwarmClient:
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 if attempt == self.max_retries:
                     raise SwarmConnectionError(f"{self.server_url}/swarm/{route}: {exc!r}") from exc
-                logger.warning("%s %s failed (%r); retry %d/%d in %.1fs", method, route, exc, attempt + 1,
-                               self.max_retries, delay)
+                logger.warning(
+                    "%s %s failed (%r); retry %d/%d in %.1fs", method, route, exc, attempt + 1, self.max_retries, delay
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
@@ -127,14 +128,18 @@ class SwarmClient:
         return OkResponse.model_validate(self._call("POST", "set_batch_mode", body)).state
 
     # ------------------------------------------------------------------ episodes
-    def begin_episode(self, discard_episode_timeout: float = 240, episode_type: str = "train",
-                      mission: Optional[str] = None) -> tuple[str, OpenaiBaseUrlAndApiKey]:
+    def begin_episode(
+        self, discard_episode_timeout: float = 240, episode_type: str = "train", mission: Optional[str] = None
+    ) -> tuple[str, OpenaiBaseUrlAndApiKey]:
         """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING.
 
         `mission` (default: the client's) labels the episode's dataset + reward in the statistics.
         """
-        body = {"discard_episode_timeout": discard_episode_timeout, "episode_type": episode_type,
-                "mission": mission or self.mission}
+        body = {
+            "discard_episode_timeout": discard_episode_timeout,
+            "episode_type": episode_type,
+            "mission": mission or self.mission,
+        }
         deadline = time.monotonic() + self.begin_episode_max_wait
         delay = 0.2
         while True:
@@ -147,22 +152,30 @@ class SwarmClient:
                 logger.debug("begin_episode: %s; waiting %.1fs", exc.state, delay)
                 time.sleep(delay * (0.75 + random.random() / 2))
                 delay = min(delay * 1.5, 5.0)
-        creds = OpenaiBaseUrlAndApiKey(base_url=f"{self.server_url}/v1", api_key=ans.api_key, model=ans.model,
-                                       episode_uuid=ans.episode_uuid)
+        creds = OpenaiBaseUrlAndApiKey(
+            base_url=f"{self.server_url}/v1", api_key=ans.api_key, model=ans.model, episode_uuid=ans.episode_uuid
+        )
         return ans.episode_uuid, creds
 
     def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
         """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
-        body = {"episode_uuid": episode_uuid, "task": task.model_dump(mode="json"),
-                "workflow_output": workflow_output.model_dump(mode="json")}
+        body = {
+            "episode_uuid": episode_uuid,
+            "task": task.model_dump(mode="json"),
+            "workflow_output": workflow_output.model_dump(mode="json"),
+        }
         result = EpisodeResult.model_validate(self._call("POST", "end_episode", body))
         if result.warning and not self._warned_untrainable:  # once per client: a loop would repeat it forever
             self._warned_untrainable = True
             logger.warning("%s (logged once per client)", result.warning)
         return result
 
-    def abort_episode(self, task_or_uuid: Union[Task, str], episode_uuid: Optional[str] = None,
-                      workflow_output: Optional[WorkflowOutput] = None) -> EpisodeResult:
+    def abort_episode(
+        self,
+        task_or_uuid: Union[Task, str],
+        episode_uuid: Optional[str] = None,
+        workflow_output: Optional[WorkflowOutput] = None,
+    ) -> EpisodeResult:
         """Discard the episode; its key stops working. Aborting twice is harmless.
 
         Called as `abort_episode(episode_uuid)`, or as the seed says ("just replace `end_episode` with
@@ -181,8 +194,9 @@ class SwarmClient:
     def can_continue_episode(self, episode_uuid: str) -> bool:
         """Whether the episode is still open: a long agent can check it and stop early once the server has
         expired (or anyone has ended or aborted) the episode. The reason is logged when it cannot."""
-        answer = EpisodeContinuation.model_validate(self._call("POST", "can_continue_episode",
-                                                               {"episode_uuid": episode_uuid}))
+        answer = EpisodeContinuation.model_validate(
+            self._call("POST", "can_continue_episode", {"episode_uuid": episode_uuid})
+        )
         if not answer.can_continue:
             logger.info("episode %s cannot continue: %s", episode_uuid, answer.reason)
         return answer.can_continue
@@ -216,5 +230,4 @@ def _error_from_response(resp: httpx.Response) -> Exception:
     if not isinstance(data, dict):
         data = {}
     detail = data.get("detail") or resp.text[:500]
-    return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail),
-                            data.get("state"))
+    return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail), data.get("state"))

@@ -104,9 +104,15 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.METHOD_NOT_ALLOWED: RouteNotFound,
     ErrorCode.MODEL_NOT_FOUND: RouteNotFound,
 }
-_BY_STATUS: dict[int, type[SwarmServerError]] = {401: Unauthorized, 403: Unauthorized, 404: EpisodeNotFound,
-                                                  409: Conflict, 413: RequestTooLarge, 422: InvalidRequest,
-                                                  503: EngineNotReady}
+_BY_STATUS: dict[int, type[SwarmServerError]] = {
+    401: Unauthorized,
+    403: Unauthorized,
+    404: EpisodeNotFound,
+    409: Conflict,
+    413: RequestTooLarge,
+    422: InvalidRequest,
+    503: EngineNotReady,
+}
 
 
 def error_for(status: int, error: str, detail: str, state: Optional[str] = None) -> SwarmServerError:

@@ -22,8 +22,15 @@ from ajet.types import BatchMode
 _LENGTH_FIELDS = ("max_prompt_length", "max_response_length", "max_model_len")
 
 TRACKERS: dict[str, Optional[str]] = {
-    "jsonl": None, "console": None, "file": None, "tensorboard": "tensorboard", "wandb": "wandb",
-    "mlflow": "mlflow", "swanlab": "swanlab", "clearml": "clearml", "trackio": "trackio",
+    "jsonl": None,
+    "console": None,
+    "file": None,
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "swanlab": "swanlab",
+    "clearml": "clearml",
+    "trackio": "trackio",
 }
 """Loggers `AgentJetJob.logging` may name -> the Python module each needs (None: no extra package)."""
 
@@ -188,8 +195,11 @@ class AgentJetJob(BaseModel):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         wire = self.to_wire()
-        path.write_text(yaml.safe_dump({"ajet": {k: v for k, v in wire.items() if k != "verl"},
-                                        "verl": wire["verl"]}, sort_keys=False))
+        path.write_text(
+            yaml.safe_dump(
+                {"ajet": {k: v for k, v in wire.items() if k != "verl"}, "verl": wire["verl"]}, sort_keys=False
+            )
+        )
         return path
 
     def build_job_from_yaml(self, path: Union[str, Path]) -> "AgentJetJob":

@@ -87,8 +87,16 @@ class ErrorBody(AnswerModel):
 
 _OPENAI_STATUS = {ErrorCode.INVALID_REQUEST: 400}
 """Where the data plane's status differs from the control API's: OpenAI answers a bad request 400."""
-_OPENAI_TYPE = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-                405: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error", 503: "server_error", 500: "server_error"}
+_OPENAI_TYPE = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    503: "server_error",
+    500: "server_error",
+}
 
 
 def openai_status(code: ErrorCode) -> int:
@@ -123,13 +131,23 @@ _OPENAI_CODE = {ErrorCode.UNAUTHORIZED: "invalid_api_key", ErrorCode.MODEL_NOT_F
 def openai_error_body(code: ErrorCode, message: str, param: Optional[str] = None) -> OpenAIErrorBody:
     """The OpenAI-shaped answer to an error of `code`."""
     wire_code = _OPENAI_CODE.get(code, code.value)
-    return OpenAIErrorBody(error=OpenAIError(message=message, type=_OPENAI_TYPE.get(openai_status(code), "server_error"),
-                                             param=param, code=wire_code))
+    return OpenAIErrorBody(
+        error=OpenAIError(
+            message=message, type=_OPENAI_TYPE.get(openai_status(code), "server_error"), param=param, code=wire_code
+        )
+    )
 
 
-_ANTHROPIC_TYPE = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                   405: "invalid_request_error", 409: "invalid_request_error", 413: "request_too_large",
-                   500: "api_error", 503: "overloaded_error"}
+_ANTHROPIC_TYPE = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    500: "api_error",
+    503: "overloaded_error",
+}
 
 
 class AnthropicError(WireModel):
@@ -153,5 +171,6 @@ class AnthropicErrorBody(WireModel):
 
 def anthropic_error_body(code: ErrorCode, message: str) -> AnthropicErrorBody:
     """The Anthropic-shaped answer to an error of `code` (same status as on the OpenAI routes)."""
-    return AnthropicErrorBody(error=AnthropicError(type=_ANTHROPIC_TYPE.get(openai_status(code), "api_error"),
-                                                   message=message))
+    return AnthropicErrorBody(
+        error=AnthropicError(type=_ANTHROPIC_TYPE.get(openai_status(code), "api_error"), message=message)
+    )

@@ -33,10 +33,12 @@ def format_rollout_stat(stat: RolloutStat, max_rows: int = 8) -> str:
         name = p.mode.value.replace("rollout_until_finish_enough_", "")
         lines.append(f" {mark} {name:<16} {progress_bar(p.current, p.target)} {p.current}/{p.target}")
     t = stat.totals
-    lines.append(f"   episodes: open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}"
-                 f"  expired {t.get('expired', 0)}  calls {t.get('calls', 0)}  errors {t.get('call_errors', 0)}"
-                 + (f"  without calls {t['without_calls']} (never train)" if t.get("without_calls") else "")
-                 + (f"  stale {t['stale']} (dropped, never train)" if t.get("stale") else ""))
+    lines.append(
+        f"   episodes: open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}"
+        f"  expired {t.get('expired', 0)}  calls {t.get('calls', 0)}  errors {t.get('call_errors', 0)}"
+        + (f"  without calls {t['without_calls']} (never train)" if t.get("without_calls") else "")
+        + (f"  stale {t['stale']} (dropped, never train)" if t.get("stale") else "")
+    )
     if stat.recent_steps:
         last = stat.recent_steps[-1]
         rm = "n/a" if last.reward_mean is None else f"{last.reward_mean:.3f}"

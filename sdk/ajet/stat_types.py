@@ -12,6 +12,7 @@ from pydantic import Field, StrictInt
 
 from ajet.types import AnswerModel, BatchMode, EngineStatus, EpisodeStatus, EpisodeType, WireModel
 
+
 class BatchProgress(AnswerModel):
     """Progress of the rollout pool under one batch mode."""
 

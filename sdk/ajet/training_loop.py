@@ -26,14 +26,20 @@ logger = logging.getLogger(__name__)
 AgentFn = Callable[[Task, str, str], WorkflowOutput]
 
 
-def rollout_episode(client: SwarmClient, task: Task, agent: AgentFn, episode_type: str = "train",
-                    timeout: float = 240) -> float:
+def rollout_episode(
+    client: SwarmClient, task: Task, agent: AgentFn, episode_type: str = "train", timeout: float = 240
+) -> float:
     """One episode: begin, run the agent, end (or abort if the agent raises); returns the reward."""
     return _episode(client, task, lambda creds: agent(task, creds.base_url, creds.api_key), episode_type, timeout)
 
 
-def _episode(client: SwarmClient, task: Task, run: Callable[[OpenaiBaseUrlAndApiKey], WorkflowOutput],
-             episode_type: str = "train", timeout: float = 240) -> float:
+def _episode(
+    client: SwarmClient,
+    task: Task,
+    run: Callable[[OpenaiBaseUrlAndApiKey], WorkflowOutput],
+    episode_type: str = "train",
+    timeout: float = 240,
+) -> float:
     """Begin an episode, `run` the agent with its credentials, end it with the output (abort it if the agent
     raises: a crashed agent is never scored); returns the recorded reward."""
     uuid, creds = client.begin_episode(discard_episode_timeout=timeout, episode_type=episode_type)
@@ -62,9 +68,18 @@ def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll
     raise SwarmTimeout(f"no training step after {after} within {timeout}s")
 
 
-def train_on_tasks(client: SwarmClient, tasks: Sequence[Task], agent: AgentFn, *, tasks_per_round: int,
-                   group_n: int, max_steps: int, max_parallel: int = 16,
-                   on_step: Optional[Callable[[StepInfo], None]] = None, timeout: float = 240) -> list[StepInfo]:
+def train_on_tasks(
+    client: SwarmClient,
+    tasks: Sequence[Task],
+    agent: AgentFn,
+    *,
+    tasks_per_round: int,
+    group_n: int,
+    max_steps: int,
+    max_parallel: int = 16,
+    on_step: Optional[Callable[[StepInfo], None]] = None,
+    timeout: float = 240,
+) -> list[StepInfo]:
     """Run rounds until `max_steps` new training steps were recorded; returns them, oldest first."""
     start = client.get_engine_status().global_step
     seen: list[StepInfo] = []
@@ -95,8 +110,13 @@ SeedAgentFn = Callable[[Task, OpenaiBaseUrlAndApiKey], WorkflowOutput]
 """The seed's agent signature: `execute_agent(task, api_baseurl_key) -> WorkflowOutput`."""
 
 
-def auto_train_with_dataset(dataset: TaskSource, swarm_worker: SwarmClient, execute_agent: SeedAgentFn,
-                            local_grpo_n: int = 2, remote_batch_size: int = 8) -> list[Optional[float]]:
+def auto_train_with_dataset(
+    dataset: TaskSource,
+    swarm_worker: SwarmClient,
+    execute_agent: SeedAgentFn,
+    local_grpo_n: int = 2,
+    remote_batch_size: int = 8,
+) -> list[Optional[float]]:
     """The seed's whole training loop in one call: every task `local_grpo_n` times, `remote_batch_size` x
     `local_grpo_n` episodes at a time (retried until they complete), each begun, run with
     `execute_agent(task, api_baseurl_key)` and ended with its reward. Returns the rewards in task order."""

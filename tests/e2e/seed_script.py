@@ -23,5 +23,11 @@ def with_constants(source: Path, dest: Path, **constants: Any) -> Path:
 
 def run_script(path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run a client script as a user would (`python script.py`)."""
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout,
-                          env=offline_env(PYTHONPATH=str(REPO)), cwd=path.parent)
+    return subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=offline_env(PYTHONPATH=str(REPO)),
+        cwd=path.parent,
+    )

@@ -18,16 +18,28 @@ UPDATE_S = 4.0  # each update sleeps this long first (the job's benchmark knob):
 
 
 def async_job(**kw) -> AgentJetJob:
-    return AgentJetJob(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, save_freq=1, max_prompt_length=64,
-                       max_response_length=16, max_model_len=128, max_response_length_in_one_turn=4,
-                       max_staleness=1, bench_update_delay_s=UPDATE_S, **kw)
+    return AgentJetJob(
+        model="builtin:tiny",
+        batch_size=2,
+        num_repeat=2,
+        lr=1e-2,
+        save_freq=1,
+        max_prompt_length=64,
+        max_response_length=16,
+        max_model_len=128,
+        max_response_length_in_one_turn=4,
+        max_staleness=1,
+        bench_update_delay_s=UPDATE_S,
+        **kw,
+    )
 
 
 def begin_and_call(client: SwarmClient, k: int) -> str:
     """Begin an episode and make its one call; returns its uuid."""
     uuid, creds = client.begin_episode()
     creds.as_openai_client(max_retries=0).chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "say"}], max_tokens=2, seed=k)
+        model="policy", messages=[{"role": "user", "content": "say"}], max_tokens=2, seed=k
+    )
     return uuid
 
 
@@ -70,7 +82,7 @@ def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):
         assert client.get_engine_status().updating  # still in the same update
         assert versions(store, first + during) == {0}  # every call of both batches answered by policy v0
         wait_for(lambda: client.get_engine_status().global_step >= 2, "step 2")
-        assert not wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is None
+        assert wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is not None
         for i, uuid in enumerate(held):  # its calls are 2 versions behind the policy now: too old for k=1
             client.end_episode(Task(task_id="b0-a"), uuid, WorkflowOutput(reward=float(i)))
         play(client, "b2")
@@ -103,7 +115,7 @@ def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
         assert client.get_engine_status().global_step == 1
         sw.start_trainer()
         wait_for(lambda: client.get_engine_status().global_step >= 3, "steps 2 and 3 after the restart", timeout=180)
-        assert not wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is None
+        assert wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is not None
         eps = [store.get_episode(u) for u in ended]
         assert all(e.status == EpisodeStatus.ENDED and not e.untrainable for e in eps)
         assert sorted(e.consumed_step for e in eps) == [1] * 4 + [2] * 4 + [3] * 4  # each trained exactly once

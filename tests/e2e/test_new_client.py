@@ -18,13 +18,28 @@ pytestmark = pytest.mark.slow
 
 
 def test_scaffold_layout_and_refusals(tmp_path):
-    res = subprocess.run([sys.executable, "-c", "import sys; from ajet_swarm.cli import main; "
-                          f"sys.exit(main(['new-client', 'demo_q', '--root', '{tmp_path}']))"],
-                         capture_output=True, text=True, env=offline_env())
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ajet_swarm.cli import main; "
+            f"sys.exit(main(['new-client', 'demo_q', '--root', '{tmp_path}']))",
+        ],
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    )
     assert res.returncode == 0, res.stderr
     dest = tmp_path / "tutorial" / "opencode_build_demo_q"
-    assert sorted(p.name for p in dest.iterdir()) == ["SKILL.md", "__init__.py", "agent_roll.py", "agent_run.py",
-                                                      "data.jsonl", "readme.md", "reference"]
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "SKILL.md",
+        "__init__.py",
+        "agent_roll.py",
+        "agent_run.py",
+        "data.jsonl",
+        "readme.md",
+        "reference",
+    ]
     run = (dest / "agent_run.py").read_text()
     assert all(f"def {fn}(" in run for fn in ("_execute_agent", "_compute_reward", "run_agent_and_compute_reward"))
     assert "def rollout(" in (dest / "agent_roll.py").read_text()
@@ -39,8 +54,9 @@ def test_scaffold_layout_and_refusals(tmp_path):
 def test_scaffolded_client_trains_on_the_tiny_model(tmp_path):
     dest = new_client("smoke", tmp_path)
     with running_swarm(tmp_path) as sw:
-        res = sw.run_module("tutorial.opencode_build_smoke.agent_roll", "--swarm-url", sw.url, "--max-steps", "1",
-                            root=tmp_path)
+        res = sw.run_module(
+            "tutorial.opencode_build_smoke.agent_roll", "--swarm-url", sw.url, "--max-steps", "1", root=tmp_path
+        )
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + sw.logs()
         assert re.search(r"done: [1-9]\d* training step", res.stdout), res.stdout[-500:]
         store = sw.store()
@@ -51,7 +67,9 @@ def test_scaffolded_client_trains_on_the_tiny_model(tmp_path):
         spec.loader.exec_module(agent_run)  # by path: another `tutorial` package may be imported already
         compute_reward = agent_run._compute_reward
 
-        tasks = {json.loads(line)["task_id"]: json.loads(line) for line in (dest / "data.jsonl").read_text().splitlines()}
+        tasks = {
+            json.loads(line)["task_id"]: json.loads(line) for line in (dest / "data.jsonl").read_text().splitlines()
+        }
         for ep in ended:
             calls = store.calls(ep.uuid)
             assert calls and calls[0].prompt_ids and calls[0].completion_ids  # recorded with token ids
@@ -78,8 +96,9 @@ def test_the_templates_judge_scores_strictly(tmp_path, monkeypatch):
 
     def post(url, **kw):
         assert url == "http://judge.invalid/v1/chat/completions" and "Bearer k" in kw["headers"]["Authorization"]
-        return httpx.Response(200, json={"choices": [{"message": {"content": next(answers)}}]},
-                              request=httpx.Request("POST", url))
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": next(answers)}}]}, request=httpx.Request("POST", url)
+        )
 
     monkeypatch.setattr(agent_run.httpx, "post", post)
     with pytest.raises(agent_run.JudgeError, match="AJET_JUDGE_BASE_URL"):

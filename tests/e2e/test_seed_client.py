@@ -33,9 +33,16 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
     th = threading.Thread(target=act_as_trainer, daemon=True)
     th.start()
     try:
-        script = with_constants(REPO / "tests/e2e/seed/demo1_client.py", tmp_path / "demo1.py",
-                                REMOTE_SWARM_URL=px.url, LOCAL_DATASET_PATH=str(data.parent), LOCAL_NUM_EPOCH=1,
-                                LOCAL_GRPO_N=2, REMOTE_BATCH_SIZE=3, REMOTE_TRAIN_MODEL="builtin:tiny")
+        script = with_constants(
+            REPO / "tests/e2e/seed/demo1_client.py",
+            tmp_path / "demo1.py",
+            REMOTE_SWARM_URL=px.url,
+            LOCAL_DATASET_PATH=str(data.parent),
+            LOCAL_NUM_EPOCH=1,
+            LOCAL_GRPO_N=2,
+            REMOTE_BATCH_SIZE=3,
+            REMOTE_TRAIN_MODEL="builtin:tiny",
+        )
         res = run_script(script, timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "rollout failed" not in res.stdout, res.stdout

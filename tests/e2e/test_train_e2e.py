@@ -22,16 +22,35 @@ TASKS = [Task(task_id=f"letter-{c}", main_query=f"Say the letter: {c}", metadata
 
 
 def tiny_job(**kw) -> AgentJetJob:
-    return AgentJetJob(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, save_freq=1, max_prompt_length=64,
-                       max_response_length=16, max_model_len=128, max_response_length_in_one_turn=4, **kw)
+    return AgentJetJob(
+        model="builtin:tiny",
+        batch_size=2,
+        num_repeat=2,
+        lr=1e-2,
+        save_freq=1,
+        max_prompt_length=64,
+        max_response_length=16,
+        max_model_len=128,
+        max_response_length_in_one_turn=4,
+        **kw,
+    )
 
 
 def seed_agent(task: Task, creds, seed: int) -> WorkflowOutput:
     """An agent written from the original docs: raw requests with the episode key."""
-    resp = requests.post(f"{creds.base_url}/chat/completions", headers={"Authorization": f"Bearer {creds.api_key}"},
-                         json={"model": creds.model, "messages": [{"role": "user", "content": task.main_query}],
-                               "max_tokens": 2, "logprobs": True, "temperature": 0 if seed == 0 else 1.0,
-                               "seed": seed}, timeout=60)
+    resp = requests.post(
+        f"{creds.base_url}/chat/completions",
+        headers={"Authorization": f"Bearer {creds.api_key}"},
+        json={
+            "model": creds.model,
+            "messages": [{"role": "user", "content": task.main_query}],
+            "max_tokens": 2,
+            "logprobs": True,
+            "temperature": 0 if seed == 0 else 1.0,
+            "seed": seed,
+        },
+        timeout=60,
+    )
     resp.raise_for_status()
     text = resp.json()["choices"][0]["message"]["content"] or ""
     return WorkflowOutput(reward=1.0 if text[:1] == task.metadata["letter"] else float(seed % 2))
@@ -101,8 +120,7 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     assert_export_matches_the_served_policy(client, store, exp, lora_rank)
     assert (exp / "metrics.jsonl").read_text().count("\n") == 2
     steps = store.steps()
-    assert [s.step for s in steps] == [1, 2] and all("loss" in s.metrics and "grad_norm" in s.metrics
-                                                     for s in steps)
+    assert [s.step for s in steps] == [1, 2] and all("loss" in s.metrics and "grad_norm" in s.metrics for s in steps)
     client.stop_engine()
     time.sleep(1.0)
     assert store.deployments() == [] or trainer.proc.poll() is None
@@ -125,8 +143,13 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
         time.sleep(0.1)
     assert client.get_engine_status().policy_version == 1
     (dep,) = store.deployments()  # the engine takes its internal key only (a fresh one per trainer process)
-    assert dep.api_key and requests.post(dep.base_url + "/chat/completions", timeout=30,
-                                         json={"messages": [{"role": "user", "content": "hi"}]}).status_code == 401
+    assert (
+        dep.api_key
+        and requests.post(
+            dep.base_url + "/chat/completions", timeout=30, json={"messages": [{"role": "user", "content": "hi"}]}
+        ).status_code
+        == 401
+    )
     assert dep.api_key not in trainer.log_tail(10**7)  # the trainer logs at INFO: no key there
     all_ended += run_batch(client, 1)  # begin_episode waits while the new trainer boots
     deadline = time.monotonic() + 60

@@ -28,18 +28,50 @@ PROMPT = [{"role": "user", "content": "say a"}]
 
 
 def _job(lora_rank: int) -> AgentJetJob:
-    return AgentJetJob(model="builtin:tiny", n_gpu=1, batch_size=2, num_repeat=2, lr=5e-3, save_freq=1,
-                       lora_rank=lora_rank, lora_alpha=16, max_prompt_length=64, max_response_length=64,
-                       max_model_len=256, max_response_length_in_one_turn=8, experiment_name=f"verl-cpu-{lora_rank}")
+    return AgentJetJob(
+        model="builtin:tiny",
+        n_gpu=1,
+        batch_size=2,
+        num_repeat=2,
+        lr=5e-3,
+        save_freq=1,
+        lora_rank=lora_rank,
+        lora_alpha=16,
+        max_prompt_length=64,
+        max_response_length=64,
+        max_model_len=256,
+        max_response_length_in_one_turn=8,
+        experiment_name=f"verl-cpu-{lora_rank}",
+    )
 
 
 def _start_trainer(tmp_path, url, log_name):
     log = open(tmp_path / log_name, "ab")
     # a session of its own: the SIGKILL below takes Ray's processes (started by the trainer) with it
-    return subprocess.Popen([sys.executable, "-m", "ajet_trainer.cli", "start", "--db", url, "--backend", "verl",
-                             "--engine", "embedded", "--device", "cpu", "--log-level", "info",
-                             "--experiment-dir", str(tmp_path / "exp")],
-                            stdout=log, stderr=subprocess.STDOUT, env=offline_env(), start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ajet_trainer.cli",
+            "start",
+            "--db",
+            url,
+            "--backend",
+            "verl",
+            "--engine",
+            "embedded",
+            "--device",
+            "cpu",
+            "--log-level",
+            "info",
+            "--experiment-dir",
+            str(tmp_path / "exp"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=offline_env(),
+        start_new_session=True,
+    )
 
 
 def _wait(cond, what, proc, tmp_path, log_name, timeout=240.0):
@@ -54,10 +86,12 @@ def _wait(cond, what, proc, tmp_path, log_name, timeout=240.0):
 def _served_logprobs(store: Store) -> list[float]:
     """Greedy log-probs of the first tokens the served policy gives one fixed prompt (straight to the engine)."""
     dep = store.deployments()[0]
-    r = httpx.post(f"{dep.base_url}/chat/completions", timeout=60,
-                   headers={"Authorization": f"Bearer {dep.api_key}"} if dep.api_key else {},
-                   json={"model": dep.model, "messages": PROMPT, "max_tokens": 4, "temperature": 0.0,
-                         "logprobs": True})
+    r = httpx.post(
+        f"{dep.base_url}/chat/completions",
+        timeout=60,
+        headers={"Authorization": f"Bearer {dep.api_key}"} if dep.api_key else {},
+        json={"model": dep.model, "messages": PROMPT, "max_tokens": 4, "temperature": 0.0, "logprobs": True},
+    )
     r.raise_for_status()
     return [t["logprob"] for t in r.json()["choices"][0]["logprobs"]["content"]]
 
@@ -71,13 +105,17 @@ def test_verl_actor_on_cpu_trains_beside_the_embedded_engine_and_restores_after_
     try:
         client = SwarmClient(px.url)
         client.auto_sync_train_config_and_start_engine(_job(lora_rank))
-        _wait(lambda: client.get_engine_status().state.value == "ROLLING", "boot", trainer, tmp_path,
-              "trainer.log")
+        _wait(lambda: client.get_engine_status().state.value == "ROLLING", "boot", trainer, tmp_path, "trainer.log")
         before = _served_logprobs(store)
         for batch in range(2):
             play_batch(client, batch)
-            _wait(lambda b=batch: client.get_engine_status().global_step >= b + 1, f"step {batch + 1}", trainer,
-                  tmp_path, "trainer.log")
+            _wait(
+                lambda b=batch: client.get_engine_status().global_step >= b + 1,
+                f"step {batch + 1}",
+                trainer,
+                tmp_path,
+                "trainer.log",
+            )
         after = _served_logprobs(store)
         assert before != after  # the served policy is the one verl's actor trained
         steps = store.steps()
@@ -96,8 +134,13 @@ def test_verl_actor_on_cpu_trains_beside_the_embedded_engine_and_restores_after_
         trainer.wait(30)
         old_url = store.deployments()[0].base_url
         trainer = _start_trainer(tmp_path, url, "trainer2.log")
-        _wait(lambda: store.deployments()[0].base_url != old_url, "the restarted engine", trainer, tmp_path,
-              "trainer2.log")
+        _wait(
+            lambda: store.deployments()[0].base_url != old_url,
+            "the restarted engine",
+            trainer,
+            tmp_path,
+            "trainer2.log",
+        )
         assert client.get_engine_status().global_step == 2
         assert _served_logprobs(store) == pytest.approx(after, abs=1e-5)  # the restored weights are served
         play_batch(client, 2)

@@ -17,8 +17,8 @@ import pytest
 from ajet import AgentJetJob, SwarmClient
 from ajet_store import Store, sqlite_url
 from ajet_trainer.daemon import TrainerDaemon
-from ajet_trainer.options import TrainerOptions
 from ajet_trainer.learner import load_policy
+from ajet_trainer.options import TrainerOptions
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.verl_backend import session as verl_session
 from ajet_trainer.verl_backend.trainer import StoreFedTrainer
@@ -39,7 +39,9 @@ def _wait(cond, what, thread, timeout=120.0):
 
 def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
     model_path = str(builtin_model_path("builtin:tiny"))
-    stub = start_stub(tmp_path, "serve", "--model", model_path, "--served-model-name", model_path)  # verl names it by path
+    stub = start_stub(
+        tmp_path, "serve", "--model", model_path, "--served-model-name", model_path
+    )  # verl names it by path
     url = sqlite_url(tmp_path / "v.db")
     px = start_proxy(tmp_path, url)
     model, _ = load_policy(model_path, AgentJetJob(), "cpu")
@@ -53,21 +55,34 @@ def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(verl_session, "_ray_init", lambda address, workers, cpu=False: False)
     monkeypatch.setattr(StoreFedTrainer, "init_workers", init_workers)
     stop = threading.Event()
-    daemon = TrainerDaemon(TrainerOptions(db_url=url, backend="verl", engine="hybrid",
-                                          experiment_dir=str(tmp_path / "exp"), poll_s=0.05))
+    daemon = TrainerDaemon(
+        TrainerOptions(db_url=url, backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"), poll_s=0.05)
+    )
     thread = threading.Thread(target=daemon.run, args=(stop,), daemon=True)
     thread.start()
     store = Store(url)
     try:
         client = SwarmClient(px.url)
-        client.auto_sync_train_config_and_start_engine(AgentJetJob(
-            model="builtin:tiny", n_gpu=1, batch_size=2, num_repeat=2, lr=1e-3, save_freq=2, max_prompt_length=64,
-            max_response_length=64, max_model_len=256, max_response_length_in_one_turn=8))
+        client.auto_sync_train_config_and_start_engine(
+            AgentJetJob(
+                model="builtin:tiny",
+                n_gpu=1,
+                batch_size=2,
+                num_repeat=2,
+                lr=1e-3,
+                save_freq=2,
+                max_prompt_length=64,
+                max_response_length=64,
+                max_model_len=256,
+                max_response_length_in_one_turn=8,
+            )
+        )
         for batch in range(3):
             play_batch(client, batch)
             _wait(lambda b=batch: client.get_engine_status().global_step >= b + 1, f"step {batch + 1}", thread)
         assert [(d.name, d.base_url, d.model, d.policy_version) for d in store.deployments()] == [
-            ("verl-vllm-0", stub.url + "/v1", model_path, 3)]
+            ("verl-vllm-0", stub.url + "/v1", model_path, 3)
+        ]
         journal = httpx.get(stub.url + "/stub/journal").json()
         ops = [j["op"] for j in journal if j["op"] != "chat"]
         assert ops == ["sleep", "wake_up"] + ["sleep", "wake_up"] * 3  # boot, then every step

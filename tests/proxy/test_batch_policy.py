@@ -62,9 +62,20 @@ def mixed(spec):
     return [PoolEpisode(f"m{i}", t, r, float(i), m) for i, (t, m, r) in enumerate(spec)]
 
 
-MIXED = mixed([("m1", "math", 1), ("m1", "math", 0), ("m2", "math", 1), ("m2", "math", 0),
-               ("m3", "math", 1), ("m3", "math", 0), ("c1", "code", 1), ("c1", "code", 0),
-               ("c2", "code", 0), ("c2", "code", 1)])
+MIXED = mixed(
+    [
+        ("m1", "math", 1),
+        ("m1", "math", 0),
+        ("m2", "math", 1),
+        ("m2", "math", 0),
+        ("m3", "math", 1),
+        ("m3", "math", 0),
+        ("c1", "code", 1),
+        ("c1", "code", 0),
+        ("c2", "code", 0),
+        ("c2", "code", 1),
+    ]
+)
 
 
 def test_a_mission_mix_caps_each_missions_share_of_a_batch():

@@ -18,8 +18,9 @@ def test_public_bind_without_token_warns(monkeypatch, caplog, tmp_path):
     monkeypatch.delenv("AJET_SWARM_TOKEN", raising=False)
     parser = cli.argparse.ArgumentParser()
     cli.add_start_arguments(parser)  # the real `ajet-proxy start` arguments and defaults
-    args = parser.parse_args(["--host", "0.0.0.0", "--port", "1", "--db", f"sqlite:///{tmp_path}/x.db",
-                              "--log-level", "warning"])
+    args = parser.parse_args(
+        ["--host", "0.0.0.0", "--port", "1", "--db", f"sqlite:///{tmp_path}/x.db", "--log-level", "warning"]
+    )
     with caplog.at_level(logging.WARNING, logger="ajet_proxy"):
         cli.run_proxy(args)
     assert ran["host"] == "0.0.0.0" and any("without --swarm-token" in r.message for r in caplog.records)

@@ -27,8 +27,11 @@ def test_200_episodes_from_many_threads(proxy, store, stub):
         for turn in range(CALLS_PER_EPISODE):
             stream = turn == 1
             if stream:
-                text = "".join(c.choices[0].delta.content or "" for c in
-                               oc.chat.completions.create(model="m", messages=msgs, stream=True) if c.choices)
+                text = "".join(
+                    c.choices[0].delta.content or ""
+                    for c in oc.chat.completions.create(model="m", messages=msgs, stream=True)
+                    if c.choices
+                )
             else:
                 text = oc.chat.completions.create(model="m", messages=msgs).choices[0].message.content
             texts.append(text)

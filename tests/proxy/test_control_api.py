@@ -6,8 +6,7 @@ import time
 import httpx
 import pytest
 
-from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, Task, Unauthorized
-from ajet import SwarmTimeout, WorkflowOutput
+from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, SwarmTimeout, Task, Unauthorized, WorkflowOutput
 from ajet.rollout_summary import format_rollout_stat
 from ajet.types import EngineState, EpisodeStatus
 from tests.conftest import ensure_rolling, make_rolling, wait_state
@@ -88,6 +87,7 @@ def test_begin_waits_until_rolling(client, store, stub):
     slow = SwarmClient(client.server_url, begin_episode_max_wait=20)
     t0 = time.monotonic()
     import threading
+
     threading.Timer(1.0, make_rolling, args=(store, stub.url)).start()
     uuid, creds = slow.begin_episode()
     assert time.monotonic() - t0 >= 0.9
@@ -133,19 +133,29 @@ def test_episode_life_cycle_and_idempotence(client, store, stub):
     assert store.get_episode(uuid).reward == 0.5
 
 
-@pytest.mark.parametrize("route,body,field", [
-    ("begin_episode", {"discard_episode_timeout": -1}, "discard_episode_timeout"),
-    ("begin_episode", {"episode_type": "exam"}, "episode_type"),
-    ("begin_episode", {"unknown": 1}, "unknown"),
-    ("end_episode", {"episode_uuid": "u", "task": {"task_id": ""}, "workflow_output": {"reward": 1}}, "task.task_id"),
-    ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}, "workflow_output": {}}, "workflow_output"),
-    ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}}, "workflow_output"),
-    ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}, "workflow_output": {"reward": "high"}},
-     "workflow_output.reward"),
-    ("abort_episode", {}, "episode_uuid"),
-    ("sync_train_config", {"job": {"batch_size": 0}}, "job.batch_size"),
-    ("set_batch_mode", {"mode": "sometimes"}, "mode"),
-])
+@pytest.mark.parametrize(
+    "route,body,field",
+    [
+        ("begin_episode", {"discard_episode_timeout": -1}, "discard_episode_timeout"),
+        ("begin_episode", {"episode_type": "exam"}, "episode_type"),
+        ("begin_episode", {"unknown": 1}, "unknown"),
+        (
+            "end_episode",
+            {"episode_uuid": "u", "task": {"task_id": ""}, "workflow_output": {"reward": 1}},
+            "task.task_id",
+        ),
+        ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}, "workflow_output": {}}, "workflow_output"),
+        ("end_episode", {"episode_uuid": "u", "task": {"task_id": "t"}}, "workflow_output"),
+        (
+            "end_episode",
+            {"episode_uuid": "u", "task": {"task_id": "t"}, "workflow_output": {"reward": "high"}},
+            "workflow_output.reward",
+        ),
+        ("abort_episode", {}, "episode_uuid"),
+        ("sync_train_config", {"job": {"batch_size": 0}}, "job.batch_size"),
+        ("set_batch_mode", {"mode": "sometimes"}, "mode"),
+    ],
+)
 def test_malformed_bodies_are_422_with_the_field(proxy, route, body, field):
     r = httpx.post(f"{proxy.url}/swarm/{route}", json=body)
     assert r.status_code == 422, r.text
@@ -156,9 +166,12 @@ def test_malformed_bodies_are_422_with_the_field(proxy, route, body, field):
 def test_non_finite_reward_is_refused_and_episode_stays_open(proxy, client, store, stub, bad):
     ensure_rolling(client, store, stub.url)
     uuid, _ = client.begin_episode()
-    raw = ('{"episode_uuid": "%s", "task": {"task_id": "t"}, "workflow_output": {"reward": %s}}' % (uuid, bad))
-    r = httpx.post(proxy.url + "/swarm/end_episode", content=raw, headers={"content-type": "application/json",
-                                                                          "X-Ajet-Client": client.client_id})
+    raw = '{"episode_uuid": "%s", "task": {"task_id": "t"}, "workflow_output": {"reward": %s}}' % (uuid, bad)
+    r = httpx.post(
+        proxy.url + "/swarm/end_episode",
+        content=raw,
+        headers={"content-type": "application/json", "X-Ajet-Client": client.client_id},
+    )
     assert r.status_code == 422 and "workflow_output.reward" in r.json()["fields"]
     assert store.get_episode(uuid).status == EpisodeStatus.OPEN
     with pytest.raises(ValueError):
@@ -180,8 +193,11 @@ def test_rollout_stat_and_batch_mode(client, store, stub):
     open_uuid, _ = client.begin_episode()
     stat = client.get_rollout_stat()
     prog = {p.mode.value: (p.current, p.target) for p in stat.progress}
-    assert prog == {"rollout_until_finish_enough_episodes": (4, 4), "rollout_until_finish_enough_tasks": (2, 2),
-                    "rollout_until_finish_enough_non_dummy_tasks": (1, 2)}
+    assert prog == {
+        "rollout_until_finish_enough_episodes": (4, 4),
+        "rollout_until_finish_enough_tasks": (2, 2),
+        "rollout_until_finish_enough_non_dummy_tasks": (1, 2),
+    }
     assert {t.task_id: (t.episodes, t.dummy) for t in stat.tasks} == {"a": (2, False), "b": (2, True)}
     assert [o.episode_uuid for o in stat.open_episodes] == [open_uuid]
     me = next(c for c in stat.clients if c.client_id == client.client_id)
@@ -201,8 +217,17 @@ def test_print_rollout_stat(client, store, stub, capsys):
 
 def test_openapi_schema_served(proxy):
     spec = httpx.get(proxy.url + "/openapi.json").json()
-    for route in ("begin_episode", "end_episode", "abort_episode", "sync_train_config", "start_engine",
-                  "stop_engine", "get_engine_status", "get_rollout_stat", "auto_sync_train_config_and_start_engine"):
+    for route in (
+        "begin_episode",
+        "end_episode",
+        "abort_episode",
+        "sync_train_config",
+        "start_engine",
+        "stop_engine",
+        "get_engine_status",
+        "get_rollout_stat",
+        "auto_sync_train_config_and_start_engine",
+    ):
         assert f"/swarm/{route}" in spec["paths"], route
     assert "/v1/chat/completions" in spec["paths"]
 
@@ -259,8 +284,11 @@ def test_swarm_token_guards_control_and_episode_keys_never_grant_it(token_proxy,
     assert httpx.get(f"{token_proxy.url}/swarm/get_rollout_stat", headers=as_key).status_code == 401
     assert good.get_engine_status().state == EngineState.ROLLING
     # the data plane still takes the key
-    r = httpx.post(f"{token_proxy.url}/v1/chat/completions", headers=as_key,
-                   json={"model": "x", "messages": [{"role": "user", "content": "hi"}]})
+    r = httpx.post(
+        f"{token_proxy.url}/v1/chat/completions",
+        headers=as_key,
+        json={"model": "x", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.status_code == 200
 
 
@@ -282,13 +310,17 @@ def test_rewards_are_real_bounded_numbers_and_task_ids_bounded(proxy, client, st
     base = {"episode_uuid": uuid, "task": {"task_id": "t"}}
     headers = {"X-Ajet-Client": client.client_id}
     for bad in ("1.0", True, None, 11.0, -1e39):
-        r = httpx.post(proxy.url + "/swarm/end_episode", headers=headers,
-                       json={**base, "workflow_output": {"reward": bad}})
+        r = httpx.post(
+            proxy.url + "/swarm/end_episode", headers=headers, json={**base, "workflow_output": {"reward": bad}}
+        )
         assert r.status_code == 422 and r.json()["error"] == "InvalidRequest", (bad, r.text)
         assert "reward" in r.json()["detail"] and r.json()["fields"][0].startswith("workflow_output"), r.json()
     long_task = {"task_id": "x" * 513}
-    r = httpx.post(proxy.url + "/swarm/end_episode", headers=headers,
-                   json={**base, "task": long_task, "workflow_output": {"reward": 1.0}})
+    r = httpx.post(
+        proxy.url + "/swarm/end_episode",
+        headers=headers,
+        json={**base, "task": long_task, "workflow_output": {"reward": 1.0}},
+    )
     assert r.status_code == 422 and r.json()["fields"] == ["task.task_id"]
     with pytest.raises(InvalidRequest, match="max_abs_reward"):
         client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=10.5))

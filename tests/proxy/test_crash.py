@@ -1,7 +1,6 @@
 """A proxy killed with SIGKILL and restarted loses no ended episode and no logged call, and open
 episodes carry on with their keys."""
 
-
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
@@ -118,8 +117,10 @@ def test_sigkill_under_load_loses_no_answered_call(module_tmp, stub):
     n = asyncio.run(_hammer(px.url, keys, answered, enough=1000, kill=px.kill))
     stored = {u: {orjson.loads(c.response)["id"] for c in st.calls(u) if c.response and c.error is None} for u in keys}
     missing = {u: answered[u] - stored[u] for u in keys if answered[u] - stored[u]}
-    print(f"kill under load: {n} calls answered, {sum(len(s) for s in stored.values())} stored, "
-          f"{sum(len(m) for m in missing.values())} answered calls missing")
+    print(
+        f"kill under load: {n} calls answered, {sum(len(s) for s in stored.values())} stored, "
+        f"{sum(len(m) for m in missing.values())} answered calls missing"
+    )
     assert n >= 1000 and not missing
 
     px2 = start_proxy(module_tmp, url, port=port)

@@ -15,8 +15,16 @@ from tests.conftest import ensure_rolling, make_rolling, wait_state
 from tests.support.procs import start_proxy, start_stub
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look up",
-                                           "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "look up",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +92,16 @@ def test_tool_calls_pass_through(client, store):
     r = oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "CALL_TOOL please"}], tools=TOOLS)
     tc = r.choices[0].message.tool_calls[0]
     assert tc.function.name == "lookup" and r.choices[0].finish_reason == "tool_calls"
-    msgs = [{"role": "user", "content": "CALL_TOOL please"},
-            {"role": "assistant", "content": None, "tool_calls": [tc.model_dump()]},
-            {"role": "tool", "tool_call_id": tc.id, "content": "42"}]
-    s = list(oc.chat.completions.create(model="m", messages=msgs + [{"role": "user", "content": "CALL_TOOL again"}],
-                                        tools=TOOLS, stream=True))
+    msgs = [
+        {"role": "user", "content": "CALL_TOOL please"},
+        {"role": "assistant", "content": None, "tool_calls": [tc.model_dump()]},
+        {"role": "tool", "tool_call_id": tc.id, "content": "42"},
+    ]
+    s = list(
+        oc.chat.completions.create(
+            model="m", messages=msgs + [{"role": "user", "content": "CALL_TOOL again"}], tools=TOOLS, stream=True
+        )
+    )
     assert any(c.choices and c.choices[0].delta.tool_calls for c in s)
     calls = flushed_calls(store, uuid, 2)
     assert [c.finish_reason for c in calls] == ["tool_calls", "tool_calls"]
@@ -100,12 +113,15 @@ def test_keys_valid_ended_expired_and_foreign(client, proxy, store):
     a_uuid, a = client.begin_episode()
     b_uuid, b = client.begin_episode(discard_episode_timeout=1.0)
     body = {"model": "m", "messages": MSGS}
-    post = lambda key: httpx.post(proxy.url + "/v1/chat/completions", json=body,  # noqa: E731
-                                  headers={"Authorization": f"Bearer {key}"})
+
+    def post(key):
+        return httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+
     assert post(a.api_key).status_code == 200
     assert post(b.api_key).status_code == 200
     # each key logs into its own episode only
     assert len(flushed_calls(store, a_uuid, 1)) == 1 and len(flushed_calls(store, b_uuid, 1)) == 1
+
     def refused(r: httpx.Response) -> str:
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", r.text
         return r.json()["error"]["message"]
@@ -114,7 +130,9 @@ def test_keys_valid_ended_expired_and_foreign(client, proxy, store):
     assert refused(httpx.post(proxy.url + "/v1/chat/completions", json=body)).startswith("no episode key")
     c_uuid, c = client.begin_episode()
     client.abort_episode(c_uuid)
-    assert refused(post(c.api_key)).startswith(f"episode {c_uuid} was aborted (abort_episode, or the engine was stopped)")
+    assert refused(post(c.api_key)).startswith(
+        f"episode {c_uuid} was aborted (abort_episode, or the engine was stopped)"
+    )
     client.end_episode(Task(task_id="k"), a_uuid, WorkflowOutput(reward=1))
     assert refused(post(a.api_key)) == f"episode {a_uuid} has ended (end_episode); its key no longer works"
     time.sleep(3.0)  # b idles past its 1 s timeout; housekeeping runs every second
@@ -170,24 +188,52 @@ def test_logprobs_reach_the_client_only_when_asked_and_are_always_logged(client,
 _USER = '"messages": [{"role": "user", "content": "x"}]'
 
 
-@pytest.mark.parametrize("raw,field", [
-    (b"{nope", "body"), (b"[1, 2]", "body"), (b'{"model": "m"}', "messages"), (b'{"messages": []}', "messages"),
-    (b'{"messages": [{"content": "x"}]}', "messages.0.role"),
-    (b'{"messages": [{"role": "user", "content": 5}]}', "messages.0.content"),
-    (b'{"messages": [{"role": "user", "content": [1]}]}', "messages.0.content"),
-    *[(("{" + _USER + ", " + extra + "}").encode(), field) for extra, field in [
-        ('"n": 2', "n"), ('"stream": "yes"', "stream"), ('"max_tokens": "x"', "max_tokens"),
-        ('"max_tokens": 0', "max_tokens"), ('"max_tokens": -5', "max_tokens"), ('"max_tokens": true', "max_tokens"),
-        ('"temperature": "nan"', "temperature"), ('"temperature": NaN', "body"), ('"temperature": 1e400', "body"),
-        ('"temperature": -1', "temperature"), ('"top_p": 0', "top_p"), ('"seed": "abc"', "seed"),
-        ('"seed": 1180591620717411303424', "seed"), ('"seed": 1.5', "seed"), ('"stop": [1]', "stop"),
-        ('"stop": ""', "stop"), ('"logprobs": "yes"', "logprobs"), ('"top_logprobs": 21', "top_logprobs"),
-        ('"tools": {"a": 1}', "tools"), ('"tool_choice": "always"', "tool_choice"), ('"model": 5', "model")]]])
+@pytest.mark.parametrize(
+    "raw,field",
+    [
+        (b"{nope", "body"),
+        (b"[1, 2]", "body"),
+        (b'{"model": "m"}', "messages"),
+        (b'{"messages": []}', "messages"),
+        (b'{"messages": [{"content": "x"}]}', "messages.0.role"),
+        (b'{"messages": [{"role": "user", "content": 5}]}', "messages.0.content"),
+        (b'{"messages": [{"role": "user", "content": [1]}]}', "messages.0.content"),
+        *[
+            (("{" + _USER + ", " + extra + "}").encode(), field)
+            for extra, field in [
+                ('"n": 2', "n"),
+                ('"stream": "yes"', "stream"),
+                ('"max_tokens": "x"', "max_tokens"),
+                ('"max_tokens": 0', "max_tokens"),
+                ('"max_tokens": -5', "max_tokens"),
+                ('"max_tokens": true', "max_tokens"),
+                ('"temperature": "nan"', "temperature"),
+                ('"temperature": NaN', "body"),
+                ('"temperature": 1e400', "body"),
+                ('"temperature": -1', "temperature"),
+                ('"top_p": 0', "top_p"),
+                ('"seed": "abc"', "seed"),
+                ('"seed": 1180591620717411303424', "seed"),
+                ('"seed": 1.5', "seed"),
+                ('"stop": [1]', "stop"),
+                ('"stop": ""', "stop"),
+                ('"logprobs": "yes"', "logprobs"),
+                ('"top_logprobs": 21', "top_logprobs"),
+                ('"tools": {"a": 1}', "tools"),
+                ('"tool_choice": "always"', "tool_choice"),
+                ('"model": 5', "model"),
+            ]
+        ],
+    ],
+)
 def test_malformed_chat_bodies_are_400_naming_the_param(client, proxy, raw, field):
     """OpenAI's error object and status, so every agent framework shows the reason."""
     _, creds = client.begin_episode()
-    r = httpx.post(proxy.url + "/v1/chat/completions", content=raw,
-                   headers={"Authorization": f"Bearer {creds.api_key}", "content-type": "application/json"})
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        content=raw,
+        headers={"Authorization": f"Bearer {creds.api_key}", "content-type": "application/json"},
+    )
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == field and error["type"] == "invalid_request_error" and error["code"] == "InvalidRequest"
@@ -212,8 +258,11 @@ def test_unknown_routes_answer_in_the_routes_error_shape(proxy):
     r = httpx.post(proxy.url + "/v1/responsez", json={})
     assert r.status_code == 404 and r.json()["error"]["code"] == "RouteNotFound"
     r = httpx.get(proxy.url + "/swarm/nope")
-    assert r.status_code == 404 and r.json() == {"error": "RouteNotFound", "detail": "no route GET /swarm/nope",
-                                                 "fields": []}
+    assert r.status_code == 404 and r.json() == {
+        "error": "RouteNotFound",
+        "detail": "no route GET /swarm/nope",
+        "fields": [],
+    }
     r = httpx.get(proxy.url + "/v1/chat/completions")
     assert r.status_code == 405 and r.json()["error"]["code"] == "MethodNotAllowed"
 
@@ -222,8 +271,11 @@ def test_calls_outside_rolling_are_503(client, proxy, store, stub):
     uuid, creds = client.begin_episode()
     store.transition(EngineState.WEIGHT_SYNCING)
     wait_state(client, EngineState.WEIGHT_SYNCING)
-    r = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS},
-                   headers={"Authorization": f"Bearer {creds.api_key}"})
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        json={"messages": MSGS},
+        headers={"Authorization": f"Bearer {creds.api_key}"},
+    )
     error = r.json()["error"]
     assert r.status_code == 503 and error["code"] == "EngineNotReady" and "retry-after" in r.headers
     assert "WEIGHT_SYNCING" in error["message"] and error["type"] == "server_error"
@@ -288,9 +340,16 @@ def test_sticky_routing_and_failover(module_tmp):
         assert second != first
         for s in stubs:
             s.close()  # every deployment gone (a trainer restarting): retry later, not a hard failure
-        r = httpx.post(px.url + "/v1/chat/completions", json={"messages": MSGS},
-                       headers={"Authorization": f"Bearer {creds.api_key}"})
-        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "UpstreamUnavailable"
+        r = httpx.post(
+            px.url + "/v1/chat/completions",
+            json={"messages": MSGS},
+            headers={"Authorization": f"Bearer {creds.api_key}"},
+        )
+        assert (
+            r.status_code == 503
+            and r.headers["retry-after"] == "2"
+            and r.json()["error"]["code"] == "UpstreamUnavailable"
+        )
     finally:
         px.close()
         st.close()
@@ -313,9 +372,11 @@ def test_litellm_upstream_switch(module_tmp, stub):
         call = flushed_calls(st, uuid, 1)[0]
         assert call.prompt_ids == want.prompt_ids and call.completion_ids == want.completion_ids
         # streamed through LiteLLM: whatever ids survive its stream wrapper are the backend's exact ids
-        text = "".join(ch.choices[0].delta.content or "" for ch in
-                       oc.chat.completions.create(model="m", messages=MSGS, stream=True, seed=3, max_tokens=12)
-                       if ch.choices)
+        text = "".join(
+            ch.choices[0].delta.content or ""
+            for ch in oc.chat.completions.create(model="m", messages=MSGS, stream=True, seed=3, max_tokens=12)
+            if ch.choices
+        )
         assert text == want.content
         c.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1))
         calls = st.calls(uuid)

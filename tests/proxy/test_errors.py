@@ -18,19 +18,22 @@ from ajet.protocol import ErrorCode
 from ajet_proxy import errors as px
 
 
-@pytest.mark.parametrize("exc,code,status,sdk_cls", [
-    (ajet_store.NotFound("no episode x"), ErrorCode.EPISODE_NOT_FOUND, 404, EpisodeNotFound),
-    (ajet_store.Conflict("already ended"), ErrorCode.EPISODE_CONFLICT, 409, EpisodeConflict),
-    (ajet_store.WrongState("not OFFLINE", state="ROLLING"), ErrorCode.WRONG_STATE, 409, WrongState),
-    (ajet_store.NotRolling("engine is BOOTING", state="BOOTING"), ErrorCode.ENGINE_NOT_READY, 503, EngineNotReady),
-    (ajet_store.SchemaMismatch("version 2"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
-    (ajet_store.AlreadyConsumed("step 3"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
-    (ajet_store.StoreUnavailable("bad url"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
-    (px.Unauthorized("bad key"), ErrorCode.UNAUTHORIZED, 401, Unauthorized),
-    (px.InvalidRequest("n: only 1", fields=["n"]), ErrorCode.INVALID_REQUEST, 422, InvalidRequest),
-    (px.EngineNotReady("OFFLINE"), ErrorCode.ENGINE_NOT_READY, 503, EngineNotReady),
-    (px.UpstreamUnavailable("no deployment"), ErrorCode.UPSTREAM_UNAVAILABLE, 503, UpstreamUnavailable),
-])
+@pytest.mark.parametrize(
+    "exc,code,status,sdk_cls",
+    [
+        (ajet_store.NotFound("no episode x"), ErrorCode.EPISODE_NOT_FOUND, 404, EpisodeNotFound),
+        (ajet_store.Conflict("already ended"), ErrorCode.EPISODE_CONFLICT, 409, EpisodeConflict),
+        (ajet_store.WrongState("not OFFLINE", state="ROLLING"), ErrorCode.WRONG_STATE, 409, WrongState),
+        (ajet_store.NotRolling("engine is BOOTING", state="BOOTING"), ErrorCode.ENGINE_NOT_READY, 503, EngineNotReady),
+        (ajet_store.SchemaMismatch("version 2"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
+        (ajet_store.AlreadyConsumed("step 3"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
+        (ajet_store.StoreUnavailable("bad url"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
+        (px.Unauthorized("bad key"), ErrorCode.UNAUTHORIZED, 401, Unauthorized),
+        (px.InvalidRequest("n: only 1", fields=["n"]), ErrorCode.INVALID_REQUEST, 422, InvalidRequest),
+        (px.EngineNotReady("OFFLINE"), ErrorCode.ENGINE_NOT_READY, 503, EngineNotReady),
+        (px.UpstreamUnavailable("no deployment"), ErrorCode.UPSTREAM_UNAVAILABLE, 503, UpstreamUnavailable),
+    ],
+)
 def test_every_error_maps_once(exc, code, status, sdk_cls):
     err = px.http_error(exc)
     assert (err.code, err.status, err.detail) == (code, status, exc.detail)

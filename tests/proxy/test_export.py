@@ -45,8 +45,11 @@ def test_jsonl_round_trip(filled):
         call = st.calls(ep.uuid)[0]
         assert row["reward"] == ep.reward and row["task_id"] == ep.task_id
         c = row["calls"][0]
-        assert (c["prompt_ids"], c["completion_ids"], c["logprobs"]) == (call.prompt_ids, call.completion_ids,
-                                                                      call.logprobs)
+        assert (c["prompt_ids"], c["completion_ids"], c["logprobs"]) == (
+            call.prompt_ids,
+            call.completion_ids,
+            call.logprobs,
+        )
         assert c["messages"][0]["content"] == f"q{int(ep.uuid[2:])}" and c["response"] == f"a{int(ep.uuid[2:])}"
 
 
@@ -65,8 +68,11 @@ def test_parquet_round_trip_and_since(filled):
 
 def test_inspection_commands(filled):
     _st, url, _tmp = filled
-    run = lambda *a: subprocess.run([sys.executable, "-m", "ajet_proxy.cli", *a, "--db", url],  # noqa: E731
-                                    capture_output=True, text=True, env=offline_env(), check=True).stdout
+
+    def run(*a):
+        cmd = [sys.executable, "-m", "ajet_proxy.cli", *a, "--db", url]
+        return subprocess.run(cmd, capture_output=True, text=True, env=offline_env(), check=True).stdout
+
     listing = run("episodes", "list", "--status", "ended")
     assert "ep0001" in listing and "ep0000" not in listing
     shown = run("episodes", "show", "ep0004")

@@ -16,8 +16,18 @@ from ajet import Task, WorkflowOutput
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 FINAL = "The sum is 5."
-ADD_TOOL = {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
 
 
 @pytest.fixture()
@@ -41,8 +51,10 @@ def test_openai_sync_tool_loop(swarm, episode):
     messages = [{"role": "user", "content": "2+3?"}]
     first = oc.chat.completions.create(model="policy", messages=messages, tools=[ADD_TOOL])
     call = first.choices[0].message.tool_calls[0]
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": str(add(**json.loads(call.function.arguments)))}]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": str(add(**json.loads(call.function.arguments)))},
+    ]
     second = oc.chat.completions.create(model="policy", messages=messages, tools=[ADD_TOOL])
     assert second.choices[0].message.content == FINAL
     swarm.assert_episode_trains(uuid, min_calls=2)
@@ -54,8 +66,9 @@ def test_openai_async_streaming_with_tools(swarm, episode):
 
     async def run():
         async with openai.AsyncOpenAI(base_url=creds.base_url, api_key=creds.api_key) as oc:
-            stream = await oc.chat.completions.create(model="policy", messages=[{"role": "user", "content": "2+3?"}],
-                                                      tools=[ADD_TOOL], stream=True)
+            stream = await oc.chat.completions.create(
+                model="policy", messages=[{"role": "user", "content": "2+3?"}], tools=[ADD_TOOL], stream=True
+            )
             return [c async for c in stream]
 
     chunks = asyncio.run(run())
@@ -71,6 +84,7 @@ def test_openai_async_streaming_with_tools(swarm, episode):
 
 def _recording_client(paths: list[str]) -> httpx.AsyncClient:
     """An async httpx client that notes the path of every request (which API a framework really called)."""
+
     async def note(request: httpx.Request) -> None:
         paths.append(request.url.path)
 
@@ -123,9 +137,14 @@ def _chat_model(creds, paths: list[str] | None = None, **kw):
         noted.append(request.url.path)
 
     # one async httpx client per episode: LangChain caches its default client, which breaks across event loops
-    return ChatOpenAI(model="policy", base_url=creds.base_url, api_key=creds.api_key,
-                      http_client=httpx.Client(event_hooks={"request": [note]}),
-                      http_async_client=httpx.AsyncClient(), **kw)
+    return ChatOpenAI(
+        model="policy",
+        base_url=creds.base_url,
+        api_key=creds.api_key,
+        http_client=httpx.Client(event_hooks={"request": [note]}),
+        http_async_client=httpx.AsyncClient(),
+        **kw,
+    )
 
 
 def test_langchain_invoke_stream_and_bind_tools(swarm, episode):
@@ -177,9 +196,10 @@ def test_anthropic_sdk_tool_loop(swarm, episode):
     messages = [{"role": "user", "content": "2+3?"}]
     first = ac.messages.create(model="policy", max_tokens=64, tools=tools, messages=messages)
     use = next(b for b in first.content if b.type == "tool_use")
-    messages += [{"role": "assistant", "content": first.content},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                               "content": str(add(**use.input))}]}]
+    messages += [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": str(add(**use.input))}]},
+    ]
     with ac.messages.stream(model="policy", max_tokens=64, tools=tools, messages=messages) as stream:
         final = stream.get_final_message()
     assert final.content[0].text == FINAL
@@ -195,7 +215,8 @@ def ended_key(swarm):
     uuid, creds = swarm.client.begin_episode()
     swarm.answer("x")
     openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key).chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "x"}])
+        model="policy", messages=[{"role": "user", "content": "x"}]
+    )
     swarm.client.end_episode(Task(task_id="framework"), uuid, WorkflowOutput(reward=0.0))
     return creds
 

@@ -26,8 +26,9 @@ def test_changes_arriving_together_share_transactions_and_each_hears_its_own_ans
     st, committer = rig
 
     async def scenario():
-        begun = await asyncio.gather(*(committer.apply(BeginEpisode(f"u{i}", f"h{i}", "c", "train", 10))
-                                       for i in range(40)))
+        begun = await asyncio.gather(
+            *(committer.apply(BeginEpisode(f"u{i}", f"h{i}", "c", "train", 10)) for i in range(40))
+        )
         ends = [EndEpisode(f"u{i}", "c" if i % 4 else "intruder", f"t{i % 8}", 1.0, None, {}) for i in range(40)]
         ended = await asyncio.gather(*(committer.apply(e) for e in ends), return_exceptions=True)
         return begun, ended
@@ -36,8 +37,9 @@ def test_changes_arriving_together_share_transactions_and_each_hears_its_own_ans
     assert [r.uuid for r in begun] == [f"u{i}" for i in range(40)]
     refused = [i for i, r in enumerate(ended) if isinstance(r, Conflict)]
     assert refused == list(range(0, 40, 4))  # the intruder's ends, and only those
-    assert all(st.get_episode(f"u{i}").status == (EpisodeStatus.OPEN if i % 4 == 0 else EpisodeStatus.ENDED)
-               for i in range(40))
+    assert all(
+        st.get_episode(f"u{i}").status == (EpisodeStatus.OPEN if i % 4 == 0 else EpisodeStatus.ENDED) for i in range(40)
+    )
     assert committer.changes == 80 and committer.transactions < 40  # grouped: far fewer transactions than changes
 
 
@@ -53,8 +55,10 @@ def test_a_transaction_that_fails_fails_every_change_in_it_and_keeps_none(rig, m
     monkeypatch.setattr(episodes._Tally, "write", broken)
 
     async def scenario():
-        return await asyncio.gather(*(committer.apply(BeginEpisode(f"u{i}", f"h{i}", "c", "train", 10))
-                                      for i in range(5)), return_exceptions=True)
+        return await asyncio.gather(
+            *(committer.apply(BeginEpisode(f"u{i}", f"h{i}", "c", "train", 10)) for i in range(5)),
+            return_exceptions=True,
+        )
 
     out = asyncio.run(scenario())
     assert all(isinstance(r, RuntimeError) and "disk gone" in str(r) for r in out)

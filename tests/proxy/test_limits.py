@@ -37,8 +37,9 @@ def episode(proxy, store, stub):
 def test_a_body_over_the_limit_is_413_on_every_route(proxy, episode):
     _client, _uuid, auth = episode
     for path, headers in (("/v1/chat/completions", auth), ("/swarm/end_episode", {})):
-        r = httpx.post(proxy.url + path, content=b"x" * BIG, headers={**headers, "content-type": "application/json"},
-                       timeout=60)
+        r = httpx.post(
+            proxy.url + path, content=b"x" * BIG, headers={**headers, "content-type": "application/json"}, timeout=60
+        )
         code = r.json()["error"]["code"] if path.startswith("/v1/") else r.json()["error"]
         assert r.status_code == 413 and code == "RequestTooLarge", (path, r.text[:200])
 
@@ -46,8 +47,12 @@ def test_a_body_over_the_limit_is_413_on_every_route(proxy, episode):
         for _ in range(BIG // 65536):
             yield b"x" * 65536
 
-    r = httpx.post(proxy.url + "/v1/chat/completions", content=chunks(),
-                   headers={**auth, "content-type": "application/json"}, timeout=60)
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        content=chunks(),
+        headers={**auth, "content-type": "application/json"},
+        timeout=60,
+    )
     assert r.status_code == 413 and r.json()["error"]["code"] == "RequestTooLarge"
 
 
@@ -57,12 +62,15 @@ def test_deep_or_huge_chat_bodies_are_refused_and_use_no_sequence_number(proxy, 
     deep: dict = {}
     for _ in range(300):  # an extra field nested 300 levels deep (orjson parses it, cannot dump it)
         deep = {"x": deep}
-    for body, field in (({"messages": MSGS, "extra": deep}, "body"),
-                        ({"messages": MSGS * (limits.max_messages + 1)}, "messages")):
+    for body, field in (
+        ({"messages": MSGS, "extra": deep}, "body"),
+        ({"messages": MSGS * (limits.max_messages + 1)}, "messages"),
+    ):
         r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text[:300]
-    ok = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": 2}, headers=auth,
-                    timeout=60)
+    ok = httpx.post(
+        proxy.url + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": 2}, headers=auth, timeout=60
+    )
     assert ok.status_code == 200
     client.get_episode(uuid)  # flushed
     assert [c.seq for c in store.calls(uuid)] == [0]  # the refused calls were never numbered nor logged
@@ -70,8 +78,12 @@ def test_deep_or_huge_chat_bodies_are_refused_and_use_no_sequence_number(proxy, 
 
 def test_a_plain_text_backend_error_is_not_relabelled_json(proxy, store, episode):
     client, uuid, auth = episode
-    r = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS, "stub_plain_error": "upstream fell over"},
-                   headers=auth, timeout=60)
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        json={"messages": MSGS, "stub_plain_error": "upstream fell over"},
+        headers=auth,
+        timeout=60,
+    )
     assert r.status_code == 500 and r.text == "upstream fell over"
     assert r.headers["content-type"].startswith("text/plain")
     client.get_episode(uuid)
@@ -106,8 +118,12 @@ def test_no_token_key_or_prompt_in_the_proxy_log_at_info(tmp_path, stub):
     try:
         ensure_rolling(client, st, stub.url, job=AgentJetJob(batch_size=2, num_repeat=2))
         uuid, creds = client.begin_episode()
-        r = httpx.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": prompt}]},
-                       headers={"Authorization": f"Bearer {creds.api_key}"}, timeout=60)
+        r = httpx.post(
+            px.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": prompt}]},
+            headers={"Authorization": f"Bearer {creds.api_key}"},
+            timeout=60,
+        )
         assert r.status_code == 200
         client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
         log = px.log_tail(10**7)

@@ -6,9 +6,13 @@ import anthropic
 import orjson
 import pytest
 
-
-TOOLS = [{"name": "add", "description": "add two numbers",
-          "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}]
+TOOLS = [
+    {
+        "name": "add",
+        "description": "add two numbers",
+        "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    }
+]
 CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 
 
@@ -25,13 +29,19 @@ def episode(swarm):
 def test_text_with_system_is_answered_and_logged(swarm, episode):
     uuid, ac = episode
     swarm.answer("Hi from the policy.")
-    msg = ac.messages.create(model="policy", max_tokens=40, system="be brief",
-                             messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}])
+    msg = ac.messages.create(
+        model="policy",
+        max_tokens=40,
+        system="be brief",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
+    )
     assert msg.content[0].type == "text" and msg.content[0].text == "Hi from the policy."
     assert msg.stop_reason == "end_turn" and msg.role == "assistant" and msg.model == "policy"
     (call,) = swarm.store.calls(uuid)
-    assert orjson.loads(call.request)["messages"] == [{"role": "system", "content": "be brief"},
-                                                      {"role": "user", "content": "hello"}]
+    assert orjson.loads(call.request)["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello"},
+    ]
     assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
     assert msg.usage.input_tokens == len(call.prompt_ids) and msg.usage.output_tokens == len(call.completion_ids)
 
@@ -45,23 +55,33 @@ def test_tool_use_then_tool_result(swarm, episode):
     text, use = first.content
     assert text.text == "Let me add." and use.type == "tool_use" and use.name == "add" and use.input == {"a": 2, "b": 3}
     swarm.answer("5")
-    second = ac.messages.create(model="policy", max_tokens=40, tools=TOOLS, messages=[
-        question, {"role": "assistant", "content": first.content},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "5"}]}])
+    second = ac.messages.create(
+        model="policy",
+        max_tokens=40,
+        tools=TOOLS,
+        messages=[
+            question,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "5"}]},
+        ],
+    )
     assert second.content[0].text == "5"
     calls = swarm.store.calls(uuid)
     msgs = orjson.loads(calls[1].request)["messages"]
     assert [m["role"] for m in msgs] == ["user", "assistant", "tool"] and msgs[2]["tool_call_id"] == use.id
     # the second prompt extends the first prompt and completion: the episode trains as one sequence
-    assert calls[1].prompt_ids[:len(calls[0].prompt_ids) + len(calls[0].completion_ids)] == \
-        calls[0].prompt_ids + calls[0].completion_ids
+    assert (
+        calls[1].prompt_ids[: len(calls[0].prompt_ids) + len(calls[0].completion_ids)]
+        == calls[0].prompt_ids + calls[0].completion_ids
+    )
 
 
 def test_streaming_sends_events_as_tokens_arrive(swarm, episode):
     uuid, ac = episode
     swarm.answer("Streaming now." + CALL_TEXT)
-    with ac.messages.stream(model="policy", max_tokens=90, tools=TOOLS,
-                            messages=[{"role": "user", "content": "go"}]) as stream:
+    with ac.messages.stream(
+        model="policy", max_tokens=90, tools=TOOLS, messages=[{"role": "user", "content": "go"}]
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
     kinds = [e.type for e in events]
@@ -77,27 +97,32 @@ def test_streaming_sends_events_as_tokens_arrive(swarm, episode):
 def test_stop_sequences_and_max_tokens(swarm, episode):
     _uuid, ac = episode
     swarm.answer("one two END three")
-    msg = ac.messages.create(model="policy", max_tokens=40, stop_sequences=["END"],
-                             messages=[{"role": "user", "content": "count"}])
+    msg = ac.messages.create(
+        model="policy", max_tokens=40, stop_sequences=["END"], messages=[{"role": "user", "content": "count"}]
+    )
     assert msg.content[0].text == "one two " and msg.stop_reason == "stop_sequence" and msg.stop_sequence == "END"
     swarm.answer("a long answer")
     msg = ac.messages.create(model="policy", max_tokens=3, messages=[{"role": "user", "content": "talk"}])
     assert msg.stop_reason == "max_tokens" and msg.content[0].text == "a l"
 
 
-@pytest.mark.parametrize("extra,field", [
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
-    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages.0.content.0.type"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
-    ({"temperature": 3}, "temperature"),
-    ({"max_tokens": 10_000}, "max_tokens"),  # above the engine's per-turn cap
-    ({"top_k": 5}, "top_k"),  # the embedded engine has no top_k
-])
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages.0.content.0.type"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        ({"temperature": 3}, "temperature"),
+        ({"max_tokens": 10_000}, "max_tokens"),  # above the engine's per-turn cap
+        ({"top_k": 5}, "top_k"),  # the embedded engine has no top_k
+    ],
+)
 def test_what_is_not_supported_is_an_invalid_request_naming_it(episode, extra, field):
     _uuid, ac = episode
     with pytest.raises(anthropic.BadRequestError) as err:
-        ac.messages.create(model="policy", max_tokens=10, messages=[{"role": "user", "content": "x"}],
-                           extra_body=extra)  # what the SDK's signature no longer offers too (temperature, top_k)
+        ac.messages.create(
+            model="policy", max_tokens=10, messages=[{"role": "user", "content": "x"}], extra_body=extra
+        )  # what the SDK's signature no longer offers too (temperature, top_k)
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
     assert err.value.body["error"]["message"].startswith(field), err.value.body
 

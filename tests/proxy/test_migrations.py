@@ -40,20 +40,32 @@ def _legacy_store(path: Path, version: int, with_alembic: bool = True) -> str:
     upgrade(url, REVISIONS[version])
     eng = sa.create_engine(url)
     with eng.begin() as c:
-        c.execute(sa.text("INSERT INTO engine_state (id, state, state_since, job, global_step, policy_version, "
-                          "batch_mode, deployments_version, run_id) VALUES (1, 'OFFLINE', 1.0, NULL, 4, 4, "
-                          "'rollout_until_finish_enough_tasks', 0, 1)"))
+        c.execute(
+            sa.text(
+                "INSERT INTO engine_state (id, state, state_since, job, global_step, policy_version, "
+                "batch_mode, deployments_version, run_id) VALUES (1, 'OFFLINE', 1.0, NULL, 4, 4, "
+                "'rollout_until_finish_enough_tasks', 0, 1)"
+            )
+        )
         for i in range(2):
             mission = ", mission" if version >= 2 else ""
             value = ", 'math'" if version >= 2 else ""
-            c.execute(sa.text(
-                f"INSERT INTO episodes (uuid, key_hash, client_id, task_id, episode_type, status, reward, created_at, "
-                f"last_active_at, ended_at, timeout_s, policy_version_start, run_id, untrainable, num_calls{mission}) "
-                f"VALUES ('ep{i}', 'h{i}', 'c', 't', 'train', 'ended', {0.25 * i}, 1.0, 1.0, 2.0, 60, 0, 1, 0, 1{value})"))
-        c.execute(sa.text("INSERT INTO llm_calls (episode_uuid, seq, request, response, prompt_ids, completion_ids, "
-                          "logprobs, finish_reason, policy_version, latency_ms, stream, created_at) VALUES ('ep0', 0, "
-                          "'{}', '{}', :p, :c, :l, 'stop', 0, 1.0, 0, 1.0)"),
-                  {"p": t.pack_ints([1, 2]), "c": t.pack_ints([3]), "l": t.pack_floats([-0.5])})
+            c.execute(
+                sa.text(
+                    "INSERT INTO episodes (uuid, key_hash, client_id, task_id, episode_type, status, reward, "
+                    f"created_at, last_active_at, ended_at, timeout_s, policy_version_start, run_id, untrainable, "
+                    f"num_calls{mission}) VALUES ('ep{i}', 'h{i}', 'c', 't', 'train', 'ended', {0.25 * i}, 1.0, 1.0, "
+                    f"2.0, 60, 0, 1, 0, 1{value})"
+                )
+            )
+        c.execute(
+            sa.text(
+                "INSERT INTO llm_calls (episode_uuid, seq, request, response, prompt_ids, completion_ids, "
+                "logprobs, finish_reason, policy_version, latency_ms, stream, created_at) VALUES ('ep0', 0, "
+                "'{}', '{}', :p, :c, :l, 'stop', 0, 1.0, 0, 1.0)"
+            ),
+            {"p": t.pack_ints([1, 2]), "c": t.pack_ints([3]), "l": t.pack_floats([-0.5])},
+        )
         if not with_alembic:
             c.execute(sa.text("DROP TABLE alembic_version"))
     eng.dispose()
@@ -79,8 +91,13 @@ def test_an_older_store_is_refused_with_the_command_that_upgrades_it(tmp_path):
 @pytest.mark.parametrize("version,with_alembic", [(2, True), (1, True), (1, False)])
 def test_upgrade_keeps_every_episode(tmp_path, version, with_alembic):
     url = _legacy_store(tmp_path / f"v{version}.db", version, with_alembic)
-    res = subprocess.run([str(BIN / "ajet-proxy"), "db", "upgrade", "--db", url], capture_output=True, text=True,
-                         timeout=120, env=offline_env())
+    res = subprocess.run(
+        [str(BIN / "ajet-proxy"), "db", "upgrade", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+    )
     assert res.returncode == 0, res.stderr
     assert f"upgraded from schema {version} to {SCHEMA_VERSION}" in res.stdout
     with Store(url) as st:
@@ -92,8 +109,13 @@ def test_upgrade_keeps_every_episode(tmp_path, version, with_alembic):
         assert (row.global_step, row.run_id, row.trainer_heartbeat) == (4, 1, None)
         st.heartbeat()  # the new column takes writes
         assert st.engine_row().trainer_heartbeat is not None
-    again = subprocess.run([str(BIN / "ajet-proxy"), "db", "upgrade", "--db", url], capture_output=True, text=True,
-                           timeout=120, env=offline_env())
+    again = subprocess.run(
+        [str(BIN / "ajet-proxy"), "db", "upgrade", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+    )
     assert again.returncode == 0 and "nothing to do" in again.stdout
 
 

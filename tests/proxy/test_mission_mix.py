@@ -25,8 +25,9 @@ def clients(proxy, store, stub):
 
 def _episode(client: SwarmClient, task_id: str, reward: float) -> None:
     uuid, creds = client.begin_episode()
-    creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": task_id}],
-                                                     max_tokens=2)
+    creds.as_openai_client().chat.completions.create(
+        model="m", messages=[{"role": "user", "content": task_id}], max_tokens=2
+    )
     client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=reward))
 
 

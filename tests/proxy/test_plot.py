@@ -15,8 +15,11 @@ BIN = Path(sys.executable).parent
 
 
 def test_series_skip_what_a_step_did_not_record():
-    steps = [StepRow(1, 1, 4, 0.25, {"entropy": 2.0}, 1.0), StepRow(2, 2, 4, 0.5, {}, 2.0),
-             StepRow(3, 3, 8, None, {"entropy": 1.5, "flag": True}, 3.0)]
+    steps = [
+        StepRow(1, 1, 4, 0.25, {"entropy": 2.0}, 1.0),
+        StepRow(2, 2, 4, 0.5, {}, 2.0),
+        StepRow(3, 3, 8, None, {"entropy": 1.5, "flag": True}, 3.0),
+    ]
     assert series(steps, "reward_mean") == ([1, 2], [0.25, 0.5])
     assert series(steps, "entropy") == ([1, 3], [2.0, 1.5])
     assert series(steps, "num_episodes") == ([1, 2, 3], [4.0, 4.0, 8.0])
@@ -29,8 +32,13 @@ def test_plot_command_writes_a_png(tmp_path):
         for step in range(1, 31):
             st.record_step(step, step, [], step / 30, {"entropy": 3 - step / 15, "logprob_gap": 1e-3})
     out = tmp_path / "reward.png"
-    res = subprocess.run([str(BIN / "ajet-proxy"), "plot", "--db", url, "--out", str(out)], capture_output=True,
-                         text=True, timeout=120, env=offline_env())
+    res = subprocess.run(
+        [str(BIN / "ajet-proxy"), "plot", "--db", url, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+    )
     assert res.returncode == 0 and "plotted 30 steps" in res.stdout, res.stderr
     head = out.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
@@ -41,6 +49,14 @@ def test_plot_command_writes_a_png(tmp_path):
 def test_plot_of_an_empty_store_is_one_line(tmp_path):
     url = sqlite_url(tmp_path / "empty.db")
     Store(url).close()
-    res = subprocess.run([str(BIN / "ajet-proxy"), "plot", "--db", url, "--out", str(tmp_path / "r.png")],
-                         capture_output=True, text=True, timeout=120, env=offline_env())
-    assert res.returncode == 1 and res.stderr.strip() == "ajet-proxy: error: the store has no training step yet: nothing to plot"
+    res = subprocess.run(
+        [str(BIN / "ajet-proxy"), "plot", "--db", url, "--out", str(tmp_path / "r.png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+    )
+    assert (
+        res.returncode == 1
+        and res.stderr.strip() == "ajet-proxy: error: the store has no training step yet: nothing to plot"
+    )

@@ -10,8 +10,14 @@ import pytest
 
 from ajet_proxy import responses_api
 
-TOOLS = [{"type": "function", "name": "add", "description": "add two numbers",
-          "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "add",
+        "description": "add two numbers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    }
+]
 CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 
 
@@ -32,8 +38,10 @@ def test_text_input_with_instructions(swarm, episode):
     assert r.output_text == "Hello there." and r.status == "completed" and r.id.startswith("resp_")
     assert r.usage.output_tokens == len("Hello there.") + 1  # one token per character, and EOS
     (call,) = logged(swarm, uuid)
-    assert orjson.loads(call.request)["messages"] == [{"role": "system", "content": "be brief"},
-                                                      {"role": "user", "content": "hi"}]
+    assert orjson.loads(call.request)["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+    ]
     assert call.completion_ids and len(call.logprobs) == len(call.completion_ids) and call.prompt_ids
     assert r.usage.input_tokens == len(call.prompt_ids)
 
@@ -43,10 +51,18 @@ def test_streamed_text_arrives_as_deltas_and_completes(swarm, episode):
     swarm.answer("Streaming works.")
     events = list(oc.responses.create(model="policy", input=[{"role": "user", "content": "go"}], stream=True))
     kinds = [e.type for e in events]
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.completed"]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert len(deltas) > 5 and "".join(deltas) == "Streaming works."
     assert [e.sequence_number for e in events] == list(range(len(events)))
@@ -63,19 +79,25 @@ def test_a_function_call_and_its_output_continue_with_previous_response_id(swarm
     assert fc.name == "add" and json.loads(fc.arguments) == {"a": 2, "b": 3}
     swarm.answer("It is 5.")
     output = [{"type": "function_call_output", "call_id": fc.call_id, "output": "5"}]
-    second = oc.responses.create(model="policy", previous_response_id=first.id, tools=TOOLS, input=output,
-                                 instructions="use tools")
+    second = oc.responses.create(
+        model="policy", previous_response_id=first.id, tools=TOOLS, input=output, instructions="use tools"
+    )
     assert second.output_text == "It is 5." and second.previous_response_id == first.id
     swarm.answer("ok")
     oc.responses.create(model="policy", previous_response_id=first.id, tools=TOOLS, input=output)
     calls = logged(swarm, uuid)
     msgs = orjson.loads(calls[1].request)["messages"]
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool"]
-    assert msgs[2]["tool_calls"][0]["id"] == fc.call_id and msgs[3] == {"role": "tool", "tool_call_id": fc.call_id,
-                                                                        "content": "5"}
+    assert msgs[2]["tool_calls"][0]["id"] == fc.call_id and msgs[3] == {
+        "role": "tool",
+        "tool_call_id": fc.call_id,
+        "content": "5",
+    }
     # multi-turn: the second prompt extends the first prompt and completion, so the episode trains as one sequence
-    assert calls[1].prompt_ids[:len(calls[0].prompt_ids) + len(calls[0].completion_ids)] == \
-        calls[0].prompt_ids + calls[0].completion_ids
+    assert (
+        calls[1].prompt_ids[: len(calls[0].prompt_ids) + len(calls[0].completion_ids)]
+        == calls[0].prompt_ids + calls[0].completion_ids
+    )
     # as in OpenAI's API, instructions are not inherited from the previous response
     assert [m["role"] for m in orjson.loads(calls[2].request)["messages"]] == ["user", "assistant", "tool"]
 
@@ -108,18 +130,23 @@ def test_logprobs_when_included(swarm, episode):
     assert [lp.token for lp in lps[:2]] == ["x", "y"] and len(lps[0].top_logprobs) == 2
 
 
-@pytest.mark.parametrize("extra,param", [
-    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-    ({"background": True}, "background"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
-     "input.0.content.0.type"),
-    ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
-    ({"previous_response_id": "resp_nope"}, "previous_response_id"),
-    ({"temperature": 5}, "temperature"),
-    ({"max_output_tokens": 0}, "max_output_tokens"),
-    ({"input": 7}, "input"),
-    ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),  # the embedded engine cannot force a call
-])
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"background": True}, "background"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
+            "input.0.content.0.type",
+        ),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
+        ({"previous_response_id": "resp_nope"}, "previous_response_id"),
+        ({"temperature": 5}, "temperature"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": 7}, "input"),
+        ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),  # the embedded engine cannot force a call
+    ],
+)
 def test_what_is_not_supported_is_a_400_naming_it(episode, extra, param):
     _uuid, oc = episode
     with pytest.raises(openai.BadRequestError) as err:
@@ -137,25 +164,32 @@ def test_a_wrong_key_is_401_with_the_reason(swarm):
 CASES = [
     "plain text",
     [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]}],
-    [{"role": "developer", "content": "rules"}, {"role": "user", "content": "q"},
-     {"type": "function_call", "call_id": "c1", "name": "add", "arguments": "{\"a\": 1}"},
-     {"type": "function_call", "call_id": "c2", "name": "add", "arguments": "{\"a\": 2}"},
-     {"type": "function_call_output", "call_id": "c1", "output": "1"},
-     {"type": "function_call_output", "call_id": "c2", "output": "2"},
-     {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]}],
+    [
+        {"role": "developer", "content": "rules"},
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a": 1}'},
+        {"type": "function_call", "call_id": "c2", "name": "add", "arguments": '{"a": 2}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        {"type": "function_call_output", "call_id": "c2", "output": "2"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ],
 ]
 
 
 @pytest.mark.parametrize("inp", CASES)
 def test_the_mapping_agrees_with_litellms(inp):
-    from litellm.responses.litellm_completion_transformation.transformation import \
-        LiteLLMCompletionResponsesConfig as Lite
+    from litellm.responses.litellm_completion_transformation.transformation import (
+        LiteLLMCompletionResponsesConfig as Lite,
+    )
 
     body = {"input": inp, "instructions": "sys", "tools": TOOLS, "max_output_tokens": 9, "temperature": 0.5}
     ours, _ = responses_api.chat_request(body, [])
     theirs = Lite.transform_responses_api_request_to_chat_completion_request(
-        model="openai/policy", input=inp, responses_api_request={k: v for k, v in body.items() if k != "input"},
-        custom_llm_provider="openai")
+        model="openai/policy",
+        input=inp,
+        responses_api_request={k: v for k, v in body.items() if k != "input"},
+        custom_llm_provider="openai",
+    )
 
     def norm(messages):
         out = []

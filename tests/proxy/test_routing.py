@@ -23,15 +23,16 @@ def test_a_late_load_of_an_older_version_does_not_replace_a_newer_table():
 
 def test_one_deployment_needs_no_litellm_router_and_the_litellm_path_always_has_one():
     # in a fresh interpreter: another test of this worker may have imported LiteLLM already
-    code = ("import sys\n"
-            "from ajet_proxy.routing import PolicyRouter\n"
-            "from ajet_store.types import Deployment\n"
-            "r = PolicyRouter()\n"
-            "r.load([Deployment('d0', 'http://127.0.0.1:9000/v1', 'm0', 0)], version=1)\n"
-            "assert r.router is None and r.pick().name == 'd0', r.router\n"
-            "assert 'litellm' not in sys.modules, 'a single deployment imported LiteLLM'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=offline_env())
+    code = (
+        "import sys\n"
+        "from ajet_proxy.routing import PolicyRouter\n"
+        "from ajet_store.types import Deployment\n"
+        "r = PolicyRouter()\n"
+        "r.load([Deployment('d0', 'http://127.0.0.1:9000/v1', 'm0', 0)], version=1)\n"
+        "assert r.router is None and r.pick().name == 'd0', r.router\n"
+        "assert 'litellm' not in sys.modules, 'a single deployment imported LiteLLM'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=offline_env())
     assert done.returncode == 0, done.stderr[-2000:]
     litellm_path = PolicyRouter(always_build=True)
     litellm_path.load(deps(1), version=1)

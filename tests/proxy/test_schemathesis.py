@@ -30,13 +30,30 @@ def test_schemathesis_finds_nothing(tmp_path, stub, token):
     try:
         ensure_rolling(client, st, stub.url, job=AgentJetJob(batch_size=64, num_repeat=2))
         _uuid, creds = client.begin_episode(discard_episode_timeout=3600)
-        base = [str(Path(sys.executable).with_name("schemathesis")), "--no-color", "--config-file", str(CONFIG), "run",
-                px.url + "/openapi.json", "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-                "--max-examples", "40", "--seed", "7", "-H", f"Authorization: Bearer {creds.api_key}",
-                *[a for k, v in headers.items() for a in ("-H", f"{k}: {v}")]]
+        base = [
+            str(Path(sys.executable).with_name("schemathesis")),
+            "--no-color",
+            "--config-file",
+            str(CONFIG),
+            "run",
+            px.url + "/openapi.json",
+            "--checks",
+            "all",
+            "--exclude-checks",
+            "positive_data_acceptance",
+            "--max-examples",
+            "40",
+            "--seed",
+            "7",
+            "-H",
+            f"Authorization: Bearer {creds.api_key}",
+            *[a for k, v in headers.items() for a in ("-H", f"{k}: {v}")],
+        ]
         # the data plane first, while the episode is open; then the control API (which may stop the engine)
-        runs = [subprocess.run(base + [flag, "^/v1/"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
-                for flag in ("--include-path-regex", "--exclude-path-regex")]
+        runs = [
+            subprocess.run(base + [flag, "^/v1/"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+            for flag in ("--include-path-regex", "--exclude-path-regex")
+        ]
         client.get_engine_status()  # a control call: the proxy has written every answered call
         calls = st.totals()["calls"]
     finally:

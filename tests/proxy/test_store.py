@@ -96,16 +96,24 @@ def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
     assert isinstance(st.apply_changes([BeginEpisode("x", "hx", "c", "train", 10)])[0], NotRolling)
     rolling(st)
     st.begin_episode("u0", "h0", "c", "train", 10)
-    out = st.apply_changes([
-        BeginEpisode("u1", "h1", "c", "train", 10, mission="m"),
-        EndEpisode("u0", "c", "t0", 1.0, True, {"k": 1}),
-        EndEpisode("u1", "other", "t1", 0.5, None, {}),  # held by client c
-        EndEpisode("nope", "c", "t", 1.0, None, {}),
-        BeginEpisode("u2", "h2", "c", "eval", 10),
-        EndEpisode("u1", "c", "t1", 0.5, None, {}),  # sees u1 begun earlier in the same transaction
-    ])
-    assert [type(r).__name__ for r in out] == ["EpisodeRow", "EpisodeRow", "Conflict", "NotFound", "EpisodeRow",
-                                              "EpisodeRow"]
+    out = st.apply_changes(
+        [
+            BeginEpisode("u1", "h1", "c", "train", 10, mission="m"),
+            EndEpisode("u0", "c", "t0", 1.0, True, {"k": 1}),
+            EndEpisode("u1", "other", "t1", 0.5, None, {}),  # held by client c
+            EndEpisode("nope", "c", "t", 1.0, None, {}),
+            BeginEpisode("u2", "h2", "c", "eval", 10),
+            EndEpisode("u1", "c", "t1", 0.5, None, {}),  # sees u1 begun earlier in the same transaction
+        ]
+    )
+    assert [type(r).__name__ for r in out] == [
+        "EpisodeRow",
+        "EpisodeRow",
+        "Conflict",
+        "NotFound",
+        "EpisodeRow",
+        "EpisodeRow",
+    ]
     assert st.get_episode("u0").reward == 1.0 and st.get_episode("u0").metadata == {"k": 1}
     assert st.get_episode("u1").status == EpisodeStatus.ENDED and st.get_episode("u1").reward == 0.5
     assert st.get_episode("u1").untrainable_reason == counters.NO_CALLS  # ended without calls: recorded, not trained
@@ -275,10 +283,29 @@ def test_kept_counters_equal_a_recount_of_the_rows(st):
 
     rolling(st)
     for i in range(12):
-        st.begin_episode(f"e{i}", f"h{i}", "c", "eval" if i % 5 == 0 else "train", 10, mission=["m1", "m2", None][i % 3])
+        st.begin_episode(
+            f"e{i}", f"h{i}", "c", "eval" if i % 5 == 0 else "train", 10, mission=["m1", "m2", None][i % 3]
+        )
     for i in (1, 2, 3, 4):
-        st.write_calls([CallRecord(f"e{i}", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, time.time(),
-                                   error="x" if i == 4 else None)])
+        st.write_calls(
+            [
+                CallRecord(
+                    f"e{i}",
+                    0,
+                    "{}",
+                    "{}",
+                    [1],
+                    [2],
+                    [-0.5],
+                    "stop",
+                    0,
+                    "d",
+                    1.0,
+                    time.time(),
+                    error="x" if i == 4 else None,
+                )
+            ]
+        )
         st.end_episode(f"e{i}", "c", "t", i / 4, None, {})
     st.abort_episode("e6", "c")
     st.expire_episodes(["e7", "e8"])
@@ -313,6 +340,10 @@ def test_prune_drops_old_bodies_keeps_ids_rewards_and_metrics(tmp_path):
     assert st.prune_bodies(keep_steps=1) == 0  # nothing left to prune
     st.close()
     size = (tmp_path / "p.db").stat().st_size
-    out = subprocess.run([sys.executable, "-m", "ajet_proxy.cli", "prune", "--db", url, "--keep-steps", "0",
-                          "--vacuum"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "ajet_proxy.cli", "prune", "--db", url, "--keep-steps", "0", "--vacuum"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "pruned the bodies of 1 call(s)" in out and (tmp_path / "p.db").stat().st_size < size / 3, out

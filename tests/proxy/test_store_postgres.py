@@ -51,8 +51,9 @@ def test_full_cycle_on_postgres(pg):
     pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
     for i, r in enumerate([1.0, 0.0]):
         pg.begin_episode(f"u{i}", f"h{i}", "c", "train", 30)
-        pg.write_calls([CallRecord(f"u{i}", 0, "{}", "{}", [1, 2], [3, 4], [-0.5, -0.25], "stop", 0, "d", 1.0,
-                                   2e9 + i)])
+        pg.write_calls(
+            [CallRecord(f"u{i}", 0, "{}", "{}", [1, 2], [3, 4], [-0.5, -0.25], "stop", 0, "d", 1.0, 2e9 + i)]
+        )
         pg.end_episode(f"u{i}", "c", "t", r, None, {"k": [1, 2]})
     assert pg.end_episode("u0", "c", "t", 1.0, None, {})[1] is False
     with pytest.raises(Conflict):

@@ -10,24 +10,57 @@ def sse(objs):
     return b"".join(b"data: " + orjson.dumps(o) + b"\n\n" for o in objs) + b"data: [DONE]\n\n"
 
 
-STREAM = sse([
-    {"id": "x", "model": "m", "prompt_token_ids": [1, 2, 3],
-     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
-    {"id": "x", "choices": [{"index": 0, "delta": {"content": "he"}, "token_ids": [10, 11],
-                             "logprobs": {"content": [{"token": "h", "logprob": -0.5}, {"token": "e", "logprob": -1.0}]}}]},
-    {"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{\"a\""}}]},
-                             "token_ids": [12], "logprobs": {"content": [{"token": "", "logprob": -0.1}]}}]},
-    {"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]},
-                             "token_ids": [7], "logprobs": {"content": [{"token": "", "logprob": -0.2}]},
-                             "finish_reason": "tool_calls"}]},
-])
+STREAM = sse(
+    [
+        {
+            "id": "x",
+            "model": "m",
+            "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+        },
+        {
+            "id": "x",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "he"},
+                    "token_ids": [10, 11],
+                    "logprobs": {"content": [{"token": "h", "logprob": -0.5}, {"token": "e", "logprob": -1.0}]},
+                }
+            ],
+        },
+        {
+            "id": "x",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": '{"a"'}}]},
+                    "token_ids": [12],
+                    "logprobs": {"content": [{"token": "", "logprob": -0.1}]},
+                }
+            ],
+        },
+        {
+            "id": "x",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]},
+                    "token_ids": [7],
+                    "logprobs": {"content": [{"token": "", "logprob": -0.2}]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        },
+    ]
+)
 
 
 @pytest.mark.parametrize("step", [1, 7, 64, len(STREAM)])
 def test_stream_any_chunking(step):
     acc = StreamAccumulator()
     for i in range(0, len(STREAM), step):
-        acc.feed(STREAM[i:i + step])
+        acc.feed(STREAM[i : i + step])
     ex = acc.result()
     assert acc.done
     assert ex.prompt_ids == [1, 2, 3]
@@ -48,9 +81,18 @@ def test_stream_without_ids_reports_none():
 
 
 def test_extract_plain():
-    data = {"prompt_token_ids": [5, 6], "choices": [{"index": 0, "token_ids": [8, 9], "finish_reason": "length",
-                                                     "message": {"content": "ab"},
-                                                     "logprobs": {"content": [{"logprob": -1}, {"logprob": -2}]}}]}
+    data = {
+        "prompt_token_ids": [5, 6],
+        "choices": [
+            {
+                "index": 0,
+                "token_ids": [8, 9],
+                "finish_reason": "length",
+                "message": {"content": "ab"},
+                "logprobs": {"content": [{"logprob": -1}, {"logprob": -2}]},
+            }
+        ],
+    }
     ex = extract_response(data)
     assert (ex.prompt_ids, ex.completion_ids, ex.logprobs, ex.finish_reason) == ([5, 6], [8, 9], [-1.0, -2.0], "length")
     assert extract_response({"choices": [{"message": {"content": "x"}}]}).completion_ids is None

@@ -8,23 +8,55 @@ TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "
 
 
 def test_what_agent_frameworks_send_passes():
-    check_chat_fields({
-        "model": "policy", "stream": True, "stream_options": {"include_usage": True}, "n": 1, "max_tokens": 16,
-        "max_completion_tokens": 16, "temperature": 0.7, "top_p": 0.9, "presence_penalty": 0, "frequency_penalty": 0.5,
-        "seed": -3, "stop": ["\n\n", "END"], "logprobs": True, "top_logprobs": 5, "tools": [TOOL],
-        "tool_choice": {"type": "function", "function": {"name": "add"}}, "parallel_tool_calls": False, "user": "u",
-        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "q"}]},
-                     {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-                                                                         "function": {"name": "add", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": "1", "content": "3"}],
-        "return_token_ids": True, "extra": {"anything": [1, 2]}})
+    check_chat_fields(
+        {
+            "model": "policy",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "n": 1,
+            "max_tokens": 16,
+            "max_completion_tokens": 16,
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "presence_penalty": 0,
+            "frequency_penalty": 0.5,
+            "seed": -3,
+            "stop": ["\n\n", "END"],
+            "logprobs": True,
+            "top_logprobs": 5,
+            "tools": [TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "add"}},
+            "parallel_tool_calls": False,
+            "user": "u",
+            "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": [{"type": "text", "text": "q"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
+                },
+                {"role": "tool", "tool_call_id": "1", "content": "3"},
+            ],
+            "return_token_ids": True,
+            "extra": {"anything": [1, 2]},
+        }
+    )
     check_chat_fields({"messages": [{"role": "user", "content": "x"}], "temperature": None, "seed": None})
 
 
-@pytest.mark.parametrize("extra,param", [({"temperature": float("nan")}, "temperature"),
-                                         ({"temperature": float("inf")}, "temperature"), ({"temperature": True}, "temperature"),
-                                         ({"seed": 2**63}, "seed"), ({"stop": ["x"] * 17}, "stop"),
-                                         ({"tools": [1]}, "tools"), ({"stream": 1}, "stream")])
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"temperature": True}, "temperature"),
+        ({"seed": 2**63}, "seed"),
+        ({"stop": ["x"] * 17}, "stop"),
+        ({"tools": [1]}, "tools"),
+        ({"stream": 1}, "stream"),
+    ],
+)
 def test_each_bad_value_names_its_field(extra, param):
     with pytest.raises(ChatFieldError) as info:
         check_chat_fields({"messages": [{"role": "user", "content": "x"}], **extra})

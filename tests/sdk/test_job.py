@@ -7,12 +7,26 @@ from pydantic import ValidationError
 from ajet import AgentJetJob, BatchMode, ConfigError
 from ajet.default_config.ajet_default import default_job, default_job_yaml
 
-SEED_DEFAULTS = dict(experiment_dir="auto", n_gpu=8, algorithm="grpo", num_repeat=4, batch_size=32,
-                     swarm_mode_sample_collection_method="rollout_until_finish_enough_tasks", max_env_worker=128,
-                     max_prompt_length=3000, max_response_length=15000,
-                     max_response_length_in_one_turn=4096, max_model_len=18000, mini_batch_num=1, lora_rank=0,
-                     lora_alpha=16, lora_target_modules="all-linear", gpu_memory_utilization=0.85, lr=1e-6,
-                     ppo_epochs=1)
+SEED_DEFAULTS = dict(
+    experiment_dir="auto",
+    n_gpu=8,
+    algorithm="grpo",
+    num_repeat=4,
+    batch_size=32,
+    swarm_mode_sample_collection_method="rollout_until_finish_enough_tasks",
+    max_env_worker=128,
+    max_prompt_length=3000,
+    max_response_length=15000,
+    max_response_length_in_one_turn=4096,
+    max_model_len=18000,
+    mini_batch_num=1,
+    lora_rank=0,
+    lora_alpha=16,
+    lora_target_modules="all-linear",
+    gpu_memory_utilization=0.85,
+    lr=1e-6,
+    ppo_epochs=1,
+)
 
 
 def test_seed_defaults():
@@ -45,9 +59,18 @@ def test_prompt_plus_response_within_model_len():
         AgentJetJob(max_prompt_length=100, max_response_length=200, max_model_len=250)
 
 
-@pytest.mark.parametrize("field,value", [("num_repeat", 0), ("batch_size", 0), ("lr", 0.0), ("lora_rank", -1),
-                                         ("swarm_mode_sample_collection_method", "whenever"), ("algorithm", "ppo"),
-                                         ("gpu_memory_utilization", 1.5)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("num_repeat", 0),
+        ("batch_size", 0),
+        ("lr", 0.0),
+        ("lora_rank", -1),
+        ("swarm_mode_sample_collection_method", "whenever"),
+        ("algorithm", "ppo"),
+        ("gpu_memory_utilization", 1.5),
+    ],
+)
 def test_invalid_values_refused(field, value):
     with pytest.raises(ValidationError, match=field):
         AgentJetJob(**{field: value})
@@ -59,9 +82,15 @@ def test_unknown_field_refused():
 
 
 def test_yaml_round_trip(tmp_path):
-    job = AgentJetJob(experiment_name="x", batch_size=7, num_repeat=3, lora_rank=8, lora_target_modules=["q_proj"],
-                      swarm_mode_sample_collection_method=BatchMode.NON_DUMMY_TASKS,
-                      verl={"trainer": {"total_epochs": 2}, "actor_rollout_ref.actor.optim.lr": 1e-6})
+    job = AgentJetJob(
+        experiment_name="x",
+        batch_size=7,
+        num_repeat=3,
+        lora_rank=8,
+        lora_target_modules=["q_proj"],
+        swarm_mode_sample_collection_method=BatchMode.NON_DUMMY_TASKS,
+        verl={"trainer": {"total_epochs": 2}, "actor_rollout_ref.actor.optim.lr": 1e-6},
+    )
     assert job.verl == {"trainer.total_epochs": 2, "actor_rollout_ref.actor.optim.lr": 1e-6}  # dotted keys
     path = job.dump_job_as_yaml(tmp_path / "job.yaml")
     assert AgentJetJob.from_yaml(path) == job

@@ -44,9 +44,11 @@ def client(proxy, store, stub):
 
 def execute_agent(task: Task, api_baseurl_key) -> WorkflowOutput:
     """The seed's agent shape: raw HTTP to the episode's base URL with its key."""
-    resp = httpx.post(f"{api_baseurl_key.base_url}/chat/completions",
-                      json={"model": "fill_whatever_model", "messages": [{"role": "user", "content": task.main_query}]},
-                      headers={"Authorization": f"Bearer {api_baseurl_key.api_key}"})
+    resp = httpx.post(
+        f"{api_baseurl_key.base_url}/chat/completions",
+        json={"model": "fill_whatever_model", "messages": [{"role": "user", "content": task.main_query}]},
+        headers={"Authorization": f"Bearer {api_baseurl_key.api_key}"},
+    )
     resp.raise_for_status()
     return WorkflowOutput(reward=float(len(task.main_query)), metadata={"final_answer": resp.json()["choices"][0]})
 

@@ -22,8 +22,9 @@ def gsm8k_like(tmp_path):
 
 
 def _hf(path, **kw):
-    return RouterTaskReader("huggingface_dat_repo", AjetTaskReader(huggingface_dat_repo=HuggingfaceDatRepo(
-        dataset_path=str(path), **kw)))
+    return RouterTaskReader(
+        "huggingface_dat_repo", AjetTaskReader(huggingface_dat_repo=HuggingfaceDatRepo(dataset_path=str(path), **kw))
+    )
 
 
 def test_hf_layout_finds_config_folder_and_splits(gsm8k_like):
@@ -32,8 +33,9 @@ def test_hf_layout_finds_config_folder_and_splits(gsm8k_like):
     assert [t.main_query for t in train] == [r["question"] for r in ROWS]
     assert train[0].metadata["answer"] == ROWS[0]["answer"]
     assert len(reader.generate_validation_tasks()) == 2
-    assert [t.task_id for t in _hf(gsm8k_like, dataset_name="main").generate_training_tasks()] == \
-        [t.task_id for t in train]
+    assert [t.task_id for t in _hf(gsm8k_like, dataset_name="main").generate_training_tasks()] == [
+        t.task_id for t in train
+    ]
 
 
 def test_task_ids_stable_and_distinct(gsm8k_like):
@@ -72,8 +74,12 @@ def test_jsonl_reader(tmp_path):
     assert [(t.task_id, t.main_query) for t in tasks] == [("t0", "p0"), ("t1", "p1"), ("t2", "p2")]
     with pytest.raises(ConfigError, match="no validation file"):
         reader.generate_validation_tasks()
-    missing = AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
-        training=JsonlTrainingFp(file_path=str(f)), validation=JsonlValidationFp(file_path=str(tmp_path / "v.jsonl"))))
+    missing = AjetTaskReader(
+        jsonl_dataset_file=JsonlDatasetFile(
+            training=JsonlTrainingFp(file_path=str(f)),
+            validation=JsonlValidationFp(file_path=str(tmp_path / "v.jsonl")),
+        )
+    )
     with pytest.raises(ConfigError, match="v.jsonl"):
         RouterTaskReader("jsonl_dataset_file", missing).generate_validation_tasks()
     f.write_text("{not json\n")

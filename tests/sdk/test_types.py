@@ -40,7 +40,9 @@ def test_answers_ignore_fields_a_newer_server_adds_and_requests_refuse_unknown_o
 
     stat = MissionStat.model_validate({"mission": "m", "open": 1, "ended": 2, "aborted": 0, "field_from_2027": 5})
     assert stat.ended == 2 and not hasattr(stat, "field_from_2027")
-    assert EpisodeResult.model_validate({"episode_uuid": "u", "status": "ended", "reward": 1.0, "new": True}).reward == 1
+    assert (
+        EpisodeResult.model_validate({"episode_uuid": "u", "status": "ended", "reward": 1.0, "new": True}).reward == 1
+    )
     assert "extra" not in RolloutStat.model_config or RolloutStat.model_config["extra"] == "ignore"
     with pytest.raises(ValidationError, match="discard_episode_timeoutt"):
         BeginEpisodeRequest.model_validate({"discard_episode_timeoutt": 5})

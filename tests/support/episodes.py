@@ -15,6 +15,10 @@ def play_batch(client: SwarmClient, batch: int, tasks: tuple[str, ...] = ("a", "
         for k in range(group):
             uuid, creds = client.begin_episode()
             out = creds.as_openai_client(max_retries=0).chat.completions.create(
-                model="anything", messages=[{"role": "user", "content": f"say {task_id}"}], seed=k)
-            client.end_episode(Task(task_id=f"{batch}-{task_id}"), uuid,
-                               WorkflowOutput(reward=float(k) if out.choices[0].message.content else 0.0))
+                model="anything", messages=[{"role": "user", "content": f"say {task_id}"}], seed=k
+            )
+            client.end_episode(
+                Task(task_id=f"{batch}-{task_id}"),
+                uuid,
+                WorkflowOutput(reward=float(k) if out.choices[0].message.content else 0.0),
+            )

@@ -44,11 +44,30 @@ def postgres_url() -> Iterator[str]:
         shutil.chown(root, "postgres")
     data, port = os.path.join(root, "data"), free_port()
     pg_ctl = _bin("pg_ctl")
-    subprocess.run(_as_postgres([_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres"]), check=True,
-                   capture_output=True, timeout=120)
-    subprocess.run(_as_postgres([pg_ctl, "-D", data, "-w", "-l", os.path.join(root, "log"), "-o",
-                                 f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"]),
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        _as_postgres([_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres"]),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    subprocess.run(
+        _as_postgres(
+            [
+                pg_ctl,
+                "-D",
+                data,
+                "-w",
+                "-l",
+                os.path.join(root, "log"),
+                "-o",
+                f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
+                "start",
+            ]
+        ),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:

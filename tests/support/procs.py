@@ -28,8 +28,9 @@ def free_port() -> int:
 
 def offline_env(**extra: str) -> dict[str, str]:
     """The environment for child processes: offline (the SDK's one helper), one torch thread, unbuffered."""
-    return runtime.offline_env(**{"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                                  **extra})
+    return runtime.offline_env(
+        **{"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **extra}
+    )
 
 
 def wait_http(url: str, timeout: float = 60.0, proc: Optional[subprocess.Popen] = None) -> None:
@@ -54,8 +55,9 @@ class Child:
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env or offline_env(),
-                                     cwd=REPO)
+        self.proc = subprocess.Popen(
+            args, stdout=self._log, stderr=subprocess.STDOUT, env=env or offline_env(), cwd=REPO
+        )
 
     @property
     def pid(self) -> int:
@@ -99,25 +101,58 @@ class Proc(Child):
 
 
 def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
-    """The vLLM-format stub backend (`extra` first, so `serve --model FOLDER ...` works as the trainer launches vLLM)."""
+    """The vLLM-format stub backend (`extra` first, so `serve --model FOLDER ...` works as the trainer launches
+    vLLM)."""
     port = port or free_port()
-    return Proc([sys.executable, str(STUB), *extra, "--port", str(port)], f"http://127.0.0.1:{port}", "/health",
-                tmp / f"stub-{port}.log")
+    return Proc(
+        [sys.executable, str(STUB), *extra, "--port", str(port)],
+        f"http://127.0.0.1:{port}",
+        "/health",
+        tmp / f"stub-{port}.log",
+    )
 
 
 def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None) -> Proc:
     """`ajet-proxy start` on a free port."""
     port = port or free_port()
-    args = [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db_url,
-            "--log-level", "warning", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "ajet_proxy.cli",
+        "start",
+        "--port",
+        str(port),
+        "--db",
+        db_url,
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     return Proc(args, f"http://127.0.0.1:{port}", "/health", tmp / f"proxy-{port}.log")
 
 
 class Trainer(Child):
     """`ajet-trainer start` as a child process (no HTTP port of its own)."""
 
-    def __init__(self, tmp: Path, db_url: str, exp_dir: Path, engine: str = "embedded", backend: str = "auto",
-                 **env: str):
-        args = [sys.executable, "-m", "ajet_trainer.cli", "start", "--db", db_url, "--experiment-dir", str(exp_dir),
-                "--device", "cpu", "--log-level", "info", "--engine", engine, "--backend", backend]
+    def __init__(
+        self, tmp: Path, db_url: str, exp_dir: Path, engine: str = "embedded", backend: str = "auto", **env: str
+    ):
+        args = [
+            sys.executable,
+            "-m",
+            "ajet_trainer.cli",
+            "start",
+            "--db",
+            db_url,
+            "--experiment-dir",
+            str(exp_dir),
+            "--device",
+            "cpu",
+            "--log-level",
+            "info",
+            "--engine",
+            engine,
+            "--backend",
+            backend,
+        ]
         super().__init__(args, tmp / f"trainer-{time.time_ns()}.log", offline_env(**env))

@@ -19,8 +19,9 @@ from ajet_trainer.tiny_model import builtin_model_path
 def vllm_python() -> str:
     """The interpreter with vLLM; skips (or fails under `AJET_REQUIRE_VLLM=1`) when there is none."""
     python = find_vllm_python()
-    probe = subprocess.run([python, "-c", "import importlib.util as u; raise SystemExit(u.find_spec('vllm') is None)"],
-                           capture_output=True)
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util as u; raise SystemExit(u.find_spec('vllm') is None)"], capture_output=True
+    )
     if probe.returncode != 0:
         msg = f"no vLLM in {python}: run `make setup-vllm`"
         if os.environ.get("AJET_REQUIRE_VLLM") == "1":
@@ -33,11 +34,22 @@ def tiny_path() -> str:
     return str(builtin_model_path("builtin:tiny"))
 
 
-def start_vllm(tmp: Path, model_path: Optional[str] = None, lora_rank: int = 8,
-               user_args: tuple[str, ...] = (), timeout_s: float = 600) -> VllmEngine:
+def start_vllm(
+    tmp: Path,
+    model_path: Optional[str] = None,
+    lora_rank: int = 8,
+    user_args: tuple[str, ...] = (),
+    timeout_s: float = 600,
+) -> VllmEngine:
     """vLLM's server on the tiny model, launched as the trainer launches it (CPU settings)."""
-    settings = VllmSettings(python=vllm_python(), lora_rank=lora_rank, max_model_len=512, cpu=True,
-                            health_timeout_s=timeout_s, user_args=user_args)
+    settings = VllmSettings(
+        python=vllm_python(),
+        lora_rank=lora_rank,
+        max_model_len=512,
+        cpu=True,
+        health_timeout_s=timeout_s,
+        user_args=user_args,
+    )
     engine = VllmEngine(model_path or tiny_path(), settings, tmp / "vllm.log")
     engine.start()
     return engine

@@ -8,11 +8,10 @@ batching, sampling, ids and logprobs, real streaming, the proxy a real process o
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
-
-import math
 
 import torch
 
@@ -20,8 +19,8 @@ from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet_store import Store, sqlite_url
 from ajet_trainer.engine import EmbeddedEngine
 from ajet_trainer.grpo import collate, loss_config, policy_loss, sequence_logprobs
-from ajet_trainer.samples import assemble
 from ajet_trainer.learner import load_policy
+from ajet_trainer.samples import assemble
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.conftest import ensure_rolling
 from tests.support.procs import Proc, start_proxy

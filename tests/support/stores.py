@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from ajet_store import Store, sqlite_url
+
+if TYPE_CHECKING:
+    from ajet_store.types import CallRecord
 
 
 def store_of_schema(path: Path, version: int) -> str:

@@ -61,16 +61,29 @@ class Swarm:
         self._clients.append(c)
         return c
 
-    def run_module(self, module: str, *args: str, timeout: float = 300,
-                   root: Union[Path, str] = REPO) -> subprocess.CompletedProcess[str]:
+    def run_module(
+        self, module: str, *args: str, timeout: float = 300, root: Union[Path, str] = REPO
+    ) -> subprocess.CompletedProcess[str]:
         """`python -m module args` from `root` (the import root of `module`), offline, output captured."""
-        return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=root,
-                              timeout=timeout, env=offline_env(PYTHONPATH=str(root)))
+        return subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=timeout,
+            env=offline_env(PYTHONPATH=str(root)),
+        )
 
     def popen_module(self, module: str, *args: str, stdout: Optional[IO[str]] = None) -> "subprocess.Popen[str]":
         """`python -m module args` in the background (stdout and stderr together)."""
-        return subprocess.Popen([sys.executable, "-m", module, *args], stdout=stdout or subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, cwd=REPO, env=offline_env(PYTHONPATH=str(REPO)))
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=stdout or subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+            env=offline_env(PYTHONPATH=str(REPO)),
+        )
 
     def logs(self) -> str:
         """The newest trainer's and the proxy's log tails, for assertion messages."""
@@ -88,8 +101,16 @@ class Swarm:
 
 
 @contextmanager
-def running_swarm(tmp_path: Path, *, name: str = "swarm", trainer: bool = True, engine: str = "embedded",
-                  backend: str = "auto", proxy_args: tuple[str, ...] = (), **trainer_env: str) -> Iterator[Swarm]:
+def running_swarm(
+    tmp_path: Path,
+    *,
+    name: str = "swarm",
+    trainer: bool = True,
+    engine: str = "embedded",
+    backend: str = "auto",
+    proxy_args: tuple[str, ...] = (),
+    **trainer_env: str,
+) -> Iterator[Swarm]:
     """A proxy (and, unless `trainer=False`, a trainer) on a fresh store; everything closed on exit."""
     sw = Swarm(tmp_path, name, proxy_args)
     try:

@@ -26,8 +26,9 @@ def verl_cpu_trainer(job: AgentJetJob, exp: Path, load: Callable[[Mapping[str, t
     from ajet_trainer.verl_backend.session import session_overrides, start_trainer
 
     use_cpu_platform()
-    config = compose_verl_config(job, model_path=str(builtin_model_path(job.model)),
-                                 extra=session_overrides(job, exp, hybrid=False, cpu=True))
+    config = compose_verl_config(
+        job, model_path=str(builtin_model_path(job.model)), extra=session_overrides(job, exp, hybrid=False, cpu=True)
+    )
     OmegaConf.resolve(config)
     trainer, owns = start_trainer(config, job, None, None, cpu=True, load=load)
     try:

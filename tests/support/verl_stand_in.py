@@ -33,8 +33,16 @@ def _padded(td: Any) -> Batch:
     input_ids = torch.cat([prompts, responses], dim=-1)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     adv = td["advantages"] if "advantages" in td.keys() else torch.zeros(responses.shape)
-    return Batch(input_ids, attn, pos, responses, td["response_mask"].float(), adv, torch.zeros(responses.shape),
-                 prompts.shape[1])
+    return Batch(
+        input_ids,
+        attn,
+        pos,
+        responses,
+        td["response_mask"].float(),
+        adv,
+        torch.zeros(responses.shape),
+        prompts.shape[1],
+    )
 
 
 def _to_no_padding(per_token: torch.Tensor, attn: torch.Tensor, prompt_width: int) -> torch.Tensor:
@@ -44,7 +52,7 @@ def _to_no_padding(per_token: torch.Tensor, attn: torch.Tensor, prompt_width: in
         p = int(attn[i, :prompt_width].sum())
         r = int(attn[i, prompt_width:].sum())
         row = torch.zeros(p + r)
-        row[p - 1:p + r - 1] = per_token[i, :r]
+        row[p - 1 : p + r - 1] = per_token[i, :r]
         rows.append(row)
     return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 
@@ -68,17 +76,26 @@ class CpuActorGroup:
         with torch.no_grad():
             logp, entropy = sequence_logprobs(self.model, batch, with_entropy=True)
         attn = td["attention_mask"]
-        return tu.get_tensordict({"log_probs": _to_no_padding(logp, attn, batch.prompt_width),
-                                  "entropy": _to_no_padding(entropy, attn, batch.prompt_width)},
-                                 non_tensor_dict={"metrics": {"mfu": 0.0}})
+        return tu.get_tensordict(
+            {
+                "log_probs": _to_no_padding(logp, attn, batch.prompt_width),
+                "entropy": _to_no_padding(entropy, attn, batch.prompt_width),
+            },
+            non_tensor_dict={"metrics": {"mfu": 0.0}},
+        )
 
     def update_actor(self, td: Any) -> Any:
         mini = tu.get_non_tensor_data(td, "mini_batch_size", None)
         assert td.batch_size[0] % mini == 0, f"verl's make_iterator: {td.batch_size[0]} % {mini} != 0"
         batch = _padded(td)
-        self.seen.append({"advantages": batch.advantages.clone(), "response_mask": batch.response_mask.clone(),
-                          "old_log_probs": td["old_log_probs"].clone(),
-                          "tokens": [row[m.bool()].tolist() for row, m in zip(batch.input_ids, batch.attention_mask)]})
+        self.seen.append(
+            {
+                "advantages": batch.advantages.clone(),
+                "response_mask": batch.response_mask.clone(),
+                "old_log_probs": td["old_log_probs"].clone(),
+                "tokens": [row[m.bool()].tolist() for row, m in zip(batch.input_ids, batch.attention_mask)],
+            }
+        )
         self.model.train()
         logp, _ = sequence_logprobs(self.model, batch)
         loss, metrics = policy_loss(td["old_log_probs"], logp, batch, self.cfg, "token-mean")
@@ -87,12 +104,17 @@ class CpuActorGroup:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.model.eval()
-        out = {"pg_loss": metrics["pg_loss"], "pg_clipfrac": metrics["clip_frac"], "grad_norm": float(grad_norm),
-               "mfu": 0.0}
+        out = {
+            "pg_loss": metrics["pg_loss"],
+            "pg_clipfrac": metrics["clip_frac"],
+            "grad_norm": float(grad_norm),
+            "mfu": 0.0,
+        }
         return tu.get_tensordict({"dummy": torch.zeros(1)}, non_tensor_dict={"metrics": out})
 
-    def save_checkpoint(self, local_path: str, hdfs_path: Any = None, global_step: int = 0,
-                        max_ckpt_to_keep: Any = None) -> None:
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: Any = None, global_step: int = 0, max_ckpt_to_keep: Any = None
+    ) -> None:
         Path(local_path).mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach() for k, v in self.model.state_dict().items()}, Path(local_path) / "model.pt")
         self.saved.append((local_path, global_step))

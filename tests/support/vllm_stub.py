@@ -3,8 +3,8 @@
 It is a stand-in for vLLM's OpenAI server (real vLLM runs in the `vllm_real` tests): chat completions
 with `prompt_token_ids`, per-choice `token_ids` and logprobs, plain and streamed (ids in the first chunk,
 per-chunk token ids), tool calls, `/v1/models`, `/health`, runtime LoRA (`/v1/load_lora_adapter`,
-`/v1/unload_lora_adapter`; chat only for served or loaded model names, as vLLM), sleep mode (`/sleep`, `/wake_up`) and the full
-weight reload (`/collective_rpc`, `/reset_prefix_cache`; recorded, the stand-in has no weights). Every
+`/v1/unload_lora_adapter`; chat only for served or loaded model names, as vLLM), sleep mode (`/sleep`, `/wake_up`)
+and the full weight reload (`/collective_rpc`, `/reset_prefix_cache`; recorded, the stand-in has no weights). Every
 control call and the model of every chat is recorded in `GET /stub/journal`.
 
 Its default "tokenizer" is one token per character (id = 1000 + code point) with role markers, so
@@ -64,7 +64,6 @@ def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
 def completion_text(prompt_ids: list[int], seed: Any, max_tokens: int) -> str:
     digest = hashlib.sha256(orjson.dumps([prompt_ids[-64:], seed, len(prompt_ids)])).hexdigest()
     return ("reply " + digest)[: max(1, min(max_tokens, 24))]
-
 
 
 def _completion_id() -> str:
@@ -135,28 +134,55 @@ class Stub:
         want_ids = self.token_ids and body.get("return_token_ids")
         if body.get("stream"):
             return await self._stream(request, body, prompt, ids, text, calls, finish, want_ids)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish,
-                                  "message": {"role": "assistant", "content": text or None,
-                                              **({"tool_calls": calls} if calls else {})}}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "finish_reason": finish,
+            "message": {"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})},
+        }
         if body.get("logprobs"):
-            choice["logprobs"] = {"content": [{"token": chr(i - 1000) if i >= 1000 else "", "logprob": -0.25 - 0.01 * k}
-                                              for k, i in enumerate(ids)]}
+            choice["logprobs"] = {
+                "content": [
+                    {"token": chr(i - 1000) if i >= 1000 else "", "logprob": -0.25 - 0.01 * k}
+                    for k, i in enumerate(ids)
+                ]
+            }
         if want_ids:
             choice["token_ids"] = ids
-        out: dict[str, Any] = {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
-                               "model": model, "choices": [choice],
-                               "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
-                                         "total_tokens": len(prompt) + len(ids)}}
+        out: dict[str, Any] = {
+            "id": _completion_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(ids),
+                "total_tokens": len(prompt) + len(ids),
+            },
+        }
         if want_ids:
             out["prompt_token_ids"] = prompt
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
-    async def _stream(self, request: web.Request, body: dict[str, Any], prompt: list[int], ids: list[int],
-                      text: str, calls: list[dict[str, Any]], finish: str, want_ids: bool) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        prompt: list[int],
+        ids: list[int],
+        text: str,
+        calls: list[dict[str, Any]],
+        finish: str,
+        want_ids: bool,
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        base = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": body.get("model", "")}
+        base = {
+            "id": _completion_id(),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+        }
 
         async def send(obj: dict[str, Any]) -> None:
             await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
@@ -232,8 +258,9 @@ class Stub:
         return web.json_response(self.journal)
 
 
-def make_app(model: str = "stub-model", token_ids: bool = True, delay: float = 0.0,
-             hf: Optional[HFTokens] = None) -> web.Application:
+def make_app(
+    model: str = "stub-model", token_ids: bool = True, delay: float = 0.0, hf: Optional[HFTokens] = None
+) -> web.Application:
     stub = Stub(model, token_ids, delay, hf)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", stub.chat)
@@ -271,8 +298,13 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    web.run_app(make_app(name, not args.no_token_ids, args.delay, hf), host=args.host, port=args.port,
-                print=None, access_log=None)
+    web.run_app(
+        make_app(name, not args.no_token_ids, args.delay, hf),
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+    )
 
 
 if __name__ == "__main__":

@@ -12,18 +12,25 @@ OTHER_ADDRESS = "127.0.0.2"
 
 
 def test_start_listens_on_all_interfaces_and_passes_the_ray_settings():
-    args = build_parser().parse_args(["start", "--db", "sqlite:///x.db", "--ray-address", "10.0.0.1:6379",
-                                      "--nnodes", "2"])
+    args = build_parser().parse_args(
+        ["start", "--db", "sqlite:///x.db", "--ray-address", "10.0.0.1:6379", "--nnodes", "2"]
+    )
     proxy, trainer = child_commands(args)
     assert proxy[proxy.index("--host") + 1] == "0.0.0.0"
     assert trainer[trainer.index("--backend") + 1] == "auto"
-    assert trainer[trainer.index("--ray-address") + 1] == "10.0.0.1:6379" and trainer[trainer.index("--nnodes") + 1] == "2"
+    assert (
+        trainer[trainer.index("--ray-address") + 1] == "10.0.0.1:6379" and trainer[trainer.index("--nnodes") + 1] == "2"
+    )
     assert build_parser().parse_args(["start", "--host", "127.0.0.1"]).host == "127.0.0.1"
-    tuned = build_parser().parse_args(["start", "--upstream", "litellm", "--max-body-bytes", "1000",
-                                       "--commit-window-ms", "2"])
+    tuned = build_parser().parse_args(
+        ["start", "--upstream", "litellm", "--max-body-bytes", "1000", "--commit-window-ms", "2"]
+    )
     proxy, _trainer = child_commands(tuned)  # the proxy's own options reach the proxy
-    assert [proxy[proxy.index(f) + 1] for f in ("--upstream", "--max-body-bytes", "--commit-window-ms")] == \
-        ["litellm", "1000", "2.0"]
+    assert [proxy[proxy.index(f) + 1] for f in ("--upstream", "--max-body-bytes", "--commit-window-ms")] == [
+        "litellm",
+        "1000",
+        "2.0",
+    ]
 
 
 def test_the_banner_says_where_to_connect_and_whether_a_token_guards_it():
@@ -32,9 +39,16 @@ def test_the_banner_says_where_to_connect_and_whether_a_token_guards_it():
     assert "token required" in banner("127.0.0.1", 10086, True, "s") and "only" in banner("127.0.0.1", 1, True, "s")
 
 
-@pytest.mark.parametrize("cuda,verl,vllm,want", [
-    (True, True, True, "verl"), (False, True, True, "embedded"), (True, False, True, "embedded"),
-    (True, True, False, "embedded"), (False, False, False, "embedded")])
+@pytest.mark.parametrize(
+    "cuda,verl,vllm,want",
+    [
+        (True, True, True, "verl"),
+        (False, True, True, "embedded"),
+        (True, False, True, "embedded"),
+        (True, True, False, "embedded"),
+        (False, False, False, "embedded"),
+    ],
+)
 def test_backend_auto_picks_verl_only_where_it_can_run(cuda, verl, vllm, want):
     backend, why = choose_backend(cuda, verl, vllm)
     assert backend == want and why
@@ -69,9 +83,25 @@ def test_ajet_swarm_start_runs_both_children_with_no_secret_in_their_command_lin
     from tests.support.procs import Proc, free_port
 
     db, port, token = sqlite_url(tmp_path / "swarm.db"), free_port(), "swarm-s3cret"
-    swarm = Proc([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db", db,
-                  "--swarm-token", token, "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"],
-                 f"http://{OTHER_ADDRESS}:{port}", "/health", tmp_path / "swarm.log")
+    swarm = Proc(
+        [
+            str(Path(sys.executable).with_name("ajet-swarm")),
+            "start",
+            "--swarm-port",
+            str(port),
+            "--db",
+            db,
+            "--swarm-token",
+            token,
+            "--experiment-dir",
+            str(tmp_path / "exp"),
+            "--device",
+            "cpu",
+        ],
+        f"http://{OTHER_ADDRESS}:{port}",
+        "/health",
+        tmp_path / "swarm.log",
+    )
     st = Store(db)
     try:
         deadline = time.monotonic() + 60
@@ -103,10 +133,24 @@ def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch
     from tests.support.procs import Proc, free_port
 
     port = free_port()
-    args = [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port),
-            "--db", sqlite_url(tmp_path / "swarm.db"), "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"]
-    swarm = Proc(args + (["--swarm-token", token] if token else []), f"http://{OTHER_ADDRESS}:{port}", "/health",
-                 tmp_path / "swarm.log")
+    args = [
+        str(Path(sys.executable).with_name("ajet-swarm")),
+        "start",
+        "--swarm-port",
+        str(port),
+        "--db",
+        sqlite_url(tmp_path / "swarm.db"),
+        "--experiment-dir",
+        str(tmp_path / "exp"),
+        "--device",
+        "cpu",
+    ]
+    swarm = Proc(
+        args + (["--swarm-token", token] if token else []),
+        f"http://{OTHER_ADDRESS}:{port}",
+        "/health",
+        tmp_path / "swarm.log",
+    )
     try:
         url = f"http://{OTHER_ADDRESS}:{port}"
         status = httpx.get(url + "/swarm/get_engine_status").status_code

@@ -65,8 +65,12 @@ def test_with_no_flags_each_child_gets_its_defaults_and_the_swarm_its_own_host()
 
 
 def test_swarm_help_lists_every_proxy_and_trainer_option():
-    res = subprocess.run([str(Path(sys.executable).with_name("ajet-swarm")), "start", "--help"], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     proxy_parser, trainer_parser = child_parsers()
     flags = {s for p in (proxy_parser, trainer_parser) for a in options(p).values() for s in a.option_strings}
@@ -78,14 +82,19 @@ def test_swarm_help_lists_every_proxy_and_trainer_option():
 
 def test_swarm_port_and_port_are_one_option():
     parser = build_parser()
-    assert parser.parse_args(["start", "--swarm-port", "9"]).port == parser.parse_args(["start", "--port", "9"]).port == 9
+    assert (
+        parser.parse_args(["start", "--swarm-port", "9"]).port == parser.parse_args(["start", "--port", "9"]).port == 9
+    )
 
 
-@pytest.mark.parametrize("cuda,verl,vllm,want", [
-    (True, True, True, ("verl", "hybrid")),
-    (False, True, True, ("embedded", "embedded")),
-    (True, False, True, ("embedded", "embedded")),
-])
+@pytest.mark.parametrize(
+    "cuda,verl,vllm,want",
+    [
+        (True, True, True, ("verl", "hybrid")),
+        (False, True, True, ("embedded", "embedded")),
+        (True, False, True, ("embedded", "embedded")),
+    ],
+)
 def test_ajet_swarm_start_resolves_to_verl_and_hybrid_on_a_cuda_box(monkeypatch, cuda, verl, vllm, want):
     """The seed's main command on a GPU server: `ajet-swarm start` with no flags trains with verl, served by
     verl's own vLLM replicas."""

@@ -10,11 +10,15 @@ from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
 
-SAMPLES = [EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40 + i, 41), (1, 1), (0.0, 0.0)),))
-           for i, (u, r) in enumerate([("a", 1.0), ("b", 0.0)])]
+SAMPLES = [
+    EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40 + i, 41), (1, 1), (0.0, 0.0)),))
+    for i, (u, r) in enumerate([("a", 1.0), ("b", 0.0)])
+]
+
 
 def _state(model):
     return {k: v.clone() for k, v in model.state_dict().items()}
+
 
 def _round_trip(tmp_path, job):
     path = str(builtin_model_path("builtin:tiny"))
@@ -33,17 +37,20 @@ def _round_trip(tmp_path, job):
     assert fresh_learner.optimizer.state_dict()["state"].keys() == learner.optimizer.state_dict()["state"].keys()
     return saved
 
+
 def test_full_round_trip(tmp_path):
     saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2))
     assert (saved / "model" / "model.safetensors").is_file() and (saved / "optimizer.pt").is_file()
     for name in ("config.json", "generation_config.json", "tokenizer_config.json"):  # a model folder, loadable
         assert (saved / "model" / name).is_file(), name
 
+
 def test_lora_round_trip_saves_only_the_adapter(tmp_path):
     saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2, lora_rank=4, lora_alpha=8))
     adapter = saved / "adapter" / "adapter_model.safetensors"
     assert adapter.is_file() and (saved / "adapter" / "adapter_config.json").is_file()
     assert not (saved / "model").exists() and adapter.stat().st_size < 200_000
+
 
 def test_latest_pointer_partial_writes_and_pruning(tmp_path):
     job = AgentJetJob()

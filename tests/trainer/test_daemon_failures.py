@@ -139,10 +139,18 @@ def test_the_error_shows_in_get_engine_status(rig):
     assert status.last_error_age_s == pytest.approx(3)
 
 
-@pytest.mark.parametrize("step,pending,recorded,known,ok", [
-    (0, None, set(), 0, True), (5, None, {1, 2, 3, 4, 5}, 0, True), (5, None, {1, 2, 3, 4, 5, 6, 7}, 0, True),
-    (5, {"episode_uuids": ["a"]}, {1, 2, 3, 4}, 1, True), (5, None, {1, 2, 3, 4}, 0, False),
-    (18, {"episode_uuids": ["a"] * 32}, set(), 0, False), (5, {"episode_uuids": ["a", "b"]}, {1, 2, 3, 4}, 1, False)])
+@pytest.mark.parametrize(
+    "step,pending,recorded,known,ok",
+    [
+        (0, None, set(), 0, True),
+        (5, None, {1, 2, 3, 4, 5}, 0, True),
+        (5, None, {1, 2, 3, 4, 5, 6, 7}, 0, True),
+        (5, {"episode_uuids": ["a"]}, {1, 2, 3, 4}, 1, True),
+        (5, None, {1, 2, 3, 4}, 0, False),
+        (18, {"episode_uuids": ["a"] * 32}, set(), 0, False),
+        (5, {"episode_uuids": ["a", "b"]}, {1, 2, 3, 4}, 1, False),
+    ],
+)
 def test_checkpoint_mismatch(step, pending, recorded, known, ok):
     assert (checkpoint_mismatch(step, pending, recorded, known) is None) == ok
 
@@ -151,7 +159,9 @@ def test_reusing_an_experiment_with_a_fresh_store_is_refused_naming_both(tmp_pat
     st = Store(sqlite_url(tmp_path / "fresh.db"))
     with pytest.raises(CheckpointError) as info:
         reconcile_store(st, 18, {"episode_uuids": ["x"] * 32, "reward_mean": 0.5}, "/exp/step_18")
-    assert "/exp/step_18" in str(info.value) and st.url in str(info.value) and "fresh --experiment-dir" in str(info.value)
+    assert (
+        "/exp/step_18" in str(info.value) and st.url in str(info.value) and "fresh --experiment-dir" in str(info.value)
+    )
     st.close()
 
 
@@ -179,8 +189,9 @@ def test_the_trainer_preloads_the_embedded_backend_before_any_job(tmp_path, monk
 
     called = threading.Event()
     monkeypatch.setattr(daemon_mod, "preload_embedded", called.set)
-    d = TrainerDaemon(TrainerOptions(db_url=sqlite_url(tmp_path / "p.db"), backend=backend,
-                                     experiment_dir=str(tmp_path / "exp")))
+    d = TrainerDaemon(
+        TrainerOptions(db_url=sqlite_url(tmp_path / "p.db"), backend=backend, experiment_dir=str(tmp_path / "exp"))
+    )
     stop = threading.Event()
     loop = threading.Thread(target=d.run, args=(stop,))
     loop.start()

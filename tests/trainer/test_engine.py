@@ -26,8 +26,11 @@ def engine(tiny):
 
 
 def chat(url, **body):
-    r = httpx.post(url + "/chat/completions", json={"messages": MSGS, "return_token_ids": True, "logprobs": True,
-                                                   **body}, timeout=60)
+    r = httpx.post(
+        url + "/chat/completions",
+        json={"messages": MSGS, "return_token_ids": True, "logprobs": True, **body},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     return r
 
@@ -51,9 +54,18 @@ def test_stream_and_plain_give_the_same_ids_for_a_seed(engine):
     _eng, url = engine
     plain = chat(url, seed=11, max_tokens=10).json()
     acc = StreamAccumulator()
-    with httpx.stream("POST", url + "/chat/completions", json={"messages": MSGS, "seed": 11, "max_tokens": 10,
-                                                               "stream": True, "return_token_ids": True,
-                                                               "logprobs": True}) as r:
+    with httpx.stream(
+        "POST",
+        url + "/chat/completions",
+        json={
+            "messages": MSGS,
+            "seed": 11,
+            "max_tokens": 10,
+            "stream": True,
+            "return_token_ids": True,
+            "logprobs": True,
+        },
+    ) as r:
         for chunk in r.iter_bytes():
             acc.feed(chunk)
     ex = acc.result()
@@ -70,10 +82,23 @@ def test_batching_does_not_change_results(engine):
 
     async def together():
         async with httpx.AsyncClient(timeout=60) as c:
-            return await asyncio.gather(*(c.post(url + "/chat/completions", json={
-                "messages": MSGS if s % 2 == 0 else MSGS + [{"role": "assistant", "content": "x"},
-                                                            {"role": "user", "content": "more"}],
-                "seed": s, "max_tokens": 8, "return_token_ids": True, "logprobs": True}) for s in range(6)))
+            return await asyncio.gather(
+                *(
+                    c.post(
+                        url + "/chat/completions",
+                        json={
+                            "messages": MSGS
+                            if s % 2 == 0
+                            else MSGS + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}],
+                            "seed": s,
+                            "max_tokens": 8,
+                            "return_token_ids": True,
+                            "logprobs": True,
+                        },
+                    )
+                    for s in range(6)
+                )
+            )
 
     before = eng.stats["max_batch_seen"]
     res = [r.json()["choices"][0] for r in asyncio.run(together())]
@@ -122,6 +147,7 @@ def test_hermes_tool_call_parser():
     assert calls[0]["function"]["name"] == "add"
     assert orjson.loads(calls[0]["function"]["arguments"]) == {"a": 1, "b": 2}
     assert parse_tool_calls("<tool_call>{broken</tool_call>") == ("<tool_call>{broken</tool_call>", [])
-    content, calls = parse_tool_calls('<tool_call>{"name": "a", "arguments": "{}"}</tool_call>'
-                                      '<tool_call>{"name": "b"}</tool_call>')
+    content, calls = parse_tool_calls(
+        '<tool_call>{"name": "a", "arguments": "{}"}</tool_call><tool_call>{"name": "b"}</tool_call>'
+    )
     assert [c["function"]["name"] for c in calls] == ["a", "b"] and content == ""

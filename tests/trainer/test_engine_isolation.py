@@ -26,6 +26,7 @@ def engine(tiny):
 
 async def _beside_healthy(url: str, poison: dict) -> tuple[httpx.Response, list[httpx.Response]]:
     async with httpx.AsyncClient(timeout=60) as http:
+
         def post(extra: dict) -> "asyncio.Future[httpx.Response]":
             return http.post(url + "/chat/completions", json={"messages": MSGS, "max_tokens": 4, **extra})
 
@@ -33,10 +34,18 @@ async def _beside_healthy(url: str, poison: dict) -> tuple[httpx.Response, list[
     return answers[0], list(answers[1:])
 
 
-@pytest.mark.parametrize("poison,param", [({"temperature": "nan"}, "temperature"), ({"seed": "abc"}, "seed"),
-                                          ({"seed": 2**70}, "seed"), ({"stop": [1]}, "stop"),
-                                          ({"top_p": -1}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
-                                          ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content")])
+@pytest.mark.parametrize(
+    "poison,param",
+    [
+        ({"temperature": "nan"}, "temperature"),
+        ({"seed": "abc"}, "seed"),
+        ({"seed": 2**70}, "seed"),
+        ({"stop": [1]}, "stop"),
+        ({"top_p": -1}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ],
+)
 def test_a_bad_value_is_400_naming_it_and_its_neighbours_complete(engine, poison, param):
     _eng, url = engine
     bad, healthy = asyncio.run(_beside_healthy(url, poison))
@@ -48,8 +57,11 @@ def test_a_vanishing_temperature_samples_greedily_beside_others(engine):
     eng, url = engine
     tiny_t, healthy = asyncio.run(_beside_healthy(url, {"temperature": 1e-45}))
     assert [r.status_code for r in [tiny_t, *healthy]] == [200] * (HEALTHY + 1)
-    greedy = httpx.post(url + "/chat/completions", json={"messages": MSGS, "max_tokens": 4, "temperature": 0,
-                                                          "return_token_ids": True}, timeout=60).json()
+    greedy = httpx.post(
+        url + "/chat/completions",
+        json={"messages": MSGS, "max_tokens": 4, "temperature": 0, "return_token_ids": True},
+        timeout=60,
+    ).json()
     assert tiny_t.json()["choices"][0]["message"]["content"] == greedy["choices"][0]["message"]["content"]
     assert eng.stats["max_batch_seen"] >= HEALTHY  # they did share a batch
 

@@ -10,8 +10,16 @@ from ajet_trainer.engine import EmbeddedEngine
 from ajet_trainer.engine.detok import IncrementalDecoder, first_stop, safe_prefix_len
 from tests.support.scripted_model import ScriptedModel
 
-TOOLS = [{"type": "function", "function": {"name": "add", "description": "add numbers",
-                                            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "add numbers",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+        },
+    }
+]
 USER = [{"role": "user", "content": "hi"}]
 CAP = 64
 
@@ -36,23 +44,27 @@ def _post(url, **body):
 
 def _stream(url, **body) -> list[dict]:
     chunks = []
-    with httpx.stream("POST", url + "/chat/completions", json={"messages": USER, "stream": True, **body},
-                      timeout=60) as r:
+    with httpx.stream(
+        "POST", url + "/chat/completions", json={"messages": USER, "stream": True, **body}, timeout=60
+    ) as r:
         assert r.status_code == 200, r.read()
         buf = b""
         for data in r.iter_bytes():
             buf += data
             while b"\n\n" in buf:
                 event, buf = buf.split(b"\n\n", 1)
-                payload = event[len(b"data: "):]
+                payload = event[len(b"data: ") :]
                 if payload != b"[DONE]":
                     chunks.append(orjson.loads(payload))
     return chunks
 
 
 def _contents(chunks: list[dict]) -> list[str]:
-    return [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]
-            and c["choices"][0]["delta"].get("content")]
+    return [
+        c["choices"][0]["delta"].get("content")
+        for c in chunks
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ]
 
 
 def test_a_streamed_answer_with_tools_sends_content_as_generated_and_holds_back_the_call(scripted):
@@ -94,8 +106,12 @@ def test_top_logprobs_are_the_most_likely_tokens_in_order(scripted, stream):
     answer("xyz")
     body = {"logprobs": True, "top_logprobs": 3, "temperature": 1.0}
     if stream:
-        items = [i for c in _stream(url, **body) if c["choices"] and c["choices"][0].get("logprobs")
-                 for i in c["choices"][0]["logprobs"]["content"]]
+        items = [
+            i
+            for c in _stream(url, **body)
+            if c["choices"] and c["choices"][0].get("logprobs")
+            for i in c["choices"][0]["logprobs"]["content"]
+        ]
     else:
         items = _post(url, **body).json()["choices"][0]["logprobs"]["content"]
     assert [i["token"] for i in items[:3]] == ["x", "y", "z"]
@@ -112,14 +128,17 @@ def test_without_logprobs_asked_the_engine_returns_none(scripted):
     assert "logprobs" not in _post(url, temperature=1.0).json()["choices"][0]
 
 
-@pytest.mark.parametrize("field,value", [
-    ("tool_choice", "required"),
-    ("tool_choice", {"type": "function", "function": {"name": "add"}}),
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-    ("max_tokens", CAP + 1),
-    ("max_completion_tokens", CAP + 1),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("tool_choice", "required"),
+        ("tool_choice", {"type": "function", "function": {"name": "add"}}),
+        ("response_format", {"type": "json_object"}),
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+        ("max_tokens", CAP + 1),
+        ("max_completion_tokens", CAP + 1),
+    ],
+)
 def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, field, value):
     _answer, url = scripted
     r = _post(url, tools=TOOLS, **{field: value})

@@ -18,15 +18,22 @@ def sample(uuid, task, reward, prompt=(1, 2), resp=(3, 4), mask=(1, 1)):
 
 
 def test_advantages_equal_verls_token_level_computation():
-    samples = [sample("a", "t1", 1.0), sample("b", "t1", 0.0), sample("c", "t1", 0.0),
-               sample("d", "t2", 0.3), sample("e", "t2", 0.9), sample("f", "t3", 1.0)]
+    samples = [
+        sample("a", "t1", 1.0),
+        sample("b", "t1", 0.0),
+        sample("c", "t1", 0.0),
+        sample("d", "t2", 0.3),
+        sample("e", "t2", 0.9),
+        sample("f", "t3", 1.0),
+    ]
     ours = episode_advantages(samples)
     # verl on a token-level layout: reward on the last response token, multi-token rows
     T = 5
     rewards = torch.zeros(len(samples), T)
     rewards[:, -1] = torch.tensor([s.reward for s in samples])
-    adv, _ = core_algos.compute_grpo_outcome_advantage(rewards, torch.ones(len(samples), T),
-                                                       np.array([s.task_id for s in samples], dtype=object))
+    adv, _ = core_algos.compute_grpo_outcome_advantage(
+        rewards, torch.ones(len(samples), T), np.array([s.task_id for s in samples], dtype=object)
+    )
     for i, s in enumerate(samples):
         assert ours[s.episode_uuid] == pytest.approx(float(adv[i, 0]), abs=1e-6)
     assert ours["a"] > 0 > ours["b"]
@@ -36,15 +43,21 @@ def test_advantages_equal_verls_token_level_computation():
 
 
 def test_each_sequence_gets_its_episodes_advantage():
-    two = EpisodeSample("a", "t", 1.0, (TrainSequence("a", "t", (1,), (2,), (1,), (0.0,)),
-                                        TrainSequence("a", "t", (5,), (6,), (1,), (0.0,))))
+    two = EpisodeSample(
+        "a",
+        "t",
+        1.0,
+        (TrainSequence("a", "t", (1,), (2,), (1,), (0.0,)), TrainSequence("a", "t", (5,), (6,), (1,), (0.0,))),
+    )
     items = flatten([two, sample("b", "t", 0.0)], episode_advantages([two, sample("b", "t", 0.0)]))
     assert items[0][1] == items[1][1] > 0 > items[2][1]
 
 
 def test_collate_layout():
-    items = [(TrainSequence("a", "t", (1, 2, 3), (4,), (1,), (-0.5,)), 1.0),
-             (TrainSequence("b", "t", (7,), (8, 9, 10), (1, 0, 1), (-1.0, 0.0, -2.0)), -1.0)]
+    items = [
+        (TrainSequence("a", "t", (1, 2, 3), (4,), (1,), (-0.5,)), 1.0),
+        (TrainSequence("b", "t", (7,), (8, 9, 10), (1, 0, 1), (-1.0, 0.0, -2.0)), -1.0),
+    ]
     b = collate(items, pad_id=0)
     assert b.prompt_width == 3
     assert b.input_ids.tolist() == [[1, 2, 3, 4, 0, 0], [0, 0, 7, 8, 9, 10]]
@@ -61,10 +74,12 @@ def test_one_update_lowers_the_loss_on_a_fixed_batch(tiny):
     model = copy.deepcopy(model)
     job = AgentJetJob(lr=1e-2, max_prompt_length=64, max_response_length=16, max_model_len=128)
     learner = Learner(model, tok, job)
-    samples = [sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 1, 1)),
-               sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51), mask=(1, 1)),
-               sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
-               sample("d", "u", 0.0, prompt=(8, 9), resp=(61, 62, 63, 64), mask=(1, 0, 1, 1))]
+    samples = [
+        sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 1, 1)),
+        sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51), mask=(1, 1)),
+        sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
+        sample("d", "u", 0.0, prompt=(8, 9), resp=(61, 62, 63, 64), mask=(1, 0, 1, 1)),
+    ]
     batch = collate(flatten(samples, episode_advantages(samples)), tok.pad_token_id)
     cfg = loss_config(0.2)
     with torch.no_grad():
@@ -85,8 +100,15 @@ def test_kl_loss_and_lora_reference(tiny):
     from ajet_trainer.learner import load_policy
     from ajet_trainer.tiny_model import builtin_model_path
 
-    job = AgentJetJob(lr=1e-2, lora_rank=4, use_kl_loss=True, kl_loss_coef=0.1, max_prompt_length=64,
-                      max_response_length=16, max_model_len=128)
+    job = AgentJetJob(
+        lr=1e-2,
+        lora_rank=4,
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
+        max_prompt_length=64,
+        max_response_length=16,
+        max_model_len=128,
+    )
     lora_model, _ = load_policy(str(builtin_model_path("builtin:tiny")), job, "cpu")
     learner = Learner(lora_model, tok, job)
     trainable = [n for n, p in lora_model.named_parameters() if p.requires_grad]
@@ -112,14 +134,18 @@ def test_a_non_finite_update_is_skipped_and_leaves_the_weights(tiny):
     learner = Learner(model, tok, AgentJetJob(lr=1e-2))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # rewards beyond float32: verl's GRPO advantages become inf/nan, so would the loss
-    samples = [EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40, 41), (1, 1), (0.0, 0.0)),))
-               for u, r in (("a", 1e39), ("b", -1e39))]
+    samples = [
+        EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40, 41), (1, 1), (0.0, 0.0)),))
+        for u, r in (("a", 1e39), ("b", -1e39))
+    ]
     metrics = learner.update(samples)
     assert metrics["skipped_minibatches"] == 1.0 and "loss" not in metrics
     assert metrics["reward_mean"] == 0.0  # the statistics themselves stay finite
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    ok = [EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40, 41), (1, 1), (0.0, 0.0)),))
-          for u, r in (("a", 1.0), ("b", 0.0))]
+    ok = [
+        EpisodeSample(u, "t", r, (TrainSequence(u, "t", (5, 6), (40, 41), (1, 1), (0.0, 0.0)),))
+        for u, r in (("a", 1.0), ("b", 0.0))
+    ]
     assert learner.update(ok)["skipped_minibatches"] == 0.0  # the next healthy step trains
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     model.load_state_dict(before)  # the module's model is shared
@@ -130,8 +156,18 @@ def _with_rollout_logprobs(samples, logps):
     out = []
     for s, lp in zip(samples, logps):
         seq = s.sequences[0]
-        out.append(EpisodeSample(s.episode_uuid, s.task_id, s.reward, (TrainSequence(
-            seq.episode_uuid, seq.task_id, seq.prompt_ids, seq.response_ids, seq.response_mask, tuple(lp)),)))
+        out.append(
+            EpisodeSample(
+                s.episode_uuid,
+                s.task_id,
+                s.reward,
+                (
+                    TrainSequence(
+                        seq.episode_uuid, seq.task_id, seq.prompt_ids, seq.response_ids, seq.response_mask, tuple(lp)
+                    ),
+                ),
+            )
+        )
     return out
 
 
@@ -139,15 +175,19 @@ def test_truncated_importance_sampling_is_a_no_op_without_a_gap_and_caps_a_gap(t
     import copy
 
     model, tok = tiny
-    base = [sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 1, 1)),
-            sample("b", "t", 0.0, resp=(50, 51)), sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
-            sample("d", "u", 0.0, resp=(61, 62))]
+    base = [
+        sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 1, 1)),
+        sample("b", "t", 0.0, resp=(50, 51)),
+        sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
+        sample("d", "u", 0.0, resp=(61, 62)),
+    ]
     batch = collate(flatten(base, episode_advantages(base)), tok.pad_token_id)
     with torch.no_grad():
         exact, _ = sequence_logprobs(model, batch)
     # the engine's numbers are the trainer's: the weights are all 1, and the update is the uncorrected one
-    same = _with_rollout_logprobs(base, [exact[i, :len(s.sequences[0].response_ids)].tolist()
-                                         for i, s in enumerate(base)])
+    same = _with_rollout_logprobs(
+        base, [exact[i, : len(s.sequences[0].response_ids)].tolist() for i, s in enumerate(base)]
+    )
     job = AgentJetJob(lr=1e-2, max_prompt_length=64, max_response_length=16, max_model_len=128)
     models = [copy.deepcopy(model), copy.deepcopy(model)]
     m_off = Learner(models[0], tok, job).update(same)
@@ -157,12 +197,14 @@ def test_truncated_importance_sampling_is_a_no_op_without_a_gap_and_caps_a_gap(t
     for p_off, p_on in zip(models[0].parameters(), models[1].parameters()):
         assert torch.allclose(p_off, p_on, atol=1e-7)
     # an engine far less sure than the trainer (ratio e^3 > cap): weights capped at 2
-    far = _with_rollout_logprobs(base, [(exact[i, :len(s.sequences[0].response_ids)] - 3.0).tolist()
-                                        for i, s in enumerate(base)])
+    far = _with_rollout_logprobs(
+        base, [(exact[i, : len(s.sequences[0].response_ids)] - 3.0).tolist() for i, s in enumerate(base)]
+    )
     m_far = Learner(copy.deepcopy(model), tok, job.model_copy(update={"tis_cap": 2.0})).update(far)
     assert m_far["tis_weight_max"] == pytest.approx(2.0) and m_far["tis_capped_share"] == 1.0
     assert m_far["logprob_gap"] == pytest.approx(3.0, abs=1e-4) and m_far["logprob_gap_max"] == pytest.approx(
-        3.0, abs=1e-4)
+        3.0, abs=1e-4
+    )
 
 
 def test_async_jobs_correct_for_the_behaviour_policy_by_default():
@@ -187,8 +229,10 @@ def test_staleness_metrics_count_each_lag_and_the_dropped_share():
 
 def test_entropy_bonus_and_clip_higher_follow_verls_actor(tiny):
     model, tok = tiny
-    samples = [sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41), mask=(1, 1)),
-               sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51), mask=(1, 1))]
+    samples = [
+        sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41), mask=(1, 1)),
+        sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51), mask=(1, 1)),
+    ]
     batch = collate(flatten(samples, episode_advantages(samples)), tok.pad_token_id)
     with torch.no_grad():
         logp, entropy = sequence_logprobs(model, batch, with_entropy=True)
@@ -210,8 +254,10 @@ def test_the_same_batch_in_another_order_makes_the_same_update_bit_for_bit(tiny)
     import random
 
     model, tok = tiny
-    samples = [sample(f"e{i}", f"t{i % 3}", float(i % 2), prompt=(5, 6 + i % 3), resp=(40 + i, 41), mask=(1, 1))
-               for i in range(12)]
+    samples = [
+        sample(f"e{i}", f"t{i % 3}", float(i % 2), prompt=(5, 6 + i % 3), resp=(40 + i, 41), mask=(1, 1))
+        for i in range(12)
+    ]
     shuffled = samples[:]
     random.Random(1).shuffle(shuffled)
     job = AgentJetJob(lr=1e-2, max_prompt_length=64, max_response_length=16, max_model_len=128)

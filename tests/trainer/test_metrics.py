@@ -12,8 +12,10 @@ from pydantic import ValidationError
 from ajet.job import AgentJetJob
 from ajet_trainer.metrics import MetricsLog
 
-STEPS = [{"loss": 0.5, "reward_mean": 0.25, "samples/episodes": 4, "flag": True},
-         {"loss": 0.25, "reward_mean": 0.75, "samples/episodes": 4, "nan": float("nan")}]
+STEPS = [
+    {"loss": 0.5, "reward_mean": 0.25, "samples/episodes": 4, "flag": True},
+    {"loss": 0.25, "reward_mean": 0.75, "samples/episodes": 4, "nan": float("nan")},
+]
 
 
 def _write(exp, job):

@@ -6,8 +6,21 @@ from ajet_trainer.samples import assemble, episode_sequences
 
 def call(seq, prompt, completion, logprobs=None, error=None):
     lps = logprobs if logprobs is not None else [-0.1 * (i + 1) for i in range(len(completion or []))]
-    return CallRecord("ep", seq, "{}", "{}", prompt, completion, lps if completion is not None else None, "stop", 0,
-                      "d", 1.0, 1.0, error=error)
+    return CallRecord(
+        "ep",
+        seq,
+        "{}",
+        "{}",
+        prompt,
+        completion,
+        lps if completion is not None else None,
+        "stop",
+        0,
+        "d",
+        1.0,
+        1.0,
+        error=error,
+    )
 
 
 def test_multi_turn_with_tool_output_merges():
@@ -37,8 +50,10 @@ def test_calls_are_ordered_by_seq_and_bad_calls_skipped():
 
 
 def test_truncation_is_explicit_and_counted():
-    eps = [RewardedEpisode("e1", "t", 1.0, (call(0, list(range(10)), [20, 21, 22, 23]),)),
-           RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2]),))]
+    eps = [
+        RewardedEpisode("e1", "t", 1.0, (call(0, list(range(10)), [20, 21, 22, 23]),)),
+        RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2]),)),
+    ]
     samples, stats = assemble(eps, max_prompt=4, max_response=2)
     s = samples[0].sequences[0]
     assert s.prompt_ids == (6, 7, 8, 9) and s.response_ids == (20, 21) and len(s.rollout_logprobs) == 2
@@ -46,9 +61,11 @@ def test_truncation_is_explicit_and_counted():
 
 
 def test_episode_without_usable_calls_is_skipped_and_counted():
-    eps = [RewardedEpisode("e1", "t", 1.0, (call(0, [1], None),)),
-           RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2], error="x"),)),
-           RewardedEpisode("e3", "t", 1.0, (call(0, [1], [2]),))]
+    eps = [
+        RewardedEpisode("e1", "t", 1.0, (call(0, [1], None),)),
+        RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2], error="x"),)),
+        RewardedEpisode("e3", "t", 1.0, (call(0, [1], [2]),)),
+    ]
     samples, stats = assemble(eps, 100, 100)
     assert [s.episode_uuid for s in samples] == ["e3"]
     assert (stats.empty_episodes, stats.failed_calls, stats.calls) == (2, 1, 3)

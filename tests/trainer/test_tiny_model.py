@@ -5,7 +5,7 @@ import hashlib
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ajet_trainer.tiny_model import SIZES, builtin_model_path, build_tokenizer
+from ajet_trainer.tiny_model import SIZES, build_tokenizer, builtin_model_path
 
 
 def _digest(model) -> str:
@@ -41,18 +41,25 @@ def test_tokenizer_round_trip_and_template():
     p1 = tok.encode(first, add_special_tokens=False)
     completion = tok.encode("yo", add_special_tokens=False) + [tok.eos_token_id]
     msgs2 = msgs + [{"role": "assistant", "content": "yo"}, {"role": "user", "content": "again"}]
-    p2 = tok.encode(tok.apply_chat_template(msgs2, tokenize=False, add_generation_prompt=True),
-                    add_special_tokens=False)
+    p2 = tok.encode(
+        tok.apply_chat_template(msgs2, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
     assert p2[: len(p1) + len(completion)] == p1 + completion
 
 
 def test_template_renders_tools_and_tool_calls():
     tok = build_tokenizer()
     tools = [{"type": "function", "function": {"name": "add", "parameters": {}}}]
-    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "2+2"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}]},
-            {"role": "tool", "content": "4"}]
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "2+2"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}],
+        },
+        {"role": "tool", "content": "4"},
+    ]
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\nsys\n\nTools:\n")
     assert '<tool_call>{"name": "add", "arguments": {"a": 2}}</tool_call><|im_end|>' in text

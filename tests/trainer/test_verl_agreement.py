@@ -41,16 +41,38 @@ def _samples() -> list[EpisodeSample]:
             uuid = f"{task}-{k}"
             prompt = tuple(10 + t * 7 + i for i in range(5 + t))
             response = tuple(40 + k * 3 + t + i for i in range(3 + k))
-            out.append(EpisodeSample(uuid, task, float(k), (TrainSequence(
-                uuid, task, prompt, response, (1,) * len(response), (-1.0,) * len(response)),)))
+            out.append(
+                EpisodeSample(
+                    uuid,
+                    task,
+                    float(k),
+                    (TrainSequence(uuid, task, prompt, response, (1,) * len(response), (-1.0,) * len(response)),),
+                )
+            )
     return out
 
 
 def _job(lora_rank: int, tmp_path, ranks: int = 1) -> AgentJetJob:
-    return AgentJetJob(model="builtin:tiny", n_gpu=ranks, batch_size=2, num_repeat=2, mini_batch_num=1, ppo_epochs=1,
-                       lr=1e-3, lora_rank=lora_rank, lora_alpha=16, use_kl_loss=lora_rank > 0, kl_loss_coef=0.1,
-                       save_freq=0, seed=0, max_prompt_length=32, max_response_length=32, max_model_len=128,
-                       ensure_new_experiment=True, experiment_dir=str(tmp_path / "exp"))
+    return AgentJetJob(
+        model="builtin:tiny",
+        n_gpu=ranks,
+        batch_size=2,
+        num_repeat=2,
+        mini_batch_num=1,
+        ppo_epochs=1,
+        lr=1e-3,
+        lora_rank=lora_rank,
+        lora_alpha=16,
+        use_kl_loss=lora_rank > 0,
+        kl_loss_coef=0.1,
+        save_freq=0,
+        seed=0,
+        max_prompt_length=32,
+        max_response_length=32,
+        max_model_len=128,
+        ensure_new_experiment=True,
+        experiment_dir=str(tmp_path / "exp"),
+    )
 
 
 STEPS = 2
@@ -60,8 +82,9 @@ def _verl_steps(job: AgentJetJob, samples, tmp_path):
     """verl's driver steps on `samples`: (its metrics per step, the advantages of the last step, the start and
     end weights)."""
     pulled: list[dict[str, torch.Tensor]] = []
-    with verl_cpu_trainer(job, tmp_path / "exp", lambda w: pulled.append({k: v.clone() for k, v in w.items()})) \
-            as trainer:
+    with verl_cpu_trainer(
+        job, tmp_path / "exp", lambda w: pulled.append({k: v.clone() for k, v in w.items()})
+    ) as trainer:
         seen = {}
         compute = trainer._fit_compute_advantage
 
@@ -123,8 +146,12 @@ def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_
         pairs["kl"] = "actor/kl_loss"
     for step, (ours, verl_metrics) in enumerate(zip(our_steps, verl_steps), start=1):
         for ours_key, verl_key in pairs.items():
-            assert _close(verl_metrics[verl_key], ours[ours_key]), (step, ours_key, verl_metrics[verl_key],
-                                                                   ours[ours_key])
+            assert _close(verl_metrics[verl_key], ours[ours_key]), (
+                step,
+                ours_key,
+                verl_metrics[verl_key],
+                ours[ours_key],
+            )
         assert ours["grad_norm"] > 0
     if job.use_kl_loss:
         assert our_steps[-1]["kl"] > 1e-9  # the KL term compared is not the trivial 0 of the first step
@@ -143,7 +170,9 @@ def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_
     assert close >= WEIGHT_CLOSE_SHARE, f"only {close:.6f} of the weights agree within {WEIGHT_CLOSE}"
     assert float(diff.max()) <= WEIGHT_MAX, f"weights differ by up to {float(diff.max()):.2e} after one step"
     ours, verl_metrics = our_steps[-1], verl_steps[-1]
-    print(f"agreement[{'lora' if lora_rank else 'full'}, {ranks} rank(s)]: pg_loss {ours['pg_loss']:.6g} vs "
-          f"{verl_metrics['actor/pg_loss']:.6g}, grad_norm {ours['grad_norm']:.6g} vs "
-          f"{verl_metrics['actor/grad_norm']:.6g}, kl {ours.get('kl')} vs {verl_metrics.get('actor/kl_loss')}, "
-          f"weights within {WEIGHT_CLOSE}: {close:.6f} of {diff.numel()}, max diff {float(diff.max()):.2e}")
+    print(
+        f"agreement[{'lora' if lora_rank else 'full'}, {ranks} rank(s)]: pg_loss {ours['pg_loss']:.6g} vs "
+        f"{verl_metrics['actor/pg_loss']:.6g}, grad_norm {ours['grad_norm']:.6g} vs "
+        f"{verl_metrics['actor/grad_norm']:.6g}, kl {ours.get('kl')} vs {verl_metrics.get('actor/kl_loss')}, "
+        f"weights within {WEIGHT_CLOSE}: {close:.6f} of {diff.numel()}, max diff {float(diff.max()):.2e}"
+    )

@@ -7,25 +7,24 @@ import pytest
 import torch
 import yaml
 from omegaconf import OmegaConf
+from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.utils import Role
 from verl.utils.config import omega_conf_to_dataclass
-from verl.trainer.ppo import core_algos
 
 from ajet import AgentJetJob
 from ajet.types import BatchMode, EngineState
-from ajet_store.batch_policy import select_batch
 from ajet_store import Store, sqlite_url
+from ajet_store.batch_policy import select_batch
 from ajet_store.types import CallRecord
-from ajet_trainer.grpo import collate, episode_advantages
-from ajet_trainer.samples import assemble, flatten
-from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
-from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
-from ajet_trainer.options import TrainerOptions
-from ajet_trainer.errors import TrainerError
 from ajet_trainer.backends import open_session
-from ajet_trainer.errors import ConfigurationError
+from ajet_trainer.errors import ConfigurationError, TrainerError
+from ajet_trainer.grpo import collate, episode_advantages
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.samples import assemble, flatten
 from ajet_trainer.steps import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
+from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
 from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, start_local_ray, validate
 from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
 
@@ -33,9 +32,23 @@ from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
 def test_verl_config_composition(tmp_path):
     user = tmp_path / "over.yaml"
     user.write_text("actor_rollout_ref.rollout.tensor_model_parallel_size: 2\ntrainer.total_epochs: 3\n")
-    job = AgentJetJob(batch_size=16, num_repeat=8, lr=3e-6, lora_rank=32, lora_alpha=64, n_gpu=4, ppo_epochs=2,
-                      mini_batch_num=4, use_kl_loss=True, kl_loss_coef=0.01, max_prompt_length=1024,
-                      max_response_length=2048, max_model_len=4096, clip_ratio_high=0.28, entropy_coeff=0.01)
+    job = AgentJetJob(
+        batch_size=16,
+        num_repeat=8,
+        lr=3e-6,
+        lora_rank=32,
+        lora_alpha=64,
+        n_gpu=4,
+        ppo_epochs=2,
+        mini_batch_num=4,
+        use_kl_loss=True,
+        kl_loss_coef=0.01,
+        max_prompt_length=1024,
+        max_response_length=2048,
+        max_model_len=4096,
+        clip_ratio_high=0.28,
+        entropy_coeff=0.01,
+    )
     cfg = compose_verl_config(job, user, nnodes=2, model_path="/models/qwen")
     a = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.data.train_batch_size == 16
@@ -56,13 +69,19 @@ def test_verl_config_composition(tmp_path):
 def test_a_verl_key_edited_in_the_job_yaml_reaches_verls_resolved_config(tmp_path):
     path = AgentJetJob(batch_size=4, num_repeat=2).dump_job_as_yaml(tmp_path / "job.yaml")
     data = yaml.safe_load(path.read_text())
-    data["verl"] = {"actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 2}},
-                    "actor_rollout_ref.actor.optim.lr": 7e-7, "trainer.total_epochs": 5}
+    data["verl"] = {
+        "actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 2}},
+        "actor_rollout_ref.actor.optim.lr": 7e-7,
+        "trainer.total_epochs": 5,
+    }
     data["ajet"]["lr"] = 1e-3  # the job's own lr loses to the verl section's, which is more specific
     path.write_text(yaml.safe_dump(data))
     job = AgentJetJob().build_job_from_yaml(path)
-    assert job.verl == {"actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
-                        "actor_rollout_ref.actor.optim.lr": 7e-7, "trainer.total_epochs": 5}
+    assert job.verl == {
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+        "actor_rollout_ref.actor.optim.lr": 7e-7,
+        "trainer.total_epochs": 5,
+    }
     user = tmp_path / "server.yaml"
     user.write_text("trainer.total_epochs: 3\n")  # the server's file: the job's verl section wins over it
     cfg = compose_verl_config(job, user)
@@ -73,20 +92,35 @@ def test_a_verl_key_edited_in_the_job_yaml_reaches_verls_resolved_config(tmp_pat
 
 
 def test_an_unknown_verl_key_names_its_nearest_spelling():
-    with pytest.raises(ConfigurationError, match=r"'actor_rollout_ref.actor.optim.lrr'.*did you mean "
-                                                 r"'actor_rollout_ref.actor.optim.lr'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"'actor_rollout_ref.actor.optim.lrr'.*did you mean "
+        r"'actor_rollout_ref.actor.optim.lr'",
+    ):
         compose_verl_config(AgentJetJob(verl={"actor_rollout_ref.actor.optim.lrr": 0.1}))
 
 
-@pytest.mark.parametrize("job", [
-    AgentJetJob(lora_rank=8, batch_size=4, num_repeat=4),
-    AgentJetJob(batch_size=4, num_repeat=4, use_kl_loss=True),
-    AgentJetJob(n_gpu=8, batch_size=32, num_repeat=8, mini_batch_num=4, max_prompt_length=4096,
-                max_response_length=20000, max_model_len=24576),
-], ids=["lora", "full-kl", "8gpu-long"])
+@pytest.mark.parametrize(
+    "job",
+    [
+        AgentJetJob(lora_rank=8, batch_size=4, num_repeat=4),
+        AgentJetJob(batch_size=4, num_repeat=4, use_kl_loss=True),
+        AgentJetJob(
+            n_gpu=8,
+            batch_size=32,
+            num_repeat=8,
+            mini_batch_num=4,
+            max_prompt_length=4096,
+            max_response_length=20000,
+            max_model_len=24576,
+        ),
+    ],
+    ids=["lora", "full-kl", "8gpu-long"],
+)
 def test_verl_composed_config_passes_verls_own_validation(job, tmp_path):
-    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path),
-                              model_path=str(builtin_model_path("builtin:tiny")))
+    cfg = compose_verl_config(
+        job, extra=session_overrides(job, tmp_path), model_path=str(builtin_model_path("builtin:tiny"))
+    )
     OmegaConf.resolve(cfg)
     validate(cfg)  # raises TrainerError with verl's message otherwise
     for key in ("model", "actor", "rollout", "rollout.checkpoint_engine"):  # what verl's workers build from it
@@ -114,8 +148,9 @@ def test_verl_validation_reports_verls_reason(tmp_path):
 @pytest.mark.parametrize("lora_rank", [0, 8])
 def test_verl_trainer_roles_for_kl_with_and_without_lora(lora_rank, tiny, tmp_path):
     job = AgentJetJob(n_gpu=1, batch_size=2, num_repeat=2, use_kl_loss=True, lora_rank=lora_rank)
-    cfg = compose_verl_config(job, extra=session_overrides(job, tmp_path),
-                              model_path=str(builtin_model_path("builtin:tiny")))
+    cfg = compose_verl_config(
+        job, extra=session_overrides(job, tmp_path), model_path=str(builtin_model_path("builtin:tiny"))
+    )
     trainer = build_trainer(cfg, tiny[1])
     assert trainer.use_reference_policy and trainer.ref_in_actor is (lora_rank > 0)
     # full fine-tuning: a frozen reference model of its own; LoRA: the actor without its adapter
@@ -137,8 +172,13 @@ def store(tmp_path):
             uuid = f"{task}-{i}"
             st.begin_episode(uuid, uuid, "c", "train", 60)
             prompt = [1, 2, 3] if task == "t1" else [4, 5]
-            st.write_calls([CallRecord(uuid, 0, "{}", "{}", prompt, [10 + i] * (i + 1), [-0.1] * (i + 1), "stop", 0,
-                                       "d", 1.0, 1.0)])
+            st.write_calls(
+                [
+                    CallRecord(
+                        uuid, 0, "{}", "{}", prompt, [10 + i] * (i + 1), [-0.1] * (i + 1), "stop", 0, "d", 1.0, 1.0
+                    )
+                ]
+            )
             st.end_episode(uuid, "c", task, r, None, {})
     yield st
     st.close()
@@ -154,19 +194,25 @@ def test_verl_dataproto_equals_the_embedded_samples_and_advantages(store):
     samples = _samples(store, job)
     dp = samples_to_dataproto(samples, pad_id=0)
     ref = collate(flatten(samples), 0)
-    for key, want in (("input_ids", ref.input_ids), ("attention_mask", ref.attention_mask),
-                      ("position_ids", ref.position_ids), ("responses", ref.responses),
-                      ("response_mask", ref.response_mask), ("rollout_log_probs", ref.rollout_logprobs)):
+    for key, want in (
+        ("input_ids", ref.input_ids),
+        ("attention_mask", ref.attention_mask),
+        ("position_ids", ref.position_ids),
+        ("responses", ref.responses),
+        ("response_mask", ref.response_mask),
+        ("rollout_log_probs", ref.rollout_logprobs),
+    ):
         assert torch.equal(dp.batch[key], want), key
-    assert torch.equal(dp.batch["prompts"], ref.input_ids[:, :ref.prompt_width])
+    assert torch.equal(dp.batch["prompts"], ref.input_ids[:, : ref.prompt_width])
     # the reward sits on the last valid response token
     lengths = ref.response_mask.sum(-1).long()
     for i, ep in enumerate(samples):
         assert dp.batch["token_level_rewards"][i, lengths[i] - 1] == ep.reward
         assert dp.batch["token_level_rewards"][i].sum() == ep.reward
     assert list(dp.non_tensor_batch["uid"]) == [s.task_id for s in samples]
-    adv, _ = core_algos.compute_grpo_outcome_advantage(dp.batch["token_level_rewards"], dp.batch["response_mask"],
-                                                       dp.non_tensor_batch["uid"])
+    adv, _ = core_algos.compute_grpo_outcome_advantage(
+        dp.batch["token_level_rewards"], dp.batch["response_mask"], dp.non_tensor_batch["uid"]
+    )
     ours = episode_advantages(samples)
     for i, ep in enumerate(samples):
         assert float(adv[i, 0]) == pytest.approx(ours[ep.episode_uuid], abs=1e-5)
@@ -212,11 +258,13 @@ def multi_store(tmp_path):
             uuid = f"{task}-{i}"
             st.begin_episode(uuid, uuid, "c", "train", 60)
             prompt = [1, 2, 3] if task == "t1" else [4, 5]
-            calls = [CallRecord(uuid, 0, "{}", "{}", prompt, [10 + i] * (i + 2), [-0.1] * (i + 2), "stop", 0, "d",
-                                1.0, 1.0)]
+            calls = [
+                CallRecord(uuid, 0, "{}", "{}", prompt, [10 + i] * (i + 2), [-0.1] * (i + 2), "stop", 0, "d", 1.0, 1.0)
+            ]
             if uuid == "t1-0":  # a second turn whose prompt was rewritten: a second sequence
-                calls.append(CallRecord(uuid, 1, "{}", "{}", [7, 8], [20, 21, 22], [-0.2] * 3, "stop", 0, "d",
-                                        1.0, 1.0))
+                calls.append(
+                    CallRecord(uuid, 1, "{}", "{}", [7, 8], [20, 21, 22], [-0.2] * 3, "stop", 0, "d", 1.0, 1.0)
+                )
             st.write_calls(calls)
             st.end_episode(uuid, "c", task, r, None, {})
     yield st
@@ -230,8 +278,11 @@ def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_tra
     assert trainer.begin() == 0  # nothing to restore; weights pushed into the (stand-in) replicas
     batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
     metrics = trainer.train_on(batch)
-    assert trainer.global_steps == 2 and trainer.checkpoint_manager.calls == ["update_weights@0", "sleep",
-                                                                              "update_weights@1"]
+    assert trainer.global_steps == 2 and trainer.checkpoint_manager.calls == [
+        "update_weights@0",
+        "sleep",
+        "update_weights@1",
+    ]
     # 7 rows (t1-0 has two sequences), padded to 12 (verl's mini-batch: 2 tasks x 3 rows); every row carries
     # its episode's GRPO advantage, as in the embedded trainer; padding rows train nothing
     seen = trainer.actor_rollout_wg.seen[0]
@@ -240,8 +291,11 @@ def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_tra
     padding = [i for i in range(12) if i not in trained]
     assert len(trained) == 7 and float(seen["advantages"][padding].abs().sum()) == 0.0
     ours = episode_advantages(trainer.ajet_samples)
-    want = {tuple(sq.prompt_ids + sq.response_ids): ours[ep.episode_uuid]
-            for ep in trainer.ajet_samples for sq in ep.sequences}
+    want = {
+        tuple(sq.prompt_ids + sq.response_ids): ours[ep.episode_uuid]
+        for ep in trainer.ajet_samples
+        for sq in ep.sequences
+    }
     assert len(want) == 7
     for i in trained:
         n = int(seen["response_mask"][i].sum())
@@ -249,7 +303,7 @@ def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_tra
         assert seen["advantages"][i, :n] == pytest.approx(torch.full((n,), expected), abs=1e-5)
         assert float(seen["advantages"][i, n:].abs().sum()) == 0.0
     assert ours["t1-0"] > 0 > ours["t1-1"]  # t1-0 counted once in its group despite its two sequences
-    assert metrics["critic/score/mean"] == pytest.approx(sum(0.0 + r for r in (1, 1, 0, .5, .2, .2, .9)) / 7)
+    assert metrics["critic/score/mean"] == pytest.approx(sum(0.0 + r for r in (1, 1, 0, 0.5, 0.2, 0.2, 0.9)) / 7)
     assert np.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # the update really ran
     # verl's checkpoint (save_freq=1) carries the step's record, for a crash before the store has it
@@ -257,8 +311,7 @@ def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_tra
     assert data["step"] == 1 and sorted(data["episode_uuids"]) == sorted(p.uuid for p in batch)
 
 
-def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_record(multi_store, verl_trainer,
-                                                                                   tmp_path):
+def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_record(multi_store, verl_trainer, tmp_path):
     trainer, job, _ = verl_trainer
     trainer.attach_store(multi_store, job, pad_id=0)
     trainer.begin()
@@ -289,8 +342,9 @@ def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update
     for i in range(6):
         uuid = f"e{i}"
         st.begin_episode(uuid, uuid, "c", "train", 60)
-        st.write_calls([CallRecord(uuid, 0, "{}", None, None, None, None, None, 0, "d", 1.0, 1.0,
-                                   error="upstream 500")])
+        st.write_calls(
+            [CallRecord(uuid, 0, "{}", None, None, None, None, None, 0, "d", 1.0, 1.0, error="upstream 500")]
+        )
         st.end_episode(uuid, "c", f"t{i % 2}", 1.0, None, {})
     trainer.attach_store(st, job, pad_id=0)
     trainer.begin()
@@ -307,21 +361,33 @@ def test_verl_backend_without_gpus_is_a_clear_error_not_a_hang(store, tmp_path):
     job = AgentJetJob(model="builtin:tiny", n_gpu=1)
     user = tmp_path / "over.yaml"
     user.write_text("actor_rollout_ref.rollout.tensor_model_parallel_size: 1\nactor_rollout_ref.actor.ppo_epochs: 3\n")
-    opts = TrainerOptions(db_url="unused", backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"),
-                          verl_overrides=str(user))
+    opts = TrainerOptions(
+        db_url="unused", backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"), verl_overrides=str(user)
+    )
     with pytest.raises(TrainerError, match="hybrid needs 1 CUDA GPU"):
         open_session(job, 1, store, opts)
     written = yaml.safe_load((tmp_path / "exp" / "verl_config.yaml").read_text())  # composed before Ray is asked
     assert written["actor_rollout_ref"]["actor"]["ppo_epochs"] == 3 and written["critic"]["enable"] is False
     with pytest.raises(TrainerError, match="no such file"):
-        open_session(job, 1, store, TrainerOptions(db_url="unused", backend="verl", engine="hybrid",
-                                                   verl_overrides="/nope.yaml",
-                                                   experiment_dir=str(tmp_path / "exp")))
+        open_session(
+            job,
+            1,
+            store,
+            TrainerOptions(
+                db_url="unused",
+                backend="verl",
+                engine="hybrid",
+                verl_overrides="/nope.yaml",
+                experiment_dir=str(tmp_path / "exp"),
+            ),
+        )
 
 
 def test_a_local_ray_that_times_out_starting_is_started_again_and_other_failures_are_not():
-    slow = Exception("The current node timed out during startup. This could happen because some of the raylet "
-                     "failed to startup or the GCS has become overloaded.")
+    slow = Exception(
+        "The current node timed out during startup. This could happen because some of the raylet "
+        "failed to startup or the GCS has become overloaded."
+    )
     calls: list[str] = []
 
     def init(outcomes):
@@ -329,6 +395,7 @@ def test_a_local_ray_that_times_out_starting_is_started_again_and_other_failures
             calls.append("init")
             if outcomes:
                 raise outcomes.pop(0)
+
         return go
 
     start_local_ray(init([slow, slow]), lambda: calls.append("shutdown"))  # the third attempt starts

@@ -51,8 +51,12 @@ def test_weights_from_verls_actor_land_in_the_served_model_or_fail_loudly(lora_r
         names = [k.replace(".default.weight", ".weight") for k in model.state_dict() if "lora_" in k]
     else:
         names = list(model.state_dict())
-    weights = {n: torch.full_like(model.state_dict()[n.replace(".weight", ".default.weight") if lora_rank and
-                                                      "lora_" in n else n], 0.5) for n in names}
+    weights = {
+        n: torch.full_like(
+            model.state_dict()[n.replace(".weight", ".default.weight") if lora_rank and "lora_" in n else n], 0.5
+        )
+        for n in names
+    }
     load_weights(model, weights)
     trained = [v for k, v in model.state_dict().items() if (not lora_rank or "lora_" in k)]
     assert trained and all(torch.all(v == 0.5) for v in trained)

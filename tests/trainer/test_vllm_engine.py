@@ -32,21 +32,45 @@ STAND_IN = f"{sys.executable} {STUB} serve"
 
 
 def test_vllm_launch_arguments_defaults_and_overrides():
-    gpu = VllmSettings(python="/venv/bin/python", lora_rank=16, max_model_len=4096, gpu_memory_utilization=0.5,
-                       enable_sleep_mode=True)
+    gpu = VllmSettings(
+        python="/venv/bin/python", lora_rank=16, max_model_len=4096, gpu_memory_utilization=0.5, enable_sleep_mode=True
+    )
     assert launch_args("/models/qwen", gpu, 8123) == [
-        "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/qwen",
-        "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "policy",
-        "--max-model-len", "4096", "--gpu-memory-utilization", "0.5", "--enable-auto-tool-choice",
-        "--tool-call-parser", "hermes", "--enable-lora", "--max-lora-rank", "16", "--enable-sleep-mode"]
-    cpu = VllmSettings(python="py", lora_rank=0, max_model_len=256, cpu=True,
-                       user_args=("--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed", "1"))
+        "/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/models/qwen",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--served-model-name",
+        "policy",
+        "--max-model-len",
+        "4096",
+        "--gpu-memory-utilization",
+        "0.5",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-lora",
+        "--max-lora-rank",
+        "16",
+        "--enable-sleep-mode",
+    ]
+    cpu = VllmSettings(
+        python="py",
+        lora_rank=0,
+        max_model_len=256,
+        cpu=True,
+        user_args=("--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed", "1"),
+    )
     args = launch_args("/m", cpu, 1)
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.15"  # a share of host RAM on CPU
     assert "--enforce-eager" in args and "--enable-lora" not in args  # full fine-tuning: no LoRA in vLLM
     assert args.count("--tool-call-parser") == 1 and "hermes" not in args  # a --vllm-arg replaces the default
-    assert "float32" not in args and args[-5:] == ["--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed",
-                                                   "1"]
+    assert "float32" not in args and args[-5:] == ["--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed", "1"]
     env = launch_env()
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["VLLM_HOST_IP"] == "127.0.0.1"  # vLLM's internal queues stay on loopback
@@ -86,13 +110,21 @@ def _without_tie_key(model, folder: Path) -> Path:
 def test_full_fine_tuning_refuses_tied_embeddings(tmp_path):
     from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
 
-    small = dict(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                 num_key_value_heads=2, head_dim=8)
+    small = dict(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
     with pytest.raises(TrainerError, match="ties its input and output embeddings"):
         refuse_tied_full_reload(Qwen3ForCausalLM(Qwen3Config(tie_word_embeddings=True, **small)), "tied")
     # a config that does not say gets its model class's default, as transformers (and vLLM) read it:
-    gpt2 = _without_tie_key(GPT2LMHeadModel(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2)),
-                            tmp_path / "gpt2")
+    gpt2 = _without_tie_key(
+        GPT2LMHeadModel(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2)), tmp_path / "gpt2"
+    )
     with pytest.raises(TrainerError, match="ties"):  # GPT-2's default: tied
         refuse_tied_full_reload(AutoModelForCausalLM.from_pretrained(gpt2), str(gpt2))
     qwen3 = _without_tie_key(Qwen3ForCausalLM(Qwen3Config(tie_word_embeddings=True, **small)), tmp_path / "qwen3")
@@ -108,8 +140,10 @@ def test_vllm_replica_gpu_groups():
 
 
 def test_vllm_start_failure_reports_the_log_tail(tmp_path):
-    s = VllmSettings(command=(sys.executable, "-c", "print('RuntimeError: CUDA out of memory'); raise SystemExit(3)",
-                              "serve"), health_timeout_s=30)
+    s = VllmSettings(
+        command=(sys.executable, "-c", "print('RuntimeError: CUDA out of memory'); raise SystemExit(3)", "serve"),
+        health_timeout_s=30,
+    )
     with pytest.raises(EngineStartError, match="CUDA out of memory"):
         VllmEngine("/models/none", s, tmp_path / "vllm.log").start()
     hang = VllmSettings(command=(sys.executable, "-c", "import time; time.sleep(60)", "serve"), health_timeout_s=1.5)
@@ -147,8 +181,16 @@ def _train_three_batches(sw, job: AgentJetJob) -> None:
             time.sleep(0.2)
 
 
-JOB = dict(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64, max_response_length=64,
-           max_model_len=256, max_response_length_in_one_turn=8)
+JOB = dict(
+    model="builtin:tiny",
+    batch_size=2,
+    num_repeat=2,
+    lr=1e-2,
+    max_prompt_length=64,
+    max_response_length=64,
+    max_model_len=256,
+    max_response_length_in_one_turn=8,
+)
 
 
 @pytest.mark.slow
@@ -160,7 +202,10 @@ def test_vllm_full_fine_tuning_reloads_the_weights_each_step(tmp_path):
         journal = httpx.get(deps[0].base_url.removesuffix("/v1") + "/stub/journal").json()
         control = [(j["op"], j.get("kwargs", {}).get("weights_path")) for j in journal if j["op"] != "chat"]
         weights = sw.exp_dir / "weights"
-        assert control == [op for n in (1, 2, 3) for op in (("reload_weights", str(weights / f"step_{n}")),
-                                                            ("reset_prefix_cache", None))]
+        assert control == [
+            op
+            for n in (1, 2, 3)
+            for op in (("reload_weights", str(weights / f"step_{n}")), ("reset_prefix_cache", None))
+        ]
         assert [p.name for p in weights.iterdir()] == ["step_3"]  # older folders pruned once vLLM read them
         assert (weights / "step_3" / "model.safetensors").is_file()

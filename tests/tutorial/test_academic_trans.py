@@ -12,8 +12,8 @@ from ajet import Task
 from ajet.types import EpisodeStatus
 from tests.support.procs import free_port
 from tests.support.swarm import running_swarm
-from tutorial.example_academic_trans_swarm.train_multi_model.trans_reward import JudgeError, noun_recall, parse_score
 from tutorial.example_academic_trans_swarm import trans
+from tutorial.example_academic_trans_swarm.train_multi_model.trans_reward import JudgeError, noun_recall, parse_score
 from tutorial.example_academic_trans_swarm.trans import FINAL, NOUNS, ROUGH
 from tutorial.example_academic_trans_swarm.trans_roll import job, rollout
 
@@ -24,15 +24,35 @@ def test_demo2_has_the_seeds_names_and_shape():
     params = lambda f: list(inspect.signature(f).parameters)  # noqa: E731
     assert params(trans.execute_agent)[:3] == ["task", "api_baseurl_key_7b", "api_baseurl_key_14b"]
     assert params(trans.rough_translate_agent)[:3] == ["base_url", "api_key", "abstract"]
-    assert params(trans.detect_hard_proper_nouns)[:5] == ["messages", "base_url", "api_key", "abstract",
-                                                         "rough_translate"]
-    assert params(trans.produce_final_translation)[:6] == ["messages", "base_url", "api_key", "abstract",
-                                                          "rough_translate", "fix_nouns"]
+    assert params(trans.detect_hard_proper_nouns)[:5] == [
+        "messages",
+        "base_url",
+        "api_key",
+        "abstract",
+        "rough_translate",
+    ]
+    assert params(trans.produce_final_translation)[:6] == [
+        "messages",
+        "base_url",
+        "api_key",
+        "abstract",
+        "rough_translate",
+        "fix_nouns",
+    ]
 
 
-@pytest.mark.parametrize("text,score", [("Score: 7/10", 0.7), ("**Score: 8**/10", 0.8), ('{"score": 9}', 0.9),
-                                        ("I'd give it 6 out of 10.", 0.6), ("score = 85/100", 0.85),
-                                        ("Score: 4", 0.4), ("Overall 10/10, perfect", 1.0)])
+@pytest.mark.parametrize(
+    "text,score",
+    [
+        ("Score: 7/10", 0.7),
+        ("**Score: 8**/10", 0.8),
+        ('{"score": 9}', 0.9),
+        ("I'd give it 6 out of 10.", 0.6),
+        ("score = 85/100", 0.85),
+        ("Score: 4", 0.4),
+        ("Overall 10/10, perfect", 1.0),
+    ],
+)
 def test_score_parser(text, score):
     assert parse_score(text) == pytest.approx(score)
 
@@ -85,8 +105,14 @@ def test_two_models_each_trained_on_its_own_calls(tmp_path, monkeypatch):
         swarm_a, swarm_b = sw_a.client(), sw_b.client()
         swarm_a.auto_sync_train_config_and_start_engine(job("model_a", "builtin:tiny"))
         swarm_b.auto_sync_train_config_and_start_engine(job("model_b", "builtin:tiny"))
-        tasks = [Task(task_id=f"p{i}", main_query=f"Alice met Bob at MIT number {i}.",
-                      metadata={"proper_nouns": ["Alice", "Bob", "MIT"]}) for i in range(2)]
+        tasks = [
+            Task(
+                task_id=f"p{i}",
+                main_query=f"Alice met Bob at MIT number {i}.",
+                metadata={"proper_nouns": ["Alice", "Bob", "MIT"]},
+            )
+            for i in range(2)
+        ]
         rewards = [rollout(t, swarm_a, swarm_b, 16) for t in tasks for _ in range(4)]
         assert all(ra == pytest.approx(0.7) for ra, _ in rewards)
         for s in (swarm_a, swarm_b):
@@ -95,8 +121,14 @@ def test_two_models_each_trained_on_its_own_calls(tmp_path, monkeypatch):
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
         store_a, store_b = sw_a.store(), sw_b.store()
-        systems = lambda st: {json.loads(c.request)["messages"][0]["content"]  # noqa: E731
-                              for e in st.episodes(status=EpisodeStatus.ENDED) for c in st.calls(e.uuid)}
+
+        def systems(st):
+            return {
+                json.loads(c.request)["messages"][0]["content"]
+                for e in st.episodes(status=EpisodeStatus.ENDED)
+                for c in st.calls(e.uuid)
+            }
+
         assert systems(store_b) == {NOUNS}  # model B saw only agent 2
         assert {s.split(":")[0] for s in systems(store_a)} == {ROUGH.split(":")[0], FINAL.split(":")[0]}
         assert all(e.reward == pytest.approx(0.7) for e in store_a.episodes(status=EpisodeStatus.ENDED))

@@ -11,9 +11,20 @@ pytestmark = pytest.mark.slow
 
 
 def start_client(sw, index: int, n: int, log, think: float = 0.0):
-    return sw.popen_module("tutorial.example_distributed_swarm.swarm_client_roll", "--swarm-url", sw.url,
-                           "--client-index", str(index), "--num-clients", str(n), "--episode-timeout", "3",
-                           "--think-time", str(think), stdout=log)
+    return sw.popen_module(
+        "tutorial.example_distributed_swarm.swarm_client_roll",
+        "--swarm-url",
+        sw.url,
+        "--client-index",
+        str(index),
+        "--num-clients",
+        str(n),
+        "--episode-timeout",
+        "3",
+        "--think-time",
+        str(think),
+        stdout=log,
+    )
 
 
 def wait(pred, timeout=120, what=""):
@@ -32,8 +43,11 @@ def test_clients_die_and_return(tmp_path):
         try:
             wait(lambda: step() >= 1, what="the first step from three clients")
             store = sw.store()
-            wait(lambda: any(e.mission == "client-0" for e in store.episodes(status=EpisodeStatus.OPEN)), 60,
-                 "client 0 mid-batch")
+            wait(
+                lambda: any(e.mission == "client-0" for e in store.episodes(status=EpisodeStatus.OPEN)),
+                60,
+                "client 0 mid-batch",
+            )
             clients[0].kill()  # mid-batch
             clients[0].wait()
             open_at_kill = {e.uuid for e in store.episodes(status=EpisodeStatus.OPEN) if e.mission == "client-0"}

@@ -13,15 +13,18 @@ from tutorial.example_math_swarm.agent_run import boxed, compute_reward, run_age
 from tutorial.example_math_swarm.python_tool import run_python
 
 
-@pytest.mark.parametrize("answer,reference,reward", [
-    ("so \\boxed{31}", "3*12=36\n#### 31", 1.0),
-    ("\\boxed{1,013}", "#### 1013", 1.0),
-    ("\\boxed{$29.0}", "#### 29", 1.0),
-    ("\\boxed{30} no wait \\boxed{31}", "#### 31", 1.0),
-    ("\\boxed{32}", "#### 31", 0.0),
-    ("31", "#### 31", 0.0),  # no box, no reward
-    ("\\boxed{thirty}", "#### 31", 0.0),
-])
+@pytest.mark.parametrize(
+    "answer,reference,reward",
+    [
+        ("so \\boxed{31}", "3*12=36\n#### 31", 1.0),
+        ("\\boxed{1,013}", "#### 1013", 1.0),
+        ("\\boxed{$29.0}", "#### 29", 1.0),
+        ("\\boxed{30} no wait \\boxed{31}", "#### 31", 1.0),
+        ("\\boxed{32}", "#### 31", 0.0),
+        ("31", "#### 31", 0.0),  # no box, no reward
+        ("\\boxed{thirty}", "#### 31", 0.0),
+    ],
+)
 def test_reward(answer, reference, reward):
     assert compute_reward(answer, reference) == reward
     assert boxed("a \\boxed{1} b \\boxed{2}") == "2"
@@ -55,8 +58,20 @@ def test_multi_turn_tool_loop_is_logged_and_merged(proxy, store, stub):
 @pytest.mark.slow
 def test_math_swarm_trains_on_the_tiny_model(tmp_path):
     with running_swarm(tmp_path, name="math") as sw:
-        res = sw.run_module("tutorial.example_math_swarm.agent_roll", "--swarm-url", sw.url, "--max-steps", "1",
-                            "--grpo-n", "2", "--batch-size", "2", "--max-tokens", "24", timeout=400)
+        res = sw.run_module(
+            "tutorial.example_math_swarm.agent_roll",
+            "--swarm-url",
+            sw.url,
+            "--max-steps",
+            "1",
+            "--grpo-n",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-tokens",
+            "24",
+            timeout=400,
+        )
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:] + sw.logs()
         assert re.search(r"done: [1-9]\d* training step", res.stdout), res.stdout[-500:]
         st = sw.store()
@@ -85,5 +100,6 @@ def test_seed_000_demo_1_full_code_trains_as_written(tmp_path, monkeypatch):
             time.sleep(0.5)
         assert [s.num_episodes for s in st.steps()[:2]] == [4, 4]  # batch 2 x grpo 2
         ended = st.episodes(status=EpisodeStatus.ENDED)
-        assert all(st.calls(ep.uuid) and all(c.prompt_ids and c.completion_ids for c in st.calls(ep.uuid))
-                   for ep in ended)
+        assert all(
+            st.calls(ep.uuid) and all(c.prompt_ids and c.completion_ids for c in st.calls(ep.uuid)) for ep in ended
+        )

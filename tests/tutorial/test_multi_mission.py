@@ -23,8 +23,12 @@ def test_rewards_differ_per_mission():
 
 def test_two_missions_one_model(tmp_path):
     with running_swarm(tmp_path, name="mm") as sw:
-        procs = [sw.popen_module("tutorial.example_multi_mission.agent_roll", "--mission", m, "--swarm-url", sw.url,
-                                 "--max-steps", "1") for m in ("letters", "digits")]
+        procs = [
+            sw.popen_module(
+                "tutorial.example_multi_mission.agent_roll", "--mission", m, "--swarm-url", sw.url, "--max-steps", "1"
+            )
+            for m in ("letters", "digits")
+        ]
         outs = [p.communicate(timeout=300)[0] for p in procs]
         assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs) + sw.logs()
         store = sw.store()

@@ -23,9 +23,22 @@ STEPS = 20
 def test_full_fine_tuning_through_vllm_raises_the_reward(tmp_path):
     vllm_python()
     with running_swarm(tmp_path, name="learn", engine="vllm") as sw:
-        res = sw.run_module("tutorial.example_tiny_rl.agent_roll", "--swarm-url", sw.url, "--max-steps", str(STEPS),
-                            "--target", "2", "--lr", "1e-2", "--entropy-coeff", "0", "--kl-coef", "0",
-                            timeout=600)
+        res = sw.run_module(
+            "tutorial.example_tiny_rl.agent_roll",
+            "--swarm-url",
+            sw.url,
+            "--max-steps",
+            str(STEPS),
+            "--target",
+            "2",
+            "--lr",
+            "1e-2",
+            "--entropy-coeff",
+            "0",
+            "--kl-coef",
+            "0",
+            timeout=600,
+        )
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:] + sw.logs()
         rows = [json.loads(line) for line in (sw.exp_dir / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward_mean"] for r in rows]

@@ -21,8 +21,16 @@ from tests.support.swarm import running_swarm
 # minutes of vLLM start-up and training, beside another test file's processes on two cores
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]
 
-JOB = dict(model="builtin:tiny", batch_size=2, num_repeat=2, lr=1e-2, max_prompt_length=64, max_response_length=64,
-           max_model_len=256, max_response_length_in_one_turn=8)
+JOB = dict(
+    model="builtin:tiny",
+    batch_size=2,
+    num_repeat=2,
+    lr=1e-2,
+    max_prompt_length=64,
+    max_response_length=64,
+    max_model_len=256,
+    max_response_length_in_one_turn=8,
+)
 
 
 def wait_step(client, step: int, sw) -> None:
@@ -58,8 +66,10 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
             play_batch(client, batch)
             wait_step(client, batch + 1, sw)
         deps = store.deployments()
-        assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy@2", 2),
-                                                                      ("vllm-1", "policy@2", 2)]
+        assert [(d.name, d.model, d.policy_version) for d in deps] == [
+            ("vllm-0", "policy@2", 2),
+            ("vllm-1", "policy@2", 2),
+        ]
         assert all(served(d.base_url) == {"policy", "policy@1", "policy@2"} for d in deps)
         used = {c.deployment for e in store.episodes() for c in store.calls(e.uuid)}
         assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both replicas"

@@ -32,9 +32,16 @@ from tests.support.real_vllm import start_vllm, tiny_path
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]  # the server starts in minutes
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say a"}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather of a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "the weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 TOOL_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 EXACT = 2e-4  # float32 on both sides; the attention kernels differ
 
@@ -48,8 +55,15 @@ def trained(module_tmp: Path) -> tuple[torch.nn.Module, Path]:
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     exp = module_tmp / "exp"
-    save_checkpoint(exp, 3, model, AutoTokenizer.from_pretrained(tiny_path()), torch.optim.AdamW(model.parameters()),
-                    False, {"policy_version": 3, "model": "builtin:tiny"})
+    save_checkpoint(
+        exp,
+        3,
+        model,
+        AutoTokenizer.from_pretrained(tiny_path()),
+        torch.optim.AdamW(model.parameters()),
+        False,
+        {"policy_version": 3, "model": "builtin:tiny"},
+    )
     return model.eval(), export_model(exp, module_tmp / "exported")
 
 
@@ -91,8 +105,9 @@ def chat(vllm: VllmEngine, model: str = "policy") -> httpx.Response:
     return httpx.post(vllm.base_url + "/chat/completions", json=body, timeout=60)
 
 
-def gaps(logprobs: list[float], model: torch.nn.Module, prompt_ids: list[int],
-         completion_ids: list[int]) -> list[float]:
+def gaps(
+    logprobs: list[float], model: torch.nn.Module, prompt_ids: list[int], completion_ids: list[int]
+) -> list[float]:
     """|engine - `model`| log-prob of each completion token."""
     return [abs(a - b) for a, b in zip(logprobs, completion_logprobs(model, prompt_ids, completion_ids))]
 
@@ -100,8 +115,9 @@ def gaps(logprobs: list[float], model: torch.nn.Module, prompt_ids: list[int],
 def answer_gaps(answer: dict, model: torch.nn.Module) -> list[float]:
     """`gaps` of an answer vLLM gave directly (`chat(...).json()`)."""
     choice = answer["choices"][0]
-    return gaps([c["logprob"] for c in choice["logprobs"]["content"]], model, answer["prompt_token_ids"],
-                choice["token_ids"])
+    return gaps(
+        [c["logprob"] for c in choice["logprobs"]["content"]], model, answer["prompt_token_ids"], choice["token_ids"]
+    )
 
 
 def test_health_models_and_cpu_settings(vllm):
@@ -120,10 +136,14 @@ def test_a_bad_flag_reports_vllms_own_words(tmp_path):
 def test_calls_log_vllms_ids_and_logprobs_which_the_trainer_reproduces(client, store, hf, stream):
     model, tok = hf
     uuid, creds = client.begin_episode()
-    out = creds.as_openai_client().chat.completions.create(model="x", messages=MSGS, max_tokens=8, seed=4,
-                                                           stream=stream)
-    text = "".join(c.choices[0].delta.content or "" for c in out if c.choices) if stream else \
-        out.choices[0].message.content
+    out = creds.as_openai_client().chat.completions.create(
+        model="x", messages=MSGS, max_tokens=8, seed=4, stream=stream
+    )
+    text = (
+        "".join(c.choices[0].delta.content or "" for c in out if c.choices)
+        if stream
+        else out.choices[0].message.content
+    )
     call = logged_call(store, uuid)
     assert call.deployment == "vllm-0" and call.stream == stream
     assert call.prompt_ids == tok.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=True)["input_ids"]
@@ -137,12 +157,17 @@ def test_hermes_tool_calls_are_parsed_by_vllm_and_logged(client, store):
     uuid, creds = client.begin_episode()
     # structured outputs make the untrained model write the call; vLLM's hermes parser reads it
     out = creds.as_openai_client().chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "weather in Paris?"}], tools=TOOLS, max_tokens=80,
-        extra_body={"structured_outputs": {"choice": [TOOL_CALL]}})
+        model="x",
+        messages=[{"role": "user", "content": "weather in Paris?"}],
+        tools=TOOLS,
+        max_tokens=80,
+        extra_body={"structured_outputs": {"choice": [TOOL_CALL]}},
+    )
     msg = out.choices[0].message
     assert out.choices[0].finish_reason == "tool_calls" and msg.content in (None, "")
-    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == \
-        [("get_weather", {"city": "Paris"})]
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
     call = logged_call(store, uuid)
     assert call.finish_reason == "tool_calls" and call.completion_ids[-1] == 2  # <|im_end|>
 
@@ -150,8 +175,10 @@ def test_hermes_tool_calls_are_parsed_by_vllm_and_logged(client, store):
 def _adapter(base: Path, tmp: Path, seed: int) -> Path:
     """A peft adapter of the served model with non-zero weights (a trained one's shape)."""
     torch.manual_seed(seed)
-    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                          LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    peft = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False),
+    )
     path = tmp / f"adapter_{seed}"
     peft.save_pretrained(str(path))
     return path
@@ -165,8 +192,9 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
     assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
     assert chat(vllm, "policy@1").status_code == 404
     got = chat(vllm, "policy@3").json()
-    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(trained[1]), LoraConfig(
-        r=8, lora_alpha=16, target_modules="all-linear"))
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(trained[1]), LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
+    )
     peft_model.load_adapter(str(tmp_path / "adapter_3"), adapter_name="default")
     gap = answer_gaps(got, peft_model.eval())
     assert max(gap) < EXACT, gap

@@ -79,9 +79,11 @@ def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
     """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine: `TrainerError` naming
     both otherwise, before any model is loaded."""
     if job.max_staleness > 0 and (opts.backend, opts.engine) != ("embedded", "embedded"):
-        raise TrainerError(f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend "
-                           f"and the embedded engine only so far; with --backend {opts.backend} --engine "
-                           f"{opts.engine} use max_staleness=0")
+        raise TrainerError(
+            f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend "
+            f"and the embedded engine only so far; with --backend {opts.backend} --engine "
+            f"{opts.engine} use max_staleness=0"
+        )
 
 
 def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:

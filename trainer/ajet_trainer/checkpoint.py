@@ -32,8 +32,15 @@ ADAPTER_DIR = "adapter"
 """Sub-folder of a LoRA checkpoint: a peft adapter folder."""
 
 
-def save_checkpoint(root: Path, step: int, model: PolicyModel, tokenizer: Tokenizer, optimizer: torch.optim.Optimizer,
-                    lora: bool, meta: dict[str, Any]) -> Path:
+def save_checkpoint(
+    root: Path,
+    step: int,
+    model: PolicyModel,
+    tokenizer: Tokenizer,
+    optimizer: torch.optim.Optimizer,
+    lora: bool,
+    meta: dict[str, Any],
+) -> Path:
     """Write checkpoint `step`; returns its folder. The previous checkpoint stays valid until done."""
     ckpt_dir = root / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -95,8 +102,9 @@ def load_checkpoint(path: Path, model: PolicyModel, optimizer: torch.optim.Optim
         from peft import set_peft_model_state_dict
 
         legacy = path / "adapter.safetensors"
-        weights = load_file(str(legacy if legacy.is_file() else path / ADAPTER_DIR / "adapter_model.safetensors"),
-                            device=device)
+        weights = load_file(
+            str(legacy if legacy.is_file() else path / ADAPTER_DIR / "adapter_model.safetensors"), device=device
+        )
         set_peft_model_state_dict(model, weights)
     else:
         missing, unexpected = model.load_state_dict(_model_weights(path, device), strict=False)
@@ -126,8 +134,9 @@ def prune_checkpoints(root: Path, keep: int) -> None:
 
 def prune_step_folders(parent: Path, keep: int) -> None:
     """Delete all but the newest `keep` `step_<N>` folders under `parent` (none when `keep` <= 0)."""
-    steps = sorted((p for p in parent.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
-                   key=lambda p: int(p.name[5:]))
+    steps = sorted(
+        (p for p in parent.glob("step_*") if p.is_dir() and p.name[5:].isdigit()), key=lambda p: int(p.name[5:])
+    )
     for p in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
 

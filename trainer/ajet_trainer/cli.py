@@ -26,36 +26,53 @@ if TYPE_CHECKING:
 def add_trainer_options(p: argparse.ArgumentParser) -> None:
     """The trainer's own options (`ajet-swarm start` declares them through this too); defaults:
     configs/trainer.yaml."""
-    p.add_argument("--engine", choices=["auto", "embedded", "vllm", "hybrid"],
-                   help="what answers the agents' calls. embedded: this process's transformers engine. vllm: launch "
-                        "vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the full weights in "
-                        "place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), AJET_VLLM_REPLICAS=N "
-                        "and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group). hybrid (--backend verl): "
-                        "verl launches vLLM replicas colocated with its actor and syncs them itself. auto: hybrid for "
-                        "--backend verl on CUDA, else embedded")
-    p.add_argument("--vllm-python",
-                   help="--engine vllm: the Python with vLLM installed (unset: .venv-vllm/bin/python, which "
-                        "`make setup-vllm` builds on a CPU machine, when present; else this Python)")
-    p.add_argument("--vllm-arg", action="append", metavar="ARG",
-                   help="--engine vllm: one more vLLM server argument, repeatable, written with '=': "
-                        "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
-                        "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)")
-    p.add_argument("--backend", choices=["auto", "embedded", "verl"],
-                   help="verl: verl's FSDP actor workers on Ray train; with --engine embedded|vllm they train "
-                        "beside that engine (on CPU too: verl's CPU platform, gloo), with --engine hybrid verl "
-                        "serves from its own vLLM replicas (CUDA). embedded: this process trains. auto: verl where "
-                        "CUDA, verl and vLLM are present, else embedded")
-    p.add_argument("--ray-address",
-                   help="verl backend: Ray cluster to join (unset: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument(
+        "--engine",
+        choices=["auto", "embedded", "vllm", "hybrid"],
+        help="what answers the agents' calls. embedded: this process's transformers engine. vllm: launch "
+        "vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the full weights in "
+        "place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), AJET_VLLM_REPLICAS=N "
+        "and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group). hybrid (--backend verl): "
+        "verl launches vLLM replicas colocated with its actor and syncs them itself. auto: hybrid for "
+        "--backend verl on CUDA, else embedded",
+    )
+    p.add_argument(
+        "--vllm-python",
+        help="--engine vllm: the Python with vLLM installed (unset: .venv-vllm/bin/python, which "
+        "`make setup-vllm` builds on a CPU machine, when present; else this Python)",
+    )
+    p.add_argument(
+        "--vllm-arg",
+        action="append",
+        metavar="ARG",
+        help="--engine vllm: one more vLLM server argument, repeatable, written with '=': "
+        "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
+        "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "embedded", "verl"],
+        help="verl: verl's FSDP actor workers on Ray train; with --engine embedded|vllm they train "
+        "beside that engine (on CPU too: verl's CPU platform, gloo), with --engine hybrid verl "
+        "serves from its own vLLM replicas (CUDA). embedded: this process trains. auto: verl where "
+        "CUDA, verl and vLLM are present, else embedded",
+    )
+    p.add_argument("--ray-address", help="verl backend: Ray cluster to join (unset: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--nnodes", type=int, help="verl backend: nodes of the Ray cluster to train on")
-    p.add_argument("--verl-overrides", metavar="FILE",
-                   help="verl backend: YAML of dotted verl config keys applied after the job's (unset: "
-                        "configs/verl_overrides.yaml)")
+    p.add_argument(
+        "--verl-overrides",
+        metavar="FILE",
+        help="verl backend: YAML of dotted verl config keys applied after the job's (unset: "
+        "configs/verl_overrides.yaml)",
+    )
     p.add_argument("--experiment-dir", help="override the job's experiment folder")
     p.add_argument("--device", help="auto, cpu or cuda[:N]")
-    p.add_argument("--threads", type=int,
-                   help="torch CPU threads (1 avoids spin-waits when proxy and clients share the cores; "
-                        "environment: AJET_TORCH_THREADS)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (1 avoids spin-waits when proxy and clients share the cores; "
+        "environment: AJET_TORCH_THREADS)",
+    )
 
 
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,10 +88,19 @@ def trainer_options(args: argparse.Namespace) -> "TrainerOptions":
     """The parsed `ajet-trainer start` flags as the daemon's settings."""
     from ajet_trainer.options import TrainerOptions
 
-    return TrainerOptions(db_url=args.db, experiment_dir=args.experiment_dir, engine=args.engine,
-                          vllm_python=args.vllm_python, vllm_args=tuple(args.vllm_arg), device=args.device,
-                          backend=args.backend, ray_address=args.ray_address, nnodes=args.nnodes,
-                          verl_overrides=args.verl_overrides, db_mode=args.db_mode)
+    return TrainerOptions(
+        db_url=args.db,
+        experiment_dir=args.experiment_dir,
+        engine=args.engine,
+        vllm_python=args.vllm_python,
+        vllm_args=tuple(args.vllm_arg),
+        device=args.device,
+        backend=args.backend,
+        ray_address=args.ray_address,
+        nnodes=args.nnodes,
+        verl_overrides=args.verl_overrides,
+        db_mode=args.db_mode,
+    )
 
 
 def run_trainer(args: argparse.Namespace) -> None:

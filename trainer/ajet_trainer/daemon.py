@@ -53,8 +53,9 @@ class _Timers:
 def preload_embedded() -> None:
     """Import what the embedded backend's first boot needs (torch, transformers, verl's algorithms: seconds)."""
     try:
-        import ajet_trainer.session  # noqa: F401
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+        import ajet_trainer.session  # noqa: F401
     except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
         logger.debug("preloading the embedded backend failed", exc_info=True)
 
@@ -123,8 +124,9 @@ class TrainerDaemon:
         return False
 
     # ------------------------------------------------------------------ failures
-    def _guarded(self, work: Callable[[EngineRow], object], row: EngineRow,
-                 on_failure: Callable[[EngineRow, Exception], None]) -> bool:
+    def _guarded(
+        self, work: Callable[[EngineRow], object], row: EngineRow, on_failure: Callable[[EngineRow, Exception], None]
+    ) -> bool:
         """Run one state's work; a failure leaves the engine in a state clients can use, never stuck.
         Returns whether to poll again at once (the work's own answer when it gives one)."""
         try:
@@ -156,8 +158,9 @@ class TrainerDaemon:
         (BOOTING -> ROLLING); a batch failing `QUARANTINE_AFTER` times in a row is quarantined."""
         batch = self._batch(self.session, row) if self.session is not None else []
         self.teardown(final_checkpoint=False)
-        quarantined = self.store.record_update_failure(f"update failed: {type(exc).__name__}: {exc}",
-                                                       [p.uuid for p in batch], to=EngineState.BOOTING)
+        quarantined = self.store.record_update_failure(
+            f"update failed: {type(exc).__name__}: {exc}", [p.uuid for p in batch], to=EngineState.BOOTING
+        )
         if quarantined:
             logger.error("quarantined a batch of %d episode(s) after %d failed updates", len(batch), QUARANTINE_AFTER)
 
@@ -184,8 +187,9 @@ class TrainerDaemon:
             pool, stale = split_stale(pool, session.policy_version, job.max_staleness)
             if stale:
                 self.timers.dropped += self.store.drop_stale(
-                    [p.uuid for p in stale], f"older than max_staleness={job.max_staleness} at policy "
-                                             f"v{session.policy_version}")
+                    [p.uuid for p in stale],
+                    f"older than max_staleness={job.max_staleness} at policy v{session.policy_version}",
+                )
         return select_batch(pool, row.batch_mode, job.batch_size, job.num_repeat, job.mission_mix)
 
     def async_step(self, session: TrainingSession, row: EngineRow) -> bool:
@@ -194,8 +198,11 @@ class TrainerDaemon:
         batch = self._batch(session, row)
         if not batch:
             return False
-        timers = {"wait_s": time.monotonic() - self.timers.rolling_since, "drain_s": 0.0,
-                  **staleness_metrics(batch, session.policy_version, self.timers.dropped)}
+        timers = {
+            "wait_s": time.monotonic() - self.timers.rolling_since,
+            "drain_s": 0.0,
+            **staleness_metrics(batch, session.policy_version, self.timers.dropped),
+        }
         self.store.set_updating(True)
         try:
             session.train(batch, timers)
@@ -237,8 +244,14 @@ class TrainerDaemon:
         """WEIGHT_SYNCING: one GRPO step on the batch, then back to ROLLING."""
         batch = self._batch(session, row)
         if batch:
-            session.train(batch, {"wait_s": self.timers.wait_s, "drain_s": self.timers.drain_s,
-                                  **staleness_metrics(batch, session.policy_version, 0)})
+            session.train(
+                batch,
+                {
+                    "wait_s": self.timers.wait_s,
+                    "drain_s": self.timers.drain_s,
+                    **staleness_metrics(batch, session.policy_version, 0),
+                },
+            )
             self._retention(session)
         # recording the step already resumed ROLLING (`Store.record_step`); an empty batch recorded none
         self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING, EngineState.ROLLING])
@@ -258,4 +271,3 @@ class TrainerDaemon:
         except Exception:  # noqa: BLE001 - the store may be gone at interpreter exit
             logger.exception("could not unregister the session's deployments")
         logger.info("session closed at step %d", s.step)
-

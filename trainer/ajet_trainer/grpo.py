@@ -20,16 +20,18 @@ from verl.trainer.ppo import core_algos
 from ajet_trainer.types import EpisodeSample, PolicyModel, TrainSequence
 
 
-def episode_advantages(samples: Sequence[EpisodeSample], norm_by_std: bool = True, epsilon: float = 1e-6
-                       ) -> dict[str, float]:
+def episode_advantages(
+    samples: Sequence[EpisodeSample], norm_by_std: bool = True, epsilon: float = 1e-6
+) -> dict[str, float]:
     """GRPO advantage of each episode (by uuid), computed by verl on one row per episode."""
     if not samples:
         return {}
     rewards = torch.tensor([[s.reward] for s in samples], dtype=torch.float32)
     mask = torch.ones_like(rewards)
     index = np.array([s.task_id for s in samples], dtype=object)
-    adv, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, index, epsilon=epsilon,
-                                                       norm_adv_by_std_in_grpo=norm_by_std)
+    adv, _ = core_algos.compute_grpo_outcome_advantage(
+        rewards, mask, index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_by_std
+    )
     return {s.episode_uuid: float(adv[i, 0]) for i, s in enumerate(samples)}
 
 
@@ -47,13 +49,33 @@ class Batch:
     prompt_width: int
 
     def to(self, device: Union[str, torch.device]) -> "Batch":
-        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
-                                               self.responses, self.response_mask, self.advantages,
-                                               self.rollout_logprobs)), self.prompt_width)
+        return Batch(
+            *(
+                t.to(device)
+                for t in (
+                    self.input_ids,
+                    self.attention_mask,
+                    self.position_ids,
+                    self.responses,
+                    self.response_mask,
+                    self.advantages,
+                    self.rollout_logprobs,
+                )
+            ),
+            self.prompt_width,
+        )
 
     def select(self, idx: torch.Tensor) -> "Batch":
-        return Batch(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx], self.responses[idx],
-                     self.response_mask[idx], self.advantages[idx], self.rollout_logprobs[idx], self.prompt_width)
+        return Batch(
+            self.input_ids[idx],
+            self.attention_mask[idx],
+            self.position_ids[idx],
+            self.responses[idx],
+            self.response_mask[idx],
+            self.advantages[idx],
+            self.rollout_logprobs[idx],
+            self.prompt_width,
+        )
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -71,9 +93,9 @@ def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
     rlp = torch.zeros((B, R), dtype=torch.float32)
     for i, (s, a) in enumerate(items):
         p, r = len(s.prompt_ids), len(s.response_ids)
-        input_ids[i, P - p:P] = torch.tensor(s.prompt_ids)
-        input_ids[i, P:P + r] = torch.tensor(s.response_ids)
-        attn[i, P - p:P + r] = 1
+        input_ids[i, P - p : P] = torch.tensor(s.prompt_ids)
+        input_ids[i, P : P + r] = torch.tensor(s.response_ids)
+        attn[i, P - p : P + r] = 1
         rmask[i, :r] = torch.tensor(s.response_mask, dtype=torch.float32)
         adv[i, :r] = a
         rlp[i, :r] = torch.tensor(s.rollout_logprobs, dtype=torch.float32)
@@ -81,13 +103,15 @@ def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
     return Batch(input_ids, attn, pos, input_ids[:, P:], rmask, adv * rmask, rlp, P)
 
 
-def sequence_logprobs(model: PolicyModel, batch: Batch, with_entropy: bool = False
-                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def sequence_logprobs(
+    model: PolicyModel, batch: Batch, with_entropy: bool = False
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-prob of every response token [B, R] (and the entropy of each position)."""
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                use_cache=False)
+    out = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False
+    )
     P, R = batch.prompt_width, batch.responses.shape[1]
-    logits = out.logits[:, P - 1:P + R - 1, :].float()
+    logits = out.logits[:, P - 1 : P + R - 1, :].float()
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = torch.gather(logp_all, -1, batch.responses.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
@@ -96,22 +120,47 @@ def sequence_logprobs(model: PolicyModel, batch: Batch, with_entropy: bool = Fal
 
 def loss_config(clip_ratio: float, clip_ratio_high: Optional[float] = None) -> Any:
     """The actor config verl's vanilla policy loss reads (`clip_ratio_high`: the upper bound when it differs)."""
-    return OmegaConf.create({"clip_ratio": clip_ratio, "clip_ratio_low": None, "clip_ratio_high": clip_ratio_high,
-                             "clip_ratio_c": 3.0, "global_batch_info": {}})
+    return OmegaConf.create(
+        {
+            "clip_ratio": clip_ratio,
+            "clip_ratio_low": None,
+            "clip_ratio_high": clip_ratio_high,
+            "clip_ratio_c": 3.0,
+            "global_batch_info": {},
+        }
+    )
 
 
-def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: Any, loss_agg_mode: str,
-                ref_logp: Optional[torch.Tensor] = None, kl_coef: float = 0.0, kl_type: str = "low_var_kl",
-                is_weights: Optional[torch.Tensor] = None, entropy: Optional[torch.Tensor] = None,
-                entropy_coeff: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    batch: Batch,
+    cfg: Any,
+    loss_agg_mode: str,
+    ref_logp: Optional[torch.Tensor] = None,
+    kl_coef: float = 0.0,
+    kl_type: str = "low_var_kl",
+    is_weights: Optional[torch.Tensor] = None,
+    entropy: Optional[torch.Tensor] = None,
+    entropy_coeff: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's vanilla PPO-clip loss (per-token `is_weights` when given), plus `kl_coef` x verl's KL loss against
     `ref_logp` when given, minus `entropy_coeff` x the aggregated token `entropy` (as verl's actor does)."""
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
-    pg_loss, pg_metrics = loss_fn(old_log_prob=old_logp, log_prob=logp, advantages=batch.advantages,
-                                  response_mask=batch.response_mask, loss_agg_mode=loss_agg_mode, config=cfg,
-                                  rollout_is_weights=is_weights)
-    metrics = {"pg_loss": float(pg_loss.detach()), "clip_frac": pg_metrics["actor/pg_clipfrac"],
-               "ppo_kl": pg_metrics["actor/ppo_kl"]}
+    pg_loss, pg_metrics = loss_fn(
+        old_log_prob=old_logp,
+        log_prob=logp,
+        advantages=batch.advantages,
+        response_mask=batch.response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=cfg,
+        rollout_is_weights=is_weights,
+    )
+    metrics = {
+        "pg_loss": float(pg_loss.detach()),
+        "clip_frac": pg_metrics["actor/pg_clipfrac"],
+        "ppo_kl": pg_metrics["actor/ppo_kl"],
+    }
     loss = pg_loss
     if ref_logp is not None:
         kld = core_algos.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=kl_type)
@@ -124,16 +173,20 @@ def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, batch: Batch, cfg: A
     return loss, metrics
 
 
-def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor,
-                cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+def tis_weights(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance-sampling weights min(pi_old / pi_engine, cap) per token (verl's rollout correction),
     and their mean, max and the share of tokens capped."""
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
 
     log_ratio = (old_logp - rollout_logp).detach()
     weights, m = compute_rollout_correction_weights(log_ratio, mask, rollout_is="token", rollout_is_threshold=cap)
-    return weights, {"tis_weight_mean": m["rollout_is_mean"], "tis_weight_max": m["rollout_is_max"],
-                     "tis_capped_share": m["rollout_is_ratio_fraction_high"]}
+    return weights, {
+        "tis_weight_mean": m["rollout_is_mean"],
+        "tis_weight_max": m["rollout_is_max"],
+        "tis_capped_share": m["rollout_is_ratio_fraction_high"],
+    }
 
 
 def masked_max(x: torch.Tensor, mask: torch.Tensor) -> float:

@@ -49,8 +49,13 @@ def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyM
     if job.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
 
-        cfg = LoraConfig(r=job.lora_rank, lora_alpha=job.lora_alpha, target_modules=job.lora_target_modules,
-                         lora_dropout=0.0, task_type="CAUSAL_LM")
+        cfg = LoraConfig(
+            r=job.lora_rank,
+            lora_alpha=job.lora_alpha,
+            target_modules=job.lora_target_modules,
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+        )
         model = get_peft_model(model, cfg)
     model.eval()  # dropout off for generation and for the (deterministic) training forward passes
     return model, tokenizer
@@ -115,9 +120,12 @@ class Learner:
         ref_logp = self._ref_logprobs(batch)
         mean, std = reward_stats([s.reward for s in samples])
         metrics: dict[str, Any] = {
-            "reward_mean": mean, "reward_std": std,
-            "episodes": len(samples), "sequences": len(items),
-            "tokens": int(batch.attention_mask.sum()), "trained_tokens": int(batch.response_mask.sum()),
+            "reward_mean": mean,
+            "reward_std": std,
+            "episodes": len(samples),
+            "sequences": len(items),
+            "tokens": int(batch.attention_mask.sum()),
+            "trained_tokens": int(batch.response_mask.sum()),
         }
         gen = torch.Generator().manual_seed(seed)
         agg: dict[str, list[float]] = {}
@@ -125,8 +133,12 @@ class Learner:
             order = torch.arange(len(batch)) if single_pass else torch.randperm(len(batch), generator=gen)
             for idx in torch.chunk(order, min(self.job.mini_batch_num, len(batch))):
                 idx_d = idx.to(self.device)
-                old = self._mini_step(batch.select(idx_d), None if old_logp is None else old_logp[idx_d],
-                                      None if ref_logp is None else ref_logp[idx_d], agg)
+                old = self._mini_step(
+                    batch.select(idx_d),
+                    None if old_logp is None else old_logp[idx_d],
+                    None if ref_logp is None else ref_logp[idx_d],
+                    agg,
+                )
                 if single_pass:
                     old_logp = old
         assert old_logp is not None
@@ -137,13 +149,17 @@ class Learner:
         metrics.update({k: statistics.fmean(v) for k, v in agg.items() if v})
         metrics["skipped_minibatches"] = float(len(skipped))
         if skipped:
-            logger.warning("%d of %d mini-batch update(s) skipped: non-finite loss or gradient (weights kept)",
-                           len(skipped), len(skipped) + len(agg.get("loss", [])))
+            logger.warning(
+                "%d of %d mini-batch update(s) skipped: non-finite loss or gradient (weights kept)",
+                len(skipped),
+                len(skipped) + len(agg.get("loss", [])),
+            )
         metrics["update_s"] = time.perf_counter() - t0
         return metrics
 
-    def _mini_step(self, mb: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor],
-                   agg: dict[str, list[float]]) -> torch.Tensor:
+    def _mini_step(
+        self, mb: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor], agg: dict[str, list[float]]
+    ) -> torch.Tensor:
         """One optimizer step; returns the log-probs it computed before stepping (detached)."""
         logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
         if old_logp is None:
@@ -152,8 +168,19 @@ class Learner:
         cap = tis_cap(self.job)
         if cap is not None:
             is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, cap)
-        loss, m = policy_loss(old_logp, logp, mb, self.cfg, self.job.loss_agg_mode, ref_logp,
-                              self.job.kl_loss_coef, self.job.kl_loss_type, is_w, entropy, self.job.entropy_coeff)
+        loss, m = policy_loss(
+            old_logp,
+            logp,
+            mb,
+            self.cfg,
+            self.job.loss_agg_mode,
+            ref_logp,
+            self.job.kl_loss_coef,
+            self.job.kl_loss_type,
+            is_w,
+            entropy,
+            self.job.entropy_coeff,
+        )
         m.update(is_m)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -163,8 +190,11 @@ class Learner:
             agg.setdefault("skipped", []).append(1.0)
             return logp.detach()
         self.optimizer.step()
-        m.update(loss=float(loss.detach()), grad_norm=float(grad_norm),
-                 entropy=masked_mean(entropy.detach(), mb.response_mask))
+        m.update(
+            loss=float(loss.detach()),
+            grad_norm=float(grad_norm),
+            entropy=masked_mean(entropy.detach(), mb.response_mask),
+        )
         for k, v in m.items():
             agg.setdefault(k, []).append(v)
         return logp.detach()

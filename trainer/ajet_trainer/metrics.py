@@ -58,8 +58,12 @@ class MetricsLog:
             from verl.utils.tracking import Tracking
 
             with tracker_env(exp_dir):
-                self._tracking = Tracking(job.project_name, job.experiment_name, default_backend=names,
-                                          config={"trainer": {}, "ajet": job.to_wire()})
+                self._tracking = Tracking(
+                    job.project_name,
+                    job.experiment_name,
+                    default_backend=names,
+                    config={"trainer": {}, "ajet": job.to_wire()},
+                )
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         """Record one step's metrics."""
@@ -67,8 +71,11 @@ class MetricsLog:
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         if self._tracking is not None:
-            scalars = {k: float(v) for k, v in metrics.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            scalars = {
+                k: float(v)
+                for k, v in metrics.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            }
             self._tracking.log(data=scalars, step=step)
 
     def close(self) -> None:

@@ -36,8 +36,14 @@ def copy_tree(src: Path, dst: Path, desc: str) -> None:
     from tqdm import tqdm
 
     files = sorted(p for p in src.rglob("*") if p.is_file())
-    with tqdm(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True, desc=desc,
-              disable=not progress_enabled(), file=sys.stderr) as bar:
+    with tqdm(
+        total=sum(p.stat().st_size for p in files),
+        unit="B",
+        unit_scale=True,
+        desc=desc,
+        disable=not progress_enabled(),
+        file=sys.stderr,
+    ) as bar:
         dst.mkdir(parents=True)
         for f in files:
             target = dst / f.relative_to(src)

@@ -42,7 +42,7 @@ class _Builder:
         prompt = list(call.prompt_ids or [])
         if len(prompt) < len(full) or prompt[: len(full)] != full:
             return False
-        inserted = prompt[len(full):]
+        inserted = prompt[len(full) :]
         self.resp += inserted
         self.mask += [0] * len(inserted)
         self.lps += [0.0] * len(inserted)
@@ -50,8 +50,9 @@ class _Builder:
         return True
 
     def build(self, episode_uuid: str, task_id: str) -> TrainSequence:
-        return TrainSequence(episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask),
-                             tuple(self.lps), self.calls)
+        return TrainSequence(
+            episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask), tuple(self.lps), self.calls
+        )
 
 
 def episode_sequences(calls: Sequence[CallRecord], episode_uuid: str, task_id: str) -> tuple[list[TrainSequence], int]:
@@ -74,13 +75,22 @@ def truncate(seq: TrainSequence, max_prompt: int, max_response: int) -> tuple[Tr
     cut_r = len(seq.response_ids) > max_response
     if not (cut_p or cut_r):
         return seq, False, False
-    return replace(seq, prompt_ids=seq.prompt_ids[-max_prompt:], response_ids=seq.response_ids[:max_response],
-                   response_mask=seq.response_mask[:max_response],
-                   rollout_logprobs=seq.rollout_logprobs[:max_response]), cut_p, cut_r
+    return (
+        replace(
+            seq,
+            prompt_ids=seq.prompt_ids[-max_prompt:],
+            response_ids=seq.response_ids[:max_response],
+            response_mask=seq.response_mask[:max_response],
+            rollout_logprobs=seq.rollout_logprobs[:max_response],
+        ),
+        cut_p,
+        cut_r,
+    )
 
 
-def assemble(episodes: Sequence[RewardedEpisode], max_prompt: int, max_response: int
-             ) -> tuple[list[EpisodeSample], AssemblyStats]:
+def assemble(
+    episodes: Sequence[RewardedEpisode], max_prompt: int, max_response: int
+) -> tuple[list[EpisodeSample], AssemblyStats]:
     """Rewarded episodes -> samples, with what was skipped or cut counted.
 
     A sequence left without any trained token (all mask 0) is dropped; an episode without sequences
@@ -106,20 +116,34 @@ def assemble(episodes: Sequence[RewardedEpisode], max_prompt: int, max_response:
             continue
         st["seqs"] += len(kept)
         out.append(EpisodeSample(uuid, task_id, float(reward), tuple(kept)))
-    return out, AssemblyStats(episodes=len(out), sequences=st["seqs"], calls=st["calls"], merged_calls=st["merged"],
-                              failed_calls=st["failed"], empty_episodes=st["empty"], prompt_truncated=st["cut_p"],
-                              response_truncated=st["cut_r"])
+    return out, AssemblyStats(
+        episodes=len(out),
+        sequences=st["seqs"],
+        calls=st["calls"],
+        merged_calls=st["merged"],
+        failed_calls=st["failed"],
+        empty_episodes=st["empty"],
+        prompt_truncated=st["cut_p"],
+        response_truncated=st["cut_r"],
+    )
 
 
 def canonical_order(samples: Sequence[EpisodeSample]) -> list[EpisodeSample]:
     """The samples in an order that depends on their content only (task, reward, tokens), not on when their
     episodes ended: the same batch then makes the same update, bit for bit, so a seeded run repeats."""
-    return sorted(samples, key=lambda e: (e.task_id, e.reward, tuple(
-        (s.prompt_ids, s.response_ids, s.response_mask, s.rollout_logprobs) for s in e.sequences)))
+    return sorted(
+        samples,
+        key=lambda e: (
+            e.task_id,
+            e.reward,
+            tuple((s.prompt_ids, s.response_ids, s.response_mask, s.rollout_logprobs) for s in e.sequences),
+        ),
+    )
 
 
-def flatten(samples: Sequence[EpisodeSample], advantages: Optional[dict[str, float]] = None
-            ) -> list[tuple[TrainSequence, float]]:
+def flatten(
+    samples: Sequence[EpisodeSample], advantages: Optional[dict[str, float]] = None
+) -> list[tuple[TrainSequence, float]]:
     """Every sequence with its episode's advantage (0.0 when none is given)."""
     adv = advantages or {}
     return [(s, adv.get(ep.episode_uuid, 0.0)) for ep in samples for s in ep.sequences]

@@ -107,8 +107,12 @@ class VllmServing:
             if e.proc is not None and e.proc.poll() is not None:
                 if len(self.replicas) == 1:
                     raise TrainerError(f"the last vLLM replica ({name}) exited; log tail:\n{e.log_tail()}")
-                logger.error("vLLM replica %s exited with %s; %d replica(s) left", name, e.proc.returncode,
-                             len(self.replicas) - 1)
+                logger.error(
+                    "vLLM replica %s exited with %s; %d replica(s) left",
+                    name,
+                    e.proc.returncode,
+                    len(self.replicas) - 1,
+                )
                 del self.replicas[name]
 
     @contextmanager
@@ -140,16 +144,30 @@ class VllmServing:
             e.stop()
 
 
-def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model: PolicyModel, tokenizer: Tokenizer,
-                 step: int, exp_dir: Path) -> Serving:
+def make_serving(
+    opts: TrainerOptions,
+    job: AgentJetJob,
+    model_path: str,
+    model: PolicyModel,
+    tokenizer: Tokenizer,
+    step: int,
+    exp_dir: Path,
+) -> Serving:
     """The engine `--engine` names, serving the weights of `step`."""
     if opts.engine == "embedded":
         served = copy.deepcopy(model).requires_grad_(False) if job.max_staleness > 0 else model
-        return EmbeddedServing(EmbeddedEngine(served, tokenizer, host=opts.engine_host,
-                                              default_temperature=job.temperature,
-                                              max_tokens_cap=job.max_response_length_in_one_turn, policy_version=step,
-                                              api_key=secrets.token_urlsafe(32)),
-                               trained=model if served is not model else None)
+        return EmbeddedServing(
+            EmbeddedEngine(
+                served,
+                tokenizer,
+                host=opts.engine_host,
+                default_temperature=job.temperature,
+                max_tokens_cap=job.max_response_length_in_one_turn,
+                policy_version=step,
+                api_key=secrets.token_urlsafe(32),
+            ),
+            trained=model if served is not model else None,
+        )
     if opts.engine == "vllm":
         lora = job.lora_rank > 0
         if not lora:
@@ -157,8 +175,12 @@ def make_serving(opts: TrainerOptions, job: AgentJetJob, model_path: str, model:
         settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
         replicas = int(os.environ.get("AJET_VLLM_REPLICAS", "1"))
         devices = replica_devices(replicas, os.environ.get("AJET_VLLM_GPU_GROUPS"))
-        return VllmServing([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d)
-                            for i, d in enumerate(devices)], model, exp_dir, lora)
+        return VllmServing(
+            [VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)],
+            model,
+            exp_dir,
+            lora,
+        )
     raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")
 
 
@@ -169,15 +191,23 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
         logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
         sleep = False
     command = os.environ.get("AJET_VLLM_COMMAND")
-    return VllmSettings(python=find_vllm_python(opts.vllm_python), command=tuple(shlex.split(command or "")),
-                        lora_rank=job.lora_rank, max_model_len=job.max_model_len,
-                        gpu_memory_utilization=job.gpu_memory_utilization, cpu=cpu, enable_sleep_mode=sleep,
-                        user_args=opts.vllm_args)
+    return VllmSettings(
+        python=find_vllm_python(opts.vllm_python),
+        command=tuple(shlex.split(command or "")),
+        lora_rank=job.lora_rank,
+        max_model_len=job.max_model_len,
+        gpu_memory_utilization=job.gpu_memory_utilization,
+        cpu=cpu,
+        enable_sleep_mode=sleep,
+        user_args=opts.vllm_args,
+    )
 
 
 def refuse_tied_full_reload(model: PolicyModel, model_path: str) -> None:
     """Full fine-tuning reloads weights into vLLM in place, which vLLM 0.32 gets wrong for tied embeddings."""
     if tied_names(model):  # the loaded model, so transformers' defaults for a config that does not say hold
-        raise TrainerError(f"{model_path} ties its input and output embeddings: vLLM's in-place weight reload "
-                           "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
-                           "Train it with LoRA (lora_rank > 0), or with --engine embedded")
+        raise TrainerError(
+            f"{model_path} ties its input and output embeddings: vLLM's in-place weight reload "
+            "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
+            "Train it with LoRA (lora_rank > 0), or with --engine embedded"
+        )

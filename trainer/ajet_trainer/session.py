@@ -45,8 +45,19 @@ def pick_device(device: str) -> str:
 class Session:
     """Everything one running job holds on the embedded backend (a `TrainingSession`)."""
 
-    def __init__(self, job: AgentJetJob, run_id: int, store: Store, exp_dir: Path, model: PolicyModel,
-                 tokenizer: Tokenizer, learner: Learner, serving: Serving, step: int, keep_checkpoints: int):
+    def __init__(
+        self,
+        job: AgentJetJob,
+        run_id: int,
+        store: Store,
+        exp_dir: Path,
+        model: PolicyModel,
+        tokenizer: Tokenizer,
+        learner: Learner,
+        serving: Serving,
+        step: int,
+        keep_checkpoints: int,
+    ):
         self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
         self.model, self.tokenizer, self.learner, self.serving = model, tokenizer, learner, serving
         self.step, self.keep_checkpoints = step, keep_checkpoints
@@ -86,8 +97,9 @@ class Session:
     def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:
         """One GRPO step on `batch`; returns its metrics."""
         t0 = time.perf_counter()
-        samples, stats = assemble(self.store.rewarded_episodes(batch), self.job.max_prompt_length,
-                                  self.job.max_response_length)
+        samples, stats = assemble(
+            self.store.rewarded_episodes(batch), self.job.max_prompt_length, self.job.max_response_length
+        )
         metrics: Metrics = {**timers, **{f"samples/{k}": v for k, v in vars(stats).items()}}
         t1 = time.perf_counter()
         with self.serving.updating(self.step + 1):
@@ -112,10 +124,20 @@ class Session:
 
     def checkpoint(self, pending: Optional[dict[str, Any]] = None) -> Path:
         """Save weights + optimizer for the current step (`pending`: this step's record, if not yet in the store)."""
-        path = save_checkpoint(self.exp_dir, self.step, self.model, self.tokenizer, self.learner.optimizer,
-                               self.learner.lora,
-                               {"policy_version": self.policy_version, "model": self.job.model,
-                                "job_fingerprint": self.job.fingerprint(), "pending_record": pending})
+        path = save_checkpoint(
+            self.exp_dir,
+            self.step,
+            self.model,
+            self.tokenizer,
+            self.learner.optimizer,
+            self.learner.lora,
+            {
+                "policy_version": self.policy_version,
+                "model": self.job.model,
+                "job_fingerprint": self.job.fingerprint(),
+                "pending_record": pending,
+            },
+        )
         prune_checkpoints(self.exp_dir, self.keep_checkpoints)
         self.last_checkpoint_step = self.step
         return path
@@ -132,8 +154,10 @@ def open_embedded_session(job: AgentJetJob, run_id: int, store: Store, opts: Tra
     """Load, restore, reconcile the store, start the engine."""
     torch.manual_seed(job.seed)
     if job.verl:
-        logger.warning("the job's verl overrides (%s) apply to --backend verl only; the embedded trainer ignores them",
-                       ", ".join(sorted(job.verl)))
+        logger.warning(
+            "the job's verl overrides (%s) apply to --backend verl only; the embedded trainer ignores them",
+            ", ".join(sorted(job.verl)),
+        )
     device = pick_device(opts.device)
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
@@ -146,8 +170,7 @@ def open_embedded_session(job: AgentJetJob, run_id: int, store: Store, opts: Tra
     session = Session(job, run_id, store, exp_dir, model, tokenizer, learner, serving, step, opts.keep_checkpoints)
     if step > 0:
         serving.publish(step)  # a restored adapter must be what vLLM serves
-    logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir,
-                opts.engine)
+    logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)
     return session
 
 

@@ -46,18 +46,26 @@ def jsonable(metrics: Metrics) -> dict[str, Any]:
     return out
 
 
-def record_step(store: Store, log: MetricsLog, step: int, policy_version: int, batch: Sequence[PoolEpisode],
-                metrics: Metrics) -> None:
+def record_step(
+    store: Store, log: MetricsLog, step: int, policy_version: int, batch: Sequence[PoolEpisode], metrics: Metrics
+) -> None:
     """Record a finished step: store (episodes consumed exactly once), metrics sinks, a log line."""
     metrics["reward_mean"] = batch_reward_mean(batch)
     store.record_step(step, policy_version, [p.uuid for p in batch], metrics["reward_mean"], jsonable(metrics))
     log.write(step, metrics)
-    logger.info("step %d: reward %.3f over %d episodes, loss %s, %.2fs", step, metrics["reward_mean"], len(batch),
-                metrics.get("loss"), metrics.get("train_s", 0.0))
+    logger.info(
+        "step %d: reward %.3f over %d episodes, loss %s, %.2fs",
+        step,
+        metrics["reward_mean"],
+        len(batch),
+        metrics.get("loss"),
+        metrics.get("train_s", 0.0),
+    )
 
 
-def checkpoint_mismatch(step: int, pending: Optional[dict[str, Any]], recorded: set[int],
-                        known_episodes: int) -> Optional[str]:
+def checkpoint_mismatch(
+    step: int, pending: Optional[dict[str, Any]], recorded: set[int], known_episodes: int
+) -> Optional[str]:
     """Why a checkpoint of `step` cannot belong to a store that recorded `recorded` steps (None if it can).
 
     The store may be ahead of the checkpoint (steps after it are undone) or one step behind it when the
@@ -88,9 +96,11 @@ def reconcile_store(store: Store, step: int, pending: Optional[dict[str, Any]], 
     known = store.count_episodes(uuids) if uuids and step not in recorded else len(uuids)
     why = checkpoint_mismatch(step, pending, recorded, known)
     if why is not None:
-        raise CheckpointError(f"checkpoint {source or f'of step {step}'} does not match store {redact_url(store.url)}: {why}. "
-                              "Use a fresh --experiment-dir for this store, or the store this experiment was "
-                              "trained with.")
+        raise CheckpointError(
+            f"checkpoint {source or f'of step {step}'} does not match store {redact_url(store.url)}: {why}. "
+            "Use a fresh --experiment-dir for this store, or the store this experiment was "
+            "trained with."
+        )
     if step > 0 and pending and pending.get("episode_uuids") and step not in recorded:
         store.rollback_to_step(step - 1, step - 1)
         store.record_step(step, step, list(pending["episode_uuids"]), pending["reward_mean"], {"restored": True})

@@ -30,14 +30,14 @@ CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n"
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
     "Tools:{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}"
-    "Call a tool as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n"
+    'Call a tool as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n'
     "{% endif %}"
     "{% for message in messages %}"
     "{% if not (tools and loop.first and message.role == 'system') %}"
     "<|im_start|>{{ message.role }}\n"
     "{% if message.content %}{{ message.content }}{% endif %}"
     "{% for tc in message.tool_calls or [] %}<tool_call>"
-    "{\"name\": \"{{ tc.function.name }}\", \"arguments\": {{ tc.function.arguments }}}</tool_call>"
+    '{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments }}}</tool_call>'
     "{% endfor %}<|im_end|>\n"
     "{% endif %}"
     "{% endfor %}"
@@ -47,10 +47,20 @@ CHAT_TEMPLATE = (
 # Sizes of the built-in models: "tiny" (the demo and tests), "small" (the TRL comparison). Head sizes are
 # 32, which vLLM's CPU attention accepts (its list: 32, 64, 80, ..., 512; 16 is refused).
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "num_key_value_heads": 2},
-    "small": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
-              "num_key_value_heads": 4},
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+    },
+    "small": {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+    },
 }
 SEED = 1234
 
@@ -61,8 +71,17 @@ def cache_root() -> Path:
 
 
 def _spec_hash(name: str) -> str:
-    spec = json.dumps({"size": SIZES[name], "chars": CHARS, "special": SPECIAL_TOKENS, "template": CHAT_TEMPLATE,
-                       "seed": SEED, "v": 4}, sort_keys=True)
+    spec = json.dumps(
+        {
+            "size": SIZES[name],
+            "chars": CHARS,
+            "special": SPECIAL_TOKENS,
+            "template": CHAT_TEMPLATE,
+            "seed": SEED,
+            "v": 4,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
@@ -76,14 +95,20 @@ def build_tokenizer() -> Any:
     # one token per character; the regex engine rejects "(?s).", so split on [\s\S]
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>", additional_special_tokens=SPECIAL_TOKENS[1:])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
 def _create(name: str, dest: Path) -> None:
     import torch
+
     # Qwen3 (Qwen2 plus q/k norms) rather than Qwen2: transformers 5 rebuilds any "qwen2" folder's
     # tokenizer as byte-level BPE, which would silently replace this character-level one.
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
@@ -91,14 +116,21 @@ def _create(name: str, dest: Path) -> None:
     tokenizer = build_tokenizer()
     # Untied embeddings: vLLM 0.32 reloads weights in place (full fine-tuning through `--engine vllm`) but then
     # leaves a tied output layer on the old embedding.
-    cfg = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=False,
-                      bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
-                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                      head_dim=SIZES[name]["hidden_size"] // SIZES[name]["num_attention_heads"], **SIZES[name])
+    cfg = Qwen3Config(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        head_dim=SIZES[name]["hidden_size"] // SIZES[name]["num_attention_heads"],
+        **SIZES[name],
+    )
     torch.manual_seed(SEED)
     model = Qwen3ForCausalLM(cfg)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0
+    )
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -110,7 +142,7 @@ def _create(name: str, dest: Path) -> None:
 
 def builtin_model_path(spec: str) -> Path:
     """The folder of a built-in model (`builtin:tiny`), created on first use."""
-    name = spec[len(BUILTIN_PREFIX):] if spec.startswith(BUILTIN_PREFIX) else spec
+    name = spec[len(BUILTIN_PREFIX) :] if spec.startswith(BUILTIN_PREFIX) else spec
     if name not in SIZES:
         raise ModelNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in SIZES]}")
     dest = cache_root() / f"{name}-{_spec_hash(name)}"
@@ -127,6 +159,8 @@ def resolve_model_path(model: str) -> Path:
         return builtin_model_path(model)
     path = Path(model).expanduser()
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"model folder not found or has no config.json: {path} "
-                                "(models are never downloaded; give a local Hugging Face folder or builtin:tiny)")
+        raise FileNotFoundError(
+            f"model folder not found or has no config.json: {path} "
+            "(models are never downloaded; give a local Hugging Face folder or builtin:tiny)"
+        )
     return path

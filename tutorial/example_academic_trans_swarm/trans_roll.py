@@ -28,10 +28,19 @@ BATCH_SIZE = 2
 
 
 def job(name: str, model: str) -> AgentJetJob:
-    return AgentJetJob(project_name="academic_trans", experiment_name=name, model=model, batch_size=BATCH_SIZE,
-                       num_repeat=GRPO_N, lr=2e-3 if model.startswith("builtin:") else 1e-6, n_gpu=1,
-                       max_prompt_length=1024, max_response_length=512, max_model_len=2048,
-                       max_response_length_in_one_turn=128)
+    return AgentJetJob(
+        project_name="academic_trans",
+        experiment_name=name,
+        model=model,
+        batch_size=BATCH_SIZE,
+        num_repeat=GRPO_N,
+        lr=2e-3 if model.startswith("builtin:") else 1e-6,
+        n_gpu=1,
+        max_prompt_length=1024,
+        max_response_length=512,
+        max_model_len=2048,
+        max_response_length_in_one_turn=128,
+    )
 
 
 def rollout(task: Task, swarm_a: SwarmClient, swarm_b: SwarmClient, max_tokens: int) -> tuple[float, float]:
@@ -60,8 +69,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=100)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO)
-    tasks = RouterTaskReader("jsonl_dataset_file", AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
-        training=JsonlTrainingFp(file_path=str(HERE / "papers.jsonl"))))).generate_training_tasks()
+    tasks = RouterTaskReader(
+        "jsonl_dataset_file",
+        AjetTaskReader(
+            jsonl_dataset_file=JsonlDatasetFile(training=JsonlTrainingFp(file_path=str(HERE / "papers.jsonl")))
+        ),
+    ).generate_training_tasks()
     swarm_a, swarm_b = SwarmClient(args.url_a, mission="trans-a"), SwarmClient(args.url_b, mission="trans-b")
     swarm_a.auto_sync_train_config_and_start_engine(job("model_a", args.model_a))
     swarm_b.auto_sync_train_config_and_start_engine(job("model_b", args.model_b))
@@ -72,8 +85,10 @@ def main() -> None:
             for _ in range(GRPO_N):
                 executor.submit_with_periodic_drain(lambda t: rollout(t, swarm_a, swarm_b, args.max_tokens), task)
     executor.shutdown()
-    print(f"done: model A step {swarm_a.get_engine_status().global_step}, "
-          f"model B step {swarm_b.get_engine_status().global_step}")
+    print(
+        f"done: model A step {swarm_a.get_engine_status().global_step}, "
+        f"model B step {swarm_b.get_engine_status().global_step}"
+    )
 
 
 if __name__ == "__main__":

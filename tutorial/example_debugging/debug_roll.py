@@ -27,13 +27,18 @@ def main() -> None:
     ap.add_argument("--mode", choices=["eval", "abort"], default="eval")
     ap.add_argument("--repeat", type=int, default=4)
     args = ap.parse_args()
-    tasks = RouterTaskReader("jsonl_dataset_file", AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
-        training=JsonlTrainingFp(file_path=str(LETTERS))))).generate_training_tasks()
+    tasks = RouterTaskReader(
+        "jsonl_dataset_file",
+        AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(training=JsonlTrainingFp(file_path=str(LETTERS)))),
+    ).generate_training_tasks()
     client = SwarmClient(args.swarm_url, mission=f"debug-{args.mode}")
     version = client.get_engine_status().policy_version
     if args.mode == "eval":
-        rewards = [rollout_episode(client, t, run_agent_and_compute_reward, episode_type="eval")
-                   for t in tasks for _ in range(args.repeat)]
+        rewards = [
+            rollout_episode(client, t, run_agent_and_compute_reward, episode_type="eval")
+            for t in tasks
+            for _ in range(args.repeat)
+        ]
         print(f"eval of policy v{version}: mean reward {sum(rewards) / len(rewards):.3f} over {len(rewards)} episodes")
         return
     for task in tasks:

@@ -29,20 +29,38 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=100)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO)
-    reader = RouterTaskReader("huggingface_dat_repo", AjetTaskReader(
-        huggingface_dat_repo=HuggingfaceDatRepo(dataset_path=args.dataset, dataset_name="main")))
+    reader = RouterTaskReader(
+        "huggingface_dat_repo",
+        AjetTaskReader(huggingface_dat_repo=HuggingfaceDatRepo(dataset_path=args.dataset, dataset_name="main")),
+    )
     tasks = reader.generate_training_tasks()
     client = SwarmClient(args.swarm_url)
-    client.auto_sync_train_config_and_start_engine(AgentJetJob(
-        project_name="tutorial", experiment_name="math_swarm", model=args.model, batch_size=args.batch_size,
-        num_repeat=args.grpo_n, lr=2e-3 if args.model.startswith("builtin:") else 1e-6, n_gpu=1,
-        max_prompt_length=2048, max_response_length=1024, max_model_len=4096,
-        max_response_length_in_one_turn=args.max_tokens), force_restart=True)
+    client.auto_sync_train_config_and_start_engine(
+        AgentJetJob(
+            project_name="tutorial",
+            experiment_name="math_swarm",
+            model=args.model,
+            batch_size=args.batch_size,
+            num_repeat=args.grpo_n,
+            lr=2e-3 if args.model.startswith("builtin:") else 1e-6,
+            n_gpu=1,
+            max_prompt_length=2048,
+            max_response_length=1024,
+            max_model_len=4096,
+            max_response_length_in_one_turn=args.max_tokens,
+        ),
+        force_restart=True,
+    )
 
     steps = train_on_tasks(
-        client, tasks, lambda task, url, key: run_agent_and_compute_reward(task, url, key, args.max_tokens),
-        tasks_per_round=args.batch_size, group_n=args.grpo_n, max_steps=args.max_steps,
-        on_step=lambda s: print(f"step {s.step} reward {s.reward_mean:.3f}", flush=True))
+        client,
+        tasks,
+        lambda task, url, key: run_agent_and_compute_reward(task, url, key, args.max_tokens),
+        tasks_per_round=args.batch_size,
+        group_n=args.grpo_n,
+        max_steps=args.max_steps,
+        on_step=lambda s: print(f"step {s.step} reward {s.reward_mean:.3f}", flush=True),
+    )
     client.print_rollout_stat()
     print(f"done: {len(steps)} training step(s)")
 

@@ -17,8 +17,7 @@ from ajet import Task, WorkflowOutput
 from tutorial.example_math_swarm.python_tool import TOOL_SPEC, run_python
 
 MAX_TURNS = 4
-SYSTEM = ("Solve the math problem. You may call run_python to compute. "
-          "End with the final number in \\boxed{}.")
+SYSTEM = "Solve the math problem. You may call run_python to compute. End with the final number in \\boxed{}."
 _BASE_CLIENT = openai.OpenAI(base_url="http://127.0.0.1", api_key="unused", max_retries=2)
 _NUM = re.compile(r"-?\d[\d,]*\.?\d*")
 
@@ -54,8 +53,13 @@ def run_agent_and_compute_reward(task: Task, base_url: str, api_key: str, max_to
     messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.main_query}]
     final, tool_calls_made = "", 0
     for _turn in range(MAX_TURNS):
-        msg = client.chat.completions.create(model="policy", messages=messages, tools=[TOOL_SPEC],
-                                             max_tokens=max_tokens, temperature=1.0).choices[0].message
+        msg = (
+            client.chat.completions.create(
+                model="policy", messages=messages, tools=[TOOL_SPEC], max_tokens=max_tokens, temperature=1.0
+            )
+            .choices[0]
+            .message
+        )
         messages.append(msg.model_dump(exclude_none=True))
         if not msg.tool_calls:
             final = msg.content or ""
@@ -69,5 +73,6 @@ def run_agent_and_compute_reward(task: Task, base_url: str, api_key: str, max_to
             output = run_python(code) if code else "error: run_python needs a 'code' argument"
             messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
     reward = compute_reward(final, task.metadata.get("answer", ""))
-    return WorkflowOutput(reward=reward, is_success=reward == 1.0,
-                          metadata={"final": final[-500:], "tool_calls": tool_calls_made})
+    return WorkflowOutput(
+        reward=reward, is_success=reward == 1.0, metadata={"final": final[-500:], "tool_calls": tool_calls_made}
+    )

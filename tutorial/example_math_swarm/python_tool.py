@@ -15,7 +15,7 @@ import textwrap
 
 TIME_LIMIT_S = 5.0
 MAX_OUTPUT = 2000
-_PRELUDE = textwrap.dedent('''
+_PRELUDE = textwrap.dedent("""
     import socket as _s, sys as _sys
     def _no_network(*a, **k):
         raise OSError("network access is disabled in this sandbox")
@@ -27,20 +27,34 @@ _PRELUDE = textwrap.dedent('''
     except Exception:
         pass
     del _s, _sys, _name, _no_network
-''')
+""")
 
-TOOL_SPEC = {"type": "function", "function": {
-    "name": "run_python", "description": "Run Python code and return what it prints.",
-    "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "Python source"}},
-                   "required": ["code"]}}}
+TOOL_SPEC = {
+    "type": "function",
+    "function": {
+        "name": "run_python",
+        "description": "Run Python code and return what it prints.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "Python source"}},
+            "required": ["code"],
+        },
+    },
+}
 
 
 def run_python(code: str, time_limit: float = TIME_LIMIT_S) -> str:
     """Run `code`; returns its output, or the error, trimmed to MAX_OUTPUT characters."""
     with tempfile.TemporaryDirectory() as cwd:
         try:
-            res = subprocess.run([sys.executable, "-I", "-c", _PRELUDE + "\n" + code], capture_output=True,
-                                 text=True, timeout=time_limit, cwd=cwd, env={"PATH": "/usr/bin:/bin"})
+            res = subprocess.run(
+                [sys.executable, "-I", "-c", _PRELUDE + "\n" + code],
+                capture_output=True,
+                text=True,
+                timeout=time_limit,
+                cwd=cwd,
+                env={"PATH": "/usr/bin:/bin"},
+            )
         except subprocess.TimeoutExpired:
             return f"error: timed out after {time_limit:g}s"
     out = res.stdout

@@ -37,15 +37,28 @@ class Mission:
     reward: Callable[[Task, str], float]
 
     def tasks(self) -> list[Task]:
-        return RouterTaskReader("jsonl_dataset_file", AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(
-            training=JsonlTrainingFp(file_path=str(self.dataset))))).generate_training_tasks()
+        return RouterTaskReader(
+            "jsonl_dataset_file",
+            AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(training=JsonlTrainingFp(file_path=str(self.dataset)))),
+        ).generate_training_tasks()
 
     def run_agent_and_compute_reward(self, task: Task, base_url: str, api_key: str) -> WorkflowOutput:
         client = _BASE_CLIENT.with_options(base_url=base_url, api_key=api_key)
-        answer = client.chat.completions.create(model="policy", max_tokens=1, temperature=1.0, messages=[
-            {"role": "user", "content": task.main_query}]).choices[0].message.content or ""
+        answer = (
+            client.chat.completions.create(
+                model="policy", max_tokens=1, temperature=1.0, messages=[{"role": "user", "content": task.main_query}]
+            )
+            .choices[0]
+            .message.content
+            or ""
+        )
         return WorkflowOutput(reward=self.reward(task, answer), metadata={"answer": answer, "mission": self.name})
 
 
-MISSIONS = {m.name: m for m in (Mission("letters", HERE / "letters.jsonl", letters_reward),
-                                 Mission("digits", HERE / "digits.jsonl", digits_reward))}
+MISSIONS = {
+    m.name: m
+    for m in (
+        Mission("letters", HERE / "letters.jsonl", letters_reward),
+        Mission("digits", HERE / "digits.jsonl", digits_reward),
+    )
+}

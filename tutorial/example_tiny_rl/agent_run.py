@@ -22,12 +22,16 @@ def compute_reward(task: Task, answer: str) -> float:
     return 1.0 if answer[:1] == task.metadata["letter"] else 0.0
 
 
-def run_agent_and_compute_reward(task: Task, base_url: str, api_key: str, seed: Optional[int] = None
-                                 ) -> WorkflowOutput:
+def run_agent_and_compute_reward(task: Task, base_url: str, api_key: str, seed: Optional[int] = None) -> WorkflowOutput:
     """One episode: ask the policy once (sampling with `seed` when given), score its answer."""
     client = _BASE_CLIENT.with_options(base_url=base_url, api_key=api_key)
-    resp = client.chat.completions.create(model="policy", max_tokens=1, temperature=1.0, seed=seed,
-                                          messages=[{"role": "user", "content": task.main_query}])
+    resp = client.chat.completions.create(
+        model="policy",
+        max_tokens=1,
+        temperature=1.0,
+        seed=seed,
+        messages=[{"role": "user", "content": task.main_query}],
+    )
     answer = resp.choices[0].message.content or ""
     reward = compute_reward(task, answer)
     return WorkflowOutput(reward=reward, is_success=reward == 1.0, metadata={"answer": answer})

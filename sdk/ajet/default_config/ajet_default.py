@@ -6,8 +6,14 @@ from typing import Any
 
 import yaml
 
-from ajet.default_config.ajet_config_schema import (AjetTaskReader, HuggingfaceDatRepo, JsonlDatasetFile,
-                                                    JsonlTrainingFp, JsonlValidationFp, RandomDummy)
+from ajet.default_config.ajet_config_schema import (
+    AjetTaskReader,
+    HuggingfaceDatRepo,
+    JsonlDatasetFile,
+    JsonlTrainingFp,
+    JsonlValidationFp,
+    RandomDummy,
+)
 from ajet.job import AgentJetJob
 
 
@@ -19,9 +25,18 @@ def default_job() -> dict[str, Any]:
 def default_job_yaml() -> str:
     """The defaults as YAML, in the layout `AgentJetJob.dump_job_as_yaml` writes."""
     wire = default_job()
-    return yaml.safe_dump({"ajet": {k: v for k, v in wire.items() if k != "verl"}, "verl": wire["verl"]},
-                          sort_keys=False)
+    return yaml.safe_dump(
+        {"ajet": {k: v for k, v in wire.items() if k != "verl"}, "verl": wire["verl"]}, sort_keys=False
+    )
 
 
-__all__ = ["default_job", "default_job_yaml", "AjetTaskReader", "HuggingfaceDatRepo", "JsonlDatasetFile",
-           "JsonlTrainingFp", "JsonlValidationFp", "RandomDummy"]
+__all__ = [
+    "default_job",
+    "default_job_yaml",
+    "AjetTaskReader",
+    "HuggingfaceDatRepo",
+    "JsonlDatasetFile",
+    "JsonlTrainingFp",
+    "JsonlValidationFp",
+    "RandomDummy",
+]

@@ -14,7 +14,7 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from ajet.default_config.ajet_config_schema import AjetTaskReader, HuggingfaceDatRepo, JsonlDatasetFile, RandomDummy
 from ajet.errors import ConfigError
@@ -35,8 +35,13 @@ def row_to_task(row: dict[str, Any], split: str) -> Task:
         task_id = f"{split}-{digest}"
     query = next((str(row[k]) for k in _QUERY_KEYS if isinstance(row.get(k), str)), "")
     init_messages = row.get("init_messages") if isinstance(row.get("init_messages"), list) else []
-    return Task(task_id=task_id, main_query=query, init_messages=init_messages,
-                env_type=str(row.get("env_type", "") or ""), metadata=dict(row))
+    return Task(
+        task_id=task_id,
+        main_query=query,
+        init_messages=init_messages,
+        env_type=str(row.get("env_type", "") or ""),
+        metadata=dict(row),
+    )
 
 
 def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
@@ -155,8 +160,10 @@ class RandomDummyTaskReader:
 
     def _make(self, prefix: str, n: int, seed: int) -> list[Task]:
         rng = random.Random(seed)
-        return [Task(task_id=f"{prefix}-{i}", main_query=f"Say the number {rng.randint(0, 99)}.",
-                     metadata={"index": i}) for i in range(n)]
+        return [
+            Task(task_id=f"{prefix}-{i}", main_query=f"Say the number {rng.randint(0, 99)}.", metadata={"index": i})
+            for i in range(n)
+        ]
 
     def generate_training_tasks(self) -> list[Task]:
         """`num_tasks` training tasks."""

@@ -84,15 +84,20 @@ def apply_defaults(parser: argparse.ArgumentParser, name: str, env: Optional[Map
 
 def add_config_option(parser: argparse.ArgumentParser, name: str) -> None:
     """`--config FILE`: a YAML file of this command's options (the keys of `configs/NAME`)."""
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help=f"YAML of this command's options, keys as in configs/{name} (the defaults); flags on "
-                             "the command line win over the file")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"YAML of this command's options, keys as in configs/{name} (the defaults); flags on "
+        "the command line win over the file",
+    )
 
 
 def add_log_level_option(parser: argparse.ArgumentParser) -> None:
     """`--log-level`, which every server command takes."""
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"],
-                        type=str.lower, help="logging level")
+    parser.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error", "critical"], type=str.lower, help="logging level"
+    )
 
 
 def apply_config(parser: argparse.ArgumentParser, path: Union[str, Path]) -> None:
@@ -107,8 +112,9 @@ def apply_config(parser: argparse.ArgumentParser, path: Union[str, Path]) -> Non
         parser.set_defaults(**{key: _checked(opts[key], value, str(path))})
 
 
-def parse_with_config(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]],
-                      commands: Sequence[str] = ("start",)) -> argparse.Namespace:
+def parse_with_config(
+    parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], commands: Sequence[str] = ("start",)
+) -> argparse.Namespace:
     """Parse `argv`; when one of `commands` (sub-commands that take `--config`) got `--config FILE`, parse again
     with the file's values as that sub-command's defaults, so the command line still wins."""
     args = parser.parse_args(argv)

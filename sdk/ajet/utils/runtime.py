@@ -39,8 +39,12 @@ def error_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def run_cli(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]],
-            expected: Sequence[type[BaseException]]) -> int:
+def run_cli(
+    prog: str,
+    main: Callable[[Optional[list[str]]], int],
+    argv: Optional[list[str]],
+    expected: Sequence[type[BaseException]],
+) -> int:
     """Run a command's `main`; an expected error prints one line on stderr and returns 1."""
     try:
         return main(argv)

@@ -46,9 +46,13 @@ def _task_name(task: Any) -> str:
     return str(getattr(task, "task_id", task))[:60]
 
 
-def run_episodes_until_all_complete(tasks: Iterable[T], func: Callable[[T], R], max_workers: Optional[int] = None,
-                                    auto_retry: bool = True, max_retries: Optional[int] = None
-                                    ) -> list[Optional[R]]:
+def run_episodes_until_all_complete(
+    tasks: Iterable[T],
+    func: Callable[[T], R],
+    max_workers: Optional[int] = None,
+    auto_retry: bool = True,
+    max_retries: Optional[int] = None,
+) -> list[Optional[R]]:
     """Run `func(task)` for every task, on `max_workers` threads (default: one per task); results in task order.
 
     With `auto_retry` a failing episode is retried until it completes (as AgentJet's client does), each failure
@@ -88,8 +92,13 @@ class PeriodicDrainThreadPoolExecutor:
     then the next one starts. `max_parallel` caps concurrent threads (default: `workers`).
     """
 
-    def __init__(self, workers: int, max_parallel: Optional[int] = None, auto_retry: bool = True,
-                 max_retries: int = DEFAULT_MAX_RETRIES):
+    def __init__(
+        self,
+        workers: int,
+        max_parallel: Optional[int] = None,
+        auto_retry: bool = True,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+    ):
         self.workers = workers
         self.retries = max_retries if auto_retry else 0
         self._pool = ThreadPoolExecutor(max_workers=max_parallel or workers)

@@ -44,14 +44,14 @@ def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] 
     messages = body["messages"]
     kwargs = {"tools": body["tools"]} if uses_tools(body) else {}
     try:
-        text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True,
-                                             **kwargs)
+        text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a template error is the request's fault (e.g. roles out of order)
         raise EngineRequestError(f"messages: the chat template refused them ({type(exc).__name__}: {exc})") from exc
     ids = tokenizer.encode(text, add_special_tokens=False)
     if max_context is not None and len(ids) >= max_context:
-        raise EngineRequestError(f"messages: the prompt is {len(ids)} tokens; this model's context is "
-                                 f"{max_context} tokens")
+        raise EngineRequestError(
+            f"messages: the prompt is {len(ids)} tokens; this model's context is {max_context} tokens"
+        )
     return ids
 
 
@@ -71,19 +71,30 @@ def check_engine_support(body: dict[str, Any]) -> None:
     of a masked distribution; the vLLM engine passes all three to vLLM (guided decoding, its sampler)."""
     choice = body.get("tool_choice")
     if choice is not None and choice not in ("auto", "none"):
-        raise ChatFieldError("tool_choice", "the embedded engine cannot force a tool call: use 'auto' or 'none' "
-                                            "(the vLLM engine supports 'required' and named functions)")
+        raise ChatFieldError(
+            "tool_choice",
+            "the embedded engine cannot force a tool call: use 'auto' or 'none' "
+            "(the vLLM engine supports 'required' and named functions)",
+        )
     if body.get("top_k") not in (None, 0, -1):
-        raise ChatFieldError("top_k", "the embedded engine samples with temperature and top_p only "
-                                      "(the vLLM engine supports top_k)")
+        raise ChatFieldError(
+            "top_k", "the embedded engine samples with temperature and top_p only (the vLLM engine supports top_k)"
+        )
     fmt = body.get("response_format")
     if fmt is not None and fmt.get("type") != "text":
-        raise ChatFieldError("response_format", f"the embedded engine has no structured output "
-                                                f"({fmt.get('type')!r}): leave it out or use the vLLM engine")
+        raise ChatFieldError(
+            "response_format",
+            f"the embedded engine has no structured output ({fmt.get('type')!r}): leave it out or use the vLLM engine",
+        )
 
 
-def gen_request(body: dict[str, Any], prompt: list[int], default_temperature: float, max_tokens_cap: int,
-                max_context: Optional[int] = None) -> GenRequest:
+def gen_request(
+    body: dict[str, Any],
+    prompt: list[int],
+    default_temperature: float,
+    max_tokens_cap: int,
+    max_context: Optional[int] = None,
+) -> GenRequest:
     """Sampling settings of a chat request whose fields passed `ajet.chat_fields.check_chat_fields`.
 
     `max_tokens` above the job's per-turn cap, or beyond the model's context, is refused (a 400 naming it,
@@ -92,20 +103,29 @@ def gen_request(body: dict[str, Any], prompt: list[int], default_temperature: fl
     asked: Optional[int] = body.get(param)
     room = max_tokens_cap if max_context is None else min(max_tokens_cap, max_context - len(prompt))
     if asked is not None and asked > max_tokens_cap:
-        raise ChatFieldError(param, f"{asked} is above this engine's per-turn cap of {max_tokens_cap} tokens "
-                                    "(the job's max_response_length_in_one_turn)")
+        raise ChatFieldError(
+            param,
+            f"{asked} is above this engine's per-turn cap of {max_tokens_cap} tokens "
+            "(the job's max_response_length_in_one_turn)",
+        )
     if asked is not None and asked > room:
-        raise ChatFieldError(param, f"the prompt is {len(prompt)} tokens and this model's context is {max_context}: "
-                                    f"at most {room} tokens fit")
+        raise ChatFieldError(
+            param,
+            f"the prompt is {len(prompt)} tokens and this model's context is {max_context}: at most {room} tokens fit",
+        )
     stop = body.get("stop") or []
     temperature = body.get("temperature")
     temperature = default_temperature if temperature is None else float(temperature)
     top_p = body.get("top_p")
-    return GenRequest(prompt_ids=prompt, max_tokens=room if asked is None else asked,
-                      temperature=0.0 if temperature < GREEDY_BELOW else temperature,
-                      top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
-                      stop=[stop] if isinstance(stop, str) else list(stop),
-                      top_logprobs=int(body.get("top_logprobs") or 0))
+    return GenRequest(
+        prompt_ids=prompt,
+        max_tokens=room if asked is None else asked,
+        temperature=0.0 if temperature < GREEDY_BELOW else temperature,
+        top_p=1.0 if top_p is None else float(top_p),
+        seed=body.get("seed"),
+        stop=[stop] if isinstance(stop, str) else list(stop),
+        top_logprobs=int(body.get("top_logprobs") or 0),
+    )
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -118,16 +138,25 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
         except (ValueError, KeyError, TypeError):
             continue
         arguments = args if isinstance(args, str) else json.dumps(args)
-        calls.append({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                      "function": {"name": str(name), "arguments": arguments}})
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": str(name), "arguments": arguments},
+            }
+        )
         kept = kept.replace(match.group(0), "", 1)
     return (kept.strip() if calls else text), calls
 
 
 def logprob_item(tokenizer: Any, token_id: int, logprob: float, top: list[tuple[int, float]]) -> dict[str, Any]:
     """One token's entry of `logprobs.content`, with its most likely alternatives."""
-    return {"token": tokenizer.decode([token_id]), "logprob": logprob, "bytes": None,
-            "top_logprobs": [{"token": tokenizer.decode([t]), "logprob": lp, "bytes": None} for t, lp in top]}
+    return {
+        "token": tokenizer.decode([token_id]),
+        "logprob": logprob,
+        "bytes": None,
+        "top_logprobs": [{"token": tokenizer.decode([t]), "logprob": lp, "bytes": None} for t, lp in top],
+    }
 
 
 def _logprobs(tokenizer: Any, res: GenResult) -> dict[str, Any]:
@@ -135,33 +164,59 @@ def _logprobs(tokenizer: Any, res: GenResult) -> dict[str, Any]:
     return {"content": [logprob_item(tokenizer, t, lp, top) for t, lp, top in zip(res.token_ids, res.logprobs, tops)]}
 
 
-def completion_body(tokenizer: Tokenizer, model: str, prompt: list[int], res: GenResult, tools: bool,
-                    want_ids: bool, want_logprobs: bool) -> dict[str, Any]:
+def completion_body(
+    tokenizer: Tokenizer,
+    model: str,
+    prompt: list[int],
+    res: GenResult,
+    tools: bool,
+    want_ids: bool,
+    want_logprobs: bool,
+) -> dict[str, Any]:
     """A non-streamed chat completion in vLLM's format."""
     content, calls = parse_tool_calls(res.text) if tools else (res.text, [])
     message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
     if calls:
         message["tool_calls"] = calls
-    choice: dict[str, Any] = {"index": 0, "message": message,
-                              "finish_reason": "tool_calls" if calls else res.finish_reason,
-                              "stop_reason": res.stop_reason}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": message,
+        "finish_reason": "tool_calls" if calls else res.finish_reason,
+        "stop_reason": res.stop_reason,
+    }
     if want_logprobs:
         choice["logprobs"] = _logprobs(tokenizer, res)
     if want_ids:
         choice["token_ids"] = res.token_ids
-    body: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-                            "created": int(time.time()), "model": model, "choices": [choice],
-                            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
-                                      "total_tokens": len(prompt) + len(res.token_ids)},
-                            "policy_version": res.policy_version}
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(res.token_ids),
+            "total_tokens": len(prompt) + len(res.token_ids),
+        },
+        "policy_version": res.policy_version,
+    }
     if want_ids:
         body["prompt_token_ids"] = prompt
     return body
 
 
-def chunk_body(cid: str, model: str, delta: dict[str, Any], token: Optional[tuple[int, dict[str, Any]]] = None,
-               finish: Optional[str] = None, prompt: Optional[list[int]] = None, want_ids: bool = False,
-               want_logprobs: bool = False, stop_reason: Optional[str] = None) -> dict[str, Any]:
+def chunk_body(
+    cid: str,
+    model: str,
+    delta: dict[str, Any],
+    token: Optional[tuple[int, dict[str, Any]]] = None,
+    finish: Optional[str] = None,
+    prompt: Optional[list[int]] = None,
+    want_ids: bool = False,
+    want_logprobs: bool = False,
+    stop_reason: Optional[str] = None,
+) -> dict[str, Any]:
     """One streamed chunk; the first carries `prompt_token_ids`, each token chunk its `token_ids` and
     (`token` = (id, its `logprob_item`)) its logprobs, the last its finish and stop reasons."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -173,8 +228,13 @@ def chunk_body(cid: str, model: str, delta: dict[str, Any], token: Optional[tupl
             choice["token_ids"] = [tok]
         if want_logprobs:
             choice["logprobs"] = {"content": [item]}
-    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()),
-                            "model": model, "choices": [choice]}
+    body: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+    }
     if prompt is not None and want_ids:
         body["prompt_token_ids"] = prompt
     return body

@@ -42,7 +42,7 @@ class IncrementalDecoder:
         else:
             self._ids.append(token_id)
             full = self._tokenizer.decode(self._ids, skip_special_tokens=False)
-            piece = full[len(self.text):]
+            piece = full[len(self.text) :]
         self.text += piece
         return piece
 

@@ -82,8 +82,13 @@ def _sample_row(logits: torch.Tensor, req: GenRequest, gen: Optional[torch.Gener
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
-def _sample(logits: torch.Tensor, requests: list[GenRequest], gens: list[Optional[torch.Generator]],
-            live: list[int], errors: dict[int, str]) -> torch.Tensor:
+def _sample(
+    logits: torch.Tensor,
+    requests: list[GenRequest],
+    gens: list[Optional[torch.Generator]],
+    live: list[int],
+    errors: dict[int, str],
+) -> torch.Tensor:
     """One token for each live row. Rows without a seed and with the same settings are sampled together;
     seeded rows draw from their own generator (on the CPU), so their result never depends on the batch.
     A row whose sampling fails gets its reason in `errors` (and a dummy token); the other rows go on."""
@@ -117,13 +122,15 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     return ids, mask
 
 
 @torch.no_grad()
-def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]) -> list[GenResult]:
+def generate_batch(
+    model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]
+) -> list[GenResult]:
     """Sample every request in one batch; returns results in request order."""
     device = next(model.parameters()).device
     ids, mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
@@ -155,18 +162,26 @@ def generate_batch(model: PolicyModel, tokenizer: Tokenizer, requests: list[GenR
             out_lps[i].append(lp)
             out_top[i].append(top)
             next_tok[i] = tok
-            finish[i] = _advance(i, TokenOut(tok, lp, texts[i].push(tok), top), out_ids[i], texts[i].text,
-                                 requests[i], eos_ids, errors)
+            finish[i] = _advance(
+                i, TokenOut(tok, lp, texts[i].push(tok), top), out_ids[i], texts[i].text, requests[i], eos_ids, errors
+            )
         if all(f is not None for f in finish):
             break
         alive = torch.tensor([f is None for f in finish], dtype=torch.long, device=device)
         mask = torch.cat([mask, alive[:, None]], dim=1)
         last_pos = last_pos + 1
-        out = model(input_ids=next_tok[:, None].to(device), attention_mask=mask, position_ids=last_pos[:, None],
-                    use_cache=True, **{cache_kw: past})
+        out = model(
+            input_ids=next_tok[:, None].to(device),
+            attention_mask=mask,
+            position_ids=last_pos[:, None],
+            use_cache=True,
+            **{cache_kw: past},
+        )
         past, logits = _cache_of(out), out.logits[:, -1, :].float()
-    return [_result(out_ids[i], out_lps[i], out_top[i], finish[i] or "length", texts[i].text, req, errors.get(i))
-            for i, req in enumerate(requests)]
+    return [
+        _result(out_ids[i], out_lps[i], out_top[i], finish[i] or "length", texts[i].text, req, errors.get(i))
+        for i, req in enumerate(requests)
+    ]
 
 
 def _top(logp_row: torch.Tensor, k: int) -> list[tuple[int, float]]:
@@ -176,8 +191,9 @@ def _top(logp_row: torch.Tensor, k: int) -> list[tuple[int, float]]:
     return list(zip(idx.tolist(), vals.tolist()))
 
 
-def _advance(i: int, out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int],
-             errors: dict[int, str]) -> Optional[str]:
+def _advance(
+    i: int, out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int], errors: dict[int, str]
+) -> Optional[str]:
     """Hand the new token to the request's stream and decide whether it is finished ("error" if either fails)."""
     try:
         if req.on_token is not None:
@@ -219,10 +235,24 @@ def _finished(out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids
     return None
 
 
-def _result(ids: list[int], lps: list[float], top: list[list[tuple[int, float]]], finish: str, text: str,
-            req: GenRequest, error: Optional[str]) -> GenResult:
+def _result(
+    ids: list[int],
+    lps: list[float],
+    top: list[list[tuple[int, float]]],
+    finish: str,
+    text: str,
+    req: GenRequest,
+    error: Optional[str],
+) -> GenResult:
     """The outcome; the text ends before the stop string that ended it, named in `stop_reason` (as vLLM)."""
     at = first_stop(text, req.stop, 0)
     stop_reason = None if at is None else next(s for s in req.stop if text.startswith(s, at))
-    return GenResult(token_ids=ids, logprobs=lps, finish_reason=finish, text=text if at is None else text[:at],
-                     top_logprobs=top, stop_reason=stop_reason, error=error)
+    return GenResult(
+        token_ids=ids,
+        logprobs=lps,
+        finish_reason=finish,
+        text=text if at is None else text[:at],
+        top_logprobs=top,
+        stop_reason=stop_reason,
+        error=error,
+    )

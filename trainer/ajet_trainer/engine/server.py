@@ -26,15 +26,23 @@ from aiohttp import web
 
 from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body
-from ajet_trainer.engine.chat import (TOOL_CALL_OPEN, check_engine_support, chunk_body, completion_body, gen_request,
-                                     logprob_item, parse_tool_calls, prompt_ids, uses_tools)
+from ajet_trainer.engine.chat import (
+    TOOL_CALL_OPEN,
+    check_engine_support,
+    chunk_body,
+    completion_body,
+    gen_request,
+    logprob_item,
+    parse_tool_calls,
+    prompt_ids,
+    uses_tools,
+)
 from ajet_trainer.engine.detok import safe_prefix_len
 from ajet_trainer.engine.generation import GenRequest, GenResult, TokenOut, generate_batch
 from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -60,9 +68,21 @@ class _Pending:
 class EmbeddedEngine:
     """Serve `model` + `tokenizer` on a loopback port; `start()` returns the OpenAI base URL."""
 
-    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, *, model_name: str = "policy", host: str = "127.0.0.1",
-                 port: int = 0, max_batch: int = 128, default_temperature: float = 1.0, max_tokens_cap: int = 4096,
-                 policy_version: int = 0, batch_window_s: float = 0.003, api_key: Optional[str] = None):
+    def __init__(
+        self,
+        model: PolicyModel,
+        tokenizer: Tokenizer,
+        *,
+        model_name: str = "policy",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_batch: int = 128,
+        default_temperature: float = 1.0,
+        max_tokens_cap: int = 4096,
+        policy_version: int = 0,
+        batch_window_s: float = 0.003,
+        api_key: Optional[str] = None,
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.model_name, self.host, self.port = model_name, host, port
         self.max_batch, self.default_temperature, self.max_tokens_cap = max_batch, default_temperature, max_tokens_cap
@@ -177,8 +197,9 @@ class EmbeddedEngine:
         if self.api_key and request.path.startswith("/v1/"):
             given = bearer_token(request.headers.get("Authorization", ""))
             if not hmac.compare_digest(given.encode(), self.api_key.encode()):
-                return _error(401, ErrorCode.UNAUTHORIZED, "this engine serves the ajet proxy only (internal key)",
-                              None)
+                return _error(
+                    401, ErrorCode.UNAUTHORIZED, "this engine serves the ajet proxy only (internal key)", None
+                )
         return await handler(request)
 
     async def _health(self, _request: web.Request) -> web.Response:
@@ -217,13 +238,25 @@ class EmbeddedEngine:
             res: GenResult = await pending.done
         except GenerationFailed as exc:
             return _error(500, ErrorCode.UPSTREAM_UNAVAILABLE, f"generation failed for this request: {exc}", None)
-        out = completion_body(self.tokenizer, body.get("model") or self.model_name, prompt, res, tools, want_ids,
-                              want_lps)
-        return web.Response(body=orjson.dumps(out), content_type="application/json",
-                            headers={POLICY_VERSION_HEADER: str(res.policy_version)})
+        out = completion_body(
+            self.tokenizer, body.get("model") or self.model_name, prompt, res, tools, want_ids, want_lps
+        )
+        return web.Response(
+            body=orjson.dumps(out),
+            content_type="application/json",
+            headers={POLICY_VERSION_HEADER: str(res.policy_version)},
+        )
 
-    async def _stream(self, request: web.Request, p: _Pending, prompt: list[int], tools: bool, want_ids: bool,
-                      want_lps: bool, body: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        p: _Pending,
+        prompt: list[int],
+        tools: bool,
+        want_ids: bool,
+        want_lps: bool,
+        body: dict[str, Any],
+    ) -> web.StreamResponse:
         version = await p.started
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", POLICY_VERSION_HEADER: str(version)})
         await resp.prepare(request)
@@ -248,8 +281,9 @@ class EmbeddedEngine:
                 delta = {"content": text[sent:safe]} if safe > sent else {}
                 sent = max(sent, safe)
                 item = logprob_item(self.tokenizer, out.id, out.logprob, out.top) if want_lps else {}
-                await send(chunk_body(cid, model, delta, token=(out.id, item), want_ids=want_ids,
-                                      want_logprobs=want_lps))
+                await send(
+                    chunk_body(cid, model, delta, token=(out.id, item), want_ids=want_ids, want_logprobs=want_lps)
+                )
                 continue
             get_tok.cancel()
             if tokens.empty():
@@ -269,9 +303,19 @@ class EmbeddedEngine:
             finish = "tool_calls"
         await send(chunk_body(cid, model, final_delta, finish=finish, stop_reason=res.stop_reason))
         if (body.get("stream_options") or {}).get("include_usage"):
-            await send({"id": cid, "object": "chat.completion.chunk", "model": model, "choices": [],
-                        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
-                                  "total_tokens": len(prompt) + len(res.token_ids)}})
+            await send(
+                {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "model": model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": len(prompt),
+                        "completion_tokens": len(res.token_ids),
+                        "total_tokens": len(prompt) + len(res.token_ids),
+                    },
+                }
+            )
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -279,8 +323,11 @@ class EmbeddedEngine:
 
 def _error(status: int, code: ErrorCode, message: str, param: Optional[str]) -> web.Response:
     """An OpenAI error object (the engine speaks the same API as the proxy's data plane)."""
-    return web.Response(body=orjson.dumps(openai_error_body(code, message, param).model_dump()), status=status,
-                        content_type="application/json")
+    return web.Response(
+        body=orjson.dumps(openai_error_body(code, message, param).model_dump()),
+        status=status,
+        content_type="application/json",
+    )
 
 
 def eos_token_ids(model: PolicyModel, tokenizer: Tokenizer) -> set[int]:

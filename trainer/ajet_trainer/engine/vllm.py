@@ -87,9 +87,12 @@ def find_vllm_python(explicit: Optional[str] = None) -> str:
 def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
     """The flags the trainer sets, each `(flag, *values)`."""
     memory = 0.15 if s.cpu else s.gpu_memory_utilization
-    args: list[tuple[str, ...]] = [("--max-model-len", str(s.max_model_len)),
-                                   ("--gpu-memory-utilization", str(memory)),
-                                   ("--enable-auto-tool-choice",), ("--tool-call-parser", "hermes")]
+    args: list[tuple[str, ...]] = [
+        ("--max-model-len", str(s.max_model_len)),
+        ("--gpu-memory-utilization", str(memory)),
+        ("--enable-auto-tool-choice",),
+        ("--tool-call-parser", "hermes"),
+    ]
     if s.lora_rank > 0:
         args += [("--enable-lora",), ("--max-lora-rank", str(max(s.lora_rank, 8)))]
     if s.cpu:
@@ -109,8 +112,19 @@ def launch_args(model_path: str, s: VllmSettings, port: int) -> list[str]:
     prefix = list(s.command) if s.command else [s.python, *ENTRY_POINT]
     taken = user_flags(s.user_args)
     defaults = [part for flag in default_args(s) if flag[0] not in taken for part in flag]
-    return [*prefix, "--model", model_path, "--host", s.host, "--port", str(port), "--served-model-name",
-            SERVED_NAME, *defaults, *s.user_args]
+    return [
+        *prefix,
+        "--model",
+        model_path,
+        "--host",
+        s.host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_NAME,
+        *defaults,
+        *s.user_args,
+    ]
 
 
 def launch_env(host: str = "127.0.0.1") -> dict[str, str]:

@@ -64,8 +64,9 @@ def load_weights(model: PolicyModel, weights: Mapping[str, torch.Tensor]) -> Non
             if missing:
                 raise ValueError(f"verl's actor exported no value for {len(missing)} parameter(s): {missing[:3]}")
     if unexpected:
-        raise ValueError(f"verl's actor exported {len(unexpected)} parameter(s) the served model lacks: "
-                         f"{unexpected[:3]}")
+        raise ValueError(
+            f"verl's actor exported {len(unexpected)} parameter(s) the served model lacks: {unexpected[:3]}"
+        )
 
 
 def _tied(model: PolicyModel, key: str) -> bool:

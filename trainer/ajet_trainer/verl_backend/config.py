@@ -59,13 +59,23 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
         "trainer.save_freq": job.save_freq,
     }
     if job.tis_cap is not None:  # the same truncated importance sampling, verl's rollout correction
-        out.update({"algorithm.rollout_correction.rollout_is": "token",
-                    "algorithm.rollout_correction.rollout_is_threshold": job.tis_cap})
+        out.update(
+            {
+                "algorithm.rollout_correction.rollout_is": "token",
+                "algorithm.rollout_correction.rollout_is_threshold": job.tis_cap,
+            }
+        )
     if job.lora_rank > 0:
         targets = job.lora_target_modules
-        out.update({f"{arr}.model.lora_rank": job.lora_rank, f"{arr}.model.lora_alpha": job.lora_alpha,
-                    f"{arr}.model.target_modules": targets if isinstance(targets, str) else list(targets),
-                    f"{arr}.rollout.load_format": "safetensors", f"{arr}.rollout.layered_summon": True})
+        out.update(
+            {
+                f"{arr}.model.lora_rank": job.lora_rank,
+                f"{arr}.model.lora_alpha": job.lora_alpha,
+                f"{arr}.model.target_modules": targets if isinstance(targets, str) else list(targets),
+                f"{arr}.rollout.load_format": "safetensors",
+                f"{arr}.rollout.layered_summon": True,
+            }
+        )
     return out
 
 
@@ -109,8 +119,13 @@ def load_user_overrides(path: Optional[Path]) -> dict[str, Any]:
     return data
 
 
-def override_list(job: AgentJetJob, user_overrides: Optional[dict[str, Any]] = None, nnodes: int = 1,
-                  extra: Sequence[str] = (), model_path: Optional[str] = None) -> list[str]:
+def override_list(
+    job: AgentJetJob,
+    user_overrides: Optional[dict[str, Any]] = None,
+    nnodes: int = 1,
+    extra: Sequence[str] = (),
+    model_path: Optional[str] = None,
+) -> list[str]:
     """hydra overrides: the job's fields, the node count, the server's overrides file, then the job's own `verl:`
     overrides (the most specific: they win), then `extra`."""
     merged = {**job_overrides(job), "trainer.nnodes": nnodes, **(user_overrides or {}), **job.verl}
@@ -119,8 +134,13 @@ def override_list(job: AgentJetJob, user_overrides: Optional[dict[str, Any]] = N
     return [_override(k, v) for k, v in merged.items()] + list(extra)
 
 
-def compose_verl_config(job: AgentJetJob, user_overrides_file: Optional[Path] = None, nnodes: int = 1,
-                        extra: Sequence[str] = (), model_path: Optional[str] = None) -> "DictConfig":
+def compose_verl_config(
+    job: AgentJetJob,
+    user_overrides_file: Optional[Path] = None,
+    nnodes: int = 1,
+    extra: Sequence[str] = (),
+    model_path: Optional[str] = None,
+) -> "DictConfig":
     """verl's resolved `ppo_trainer` config for this job (`user_overrides_file` None: the packaged defaults)."""
     import verl
     from hydra import compose, initialize_config_dir

@@ -196,7 +196,7 @@ def _patch_process_group() -> None:
         original(timeout_second=timeout_second, backend=backend)
 
     for module in (distributed, engine_workers, ckpt_base):
-        setattr(module, "initialize_global_process_group_ray", initialize)
+        module.initialize_global_process_group_ray = initialize
 
 
 def _register_engines() -> None:
@@ -229,7 +229,7 @@ def _patch_trl_value_head() -> None:
                 continue
         return False
 
-    setattr(monkey_patch, "is_trl_available", has_value_head)
+    monkey_patch.is_trl_available = has_value_head
 
 
 def _patch_resource_check() -> None:
@@ -253,7 +253,7 @@ def _patch_resource_check() -> None:
         if have < want:
             raise ValueError(f"Total available CPUs {have} is less than total desired CPU workers {want}")
 
-    setattr(ResourcePoolManager, "_check_resource_available", check)
+    ResourcePoolManager._check_resource_available = check
 
 
 _applied = False

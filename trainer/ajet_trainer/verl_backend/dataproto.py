@@ -30,12 +30,21 @@ def samples_to_dataproto(samples: Sequence[EpisodeSample], pad_id: int) -> DataP
     row_reward = {ep.episode_uuid: ep.reward for ep in samples}
     rewards[torch.arange(len(items)), lengths - 1] = torch.tensor([row_reward[s.episode_uuid] for s, _ in items])
     P = batch.prompt_width
-    tensors = {"prompts": batch.input_ids[:, :P], "responses": batch.responses, "input_ids": batch.input_ids,
-               "attention_mask": batch.attention_mask, "position_ids": batch.position_ids,
-               "response_mask": batch.response_mask, "rollout_log_probs": batch.rollout_logprobs,
-               "token_level_scores": rewards, "token_level_rewards": rewards.clone()}
-    non_tensors = {"uid": np.array([s.task_id for s, _ in items], dtype=object),
-                   "episode_uuid": np.array([s.episode_uuid for s, _ in items], dtype=object)}
+    tensors = {
+        "prompts": batch.input_ids[:, :P],
+        "responses": batch.responses,
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids,
+        "response_mask": batch.response_mask,
+        "rollout_log_probs": batch.rollout_logprobs,
+        "token_level_scores": rewards,
+        "token_level_rewards": rewards.clone(),
+    }
+    non_tensors = {
+        "uid": np.array([s.task_id for s, _ in items], dtype=object),
+        "episode_uuid": np.array([s.episode_uuid for s, _ in items], dtype=object),
+    }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 

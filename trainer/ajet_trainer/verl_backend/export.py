@@ -48,12 +48,19 @@ def _full_precision_merger() -> type:
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger, merge_non_dtensor_shards
 
     class FullPrecisionMerger(FSDPModelMerger):
-        def _load_and_merge_state_dicts(self, world_size: int, total_shards: int, mesh_shape: tuple[int, ...],
-                                        mesh_dim_names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        def _load_and_merge_state_dicts(
+            self, world_size: int, total_shards: int, mesh_shape: tuple[int, ...], mesh_dim_names: tuple[str, ...]
+        ) -> dict[str, torch.Tensor]:
             if len(mesh_shape) != 1:
                 raise CheckpointError("export-model: FSDP + tensor-parallel checkpoints are not supported")
-            shards = [torch.load(Path(self.config.local_dir) / f"model_world_size_{world_size}_rank_{rank}.pt",
-                                 map_location="cpu", weights_only=False) for rank in range(total_shards)]
+            shards = [
+                torch.load(
+                    Path(self.config.local_dir) / f"model_world_size_{world_size}_rank_{rank}.pt",
+                    map_location="cpu",
+                    weights_only=False,
+                )
+                for rank in range(total_shards)
+            ]
             merged = {}
             for key in shards[0]:
                 parts = [shard[key] for shard in shards]
@@ -73,8 +80,10 @@ def _full_precision_merger() -> type:
             missing, unexpected = model.load_state_dict(state_dict, strict=False)
             missing = [k for k in missing if not (k == "lm_head.weight" and self.model_config.tie_word_embeddings)]
             if missing or unexpected:
-                raise CheckpointError(f"export-model: the checkpoint does not fit its config (missing {missing[:3]}, "
-                                      f"unexpected {unexpected[:3]})")
+                raise CheckpointError(
+                    f"export-model: the checkpoint does not fit its config (missing {missing[:3]}, "
+                    f"unexpected {unexpected[:3]})"
+                )
             self.patch_model_generation_config(model).save_pretrained(self.config.target_dir)
             AutoTokenizer.from_pretrained(self.hf_model_config_path).save_pretrained(self.config.target_dir)
 
@@ -90,9 +99,15 @@ def export_verl(exp_dir: Path, tmp: Path, step: Optional[int], base_path: str) -
     merged = tmp.parent / f".{tmp.name}.merged"
     shutil.rmtree(merged, ignore_errors=True)
     try:
-        _full_precision_merger()(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor),
-                                                   target_dir=str(merged),
-                                                   hf_model_config_path=str(actor / "huggingface"))).merge_and_save()
+        _full_precision_merger()(
+            ModelMergerConfig(
+                operation="merge",
+                backend="fsdp",
+                local_dir=str(actor),
+                target_dir=str(merged),
+                hf_model_config_path=str(actor / "huggingface"),
+            )
+        ).merge_and_save()
         adapter = merged / "lora_adapter"
         if not adapter.is_dir():
             merged.rename(tmp)

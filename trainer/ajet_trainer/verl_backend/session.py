@@ -50,15 +50,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # verl metric -> the name the embedded trainer (and the monitor) use
-_METRIC_NAMES = {"actor/pg_loss": "loss", "actor/grad_norm": "grad_norm", "actor/entropy": "entropy",
-                 "actor/kl_loss": "kl", "actor/pg_clipfrac": "clip_frac", "timing_s/update_actor": "update_s",
-                 "timing_s/update_weights": "weight_sync_s"}
+_METRIC_NAMES = {
+    "actor/pg_loss": "loss",
+    "actor/grad_norm": "grad_norm",
+    "actor/entropy": "entropy",
+    "actor/kl_loss": "kl",
+    "actor/pg_clipfrac": "clip_frac",
+    "timing_s/update_actor": "update_s",
+    "timing_s/update_weights": "weight_sync_s",
+}
 
 
 CPU_OVERRIDES = [
     "trainer.device=cpu",
     # FSDP2 (fully_shard) runs over gloo; FSDP1 asks torch for an accelerator device id
-    "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
     # no flash-attention on CPU; and no packed (padding-removed) rows, which only flash-attention keeps apart
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.model.use_remove_padding=false",
@@ -72,7 +79,8 @@ CPU_OVERRIDES = [
 def session_overrides(job: AgentJetJob, exp_dir: Path, hybrid: bool = True, cpu: bool = False) -> list[str]:
     """What the swarm fixes in verl's config whatever the user's file says (after it, so these win)."""
     merge = ["actor_rollout_ref.model.lora.merge=true"] if job.lora_rank > 0 and hybrid else []
-    return [*(CPU_OVERRIDES if cpu else []),
+    return [
+        *(CPU_OVERRIDES if cpu else []),
         "actor_rollout_ref.rollout.mode=async",
         "actor_rollout_ref.hybrid_engine=true",
         "critic.enable=false",  # GRPO needs no value model
@@ -90,8 +98,18 @@ def session_overrides(job: AgentJetJob, exp_dir: Path, hybrid: bool = True, cpu:
 class VerlSession:
     """Everything one running job holds on the verl backend (a `TrainingSession`)."""
 
-    def __init__(self, job: AgentJetJob, run_id: int, store: Store, exp_dir: Path, trainer: "StoreFedTrainer",
-                 served_model: str, step: int, owns_ray: bool, serving: Optional[Serving] = None):
+    def __init__(
+        self,
+        job: AgentJetJob,
+        run_id: int,
+        store: Store,
+        exp_dir: Path,
+        trainer: "StoreFedTrainer",
+        served_model: str,
+        step: int,
+        owns_ray: bool,
+        serving: Optional[Serving] = None,
+    ):
         self.job, self.run_id, self.store, self.exp_dir, self.trainer = job, run_id, store, exp_dir, trainer
         self.served_model, self.step, self.owns_ray = served_model, step, owns_ray
         self.serving = serving
@@ -150,8 +168,9 @@ class VerlSession:
 
 def replica_deployments(addresses: Sequence[str], served_model: str, version: int) -> list[Deployment]:
     """verl reports `host:port` (or `[v6]:port`); the proxy wants OpenAI base URLs."""
-    return [Deployment(f"verl-vllm-{i}", f"http://{addr}/v1", served_model, version)
-            for i, addr in enumerate(addresses)]
+    return [
+        Deployment(f"verl-vllm-{i}", f"http://{addr}/v1", served_model, version) for i, addr in enumerate(addresses)
+    ]
 
 
 def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: dict[str, int]) -> Metrics:
@@ -168,8 +187,9 @@ def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: dict[str,
 RAY_START_ATTEMPTS = 3
 
 
-def start_local_ray(init: Callable[[], object], shutdown: Callable[[], None],
-                    attempts: int = RAY_START_ATTEMPTS) -> None:
+def start_local_ray(
+    init: Callable[[], object], shutdown: Callable[[], None], attempts: int = RAY_START_ATTEMPTS
+) -> None:
     """Start a local Ray, again (up to `attempts` times) when it times out during startup.
 
     Ray waits a fixed 30 s for its raylet to register with the GCS; on a loaded machine (a trainer restarting
@@ -200,9 +220,11 @@ def _ray_init(address: Optional[str], workers: int, cpu: bool = False) -> bool:
 
     address = address or os.environ.get("RAY_ADDRESS")
     if not cpu and not address and torch.cuda.device_count() < workers:
-        raise TrainerError(f"--backend verl --engine hybrid needs {workers} CUDA GPU(s) (the job's n_gpu x "
-                           f"--nnodes), this machine has {torch.cuda.device_count()}; join a Ray cluster with "
-                           "--ray-address, or train beside the embedded engine (--engine embedded)")
+        raise TrainerError(
+            f"--backend verl --engine hybrid needs {workers} CUDA GPU(s) (the job's n_gpu x "
+            f"--nnodes), this machine has {torch.cuda.device_count()}; join a Ray cluster with "
+            "--ray-address, or train beside the embedded engine (--engine embedded)"
+        )
     owns = not ray.is_initialized()
     if owns:
         env = get_ppo_ray_runtime_env()
@@ -218,8 +240,9 @@ def _ray_init(address: Optional[str], workers: int, cpu: bool = False) -> bool:
     if have < workers:
         if owns:
             ray.shutdown()
-        raise TrainerError(f"--backend verl needs {workers} {kind}(s) in the Ray cluster for its workers, "
-                           f"it has {have}")
+        raise TrainerError(
+            f"--backend verl needs {workers} {kind}(s) in the Ray cluster for its workers, it has {have}"
+        )
     return owns
 
 
@@ -243,9 +266,14 @@ def build_trainer(config: "DictConfig", tokenizer: Tokenizer, hybrid: bool = Tru
         # verl 0.9 flags RayPPOTrainer (the separated trainer's base) in favour of its TransferQueue-based v1
         # trainer, whose agent loop owns generation; the separated trainer is the one whose step we can feed
         warnings.filterwarnings("ignore", message=".*RayPPOTrainer' is deprecated", category=FutureWarning)
-        return StoreFedTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=mapping,
-                               resource_pool_manager=ResourcePoolManager(resource_pool_spec=spec, mapping=pools),
-                               ray_worker_group_cls=RayWorkerGroup, device_name=config.trainer.device)
+        return StoreFedTrainer(
+            config=config,
+            tokenizer=tokenizer,
+            role_worker_mapping=mapping,
+            resource_pool_manager=ResourcePoolManager(resource_pool_spec=spec, mapping=pools),
+            ray_worker_group_cls=RayWorkerGroup,
+            device_name=config.trainer.device,
+        )
 
 
 def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> VerlSession:
@@ -267,13 +295,19 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
     write_job_yaml(job, exp_dir / "job.yaml")
     model_path = str(resolve_model_path(job.model))
     user_file = Path(opts.verl_overrides) if opts.verl_overrides else None
-    config = compose_verl_config(job, user_file, nnodes=opts.nnodes, model_path=model_path,
-                                 extra=session_overrides(job, exp_dir, hybrid=hybrid, cpu=cpu))
+    config = compose_verl_config(
+        job,
+        user_file,
+        nnodes=opts.nnodes,
+        model_path=model_path,
+        extra=session_overrides(job, exp_dir, hybrid=hybrid, cpu=cpu),
+    )
     OmegaConf.resolve(config)
     (exp_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(config))
     served = None if hybrid else _served_model(job, model_path, opts)
-    trainer, owns_ray = start_trainer(config, job, store, opts.ray_address, cpu=cpu,
-                                      load=None if served is None else partial(load_weights, served[0]))
+    trainer, owns_ray = start_trainer(
+        config, job, store, opts.ray_address, cpu=cpu, load=None if served is None else partial(load_weights, served[0])
+    )
     with tracker_env(exp_dir):
         step = trainer.begin()  # beside: the restored weights are in the served model now
     reconcile_store(store, step, trainer.train_dataloader.restored or None, str(exp_dir))
@@ -283,17 +317,37 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
         if step > 0:
             serving.publish(step)  # a restored adapter must be what vLLM serves
     # verl's vLLM server takes the model path as its served model name
-    session = VerlSession(job, run_id, store, exp_dir, trainer, serving.served_model if serving else model_path,
-                          step, owns_ray, serving=serving)
-    logger.info("verl session: %s, step %d, %s, experiment %s", job.model, step,
-                f"replicas {trainer.server_addresses()}" if hybrid else
-                f"verl's actor on {'CPU' if cpu else 'CUDA'} beside the {opts.engine} engine", exp_dir)
+    session = VerlSession(
+        job,
+        run_id,
+        store,
+        exp_dir,
+        trainer,
+        serving.served_model if serving else model_path,
+        step,
+        owns_ray,
+        serving=serving,
+    )
+    logger.info(
+        "verl session: %s, step %d, %s, experiment %s",
+        job.model,
+        step,
+        f"replicas {trainer.server_addresses()}"
+        if hybrid
+        else f"verl's actor on {'CPU' if cpu else 'CUDA'} beside the {opts.engine} engine",
+        exp_dir,
+    )
     return session
 
 
-def start_trainer(config: "DictConfig", job: AgentJetJob, store: Optional[Store], ray_address: Optional[str],
-                  cpu: bool = False, load: Optional[Callable[[Mapping[str, "torch.Tensor"]], None]] = None,
-                  ) -> tuple["StoreFedTrainer", bool]:
+def start_trainer(
+    config: "DictConfig",
+    job: AgentJetJob,
+    store: Optional[Store],
+    ray_address: Optional[str],
+    cpu: bool = False,
+    load: Optional[Callable[[Mapping[str, "torch.Tensor"]], None]] = None,
+) -> tuple["StoreFedTrainer", bool]:
     """verl's checks of the resolved `config`, Ray, the trainer and its workers; `load` given: the beside
     topology, the actor's weights go there. Returns the trainer (`begin` restores it) and whether this process
     started Ray."""
@@ -334,18 +388,22 @@ def validate(config: "DictConfig", hybrid: bool = True) -> None:
         with open_dict(config):
             config.actor_rollout_ref.rollout.name = "none"
     try:
-        validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                        use_critic=need_critic(config))
+        validate_config(
+            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+        )
     except Exception as exc:  # noqa: BLE001 - verl raises assertions and hydra instantiation errors
-        raise ConfigurationError(f"verl rejects the composed config (see <experiment>/verl_config.yaml): "
-                                 f"{exc}") from exc
+        raise ConfigurationError(
+            f"verl rejects the composed config (see <experiment>/verl_config.yaml): {exc}"
+        ) from exc
     # verl's update asserts this at the first step, on the GPUs; say it now
     actor = config.actor_rollout_ref.actor
     mini_rows = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
     dp = config.trainer.n_gpus_per_node * config.trainer.nnodes // actor.get("ulysses_sequence_parallel_size", 1)
     if mini_rows % dp:
-        raise ConfigurationError(f"verl rejects the composed config: a mini-batch of {mini_rows} rows (batch_size / "
-                           f"mini_batch_num x num_repeat) does not split over {dp} data-parallel GPUs")
+        raise ConfigurationError(
+            f"verl rejects the composed config: a mini-batch of {mini_rows} rows (batch_size / "
+            f"mini_batch_num x num_repeat) does not split over {dp} data-parallel GPUs"
+        )
 
 
 def _pad_id(tokenizer: Tokenizer) -> int:

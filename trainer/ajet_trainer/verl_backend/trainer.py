@@ -107,8 +107,9 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         """The actor workers (beside) or the hybrid actor+rollout workers (verl's unified engine worker)."""
         pool = self.resource_pool_manager.get_resource_pool(Role.ActorRollout)
         role = ACTOR_ROLE if self.ajet_load is not None else str(Role.ActorRollout)
-        cls = RayClassWithInitArgs(cls=self.role_worker_mapping[Role.ActorRollout],
-                                   config=self.config.actor_rollout_ref, role=role)
+        cls = RayClassWithInitArgs(
+            cls=self.role_worker_mapping[Role.ActorRollout], config=self.config.actor_rollout_ref, role=role
+        )
         self.resource_pool_to_cls[pool][str(Role.ActorRollout)] = cls
 
     def _init_async_rollout_manager(self) -> None:
@@ -122,8 +123,10 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         self.async_rollout_mode = True
         self.async_rollout_manager = None
         self.llm_server_manager = LLMServerManager.create(
-            config=self.config, worker_group=self.actor_rollout_wg,
-            rollout_resource_pool=self.resource_pool_manager.get_resource_pool(Role.ActorRollout))
+            config=self.config,
+            worker_group=self.actor_rollout_wg,
+            rollout_resource_pool=self.resource_pool_manager.get_resource_pool(Role.ActorRollout),
+        )
 
     def _create_reference_policy_class(self) -> None:
         """With LoRA the reference is the actor without its adapter (verl's `ref_in_actor`): no ref workers."""
@@ -163,10 +166,12 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         from tqdm import tqdm
         from verl.utils.tracking import Tracking
 
-        self.logger = Tracking(project_name=self.config.trainer.project_name,
-                               experiment_name=self.config.trainer.experiment_name,
-                               default_backend=self.config.trainer.logger,
-                               config=OmegaConf.to_container(self.config, resolve=True))
+        self.logger = Tracking(
+            project_name=self.config.trainer.project_name,
+            experiment_name=self.config.trainer.experiment_name,
+            default_backend=self.config.trainer.logger,
+            config=OmegaConf.to_container(self.config, resolve=True),
+        )
         self.global_steps = 0
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)  # the replicas / the served model get these weights
@@ -182,8 +187,11 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         A batch without any trainable call (every call failed, or no token ids) still counts as a step,
         as in the embedded trainer: its episodes are consumed, the weights do not change.
         """
-        record = {"step": self.global_steps, "episode_uuids": [p.uuid for p in batch],
-                  "reward_mean": batch_reward_mean(batch)}
+        record = {
+            "step": self.global_steps,
+            "episode_uuids": [p.uuid for p in batch],
+            "reward_mean": batch_reward_mean(batch),
+        }
         return self._train(self.store_batch(batch), record)
 
     def train_samples(self, samples: Sequence[EpisodeSample]) -> dict[str, Any]:
@@ -210,8 +218,9 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     def store_batch(self, pool: Sequence[PoolEpisode]) -> Optional[DataProto]:
         """These episodes' calls -> samples (the embedded rules) -> DataProto; None if nothing is trainable."""
         job = self.ajet_job
-        samples, self.ajet_stats = assemble(self.ajet_store.rewarded_episodes(pool), job.max_prompt_length,
-                                            job.max_response_length)
+        samples, self.ajet_stats = assemble(
+            self.ajet_store.rewarded_episodes(pool), job.max_prompt_length, job.max_response_length
+        )
         self.ajet_samples = samples
         if not samples:
             return None
@@ -240,10 +249,12 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         """verl's advantage step (KL in reward, rollout correction), then GRPO per episode, not per row."""
         batch = super()._fit_compute_advantage(batch)
         if str(self.config.algorithm.adv_estimator) == "grpo":
-            adv = episode_advantages(self.ajet_samples,
-                                     norm_by_std=self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-            per_row = torch.tensor([adv.get(u, 0.0) for u in batch.non_tensor_batch["episode_uuid"]],
-                                   dtype=torch.float32)
+            adv = episode_advantages(
+                self.ajet_samples, norm_by_std=self.config.algorithm.get("norm_adv_by_std_in_grpo", True)
+            )
+            per_row = torch.tensor(
+                [adv.get(u, 0.0) for u in batch.non_tensor_batch["episode_uuid"]], dtype=torch.float32
+            )
             scores = per_row.unsqueeze(-1) * batch.batch["response_mask"]
             batch.batch["advantages"], batch.batch["returns"] = scores, scores.clone()
         return batch

@@ -16,8 +16,10 @@ from typing import Optional
 
 import httpx
 
-JUDGE_PROMPT = ("Rate the French translation of the English text from 0 to 10 for accuracy and fluency. "
-                "Keep proper nouns unchanged. Answer with 'Score: N/10'.\n\nEnglish: {source}\n\nFrench: {translation}")
+JUDGE_PROMPT = (
+    "Rate the French translation of the English text from 0 to 10 for accuracy and fluency. "
+    "Keep proper nouns unchanged. Answer with 'Score: N/10'.\n\nEnglish: {source}\n\nFrench: {translation}"
+)
 
 
 class JudgeError(RuntimeError):
@@ -25,10 +27,10 @@ class JudgeError(RuntimeError):
 
 
 _PATTERNS = [
-    re.compile(r'"score"\s*:\s*(-?\d+(?:\.\d+)?)', re.I),                             # {"score": 8}
+    re.compile(r'"score"\s*:\s*(-?\d+(?:\.\d+)?)', re.I),  # {"score": 8}
     re.compile(r"score\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)\s*\**\s*(?:/|out of)\s*(10|100)\b", re.I),
-    re.compile(r"(-?\d+(?:\.\d+)?)\s*\**\s*(?:/|out of)\s*(10|100)\b", re.I),           # 7/10, 7 out of 10
-    re.compile(r"score\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)", re.I),                       # Score: 7
+    re.compile(r"(-?\d+(?:\.\d+)?)\s*\**\s*(?:/|out of)\s*(10|100)\b", re.I),  # 7/10, 7 out of 10
+    re.compile(r"score\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)", re.I),  # Score: 7
 ]
 
 
@@ -52,20 +54,25 @@ def parse_score(text: str) -> float:
 
 def _json_scale(text: str) -> float:
     try:
-        obj = json.loads(text[text.index("{"):text.rindex("}") + 1])
+        obj = json.loads(text[text.index("{") : text.rindex("}") + 1])
         return float(obj.get("max", obj.get("scale", 10)))
     except (ValueError, AttributeError):
         return 10.0
 
 
-def judge_translation(source: str, translation: str, timeout: float = 60.0,
-                      client: Optional[httpx.Client] = None) -> float:
+def judge_translation(
+    source: str, translation: str, timeout: float = 60.0, client: Optional[httpx.Client] = None
+) -> float:
     """Ask the judge; returns a score in [0, 1] or raises `JudgeError`."""
     base_url = os.environ.get("AJET_JUDGE_BASE_URL")
     if not base_url:
         raise JudgeError("AJET_JUDGE_BASE_URL is not set")
-    body = {"model": os.environ.get("AJET_JUDGE_MODEL", "judge"), "temperature": 0.0, "max_tokens": 64,
-            "messages": [{"role": "user", "content": JUDGE_PROMPT.format(source=source, translation=translation)}]}
+    body = {
+        "model": os.environ.get("AJET_JUDGE_MODEL", "judge"),
+        "temperature": 0.0,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": JUDGE_PROMPT.format(source=source, translation=translation)}],
+    }
     headers = {"Authorization": f"Bearer {os.environ.get('AJET_JUDGE_API_KEY', 'none')}"}
     try:
         http = client or httpx.Client(timeout=timeout)

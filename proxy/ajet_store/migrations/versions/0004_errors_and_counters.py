@@ -25,11 +25,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("update_failures", sa.Integer, nullable=False, server_default="0"))
     with op.batch_alter_table("deployments") as batch:
         batch.add_column(sa.Column("api_key", sa.String(128), nullable=True))
-    op.create_table("counters", sa.Column("name", sa.String(200), primary_key=True),
-                    sa.Column("value", sa.Float, nullable=False))
+    op.create_table(
+        "counters", sa.Column("name", sa.String(200), primary_key=True), sa.Column("value", sa.Float, nullable=False)
+    )
     counters.backfill(op.get_bind())
-    op.create_index("ix_episodes_pool", "episodes", ["consumed_step", "status", "episode_type", "untrainable",
-                                                     "ended_at"])
+    op.create_index(
+        "ix_episodes_pool", "episodes", ["consumed_step", "status", "episode_type", "untrainable", "ended_at"]
+    )
     op.create_index("ix_episodes_missions", "episodes", ["episode_type", "mission", "status", "reward"])
     op.execute("UPDATE ajet_meta SET value = '4' WHERE key = 'schema_version'")
 
