@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from importlib.resources import files
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
@@ -115,14 +116,25 @@ def apply_config(parser: argparse.ArgumentParser, path: Union[str, Path]) -> Non
 def parse_with_config(
     parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], commands: Sequence[str] = ("start",)
 ) -> argparse.Namespace:
-    """Parse `argv`; when one of `commands` (sub-commands that take `--config`) got `--config FILE`, parse again
-    with the file's values as that sub-command's defaults, so the command line still wins."""
-    args = parser.parse_args(argv)
-    command = getattr(args, "command", None)
-    if isinstance(command, str) and command in commands and getattr(args, "config", None):
-        apply_config(subcommand(parser, command), args.config)
-        args = parser.parse_args(argv)
-    return args
+    """Parse `argv` (default: `sys.argv[1:]`); when one of `commands` (sub-commands that take `--config`) is
+    given `--config FILE`, the file's values become that sub-command's defaults first, so the command line still
+    wins and `--help` shows them."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    command = next((t for t in tokens if not t.startswith("-")), None)
+    path = _config_path(tokens)
+    if command in commands and path is not None:
+        apply_config(subcommand(parser, command), path)
+    return parser.parse_args(tokens)
+
+
+def _config_path(tokens: Sequence[str]) -> Optional[str]:
+    """The value of `--config FILE` or `--config=FILE` among `tokens`, if any."""
+    for i, tok in enumerate(tokens):
+        if tok == "--config" and i + 1 < len(tokens):
+            return tokens[i + 1]
+        if tok.startswith("--config="):
+            return tok.split("=", 1)[1]
+    return None
 
 
 def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
