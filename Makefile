@@ -86,8 +86,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The fast lane: everything not marked slow (pure functions, the store, single servers on loopback), two
+# workers: about 80 s here. The slow tests start whole swarms, train, or build wheels.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n 2
 
 bench: setup
 	$(PIP) install -e '.[bench]'
