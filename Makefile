@@ -93,8 +93,8 @@ test-fast: setup
 
 bench: setup
 	$(PIP) install -e '.[bench]'
-	$(PY) bench/proxy_overhead.py
-	$(PY) bench/trainer_vs_trl.py
+	$(PY) -m bench.proxy_overhead
+	$(PY) -m bench.trainer_vs_trl
 
 clean:
 	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) experiments .pytest_cache

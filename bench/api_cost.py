@@ -6,7 +6,7 @@ calls; this tree's also gets Responses (`/v1/responses`) and Anthropic Messages 
 asking the same thing. One JSON line per (proxy, API, stream): CPU ms per call, req/s, p50/p99; then the
 ratios: this tree's chat over the baseline's, and each API's over chat's.
 
-Usage: python bench/api_cost.py [--requests 2000] [--concurrency 32] [--baseline 78a54de]
+Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--baseline 78a54de]
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-import proxy_overhead  # noqa: E402
-from proxy_overhead import measure  # noqa: E402
-
-from ajet import SwarmClient  # noqa: E402
-from ajet.types import EngineState  # noqa: E402
-from ajet_store import Store, sqlite_url  # noqa: E402
-from tests.conftest import make_rolling, wait_state  # noqa: E402
-from tests.support.procs import Proc, free_port, offline_env, start_stub  # noqa: E402
+from ajet import SwarmClient
+from ajet.types import EngineState
+from ajet_store import Store, sqlite_url
+from bench import proxy_overhead
+from bench.proxy_overhead import measure
+from tests.support.procs import Proc, free_port, offline_env, start_stub
+from tests.support.rolling import make_rolling, wait_state
 
 MESSAGES = proxy_overhead.BODY["messages"]
 BODIES = {

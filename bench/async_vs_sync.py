@@ -1,9 +1,9 @@
 """Asynchronous vs synchronous training on the main job, with the update slowed to stand in for a large model.
 
-    python bench/async_vs_sync.py [--update-s 2] [--target 0.8] [--max-steps 200] [--staleness 0 1 2]
+    python -m bench.async_vs_sync [--update-s 2] [--target 0.8] [--max-steps 200] [--staleness 0 1 2]
 
 For each `max_staleness` k, one run of the tiny-RL tutorial on a fresh swarm, each update sleeping `--update-s`
-first (the job's `bench_update_delay_s`). One JSON line per run: wall seconds to the target (from the client's
+first (injected by `tests.support.faults`). One JSON line per run: wall seconds to the target (from the client's
 start), steps, episodes per second, and the client's idle time (seconds with none of its episodes in flight:
 waiting for a step). Then one line of ratios against k = 0 (time to target, idle time).
 """
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import tutorial_summary  # noqa: E402
+from scripts.run_demo import tutorial_summary
+from tests.support.faults import update_delay_env
 
 
 def one_run(k: int, update_s: float, target: float, max_steps: int, seed: int) -> dict[str, float]:
@@ -28,12 +27,11 @@ def one_run(k: int, update_s: float, target: float, max_steps: int, seed: int) -
         target,
         "--max-staleness",
         str(k),
-        "--bench-update-delay-s",
-        str(update_s),
         "--max-steps",
         str(max_steps),
         "--seed",
         str(seed),
+        env=update_delay_env(update_s),
     )
 
 

@@ -1,6 +1,6 @@
 """Where `make demo`'s CPU goes: CPU milliseconds per episode of the client, the proxy and the trainer.
 
-    python bench/demo_cpu.py [--short 5] [--long 25]
+    python -m bench.demo_cpu [--short 5] [--long 25]
 
 The demo's job (the tiny-RL tutorial, synchronous) runs twice on a fresh swarm each time, for `--short` and
 for `--long` training steps. Each process's CPU time (user + system) is read after the run; the difference
@@ -23,9 +23,8 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import run_tutorial, running_swarm  # noqa: E402
+from scripts.run_demo import run_tutorial, running_swarm
 
 EPISODES_PER_STEP = 128  # the tutorial's 8 tasks x 16 answers
 DEMO_STEPS = 84  # steps to 0.8 in bench/demo_runs.py (seeded: every run takes the same)

@@ -1,6 +1,6 @@
 """The demo's learning dynamics without the plumbing: how many steps each job setting needs to reach 0.8.
 
-    python bench/demo_learning_sim.py [--seeds 0 1 2 3 4 5] [--max-steps 300]
+    python -m bench.demo_learning_sim [--seeds 0 1 2 3 4 5] [--max-steps 300]
 
 The tiny-RL tutorial's loop in one process: the built-in tiny model samples the eight prompts x 16 answers
 (one token, temperature 1), the rule scores them, and the embedded trainer's own `Learner.update` makes the
@@ -17,25 +17,23 @@ import argparse
 import json
 import random
 import statistics
-import sys
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from ajet.utils.runtime import apply_offline_env  # noqa: E402
+from ajet.utils.runtime import apply_offline_env
 
 apply_offline_env()
 
-import torch  # noqa: E402
+import torch
 
-from ajet.job import AgentJetJob  # noqa: E402
-from ajet_trainer.learner import Learner, load_policy  # noqa: E402
-from ajet_trainer.tiny_model import resolve_model_path  # noqa: E402
-from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
-from tutorial.example_tiny_rl.agent_roll import GRPO_N, training_tasks  # noqa: E402
-from tutorial.example_tiny_rl.agent_run import compute_reward  # noqa: E402
+from ajet.job import AgentJetJob
+from ajet_trainer.learner import Learner, load_policy
+from ajet_trainer.tiny_model import resolve_model_path
+from ajet_trainer.types import EpisodeSample, TrainSequence
+from tutorial.example_tiny_rl.agent_roll import GRPO_N, training_tasks
+from tutorial.example_tiny_rl.agent_run import compute_reward
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "entropy_bonus_lr3e-3": {"lr": 3e-3, "entropy_coeff": 0.05},

@@ -1,6 +1,6 @@
 """`make demo`'s main job, N times: how many steps and seconds each run takes to the 0.8 target.
 
-    python bench/demo_runs.py [--runs 10] [--max-steps 300] [--max-staleness 1]
+    python -m bench.demo_runs [--runs 10] [--max-steps 300] [--max-staleness 1]
 
 One JSON line per run (steps, seconds from the client's start, first and final reward, whether it reached
 the target), then one with the medians and the count that reached the target. Setup (the venv) is not timed;
@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import tutorial_summary  # noqa: E402
+from scripts.run_demo import tutorial_summary
 
 
 def one_run(i: int, max_steps: int, target: float, max_staleness: int) -> dict[str, float]:

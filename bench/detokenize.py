@@ -3,22 +3,20 @@
 each token pays. One JSON line per (method, completion length): total ms over the completion; then
 the ratio per length.
 
-Usage: python bench/detokenize.py [--lengths 512 2048 4096] [--model builtin:tiny]
+Usage: python -m bench.detokenize [--lengths 512 2048 4096] [--model builtin:tiny]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from ajet_trainer.engine.detok import IncrementalDecoder, first_stop  # noqa: E402
-from ajet_trainer.tiny_model import resolve_model_path  # noqa: E402
+from ajet_trainer.engine.detok import IncrementalDecoder, first_stop
+from ajet_trainer.tiny_model import resolve_model_path
 
 STOP = ["</answer>"]
 

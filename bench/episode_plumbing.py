@@ -1,6 +1,6 @@
 """The proxy's cost of one episode (begin_episode -> one chat call -> end_episode), beside the call alone.
 
-    python bench/episode_plumbing.py [--episodes 2000] [--concurrency 32]
+    python -m bench.episode_plumbing [--episodes 2000] [--concurrency 32]
 
 A proxy on a fresh SQLite store, ROLLING, routed to a local vLLM-format backend that answers at once; the
 load comes from one asyncio client (aiohttp), so the client's own cost stays out of the proxy's figures.
@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,13 +25,10 @@ from typing import Any
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-from proxy_overhead import cpu_seconds, start_middle  # noqa: E402
-
-from ajet.protocol import CLIENT_HEADER  # noqa: E402
-from tests.support.procs import start_stub  # noqa: E402
+from ajet.protocol import CLIENT_HEADER
+from bench.proxy_overhead import cpu_seconds, start_middle
+from tests.support.procs import start_stub
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "Say the letter: a"}], "max_tokens": 1}
 CLIENT = {CLIENT_HEADER: "bench-client"}

@@ -4,24 +4,20 @@ One vLLM-format stub, one ajet-proxy per commit window (`--commit-window-ms`, de
 and streamed calls at each concurrency, one JSON line per (window, stream, concurrency) with the
 proxy's CPU per call and p50/p99 latency, then the ratio of each window's CPU to the first's.
 
-Usage: python bench/group_commit.py [--requests 2000] [--concurrency 32 256] [--windows-ms 0 2]
+Usage: python -m bench.group_commit [--requests 2000] [--concurrency 32 256] [--windows-ms 0 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-from proxy_overhead import measure, start_middle  # noqa: E402
-
-from tests.support.procs import start_stub  # noqa: E402
+from bench.proxy_overhead import measure, start_middle
+from tests.support.procs import start_stub
 
 
 def main() -> None:

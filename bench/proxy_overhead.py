@@ -9,7 +9,7 @@ Each configuration runs twice: against a backend that answers at once (the proxy
 bottleneck: a worst case) and against one that takes `--backend-delay-ms` per answer (closer to a
 real engine, where the proxy's cost hides behind generation time). Rows carry `backend_delay_ms`.
 
-Usage: python bench/proxy_overhead.py [--requests 3000] [--concurrency 32 256] [--backend-delay-ms 0 20] [--quick]
+Usage: python -m bench.proxy_overhead [--requests 3000] [--concurrency 32 256] [--backend-delay-ms 0 20] [--quick]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,13 +27,12 @@ import aiohttp
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from ajet import AgentJetJob, SwarmClient  # noqa: E402
-from ajet.types import EngineState  # noqa: E402
-from ajet_store import Store, sqlite_url  # noqa: E402
-from tests.conftest import make_rolling, wait_state  # noqa: E402
-from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
+from ajet import AgentJetJob, SwarmClient
+from ajet.types import EngineState
+from ajet_store import Store, sqlite_url
+from tests.support.procs import Proc, start_proxy, start_stub
+from tests.support.rolling import make_rolling, wait_state
 
 BODY = {
     "model": "m",

@@ -2,7 +2,7 @@
 LiteLLM's Responses<->chat transformation, for the request and for the answer of one agent turn (a tool
 call's output fed back). One JSON line per (method, direction): microseconds per call; then the ratio.
 
-Usage: python bench/responses_mapping.py [--iterations 2000]
+Usage: python -m bench.responses_mapping [--iterations 2000]
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from ajet_proxy import responses_api  # noqa: E402
-from ajet_proxy.responses_stream import ResponsesShape  # noqa: E402
+from ajet_proxy import responses_api
+from ajet_proxy.responses_stream import ResponsesShape
 
 TOOLS = [
     {

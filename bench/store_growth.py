@@ -10,7 +10,7 @@ episodes (all but the last batch consumed, as in a long run). Then prints one JS
 - `export`: `ajet-proxy export` throughput over the newest steps' episodes;
 - `prune`: `ajet-proxy prune --keep-steps 2 --vacuum`, with the size per call after it.
 
-Usage: python bench/store_growth.py [--calls 1000000] [--body-bytes 2000] [--reps 20] [--dir DIR]
+Usage: python -m bench.store_growth [--calls 1000000] [--body-bytes 2000] [--reps 20] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ import httpx
 import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from ajet.types import BatchMode, EngineState  # noqa: E402
-from ajet_store import Store, select_batch, sqlite_url  # noqa: E402
-from ajet_store import tables as t  # noqa: E402
-from ajet_store.types import CallRecord  # noqa: E402
-from tests.support.procs import start_proxy  # noqa: E402
+from ajet.types import BatchMode, EngineState
+from ajet_store import Store, select_batch, sqlite_url
+from ajet_store import tables as t
+from ajet_store.types import CallRecord
+from tests.support.procs import start_proxy
 
 
 def emit(**row: Any) -> None:

@@ -7,7 +7,7 @@ Run once with the built-in "small" model and 64 new tokens (TRL needs seconds pe
 comparison measures the architecture) and once with the demo's "tiny" model and 1 new token (where
 per-episode HTTP costs dominate).
 
-Usage: python bench/trainer_vs_trl.py [--steps 5] [--batch B] [--group 8] [--only small|tiny]
+Usage: python -m bench.trainer_vs_trl [--steps 5] [--batch B] [--group 8] [--only small|tiny]
 """
 
 from __future__ import annotations
@@ -22,16 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from ajet.utils.runtime import apply_offline_env  # noqa: E402
+from ajet.utils.runtime import apply_offline_env
 
 apply_offline_env()
 
-import torch  # noqa: E402
+import torch
 
-from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput  # noqa: E402
-from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
-from tests.support.procs import Proc, free_port  # noqa: E402
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.procs import Proc, free_port
 
 LETTERS = "abcdefgh"
 CONFIGS = {

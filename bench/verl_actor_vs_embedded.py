@@ -7,7 +7,7 @@ one epoch, one mini-batch), `--steps` times after one warm-up step. verl's step 
 `--backend verl --engine embedded` does); the embedded step is `Learner.update`. One JSON line per
 figure, then the ratios (verl / embedded).
 
-Usage: python bench/verl_actor_vs_embedded.py [--model builtin:tiny] [--lora 0] [--steps 5]
+Usage: python -m bench.verl_actor_vs_embedded [--model builtin:tiny] [--lora 0] [--steps 5]
 """
 
 from __future__ import annotations
@@ -15,23 +15,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from ajet.utils.runtime import apply_offline_env  # noqa: E402
+from ajet.utils.runtime import apply_offline_env
 
 apply_offline_env()
 
-import torch  # noqa: E402
+import torch
 
-from ajet import AgentJetJob  # noqa: E402
-from ajet_trainer.tiny_model import builtin_model_path  # noqa: E402
-from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
-from tests.support.verl_actor import verl_cpu_trainer  # noqa: E402
+from ajet import AgentJetJob
+from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.types import EpisodeSample, TrainSequence
+from tests.support.verl_actor import verl_cpu_trainer
 
 
 def batch(groups: int, group: int, prompt: int, response: int) -> list[EpisodeSample]:

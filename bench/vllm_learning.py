@@ -1,7 +1,7 @@
 """The tiny-RL tutorial trained through real vLLM (`--engine vllm`), full fine-tuning and LoRA, beside the
 embedded engine on the same job, in one run.
 
-    python bench/vllm_learning.py [--steps 60] [--modes full,lora,embedded]
+    python -m bench.vllm_learning [--steps 60] [--modes full,lora,embedded]
 
 One JSON line per figure: per mode, the reward curve (`curve`: the mean reward of every step), vLLM's
 start-up time, the mean step time, the weight-sync time per step (`publish_s`), the engine-vs-trainer
@@ -15,13 +15,11 @@ import argparse
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-from run_demo import run_tutorial, running_swarm  # noqa: E402
+from scripts.run_demo import run_tutorial, running_swarm
 
 MODES = {"full": ("vllm", 0), "lora": ("vllm", 8), "embedded": ("embedded", 0)}
 

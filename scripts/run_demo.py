@@ -11,70 +11,26 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
-
-import httpx
+from typing import Iterator, Mapping, Optional
 
 from ajet.utils.runtime import offline_env
+from ajet_swarm.launch import launched_swarm
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
-def running_swarm(root: Path, *extra: str) -> Iterator[str]:
-    """`ajet-swarm start` on a free port with a fresh store and experiment folder under `root`; yields its URL."""
+def running_swarm(root: Path, *extra: str, env: Optional[Mapping[str, str]] = None) -> Iterator[str]:
+    """`ajet-swarm start` with a fresh store and experiment folder under `root` (`ajet_swarm.launch`); yields its
+    URL. `env`: more environment for the swarm (the benchmarks' timing hooks)."""
     shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(root / "swarm.log", "w")
-    cmd = [
-        str(Path(sys.executable).with_name("ajet-swarm")),
-        "start",
-        "--swarm-port",
-        str(port),
-        "--db",
-        f"sqlite:///{root / 'ajet-swarm.db'}",
-        "--experiment-dir",
-        str(root / "experiment"),
-        "--log-level",
-        "warning",
-        *extra,
-    ]
-    swarm = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if swarm.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the swarm did not start:\n" + (root / "swarm.log").read_text()[-3000:])
-            time.sleep(0.2)
+    with launched_swarm(root, *extra, env={**ENV, **(env or {})}) as url:
         yield url
-    finally:
-        swarm.send_signal(signal.SIGINT)
-        try:
-            swarm.wait(60)
-        except subprocess.TimeoutExpired:
-            swarm.kill()
-        log.close()
 
 
 def run_tutorial(
@@ -91,10 +47,12 @@ def run_tutorial(
     )
 
 
-def tutorial_summary(root: Path, target: float, *args: str) -> dict[str, float]:
+def tutorial_summary(
+    root: Path, target: float, *args: str, env: Optional[Mapping[str, str]] = None
+) -> dict[str, float]:
     """The tutorial's final JSON line from one run on a fresh swarm under `root` (and `reached`: 1.0 if its final
     reward is at least `target`); exits with the run's output when it fails."""
-    with running_swarm(root) as url:
+    with running_swarm(root, env=env) as url:
         out = run_tutorial(url, "--target", str(target), *args, capture=True, timeout=7200)
     if out.returncode != 0:
         raise SystemExit(f"{root.name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")

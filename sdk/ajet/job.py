@@ -115,9 +115,6 @@ class AgentJetJob(BaseModel):
     takes only episodes whose oldest call is at most k policy versions behind the policy being updated; older ones
     are dropped and counted (`stale`). The loss corrects for the lag with the logged behaviour log-probs
     (truncated importance sampling, cap `tis_cap`, 2.0 when unset). Embedded engine and backend only."""
-    bench_update_delay_s: float = Field(default=0.0, ge=0)
-    """Benchmarks only: seconds each update sleeps before it trains, standing in for a large model's update
-    (`bench/async_vs_sync.py`)."""
     use_kl_loss: bool = False
     """Add verl's KL loss against the reference policy."""
     kl_loss_coef: float = Field(default=0.001, ge=0)

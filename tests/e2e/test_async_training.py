@@ -10,11 +10,13 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EngineState, EpisodeStatus
+from tests.support.faults import update_delay_env
 from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
 
-UPDATE_S = 4.0  # each update sleeps this long first (the job's benchmark knob): a window to roll out in
+UPDATE_S = 4.0  # each update sleeps this long first (tests.support.faults): a window to roll out in
+SLOW_UPDATES = update_delay_env(UPDATE_S)
 
 
 def async_job(**kw) -> AgentJetJob:
@@ -29,7 +31,6 @@ def async_job(**kw) -> AgentJetJob:
         max_model_len=128,
         max_response_length_in_one_turn=4,
         max_staleness=1,
-        bench_update_delay_s=UPDATE_S,
         **kw,
     )
 
@@ -68,7 +69,7 @@ def wait_for(pred, what: str, timeout: float = 120, poll: float = 0.05):
 
 
 def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):
-    with running_swarm(tmp_path) as sw:
+    with running_swarm(tmp_path, **SLOW_UPDATES) as sw:
         client, store = sw.client(), sw.store()
         client.auto_sync_train_config_and_start_engine(async_job())
         held = [begin_and_call(client, k) for k in range(2)]  # begun and called at v0, ended after step 2
@@ -103,7 +104,7 @@ def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):
 
 def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
     with running_swarm(tmp_path, trainer=False) as sw:
-        sw.start_trainer()
+        sw.start_trainer(**SLOW_UPDATES)
         client, store = sw.client(), sw.store()
         client.auto_sync_train_config_and_start_engine(async_job())
         ended = play(client, "b0")
@@ -113,7 +114,7 @@ def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
         ended += play(client, "b2")  # rolled out during the update that is about to die
         sw.trainer.kill()
         assert client.get_engine_status().global_step == 1
-        sw.start_trainer()
+        sw.start_trainer(**SLOW_UPDATES)
         wait_for(lambda: client.get_engine_status().global_step >= 3, "steps 2 and 3 after the restart", timeout=180)
         assert wait_for(lambda: not client.get_engine_status().updating or None, "the update to end") is not None
         eps = [store.get_episode(u) for u in ended]

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import Store, sqlite_url
-from tests.conftest import make_rolling
 from tests.e2e.seed_script import run_script, with_constants
 from tests.support.procs import REPO, start_proxy
+from tests.support.rolling import make_rolling
 
 ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"#### {2 * i}"} for i in range(6)]
 

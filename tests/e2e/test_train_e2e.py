@@ -14,6 +14,7 @@ from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 from ajet.types import EngineState, EpisodeStatus
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.exports import assert_export_matches_the_served_policy
+from tests.support.faults import update_delay_env
 from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
@@ -136,7 +137,7 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
     wait_step(client, 1)  # step 1 recorded, checkpoint step_1 on disk
     trainer.kill()  # killed after a checkpoint
     old_url = store.deployments()[0].base_url
-    trainer = start_trainer(AJET_FAULT_DELAY_BEFORE_UPDATE_S="30")
+    trainer = start_trainer(**update_delay_env(30))
     deadline = time.monotonic() + 60
     while [d.base_url for d in store.deployments()] in ([], [old_url]):  # until the new engine is registered
         assert time.monotonic() < deadline, trainer.log_tail()

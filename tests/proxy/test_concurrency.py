@@ -5,7 +5,7 @@ import threading
 from ajet import SwarmClient, Task, WorkflowOutput
 from ajet.types import EpisodeStatus
 from ajet.utils.thread_executors import run_episodes_until_all_complete
-from tests.conftest import ensure_rolling
+from tests.support.rolling import ensure_rolling
 
 N_EPISODES = 200
 CALLS_PER_EPISODE = 3

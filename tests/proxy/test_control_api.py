@@ -9,7 +9,7 @@ import pytest
 from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, SwarmTimeout, Task, Unauthorized, WorkflowOutput
 from ajet.rollout_summary import format_rollout_stat
 from ajet.types import EngineState, EpisodeStatus
-from tests.conftest import ensure_rolling, make_rolling, wait_state
+from tests.support.rolling import ensure_rolling, make_rolling, wait_state
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EpisodeStatus
 from ajet_store import Store, sqlite_url
-from tests.conftest import ensure_rolling
 from tests.support.procs import free_port, start_proxy
+from tests.support.rolling import ensure_rolling
 
 MSGS = [{"role": "user", "content": "survive this"}]
 

@@ -11,8 +11,8 @@ from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import Store, sqlite_url
 from ajet_store.types import Deployment
-from tests.conftest import ensure_rolling, make_rolling, wait_state
 from tests.support.procs import start_proxy, start_stub
+from tests.support.rolling import ensure_rolling, make_rolling, wait_state
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
 TOOLS = [

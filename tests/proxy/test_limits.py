@@ -10,7 +10,7 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient
 from ajet_proxy.limits import InputLimits, json_depth
-from tests.conftest import ensure_rolling
+from tests.support.rolling import ensure_rolling
 
 MSGS = [{"role": "user", "content": "hi"}]
 BIG = 9 * 1024 * 1024

@@ -8,7 +8,7 @@ import pytest
 from ajet import AgentJetJob, SwarmClient, SwarmTimeout, Task, WorkflowOutput
 from ajet.types import BatchMode
 from ajet_store.batch_policy import select_batch
-from tests.conftest import ensure_rolling
+from tests.support.rolling import ensure_rolling
 
 JOB = AgentJetJob(batch_size=2, num_repeat=2, mission_mix={"math": 0.5})
 

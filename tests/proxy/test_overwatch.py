@@ -10,8 +10,8 @@ from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import BatchMode
 from ajet_proxy.overwatch import EpisodeScreen, Overwatch
 from ajet_store import sqlite_url
-from tests.conftest import ensure_rolling
 from tests.support.procs import REPO, start_proxy
+from tests.support.rolling import ensure_rolling
 
 OUTPUT = REPO / "test-output"
 

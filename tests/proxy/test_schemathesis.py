@@ -12,8 +12,8 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient
 from ajet_store import Store, sqlite_url
-from tests.conftest import ensure_rolling
 from tests.support.procs import start_proxy
+from tests.support.rolling import ensure_rolling
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 TOKEN = "schemathesis-token"

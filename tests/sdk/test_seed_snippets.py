@@ -10,7 +10,7 @@ import pytest
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.errors import SwarmTimeout
 from ajet.types import EpisodeStatus
-from tests.conftest import ensure_rolling
+from tests.support.rolling import ensure_rolling
 
 SEED_IMPORTS = [
     # seed 000, Demo 1 "Full code"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,10 @@ from typing import Optional
 import httpx
 
 from ajet.utils import runtime
+from ajet_swarm.launch import free_port  # noqa: F401  (the harness's one free port, re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
 STUB = REPO / "tests" / "support" / "vllm_stub.py"
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def offline_env(**extra: str) -> dict[str, str]:

@@ -22,8 +22,8 @@ from ajet_trainer.grpo import collate, loss_config, policy_loss, sequence_logpro
 from ajet_trainer.learner import load_policy
 from ajet_trainer.samples import assemble
 from ajet_trainer.tiny_model import builtin_model_path
-from tests.conftest import ensure_rolling
 from tests.support.procs import Proc, start_proxy
+from tests.support.rolling import ensure_rolling
 from tests.support.scripted_model import ScriptedModel
 
 

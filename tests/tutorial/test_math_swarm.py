@@ -7,7 +7,7 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task
 from ajet.types import EpisodeStatus
-from tests.conftest import ensure_rolling
+from tests.support.rolling import ensure_rolling
 from tests.support.swarm import running_swarm
 from tutorial.example_math_swarm.agent_run import boxed, compute_reward, run_agent_and_compute_reward
 from tutorial.example_math_swarm.python_tool import run_python

@@ -13,9 +13,9 @@ import pytest
 
 from ajet import AgentJetJob
 from ajet.types import EngineState
-from tests.conftest import wait_state
 from tests.support.episodes import play_batch
 from tests.support.real_vllm import vllm_python
+from tests.support.rolling import wait_state
 from tests.support.swarm import running_swarm
 
 # minutes of vLLM start-up and training, beside another test file's processes on two cores

@@ -25,9 +25,9 @@ from ajet_trainer.checkpoint import save_checkpoint
 from ajet_trainer.engine.vllm import VllmEngine
 from ajet_trainer.errors import EngineStartError
 from ajet_trainer.export import export_model
-from tests.conftest import make_rolling
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import start_vllm, tiny_path
+from tests.support.rolling import make_rolling
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]  # the server starts in minutes
 

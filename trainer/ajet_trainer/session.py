@@ -10,7 +10,6 @@ transaction.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -103,9 +102,6 @@ class Session:
         metrics: Metrics = {**timers, **{f"samples/{k}": v for k, v in vars(stats).items()}}
         t1 = time.perf_counter()
         with self.serving.updating(self.step + 1):
-            _fault_delay()
-            if self.job.bench_update_delay_s:  # benchmarks: stand in for a large model's update
-                time.sleep(self.job.bench_update_delay_s)
             if samples:
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
@@ -184,11 +180,3 @@ def _restore(job: AgentJetJob, exp_dir: Path, model: PolicyModel, learner: Learn
         logger.info("restored checkpoint %s", ckpt)
     reconcile_store(store, step, pending, str(ckpt or ""))
     return step
-
-
-def _fault_delay() -> None:
-    """Fault injection for crash tests: `AJET_FAULT_DELAY_BEFORE_UPDATE_S` holds the step mid-update."""
-    delay = float(os.environ.get("AJET_FAULT_DELAY_BEFORE_UPDATE_S", "0") or 0)
-    if delay > 0:
-        logger.warning("fault injection: sleeping %.1fs inside the update", delay)
-        time.sleep(delay)

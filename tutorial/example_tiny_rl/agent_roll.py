@@ -53,7 +53,6 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
         seed=args.seed,
         logging=["jsonl", "tensorboard"],
         max_staleness=args.max_staleness,
-        bench_update_delay_s=args.bench_update_delay_s,
         entropy_coeff=args.entropy_coeff,
         use_kl_loss=args.kl_coef > 0,
         kl_loss_coef=args.kl_coef,
@@ -97,12 +96,6 @@ def main() -> None:
         type=int,
         default=0,
         help="0: synchronous; k >= 1: roll out while the trainer updates, on data at most k versions old",
-    )
-    ap.add_argument(
-        "--bench-update-delay-s",
-        type=float,
-        default=0.0,
-        help="benchmarks only: each update sleeps this long first (a large model's update)",
     )
     ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
