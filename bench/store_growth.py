@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parents[1]
 
+from ajet import AgentJetJob
 from ajet.types import BatchMode, EngineState
 from ajet_store import Store, select_batch, sqlite_url
 from ajet_store import tables as t
@@ -54,7 +55,7 @@ def timed(fn: Callable[[], Any], reps: int) -> float:
 
 def build(st: Store, calls: int, per_episode: int, body_bytes: int, batch: int) -> int:
     """Fill the store; returns the number of episodes."""
-    st.sync_job({"batch_size": batch, "num_repeat": 1})
+    st.sync_job(AgentJetJob(batch_size=batch, num_repeat=1))
     st.transition(EngineState.ROLLING)
     request = json.dumps({"messages": [{"role": "user", "content": "q" * (body_bytes * 2 // 3)}]})
     response = json.dumps({"choices": [{"message": {"content": "a" * (body_bytes // 3)}}]})

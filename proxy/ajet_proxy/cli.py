@@ -200,10 +200,10 @@ def plot(args: argparse.Namespace) -> None:
     store = _store(args)
     try:
         steps = store.steps()
-        job = store.engine_row().job or {}
+        job = store.engine_row().job
     finally:
         store.close()
-    title = f"{job.get('project_name', 'ajet-swarm')}/{job.get('experiment_name', 'default')}"
+    title = "ajet-swarm/default" if job is None else f"{job.project_name}/{job.experiment_name}"
     print(f"plotted {len(steps)} steps to {plot_steps(steps, Path(args.out), title)}")
 
 

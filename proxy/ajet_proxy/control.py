@@ -93,7 +93,7 @@ def _ok(s: ProxyState) -> OkResponse:
 def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
     """Store the job; only while OFFLINE."""
     s = _state(request)
-    s.store.sync_job(_validate_job(body.job).to_wire())
+    s.store.sync_job(_validate_job(body.job))
     return _ok(s)
 
 
@@ -119,7 +119,7 @@ def stop_engine(request: Request) -> OkResponse:
 def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
     """Sync + start when OFFLINE (or when forced); otherwise join the running job."""
     s = _state(request)
-    job = _validate_job(body.job).to_wire()
+    job = _validate_job(body.job)
     if body.force_restart:
         stop_engine(request)
     row, started = s.store.sync_and_start(job)  # atomic: racing clients cannot both sync
@@ -217,9 +217,10 @@ def _never_trains(row: EpisodeRow) -> Optional[str]:
     return None
 
 
-def _check_reward(reward: float, job: Optional[dict]) -> None:
-    """A reward beyond the job's bound is refused before anything is written."""
-    bound = float((job or {}).get("max_abs_reward", AgentJetJob.model_fields["max_abs_reward"].default))
+def _check_reward(reward: float, job: Optional[AgentJetJob]) -> None:
+    """A reward beyond the job's bound is refused before anything is written (an episode only ends under a synced
+    job; the default job's bound stands in for none)."""
+    bound = job.max_abs_reward if job is not None else AgentJetJob.model_fields["max_abs_reward"].default
     if abs(reward) > bound:
         raise InvalidRequest(
             f"workflow_output.reward: {reward!r} is beyond the job's bound |reward| <= {bound:g} (max_abs_reward)",

@@ -21,19 +21,19 @@ from ajet_proxy.episodes import LiveEpisode
 from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
 from ajet_store.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
 
-_DEFAULTS = AgentJetJob()
+_DEFAULT_JOB = AgentJetJob()
+"""Whose batch shape the statistics show before the first sync."""
 
 
 def engine_status(row: EngineRow, now: float) -> EngineStatus:
     """The engine row as the wire type."""
-    job = row.job or {}
     return EngineStatus(
         state=row.state,
         state_seconds=max(0.0, now - row.state_since),
         global_step=row.global_step,
         policy_version=row.policy_version,
         job_synced=row.job is not None,
-        experiment_name=job.get("experiment_name"),
+        experiment_name=None if row.job is None else row.job.experiment_name,
         last_error=row.last_error,
         last_error_age_s=None if row.last_error_at is None else max(0.0, now - row.last_error_at),
         updating=row.updating_since is not None,
@@ -42,14 +42,14 @@ def engine_status(row: EngineRow, now: float) -> EngineStatus:
 
 
 def batch_shape(row: EngineRow) -> tuple[int, int]:
-    """(batch_size, num_repeat) of the synced job, or the job defaults."""
-    job = row.job or {}
-    return int(job.get("batch_size", _DEFAULTS.batch_size)), int(job.get("num_repeat", _DEFAULTS.num_repeat))
+    """(batch_size, num_repeat) of the synced job, or the default job's."""
+    job = row.job or _DEFAULT_JOB
+    return job.batch_size, job.num_repeat
 
 
 def mission_caps(row: EngineRow) -> dict[str, float]:
     """The synced job's mission mix (mission -> most share of a batch)."""
-    return {str(k): float(v) for k, v in ((row.job or {}).get("mission_mix") or {}).items()}
+    return {} if row.job is None else dict(row.job.mission_mix)
 
 
 def mission_stats(

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import sqlalchemy as sa
 
+from ajet.job import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 from ajet_store import counters, rows
 from ajet_store import tables as t
@@ -95,7 +96,7 @@ class EngineStateOps(Database):
             )
             return quarantine
 
-    def sync_job(self, job: dict[str, Any]) -> EngineRow:
+    def sync_job(self, job: AgentJetJob) -> EngineRow:
         """Store the job (only while OFFLINE); its collection method becomes the batch mode.
 
         A job that differs from the stored one starts a new run: episodes rewarded under the old job
@@ -108,7 +109,7 @@ class EngineStateOps(Database):
             _write_job(c, cur, job)
             return rows.engine(c)
 
-    def sync_and_start(self, job: dict[str, Any]) -> tuple[EngineRow, bool]:
+    def sync_and_start(self, job: AgentJetJob) -> tuple[EngineRow, bool]:
         """Atomically: if OFFLINE, store the job and go BOOTING; else leave the running job alone.
 
         Returns (row, started). Two clients racing to start the same swarm cannot both sync.
@@ -150,7 +151,7 @@ def _boot(c: sa.Connection) -> None:
     )
 
 
-def _write_job(c: sa.Connection, cur: EngineRow, job: dict[str, Any]) -> None:
-    mode = BatchMode(job.get("swarm_mode_sample_collection_method", BatchMode.TASKS.value))
+def _write_job(c: sa.Connection, cur: EngineRow, job: AgentJetJob) -> None:
     run_id = cur.run_id + (1 if cur.job != job else 0)
-    c.execute(t.engine_state.update().values(job=job, batch_mode=mode.value, run_id=run_id))
+    mode = job.swarm_mode_sample_collection_method
+    c.execute(t.engine_state.update().values(job=job.to_wire(), batch_mode=mode.value, run_id=run_id))

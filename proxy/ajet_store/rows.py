@@ -6,6 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ajet.job import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 from ajet_store import tables as t
 from ajet_store.errors import NotFound
@@ -32,7 +33,7 @@ def engine(c: sa.Connection) -> EngineRow:
     return EngineRow(
         EngineState(m["state"]),
         m["state_since"],
-        m["job"],
+        None if m["job"] is None else AgentJetJob.from_stored(m["job"]),
         m["global_step"],
         m["policy_version"],
         BatchMode(m["batch_mode"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from ajet.job import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 
 
@@ -20,8 +21,8 @@ class EngineRow:
     """Current engine state."""
     state_since: float
     """Unix time the state was entered."""
-    job: Optional[dict[str, Any]]
-    """The synced job (None before the first sync)."""
+    job: Optional[AgentJetJob]
+    """The synced job, parsed (`AgentJetJob.from_stored`); None before the first sync."""
     global_step: int
     """Training steps recorded."""
     policy_version: int

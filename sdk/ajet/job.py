@@ -11,7 +11,7 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -210,6 +210,14 @@ class AgentJetJob(BaseModel):
             object.__setattr__(self, name, getattr(updated, name))
         self.model_fields_set.update(values)
         return self
+
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> "AgentJetJob":
+        """The job a store holds (`to_wire` of this or an earlier version): fields this version no longer has are
+        dropped, and its base YAML, merged in when the client built the job, is not read again (it lives on the
+        client's machine)."""
+        known = {k: v for k, v in data.items() if k in cls.model_fields and k != "base_yaml_config"}
+        return cls.model_validate(known).model_copy(update={"base_yaml_config": data.get("base_yaml_config")})
 
     @classmethod
     def from_yaml(cls, path: Union[str, Path]) -> "AgentJetJob":

@@ -51,7 +51,7 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
         assert len({e.task_id for e in eps}) == len(ROWS)
         assert all(e.num_calls == 1 and st.calls(e.uuid)[0].completion_ids for e in eps)
         assert st.engine_row().state == EngineState.OFFLINE  # the script stops the engine at its end
-        assert st.engine_row().job["batch_size"] == 3
+        assert st.engine_row().job.batch_size == 3
     finally:
         stop.set()
         th.join(5)

@@ -103,9 +103,9 @@ def test_auto_sync_starts_or_joins(client, store, stub):
     wait_state(client, EngineState.ROLLING)
     other = AgentJetJob(batch_size=5)
     assert client.auto_sync_train_config_and_start_engine(other) == EngineState.ROLLING  # joins
-    assert store.engine_row().job["batch_size"] == 2
+    assert store.engine_row().job.batch_size == 2
     assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == EngineState.BOOTING
-    assert store.engine_row().job["batch_size"] == 5
+    assert store.engine_row().job.batch_size == 5
 
 
 def test_episode_life_cycle_and_idempotence(client, store, stub):

@@ -7,6 +7,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
+from ajet import AgentJetJob
 from ajet.types import EngineState
 from ajet_proxy.export import PAGE, export_jsonl, export_parquet
 from ajet_store import Store, sqlite_url
@@ -18,7 +19,7 @@ from tests.support.procs import offline_env
 def filled(tmp_path):
     url = sqlite_url(tmp_path / "exp.db")
     st = Store(url)
-    st.sync_job({})
+    st.sync_job(AgentJetJob())
     st.transition(EngineState.ROLLING)
     n = PAGE + 7  # more than one page, so paging is exercised
     for i in range(n):

@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ajet import AgentJetJob
 from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.lifecycle import EpisodeCommitter
 from ajet_store import BeginEpisode, Conflict, EndEpisode, Store, sqlite_url
@@ -13,7 +14,7 @@ from ajet_store import BeginEpisode, Conflict, EndEpisode, Store, sqlite_url
 @pytest.fixture
 def rig(tmp_path):
     st = Store(sqlite_url(tmp_path / "l.db"))
-    st.sync_job({"batch_size": 1, "num_repeat": 1})
+    st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))
     st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
     st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
     pool = ThreadPoolExecutor(max_workers=1)

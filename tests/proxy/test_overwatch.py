@@ -167,7 +167,7 @@ def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
 
     url = sqlite_url(tmp_path / "upd.db")
     st = Store(url)
-    st.sync_and_start({"batch_size": 1, "max_staleness": 1})
+    st.sync_and_start(AgentJetJob(batch_size=1, max_staleness=1))
     st.transition(EngineState.ROLLING)
     st.set_updating(True)
     px = start_proxy(tmp_path, url)

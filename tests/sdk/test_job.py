@@ -128,3 +128,15 @@ def test_base_yaml_config_applies_at_construction(tmp_path):
     base.write_text("batch_size: 5\nnum_repeat: 6\n")
     job = AgentJetJob(base_yaml_config=str(base), num_repeat=2)
     assert (job.batch_size, job.num_repeat) == (5, 2)
+
+
+def test_a_stored_job_of_an_earlier_version_parses_without_its_client_files(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("batch_size: 7\n")
+    job = AgentJetJob(base_yaml_config=str(base))
+    wire = {**job.to_wire(), "bench_update_delay_s": 2.0}  # a field an earlier version had
+    base.unlink()  # the base YAML stays on the client's machine
+    back = AgentJetJob.from_stored(wire)
+    assert back == job and back.batch_size == 7 and back.base_yaml_config == str(base)
+    with pytest.raises(ValueError):
+        AgentJetJob.model_validate(wire)  # the wire itself stays strict

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from ajet import AgentJetJob
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, Store, WrongState, sqlite_url
 from ajet_store.types import BeginEpisode, CallRecord, Deployment, EndEpisode
@@ -18,7 +19,7 @@ def st(tmp_path):
 
 
 def rolling(st):
-    st.sync_job({"batch_size": 1, "num_repeat": 1})
+    st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))
     st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
     st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
 
@@ -29,7 +30,7 @@ def test_state_machine(st):
         st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
     rolling(st)
     with pytest.raises(WrongState, match="ROLLING"):
-        st.sync_job({})
+        st.sync_job(AgentJetJob())
     st.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
     st.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
     assert st.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
@@ -215,9 +216,9 @@ def test_new_job_starts_a_new_pool_same_job_resumes(st):
     st.begin_episode("u1", "h1", "c", "train", 10)
     end_with_a_call(st, "u1", 1.0)
     st.transition(EngineState.OFFLINE)
-    st.sync_job({"batch_size": 1, "num_repeat": 1})  # the same job: the pool is kept
+    st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))  # the same job: the pool is kept
     assert [p.uuid for p in st.pool_episodes()] == ["u1"]
-    st.sync_job({"batch_size": 2, "num_repeat": 1})  # another job: a new run, an empty pool
+    st.sync_job(AgentJetJob(batch_size=2, num_repeat=1))  # another job: a new run, an empty pool
     assert st.pool_episodes() == []
     assert st.get_episode("u1").status == EpisodeStatus.ENDED  # nothing deleted
 
@@ -242,7 +243,7 @@ def test_silent_trainer_stops_new_episodes(st):
 def test_racing_auto_starts_sync_once(st):
     import threading
 
-    jobs = [{"batch_size": 1, "num_repeat": i + 1} for i in range(8)]
+    jobs = [AgentJetJob(batch_size=1, num_repeat=i + 1) for i in range(8)]
     results = []
     threads = [threading.Thread(target=lambda j=j: results.append(st.sync_and_start(j))) for j in jobs]
     for th in threads:
@@ -251,6 +252,7 @@ def test_racing_auto_starts_sync_once(st):
         th.join()
     started = [row for row, did in results if did]
     assert len(started) == 1  # exactly one client started it; the others joined
+    assert isinstance(started[0].job, AgentJetJob)  # the row holds the parsed job, not its JSON
     assert st.engine_row().state == EngineState.BOOTING and st.engine_row().job == started[0].job
 
 

@@ -8,6 +8,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from ajet import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 from ajet_store import AlreadyConsumed, Conflict, Store
 from ajet_store.batch_policy import select_batch
@@ -45,7 +46,7 @@ def pg(server):
 
 
 def test_full_cycle_on_postgres(pg):
-    pg.sync_job({"batch_size": 1, "num_repeat": 2})
+    pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
     pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
     pg.register_deployment(Deployment("d", "http://x/v1", "m", 0))
     pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])

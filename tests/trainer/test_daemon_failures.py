@@ -66,7 +66,7 @@ def rig(tmp_path, monkeypatch):
 
     monkeypatch.setattr(daemon_mod, "open_session", open_session)
     d = TrainerDaemon(TrainerOptions(db_url=st.url, experiment_dir=str(tmp_path / "exp")))
-    st.sync_job(JOB.model_dump())
+    st.sync_job(JOB)
     st.start()
     yield d, st, plan
     d.teardown(final_checkpoint=False)

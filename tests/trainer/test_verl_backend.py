@@ -164,7 +164,7 @@ def test_verl_trainer_roles_for_kl_with_and_without_lora(lora_rank, tiny, tmp_pa
 @pytest.fixture
 def store(tmp_path):
     st = Store(sqlite_url(tmp_path / "verl.db"))
-    st.sync_job({"batch_size": 2, "num_repeat": 3})
+    st.sync_job(AgentJetJob(batch_size=2, num_repeat=3))
     st.transition(EngineState.ROLLING)
     rewards = {"t1": [1.0, 0.0, 0.5], "t2": [0.2, 0.2, 0.9]}
     for task, rs in rewards.items():
@@ -251,7 +251,7 @@ def test_verl_store_fed_trainer_step_returns_the_batch(store, verl_trainer):
 def multi_store(tmp_path):
     """Two tasks x 3 episodes; episode t1-0 has two calls that do not extend each other (two sequences)."""
     st = Store(sqlite_url(tmp_path / "multi.db"))
-    st.sync_job({"batch_size": 2, "num_repeat": 3})
+    st.sync_job(AgentJetJob(batch_size=2, num_repeat=3))
     st.transition(EngineState.ROLLING)
     for task, rs in {"t1": [1.0, 0.0, 0.5], "t2": [0.2, 0.2, 0.9]}.items():
         for i, r in enumerate(rs):
@@ -337,7 +337,7 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
 def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update(tmp_path, verl_trainer):
     trainer, job, _ = verl_trainer
     st = Store(sqlite_url(tmp_path / "empty.db"))
-    st.sync_job({"batch_size": 2, "num_repeat": 3})
+    st.sync_job(AgentJetJob(batch_size=2, num_repeat=3))
     st.transition(EngineState.ROLLING)
     for i in range(6):
         uuid = f"e{i}"

@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ajet.job import AgentJetJob
 from ajet.types import EngineState
 from ajet_store import QUARANTINE_AFTER, Store, WrongState, redact_url, select_batch, split_stale
 from ajet_store.types import EngineRow, PoolEpisode
@@ -168,9 +167,10 @@ class TrainerDaemon:
     def boot(self, row: EngineRow) -> None:
         """Load (or reuse) the session, register the engine, go ROLLING."""
         if self.session is None:
+            assert row.job is not None, "boot without a synced job"  # `step` never boots without one
             if row.state != EngineState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(EngineState.BOOTING, allowed_from=_ACTIVE)
-            self.session = open_session(AgentJetJob.model_validate(row.job), row.run_id, self.store, self.opts)
+            self.session = open_session(row.job, row.run_id, self.store, self.opts)
         s = self.session
         self.store.remove_deployments()
         s.register()

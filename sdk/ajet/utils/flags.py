@@ -122,7 +122,7 @@ def parse_with_config(
     tokens = list(sys.argv[1:] if argv is None else argv)
     command = next((t for t in tokens if not t.startswith("-")), None)
     path = _config_path(tokens)
-    if command in commands and path is not None:
+    if command is not None and command in commands and path is not None:
         apply_config(subcommand(parser, command), path)
     return parser.parse_args(tokens)
 
