@@ -155,7 +155,7 @@ def test_the_readme_example_runs_against_a_swarm(tmp_path):
 
 def _serve(cmd: str, cwd: Path, port: int) -> str:
     """Run one start command as a shell line until it serves (its port answers /health, or, without a port, its
-    trainer beats in the store), then interrupt it; returns its output."""
+    trainer beats in the store after it started), then interrupt it; returns its output."""
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {cmd}"],
         cwd=cwd,
@@ -165,9 +165,9 @@ def _serve(cmd: str, cwd: Path, port: int) -> str:
         text=True,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 120
+    deadline, started = time.monotonic() + 120, time.time()
     try:
-        while not _serving(cmd, cwd, port):
+        while not _serving(cmd, cwd, port, started):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=5)[0][-3000:]
             time.sleep(0.3)
     finally:
@@ -177,7 +177,7 @@ def _serve(cmd: str, cwd: Path, port: int) -> str:
     return out
 
 
-def _serving(cmd: str, cwd: Path, port: int) -> bool:
+def _serving(cmd: str, cwd: Path, port: int, started: float) -> bool:
     if "--port" in cmd:
         try:
             return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
@@ -187,7 +187,8 @@ def _serving(cmd: str, cwd: Path, port: int) -> bool:
         return False
     st = Store(sqlite_url(cwd / "ajet-swarm.db"))
     try:
-        return st.engine_row().trainer_heartbeat is not None
+        beat = st.engine_row().trainer_heartbeat  # this trainer's, not an earlier command's
+        return beat is not None and beat > started
     finally:
         st.close()
 
