@@ -21,7 +21,7 @@ CHECKED = [
     "trainer/ajet_trainer/protocols.py",
     "trainer/ajet_trainer/backends.py",
     "trainer/ajet_trainer/serving.py",
-    "trainer/ajet_trainer/session.py",
+    "trainer/ajet_trainer/embedded_session.py",
     "trainer/ajet_trainer/steps.py",
     "trainer/ajet_trainer/daemon.py",
     "trainer/ajet_trainer/options.py",

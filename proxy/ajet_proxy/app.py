@@ -138,6 +138,6 @@ def create_app(config: ProxyConfig) -> FastAPI:
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:
-        return {"status": "ok", "state": state.engine.state.value}
+        return {"status": "ok", "state": state.engine_row.state.value}
 
     return app

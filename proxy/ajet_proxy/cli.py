@@ -17,7 +17,7 @@ from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import add_store_options, sqlite_path
+from ajet_store.connect import add_store_options, sqlite_path
 
 if TYPE_CHECKING:
     from ajet_store import Store
@@ -179,7 +179,7 @@ def export(args: argparse.Namespace) -> None:
     """Rewarded episodes to JSONL or Parquet, streamed."""
     from pathlib import Path
 
-    from ajet_proxy.export import export_jsonl, export_parquet
+    from ajet_proxy.episode_export import export_jsonl, export_parquet
 
     out = Path(args.out or f"ajet-episodes.{args.format}")
     fn = export_jsonl if args.format == "jsonl" else export_parquet

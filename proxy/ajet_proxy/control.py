@@ -37,8 +37,8 @@ from ajet.types import (
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
-from ajet_proxy.episodes import closed_reason, hash_key, new_episode_key, refused_key_reason
 from ajet_proxy.errors import EngineNotReady, InvalidRequest
+from ajet_proxy.open_episodes import closed_reason, hash_key, new_episode_key, refused_key_reason
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, mission_caps, step_info
@@ -111,7 +111,7 @@ def stop_engine(request: Request) -> OkResponse:
     s = _state(request)
     s.writer.flush()
     s.store.transition(EngineState.OFFLINE)
-    s.registry.clear()
+    s.open_episodes.clear()
     return _ok(s)
 
 
@@ -152,7 +152,7 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
     if body.mission:
         await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
     key = new_episode_key()
-    row = await s.episodes.apply(
+    row = await s.lifecycle.apply(
         BeginEpisode(
             uuid.uuid4().hex,
             hash_key(key),
@@ -162,8 +162,8 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
             body.mission,
         )
     )
-    s.registry.add_row(row)
-    if s.engine.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
+    s.open_episodes.add_row(row)
+    if s.engine_row.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
         await s.in_episode_thread(s.refresh_engine)
     return BeginEpisodeResponse(
         episode_uuid=row.uuid,
@@ -178,32 +178,32 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
 async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
     s = _state(request)
-    _check_reward(body.reward, s.engine.job)
+    _check_reward(body.reward, s.engine_row.job)
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
         await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
-    row = await s.episodes.apply(
+    row = await s.lifecycle.apply(
         EndEpisode(body.episode_uuid, _client_id(request), body.task.task_id, body.reward, out.is_success, meta)
     )
-    s.registry.remove([row.uuid])
+    s.open_episodes.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
 
 
 def _admit_mission(s: ProxyState, body: BeginEpisodeRequest) -> None:
     """A capped mission with its share of the batch in flight (open, or waiting in the pool) waits for a step:
     503 with Retry-After, which `begin_episode` in the SDK waits out."""
-    share = mission_caps(s.engine).get(body.mission) if body.mission else None
+    share = mission_caps(s.engine_row).get(body.mission) if body.mission else None
     if share is None or body.episode_type != "train":
         return
-    batch_size, num_repeat = batch_shape(s.engine)
+    batch_size, num_repeat = batch_shape(s.engine_row)
     limit = mission_limit(share, batch_size) * num_repeat
     in_flight = s.store.mission_in_flight(body.mission)
     if in_flight >= limit:
         raise EngineNotReady(
             f"mission {body.mission!r} has its share of the batch in flight ({in_flight} episodes, "
             f"max_batch_share {share:g} of {batch_size} tasks x {num_repeat}); retry after the step",
-            state=s.engine.state.value,
+            state=s.engine_row.state.value,
         )
 
 
@@ -237,7 +237,7 @@ async def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeRe
 
 def _abort_episode(s: ProxyState, episode_uuid: str, client_id: str) -> EpisodeResult:
     row, _changed = s.store.abort_episode(episode_uuid, client_id)
-    s.registry.remove([row.uuid])
+    s.open_episodes.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
 
 
@@ -245,7 +245,7 @@ def _abort_episode(s: ProxyState, episode_uuid: str, client_id: str) -> EpisodeR
 def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeContinuation:
     """Whether the episode is still open, so a long agent can stop early once the server expired it."""
     s = _state(request)
-    if s.registry.by_uuid(body.episode_uuid) is not None:
+    if s.open_episodes.by_uuid(body.episode_uuid) is not None:
         return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
     try:
         row: Optional[EpisodeRow] = s.store.get_episode(body.episode_uuid)
@@ -265,7 +265,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
     return build_rollout_stat(
         s.refresh_engine(),
         st.pool_episodes(),
-        s.registry.snapshot(),
+        s.open_episodes.snapshot(),
         st.totals(),
         st.clients(),
         st.steps(last=50),

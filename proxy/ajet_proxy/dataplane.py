@@ -22,10 +22,10 @@ from ajet.chat_fields import ChatFieldError, check_chat_fields
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token
 from ajet.types import EngineState
 from ajet_proxy import messages_api, responses_api
-from ajet_proxy.episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.errors import EngineNotReady, InvalidRequest, ModelNotFound, Unauthorized, UpstreamUnavailable
 from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape
 from ajet_proxy.messages_stream import MessagesShape
+from ajet_proxy.open_episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.responses_stream import ResponsesShape
 from ajet_proxy.shapes import SSE_MEDIA_TYPE, ApiShape, ChatShape
 from ajet_proxy.state import ProxyState
@@ -97,7 +97,7 @@ class DataPlane:
     """Handlers of the data-plane routes; holds no state of its own."""
 
     def __init__(self, state: ProxyState):
-        self.s = state
+        self.state = state
 
     # ------------------------------------------------------------------ auth
     async def authenticate(self, request: Request) -> LiveEpisode:
@@ -106,18 +106,18 @@ class DataPlane:
         if not key:
             raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
         key_hash = hash_key(key)
-        ep = self.s.registry.by_key_hash(key_hash)
+        ep = self.state.open_episodes.by_key_hash(key_hash)
         if ep is None:  # rare (a mistake or a late call): worth one indexed read to say which it is
-            row = await asyncio.to_thread(self.s.store.episode_by_key_hash, key_hash)
+            row = await asyncio.to_thread(self.state.store.episode_by_key_hash, key_hash)
             raise Unauthorized(refused_key_reason(row))
-        state = self.s.engine.state
+        state = self.state.engine_row.state
         if state not in _LIVE_STATES:
             raise EngineNotReady(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
         return ep
 
     def model_ids(self) -> list[str]:
         """The names an episode may call: the policy group, then each deployment's model (no repeats)."""
-        return list(dict.fromkeys(["policy"] + sorted({d.model for d in self.s.router.deployments.values()})))
+        return list(dict.fromkeys(["policy"] + sorted({d.model for d in self.state.router.deployments.values()})))
 
     async def models(self, request: Request) -> Response:
         """`GET /v1/models`: the policy group and the deployments' model names."""
@@ -141,7 +141,7 @@ class DataPlane:
         """`POST /v1/chat/completions`, plain or streamed."""
         ep = await self.authenticate(request)
         raw = await request.body()
-        body = parse_chat_body(raw, self.s.config.limits)
+        body = parse_chat_body(raw, self.state.config.limits)
         return await self.serve(ep, body, raw, ChatShape(want_logprobs=bool(body.get("logprobs"))))
 
     async def responses(self, request: Request) -> Response:
@@ -157,7 +157,7 @@ class DataPlane:
                 fields=["previous_response_id"],
             )
         chat, conversation = responses_api.chat_request(body, history)
-        raw = check_mapped_body(chat, self.s.config.limits, responses_api.FIELD_NAMES)
+        raw = check_mapped_body(chat, self.state.config.limits, responses_api.FIELD_NAMES)
         shape = ResponsesShape(
             body, conversation, ep.responses, responses_api.new_response_id(), responses_api.wants_logprobs(body)
         )
@@ -168,7 +168,7 @@ class DataPlane:
         ep = await self.authenticate(request)
         body = parse_json_object(await request.body())
         chat = messages_api.chat_request(body)
-        raw = check_mapped_body(chat, self.s.config.limits, messages_api.FIELD_NAMES)
+        raw = check_mapped_body(chat, self.state.config.limits, messages_api.FIELD_NAMES)
         shape = MessagesShape(str(body.get("model") or "policy"), messages_api.new_message_id())
         return await self.serve(ep, chat, raw, shape)
 
@@ -178,7 +178,7 @@ class DataPlane:
         seq = ep.next_seq
         ep.next_seq += 1
         ep.in_flight += 1
-        self.s.counters["requests"] += 1
+        self.state.counters["requests"] += 1
         call = _Call(ep, seq, raw, time.perf_counter(), shape)
         try:
             if body.get("stream"):
@@ -189,7 +189,7 @@ class DataPlane:
             raise
 
     async def _plain(self, call: "_Call", body: dict[str, Any]) -> Response:
-        if self.s.config.upstream == "litellm":
+        if self.state.config.upstream == "litellm":
             status, data, dep, version = await self._send_litellm(call, body)
         else:
             status, data, dep, version = await self._send_aiohttp(call, body)
@@ -214,14 +214,14 @@ class DataPlane:
                 error=f"backend answered {status}: {data[:300].decode(errors='replace')}",
             )
         try:
-            await self.s.writer.commit(record)  # durable before the agent sees the answer
+            await self.state.writer.commit(record)  # durable before the agent sees the answer
         finally:
             call.finish()
         return call.shape.answer(status, data, parsed)
 
     async def _send_aiohttp(self, call: "_Call", body: dict[str, Any]) -> tuple[int, bytes, Deployment, int]:
         async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
-            async with self.s.http.post(
+            async with self.state.http.post(
                 dep.base_url + "/chat/completions",
                 data=orjson.dumps(upstream_body(body, dep)),
                 headers=upstream_headers(dep),
@@ -236,7 +236,7 @@ class DataPlane:
 
         async def attempt(dep: Deployment) -> tuple[int, bytes, int]:
             try:
-                resp = await self.s.router.router.acompletion(**_litellm_kwargs(body, dep))
+                resp = await self.state.router.router.acompletion(**_litellm_kwargs(body, dep))
             except litellm.APIConnectionError as exc:
                 raise aiohttp.ClientConnectionError(str(exc)) from exc
             except litellm.APIError as exc:  # the backend answered with an error status
@@ -250,17 +250,17 @@ class DataPlane:
         """Run `attempt(dep)` on the sticky deployment, failing over on connection errors."""
         tried: list[str] = []
         while True:
-            dep = self.s.router.pick(call.ep.deployment, exclude=tried)
+            dep = self.state.router.pick(call.ep.deployment, exclude=tried)
             call.ep.deployment = dep.name
             try:
                 result = await attempt(dep)
                 return (result[0], result[1], dep, *result[2:])
             except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
-                self.s.router.mark_failed(dep.name)
+                self.state.router.mark_failed(dep.name)
                 tried.append(dep.name)
                 call.ep.deployment = None
-                if len(tried) >= len(self.s.router.deployments):
-                    self.s.writer.submit(
+                if len(tried) >= len(self.state.router.deployments):
+                    self.state.writer.submit(
                         self._record(
                             call,
                             dep,
@@ -275,11 +275,11 @@ class DataPlane:
 
     # ------------------------------------------------------------------ streaming
     async def _stream(self, call: "_Call", body: dict[str, Any]) -> Response:
-        if self.s.config.upstream == "litellm":
+        if self.state.config.upstream == "litellm":
             return await self._stream_litellm(call, body)
 
         async def attempt(dep: Deployment) -> tuple[int, Any, int]:
-            resp = await self.s.http.post(
+            resp = await self.state.http.post(
                 dep.base_url + "/chat/completions",
                 data=orjson.dumps(upstream_body(body, dep)),
                 headers=upstream_headers(dep),
@@ -306,7 +306,7 @@ class DataPlane:
             import litellm
 
             try:
-                it = await self.s.router.router.acompletion(**_litellm_kwargs(body, dep), stream=True)
+                it = await self.state.router.router.acompletion(**_litellm_kwargs(body, dep), stream=True)
             except litellm.APIConnectionError as exc:
                 raise aiohttp.ClientConnectionError(str(exc)) from exc
             return 200, it, dep.policy_version
@@ -340,7 +340,7 @@ class DataPlane:
                     elif not committed:
                         committed = True
                         try:
-                            await self.s.writer.commit(self._stream_record(call, dep, version, acc))
+                            await self.state.writer.commit(self._stream_record(call, dep, version, acc))
                         except StoreError as exc:
                             yield b"".join(out) + shape.failed(ErrorCode.STORE_ERROR, str(exc))
                             return
@@ -355,7 +355,7 @@ class DataPlane:
         finally:
             if not committed:
                 why = "the client disconnected before [DONE]" if disconnected else None
-                self.s.writer.submit(self._stream_record(call, dep, version, acc, why))
+                self.state.writer.submit(self._stream_record(call, dep, version, acc, why))
             call.finish()
 
     def _stream_record(
@@ -383,7 +383,7 @@ class DataPlane:
     ) -> CallRecord:
         """The call's log record (counted; a success without token ids is warned about)."""
         if error is not None:
-            self.s.counters["errors"] += 1
+            self.state.counters["errors"] += 1
         elif ex.prompt_ids is None or ex.completion_ids is None:
             logger.warning(
                 "episode %s call %d: backend returned no token ids; episode marked untrainable", call.ep.uuid, call.seq

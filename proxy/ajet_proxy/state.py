@@ -22,13 +22,13 @@ import aiohttp
 
 from ajet.types import EpisodeStatus
 from ajet_proxy.call_log import CallLogWriter
-from ajet_proxy.episodes import EpisodeRegistry
 from ajet_proxy.errors import UpstreamUnavailable
 from ajet_proxy.lifecycle import EpisodeCommitter
 from ajet_proxy.limits import InputLimits
+from ajet_proxy.open_episodes import EpisodeRegistry
 from ajet_proxy.routing import PolicyRouter
 from ajet_store import Store
-from ajet_store.engines import DEFAULT_FILE_MODE
+from ajet_store.connect import DEFAULT_FILE_MODE
 from ajet_store.types import EngineRow
 
 logger = logging.getLogger(__name__)
@@ -67,9 +67,9 @@ class ProxyState:
         self.config = config
         self.store = Store(config.db_url, file_mode=config.db_mode)
         self.writer = CallLogWriter(self.store, interval=config.commit_window_s)
-        self.registry = EpisodeRegistry()
+        self.open_episodes = EpisodeRegistry()
         self.router = PolicyRouter(always_build=config.upstream == "litellm")
-        self.engine: EngineRow = self.store.engine_row()
+        self.engine_row: EngineRow = self.store.engine_row()
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
@@ -77,7 +77,7 @@ class ProxyState:
         # contend for SQLite's write lock with each other (whose busy wait sleeps up to 100 ms a try) nor for
         # the GIL as dozens of pool threads would; the event loop never blocks on them.
         self._episode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ajet-episodes")
-        self.episodes = EpisodeCommitter(self.store, self._episode_thread)
+        self.lifecycle = EpisodeCommitter(self.store, self._episode_thread)
         """Begins and ends, group-committed on the episode thread."""
 
     # ------------------------------------------------------------------ life cycle
@@ -88,7 +88,7 @@ class ProxyState:
         open_rows = self.store.episodes(status=EpisodeStatus.OPEN)
         next_seqs = self.store.next_seqs([row.uuid for row in open_rows])
         for row in open_rows:  # numbering goes on after the highest stored call, never reusing a number
-            self.registry.add_row(row, next_seq=next_seqs.get(row.uuid, 0))
+            self.open_episodes.add_row(row, next_seq=next_seqs.get(row.uuid, 0))
         self._load_router(self.store.engine_row())
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
@@ -98,7 +98,7 @@ class ProxyState:
         self._tasks = [asyncio.create_task(self._poll_engine()), asyncio.create_task(self._housekeeping())]
         gc.collect()
         gc.freeze()  # start-up objects (pydantic, litellm when loaded) stay out of every later GC pass
-        logger.info("proxy ready: %d open episode(s), engine %s", len(self.registry), self.engine.state.value)
+        logger.info("proxy ready: %d open episode(s), engine %s", len(self.open_episodes), self.engine_row.state.value)
         try:
             yield
         finally:
@@ -134,7 +134,7 @@ class ProxyState:
         """
         row = self.store.engine_row()
         self._load_router(row)
-        self.engine = row
+        self.engine_row = row
         return row
 
     # ------------------------------------------------------------------ loops
@@ -145,7 +145,7 @@ class ProxyState:
                 if row.deployments_version != self.router.version:
                     deps = await asyncio.to_thread(self.store.deployments)
                     await asyncio.to_thread(self.router.load, deps, row.deployments_version)  # may import LiteLLM
-                self.engine = row
+                self.engine_row = row
             except Exception:  # noqa: BLE001 - a transient store error must not kill the loop
                 logger.exception("engine poll failed")
             await asyncio.sleep(self.config.poll_s)
@@ -157,17 +157,17 @@ class ProxyState:
                 await self.expire_idle()
                 read_at = time.time()
                 open_uuids = await asyncio.to_thread(self.store.open_uuids)
-                self.registry.reconcile(open_uuids, read_at)
+                self.open_episodes.reconcile(open_uuids, read_at)
             except Exception:  # noqa: BLE001
                 logger.exception("housekeeping failed")
 
     async def expire_idle(self) -> list[str]:
         """Expire episodes idle longer than their timeout; their keys stop working."""
-        idle = self.registry.idle_expired()
+        idle = self.open_episodes.idle_expired()
         if not idle:
             return []
         expired = await asyncio.to_thread(self.store.expire_episodes, idle)
-        self.registry.remove(idle)
+        self.open_episodes.remove(idle)
         if expired:
             logger.info("expired %d idle episode(s)", len(expired))
         return expired

@@ -17,7 +17,7 @@ from ajet.stat_types import (
     TaskStat,
 )
 from ajet.types import EngineStatus
-from ajet_proxy.episodes import LiveEpisode
+from ajet_proxy.open_episodes import LiveEpisode
 from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
 from ajet_store.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
 

@@ -15,8 +15,8 @@ from ajet_store.batch_policy import (
     select_batch,
     split_stale,
 )
+from ajet_store.connect import DEFAULT_DB, redact_url, sqlite_url
 from ajet_store.engine_state import QUARANTINE_AFTER
-from ajet_store.engines import DEFAULT_DB, redact_url, sqlite_url
 from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import (
     AlreadyConsumed,

@@ -1,4 +1,4 @@
-"""The store's connections and schema check: one write engine, one read engine (`engines.py`), one
+"""The store's connections and schema check: one write engine, one read engine (`connect.py`), one
 transaction per store method."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from ajet.types import BatchMode, EngineState
 from ajet_store import migrate
 from ajet_store import tables as t
-from ajet_store.engines import DEFAULT_FILE_MODE, make_engines, redact_url
+from ajet_store.connect import DEFAULT_FILE_MODE, make_engines, redact_url
 from ajet_store.errors import StoreUnavailable
 
 _Self = TypeVar("_Self", bound="Database")

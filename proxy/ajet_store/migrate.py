@@ -16,7 +16,7 @@ from typing import Optional
 import sqlalchemy as sa
 
 from ajet_store import tables as t
-from ajet_store.engines import make_engines, redact_url
+from ajet_store.connect import make_engines, redact_url
 from ajet_store.errors import SchemaMismatch
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from ajet.utils.flags import add_config_option, add_log_level_option, apply_defa
 from ajet.utils.runtime import offline_env, run_cli
 from ajet_proxy.cli import add_monitor_arguments, add_proxy_options, add_start_arguments, expected_errors, run_monitor
 from ajet_store import redact_url
-from ajet_store.engines import add_store_options
+from ajet_store.connect import add_store_options
 from ajet_trainer.cli import add_trainer_arguments, add_trainer_options
 
 

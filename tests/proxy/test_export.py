@@ -9,7 +9,7 @@ import pytest
 
 from ajet import AgentJetJob
 from ajet.types import EngineState
-from ajet_proxy.export import PAGE, export_jsonl, export_parquet
+from ajet_proxy.episode_export import PAGE, export_jsonl, export_parquet
 from ajet_store import Store, sqlite_url
 from ajet_store.types import CallRecord
 from tests.support.procs import offline_env

@@ -12,7 +12,7 @@ from ajet import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 from ajet_store import AlreadyConsumed, Conflict, Store
 from ajet_store.batch_policy import select_batch
-from ajet_store.engines import driver_url
+from ajet_store.connect import driver_url
 from ajet_store.types import CallRecord, Deployment
 from tests.support import postgres
 

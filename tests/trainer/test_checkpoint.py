@@ -79,7 +79,7 @@ def test_export_of_an_earlier_layout_checkpoint_is_a_clear_error(tmp_path):
     import pytest
 
     from ajet_trainer.errors import CheckpointError
-    from ajet_trainer.export import export_model
+    from ajet_trainer.model_export import export_model
 
     saved = _round_trip(tmp_path, AgentJetJob(lr=1e-2, lora_rank=4, lora_alpha=8))
     (saved / "adapter" / "adapter_model.safetensors").rename(saved / "adapter.safetensors")  # the earlier layout

@@ -24,7 +24,7 @@ from ajet import SwarmClient
 from ajet_trainer.checkpoint import save_checkpoint
 from ajet_trainer.engine.vllm import VllmEngine
 from ajet_trainer.errors import EngineStartError
-from ajet_trainer.export import export_model
+from ajet_trainer.model_export import export_model
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import start_vllm, tiny_path
 from tests.support.rolling import make_rolling

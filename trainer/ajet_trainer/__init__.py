@@ -23,7 +23,7 @@ _EXPORTS = {
     "Learner": "ajet_trainer.learner",
     "ModelNotFound": "ajet_trainer.errors",
     "Serving": "ajet_trainer.protocols",
-    "Session": "ajet_trainer.session",
+    "Session": "ajet_trainer.embedded_session",
     "TrainSequence": "ajet_trainer.types",
     "TrainerDaemon": "ajet_trainer.daemon",
     "TrainerError": "ajet_trainer.errors",
@@ -41,7 +41,7 @@ _EXPORTS = {
     "episode_sequences": "ajet_trainer.samples",
     "load_policy": "ajet_trainer.learner",
     "make_serving": "ajet_trainer.serving",
-    "open_embedded_session": "ajet_trainer.session",
+    "open_embedded_session": "ajet_trainer.embedded_session",
     "open_session": "ajet_trainer.backends",
     "policy_loss": "ajet_trainer.grpo",
     "reconcile_store": "ajet_trainer.steps",
@@ -59,6 +59,7 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 if TYPE_CHECKING:
     from ajet_trainer.backends import open_session
     from ajet_trainer.daemon import TrainerDaemon
+    from ajet_trainer.embedded_session import Session, open_embedded_session
     from ajet_trainer.engine import EmbeddedEngine
     from ajet_trainer.engine.vllm import VllmEngine, VllmSettings
     from ajet_trainer.errors import (
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
     from ajet_trainer.protocols import Serving, TrainingSession
     from ajet_trainer.samples import assemble, episode_sequences
     from ajet_trainer.serving import EmbeddedServing, VllmServing, make_serving
-    from ajet_trainer.session import Session, open_embedded_session
     from ajet_trainer.steps import batch_reward_mean, reconcile_store, record_step
     from ajet_trainer.tiny_model import builtin_model_path, resolve_model_path
     from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence

@@ -93,7 +93,7 @@ def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptio
     logger.info("backend %s, engine %s (%s)", opts.backend, opts.engine, why)
     refuse_unsupported_async(job, opts)
     if opts.backend == "embedded":
-        from ajet_trainer.session import open_embedded_session
+        from ajet_trainer.embedded_session import open_embedded_session
 
         return open_embedded_session(job, run_id, store, opts)
     if opts.backend == "verl":

@@ -17,7 +17,7 @@ from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
 from ajet.utils.runtime import apply_offline_env, run_cli
-from ajet_store.engines import add_store_options
+from ajet_store.connect import add_store_options
 
 if TYPE_CHECKING:
     from ajet_trainer.options import TrainerOptions
@@ -122,7 +122,7 @@ def export_model(args: argparse.Namespace) -> None:
     """A checkpoint as a model folder (`AutoModelForCausalLM.from_pretrained(OUT)`, `vllm serve OUT`)."""
     from pathlib import Path
 
-    from ajet_trainer.export import export_model as export
+    from ajet_trainer.model_export import export_model as export
 
     out = export(Path(args.experiment_dir), Path(args.out), args.step, args.merge_lora)
     print(f"exported to {out}")

@@ -54,7 +54,7 @@ def preload_embedded() -> None:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
-        import ajet_trainer.session  # noqa: F401
+        import ajet_trainer.embedded_session  # noqa: F401
     except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
         logger.debug("preloading the embedded backend failed", exc_info=True)
 

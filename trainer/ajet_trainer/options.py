@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from ajet.job import AgentJetJob
-from ajet_store.engines import DEFAULT_FILE_MODE
+from ajet_store.connect import DEFAULT_FILE_MODE
 
 EngineKind = Literal["auto", "embedded", "vllm", "hybrid"]
 BackendKind = Literal["auto", "embedded", "verl"]

@@ -160,7 +160,7 @@ class VllmEngine:
     """One vLLM server child process and the weight / LoRA / sleep calls the trainer makes to it."""
 
     def __init__(self, model_path: str, settings: VllmSettings, log_path: Path, devices: Optional[str] = None):
-        self.model_path, self.s, self.log_path, self.devices = model_path, settings, log_path, devices
+        self.model_path, self.settings, self.log_path, self.devices = model_path, settings, log_path, devices
         self.port = _free_port(settings.host)
         self.base = f"http://{settings.host}:{self.port}"
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -180,8 +180,8 @@ class VllmEngine:
     def launch(self) -> None:
         """Start the child process (replicas launch together, then each waits for its health)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = launch_args(self.model_path, self.s, self.port)
-        env = launch_env(self.s.host)
+        cmd = launch_args(self.model_path, self.settings, self.port)
+        env = launch_env(self.settings.host)
         if self.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.devices
         logger.info("launching %s (devices %s)", shlex.join(cmd), self.devices or "inherited")
@@ -192,7 +192,7 @@ class VllmEngine:
     def wait_ready(self) -> str:
         """Poll `/health` until it answers; returns the base URL."""
         assert self.proc is not None, "launch() first"
-        deadline = time.monotonic() + self.s.health_timeout_s
+        deadline = time.monotonic() + self.settings.health_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise EngineStartError(f"vLLM exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
@@ -204,7 +204,9 @@ class VllmEngine:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise EngineStartError(f"vLLM not healthy after {self.s.health_timeout_s:.0f}s; log tail:\n{self.log_tail()}")
+        raise EngineStartError(
+            f"vLLM not healthy after {self.settings.health_timeout_s:.0f}s; log tail:\n{self.log_tail()}"
+        )
 
     def log_tail(self, n: int = 3000) -> str:
         try:
@@ -222,12 +224,12 @@ class VllmEngine:
 
     def sleep(self, level: int = 1) -> None:
         """Free the GPU for the update (`--enable-sleep-mode` only)."""
-        if self.s.enable_sleep_mode:
+        if self.settings.enable_sleep_mode:
             self._post(f"/sleep?level={level}")
 
     def wake_up(self) -> None:
         """Take the GPU back after the update."""
-        if self.s.enable_sleep_mode:
+        if self.settings.enable_sleep_mode:
             self._post("/wake_up")
 
     def publish_adapter(self, step: int, path: Path) -> str:
@@ -235,7 +237,7 @@ class VllmEngine:
         name = adapter_name(step)
         self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
         self.loaded.append(name)
-        while len(self.loaded) > self.s.keep_adapters:
+        while len(self.loaded) > self.settings.keep_adapters:
             old = self.loaded.pop(0)
             self._post("/v1/unload_lora_adapter", {"lora_name": old})
         self.served_model = name

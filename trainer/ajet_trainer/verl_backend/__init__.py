@@ -15,7 +15,7 @@ _EXPORTS = {
     "ActorWeightsWorker": "ajet_trainer.verl_backend.beside",
     "PlatformCPU": "ajet_trainer.verl_backend.cpu_platform",
     "WeightPull": "ajet_trainer.verl_backend.beside",
-    "export_verl": "ajet_trainer.verl_backend.export",
+    "export_verl": "ajet_trainer.verl_backend.checkpoint_export",
     "load_weights": "ajet_trainer.verl_backend.beside",
     "use_cpu_platform": "ajet_trainer.verl_backend.cpu_platform",
     "StoreCursor": "ajet_trainer.verl_backend.trainer",
@@ -39,9 +39,9 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from ajet_trainer.verl_backend.beside import ActorWeightsWorker, WeightPull, load_weights
+    from ajet_trainer.verl_backend.checkpoint_export import export_verl
     from ajet_trainer.verl_backend.config import compose_verl_config, job_overrides, write_job_yaml
     from ajet_trainer.verl_backend.cpu_platform import PlatformCPU, use_cpu_platform
     from ajet_trainer.verl_backend.dataproto import pad_rows, real_rows, samples_to_dataproto
-    from ajet_trainer.verl_backend.export import export_verl
     from ajet_trainer.verl_backend.session import VerlSession, build_trainer, open_verl_session
     from ajet_trainer.verl_backend.trainer import StoreCursor, StoreFedTrainer

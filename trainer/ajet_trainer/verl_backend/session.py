@@ -30,12 +30,12 @@ from ajet.job import AgentJetJob
 from ajet.utils.runtime import OFFLINE_ENV
 from ajet_store import Store
 from ajet_store.types import Deployment, PoolEpisode
+from ajet_trainer.embedded_session import pick_device
 from ajet_trainer.errors import ConfigurationError, TrainerError
 from ajet_trainer.metrics import MetricsLog, tracker_env, trackers
 from ajet_trainer.options import TrainerOptions, default_experiment_dir
 from ajet_trainer.protocols import Serving
 from ajet_trainer.serving import make_serving
-from ajet_trainer.session import pick_device
 from ajet_trainer.steps import reconcile_store, record_step
 from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import Metrics, PolicyModel, Tokenizer

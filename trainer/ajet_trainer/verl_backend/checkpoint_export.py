@@ -7,7 +7,7 @@ base weights there and the adapter under `lora_adapter/`. verl's merger casts ev
 (verl/model_merger/fsdp_model_merger.py:187 and :199, base_model_merger.py:414); `FullPrecisionMerger`
 keeps the checkpoint's dtype, so the export is the policy that was served, not a rounding of it. The
 export then matches the embedded backend's: full fine-tuning -> the model folder; LoRA -> the peft
-adapter folder (with the tokenizer and its base model's path; `ajet_trainer.export` merges it into the
+adapter folder (with the tokenizer and its base model's path; `ajet_trainer.model_export` merges it into the
 base for `--merge-lora`).
 """
 
