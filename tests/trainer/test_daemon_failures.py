@@ -200,3 +200,28 @@ def test_the_trainer_preloads_the_embedded_backend_before_any_job(tmp_path, monk
     finally:
         stop.set()
         loop.join(10)
+
+
+def test_the_first_boot_waits_for_the_preloading_imports(rig, monkeypatch):
+    """Importing transformers from two threads at once can fail inside its lazy module, so a boot that comes
+    while the preload thread still imports waits for it."""
+    import threading
+    import time
+
+    d, st, _plan = rig
+    events: list[str] = []
+    real_open = daemon_mod.open_session
+
+    def slow_preload():
+        time.sleep(0.5)
+        events.append("preloaded")
+
+    def open_session(*args):
+        events.append("boot imports")
+        return real_open(*args)
+
+    monkeypatch.setattr(daemon_mod, "open_session", open_session)
+    d._preload = threading.Thread(target=slow_preload)
+    d._preload.start()
+    d.tick()
+    assert events == ["preloaded", "boot imports"] and st.engine_row().state == EngineState.ROLLING

@@ -67,6 +67,7 @@ class TrainerDaemon:
         self.store = Store(opts.db_url, file_mode=opts.db_mode)
         self.session: Optional[TrainingSession] = None
         self.timers = _Timers()
+        self._preload: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -77,7 +78,8 @@ class TrainerDaemon:
         # import while no job is synced yet: the first boot is seconds faster (`auto` picks embedded on any machine
         # without CUDA, vLLM and verl; where it picks verl, the session module is still the first thing it loads)
         if self.opts.backend in ("embedded", "auto"):
-            threading.Thread(target=preload_embedded, name="ajet-trainer-preload", daemon=True).start()
+            self._preload = threading.Thread(target=preload_embedded, name="ajet-trainer-preload", daemon=True)
+            self._preload.start()
         try:
             while not stop.is_set():
                 if not self.tick():
@@ -168,6 +170,10 @@ class TrainerDaemon:
         """Load (or reuse) the session, register the engine, go ROLLING."""
         if self.session is None:
             assert row.job is not None, "boot without a synced job"  # `step` never boots without one
+            if self._preload is not None:
+                # the imports it runs are the ones the boot needs; importing transformers from two threads at once
+                # can fail in its lazy module ("cannot import name 'PreTrainedTokenizer'"), so the boot waits for it
+                self._preload.join()
             if row.state != EngineState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(EngineState.BOOTING, allowed_from=_ACTIVE)
             self.session = open_session(row.job, row.run_id, self.store, self.opts)
