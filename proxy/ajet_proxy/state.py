@@ -13,7 +13,6 @@ import asyncio
 import gc
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar
@@ -76,8 +75,7 @@ class ProxyState:
         # One thread for the episode life cycle's store writes (begin, end, abort): queued there, they never
         # contend for SQLite's write lock with each other (whose busy wait sleeps up to 100 ms a try) nor for
         # the GIL as dozens of pool threads would; the event loop never blocks on them.
-        self._episode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ajet-episodes")
-        self.lifecycle = EpisodeCommitter(self.store, self._episode_thread)
+        self.lifecycle = EpisodeCommitter(self.store)
         """Begins and ends, group-committed on the episode thread."""
 
     # ------------------------------------------------------------------ life cycle
@@ -85,6 +83,7 @@ class ProxyState:
     async def lifespan(self, _app: Any) -> AsyncIterator[None]:
         """Start the writer, load open episodes and deployments, run the loops; flush on exit."""
         self.writer.start()
+        self.lifecycle.start()
         open_rows = self.store.episodes(status=EpisodeStatus.OPEN)
         next_seqs = self.store.next_seqs([row.uuid for row in open_rows])
         for row in open_rows:  # numbering goes on after the highest stored call, never reusing a number
@@ -106,14 +105,14 @@ class ProxyState:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.http.close()
-            self._episode_thread.shutdown(wait=True)
+            self.lifecycle.stop()
             self.writer.stop()
             self.store.close()
             logger.info("proxy stopped; %d calls written", self.writer.written)
 
     async def in_episode_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` (an episode life-cycle change: store writes) on the one episode thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._episode_thread, fn, *args)
+        return await self.lifecycle.run(fn, *args)
 
     @property
     def http(self) -> aiohttp.ClientSession:

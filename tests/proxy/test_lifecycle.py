@@ -1,7 +1,6 @@
 """The proxy's group commit of begins and ends (`EpisodeCommitter`), over a real SQLite store."""
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,9 +16,10 @@ def rig(tmp_path):
     st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))
     st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
     st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
-    pool = ThreadPoolExecutor(max_workers=1)
-    yield st, EpisodeCommitter(st, pool)
-    pool.shutdown()
+    committer = EpisodeCommitter(st)
+    committer.start()
+    yield st, committer
+    committer.stop()
     st.close()
 
 
