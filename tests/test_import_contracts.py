@@ -104,6 +104,48 @@ def test_import_rules(package, forbidden):
     assert _violations(package, forbidden) == []
 
 
+API_FOLDERS = ("ajet_proxy.dataplane.chat", "ajet_proxy.dataplane.responses", "ajet_proxy.dataplane.messages")
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _crossings(sources: list[str], targets: list[str], exact: bool = False) -> list[str]:
+    """Imports from a module under one of `sources` (`exact`: that very module) into a module under one of
+    `targets` (other than its own)."""
+    return sorted(
+        f"{m} imports {dep}"
+        for m, deps in GRAPH.items()
+        for src in sources
+        if (m == src if exact else _within(m, src))
+        for dep in deps
+        for dst in targets
+        if dst != src and _within(dep, dst)
+    )
+
+
+def test_the_data_plane_is_one_folder_per_api():
+    """A request on any API is handled inside its folder, the shared chat path and the upstream: no API folder
+    imports another, the shared modules import none, and nothing outside the data plane but the app reaches in."""
+    assert all(any(_within(m, f) for m in MODULES) for f in API_FOLDERS)  # the folders are real
+    assert _crossings(list(API_FOLDERS), list(API_FOLDERS)) == []
+    shared = [m for m in MODULES if _within(m, "ajet_proxy.dataplane") and not any(_within(m, f) for f in API_FOLDERS)]
+    assert "ajet_proxy.dataplane.upstream" in shared and "ajet_proxy.dataplane.calls" in shared
+    assert _crossings([m for m in shared if m != "ajet_proxy.dataplane"], list(API_FOLDERS), exact=True) == []
+    outside = [m for m in MODULES if _within(m, "ajet_proxy") and not _within(m, "ajet_proxy.dataplane")]
+    assert len(outside) > 10 and "ajet_proxy.control" in outside
+    assert _crossings([m for m in outside if m != "ajet_proxy.app"], ["ajet_proxy.dataplane"], exact=True) == []
+
+
+def test_the_crossing_finder_finds_a_crossing():
+    GRAPH["ajet_proxy.dataplane.chat.router"].add("ajet_proxy.dataplane.messages.protocol")
+    try:
+        assert _crossings(list(API_FOLDERS), list(API_FOLDERS))
+    finally:
+        GRAPH["ajet_proxy.dataplane.chat.router"].discard("ajet_proxy.dataplane.messages.protocol")
+
+
 def test_only_the_store_writes_sql():
     assert _violations("ajet_proxy", {"sqlalchemy"}) == []
     assert _violations("ajet_trainer", {"sqlalchemy"}) == []

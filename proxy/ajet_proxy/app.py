@@ -13,19 +13,9 @@ from ajet import __version__
 from ajet.protocol import ErrorCode
 from ajet_proxy import control
 from ajet_proxy.auth import SwarmTokenMiddleware
-from ajet_proxy.dataplane import DataPlane
+from ajet_proxy.dataplane import add_data_plane
 from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.openapi import (
-    CHAT_ROUTE_OPENAPI,
-    DATA_PLANE_ERRORS,
-    MESSAGES_ERRORS,
-    MESSAGES_ROUTE_OPENAPI,
-    MODEL_NOT_FOUND_ERROR,
-    MODEL_ROUTE_OPENAPI,
-    MODELS_ROUTE_OPENAPI,
-    RESPONSES_ROUTE_OPENAPI,
-)
 from ajet_proxy.state import ProxyConfig, ProxyState
 from ajet_store import StoreError
 
@@ -89,52 +79,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
-    plane = DataPlane(state)
-    app.add_api_route(
-        "/v1/chat/completions",
-        plane.chat_completions,
-        methods=["POST"],
-        tags=["data plane"],
-        summary="OpenAI chat completions, authenticated by the episode key",
-        responses=DATA_PLANE_ERRORS,
-        openapi_extra=CHAT_ROUTE_OPENAPI,
-    )
-    app.add_api_route(
-        "/v1/responses",
-        plane.responses,
-        methods=["POST"],
-        tags=["data plane"],
-        summary="OpenAI Responses API, on the chat path, authenticated by the episode key",
-        responses=DATA_PLANE_ERRORS,
-        openapi_extra=RESPONSES_ROUTE_OPENAPI,
-    )
-    app.add_api_route(
-        "/v1/messages",
-        plane.messages,
-        methods=["POST"],
-        tags=["data plane"],
-        summary="Anthropic Messages API, on the chat path, authenticated by the episode key (x-api-key or Bearer)",
-        responses=MESSAGES_ERRORS,
-        openapi_extra=MESSAGES_ROUTE_OPENAPI,
-    )
-    app.add_api_route(
-        "/v1/models",
-        plane.models,
-        methods=["GET"],
-        tags=["data plane"],
-        summary="Models served to the episode",
-        responses=DATA_PLANE_ERRORS,
-        openapi_extra=MODELS_ROUTE_OPENAPI,
-    )
-    app.add_api_route(
-        "/v1/models/{model}",
-        plane.model,
-        methods=["GET"],
-        tags=["data plane"],
-        summary="One model served to the episode",
-        responses={**DATA_PLANE_ERRORS, 404: MODEL_NOT_FOUND_ERROR},
-        openapi_extra=MODEL_ROUTE_OPENAPI,
-    )
+    add_data_plane(app, state)
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:

@@ -105,25 +105,39 @@ ANTHROPIC_PREFIX = "/v1/messages"
 """Anthropic's Messages API: answered in Anthropic's error shape (what the anthropic SDK reads)."""
 
 
+def openai_error(
+    code: ErrorCode,
+    message: str,
+    param: Optional[str] = None,
+    status: Optional[int] = None,
+    headers: Optional[dict[str, str]] = None,
+) -> Response:
+    """An OpenAI error object (`{"error": {"message", "type", "param", "code"}}`): what the openai SDK and the
+    frameworks on it read. `status`: the code's OpenAI status unless given (a backend's own)."""
+    data = openai_error_body(code, message, param).model_dump()
+    return Response(orjson.dumps(data), status_code=status or openai_status(code), media_type="application/json",
+                    headers=headers)  # fmt: skip
+
+
+def anthropic_error(
+    code: ErrorCode, message: str, status: Optional[int] = None, headers: Optional[dict[str, str]] = None
+) -> Response:
+    """An Anthropic error object: what the anthropic SDK reads."""
+    data = anthropic_error_body(code, message).model_dump()
+    return Response(orjson.dumps(data), status_code=status or openai_status(code), media_type="application/json",
+                    headers=headers)  # fmt: skip
+
+
 def error_response(err: HttpError, path: str = "") -> Response:
-    """The HTTP answer: Anthropic's error under `/v1/messages`, OpenAI's error object elsewhere under `/v1/`,
-    else an `ErrorBody`; the error's headers."""
+    """The one choice of error shape, by the route's API: Anthropic's error under `/v1/messages`, OpenAI's error
+    object elsewhere under `/v1/`, else an `ErrorBody`; the error's headers."""
     if path.startswith(ANTHROPIC_PREFIX):
         text = (
             f"{err.fields[0]}: {err.detail}" if err.fields and not err.detail.startswith(err.fields[0]) else err.detail
         )
-        return Response(
-            orjson.dumps(anthropic_error_body(err.code, text).model_dump()),
-            status_code=openai_status(err.code),
-            media_type="application/json",
-            headers=err.headers,
-        )
+        return anthropic_error(err.code, text, headers=err.headers)
     if path.startswith(DATA_PLANE_PREFIX):
-        param = err.fields[0] if err.fields else None
-        data = openai_error_body(err.code, err.detail, param).model_dump()
-        return Response(
-            orjson.dumps(data), status_code=openai_status(err.code), media_type="application/json", headers=err.headers
-        )
+        return openai_error(err.code, err.detail, err.fields[0] if err.fields else None, headers=err.headers)
     body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
     return Response(
         orjson.dumps(body.model_dump(exclude_none=True)),

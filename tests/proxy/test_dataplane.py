@@ -39,14 +39,14 @@ def direct(stub, **body):
     """What the backend itself answers for the same request, with ids asked for."""
     body = {"model": "stub-model", "return_token_ids": True, "logprobs": True, **body}
     if body.get("stream"):
-        from ajet_proxy.tokens import StreamAccumulator
+        from ajet_proxy.dataplane.tokens import StreamAccumulator
 
         acc = StreamAccumulator()
         with httpx.stream("POST", stub.url + "/v1/chat/completions", json=body) as r:
             for chunk in r.iter_bytes():
                 acc.feed(chunk)
         return acc.result()
-    from ajet_proxy.tokens import extract_response
+    from ajet_proxy.dataplane.tokens import extract_response
 
     return extract_response(httpx.post(stub.url + "/v1/chat/completions", json=body).json())
 

@@ -133,3 +133,12 @@ def test_a_wrong_key_is_an_authentication_error_with_the_reason(swarm):
         ac.messages.create(model="policy", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert err.value.body["error"]["type"] == "authentication_error"
     assert "unknown episode key" in err.value.body["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", [{}, [], None, 3, "image"])
+def test_a_content_block_of_any_other_type_is_refused_naming_it(kind):
+    from ajet_proxy.dataplane.messages.protocol import system_messages
+    from ajet_proxy.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match=r"system\.0\.type"):
+        system_messages([{"type": kind, "text": "x"}])

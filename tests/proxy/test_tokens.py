@@ -3,7 +3,7 @@
 import orjson
 import pytest
 
-from ajet_proxy.tokens import StreamAccumulator, extract_response
+from ajet_proxy.dataplane.tokens import StreamAccumulator, extract_response
 
 
 def sse(objs):

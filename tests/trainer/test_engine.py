@@ -7,7 +7,7 @@ import orjson
 import pytest
 import torch
 
-from ajet_proxy.tokens import StreamAccumulator
+from ajet_proxy.dataplane.tokens import StreamAccumulator
 from ajet_trainer.engine import EmbeddedEngine
 from ajet_trainer.engine.chat import parse_tool_calls
 from ajet_trainer.grpo import collate, sequence_logprobs

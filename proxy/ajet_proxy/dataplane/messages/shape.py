@@ -13,8 +13,10 @@ from typing import Any, Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, anthropic_error_body
-from ajet_proxy.messages_api import message_object, stop_reason, tool_use_block
-from ajet_proxy.shapes import error_message, json_response, sse
+from ajet_proxy.dataplane.messages.protocol import message_object, stop_reason, tool_use_block
+from ajet_proxy.dataplane.shape import error_message, json_response
+from ajet_proxy.dataplane.sse import sse
+from ajet_proxy.errors import anthropic_error
 
 
 class MessagesShape:
@@ -30,8 +32,7 @@ class MessagesShape:
 
     def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
         if status != 200 or parsed is None:
-            body = anthropic_error_body(_code(status), error_message(parsed, status))
-            return json_response(body.model_dump(), status)
+            return anthropic_error(_code(status), error_message(parsed, status), status)
         choice = (parsed.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
         content = [{"type": "text", "text": msg["content"]}] if msg.get("content") else []

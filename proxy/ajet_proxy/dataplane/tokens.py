@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import orjson
 
+from ajet_proxy.dataplane.sse import DONE, SSESplitter
+
 
 @dataclass
 class Extracted:
@@ -49,30 +51,6 @@ def extract_response(data: dict[str, Any]) -> Extracted:
         out.content = msg.get("content") or ""
         out.tool_calls = msg.get("tool_calls") or []
     return out
-
-
-class SSESplitter:
-    """Cuts a byte stream of server-sent events into the `data:` payloads of complete events."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """Consume bytes; the payloads of the events they complete (a partial event is kept for later)."""
-        self._buf += chunk
-        out = []
-        while True:
-            cut = self._buf.find(b"\n\n")
-            if cut < 0:
-                return out
-            event, self._buf = self._buf[:cut], self._buf[cut + 2 :]
-            data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
-            if data:
-                out.append(b"\n".join(data))
-
-
-DONE = b"[DONE]"
-"""The payload that ends an OpenAI chat stream."""
 
 
 class StreamAccumulator:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
-from ajet_proxy.responses_api import (
+from ajet_proxy.dataplane.responses.protocol import (
     Conversation,
     assistant_message,
     call_item,
@@ -22,7 +22,9 @@ from ajet_proxy.responses_api import (
     output_logprobs,
     response_object,
 )
-from ajet_proxy.shapes import error_message, json_response, sse
+from ajet_proxy.dataplane.shape import error_message, json_response
+from ajet_proxy.dataplane.sse import sse
+from ajet_proxy.errors import openai_error
 
 
 class ResponsesShape:
@@ -48,8 +50,9 @@ class ResponsesShape:
     # ---------------------------------------------------------------- plain
     def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
         if status != 200 or parsed is None:
-            err = openai_error_body(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(parsed, status))
-            return json_response(parsed if parsed is not None and "error" in parsed else err.model_dump(), status)
+            if parsed is not None and "error" in parsed:  # the backend's own OpenAI error, passed on
+                return json_response(parsed, status)
+            return openai_error(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(parsed, status), status=status)
         choice = (parsed.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
         items = []

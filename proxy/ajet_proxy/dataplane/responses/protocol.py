@@ -19,8 +19,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ajet_proxy.errors import InvalidRequest
-from ajet_proxy.shapes import carried, with_tools
+from ajet_proxy.dataplane.mapping import bad_field, carried, joined_text, with_tools
 
 Conversation = list[dict[str, Any]]
 """Chat messages, without the instructions (a later response does not inherit them)."""
@@ -41,11 +40,8 @@ _UNSUPPORTED = {
     "conversation": "the Conversations API (use previous_response_id within the episode)",
     "prompt": "stored prompt templates",
 }
-_PART_TEXT = ("input_text", "output_text", "text", "refusal")
-
-
-def _bad(field: str, message: str) -> InvalidRequest:
-    return InvalidRequest(f"{field}: {message}", fields=[field])
+_PART_TEXT = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
+"""Content parts that carry text -> the key that holds it."""
 
 
 # ---------------------------------------------------------------- request
@@ -56,16 +52,16 @@ def chat_request(body: dict[str, Any], history: Conversation) -> tuple[dict[str,
     `InvalidRequest` naming the field for what is malformed or unsupported."""
     for field, what in _UNSUPPORTED.items():
         if body.get(field):
-            raise _bad(field, f"{what} is not supported by the AgentJet proxy")
+            raise bad_field(field, f"{what} is not supported by the AgentJet proxy")
     reasoning = body.get("reasoning")
     if isinstance(reasoning, dict) and (reasoning.get("effort") or reasoning.get("summary")):
-        raise _bad("reasoning", "reasoning settings are not supported by the policy model")
+        raise bad_field("reasoning", "reasoning settings are not supported by the policy model")
     if "input" not in body:
-        raise _bad("input", "required (a string or a list of input items)")
+        raise bad_field("input", "required (a string or a list of input items)")
     conversation = history + input_messages(body["input"])
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise _bad("instructions", "must be a string")
+        raise bad_field("instructions", "must be a string")
     chat: dict[str, Any] = {
         "model": "policy" if body.get("model") is None else body["model"],
         "messages": ([{"role": "system", "content": instructions}] if instructions else []) + conversation,
@@ -91,12 +87,12 @@ def input_messages(inp: Any) -> Conversation:
     if isinstance(inp, str):
         return [{"role": "user", "content": inp}]
     if not isinstance(inp, list):
-        raise _bad("input", "must be a string or a list of input items")
+        raise bad_field("input", "must be a string or a list of input items")
     out: Conversation = []
     for i, item in enumerate(inp):
         where = f"input.{i}"
         if not isinstance(item, dict):
-            raise _bad(where, "each input item must be an object")
+            raise bad_field(where, "each input item must be an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             out.append(_message(item, where))
@@ -111,7 +107,7 @@ def input_messages(inp: Any) -> Conversation:
                 }
             )
         else:
-            raise _bad(
+            raise bad_field(
                 f"{where}.type",
                 f"{kind!r} items are not supported (only message, function_call and "
                 "function_call_output: built-in tools and item references need OpenAI's servers)",
@@ -122,35 +118,20 @@ def input_messages(inp: Any) -> Conversation:
 def _str(item: dict[str, Any], key: str, where: str) -> str:
     value = item.get(key)
     if not isinstance(value, str):
-        raise _bad(f"{where}.{key}", "required, a string")
+        raise bad_field(f"{where}.{key}", "required, a string")
     return value
 
 
 def _text(content: Any, where: str) -> str:
     """Text content: a string, or a list of text parts (images, files and audio are refused)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _bad(where, "must be a string or a list of content parts")
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _PART_TEXT:
-            raise _bad(
-                f"{where}.{j}.type",
-                f"{kind!r} content is not supported: the policy takes text only (no image, file or audio input)",
-            )
-        value = part.get("refusal" if kind == "refusal" else "text")
-        if not isinstance(value, str):
-            raise _bad(f"{where}.{j}.{'refusal' if kind == 'refusal' else 'text'}", "required, a string")
-        texts.append(value)
-    return "".join(texts)
+    refused = "content is not supported: the policy takes text only (no image, file or audio input)"
+    return joined_text(content, where, _PART_TEXT, "content parts", refused)
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        raise _bad(f"{where}.role", "one of user, assistant, system, developer")
+        raise bad_field(f"{where}.role", "one of user, assistant, system, developer")
     return {
         "role": "system" if role == "developer" else role,
         "content": _text(item.get("content"), f"{where}.content"),
@@ -173,12 +154,12 @@ def _add_call(out: Conversation, item: dict[str, Any], where: str) -> None:
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
     """Function tools in chat's shape; any other kind (web_search, file_search, mcp, ...) is refused."""
     if not isinstance(tools, list):
-        raise _bad("tools", "must be a list")
+        raise bad_field("tools", "must be a list")
     out = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
-            raise _bad(
+            raise bad_field(
                 f"tools.{i}.type",
                 f"built-in tool {kind!r} is not supported: only function tools (the agent runs its tools itself)",
             )
@@ -196,7 +177,7 @@ def chat_tool_choice(choice: Any) -> Any:
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise _bad("tool_choice", "one of 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
+    raise bad_field("tool_choice", "one of 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
 
 
 def response_format(text: Any) -> Optional[dict[str, Any]]:
@@ -211,7 +192,7 @@ def response_format(text: Any) -> Optional[dict[str, Any]]:
             "type": "json_schema",
             "json_schema": {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt},
         }
-    raise _bad("text.format.type", "one of text, json_object, json_schema")
+    raise bad_field("text.format.type", "one of text, json_object, json_schema")
 
 
 # ---------------------------------------------------------------- answer

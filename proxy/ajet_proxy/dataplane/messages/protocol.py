@@ -12,8 +12,7 @@ import json
 import uuid
 from typing import Any, Optional
 
-from ajet_proxy.errors import InvalidRequest
-from ajet_proxy.shapes import carried, with_tools
+from ajet_proxy.dataplane.mapping import bad_field, carried, joined_text, with_tools
 
 FIELD_NAMES = {"stop": "stop_sequences", "tools": "tools", "messages": "messages"}
 """A chat field a Messages request became -> the Messages field a client would fix."""
@@ -29,10 +28,6 @@ _CARRIED = (
 _UNSUPPORTED = {"container": "code-execution containers", "mcp_servers": "remote MCP servers"}
 
 
-def _bad(field: str, message: str) -> InvalidRequest:
-    return InvalidRequest(f"{field}: {message}", fields=[field])
-
-
 # ---------------------------------------------------------------- request
 
 
@@ -41,17 +36,17 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     not supported."""
     for field, what in _UNSUPPORTED.items():
         if body.get(field):
-            raise _bad(field, f"{what} are not supported by the AgentJet proxy")
+            raise bad_field(field, f"{what} are not supported by the AgentJet proxy")
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
-        raise _bad("thinking", "extended thinking is not supported by the policy model")
+        raise bad_field("thinking", "extended thinking is not supported by the policy model")
     if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
-        raise _bad("max_tokens", "required, an integer")
+        raise bad_field("max_tokens", "required, an integer")
     if body.get("stop_sequences") is not None and not isinstance(body["stop_sequences"], list):
-        raise _bad("stop_sequences", "must be a list of strings")
+        raise bad_field("stop_sequences", "must be a list of strings")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise _bad("messages", "required, a non-empty list of messages")
+        raise bad_field("messages", "required, a non-empty list of messages")
     chat: dict[str, Any] = {
         "model": "policy" if body.get("model") is None else body["model"],
         "max_tokens": body["max_tokens"],
@@ -69,21 +64,8 @@ def system_messages(system: Any) -> list[dict[str, Any]]:
 
 
 def _text_blocks(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _bad(where, "must be a string or a list of content blocks")
-    texts = []
-    for j, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind != "text":
-            raise _bad(
-                f"{where}.{j}.type", f"{kind!r} blocks are not supported here: text only (no image or document input)"
-            )
-        if not isinstance(block.get("text"), str):
-            raise _bad(f"{where}.{j}.text", "required, a string")
-        texts.append(block["text"])
-    return "".join(texts)
+    refused = "blocks are not supported here: text only (no image or document input)"
+    return joined_text(content, where, {"text": "text"}, "content blocks", refused)
 
 
 def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
@@ -92,14 +74,14 @@ def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            raise _bad(f"{where}.role", "each message needs a role, user or assistant")
+            raise bad_field(f"{where}.role", "each message needs a role, user or assistant")
         content = m.get("content")
         if isinstance(content, str):
             out.append({"role": m["role"], "content": content})
         elif isinstance(content, list):
             out += _assistant(content, where) if m["role"] == "assistant" else _user(content, where)
         else:
-            raise _bad(f"{where}.content", "must be a string or a list of content blocks")
+            raise bad_field(f"{where}.content", "must be a string or a list of content blocks")
     return out
 
 
@@ -108,7 +90,7 @@ def _blocks(content: list[Any], where: str, allowed: tuple[str, ...]) -> list[tu
     for j, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind not in allowed:
-            raise _bad(
+            raise bad_field(
                 f"{where}.content.{j}.type",
                 f"{kind!r} blocks are not supported in this turn (supported: {', '.join(allowed)})",
             )
@@ -124,7 +106,7 @@ def _user(content: list[Any], where: str) -> list[dict[str, Any]]:
             texts.append(_text_blocks([block], at))
             continue
         if not isinstance(block.get("tool_use_id"), str):
-            raise _bad(f"{at}.tool_use_id", "required, a string")
+            raise bad_field(f"{at}.tool_use_id", "required, a string")
         result = block.get("content")
         text = "" if result is None else _text_blocks(result, f"{at}.content")
         out.append(
@@ -146,7 +128,7 @@ def _assistant(content: list[Any], where: str) -> list[dict[str, Any]]:
             texts.append(_text_blocks([block], at))
             continue
         if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
-            raise _bad(at, "a tool_use block needs an id and a name")
+            raise bad_field(at, "a tool_use block needs an id and a name")
         calls.append(
             {
                 "id": block["id"],
@@ -163,17 +145,17 @@ def _assistant(content: list[Any], where: str) -> list[dict[str, Any]]:
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
     """Client tools (`name`, `description`, `input_schema`) in chat's shape; Anthropic's server tools are refused."""
     if not isinstance(tools, list):
-        raise _bad("tools", "must be a list")
+        raise bad_field("tools", "must be a list")
     out = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            raise _bad(
+            raise bad_field(
                 f"tools.{i}.type",
                 f"server tool {kind!r} is not supported: only client tools (name, description, input_schema)",
             )
         if not isinstance(tool.get("name"), str):
-            raise _bad(f"tools.{i}.name", "required, a string")
+            raise bad_field(f"tools.{i}.name", "required, a string")
         fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
         if tool.get("description") is not None:
             fn["description"] = tool["description"]
@@ -190,7 +172,7 @@ def chat_tool_choice(choice: Any) -> Any:
         return "required"
     if kind == "tool" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise _bad(
+    raise bad_field(
         "tool_choice", "one of {'type': 'auto'}, {'type': 'any'}, {'type': 'none'}, {'type': 'tool', 'name': ...}"
     )
 

@@ -1,0 +1,211 @@
+"""The one chat path every API's call takes: the episode key checked, the call numbered, sent (`upstream`), logged
+with the exact ids the backend produced and committed (`ajet_proxy.call_log`), then answered through the API's
+shape, plain or streamed event by event.
+
+An answer leaves only after its call is committed (a streamed one at its last event), so every answered call is
+in the store; a stream that ends early (the client went away, the backend broke off) is logged as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, AsyncIterator, Optional
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from ajet.protocol import ErrorCode, bearer_token
+from ajet.types import EngineState
+from ajet_proxy.dataplane.shape import ApiShape
+from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE, SSESplitter
+from ajet_proxy.dataplane.tokens import Extracted, StreamAccumulator, extract_response
+from ajet_proxy.dataplane.upstream import NoDeploymentReachable, Upstream
+from ajet_proxy.errors import EngineNotReady, Unauthorized
+from ajet_proxy.open_episodes import LiveEpisode, hash_key, refused_key_reason
+from ajet_proxy.state import ProxyState
+from ajet_store import StoreError
+from ajet_store.types import CallRecord, Deployment
+
+logger = logging.getLogger(__name__)
+
+_LIVE_STATES = (EngineState.ROLLING, EngineState.ROLLING_POST)
+ANTHROPIC_KEY_HEADER = "x-api-key"
+"""Where the Anthropic SDK sends its API key (the episode key); `Authorization: Bearer` works as well."""
+
+
+class CallPath:
+    """The chat path of one proxy (`calls(request)` finds it); holds no state of its own."""
+
+    def __init__(self, state: ProxyState):
+        self.state = state
+        self.upstream = Upstream(state)
+
+    async def authenticate(self, request: Request) -> LiveEpisode:
+        """The live episode of the request's key (Bearer, or Anthropic's `x-api-key`), or 401 saying why the key
+        does not work, or 503 outside ROLLING."""
+        key = bearer_token(request.headers.get("authorization", "")) or request.headers.get(ANTHROPIC_KEY_HEADER, "")
+        if not key:
+            raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
+        key_hash = hash_key(key)
+        ep = self.state.open_episodes.by_key_hash(key_hash)
+        if ep is None:  # rare (a mistake or a late call): worth one indexed read to say which it is
+            row = await asyncio.to_thread(self.state.store.episode_by_key_hash, key_hash)
+            raise Unauthorized(refused_key_reason(row))
+        state = self.state.engine_row.state
+        if state not in _LIVE_STATES:
+            raise EngineNotReady(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
+        return ep
+
+    async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:
+        """Number, send, log and answer one chat call (`body`, checked; `raw`, the request as logged), writing
+        the answer through `shape`."""
+        seq = ep.next_seq
+        ep.next_seq += 1
+        ep.in_flight += 1
+        self.state.counters["requests"] += 1
+        call = _Call(ep, seq, raw, time.perf_counter(), shape)
+        stream = bool(body.get("stream"))
+        try:
+            try:
+                sent = await self.upstream.send(ep, body, stream)
+            except NoDeploymentReachable as exc:
+                error = f"no deployment reachable: {exc.cause!r}"
+                self.state.writer.submit(self._record(call, exc.deployment, exc.deployment.policy_version, None,
+                                                      Extracted(), stream=False, error=error))  # fmt: skip
+                raise
+            if isinstance(sent.answer, bytes):
+                return await self._answer(call, sent.deployment, sent.version, sent.status, sent.answer, stream)
+            relay = self._relay(call, sent.deployment, sent.version, sent.answer)
+            return StreamingResponse(relay, media_type=SSE_MEDIA_TYPE)
+        except BaseException:
+            call.finish()
+            raise
+
+    async def _answer(
+        self, call: "_Call", dep: Deployment, version: int, status: int, data: bytes, stream: bool
+    ) -> Response:
+        """The backend's whole answer (a success, or an error of a plain or streamed call), logged and
+        committed before the client is answered through the call's shape."""
+        parsed = _json_object(data)
+        if status == 200 and parsed is not None:
+            record = self._record(call, dep, version, data.decode(), extract_response(parsed), stream)
+        else:
+            error = f"backend answered {status}: {data[:300].decode(errors='replace')}"
+            record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream, error)
+        try:
+            await self.state.writer.commit(record)  # durable before the agent sees the answer
+        finally:
+            call.finish()
+        return call.shape.answer(status, data, parsed)
+
+    async def _relay(
+        self, call: "_Call", dep: Deployment, version: int, chunks: AsyncIterator[bytes]
+    ) -> AsyncIterator[bytes]:
+        """Pass a stream on through the call's shape, event by event; what answers [DONE] is held until the
+        call is committed. A stream that ends early is logged as such, without waiting, since nobody is there
+        to answer."""
+        acc, events, shape = StreamAccumulator(), SSESplitter(), call.shape
+        committed, disconnected = False, False
+        try:
+            async for chunk in chunks:
+                out = []
+                for payload in events.feed(chunk):
+                    data = acc.add(payload)
+                    if not acc.done:
+                        out.append(shape.event(payload, data))
+                    elif not committed:
+                        committed = True
+                        try:
+                            await self.state.writer.commit(self._stream_record(call, dep, version, acc))
+                        except StoreError as exc:
+                            yield b"".join(out) + shape.failed(ErrorCode.STORE_ERROR, str(exc))
+                            return
+                        out.append(shape.done(acc.assembled_response()))
+                if out:
+                    yield b"".join(out)
+            if not committed and not acc.errors:
+                yield shape.failed(ErrorCode.UPSTREAM_UNAVAILABLE, "the policy backend ended the stream early")
+        except (asyncio.CancelledError, GeneratorExit):
+            disconnected = True
+            raise
+        finally:
+            if not committed:
+                why = "the client disconnected before [DONE]" if disconnected else None
+                self.state.writer.submit(self._stream_record(call, dep, version, acc, why))
+            call.finish()
+
+    def _stream_record(
+        self, call: "_Call", dep: Deployment, version: int, acc: StreamAccumulator, why: Optional[str] = None
+    ) -> CallRecord:
+        if why is None and acc.errors:
+            why = f"stream error: {acc.errors[0]}"
+        elif why is None and not acc.done:
+            why = "stream ended before [DONE]"
+        response = orjson.dumps(acc.assembled_response()).decode()
+        return self._record(call, dep, version, response, acc.result(), stream=True, error=why)
+
+    def _record(
+        self,
+        call: "_Call",
+        dep: Optional[Deployment],
+        version: int,
+        response: Optional[str],
+        ex: Extracted,
+        stream: bool,
+        error: Optional[str] = None,
+    ) -> CallRecord:
+        """The call's log record (counted; a success without token ids is warned about)."""
+        if error is not None:
+            self.state.counters["errors"] += 1
+        elif ex.prompt_ids is None or ex.completion_ids is None:
+            logger.warning(
+                "episode %s call %d: backend returned no token ids; episode marked untrainable", call.ep.uuid, call.seq
+            )
+        return CallRecord(
+            episode_uuid=call.ep.uuid,
+            seq=call.seq,
+            request=call.raw.decode(errors="replace"),
+            response=response,
+            prompt_ids=ex.prompt_ids,
+            completion_ids=ex.completion_ids,
+            logprobs=ex.logprobs,
+            finish_reason=ex.finish_reason,
+            policy_version=version,
+            deployment=dep.name if dep else None,
+            latency_ms=(time.perf_counter() - call.t0) * 1000.0,
+            created_at=time.time(),
+            stream=stream,
+            error=error,
+        )
+
+
+def calls(request: Request) -> CallPath:
+    """The chat path of the app serving `request` (made once, with the app)."""
+    path: CallPath = request.app.state.calls
+    return path
+
+
+class _Call:
+    """One in-flight call: keeps the episode's activity bookkeeping in one place."""
+
+    __slots__ = ("ep", "seq", "raw", "t0", "shape", "_done")
+
+    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float, shape: ApiShape):
+        self.ep, self.seq, self.raw, self.t0, self.shape, self._done = ep, seq, raw, t0, shape, False
+
+    def finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self.ep.in_flight -= 1
+            self.ep.last_active = time.time()
+
+
+def _json_object(data: bytes) -> Optional[dict[str, Any]]:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None

@@ -1,0 +1,82 @@
+"""What every API's request mapping shares: reading the body, naming a bad field, text from content parts, the
+fields and tools another API's request carries over to chat, and checking the chat body it became."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from ajet.chat_fields import ChatFieldError, check_chat_fields
+from ajet_proxy.errors import InvalidRequest
+from ajet_proxy.limits import InputLimits, check_chat_shape
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object; `InvalidRequest` naming `body` otherwise."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"body: not valid JSON ({exc})", fields=["body"]) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("body: expected a JSON object", fields=["body"])
+    return body
+
+
+def bad_field(field: str, message: str) -> InvalidRequest:
+    """A request refused for one field, named as the client wrote it."""
+    return InvalidRequest(f"{field}: {message}", fields=[field])
+
+
+def joined_text(content: Any, where: str, parts: Mapping[str, str], noun: str, refused: str) -> str:
+    """Text content: a string, or a list of parts whose `type` is one of `parts` (type -> the key that holds its
+    text), joined. Another part is refused naming it (`refused` says why, after its type); `noun` names the
+    parts as the API does ("content parts", "content blocks")."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_field(where, f"must be a string or a list of {noun}")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str) or kind not in parts:  # a type may be any JSON value, a dict included
+            raise bad_field(f"{where}.{j}.type", f"{kind!r} {refused}")
+        key = parts[kind]
+        value = part.get(key)
+        if not isinstance(value, str):
+            raise bad_field(f"{where}.{j}.{key}", "required, a string")
+        texts.append(value)
+    return "".join(texts)
+
+
+def carried(body: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The fields of another API's request that chat has too, under chat's names (absent or null: left out)."""
+    return {theirs: body[ours] for ours, theirs in renames if body.get(ours) is not None}
+
+
+def with_tools(
+    chat: dict[str, Any],
+    body: dict[str, Any],
+    tools: Callable[[Any], list[dict[str, Any]]],
+    choice: Callable[[Any], Any],
+) -> dict[str, Any]:
+    """`chat` with the request's tools and tool choice converted to chat's shape (`tools`, `choice`)."""
+    if body.get("tools") is not None:
+        converted = tools(body["tools"])
+        if converted:
+            chat["tools"] = converted
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = choice(body["tool_choice"])
+    return chat
+
+
+def check_mapped_body(chat: dict[str, Any], limits: InputLimits, names: dict[str, str]) -> bytes:
+    """Check the chat body another API's request became (as a chat request is checked); a bad field is named as
+    the client wrote it (`names`: chat field -> theirs). Returns the body as logged."""
+    try:
+        check_chat_shape(chat, limits)
+        check_chat_fields(chat)
+    except ChatFieldError as exc:
+        theirs = names.get(exc.param.split(".")[0], exc.param)
+        raise InvalidRequest(str(exc).replace(exc.param, theirs, 1), fields=[theirs]) from exc
+    return orjson.dumps(chat)

@@ -1,0 +1,52 @@
+"""The API a call came in through, around the one chat-completions path.
+
+Every agent call becomes a chat-completions call to the policy, is logged with its token ids and
+logprobs, and trains the same way. What differs per API is only the outside: how the answer (plain,
+or streamed event by event) is written for the client. `ApiShape` is that outside; each API folder
+(`chat/`, `responses/`, `messages/`) has its own in its `shape.py`. A shape is made per call, so a
+stream's translation state lives in it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol
+
+import orjson
+from starlette.responses import Response
+
+from ajet.protocol import ErrorCode
+
+
+def error_message(data: Optional[dict[str, Any]], status: int) -> str:
+    """The message of an OpenAI-shaped error answer (or a stream's error event), else a plain description."""
+    err = (data or {}).get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return err["message"]
+    return f"the policy backend answered {status}"
+
+
+def json_response(data: dict[str, Any], status: int = 200) -> Response:
+    """A JSON answer."""
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+class ApiShape(Protocol):
+    """How one call's chat answer is written for its client."""
+
+    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+        """The whole answer of a plain call (or of a streamed call the backend refused): `data` is the
+        backend's body, `parsed` its JSON when it is a JSON object."""
+        ...
+
+    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+        """What to send for one chat-stream event (`data`: the parsed payload; b"" sends nothing)."""
+        ...
+
+    def done(self, assembled: dict[str, Any]) -> bytes:
+        """What to send at the end of a complete stream, after the call is committed (`assembled`: the
+        stream as one chat completion)."""
+        ...
+
+    def failed(self, code: ErrorCode, message: str) -> bytes:
+        """What to send when the stream cannot complete (the backend broke off, the store failed)."""
+        ...
