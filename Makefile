@@ -86,10 +86,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The fast lane: everything not marked slow (pure functions, the store, single servers on loopback), two
-# workers: about 80 s here. The slow tests start whole swarms, train, or build wheels.
+# The in-process lane: every test not marked slow, in this process (pure functions, the store on a file, the
+# proxy app served in process: tests/support/in_process.py); a test that starts a process is skipped when it
+# tries (AJET_UNIT_LANE, tests/conftest.py). About 30 s here; `make test` runs everything.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" -n 2
+	AJET_UNIT_LANE=1 $(PY) -m pytest -q -m "not slow" -n 2
 
 bench: setup
 	$(PIP) install -e '.[bench]'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +15,30 @@ apply_offline_env()
 
 from ajet_store import Store, sqlite_url  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
+
+UNIT_LANE_VAR = "AJET_UNIT_LANE"
+"""Set to 1 (`make test-fast`): a test that starts a process is skipped when it tries, so what runs runs in this
+process (pure functions, the store on a file, the CLIs' parsers); `make test` runs everything."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _in_process_lane() -> Iterator[None]:
+    """In the in-process lane a test that starts a process is skipped when it tries (session scope: set up before
+    any fixture that would start one)."""
+    if os.environ.get(UNIT_LANE_VAR) != "1":
+        yield
+        return
+    real = subprocess.Popen
+
+    class NoProcess(subprocess.Popen):  # asyncio's subprocesses come through here too
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pytest.skip("starts a process: not in the in-process lane (make test runs it)")
+
+    subprocess.Popen = NoProcess
+    try:
+        yield
+    finally:
+        subprocess.Popen = real
 
 
 @pytest.fixture(scope="module")

@@ -52,6 +52,7 @@ class SwarmClient:
         client_id: Optional[str] = None,
         mission: Optional[str] = None,
         verbose: bool = True,
+        http_client: Optional[httpx.Client] = None,
     ):
         self.server_url = server_url.rstrip("/")
         self.swarm_token = swarm_token if swarm_token is not None else os.environ.get("AJET_SWARM_TOKEN")
@@ -64,7 +65,11 @@ class SwarmClient:
         headers = {CLIENT_HEADER: self.client_id}
         if self.swarm_token:
             headers["Authorization"] = f"Bearer {self.swarm_token}"
-        self._http = httpx.Client(base_url=self.server_url, headers=headers, timeout=timeout)
+        if http_client is not None:  # its base URL and transport (an app served in this process: `TestClient`)
+            http_client.headers.update(headers)
+            self._http = http_client
+        else:
+            self._http = httpx.Client(base_url=self.server_url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

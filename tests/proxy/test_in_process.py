@@ -1,0 +1,26 @@
+"""The control API through the SDK against a proxy app served in this process (`tests.support.in_process`): the
+in-process lane (`make test-fast`) exercises the state machine and the episode life cycle without a socket."""
+
+import pytest
+
+from ajet import AgentJetJob, EpisodeConflict, Task, WorkflowOutput
+from ajet.types import EngineState, EpisodeStatus
+from tests.support.in_process import proxy_in_process
+from tests.support.rolling import make_rolling
+
+
+def test_the_state_machine_and_an_episode_in_process(tmp_path):
+    with proxy_in_process(tmp_path) as (client, store):
+        assert client.get_engine_status().state == EngineState.OFFLINE
+        client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1, experiment_name="in-process"))
+        assert client.start_engine() == EngineState.BOOTING
+        make_rolling(store, "http://127.0.0.1:9")  # a deployment nobody calls: the episode makes no LLM call
+        assert client.get_engine_status().state == EngineState.ROLLING
+        uuid, creds = client.begin_episode()
+        assert creds.api_key and store.get_episode(uuid).status == EpisodeStatus.OPEN
+        client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.5))
+        ep = store.get_episode(uuid)
+        assert ep.status == EpisodeStatus.ENDED and ep.reward == 0.5 and ep.untrainable  # no call: never trained
+        with pytest.raises(EpisodeConflict):
+            client.abort_episode(uuid)
+        assert client.stop_engine() == EngineState.OFFLINE
