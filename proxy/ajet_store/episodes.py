@@ -1,4 +1,4 @@
-"""Episodes and their LLM calls: begin, log calls, end / abort / expire, and the rollout pool."""
+"""Episodes: begin, end / abort / expire, and the rollout pool (their calls: `calls.py`)."""
 
 from __future__ import annotations
 
@@ -15,29 +15,14 @@ from ajet_store.db import Database
 from ajet_store.errors import Conflict, NotRolling, StoreError
 from ajet_store.types import (
     BeginEpisode,
-    CallRecord,
     EndEpisode,
     EngineRow,
     EpisodeChange,
     EpisodeRow,
     PoolEpisode,
-    RewardedEpisode,
 )
 
 _E = t.episodes.c
-_INSERT_CALLS = t.llm_calls.insert()
-_TOUCH_EPISODE = (
-    t.episodes.update()
-    .where(_E.uuid == sa.bindparam("b_uuid"))
-    .values(
-        num_calls=_E.num_calls + sa.bindparam("b_n", type_=sa.Integer),
-        last_active_at=sa.case(
-            (_E.last_active_at < sa.bindparam("b_latest", type_=sa.Float), sa.bindparam("b_latest")),
-            else_=_E.last_active_at,
-        ),
-    )
-)
-"""Built once (building a statement costs more than running it): an episode's calls counted, activity kept."""
 _INSERT_EPISODE = t.episodes.insert()
 _END_EPISODE = (
     t.episodes.update()
@@ -65,7 +50,7 @@ TRAINER_TIMEOUT_S = 30.0
 
 
 class EpisodeOps(Database):
-    """Episode life cycle and the call log."""
+    """Episode life cycle and the rollout pool."""
 
     # ------------------------------------------------------------------ life cycle
     def begin_episode(
@@ -281,61 +266,6 @@ class EpisodeOps(Database):
         )
         with self._read() as c:
             return int(c.execute(q).scalar_one())
-
-    def rewarded_episodes(self, batch: Sequence[PoolEpisode]) -> list[RewardedEpisode]:
-        """The batch's episodes with their calls, in batch order: what sample assembly reads."""
-        return [RewardedEpisode(p.uuid, p.task_id, p.reward, tuple(self.calls(p.uuid))) for p in batch]
-
-    # ------------------------------------------------------------------ calls
-    def next_seqs(self, uuids: Sequence[str]) -> dict[str, int]:
-        """For each episode with calls: one past its highest call number (where numbering goes on)."""
-        if not uuids:
-            return {}
-        lc = t.llm_calls.c
-        q = (
-            sa.select(lc.episode_uuid, sa.func.max(lc.seq))
-            .where(lc.episode_uuid.in_(list(uuids)))
-            .group_by(lc.episode_uuid)
-        )
-        with self._read() as c:
-            return {uuid: top + 1 for uuid, top in c.execute(q)}
-
-    def write_calls(self, records: Sequence[CallRecord]) -> None:
-        """Insert a batch of calls; refresh each episode's activity and flag untrainable ones."""
-        if not records:
-            return
-        per_episode: dict[str, list[CallRecord]] = {}
-        for r in records:
-            per_episode.setdefault(r.episode_uuid, []).append(r)
-        e = t.episodes.c
-        with self._tx() as c:
-            c.execute(_INSERT_CALLS, [rows.call_row(r) for r in records])
-            counters.bump(c, {"calls": len(records), "call_errors": sum(r.error is not None for r in records)})
-            c.execute(
-                _TOUCH_EPISODE,
-                [
-                    {"b_uuid": uuid, "b_n": len(recs), "b_latest": max(r.created_at for r in recs)}
-                    for uuid, recs in per_episode.items()
-                ],
-            )  # one statement, every episode
-            for uuid, recs in per_episode.items():
-                bad = next((r for r in recs if r.error is None and not r.trainable), None)
-                if bad is not None:
-                    c.execute(
-                        t.episodes.update()
-                        .where(e.uuid == uuid)
-                        .values(untrainable=True, untrainable_reason=f"call {bad.seq}: backend returned no token ids")
-                    )
-
-    def calls(self, uuid: str) -> list[CallRecord]:
-        """The calls of one episode, in order."""
-        q = (
-            sa.select(t.llm_calls)
-            .where(t.llm_calls.c.episode_uuid == uuid)
-            .order_by(t.llm_calls.c.seq, t.llm_calls.c.id)
-        )
-        with self._read() as c:
-            return [rows.call_from(m) for m in c.execute(q).mappings()]
 
 
 class _Tally:
