@@ -44,7 +44,8 @@ def test_wheel_carries_packages_and_data(wheel):
     assert "ajet-swarm = ajet_swarm.cli:main" in text and "ajet-trainer = ajet_trainer.cli:main" in text
 
 
-def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_path):
+def _installed(wheel: Path, tmp_path: Path) -> Path:
+    """The wheel installed into a folder of its own (`pip install --target`); returns the folder."""
     target = tmp_path / "site"
     res = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
@@ -53,6 +54,25 @@ def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_p
         timeout=300,
     )
     assert res.returncode == 0, res.stderr[-3000:]
+    return target
+
+
+def _run_outside(code: str, target: Path, cwd: Path) -> list[str]:
+    """`code` run outside the checkout, with the wheel's install first on the path; its output's words."""
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=offline_env(PYTHONPATH=str(target)),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.split()
+
+
+def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_path):
+    target = _installed(wheel, tmp_path)
     code = (
         "import ajet_trainer.verl_backend.config as c, ajet\n"
         "from ajet import AgentJetJob\n"
@@ -60,28 +80,11 @@ def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_p
         "cfg = c.compose_verl_config(AgentJetJob(n_gpu=1), model_path='/models/m')\n"
         "print(cfg.actor_rollout_ref.rollout.name, cfg.actor_rollout_ref.model.use_remove_padding)\n"
     )
-    # run outside the checkout, with the wheel's install first on the path
-    res = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=offline_env(PYTHONPATH=str(target)),
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.split()[-2:] == ["vllm", "True"]
+    assert _run_outside(code, target, tmp_path)[-2:] == ["vllm", "True"]
 
 
 def test_installed_wheel_finds_the_configs_outside_the_checkout(wheel, tmp_path):
-    target = tmp_path / "site"
-    res = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
+    target = _installed(wheel, tmp_path)
     (target / "ajet" / "configs" / "proxy.yaml").write_text(
         (REPO / "configs" / "proxy.yaml").read_text().replace("port: 10086", "port: 10999")
     )
@@ -92,13 +95,4 @@ def test_installed_wheel_finds_the_configs_outside_the_checkout(wheel, tmp_path)
         "args = parse_args(['start'])\n"
         "print(args.port, args.host, args.engine)\n"
     )
-    res = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=offline_env(PYTHONPATH=str(target)),
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.split() == ["10999", "0.0.0.0", "auto"]  # the installed file's port: the defaults come from it
+    assert _run_outside(code, target, tmp_path) == ["10999", "0.0.0.0", "auto"]  # the installed file's defaults
