@@ -1,4 +1,5 @@
-"""Totals kept as the data is written, so no statistic ever counts the episodes or the call log.
+"""The store's statistics: totals kept as the data is written, so no statistic ever counts the episodes or the
+call log, and `StatsOps`, the read side the statistics routes and the monitor use.
 
 The `counters` table holds one number per name, changed in the same transaction as the rows it
 counts:
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 
 from ajet.types import EpisodeStatus
 from ajet_store import tables as t
+from ajet_store.db import Database
 
 NO_CALLS = "the episode made no LLM calls"
 """Why an episode ended without a single call never trains (its reward is still recorded)."""
@@ -168,3 +170,23 @@ def backfill(c: sa.Connection) -> None:
         ended = status == EpisodeStatus.ENDED.value
         deltas.append(status_deltas(mission, kind, None, status, n, float(reward_sum or 0) if ended else 0.0))
     bump(c, merge(deltas))
+
+
+class StatsOps(Database):
+    """Counts over episodes, calls, missions and clients."""
+
+    def totals(self) -> dict[str, int]:
+        """Episodes by status, plus `calls` and `call_errors` (kept counters: no rows are counted)."""
+        with self._read() as c:
+            return totals_from(read(c))
+
+    def missions(self) -> list[dict[str, Any]]:
+        """Per mission: train episodes by status and the mean reward of the ended ones (kept counters)."""
+        with self._read() as c:
+            return missions_from(read(c))
+
+    def clients(self) -> list[dict[str, Any]]:
+        """Client rows, most recently seen first."""
+        with self._read() as c:
+            q = sa.select(t.clients).order_by(t.clients.c.last_seen.desc())
+            return [dict(m) for m in c.execute(q).mappings()]

@@ -2,15 +2,15 @@
 
 `Store` composes the store's concerns, each in its own module over the same connections (`db.py`):
 the engine row (`engine_state.py`), episodes (`episodes.py`), their calls (`calls.py`), steps and deployments
-(`steps.py`) and the statistics (`queries.py`). Every method is one transaction.
+(`steps.py`) and the statistics (`counters.py`). Every method is one transaction.
 """
 
 from __future__ import annotations
 
 from ajet_store.calls import CallOps
+from ajet_store.counters import StatsOps
 from ajet_store.engine_state import EngineStateOps
 from ajet_store.episodes import EpisodeOps
-from ajet_store.queries import StatsOps
 from ajet_store.steps import StepOps
 
 
