@@ -65,7 +65,7 @@ def _client_id(request: Request) -> str:
 
 def _validate_job(job: dict) -> AgentJetJob:
     try:
-        parsed = AgentJetJob.model_validate(job)
+        parsed = AgentJetJob.from_wire(job)  # the client merged its base YAML; its path may not exist here
     except ValidationError as exc:
         fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
         raise InvalidRequest(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc

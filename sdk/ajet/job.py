@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from ajet.errors import ConfigError
 from ajet.types import BatchMode
@@ -212,12 +212,18 @@ class AgentJetJob(BaseModel):
         return self
 
     @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> "AgentJetJob":
+        """A job sent by a client (`to_wire`), validated: its base YAML was merged in on the client's machine and is
+        not read again here (the path may not exist where the job arrives). Unknown fields are refused."""
+        rest = {k: v for k, v in data.items() if k != "base_yaml_config"}
+        base = _OPTIONAL_PATH.validate_python(data.get("base_yaml_config"))
+        return cls.model_validate(rest).model_copy(update={"base_yaml_config": base})
+
+    @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> "AgentJetJob":
         """The job a store holds (`to_wire` of this or an earlier version): fields this version no longer has are
-        dropped, and its base YAML, merged in when the client built the job, is not read again (it lives on the
-        client's machine)."""
-        known = {k: v for k, v in data.items() if k in cls.model_fields and k != "base_yaml_config"}
-        return cls.model_validate(known).model_copy(update={"base_yaml_config": data.get("base_yaml_config")})
+        dropped, then `from_wire`."""
+        return cls.from_wire({k: v for k, v in data.items() if k in cls.model_fields})
 
     @classmethod
     def from_yaml(cls, path: Union[str, Path]) -> "AgentJetJob":
@@ -233,6 +239,10 @@ class AgentJetJob(BaseModel):
         """A short hash of the fields that define the training run."""
         data = json.dumps(self.to_wire(), sort_keys=True).encode()
         return hashlib.sha256(data).hexdigest()[:16]
+
+
+_OPTIONAL_PATH: TypeAdapter[Optional[str]] = TypeAdapter(Optional[str])
+"""Checks a `base_yaml_config` that is not read again (`from_wire`)."""
 
 
 def _accept_backbone(data: dict[str, Any]) -> dict[str, Any]:

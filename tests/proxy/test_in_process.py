@@ -24,3 +24,15 @@ def test_the_state_machine_and_an_episode_in_process(tmp_path):
         with pytest.raises(EpisodeConflict):
             client.abort_episode(uuid)
         assert client.stop_engine() == EngineState.OFFLINE
+
+
+def test_a_job_built_from_a_base_yaml_syncs_where_the_yaml_is_not(tmp_path):
+    """The client merges its base YAML; the proxy, on another machine, must not look for the file."""
+    base = tmp_path / "client-only.yaml"
+    base.write_text("batch_size: 5\nnum_repeat: 3\n")
+    job = AgentJetJob(base_yaml_config=str(base))
+    base.unlink()
+    with proxy_in_process(tmp_path) as (client, store):
+        client.sync_train_config(job)
+        synced = store.engine_row().job
+        assert (synced.batch_size, synced.num_repeat, synced.base_yaml_config) == (5, 3, str(base))

@@ -140,3 +140,16 @@ def test_a_stored_job_of_an_earlier_version_parses_without_its_client_files(tmp_
     assert back == job and back.batch_size == 7 and back.base_yaml_config == str(base)
     with pytest.raises(ValueError):
         AgentJetJob.model_validate(wire)  # the wire itself stays strict
+
+
+def test_a_job_from_the_wire_is_not_merged_again_with_a_base_yaml_it_cannot_see(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("batch_size: 7\n")
+    wire = AgentJetJob(base_yaml_config=str(base)).to_wire()
+    base.unlink()  # the proxy's machine has no such file
+    job = AgentJetJob.from_wire(wire)
+    assert job.batch_size == 7 and job.base_yaml_config == str(base)
+    with pytest.raises(ValueError, match="bench_update_delay_s"):
+        AgentJetJob.from_wire({**wire, "bench_update_delay_s": 1.0})  # strict about fields, unlike from_stored
+    with pytest.raises(ValueError):
+        AgentJetJob.from_wire({**wire, "base_yaml_config": 3})
