@@ -57,6 +57,8 @@ class _Call:
 
 _STOP = object()
 _Queued = Union[_Entry[Any], _Call, threading.Event, object]
+_Results = list[tuple["asyncio.Future[Any]", Any, Optional[BaseException]]]
+"""What one loop is woken with: each future, its result, and the error to raise instead (or None)."""
 
 
 class GroupCommitter(Generic[I, R]):
@@ -116,8 +118,11 @@ class GroupCommitter(Generic[I, R]):
         self._q.put(done)
         return done.wait(timeout)
 
-    @staticmethod
-    def _waiter() -> _Waiter:
+    def _waiter(self) -> _Waiter:
+        """A future for one awaited item or call; `RuntimeError` once the thread has stopped (nothing would
+        resolve it)."""
+        if not self._thread.is_alive():
+            raise RuntimeError(f"{self._thread.name} is not running (the proxy is stopping)")
         loop = asyncio.get_running_loop()
         return _Waiter(loop, loop.create_future())
 
@@ -181,8 +186,7 @@ class GroupCommitter(Generic[I, R]):
         self.items += len(items)
         if self.on_committed is not None:
             self.on_committed(items)
-        waiting: dict[asyncio.AbstractEventLoop, list[tuple["asyncio.Future[Any]", Any, Optional[BaseException]]]]
-        waiting = {}
+        waiting: dict[asyncio.AbstractEventLoop, _Results] = {}
         for entry, result in zip(batch, results):
             if entry.waiter is not None:
                 error = result if isinstance(result, BaseException) else None
@@ -197,9 +201,7 @@ def _call(fn: Callable[[], Any]) -> tuple[Any, Optional[BaseException]]:
         return None, exc
 
 
-def _settle(
-    waiting: dict[asyncio.AbstractEventLoop, list[tuple["asyncio.Future[Any]", Any, Optional[BaseException]]]],
-) -> None:
+def _settle(waiting: dict[asyncio.AbstractEventLoop, _Results]) -> None:
     """Wake each loop once, with every result it waits for."""
     for loop, results in waiting.items():
         try:
@@ -208,7 +210,7 @@ def _settle(
             logger.debug("a waiting event loop closed before its results")
 
 
-def _resolve(results: list[tuple["asyncio.Future[Any]", Any, Optional[BaseException]]]) -> None:
+def _resolve(results: _Results) -> None:
     for done, result, error in results:
         if done.done():  # its handler was cancelled (client gone); the item itself stands
             continue

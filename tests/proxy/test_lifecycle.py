@@ -65,3 +65,17 @@ def test_a_transaction_that_fails_fails_every_change_in_it_and_keeps_none(rig, m
     assert all(isinstance(r, RuntimeError) and "disk gone" in str(r) for r in out)
     monkeypatch.undo()
     assert st.open_uuids() == set()
+
+
+def test_a_stopped_committer_refuses_at_once_rather_than_leave_the_caller_waiting(rig):
+    st, committer = rig
+    committer.stop()
+
+    async def scenario():
+        with pytest.raises(RuntimeError, match="not running"):
+            await committer.apply(BeginEpisode("late", "h-late", "c", "train", 10))
+        with pytest.raises(RuntimeError, match="not running"):
+            await committer.run(st.engine_row)
+
+    asyncio.run(scenario())
+    assert st.count_episodes(["late"]) == 0

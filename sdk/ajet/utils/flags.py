@@ -26,6 +26,7 @@ from typing import Mapping, Optional, Sequence, Union
 import yaml
 
 from ajet.errors import ConfigError
+from ajet.job import unknown_key_error
 
 ENV_DEFAULTS: Mapping[str, str] = {
     "db": "AJET_DB",
@@ -107,8 +108,6 @@ def apply_config(parser: argparse.ArgumentParser, path: Union[str, Path]) -> Non
     values = read_config(path)
     for key, value in values.items():
         if key not in opts:
-            from ajet.job import unknown_key_error
-
             raise unknown_key_error(str(path), key, sorted(opts), "option")
         parser.set_defaults(**{key: _checked(opts[key], value, str(path))})
 
