@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ajet.types import EpisodeStatus
+from ajet_proxy.token_history import Turn
 from ajet_store.types import EpisodeRow
 
 KEY_PREFIX = "ajet-ep-"
@@ -48,6 +49,10 @@ class LiveEpisode:
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Responses API: each response's conversation (chat messages) by response id, for `previous_response_id`
     (kept while the episode is open in this proxy process)."""
+    turn: Optional[Turn] = None
+    """The episode's last answered call, as its next call may extend it (`ajet_proxy.token_history`)."""
+    turn_from_store: bool = False
+    """Whether `turn` is to be read from the store first: the episode had calls before this proxy knew it."""
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""
@@ -97,6 +102,7 @@ class EpisodeRegistry:
             created_at=row.created_at,
             last_active=row.last_active_at,
             next_seq=next_seq,
+            turn_from_store=next_seq > 0,
         )
         with self._lock:
             self._by_hash[ep.key_hash] = ep

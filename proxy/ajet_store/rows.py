@@ -97,6 +97,7 @@ def call_from(m: Any) -> CallRecord:
         created_at=m["created_at"],
         stream=bool(m["stream"]),
         error=m["error"],
+        token_history=m["token_history"],
     )
 
 
@@ -117,6 +118,7 @@ def call_row(r: CallRecord) -> dict[str, Any]:
         "stream": r.stream,
         "error": r.error,
         "created_at": r.created_at,
+        "token_history": r.token_history,
     }
 
 

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = sa.MetaData()
 
@@ -96,6 +96,7 @@ llm_calls = sa.Table(
     sa.Column("stream", sa.Boolean, nullable=False, default=False),
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("token_history", sa.String(64), nullable=True),
 )
 
 deployments = sa.Table(

@@ -180,6 +180,11 @@ class CallRecord:
     """Whether the call was streamed."""
     error: Optional[str] = None
     """Error text if the call failed."""
+    token_history: Optional[str] = None
+    """How the proxy built the prompt (`ajet_proxy.token_history`): `first` (the episode's first call),
+    `extended` (the previous prompt + completion ids + the new messages' tokens: token in, token out),
+    `rendered` (the job asked for rendered history), `fallback:<reason>` (the call did not extend the previous
+    one, e.g. `fallback:history_edited`, and was rendered whole); None for calls logged before schema 6."""
 
     @property
     def trainable(self) -> bool:

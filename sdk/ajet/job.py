@@ -142,6 +142,12 @@ class AgentJetJob(BaseModel):
     keep_call_bodies_steps: Optional[int] = Field(default=None, ge=0)
     """After each step, drop the request/response bodies of calls trained more than this many steps ago
     (token ids, logprobs, rewards and metrics stay; `ajet-proxy prune` does the same by hand). None keeps all."""
+    token_history: Literal["exact", "rendered"] = "exact"
+    """How a multi-turn episode's prompts are built. `exact` (token in, token out): when a call's messages are the
+    previous call's messages, then the answer the proxy returned, then new messages, the engine gets the previous
+    prompt + completion ids + the new messages' tokens only, so the model sees what it generated and the episode
+    trains as one sequence; anything else is rendered whole and counted as a fallback. `rendered`: every call's
+    messages go through the chat template (what the model sees is the template's re-rendering of its answers)."""
 
     @model_validator(mode="before")
     @classmethod

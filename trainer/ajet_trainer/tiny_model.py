@@ -1,10 +1,18 @@
-"""The built-in tiny model (`model: "builtin:tiny"`): a real Qwen3 model and fast tokenizer, no download.
+"""The built-in models (`model: "builtin:tiny"` and the others in `BUILTINS`): real Qwen3 models, no download.
 
-Created deterministically (fixed seed) on first use and saved as a normal Hugging Face folder, then
-loaded through the same `from_pretrained` code as any model. The tokenizer is character-level (one
-token per printable ASCII character) with ChatML special tokens and a chat template that renders
-tools and Hermes-style `<tool_call>` blocks, so multi-turn prompts extend earlier prompt + completion
-ids exactly, as with real chat models.
+Created deterministically (fixed seed) on first use and saved as a normal Hugging Face folder, then loaded
+through the same `from_pretrained` code as any model.
+- `tiny`, `small`: a character-level tokenizer (one token per printable ASCII character) with ChatML special
+  tokens and a template with tools and Hermes-style `<tool_call>` blocks. The demo and the tests that need to
+  know what the model says use them. One token per character hides what real tokenizers do to multi-turn
+  prompts: re-rendering an answer from its text gives back the ids sampled almost always.
+- `tiny-bpe`, `small-bpe`: a byte-level BPE tokenizer trained at first use (`ajet_trainer.builtin_bpe`) and a
+  Qwen2.5-style template (`ajet_trainer.chat_templates`). Here re-rendering does not give back what was
+  sampled (non-canonical splits, cut multi-byte characters, tool-call JSON re-rendered with `tojson`), which is
+  why the proxy keeps each episode's history as tokens.
+- `tiny-bpe-think`: `tiny-bpe` with a Qwen3-style template that drops earlier turns' `<think>` blocks.
+Every model ends an answer on `<|im_end|>` or on the pad token `<|endoftext|>` (as Qwen's generation configs
+do), so a sampled pad token never vanishes from the middle of an answer's text.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ajet_trainer.chat_templates import CHAR_TEMPLATE, QWEN3_STYLE, QWEN25_STYLE
 from ajet_trainer.errors import ModelNotFound
 
 logger = logging.getLogger(__name__)
@@ -25,43 +35,39 @@ logger = logging.getLogger(__name__)
 BUILTIN_PREFIX = "builtin:"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
 CHARS = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
+CHAT_TEMPLATE = CHAR_TEMPLATE
+"""The char-level models' template."""
 
-CHAT_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\n"
-    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "Tools:{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}"
-    'Call a tool as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n'
-    "{% endif %}"
-    "{% for message in messages %}"
-    "{% if not (tools and loop.first and message.role == 'system') %}"
-    "<|im_start|>{{ message.role }}\n"
-    "{% if message.content %}{{ message.content }}{% endif %}"
-    "{% for tc in message.tool_calls or [] %}<tool_call>"
-    '{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments }}}</tool_call>'
-    "{% endfor %}<|im_end|>\n"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+# Head sizes are 32, which vLLM's CPU attention accepts (its list: 32, 64, 80, ..., 512; 16 is refused).
+_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 2}  # fmt: skip
+_SMALL = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+          "num_key_value_heads": 4}  # fmt: skip
 
-# Sizes of the built-in models: "tiny" (the demo and tests), "small" (the TRL comparison). Head sizes are
-# 32, which vLLM's CPU attention accepts (its list: 32, 64, 80, ..., 512; 16 is refused).
-SIZES: dict[str, dict[str, int]] = {
-    "tiny": {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-    },
-    "small": {
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-    },
+
+@dataclass(frozen=True)
+class BuiltinSpec:
+    """What one built-in model is made of."""
+
+    size: dict[str, int] = field(default_factory=dict)
+    """The Qwen3 config's size fields."""
+    tokenizer: str = "char"
+    """`char` (one token per character) or `bpe` (byte-level BPE, `ajet_trainer.builtin_bpe`)."""
+    template: str = CHAR_TEMPLATE
+    """The chat template."""
+    max_positions: int = 4096
+    """`max_position_embeddings`: the context the model accepts."""
+
+
+BUILTINS: dict[str, BuiltinSpec] = {
+    "tiny": BuiltinSpec(_TINY),
+    "small": BuiltinSpec(_SMALL),
+    "tiny-bpe": BuiltinSpec(_TINY, "bpe", QWEN25_STYLE, 32768),
+    "small-bpe": BuiltinSpec(_SMALL, "bpe", QWEN25_STYLE, 32768),
+    "tiny-bpe-think": BuiltinSpec(_TINY, "bpe", QWEN3_STYLE, 32768),
 }
+SIZES: dict[str, dict[str, int]] = {name: spec.size for name, spec in BUILTINS.items()}
+"""Each built-in model's size fields (the tests read them)."""
 SEED = 1234
 
 
@@ -71,22 +77,30 @@ def cache_root() -> Path:
 
 
 def _spec_hash(name: str) -> str:
-    spec = json.dumps(
-        {
-            "size": SIZES[name],
-            "chars": CHARS,
-            "special": SPECIAL_TOKENS,
-            "template": CHAT_TEMPLATE,
-            "seed": SEED,
-            "v": 4,
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(spec.encode()).hexdigest()[:12]
+    spec = BUILTINS[name]
+    parts: dict[str, Any] = {"size": spec.size, "template": spec.template, "seed": SEED, "v": 5}
+    if spec.tokenizer == "char":
+        parts.update(chars=CHARS, special=SPECIAL_TOKENS)
+    else:
+        from ajet_trainer import builtin_bpe
+
+        parts.update(bpe=[builtin_bpe.VOCAB_SIZE, builtin_bpe.CORPUS_SEED, builtin_bpe.SPECIAL, builtin_bpe.ADDED])
+        parts.update(positions=spec.max_positions)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def build_tokenizer() -> Any:
-    """The character-level fast tokenizer with the ChatML chat template."""
+def build_tokenizer(name: str = "tiny") -> Any:
+    """The tokenizer of a built-in model, with its chat template."""
+    spec = BUILTINS[name]
+    if spec.tokenizer == "bpe":
+        from ajet_trainer.builtin_bpe import build_bpe_tokenizer
+
+        return build_bpe_tokenizer(spec.template)
+    return build_char_tokenizer(spec.template)
+
+
+def build_char_tokenizer(template: str = CHAR_TEMPLATE) -> Any:
+    """The character-level fast tokenizer with a ChatML chat template."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -102,7 +116,7 @@ def build_tokenizer() -> Any:
         unk_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:],
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = template
     return fast
 
 
@@ -113,23 +127,26 @@ def _create(name: str, dest: Path) -> None:
     # tokenizer as byte-level BPE, which would silently replace this character-level one.
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = build_tokenizer()
+    spec = BUILTINS[name]
+    tokenizer = build_tokenizer(name)
     # Untied embeddings: vLLM 0.32 reloads weights in place (full fine-tuning through `--engine vllm`) but then
     # leaves a tied output layer on the old embedding.
     cfg = Qwen3Config(
         vocab_size=len(tokenizer),
-        max_position_embeddings=4096,
+        max_position_embeddings=spec.max_positions,
         tie_word_embeddings=False,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        head_dim=SIZES[name]["hidden_size"] // SIZES[name]["num_attention_heads"],
-        **SIZES[name],
+        head_dim=spec.size["hidden_size"] // spec.size["num_attention_heads"],
+        **spec.size,
     )
     torch.manual_seed(SEED)
     model = Qwen3ForCausalLM(cfg)
+    # The pad token ends an answer too: sampled mid-answer, engines dropped it from the text the agent gets back.
+    ends = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0
+        eos_token_id=ends, pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0
     )
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     model.save_pretrained(tmp)
@@ -143,8 +160,8 @@ def _create(name: str, dest: Path) -> None:
 def builtin_model_path(spec: str) -> Path:
     """The folder of a built-in model (`builtin:tiny`), created on first use."""
     name = spec[len(BUILTIN_PREFIX) :] if spec.startswith(BUILTIN_PREFIX) else spec
-    if name not in SIZES:
-        raise ModelNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in SIZES]}")
+    if name not in BUILTINS:
+        raise ModelNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in BUILTINS]}")
     dest = cache_root() / f"{name}-{_spec_hash(name)}"
     if not (dest / "config.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -21,11 +21,13 @@ from ajet.protocol import ErrorCode, bearer_token
 from ajet.types import EngineState
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE, SSESplitter
+from ajet_proxy.dataplane.token_prompt import TokenPrompts, tools_of
 from ajet_proxy.dataplane.tokens import Extracted, StreamAccumulator, extract_response
 from ajet_proxy.dataplane.upstream import NoDeploymentReachable, Upstream
 from ajet_proxy.errors import EngineNotReady, Unauthorized
 from ajet_proxy.open_episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.state import ProxyState
+from ajet_proxy.token_history import answer_message, make_turn
 from ajet_store import StoreError
 from ajet_store.types import CallRecord, Deployment
 
@@ -42,6 +44,7 @@ class CallPath:
     def __init__(self, state: ProxyState):
         self.state = state
         self.upstream = Upstream(state)
+        self.prompts = TokenPrompts(state)
 
     async def authenticate(self, request: Request) -> LiveEpisode:
         """The live episode of the request's key (Bearer, or Anthropic's `x-api-key`), or 401 saying why the key
@@ -66,11 +69,14 @@ class CallPath:
         ep.next_seq += 1
         ep.in_flight += 1
         self.state.counters["requests"] += 1
-        call = _Call(ep, seq, raw, time.perf_counter(), shape)
+        call = _Call(ep, seq, raw, time.perf_counter(), shape, body)
         stream = bool(body.get("stream"))
         try:
             try:
-                sent = await self.upstream.send(ep, body, stream)
+                dep = self.state.router.pick(ep.deployment)
+                ep.deployment = dep.name
+                prompt, call.label = await self.prompts.build(ep, body, dep)
+                sent = await self.upstream.send(ep, body, stream, prompt)
             except NoDeploymentReachable as exc:
                 error = f"no deployment reachable: {exc.cause!r}"
                 self.state.writer.submit(self._record(call, exc.deployment, exc.deployment.policy_version, None,
@@ -90,8 +96,10 @@ class CallPath:
         """The backend's whole answer (a success, or an error of a plain or streamed call), logged and
         committed before the client is answered through the call's shape."""
         parsed = _json_object(data)
+        ex = Extracted()
         if status == 200 and parsed is not None:
-            record = self._record(call, dep, version, data.decode(), extract_response(parsed), stream)
+            ex = extract_response(parsed)
+            record = self._record(call, dep, version, data.decode(), ex, stream)
         else:
             error = f"backend answered {status}: {data[:300].decode(errors='replace')}"
             record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream, error)
@@ -99,6 +107,7 @@ class CallPath:
             await self.state.writer.commit(record)  # durable before the agent sees the answer
         finally:
             call.finish()
+        call.remember(record, ex)
         return call.shape.answer(status, data, parsed)
 
     async def _relay(
@@ -118,11 +127,13 @@ class CallPath:
                         out.append(shape.event(payload, data))
                     elif not committed:
                         committed = True
+                        record = self._stream_record(call, dep, version, acc)
                         try:
-                            await self.state.writer.commit(self._stream_record(call, dep, version, acc))
+                            await self.state.writer.commit(record)
                         except StoreError as exc:
                             yield b"".join(out) + shape.failed(ErrorCode.STORE_ERROR, str(exc))
                             return
+                        call.remember(record, acc.out)
                         out.append(shape.done(acc.assembled_response()))
                 if out:
                     yield b"".join(out)
@@ -179,6 +190,7 @@ class CallPath:
             created_at=time.time(),
             stream=stream,
             error=error,
+            token_history=call.label,
         )
 
 
@@ -189,12 +201,25 @@ def calls(request: Request) -> CallPath:
 
 
 class _Call:
-    """One in-flight call: keeps the episode's activity bookkeeping in one place."""
+    """One in-flight call: keeps the episode's activity bookkeeping and its token history in one place."""
 
-    __slots__ = ("ep", "seq", "raw", "t0", "shape", "_done")
+    __slots__ = ("ep", "seq", "raw", "t0", "shape", "body", "label", "_done")
 
-    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float, shape: ApiShape):
-        self.ep, self.seq, self.raw, self.t0, self.shape, self._done = ep, seq, raw, t0, shape, False
+    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float, shape: ApiShape, body: dict[str, Any]):
+        self.ep, self.seq, self.raw, self.t0, self.shape, self.body = ep, seq, raw, t0, shape, body
+        self.label: Optional[str] = None
+        """How its prompt was built (`ajet_proxy.token_history` labels); None until it is."""
+        self._done = False
+
+    def remember(self, record: CallRecord, ex: Extracted) -> None:
+        """After the call is committed: a trainable answer (`ex`: its content and tool calls) becomes the turn
+        the episode's next call may extend."""
+        if not record.trainable:
+            return
+        assert record.prompt_ids is not None and record.completion_ids is not None
+        answer = answer_message(ex.content, ex.tool_calls)
+        tools = tools_of(self.body)
+        self.ep.turn = make_turn(self.body["messages"], tools, record.prompt_ids, record.completion_ids, answer)
 
     def finish(self) -> None:
         if not self._done:

@@ -54,12 +54,17 @@ class NoDeploymentReachable(UpstreamUnavailable):
         self.cause = cause
 
 
-def upstream_body(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
-    """The body sent to the backend: the policy model, token ids and logprobs requested."""
+def upstream_body(body: dict[str, Any], dep: Deployment, prompt_ids: Optional[list[int]] = None) -> dict[str, Any]:
+    """The body sent to the backend: the policy model, token ids and logprobs requested, and the episode's token
+    prompt when it has one (`kv_transfer_params.prompt_token_ids`, which vLLM and the embedded engine run instead
+    of rendering the messages; only the proxy sets it)."""
     up = dict(body)
     up["model"] = dep.model
     up["return_token_ids"] = True
     up["logprobs"] = True
+    up.pop("kv_transfer_params", None)
+    if prompt_ids is not None:
+        up["kv_transfer_params"] = {"prompt_token_ids": prompt_ids}
     return up
 
 
@@ -72,8 +77,10 @@ class Transport(Protocol):
     """One way of sending a chat call to one deployment; a connection failure raises
     `aiohttp.ClientConnectionError` or `asyncio.TimeoutError` (the failover's cue)."""
 
-    async def send(self, dep: Deployment, body: dict[str, Any], stream: bool) -> tuple[int, Answer, int]:
-        """(status, body or byte stream, policy version)."""
+    async def send(
+        self, dep: Deployment, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+    ) -> tuple[int, Answer, int]:
+        """(status, body or byte stream, policy version); `prompt_ids`: the token prompt, if any."""
         ...
 
 
@@ -83,10 +90,12 @@ class AiohttpTransport:
     def __init__(self, state: ProxyState):
         self.state = state
 
-    async def send(self, dep: Deployment, body: dict[str, Any], stream: bool) -> tuple[int, Answer, int]:
+    async def send(
+        self, dep: Deployment, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+    ) -> tuple[int, Answer, int]:
         resp = await self.state.http.post(
             dep.base_url + "/chat/completions",
-            data=orjson.dumps(upstream_body(body, dep)),
+            data=orjson.dumps(upstream_body(body, dep, prompt_ids)),
             headers=upstream_headers(dep),
         )
         version = _version(resp.headers.get(POLICY_VERSION_HEADER), dep)
@@ -104,11 +113,14 @@ class LitellmTransport:
     def __init__(self, state: ProxyState):
         self.state = state
 
-    async def send(self, dep: Deployment, body: dict[str, Any], stream: bool) -> tuple[int, Answer, int]:
+    async def send(
+        self, dep: Deployment, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+    ) -> tuple[int, Answer, int]:
         import litellm
 
+        kwargs = _litellm_kwargs(body, dep, prompt_ids)
         try:
-            resp = await self.state.router.router.acompletion(**_litellm_kwargs(body, dep), stream=stream)
+            resp = await self.state.router.router.acompletion(**kwargs, stream=stream)
         except litellm.APIConnectionError as exc:
             raise aiohttp.ClientConnectionError(str(exc)) from exc
         except litellm.APIError as exc:  # the backend answered with an error status
@@ -128,15 +140,18 @@ class Upstream:
             LitellmTransport(state) if state.config.upstream == "litellm" else AiohttpTransport(state)
         )
 
-    async def send(self, ep: LiveEpisode, body: dict[str, Any], stream: bool) -> Sent:
+    async def send(
+        self, ep: LiveEpisode, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]] = None
+    ) -> Sent:
         """Send on the episode's sticky deployment; on a connection failure mark it failed and try the next;
-        `NoDeploymentReachable` once none is left."""
+        `NoDeploymentReachable` once none is left. `prompt_ids`: the episode's token prompt, if any (every
+        deployment serves the same model, so it holds on any of them)."""
         router, tried = self.state.router, []
         while True:
             dep = router.pick(ep.deployment, exclude=tried)
             ep.deployment = dep.name
             try:
-                status, answer, version = await self.transport.send(dep, body, stream)
+                status, answer, version = await self.transport.send(dep, body, stream, prompt_ids)
                 return Sent(status, answer, dep, version)
             except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
                 router.mark_failed(dep.name)
@@ -169,8 +184,12 @@ def _version(header: Optional[str], dep: Deployment) -> int:
         return dep.policy_version
 
 
-def _litellm_kwargs(body: dict[str, Any], dep: Deployment) -> dict[str, Any]:
-    rest = {k: v for k, v in body.items() if k not in ("model", "messages", "stream", "logprobs", "stream_options")}
+def _litellm_kwargs(body: dict[str, Any], dep: Deployment, prompt_ids: Optional[list[int]]) -> dict[str, Any]:
+    skip = ("model", "messages", "stream", "logprobs", "stream_options", "kv_transfer_params")
+    rest = {k: v for k, v in body.items() if k not in skip}
     extra = dict(rest.pop("extra_body", None) or {})
     extra["return_token_ids"] = True
+    extra.pop("kv_transfer_params", None)
+    if prompt_ids is not None:
+        extra["kv_transfer_params"] = {"prompt_token_ids": prompt_ids}
     return {"model": dep.name, "messages": body["messages"], "logprobs": True, "extra_body": extra, **rest}

@@ -1,6 +1,7 @@
 """Chat requests in, OpenAI/vLLM-format answers out (pure functions, no model).
 
-- `prompt_ids`: messages (+ tools) through the tokenizer's chat template.
+- `prompt_ids`: messages (+ tools) through the tokenizer's chat template, or the token prompt the proxy
+  forwards (`kv_transfer_params.prompt_token_ids`, as vLLM takes it); `render_ids` for `/tokenize`.
 - `parse_tool_calls`: Hermes-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks.
 - `completion_body` / `chunk_body`: answers with `prompt_token_ids`, per-choice `token_ids` and
   `logprobs.content[j].logprob`, exactly where vLLM puts them.
@@ -25,6 +26,9 @@ TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
 
 def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as a chat template takes them: content parts joined to text, and tool-call arguments parsed
+    from their JSON string to an object (as vLLM does; a template then re-renders them, e.g. with `tojson`).
+    Arguments that are not a JSON object become `{}`, as in vLLM, so one bad turn cannot break the rest."""
     out = []
     for m in messages:
         m = dict(m)
@@ -33,21 +37,65 @@ def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             m["content"] = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         elif content is None:
             m["content"] = ""
+        if m.get("tool_calls"):
+            m["tool_calls"] = [_parsed_arguments(tc) for tc in m["tool_calls"]]
         out.append(m)
     return out
 
 
-def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None) -> list[int]:
-    """Token ids of the rendered chat prompt (generation prompt added) of a body that passed
-    `ajet.chat_fields.check_chat_fields`; `EngineRequestError` when the chat template refuses the messages
-    or the prompt leaves no room in the model's context."""
-    messages = body["messages"]
-    kwargs = {"tools": body["tools"]} if uses_tools(body) else {}
+def _parsed_arguments(tc: dict[str, Any]) -> dict[str, Any]:
+    fn = dict(tc.get("function") or {})
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            args = None
+    fn["arguments"] = args if isinstance(args, dict) else {}
+    return {**tc, "function": fn}
+
+
+def render_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Optional[list[dict[str, Any]]] = None,
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """Token ids of `messages` (+ `tools`) through the tokenizer's chat template; `EngineRequestError` when the
+    template refuses them."""
+    kwargs = {"tools": tools} if tools else {}
     try:
-        text = tokenizer.apply_chat_template(_normalise(messages), tokenize=False, add_generation_prompt=True, **kwargs)
+        text = tokenizer.apply_chat_template(
+            _normalise(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+        )
     except Exception as exc:  # noqa: BLE001 - a template error is the request's fault (e.g. roles out of order)
         raise EngineRequestError(f"messages: the chat template refused them ({type(exc).__name__}: {exc})") from exc
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def forwarded_prompt(body: dict[str, Any], vocab_size: int) -> Optional[list[int]]:
+    """The prompt ids a request forwards instead of its messages being rendered (vLLM's decode-side reuse,
+    `kv_transfer_params.prompt_token_ids`; the proxy sends an episode's token history this way), or None.
+    `ChatFieldError` naming the field when they are not a non-empty list of ids of this vocabulary."""
+    kv = body.get("kv_transfer_params")
+    if not isinstance(kv, dict) or kv.get("prompt_token_ids") is None:
+        return None
+    ids = kv["prompt_token_ids"]
+    if not isinstance(ids, list) or not ids or any(type(i) is not int or not 0 <= i < vocab_size for i in ids):
+        raise ChatFieldError(
+            "kv_transfer_params.prompt_token_ids", f"must be a non-empty list of token ids in [0, {vocab_size})"
+        )
+    return ids
+
+
+def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None) -> list[int]:
+    """Token ids of the request's prompt: the forwarded token prompt when it has one, else the rendered chat
+    prompt (generation prompt added), of a body that passed `ajet.chat_fields.check_chat_fields`;
+    `EngineRequestError` when the chat template refuses the messages or the prompt leaves no room in the
+    model's context."""
+    ids = forwarded_prompt(body, len(tokenizer))
+    if ids is None:
+        ids = render_ids(tokenizer, body["messages"], body["tools"] if uses_tools(body) else None)
     if max_context is not None and len(ids) >= max_context:
         raise EngineRequestError(
             f"messages: the prompt is {len(ids)} tokens; this model's context is {max_context} tokens"

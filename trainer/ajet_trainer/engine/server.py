@@ -24,7 +24,7 @@ from typing import Any, Optional
 import orjson
 from aiohttp import web
 
-from ajet.chat_fields import ChatFieldError, check_chat_fields
+from ajet.chat_fields import ChatFieldError, check_chat_fields, check_messages
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body
 from ajet_trainer.engine.chat import (
     TOOL_CALL_OPEN,
@@ -35,6 +35,7 @@ from ajet_trainer.engine.chat import (
     logprob_item,
     parse_tool_calls,
     prompt_ids,
+    render_ids,
     uses_tools,
 )
 from ajet_trainer.engine.detok import safe_prefix_len
@@ -126,6 +127,7 @@ class EmbeddedEngine:
         asyncio.set_event_loop(loop)
         app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[self._require_key])
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         self._runner = web.AppRunner(app, access_log=None)
@@ -194,7 +196,7 @@ class EmbeddedEngine:
     # ------------------------------------------------------------------ HTTP
     @web.middleware
     async def _require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if self.api_key and request.path.startswith("/v1/"):
+        if self.api_key and (request.path.startswith("/v1/") or request.path == "/tokenize"):
             given = bearer_token(request.headers.get("Authorization", ""))
             if not hmac.compare_digest(given.encode(), self.api_key.encode()):
                 return _error(
@@ -207,6 +209,35 @@ class EmbeddedEngine:
 
     async def _models(self, _request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """`POST /tokenize`, as vLLM serves it: `messages` (+ `tools`, `add_generation_prompt`) through the chat
+        template, or a text `prompt`; answers `{"count", "max_model_len", "tokens"}`."""
+        try:
+            body = orjson.loads(await request.read())
+            if not isinstance(body, dict):
+                raise ChatFieldError("body", "expected a JSON object")
+            ids = self._tokenize_body(body)
+        except orjson.JSONDecodeError as exc:
+            return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
+        except ChatFieldError as exc:
+            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
+        except EngineRequestError as exc:
+            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
+        out = {"count": len(ids), "max_model_len": self.max_context, "tokens": ids}
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    def _tokenize_body(self, body: dict[str, Any]) -> list[int]:
+        if "messages" in body:
+            check_messages(body["messages"])
+            tools = body.get("tools")
+            if tools is not None and not isinstance(tools, list):
+                raise ChatFieldError("tools", "must be a list")
+            return render_ids(self.tokenizer, body["messages"], tools, bool(body.get("add_generation_prompt", True)))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise ChatFieldError("prompt", "required (a string), or give `messages`")
+        return self.tokenizer.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:

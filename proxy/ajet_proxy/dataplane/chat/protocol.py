@@ -15,6 +15,11 @@ from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape
 def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """The request body as a dict; `InvalidRequest` naming the field when malformed or over a limit."""
     body = parse_json_object(raw)
+    if "kv_transfer_params" in body:  # the engine would run its ids instead of the messages: the proxy's alone
+        raise InvalidRequest(
+            "kv_transfer_params: set by the proxy only (it sends the episode's token history this way)",
+            fields=["kv_transfer_params"],
+        )
     check_chat_shape(body, limits)
     try:
         orjson.dumps(body)  # a lone surrogate (e.g. "\\udaa4") parses but cannot be sent on: refuse it here
