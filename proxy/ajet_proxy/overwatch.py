@@ -89,7 +89,26 @@ def reward_text(stat: RolloutStat) -> Text:
     for key in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "train_s", "step_s"):
         if isinstance(m.get(key), (int, float)):
             parts.append(f"{key} {m[key]:.4g}")
-    return Text("  ".join(parts))
+    return Text("  ".join(parts) + history_text(m))
+
+
+def history_text(m: dict[str, Any]) -> str:
+    """The step's token-history figures (merge rate, sequences and tokens per episode, fallbacks by reason) as a
+    second line; "" for a step recorded without them."""
+    if not isinstance(m.get("history/merge_rate"), (int, float)):
+        return ""
+    line = (
+        f"\nmerged {m['history/merge_rate']:.0%} of turns  "
+        f"{m.get('history/sequences_per_episode', 0):.2f} seqs/episode  "
+        f"{m.get('history/tokens_per_episode', 0):.0f} tokens/episode"
+    )
+    reasons = sorted((k.split("/", 2)[2], v) for k, v in m.items() if k.startswith("history/fallback/") and v)
+    if reasons:
+        line += "  fallbacks " + ", ".join(f"{reason} {int(n)}" for reason, n in reasons)
+    breaks = sorted(k.split("/", 2)[2] for k in m if k.startswith("history/template_breaks/"))
+    if breaks:
+        line += f"  (the template re-renders history: {', '.join(breaks)})"
+    return line
 
 
 class EpisodeScreen(ModalScreen[None]):

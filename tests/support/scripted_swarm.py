@@ -11,7 +11,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 
 import torch
 
@@ -35,7 +35,9 @@ class ScriptedSwarm:
     proxy: Proc
     store: Store
     answer: Callable[..., None]
-    """`answer(text, ...)`: what the policy says to the next requests, one text each."""
+    """`answer(text, ...)`: what the policy says to the next requests, one each. A text is tokenized as the
+    tokenizer splits it; a list of pieces is tokenized piece by piece (ids a BPE model may sample, though they
+    are not the tokenizer's own split of the joined text)."""
     job: AgentJetJob
     model: torch.nn.Module
     """The tiny policy itself (not the scripted wrapper), to take a training step on what was logged."""
@@ -86,8 +88,12 @@ def scripted_swarm(
         model=model_name, batch_size=1, num_repeat=2, max_response_length_in_one_turn=max_tokens_cap, **job_fields
     )
 
-    def answer(*texts: str) -> None:
-        wrapped.reset(*(tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts))
+    def ids(text: Union[str, list[str]]) -> list[int]:
+        pieces = [text] if isinstance(text, str) else text
+        return [i for p in pieces for i in tok.encode(p, add_special_tokens=False)] + [tok.eos_token_id]
+
+    def answer(*texts: Union[str, list[str]]) -> None:
+        wrapped.reset(*(ids(t) for t in texts))
 
     try:
         ensure_rolling(client, store, base, job=job)

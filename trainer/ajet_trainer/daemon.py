@@ -32,6 +32,8 @@ from ajet_trainer.backends import open_session
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.protocols import TrainingSession
 from ajet_trainer.steps import staleness_metrics
+from ajet_trainer.template_check import check_template
+from ajet_trainer.types import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ class TrainerDaemon:
         self.session: Optional[TrainingSession] = None
         self.timers = _Timers()
         self._preload: Optional[threading.Thread] = None
+        self.template: Metrics = {}
+        """The job's template preflight (`ajet_trainer.template_check`), carried into every step's metrics."""
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -177,6 +181,7 @@ class TrainerDaemon:
             if row.state != EngineState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(EngineState.BOOTING, allowed_from=_ACTIVE)
             self.session = open_session(row.job, row.run_id, self.store, self.opts)
+            self.template = check_template(row.job.model)
         s = self.session
         self.store.remove_deployments()
         s.register()
@@ -205,6 +210,7 @@ class TrainerDaemon:
         if not batch:
             return False
         timers = {
+            **self.template,
             "wait_s": time.monotonic() - self.timers.rolling_since,
             "drain_s": 0.0,
             **staleness_metrics(batch, session.policy_version, self.timers.dropped),
@@ -253,6 +259,7 @@ class TrainerDaemon:
             session.train(
                 batch,
                 {
+                    **self.template,
                     "wait_s": self.timers.wait_s,
                     "drain_s": self.timers.drain_s,
                     **staleness_metrics(batch, session.policy_version, 0),

@@ -99,7 +99,7 @@ class Session:
         samples, stats = assemble(
             self.store.rewarded_episodes(batch), self.job.max_prompt_length, self.job.max_response_length
         )
-        metrics: Metrics = {**timers, **{f"samples/{k}": v for k, v in vars(stats).items()}}
+        metrics: Metrics = {**timers, **stats.metrics()}
         t1 = time.perf_counter()
         with self.serving.updating(self.step + 1):
             if samples:

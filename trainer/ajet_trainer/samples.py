@@ -8,6 +8,7 @@ Only the engine's token ids are used — text is never re-tokenised. Truncation 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from typing import Optional, Sequence
 
@@ -97,11 +98,15 @@ def assemble(
     is skipped and counted in `empty_episodes`.
     """
     out: list[EpisodeSample] = []
-    st = {"calls": 0, "merged": 0, "failed": 0, "empty": 0, "cut_p": 0, "cut_r": 0, "seqs": 0}
+    st = {"calls": 0, "merged": 0, "failed": 0, "empty": 0, "cut_p": 0, "cut_r": 0, "seqs": 0, "pairs": 0}
+    st.update(tokens=0, trained=0)
+    labels: Counter[str] = Counter()
     for ep in episodes:
         uuid, task_id, reward, calls = ep.uuid, ep.task_id, ep.reward, ep.calls
         st["calls"] += len(calls)
         st["failed"] += sum(1 for c in calls if c.error is not None)
+        st["pairs"] += max(0, sum(1 for c in calls if c.trainable) - 1)
+        labels.update(c.token_history or "unlabelled" for c in calls if c.trainable)
         seqs, merged = episode_sequences(calls, uuid, task_id)
         st["merged"] += merged
         kept = []
@@ -115,6 +120,8 @@ def assemble(
             st["empty"] += 1
             continue
         st["seqs"] += len(kept)
+        st["tokens"] += sum(len(s.prompt_ids) + len(s.response_ids) for s in kept)
+        st["trained"] += sum(sum(s.response_mask) for s in kept)
         out.append(EpisodeSample(uuid, task_id, float(reward), tuple(kept)))
     return out, AssemblyStats(
         episodes=len(out),
@@ -125,6 +132,10 @@ def assemble(
         empty_episodes=st["empty"],
         prompt_truncated=st["cut_p"],
         response_truncated=st["cut_r"],
+        turn_pairs=st["pairs"],
+        tokens=st["tokens"],
+        trained_tokens=st["trained"],
+        labels=tuple(sorted(labels.items())),
     )
 
 

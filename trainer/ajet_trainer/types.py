@@ -75,3 +75,32 @@ class AssemblyStats:
     """Sequences whose prompt was cut to `max_prompt_length` (from the left)."""
     response_truncated: int = 0
     """Sequences whose response was cut to `max_response_length`."""
+    turn_pairs: int = 0
+    """Pairs of consecutive trainable calls within an episode: the merges there could have been."""
+    tokens: int = 0
+    """Tokens of the kept sequences (prompt + response): what the update processes."""
+    trained_tokens: int = 0
+    """Response tokens of the kept sequences that are trained (mask 1)."""
+    labels: tuple[tuple[str, int], ...] = ()
+    """Calls by how the proxy built their prompt (`first`, `extended`, `rendered`, `fallback:<reason>`; calls
+    logged before the proxy labelled them count as `unlabelled`), sorted by label."""
+
+    def metrics(self) -> dict[str, float]:
+        """The step's metrics of the assembly: each count as `samples/<field>`, and the token history's figures as
+        `history/*`: `merge_rate` (merged calls over turn pairs; 1.0 without pairs), `sequences_per_episode`,
+        `tokens_per_episode`, `trained_tokens_per_episode`, `extended`, and `fallback/<reason>` per reason."""
+        out: dict[str, float] = {f"samples/{k}": float(v) for k, v in vars(self).items() if k != "labels"}
+        per = max(self.episodes, 1)
+        out["history/merge_rate"] = self.merged_calls / self.turn_pairs if self.turn_pairs else 1.0
+        out["history/sequences_per_episode"] = self.sequences / per
+        out["history/tokens_per_episode"] = self.tokens / per
+        out["history/trained_tokens_per_episode"] = self.trained_tokens / per
+        out["history/extended"] = 0.0
+        out["history/fallbacks"] = 0.0
+        for label, n in self.labels:
+            if label.startswith("fallback:"):
+                out["history/fallback/" + label[len("fallback:") :]] = float(n)
+                out["history/fallbacks"] += n
+            elif label == "extended":
+                out["history/extended"] = float(n)
+        return out

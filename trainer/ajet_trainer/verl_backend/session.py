@@ -38,7 +38,7 @@ from ajet_trainer.protocols import Serving
 from ajet_trainer.serving import make_serving
 from ajet_trainer.steps import reconcile_store, record_step
 from ajet_trainer.tiny_model import resolve_model_path
-from ajet_trainer.types import Metrics, PolicyModel, Tokenizer
+from ajet_trainer.types import AssemblyStats, Metrics, PolicyModel, Tokenizer
 from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class VerlSession:
             self.step = self.trainer.global_steps - 1  # verl moved on to the next step number
         if self.serving is not None:
             self.served_model = self.serving.publish(self.step)
-        metrics = step_metrics(verl_metrics, timers, vars(self.trainer.ajet_stats))
+        metrics = step_metrics(verl_metrics, timers, self.trainer.ajet_stats)
         metrics["episodes"] = len(batch)
         metrics["train_s"] = time.perf_counter() - t0
         metrics["step_s"] = metrics["train_s"] + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
@@ -173,9 +173,9 @@ def replica_deployments(addresses: Sequence[str], served_model: str, version: in
     ]
 
 
-def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: dict[str, int]) -> Metrics:
+def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: AssemblyStats) -> Metrics:
     """The step's metrics: ours (as the embedded trainer names them) plus every numeric verl metric."""
-    out: Metrics = {**timers, **{f"samples/{k}": v for k, v in stats.items()}}
+    out: Metrics = {**timers, **stats.metrics()}
     for key, value in verl_metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"verl/{key}"] = float(value)
