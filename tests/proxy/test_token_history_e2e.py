@@ -18,6 +18,7 @@ import json
 import httpx
 import openai
 import pytest
+import torch
 
 from ajet import Task, WorkflowOutput
 from ajet_trainer.samples import assemble, episode_sequences
@@ -268,3 +269,26 @@ def test_rendered_history_breaks_the_same_loop_apart(tmp_path):
         seqs, _ = episode_sequences(calls, uuid, "t")
         assert len(seqs) == 3
         s.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+
+
+def test_exact_history_keeps_the_engine_trainer_logprob_gap(swarm, episode):
+    """The model answering as itself (nothing scripted) for 3 turns with tools: the one merged sequence, scored by
+    the trainer in one forward pass, gives the log-probs the engine logged turn by turn (~1e-7 apart, as a single
+    call is)."""
+    from ajet_trainer.grpo import collate, sequence_logprobs
+
+    uuid, creds = episode
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
+    messages: list[dict] = [{"role": "system", "content": "Use the tool."}]
+    for question in ("2+3?", "And naïve + 1?", "Thanks!"):
+        messages.append({"role": "user", "content": question})
+        reply = oc.chat.completions.create(model="policy", messages=messages, tools=[ADD_TOOL], max_tokens=12)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content or ""})
+    calls = swarm.store.calls(uuid)
+    assert [c.token_history for c in calls] == ["first", "extended", "extended"]
+    [seq], _ = episode_sequences(calls, uuid, "t")
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(swarm.model, collate([(seq, 1.0)], swarm.pad_id))
+    gaps = [abs(float(a) - b) for a, b, m in zip(logp[0], seq.rollout_logprobs, seq.response_mask) if m]
+    assert len(gaps) == sum(len(c.completion_ids) for c in calls) and max(gaps) < 1e-5, max(gaps)
+    swarm.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.0))

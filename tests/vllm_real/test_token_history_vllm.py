@@ -1,0 +1,193 @@
+"""Token in, token out through real vLLM (the CPU build): the proxy renders each episode's new messages with vLLM's
+`/tokenize` and sends the token history as `kv_transfer_params.prompt_token_ids`, which vLLM 0.32's chat
+endpoint runs instead of re-rendering the messages (plain and streamed; it still parses tool calls).
+
+The model is the untrained `tiny-bpe` (and its Qwen3-style variant), so its answers are what breaks rendered
+history on a real model: random byte-level tokens, cut by the length cap mid-character (U+FFFD in the text the
+agent gets back), non-canonical splits. Each framework runs a 3-turn conversation with its tools defined:
+the openai SDK (chat, plain and streamed; Responses with `previous_response_id`), the Agents SDK, LangGraph and
+the anthropic SDK. Every episode is one exact trajectory, and the trainer's log-probs of that one merged
+sequence match vLLM's (float32) as for a single call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import openai
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet_store import Store, sqlite_url
+from ajet_trainer.grpo import collate, sequence_logprobs
+from ajet_trainer.samples import episode_sequences
+from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.procs import start_proxy
+from tests.support.real_vllm import start_vllm
+from tests.support.rolling import make_rolling
+
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]
+
+MAX_TOKENS = 12
+QUESTIONS = ("What is 2+3?", "And naïve + 1?", "Thanks, café?")
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+    },
+}
+
+
+def add(a: float, b: float) -> str:
+    """Add two numbers."""
+    return f"{a + b:g}"
+
+
+class VllmSwarm:
+    """A proxy in front of real vLLM on one built-in BPE model, with its store and the model for reference."""
+
+    def __init__(self, tmp: Path, model_name: str):
+        path = str(builtin_model_path(model_name))
+        self.vllm = start_vllm(tmp, model_path=path, lora_rank=0)
+        self.db = sqlite_url(tmp / "store.db")
+        self.store = Store(self.db)
+        self.proxy = start_proxy(tmp, self.db)
+        self.client = SwarmClient(self.proxy.url)
+        self.client.sync_train_config(AgentJetJob(model=model_name, batch_size=2, num_repeat=2))
+        self.client.start_engine()
+        make_rolling(self.store, self.vllm.base, model="policy", name="vllm-0")
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.pad_id = 0
+
+    def close(self) -> None:
+        self.client.close()
+        self.proxy.close()
+        self.store.close()
+        self.vllm.stop()
+
+
+@pytest.fixture(scope="module", params=["builtin:tiny-bpe", "builtin:tiny-bpe-think"], ids=["qwen25", "qwen3"])
+def sw(request, tmp_path_factory) -> Iterator[VllmSwarm]:
+    s = VllmSwarm(tmp_path_factory.mktemp("vllm-bpe"), request.param)
+    yield s
+    s.close()
+
+
+def assert_exact(sw: VllmSwarm, uuid: str, n_calls: int) -> None:
+    """One trajectory: `first` then `extended`, each prompt extends the last prompt + completion, one sequence
+    with every completion token trained, and the trainer's log-probs of it equal to vLLM's."""
+    calls = sw.store.calls(uuid)
+    assert [c.token_history for c in calls] == ["first"] + ["extended"] * (n_calls - 1)
+    for prev, nxt in zip(calls, calls[1:]):
+        assert (
+            nxt.prompt_ids[: len(prev.prompt_ids) + len(prev.completion_ids)] == prev.prompt_ids + prev.completion_ids
+        )
+    [seq], merged = episode_sequences(calls, uuid, "t")
+    assert merged == n_calls - 1
+    assert [t for t, m in zip(seq.response_ids, seq.response_mask) if m] == [t for c in calls for t in c.completion_ids]
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(sw.model, collate([(seq, 1.0)], sw.pad_id))
+    gaps = [abs(float(a) - b) for a, b, m in zip(logp[0], seq.rollout_logprobs, seq.response_mask) if m]
+    assert max(gaps) < 1e-5, max(gaps)  # vLLM float32, as for one call: the trajectory changes nothing (9.5e-7 here)
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+
+
+def test_openai_chat_plain_and_streamed(sw):
+    uuid, creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
+    messages: list[dict] = [{"role": "system", "content": "Use the tool."}]
+    for i, question in enumerate(QUESTIONS):
+        messages.append({"role": "user", "content": question})
+        kw = dict(model="policy", messages=messages, tools=[ADD_TOOL], max_tokens=MAX_TOKENS)
+        if i == 1:
+            text = "".join(
+                c.choices[0].delta.content or "" for c in oc.chat.completions.create(**kw, stream=True) if c.choices
+            )
+        else:
+            text = oc.chat.completions.create(**kw).choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": text})
+    assert_exact(sw, uuid, 3)
+
+
+def test_openai_responses_with_previous_response_id(sw):
+    uuid, creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
+    tool = {"type": "function", "name": "add", "parameters": ADD_TOOL["function"]["parameters"]}
+    previous = None
+    for question in QUESTIONS:
+        kw = {"previous_response_id": previous} if previous else {}
+        previous = oc.responses.create(
+            model="policy", input=question, tools=[tool], max_output_tokens=MAX_TOKENS, **kw
+        ).id
+    assert_exact(sw, uuid, 3)
+
+
+def test_openai_agents_sdk(sw):
+    """The chat-completions model: an untrained model stops only at the length cap, and the SDK's Responses model
+    raises on an `incomplete` answer even when the cap is its own `max_tokens` (the default Responses model runs
+    on the embedded engine in tests/proxy/test_token_history_e2e.py)."""
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    uuid, creds = sw.client.begin_episode()
+
+    async def run() -> None:
+        async with openai.AsyncOpenAI(base_url=creds.base_url, api_key=creds.api_key) as client:
+            agent = Agent(
+                name="calc",
+                instructions="Use the add tool.",
+                tools=[function_tool(add)],
+                model=OpenAIChatCompletionsModel(model="policy", openai_client=client),
+                model_settings=ModelSettings(max_tokens=MAX_TOKENS),
+            )
+            items: list = []
+            for question in QUESTIONS:
+                result = await Runner.run(agent, [*items, {"role": "user", "content": question}])
+                items = result.to_input_list()
+
+    asyncio.run(run())
+    assert_exact(sw, uuid, 3)
+
+
+def test_langgraph_react_agent(sw):
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+
+    uuid, creds = sw.client.begin_episode()
+    llm = ChatOpenAI(
+        model="policy",
+        base_url=creds.base_url,
+        api_key=creds.api_key,
+        max_tokens=MAX_TOKENS,
+        http_async_client=httpx.AsyncClient(),
+    )
+    agent = create_react_agent(llm, [add])
+
+    async def run() -> None:
+        state: dict = {"messages": []}
+        for question in QUESTIONS:
+            state = await agent.ainvoke({"messages": [*state["messages"], ("user", question)]})
+
+    asyncio.run(run())
+    assert_exact(sw, uuid, 3)
+
+
+def test_anthropic_sdk(sw):
+    import anthropic
+
+    uuid, creds = sw.client.begin_episode()
+    ac = anthropic.Anthropic(base_url=creds.base_url.removesuffix("/v1"), api_key=creds.api_key)
+    tools = [{"name": "add", "description": "Add two numbers.", "input_schema": ADD_TOOL["function"]["parameters"]}]
+    messages: list[dict] = []
+    for question in QUESTIONS:
+        messages.append({"role": "user", "content": question})
+        reply = ac.messages.create(model="policy", max_tokens=MAX_TOKENS, tools=tools, messages=messages)
+        messages.append({"role": "assistant", "content": reply.content or [{"type": "text", "text": ""}]})
+    assert_exact(sw, uuid, 3)
