@@ -1,13 +1,15 @@
-"""Token in, token out through real vLLM (the CPU build): the proxy renders each episode's new messages with vLLM's
-`/tokenize` and sends the token history as `kv_transfer_params.prompt_token_ids`, which vLLM 0.32's chat
-endpoint runs instead of re-rendering the messages (plain and streamed; it still parses tool calls).
+"""Token in, token out through `ajet-swarm start` (proxy + trainer), its engine embedded or real vLLM (the CPU
+build): the proxy renders each episode's new messages with the engine's `/tokenize` and sends the token history
+as `kv_transfer_params.prompt_token_ids`, which vLLM 0.32's chat endpoint runs instead of re-rendering the
+messages (plain and streamed; it still parses tool calls), and so does the embedded engine.
 
 The model is the untrained `tiny-bpe` (and its Qwen3-style variant), so its answers are what breaks rendered
 history on a real model: random byte-level tokens, cut by the length cap mid-character (U+FFFD in the text the
 agent gets back), non-canonical splits. Each framework runs a 3-turn conversation with its tools defined:
 the openai SDK (chat, plain and streamed; Responses with `previous_response_id`), the Agents SDK, LangGraph and
 the anthropic SDK. Every episode is one exact trajectory, and the trainer's log-probs of that one merged
-sequence match vLLM's (float32) as for a single call.
+sequence match the engine's as for a single call. (Scripted tool calls with BPE quirks:
+tests/proxy/test_token_history_e2e.py.)
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet.types import EngineState
 from ajet_store import Store, sqlite_url
+from ajet_swarm.launch import launched_swarm
 from ajet_trainer.grpo import collate, sequence_logprobs
 from ajet_trainer.samples import episode_sequences
 from ajet_trainer.tiny_model import builtin_model_path
-from tests.support.procs import start_proxy
-from tests.support.real_vllm import start_vllm
-from tests.support.rolling import make_rolling
+from tests.support.real_vllm import vllm_python
+from tests.support.rolling import wait_state
 
-pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]
+# a swarm per (engine, model); vLLM's CPU build starts in about a minute
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 MAX_TOKENS = 12
 QUESTIONS = ("What is 2+3?", "And naïve + 1?", "Thanks, café?")
@@ -43,6 +47,14 @@ ADD_TOOL = {
         "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
     },
 }
+JOB = dict(
+    batch_size=1000,  # no step while the module runs: every call is answered by the model the test scores with
+    num_repeat=1,
+    max_prompt_length=768,
+    max_response_length=256,
+    max_model_len=1024,
+    max_response_length_in_one_turn=64,
+)
 
 
 def add(a: float, b: float) -> str:
@@ -50,39 +62,50 @@ def add(a: float, b: float) -> str:
     return f"{a + b:g}"
 
 
-class VllmSwarm:
-    """A proxy in front of real vLLM on one built-in BPE model, with its store and the model for reference."""
+class BpeSwarm:
+    """`ajet-swarm start` with one engine on one built-in BPE model, ROLLING; its store, and the model for
+    reference."""
 
-    def __init__(self, tmp: Path, model_name: str):
-        path = str(builtin_model_path(model_name))
-        self.vllm = start_vllm(tmp, model_path=path, lora_rank=0)
-        self.db = sqlite_url(tmp / "store.db")
-        self.store = Store(self.db)
-        self.proxy = start_proxy(tmp, self.db)
-        self.client = SwarmClient(self.proxy.url)
-        self.client.sync_train_config(AgentJetJob(model=model_name, batch_size=2, num_repeat=2))
+    def __init__(self, root: Path, engine: str, model_name: str):
+        self._swarm = launched_swarm(root, "--engine", engine, timeout=600)
+        url = self._swarm.__enter__()
+        self.store = Store(sqlite_url(root / "ajet-swarm.db"))
+        self.client = SwarmClient(url)
+        self.client.sync_train_config(AgentJetJob(model=model_name, **JOB))
         self.client.start_engine()
-        make_rolling(self.store, self.vllm.base, model="policy", name="vllm-0")
+        wait_state(self.client, EngineState.ROLLING, timeout=600)
+        path = str(builtin_model_path(model_name))
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.pad_id = 0
 
     def close(self) -> None:
+        self.client.stop_engine()
         self.client.close()
-        self.proxy.close()
         self.store.close()
-        self.vllm.stop()
+        self._swarm.__exit__(None, None, None)
 
 
-@pytest.fixture(scope="module", params=["builtin:tiny-bpe", "builtin:tiny-bpe-think"], ids=["qwen25", "qwen3"])
-def sw(request, tmp_path_factory) -> Iterator[VllmSwarm]:
-    s = VllmSwarm(tmp_path_factory.mktemp("vllm-bpe"), request.param)
+ENGINES = [
+    pytest.param(("embedded", "builtin:tiny-bpe"), id="embedded-qwen25"),
+    pytest.param(("embedded", "builtin:tiny-bpe-think"), id="embedded-qwen3"),
+    pytest.param(("vllm", "builtin:tiny-bpe"), id="vllm-qwen25", marks=pytest.mark.vllm_real),
+    pytest.param(("vllm", "builtin:tiny-bpe-think"), id="vllm-qwen3", marks=pytest.mark.vllm_real),
+]
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def sw(request, tmp_path_factory) -> Iterator[BpeSwarm]:
+    engine, model = request.param
+    if engine == "vllm":
+        vllm_python()  # skips, or fails under AJET_REQUIRE_VLLM, without vLLM's CPU build
+    s = BpeSwarm(tmp_path_factory.mktemp(f"{engine}-bpe"), engine, model)
     yield s
     s.close()
 
 
-def assert_exact(sw: VllmSwarm, uuid: str, n_calls: int) -> None:
+def assert_exact(sw: BpeSwarm, uuid: str, n_calls: int) -> None:
     """One trajectory: `first` then `extended`, each prompt extends the last prompt + completion, one sequence
-    with every completion token trained, and the trainer's log-probs of it equal to vLLM's."""
+    with every completion token trained, and the trainer's log-probs of it equal to the engine's."""
     calls = sw.store.calls(uuid)
     assert [c.token_history for c in calls] == ["first"] + ["extended"] * (n_calls - 1)
     for prev, nxt in zip(calls, calls[1:]):
@@ -95,7 +118,7 @@ def assert_exact(sw: VllmSwarm, uuid: str, n_calls: int) -> None:
     with torch.no_grad():
         logp, _ = sequence_logprobs(sw.model, collate([(seq, 1.0)], sw.pad_id))
     gaps = [abs(float(a) - b) for a, b, m in zip(logp[0], seq.rollout_logprobs, seq.response_mask) if m]
-    assert max(gaps) < 1e-5, max(gaps)  # vLLM float32, as for one call: the trajectory changes nothing (9.5e-7 here)
+    assert max(gaps) < 1e-5, max(gaps)  # float32, as for one call: the trajectory changes nothing (9.5e-7 here)
     sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
 
 
