@@ -222,6 +222,8 @@ _USER = '"messages": [{"role": "user", "content": "x"}]'
                 ('"tools": {"a": 1}', "tools"),
                 ('"tool_choice": "always"', "tool_choice"),
                 ('"model": 5', "model"),
+                # only the proxy sends a token prompt (the episode's history): an agent's would replace its messages
+                ('"kv_transfer_params": {"prompt_token_ids": [1, 2]}', "kv_transfer_params"),
             ]
         ],
     ],

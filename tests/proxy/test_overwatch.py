@@ -184,3 +184,23 @@ def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
         px.close()
         st.close()
     assert "engine ROLLING" in status and "+ updating" in status
+
+
+def test_the_step_line_shows_the_token_history():
+    """Merge rate, sequences and tokens per episode, fallbacks by reason, and the template's causes; nothing for a
+    step recorded before the token history was measured."""
+    from ajet_proxy.overwatch import history_text
+
+    metrics = {
+        "history/merge_rate": 0.75,
+        "history/sequences_per_episode": 1.5,
+        "history/tokens_per_episode": 812.4,
+        "history/fallback/history_edited": 2.0,
+        "history/fallback/tools_changed": 0.0,
+        "history/template_breaks/think_stripping": 1.0,
+    }
+    line = history_text(metrics)
+    assert "merged 75% of turns" in line and "1.50 seqs/episode" in line and "812 tokens/episode" in line
+    assert "fallbacks history_edited 2" in line and "tools_changed" not in line
+    assert "the template re-renders history: think_stripping" in line
+    assert history_text({"loss": 0.1}) == ""

@@ -11,7 +11,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 import torch
 
@@ -42,6 +42,8 @@ class ScriptedSwarm:
     model: torch.nn.Module
     """The tiny policy itself (not the scripted wrapper), to take a training step on what was logged."""
     pad_id: int
+    tokenizer: Any = None
+    """The policy's tokenizer."""
 
     def assert_episode_trains(self, uuid: str, reward: float = 1.0, min_calls: int = 1) -> None:
         """End the episode and check that it trains: in the rollout pool, assembled from its logged calls (every
@@ -97,7 +99,7 @@ def scripted_swarm(
 
     try:
         ensure_rolling(client, store, base, job=job)
-        yield ScriptedSwarm(client, proxy, store, answer, job, model, tok.pad_token_id)
+        yield ScriptedSwarm(client, proxy, store, answer, job, model, tok.pad_token_id, tok)
     finally:
         client.close()
         proxy.close()

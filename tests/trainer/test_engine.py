@@ -151,3 +151,35 @@ def test_hermes_tool_call_parser():
         '<tool_call>{"name": "a", "arguments": "{}"}</tool_call><tool_call>{"name": "b"}</tool_call>'
     )
     assert [c["function"]["name"] for c in calls] == ["a", "b"] and content == ""
+
+
+def test_tokenize_renders_messages_or_text_as_vllm_does(engine, tiny):
+    """`POST /tokenize` (vLLM's shape): the chat template's ids (with or without the generation prompt), or a
+    text's; the proxy renders an episode's new messages with it."""
+    from ajet_trainer.engine.chat import render_ids
+
+    eng, url = engine
+    _model, tok = tiny
+    base = url.removesuffix("/v1")
+    got = httpx.post(base + "/tokenize", json={"messages": MSGS}).json()
+    assert got["tokens"] == render_ids(tok, MSGS) and got["count"] == len(got["tokens"])
+    bare = httpx.post(base + "/tokenize", json={"messages": MSGS, "add_generation_prompt": False}).json()
+    assert got["tokens"][: len(bare["tokens"])] == bare["tokens"] and len(bare["tokens"]) < len(got["tokens"])
+    text = httpx.post(base + "/tokenize", json={"prompt": "abc", "add_special_tokens": False}).json()
+    assert text["tokens"] == tok.encode("abc", add_special_tokens=False)
+    bad = httpx.post(base + "/tokenize", json={"messages": "hi"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+
+def test_a_forwarded_token_prompt_is_run_instead_of_the_messages(engine, tiny):
+    """`kv_transfer_params.prompt_token_ids` (vLLM's decode-side reuse): the engine runs those ids, not the
+    rendered messages, and still answers as a chat completion; ids outside the vocabulary are a 400 naming it."""
+    _eng, url = engine
+    _model, tok = tiny
+    ids = tok.encode("<|im_start|>user\nSay z<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    out = chat(url, kv_transfer_params={"prompt_token_ids": ids}, max_tokens=3).json()
+    assert out["prompt_token_ids"] == ids and out["choices"][0]["message"]["role"] == "assistant"
+    bad = httpx.post(
+        url + "/chat/completions", json={"messages": MSGS, "kv_transfer_params": {"prompt_token_ids": [len(tok)]}}
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "kv_transfer_params.prompt_token_ids"

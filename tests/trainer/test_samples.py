@@ -69,3 +69,27 @@ def test_episode_without_usable_calls_is_skipped_and_counted():
     samples, stats = assemble(eps, 100, 100)
     assert [s.episode_uuid for s in samples] == ["e3"]
     assert (stats.empty_episodes, stats.failed_calls, stats.calls) == (2, 1, 3)
+
+
+def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
+    """Labels, merge rate over turn pairs, sequences and tokens per episode (`AssemblyStats.metrics`)."""
+    from ajet_store.types import CallRecord, RewardedEpisode
+
+    def call(seq: int, prompt: list[int], completion: list[int], label: str) -> CallRecord:
+        return CallRecord("e", seq, "{}", "{}", prompt, completion, [0.0] * len(completion), "stop", 0, "d", 1.0, 0.0,
+                          token_history=label)  # fmt: skip
+
+    one = [
+        call(0, [1, 2], [3], "first"),
+        call(1, [1, 2, 3, 4], [5], "extended"),
+        call(2, [9], [8], "fallback:history_edited"),
+    ]
+    _, stats = assemble([RewardedEpisode("e", "t", 1.0, tuple(one))], 100, 100)
+    m = stats.metrics()
+    assert (stats.turn_pairs, stats.merged_calls, stats.sequences) == (2, 1, 2)
+    assert m["history/merge_rate"] == 0.5 and m["history/sequences_per_episode"] == 2
+    assert m["history/tokens_per_episode"] == (2 + 3) + (1 + 1) and m["history/trained_tokens_per_episode"] == 3
+    assert m["history/extended"] == 1 and m["history/fallbacks"] == 1 and m["history/fallback/history_edited"] == 1
+    assert m["samples/calls"] == 3 and "samples/labels" not in m
+    _, none = assemble([], 100, 100)
+    assert none.metrics()["history/merge_rate"] == 1.0  # no pairs: nothing failed to merge
