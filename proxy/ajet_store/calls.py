@@ -3,7 +3,7 @@ where a restarted proxy numbers on."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
@@ -80,6 +80,20 @@ class CallOps(Database):
         )
         with self._read() as c:
             return [rows.call_from(m) for m in c.execute(q).mappings()]
+
+    def last_trainable_call(self, uuid: str) -> Optional[CallRecord]:
+        """The episode's last call with its token ids and no error (the turn its next call may extend), or None."""
+        lc = t.llm_calls.c
+        q = (
+            sa.select(t.llm_calls)
+            .where(lc.episode_uuid == uuid, lc.error.is_(None), lc.prompt_ids.is_not(None))
+            .where(lc.completion_ids.is_not(None))
+            .order_by(lc.seq.desc(), lc.id.desc())
+            .limit(1)
+        )
+        with self._read() as c:
+            row = c.execute(q).mappings().first()
+        return None if row is None else rows.call_from(row)
 
     def rewarded_episodes(self, batch: Sequence[PoolEpisode]) -> list[RewardedEpisode]:
         """The batch's episodes with their calls, in batch order: what sample assembly reads."""

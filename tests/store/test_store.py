@@ -149,6 +149,20 @@ def test_calls_round_trip_and_untrainable_flag(st):
     assert row.untrainable and "call 1" in row.untrainable_reason
 
 
+def test_the_last_trainable_call_and_its_token_history_label(st):
+    """What a proxy reads to rebuild an episode's last turn: the newest call with ids and no error."""
+    rolling(st)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    assert st.last_trainable_call("u1") is None
+    good = CallRecord("u1", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, 1.0, token_history="first")
+    failed = CallRecord("u1", 1, "{}", None, None, None, None, None, 0, "d", 1.0, 2.0, error="backend answered 500")
+    st.write_calls([good, failed])
+    assert st.last_trainable_call("u1") == good and st.calls("u1")[0].token_history == "first"
+    later = CallRecord("u1", 2, "{}", "{}", [1, 2, 3], [4], [-0.1], "stop", 0, "d", 1.0, 3.0, token_history="extended")
+    st.write_calls([later])
+    assert st.last_trainable_call("u1") == later
+
+
 def test_record_step_consumes_once(st):
     rolling(st)
     for i in range(3):

@@ -96,8 +96,7 @@ class TokenPrompts:
         """The episode's last turn; rebuilt from the store when this proxy did not see the last call."""
         if ep.turn is None and ep.turn_from_store:
             ep.turn_from_store = False
-            calls = await asyncio.to_thread(self.state.store.calls, ep.uuid)
-            last = next((c for c in reversed(calls) if c.trainable), None)
+            last = await asyncio.to_thread(self.state.store.last_trainable_call, ep.uuid)
             ep.turn = turn_from_call(last) if last is not None else None
         return ep.turn
 
