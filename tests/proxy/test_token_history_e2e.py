@@ -257,6 +257,18 @@ def test_a_restarted_proxy_rebuilds_the_turn_from_the_store(tmp_path):
             s.proxy.close()
 
 
+def test_the_litellm_upstream_sends_the_token_prompt_too(tmp_path):
+    """`ajet-proxy start --upstream litellm`: the token prompt rides in LiteLLM's `extra_body`. (LiteLLM moves a
+    `<think>` block out of the content into `reasoning_content`; the agent sends back what it got, and the token
+    history keeps the block as generated.)"""
+    with scripted_swarm(tmp_path, 128, "builtin:tiny-bpe", proxy_args=("--upstream", "litellm")) as s:
+        uuid, creds = s.client.begin_episode()
+        s.answer(CALL_1, CALL_2, FINAL)
+        oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
+        assert _chat_loop(oc, [{"role": "user", "content": "2+3+1.5?"}])[-1]["content"].endswith("The sum is 6.5.")
+        assert_one_trajectory(s, uuid, 3)
+
+
 def test_rendered_history_breaks_the_same_loop_apart(tmp_path):
     """The contrast: with `token_history="rendered"` the same answers re-render differently, so the episode
     trains as several sequences (this is what exact history prevents, and what the tests above could miss)."""

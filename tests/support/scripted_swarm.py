@@ -74,17 +74,21 @@ class ScriptedSwarm:
 
 @contextlib.contextmanager
 def scripted_swarm(
-    tmp: Path, max_tokens_cap: int = 96, model_name: str = "builtin:tiny", **job_fields: object
+    tmp: Path,
+    max_tokens_cap: int = 96,
+    model_name: str = "builtin:tiny",
+    proxy_args: tuple[str, ...] = (),
+    **job_fields: object,
 ) -> Iterator[ScriptedSwarm]:
-    """Start the engine and the proxy on `model_name`, go ROLLING with a job of `job_fields`; stop both at the
-    end."""
+    """Start the engine and the proxy (with `proxy_args`) on `model_name`, go ROLLING with a job of `job_fields`;
+    stop both at the end."""
     model, tok = load_policy(str(builtin_model_path(model_name)), AgentJetJob(), "cpu")
     wrapped = ScriptedModel(model, [])
     engine = EmbeddedEngine(wrapped, tok, max_tokens_cap=max_tokens_cap, batch_window_s=0.0)
     base = engine.start()[: -len("/v1")]
     db = sqlite_url(tmp / "scripted.db")
     store = Store(db)
-    proxy = start_proxy(tmp, db)
+    proxy = start_proxy(tmp, db, *proxy_args)
     client = SwarmClient(proxy.url)
     job = AgentJetJob(
         model=model_name, batch_size=1, num_repeat=2, max_response_length_in_one_turn=max_tokens_cap, **job_fields
