@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import orjson
 from aiohttp import web
@@ -44,6 +44,7 @@ from ajet_trainer.errors import EngineRequestError, EngineStartError, Generation
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -213,17 +214,9 @@ class EmbeddedEngine:
     async def _tokenize(self, request: web.Request) -> web.Response:
         """`POST /tokenize`, as vLLM serves it: `messages` (+ `tools`, `add_generation_prompt`) through the chat
         template, or a text `prompt`; answers `{"count", "max_model_len", "tokens"}`."""
-        try:
-            body = orjson.loads(await request.read())
-            if not isinstance(body, dict):
-                raise ChatFieldError("body", "expected a JSON object")
-            ids = self._tokenize_body(body)
-        except orjson.JSONDecodeError as exc:
-            return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
-        except ChatFieldError as exc:
-            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
-        except EngineRequestError as exc:
-            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
+        ids = await _read(request, self._tokenize_body)
+        if isinstance(ids, web.Response):
+            return ids
         out = {"count": len(ids), "max_model_len": self.max_context, "tokens": ids}
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
@@ -239,21 +232,17 @@ class EmbeddedEngine:
             raise ChatFieldError("prompt", "required (a string), or give `messages`")
         return self.tokenizer.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
 
+    def _chat_request(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[int], GenRequest]:
+        check_chat_fields(body)
+        check_engine_support(body)
+        prompt = prompt_ids(self.tokenizer, body, self.max_context)
+        return body, prompt, gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = orjson.loads(await request.read())
-            if not isinstance(body, dict):
-                raise ChatFieldError("body", "expected a JSON object")
-            check_chat_fields(body)
-            check_engine_support(body)
-            prompt = prompt_ids(self.tokenizer, body, self.max_context)
-            req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
-        except orjson.JSONDecodeError as exc:
-            return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
-        except ChatFieldError as exc:
-            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
-        except EngineRequestError as exc:
-            return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
+        checked = await _read(request, self._chat_request)
+        if isinstance(checked, web.Response):
+            return checked
+        body, prompt, req = checked
         self.stats["requests"] += 1
         loop = asyncio.get_running_loop()
         pending = _Pending(req=req, loop=loop, done=loop.create_future(), started=loop.create_future())
@@ -350,6 +339,21 @@ class EmbeddedEngine:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+async def _read(request: web.Request, parse: Callable[[dict[str, Any]], _T]) -> Union[_T, web.Response]:
+    """The request's JSON object through `parse` (which checks it), or the 400 naming the field that is wrong."""
+    try:
+        body = orjson.loads(await request.read())
+        if not isinstance(body, dict):
+            raise ChatFieldError("body", "expected a JSON object")
+        return parse(body)
+    except orjson.JSONDecodeError as exc:
+        return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
+    except ChatFieldError as exc:
+        return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
+    except EngineRequestError as exc:
+        return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
 
 
 def _error(status: int, code: ErrorCode, message: str, param: Optional[str]) -> web.Response:
