@@ -28,25 +28,16 @@ from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EngineState
 from ajet_store import Store, sqlite_url
 from ajet_swarm.launch import launched_swarm
-from ajet_trainer.grpo import collate, sequence_logprobs
-from ajet_trainer.samples import episode_sequences
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.real_vllm import vllm_python
 from tests.support.rolling import wait_state
+from tests.support.trajectory import ADD_TOOL, add, logprob_gaps, one_trajectory
 
 # a swarm per (engine, model); vLLM's CPU build starts in about a minute
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 MAX_TOKENS = 12
 QUESTIONS = ("What is 2+3?", "And naïve + 1?", "Thanks, café?")
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
-    },
-}
 JOB = dict(
     batch_size=1000,  # no step while the module runs: every call is answered by the model the test scores with
     num_repeat=1,
@@ -55,11 +46,6 @@ JOB = dict(
     max_model_len=1024,
     max_response_length_in_one_turn=64,
 )
-
-
-def add(a: float, b: float) -> str:
-    """Add two numbers."""
-    return f"{a + b:g}"
 
 
 class BpeSwarm:
@@ -104,20 +90,10 @@ def sw(request, tmp_path_factory) -> Iterator[BpeSwarm]:
 
 
 def assert_exact(sw: BpeSwarm, uuid: str, n_calls: int) -> None:
-    """One trajectory: `first` then `extended`, each prompt extends the last prompt + completion, one sequence
-    with every completion token trained, and the trainer's log-probs of it equal to the engine's."""
+    """One exact trajectory, whose trainer log-probs equal the engine's as for one call."""
     calls = sw.store.calls(uuid)
-    assert [c.token_history for c in calls] == ["first"] + ["extended"] * (n_calls - 1)
-    for prev, nxt in zip(calls, calls[1:]):
-        assert (
-            nxt.prompt_ids[: len(prev.prompt_ids) + len(prev.completion_ids)] == prev.prompt_ids + prev.completion_ids
-        )
-    [seq], merged = episode_sequences(calls, uuid, "t")
-    assert merged == n_calls - 1
-    assert [t for t, m in zip(seq.response_ids, seq.response_mask) if m] == [t for c in calls for t in c.completion_ids]
-    with torch.no_grad():
-        logp, _ = sequence_logprobs(sw.model, collate([(seq, 1.0)], sw.pad_id))
-    gaps = [abs(float(a) - b) for a, b, m in zip(logp[0], seq.rollout_logprobs, seq.response_mask) if m]
+    assert len(calls) == n_calls
+    gaps = logprob_gaps(sw.model, one_trajectory(calls, uuid), sw.pad_id)
     assert max(gaps) < 1e-5, max(gaps)  # float32, as for one call: the trajectory changes nothing (9.5e-7 here)
     sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
 

@@ -18,12 +18,12 @@ import json
 import httpx
 import openai
 import pytest
-import torch
 
 from ajet import Task, WorkflowOutput
 from ajet_trainer.samples import assemble, episode_sequences
 from tests.support.procs import start_proxy
 from tests.support.scripted_swarm import scripted_swarm
+from tests.support.trajectory import ADD_TOOL, add, logprob_gaps, one_trajectory
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,24 +34,7 @@ CALL_2 = '\n\nOnce more.\n<tool_call>\n{"name": "add", "arguments": {"a": 5, "b"
 FINAL = "<think>\nnaïve sum: 6.5\n</think>\n\nThe sum is 6.5."
 """Reasoning the Qwen3-style template drops once a new question comes."""
 BYE = "Bye!"
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 MODELS = ["builtin:tiny-bpe", "builtin:tiny-bpe-think"]
-
-
-def add(a: float, b: float) -> str:
-    """Add two numbers."""
-    return f"{a + b:g}"
 
 
 @pytest.fixture(scope="module", params=MODELS, ids=["qwen25-style", "qwen3-style"])
@@ -66,20 +49,10 @@ def episode(swarm):
 
 
 def assert_one_trajectory(swarm, uuid: str, n_calls: int) -> None:
-    """The episode's calls form one exact trajectory, and it trains as one sequence."""
+    """The episode's calls form one exact trajectory, it trains as one sequence, and the step's metrics say so."""
     calls = swarm.store.calls(uuid)
-    assert [c.token_history for c in calls] == ["first"] + ["extended"] * (n_calls - 1)
-    inserted = 0
-    for prev, nxt in zip(calls, calls[1:]):
-        history = prev.prompt_ids + prev.completion_ids
-        assert nxt.prompt_ids[: len(history)] == history  # the model sees exactly what it generated
-        inserted += len(nxt.prompt_ids) - len(history)
-    seqs, merged = episode_sequences(calls, uuid, "t")
-    assert len(seqs) == 1 and merged == n_calls - 1
-    seq = seqs[0]
-    trained = [t for t, m in zip(seq.response_ids, seq.response_mask) if m]
-    assert trained == [t for c in calls for t in c.completion_ids]  # every completion token trained, in order
-    assert seq.response_mask.count(0) == inserted > 0  # every inserted token masked
+    assert len(calls) == n_calls
+    one_trajectory(calls, uuid)
     swarm.assert_episode_trains(uuid, min_calls=n_calls)
     pool = [p for p in swarm.store.pool_episodes() if p.uuid == uuid]
     _, stats = assemble(swarm.store.rewarded_episodes(pool), 10_000, 10_000)
@@ -287,8 +260,6 @@ def test_exact_history_keeps_the_engine_trainer_logprob_gap(swarm, episode):
     """The model answering as itself (nothing scripted) for 3 turns with tools: the one merged sequence, scored by
     the trainer in one forward pass, gives the log-probs the engine logged turn by turn (~1e-7 apart, as a single
     call is)."""
-    from ajet_trainer.grpo import collate, sequence_logprobs
-
     uuid, creds = episode
     oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
     messages: list[dict] = [{"role": "system", "content": "Use the tool."}]
@@ -297,10 +268,6 @@ def test_exact_history_keeps_the_engine_trainer_logprob_gap(swarm, episode):
         reply = oc.chat.completions.create(model="policy", messages=messages, tools=[ADD_TOOL], max_tokens=12)
         messages.append({"role": "assistant", "content": reply.choices[0].message.content or ""})
     calls = swarm.store.calls(uuid)
-    assert [c.token_history for c in calls] == ["first", "extended", "extended"]
-    [seq], _ = episode_sequences(calls, uuid, "t")
-    with torch.no_grad():
-        logp, _ = sequence_logprobs(swarm.model, collate([(seq, 1.0)], swarm.pad_id))
-    gaps = [abs(float(a) - b) for a, b, m in zip(logp[0], seq.rollout_logprobs, seq.response_mask) if m]
-    assert len(gaps) == sum(len(c.completion_ids) for c in calls) and max(gaps) < 1e-5, max(gaps)
+    gaps = logprob_gaps(swarm.model, one_trajectory(calls, uuid), swarm.pad_id)
+    assert len(calls) == 3 and len(gaps) == sum(len(c.completion_ids) for c in calls) and max(gaps) < 1e-5, max(gaps)
     swarm.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.0))
