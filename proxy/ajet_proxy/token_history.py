@@ -16,7 +16,9 @@ drops earlier `<think>` blocks changes them; the tokens after that answer's end-
 messages' (with the template's turn close when the model's own answer did not end with it).
 
 Messages compare by what the template reads: role, text, tool calls (name and arguments parsed from JSON, so a
-framework that re-serialises arguments still matches), the tool result's text; never ids or reasoning.
+framework that re-serialises arguments still matches), the tool result's text; never ids or reasoning. A turn
+keeps the messages as they were sent and compares them as dicts first, so an episode of one call pays nothing
+for its history and the canonical form is made only for a message that differs.
 """
 
 from __future__ import annotations
@@ -44,18 +46,16 @@ PLACEHOLDER = "?"
 class Turn:
     """What an episode's last answered call leaves for the next one."""
 
-    messages: tuple[bytes, ...]
-    """The call's messages, each in canonical form (`canonical_message`)."""
-    tools: bytes
-    """Its tools in canonical form (b"" when none)."""
-    prompt_ids: tuple[int, ...]
+    messages: Sequence[dict[str, Any]]
+    """The call's messages, as sent."""
+    tools: Any
+    """Its tools as the template saw them (None when none)."""
+    prompt_ids: Sequence[int]
     """The prompt ids the engine ran."""
-    completion_ids: tuple[int, ...]
+    completion_ids: Sequence[int]
     """The completion ids it sampled."""
-    answer: bytes
-    """The assistant message the proxy returned, in canonical form."""
-    answer_tool_calls: tuple[dict[str, Any], ...] = ()
-    """That message's tool calls as returned (the neutral prefix carries them, for templates that read them)."""
+    answer: dict[str, Any]
+    """The assistant message the proxy returned (`answer_message`)."""
 
 
 @dataclass(frozen=True)
@@ -117,22 +117,9 @@ def answer_message(content: Optional[str], tool_calls: Sequence[dict[str, Any]])
     return {"role": "assistant", "content": content or "", "tool_calls": list(tool_calls)}
 
 
-def make_turn(
-    messages: Sequence[dict[str, Any]],
-    tools: Any,
-    prompt_ids: Sequence[int],
-    completion_ids: Sequence[int],
-    answer: dict[str, Any],
-) -> Turn:
-    """The turn an answered call leaves (its request's messages and tools, its ids, the answer it returned)."""
-    return Turn(
-        tuple(canonical_message(m) for m in messages),
-        canonical_tools(tools),
-        tuple(prompt_ids),
-        tuple(completion_ids),
-        canonical_message(answer),
-        tuple(answer.get("tool_calls") or ()),
-    )
+def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two messages read the same to a template (equal dicts at once, else their canonical forms)."""
+    return a == b or canonical_message(a) == canonical_message(b)
 
 
 def plan(prev: Optional[Turn], messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
@@ -147,14 +134,14 @@ def plan(prev: Optional[Turn], messages: Sequence[dict[str, Any]], tools: Any) -
     if len(messages) < n + 1:
         return FALLBACK + ("no_new_messages" if len(messages) == n else "history_truncated")
     for i in range(n):
-        if canonical_message(messages[i]) != prev.messages[i]:
+        if not same_message(messages[i], prev.messages[i]):
             changed = "system_changed" if i == 0 and messages[0].get("role") in ("system", "developer") else None
             return FALLBACK + (changed or "history_edited")
-    if canonical_message(messages[n]) != prev.answer:
+    if canonical_message(messages[n]) != canonical_message(prev.answer):
         return FALLBACK + "answer_edited"
     if len(messages) == n + 1:
         return FALLBACK + "no_new_messages"
-    if canonical_tools(tools) != prev.tools:
+    if tools != prev.tools and canonical_tools(tools) != canonical_tools(prev.tools):
         return FALLBACK + "tools_changed"
     return Extension(n + 1)
 
@@ -164,8 +151,8 @@ def neutral_prefix(messages: Sequence[dict[str, Any]], prev: Turn) -> list[dict[
     question, and a placeholder answer carrying the real answer's tool calls (no reasoning)."""
     head = [dict(messages[0])] if messages and messages[0].get("role") in ("system", "developer") else []
     answer: dict[str, Any] = {"role": "assistant", "content": PLACEHOLDER}
-    if prev.answer_tool_calls:
-        answer["tool_calls"] = list(prev.answer_tool_calls)
+    if prev.answer.get("tool_calls"):
+        answer["tool_calls"] = list(prev.answer["tool_calls"])
     return head + [{"role": "user", "content": PLACEHOLDER}, answer]
 
 

@@ -12,7 +12,7 @@ ASKED = [{"role": "system", "content": "Be brief."}, {"role": "user", "content":
 
 
 def turn(messages=ASKED, answer=ANSWER, tools=TOOLS):
-    return h.make_turn(messages, tools, [1, 2, 3], [4, 5, 9], answer)
+    return h.Turn(messages, tools, [1, 2, 3], [4, 5, 9], answer)
 
 
 def sent_back(answer=None):

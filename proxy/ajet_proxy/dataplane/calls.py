@@ -27,7 +27,7 @@ from ajet_proxy.dataplane.upstream import NoDeploymentReachable, Upstream
 from ajet_proxy.errors import EngineNotReady, Unauthorized
 from ajet_proxy.open_episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.state import ProxyState
-from ajet_proxy.token_history import answer_message, make_turn
+from ajet_proxy.token_history import Turn, answer_message
 from ajet_store import StoreError
 from ajet_store.types import CallRecord, Deployment
 
@@ -219,7 +219,7 @@ class _Call:
         assert record.prompt_ids is not None and record.completion_ids is not None
         answer = answer_message(ex.content, ex.tool_calls)
         tools = tools_of(self.body)
-        self.ep.turn = make_turn(self.body["messages"], tools, record.prompt_ids, record.completion_ids, answer)
+        self.ep.turn = Turn(self.body["messages"], tools, record.prompt_ids, record.completion_ids, answer)
 
     def finish(self) -> None:
         if not self._done:

@@ -51,7 +51,7 @@ def turn_from_call(call: CallRecord) -> Optional[h.Turn]:
         return None
     assert call.prompt_ids is not None and call.completion_ids is not None  # trainable
     returned = h.answer_message(message.get("content"), message.get("tool_calls") or [])
-    return h.make_turn(body.get("messages") or [], tools_of(body), call.prompt_ids, call.completion_ids, returned)
+    return h.Turn(body.get("messages") or [], tools_of(body), call.prompt_ids, call.completion_ids, returned)
 
 
 class TokenPrompts:
