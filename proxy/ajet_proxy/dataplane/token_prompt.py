@@ -59,8 +59,8 @@ class TokenPrompts:
 
     def __init__(self, state: ProxyState):
         self.state = state
-        self._close: dict[str, int] = {}
-        """Each engine's end-of-turn token, by its base URL."""
+        self._close: dict[tuple[str, str], int] = {}
+        """Each engine's end-of-turn token, by its base URL and the job's model (a port may be reused)."""
 
     def exact(self) -> bool:
         """Whether the job keeps token history (`AgentJetJob.token_history == "exact"`)."""
@@ -102,7 +102,9 @@ class TokenPrompts:
 
     async def _close_token(self, dep: Deployment) -> Optional[int]:
         """The engine's end-of-turn token: probed once (a one-word answer rendered, and what follows it)."""
-        if dep.base_url not in self._close:
+        job = self.state.engine_row.job
+        key = (dep.base_url, job.model if job is not None else "")
+        if key not in self._close:
             question = [{"role": "user", "content": h.PLACEHOLDER}]
             answer = {"role": "assistant", "content": h.PLACEHOLDER}
             without = await self._tokenize(dep, {"messages": question})
@@ -111,8 +113,8 @@ class TokenPrompts:
             close = h.close_token(without, with_answer, word)
             if close is None:
                 return None
-            self._close[dep.base_url] = close
-        return self._close[dep.base_url]
+            self._close[key] = close
+        return self._close[key]
 
     async def _tokenize(
         self, dep: Deployment, request: dict[str, Any], tools: Optional[list[dict[str, Any]]] = None
