@@ -285,6 +285,44 @@ def test_calls_outside_rolling_are_503(client, proxy, store, stub):
     wait_state(client, EngineState.ROLLING)
 
 
+def test_a_call_refused_before_the_engine_takes_no_call_number(module_tmp):
+    """While no deployment is registered (a trainer restarting), a call is refused with a 503 before it reaches an
+    engine: it must take no call number, or the episode's numbering has a gap and it is thrown away as if a call
+    had been lost (issue 30, round two: 'calls numbered up to 2 but only 1 stored')."""
+    stub = start_stub(module_tmp)
+    url = sqlite_url(module_tmp / "refused.db")
+    px = start_proxy(module_tmp, url)
+    st = Store(url)
+    try:
+        c = SwarmClient(px.url)
+        ensure_rolling(c, st, stub.url)
+        uuid, creds = c.begin_episode()
+        oc = creds.as_openai_client(max_retries=0)
+        oc.chat.completions.create(model="m", messages=MSGS)
+        served = lambda: {m.id for m in oc.models.list()}  # noqa: E731 - the deployments the proxy routes to
+        st.remove_deployments()  # the trainer went down: the proxy reloads its router within its poll
+        deadline = time.monotonic() + 10
+        while "stub-model" in served() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(2):
+            with pytest.raises(openai.APIStatusError) as refused:
+                oc.chat.completions.create(model="m", messages=MSGS)
+            assert refused.value.status_code == 503 and "no policy deployment" in str(refused.value)
+        st.register_deployment(Deployment("stub-0", stub.url + "/v1", "stub-model", 0))
+        while "stub-model" not in served() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        oc.chat.completions.create(model="m", messages=MSGS)
+        c.end_episode(Task(task_id="x"), uuid, WorkflowOutput(reward=1))
+        assert [call.seq for call in st.calls(uuid)] == [0, 1]
+        row = st.get_episode(uuid)
+        assert not row.untrainable, row.untrainable_reason
+        assert [p.uuid for p in st.pool_episodes()] == [uuid]
+    finally:
+        px.close()
+        stub.close()
+        st.close()
+
+
 def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
     stub = start_stub(module_tmp, "--no-token-ids")
     url = sqlite_url(module_tmp / "noids.db")

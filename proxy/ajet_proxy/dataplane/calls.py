@@ -64,18 +64,18 @@ class CallPath:
 
     async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:
         """Number, send, log and answer one chat call (`body`, checked; `raw`, the request as logged), writing
-        the answer through `shape`."""
-        seq = ep.next_seq
-        ep.next_seq += 1
+        the answer through `shape`. A call refused before it goes to an engine (no deployment registered) takes
+        no call number: a gap in an episode's numbers means a call was really lost."""
         ep.in_flight += 1
         self.state.counters["requests"] += 1
-        call = _Call(ep, seq, raw, time.perf_counter(), shape, body)
+        call = _Call(ep, raw, time.perf_counter(), shape, body)
         stream = bool(body.get("stream"))
         try:
             try:
                 dep = self.state.router.pick(ep.deployment)
                 ep.deployment = dep.name
                 prompt, call.label = await self.prompts.build(ep, body, dep)
+                call.seq, ep.next_seq = ep.next_seq, ep.next_seq + 1  # numbered as it goes to the engine
                 sent = await self.upstream.send(ep, body, stream, prompt)
             except NoDeploymentReachable as exc:
                 error = f"no deployment reachable: {exc.cause!r}"
@@ -205,8 +205,10 @@ class _Call:
 
     __slots__ = ("ep", "seq", "raw", "t0", "shape", "body", "label", "_done")
 
-    def __init__(self, ep: LiveEpisode, seq: int, raw: bytes, t0: float, shape: ApiShape, body: dict[str, Any]):
-        self.ep, self.seq, self.raw, self.t0, self.shape, self.body = ep, seq, raw, t0, shape, body
+    def __init__(self, ep: LiveEpisode, raw: bytes, t0: float, shape: ApiShape, body: dict[str, Any]):
+        self.ep, self.raw, self.t0, self.shape, self.body = ep, raw, t0, shape, body
+        self.seq = -1
+        """Its number in the episode, taken as it goes to an engine (-1 until then)."""
         self.label: Optional[str] = None
         """How its prompt was built (`ajet_proxy.token_history` labels); None until it is."""
         self._done = False
