@@ -75,8 +75,24 @@ def banner(host: str, port: int, token: bool, store: str) -> str:
     return f"{where}; {guard}; store {store}"
 
 
+def died_line(name: str, code: int) -> str:
+    """The line that says a child stopped on its own, and how (`code`: its return code, -N for signal N)."""
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+    return f"ajet-swarm: the {name} {how}; stopping the swarm"
+
+
+def exit_status(died: list[tuple[str, int]], codes: list[int]) -> int:
+    """The swarm's exit status. A child that stopped on its own (`died`: name, return code) makes it non-zero:
+    128 + N for a signal N, as a shell reports it, else the child's status, at least 1 (a child has no reason to
+    stop by itself). Stopped by the user, the children's own statuses count (`codes`; their SIGTERM is ours)."""
+    if died:
+        return max(max(128 - c if c < 0 else c for _, c in died), 1)
+    return max((c for c in codes if c > 0), default=0)
+
+
 def run_swarm(args: argparse.Namespace) -> int:
-    """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly."""
+    """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly, and a child that
+    died makes the exit status non-zero with one line naming it."""
     proxy, trainer = child_commands(args)
     env = child_env(args)
     procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]
@@ -86,6 +102,13 @@ def run_swarm(args: argparse.Namespace) -> int:
     print(banner(args.host, args.port, bool(args.swarm_token), redact_url(args.db)), flush=True)
     while not stopping.is_set() and all(p.poll() is None for p in procs):
         stopping.wait(0.5)
+    died = (
+        []
+        if stopping.is_set()
+        else [(n, p.returncode) for n, p in zip(("proxy", "trainer"), procs) if p.poll() is not None]
+    )
+    for name, code in died:
+        print(died_line(name, code), file=sys.stderr, flush=True)
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -95,7 +118,8 @@ def run_swarm(args: argparse.Namespace) -> int:
             p.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-    return max(max(p.returncode or 0, 0) for p in procs)
+            p.wait()
+    return exit_status(died, [p.returncode for p in procs])
 
 
 def add_swarm_start_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,6 +2,8 @@
 its backend, and hands the swarm token and the store URL to its children by environment, never on a command
 line."""
 
+import time
+
 import pytest
 
 from ajet_swarm.cli import banner, build_parser, child_commands, child_env
@@ -164,3 +166,56 @@ def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch
         assert ("without --swarm-token" in swarm.log_tail()) == (token is None)  # the proxy warns once, when open
     finally:
         swarm.close()
+
+
+@pytest.mark.parametrize("child", ["trainer", "proxy"])
+def test_a_child_that_dies_stops_the_swarm_non_zero_naming_it(tmp_path, child):
+    """SIGKILL of one child: the other is stopped, one line names the dead child and how it died, and the exit
+    status is non-zero (128 + the signal, as a shell reports it), so a supervisor restarts the swarm (issue 30:
+    `max(max(code, 0))` turned -9 into 0)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import psutil
+
+    from ajet_store import Store, sqlite_url
+    from tests.support.procs import Proc, free_port
+
+    db, port = sqlite_url(tmp_path / "swarm.db"), free_port()
+    cmd = [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--host", "127.0.0.1", "--swarm-port", str(port),
+           "--db", db, "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"]  # fmt: skip
+    swarm = Proc(cmd, f"http://127.0.0.1:{port}", "/health", tmp_path / "swarm.log")
+    st = Store(db)
+    try:
+        deadline = time.monotonic() + 60
+        while st.engine_row().trainer_heartbeat is None:
+            assert time.monotonic() < deadline, swarm.log_tail()
+            time.sleep(0.2)
+        module = "ajet_trainer" if child == "trainer" else "ajet_proxy"
+        children = psutil.Process(swarm.proc.pid).children()
+        [victim] = [c for c in children if module in " ".join(c.cmdline())]
+        [other] = [c for c in children if c.pid != victim.pid]
+        victim.send_signal(signal.SIGKILL)
+        try:
+            code = swarm.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the swarm went on without its " + child)
+        assert code == 128 + signal.SIGKILL, swarm.log_tail()
+        assert f"ajet-swarm: the {child} was killed by SIGKILL" in swarm.log_tail()
+        assert not other.is_running()  # the other child was stopped (and waited for) before the swarm exited
+    finally:
+        swarm.close()
+        st.close()
+
+
+def test_how_the_swarm_reports_a_child_that_died():
+    from ajet_swarm.cli import died_line, exit_status
+
+    assert died_line("trainer", -9) == "ajet-swarm: the trainer was killed by SIGKILL; stopping the swarm"
+    assert died_line("proxy", 3) == "ajet-swarm: the proxy exited with status 3; stopping the swarm"
+    assert exit_status([("trainer", -9)], []) == 137
+    assert exit_status([("proxy", 0)], []) == 1  # a child has no reason to stop on its own
+    assert exit_status([], [0, -15]) == 0  # stopped by the user: the children's SIGTERM is expected
+    assert exit_status([], [0, 2]) == 2
