@@ -21,8 +21,11 @@ DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.jso
 
 
 def needs_token(path: str) -> bool:
-    """Whether a request to `path` needs the swarm token (when one is configured)."""
-    return path.startswith("/swarm/") or path in DOC_PATHS
+    """Whether a request to `path` needs the swarm token (when one is configured). The path is compared with
+    repeated and trailing slashes collapsed: `/docs/` reaches `/docs` through a redirect, so it needs the token
+    too."""
+    canonical = "/" + "/".join(part for part in path.split("/") if part)
+    return canonical.startswith("/swarm/") or canonical in DOC_PATHS
 
 
 def token_matches(headers: Headers, token: str) -> bool:

@@ -299,6 +299,9 @@ def test_the_token_is_checked_before_the_body_and_guards_the_docs(token_proxy):
     for path in ("/docs", "/openapi.json", "/redoc"):
         assert httpx.get(token_proxy.url + path).status_code == 401
         assert httpx.get(token_proxy.url + path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    # a trailing or doubled slash reaches the same page through a redirect: it needs the token too (was 307)
+    for path in ("/docs/", "/openapi.json/", "/redoc/", "//docs", "/swarm/get_engine_status/"):
+        assert httpx.get(token_proxy.url + path).status_code == 401, path
     assert httpx.get(token_proxy.url + "/health").status_code == 200  # liveness stays open
 
 
