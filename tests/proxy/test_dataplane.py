@@ -323,6 +323,23 @@ def test_a_call_refused_before_the_engine_takes_no_call_number(module_tmp):
         st.close()
 
 
+def test_a_stream_the_engine_cut_ends_with_the_apis_error_event(client, proxy, store):
+    """The engine dies after two chunks: the client gets the chunks, then an OpenAI error event, and a complete
+    chunked body (aiohttp's ClientPayloadError used to escape the relay: a truncated body, no reason); the call is
+    logged as broken off, never as an answer."""
+    uuid, creds = client.begin_episode()
+    body = {"messages": MSGS, "stream": True, "stub_cut_after": 2}
+    with httpx.stream(
+        "POST", proxy.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {creds.api_key}"}
+    ) as r:
+        events = [line[len("data: ") :] for line in r.iter_lines() if line.startswith("data: ")]
+    assert len(events) >= 3 and "[DONE]" not in events
+    error = orjson.loads(events[-1])["error"]
+    assert error["code"] == "UpstreamUnavailable" and "broke off" in error["message"], error
+    [call] = flushed_calls(store, uuid, 1)
+    assert call.error is not None and "broke off" in call.error and not call.trainable
+
+
 def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
     stub = start_stub(module_tmp, "--no-token-ids")
     url = sqlite_url(module_tmp / "noids.db")

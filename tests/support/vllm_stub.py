@@ -205,6 +205,10 @@ class Stub:
             if k == len(ids) - 1:
                 ch["finish_reason"] = finish
             await send({**base, "choices": [ch]})
+            if body.get("stub_cut_after") == k + 1:  # the engine dies mid-stream: the connection drops mid-body
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
             await asyncio.sleep(float(body.get("stub_chunk_delay") or 0))  # a slow stream, for disconnect tests
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

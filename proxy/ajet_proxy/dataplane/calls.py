@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, Union
 
+import aiohttp
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -117,9 +118,12 @@ class CallPath:
         call is committed. A stream that ends early is logged as such, without waiting, since nobody is there
         to answer."""
         acc, events, shape = StreamAccumulator(), SSESplitter(), call.shape
-        committed, disconnected = False, False
+        committed, disconnected, broken = False, False, None
         try:
-            async for chunk in chunks:
+            async for chunk in _until_broken(chunks):
+                if isinstance(chunk, Exception):  # the engine broke off (it died mid-stream)
+                    broken = f"the policy backend broke off the stream ({type(chunk).__name__}: {chunk})"
+                    break
                 out = []
                 for payload in events.feed(chunk):
                     data = acc.add(payload)
@@ -138,13 +142,15 @@ class CallPath:
                 if out:
                     yield b"".join(out)
             if not committed and not acc.errors:
-                yield shape.failed(ErrorCode.UPSTREAM_UNAVAILABLE, "the policy backend ended the stream early")
+                yield shape.failed(
+                    ErrorCode.UPSTREAM_UNAVAILABLE, broken or "the policy backend ended the stream early"
+                )
         except (asyncio.CancelledError, GeneratorExit):
             disconnected = True
             raise
         finally:
             if not committed:
-                why = "the client disconnected before [DONE]" if disconnected else None
+                why = "the client disconnected before [DONE]" if disconnected else broken
                 self.state.writer.submit(self._stream_record(call, dep, version, acc, why))
             call.finish()
 
@@ -228,6 +234,16 @@ class _Call:
             self._done = True
             self.ep.in_flight -= 1
             self.ep.last_active = time.time()
+
+
+async def _until_broken(chunks: AsyncIterator[bytes]) -> AsyncIterator[Union[bytes, Exception]]:
+    """A backend's stream, whose connection failing mid-body (aiohttp's `ClientPayloadError`, a dropped
+    connection) is handed on as the exception, last, instead of raised out of the relay."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        yield exc
 
 
 def _json_object(data: bytes) -> Optional[dict[str, Any]]:
