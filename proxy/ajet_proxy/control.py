@@ -147,8 +147,16 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 
 @router.post("/begin_episode", response_model=BeginEpisodeResponse)
 async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
-    """Open an episode and mint its key (only in ROLLING; 503 with Retry-After otherwise)."""
+    """Open an episode and mint its key (only in ROLLING with an engine registered; 503 with Retry-After
+    otherwise)."""
     s = _state(request)
+    if not s.router.deployments:  # re-read first: an engine that registered since the last poll is not refused
+        await s.in_episode_thread(s.refresh_engine)
+        if not s.router.deployments:
+            raise EngineNotReady(
+                "no policy deployment is registered (the trainer is starting, or down); retry",
+                state=s.engine_row.state.value,
+            )
     if body.mission:
         await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
     key = new_episode_key()

@@ -360,3 +360,40 @@ def test_an_episode_without_calls_keeps_its_reward_never_trains_and_warns_once(c
     stat = client.get_rollout_stat()
     assert stat.totals["without_calls"] == before + 2
     assert "without calls" in format_rollout_stat(stat)
+
+
+def test_begin_episode_waits_while_no_deployment_is_registered(tmp_path):
+    """ROLLING in the store, but no engine registered (the trainer went down without a state change): a begin is
+    503 with Retry-After, as outside ROLLING, and the SDK waits; once an engine registers, it begins (issue 30:
+    the episode used to open and then could make no call)."""
+    import threading
+
+    from ajet_store import Store, sqlite_url
+    from ajet_store.types import Deployment
+    from tests.support.procs import start_proxy, start_stub
+
+    stub, url = start_stub(tmp_path), sqlite_url(tmp_path / "nodeps.db")
+    px, st = start_proxy(tmp_path, url), Store(url)
+    try:
+        c = SwarmClient(px.url)
+        ensure_rolling(c, st, stub.url)
+        st.remove_deployments()
+        deadline = time.monotonic() + 5
+        while True:  # the proxy sees the removal within its poll (0.2 s); a begin before that still opens
+            r = httpx.post(px.url + "/swarm/begin_episode", json={}, headers={"X-Ajet-Client": "t"})
+            if r.status_code != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert r.status_code == 503 and r.json()["error"] == "EngineNotReady" and "retry-after" in r.headers
+        assert "no policy deployment" in r.json()["detail"]
+        later = threading.Timer(1.0, st.register_deployment, [Deployment("stub-0", stub.url + "/v1", "stub-model", 0)])
+        later.start()
+        t0 = time.monotonic()
+        uuid, creds = c.begin_episode()  # waits it out
+        assert time.monotonic() - t0 >= 0.5
+        assert creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        later.join()
+    finally:
+        px.close()
+        stub.close()
+        st.close()
