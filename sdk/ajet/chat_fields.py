@@ -136,13 +136,30 @@ def check_messages(messages: Any) -> None:
         content = m.get("content")
         if content is not None and not isinstance(content, CONTENT_TYPES):
             raise ChatFieldError(f"messages.{i}.content", "must be a string or a list of content parts")
-        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-            raise ChatFieldError(f"messages.{i}.content", "each content part must be an object")
+        if isinstance(content, list):
+            _check_parts(content, f"messages.{i}.content")
         if m.get("tool_calls") is not None:
             _check_tool_calls(m["tool_calls"], f"messages.{i}.tool_calls")
         for key in ("name", "tool_call_id"):
             if m.get(key) is not None and not isinstance(m[key], str):
                 raise ChatFieldError(f"messages.{i}.{key}", "must be a string")
+
+
+TEXT_PARTS = ("text",)
+"""Content part types the engines read: they serve text, so an image, audio or file part is refused, never dropped."""
+
+
+def _check_parts(parts: list[Any], where: str) -> None:
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise ChatFieldError(where, "each content part must be an object")
+        if part.get("type") not in TEXT_PARTS:
+            raise ChatFieldError(
+                f"{where}.{j}.type",
+                f"{part.get('type')!r} parts are not supported: the policy takes text only (no image, audio or file)",
+            )
+        if not isinstance(part.get("text"), str):
+            raise ChatFieldError(f"{where}.{j}.text", "required, a string")
 
 
 def _check_tool_calls(calls: Any, where: str) -> None:

@@ -83,12 +83,12 @@ class WorkflowOutput(BaseModel):
 
     reward: Optional[float] = None
     """The episode's scalar reward; must be finite. None is refused by `end_episode`."""
-    is_success: Optional[bool] = None
-    """Optional success flag, for statistics only."""
+    is_success: Optional[bool] = Field(default=None, strict=True)
+    """Optional success flag, for statistics only: a boolean (not "yes", not 1)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form data stored with the episode."""
     log_metrics: dict[str, float] = Field(default_factory=dict)
-    """Numbers to aggregate per training step (stored with the episode)."""
+    """Numbers to aggregate per training step (stored with the episode): finite JSON numbers."""
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -102,6 +102,14 @@ class WorkflowOutput(BaseModel):
     def _finite(cls, v: Optional[float]) -> Optional[float]:
         if v is not None and not math.isfinite(v):
             raise ValueError("reward must be a finite number (NaN and infinity are refused)")
+        return v
+
+    @field_validator("log_metrics", mode="before")
+    @classmethod
+    def _finite_numbers(cls, v: Any) -> Any:
+        for name, value in (v or {}).items() if isinstance(v, dict) else ():
+            if isinstance(value, (str, bool)) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"log_metrics[{name!r}] must be a finite number, not {value!r}")
         return v
 
 

@@ -226,6 +226,14 @@ _USER = '"messages": [{"role": "user", "content": "x"}]'
                 ('"kv_transfer_params": {"prompt_token_ids": [1, 2]}', "kv_transfer_params"),
             ]
         ],
+        *[
+            (('{"messages": [{"role": "user", "content": [' + part + "]}]}").encode(), field)
+            for part, field in [
+                # the engines serve text: such a part was dropped without a word
+                ('{"type": "image_url", "image_url": {"url": "http://x/y.png"}}', "messages.0.content.0.type"),
+                ('{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}', "messages.0.content.0.type"),
+            ]
+        ],
     ],
 )
 def test_malformed_chat_bodies_are_400_naming_the_param(client, proxy, raw, field):

@@ -61,3 +61,22 @@ def test_each_bad_value_names_its_field(extra, param):
     with pytest.raises(ChatFieldError) as info:
         check_chat_fields({"messages": [{"role": "user", "content": "x"}], **extra})
     assert info.value.param == param and str(info.value).startswith(param + ": ")
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+        {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+        {"type": "file", "file": {"file_id": "f"}},
+        {"type": "text", "text": 5},
+    ],
+    ids=["image", "audio", "file", "text-not-a-string"],
+)
+def test_parts_the_text_engines_cannot_read_are_refused_naming_the_part(part):
+    """The engines serve text: an image, audio or file part was dropped without a word (issue 30); it is a 400
+    naming the part now."""
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "look:"}, part]}]}
+    with pytest.raises(ChatFieldError) as info:
+        check_chat_fields(body)
+    assert info.value.param.startswith("messages.0.content.1"), info.value.param

@@ -46,3 +46,15 @@ def test_answers_ignore_fields_a_newer_server_adds_and_requests_refuse_unknown_o
     assert "extra" not in RolloutStat.model_config or RolloutStat.model_config["extra"] == "ignore"
     with pytest.raises(ValidationError, match="discard_episode_timeoutt"):
         BeginEpisodeRequest.model_validate({"discard_episode_timeoutt": 5})
+
+
+@pytest.mark.parametrize(
+    "field, bad",
+    [("is_success", "yes"), ("is_success", 1), ("log_metrics", {"x": float("inf")}), ("log_metrics", {"x": "1"})],
+)
+def test_is_success_and_log_metrics_are_typed_strictly(field, bad):
+    """`is_success: "yes"` and non-finite metrics were accepted (issue 30); both are refused, naming the field."""
+    with pytest.raises(ValidationError) as info:
+        WorkflowOutput(reward=1.0, **{field: bad})
+    assert field in str(info.value)
+    assert WorkflowOutput(reward=1.0, is_success=True, log_metrics={"x": 2}).log_metrics == {"x": 2.0}
