@@ -80,3 +80,24 @@ def test_store_of_another_schema_is_one_line(tmp_path):
     url = store_of_schema(tmp_path / "old.db", 2)
     for prog, argv in (("ajet-proxy", ("episodes", "list")), ("ajet-trainer", ("start", "--device", "cpu"))):
         _one_line_error(run(prog, *argv, "--db", url), prog, "schema version 2")
+
+
+@pytest.mark.parametrize("prog", ["ajet-proxy", "ajet-swarm"])
+def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path, prog):
+    """Another process holds the port: the command says so in one line and exits 1, before it says it listens
+    and before any child starts (issue 30: `ajet-swarm start` printed 'listening', then failed ~2 s later, and
+    a script polling /health found the other server)."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        url = sqlite_url(tmp_path / "s.db")
+        flags = ["--port", port]
+        if prog == "ajet-swarm":
+            flags = ["--swarm-port", port, "--host", "127.0.0.1", "--experiment-dir", str(tmp_path / "exp")]
+        res = run(prog, "start", "--db", url, *flags)
+    _one_line_error(res, prog, f"127.0.0.1:{port} is in use")
+    assert "listening" not in res.stdout + res.stderr
+    assert not (tmp_path / "exp").exists()  # no trainer started

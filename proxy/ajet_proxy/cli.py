@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from ajet import __version__
 from ajet.errors import AjetError
 from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
-from ajet.utils.runtime import apply_offline_env, run_cli
+from ajet.utils.runtime import apply_offline_env, listening_socket, run_cli
 from ajet_store.connect import add_store_options, sqlite_path
 
 if TYPE_CHECKING:
@@ -67,7 +67,9 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_proxy(args: argparse.Namespace) -> None:
-    """Serve the proxy with uvicorn until interrupted."""
+    """Serve the proxy with uvicorn until interrupted. The port is bound first: one that cannot be had is one
+    line and exit 1, before anything else starts or says it listens."""
+    sock = listening_socket(args.host, args.port)
     apply_offline_env()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
@@ -93,7 +95,7 @@ def run_proxy(args: argparse.Namespace) -> None:
     )
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
@@ -103,6 +105,7 @@ def run_proxy(args: argparse.Namespace) -> None:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _has(module: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Optional
 
 from ajet import __version__
 from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config, to_argv
-from ajet.utils.runtime import offline_env, run_cli
+from ajet.utils.runtime import listening_socket, offline_env, run_cli
 from ajet_proxy.cli import add_monitor_arguments, add_proxy_options, add_start_arguments, expected_errors, run_monitor
 from ajet_store import redact_url
 from ajet_store.connect import add_store_options
@@ -92,7 +92,9 @@ def exit_status(died: list[tuple[str, int]], codes: list[int]) -> int:
 
 def run_swarm(args: argparse.Namespace) -> int:
     """Proxy and trainer as two child processes; Ctrl-C (or either dying) stops both cleanly, and a child that
-    died makes the exit status non-zero with one line naming it."""
+    died makes the exit status non-zero with one line naming it. A port another process holds is one line and
+    exit 1 before the banner and before either child starts (the proxy binds it a moment later)."""
+    listening_socket(args.host, args.port).close()
     proxy, trainer = child_commands(args)
     env = child_env(args)
     procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]

@@ -19,6 +19,11 @@ class ConfigError(AjetError, ValueError):
     """A job, a dataset reader or another local configuration is invalid."""
 
 
+class CannotListen(AjetError):
+    """A command cannot listen on its address (another process holds the port, or the address is not this
+    machine's); raised before it says it is listening."""
+
+
 class SwarmConnectionError(AjetError):
     """The proxy could not be reached after the bounded retries."""
 

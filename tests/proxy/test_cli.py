@@ -14,16 +14,27 @@ def test_loopback_detection():
 
 def test_public_bind_without_token_warns(monkeypatch, caplog, tmp_path):
     ran = {}
-    monkeypatch.setitem(sys.modules, "uvicorn", types.SimpleNamespace(run=lambda app, **kw: ran.update(kw)))
+
+    class Server:  # uvicorn's, serving the socket the command bound first
+        def __init__(self, config):
+            self.config = config
+
+        def run(self, sockets):
+            ran.update(self.config, bound=[s.getsockname()[0] for s in sockets])
+            for s in sockets:
+                s.close()
+
+    monkeypatch.setitem(sys.modules, "uvicorn", types.SimpleNamespace(Config=lambda app, **kw: kw, Server=Server))
     monkeypatch.delenv("AJET_SWARM_TOKEN", raising=False)
     parser = cli.argparse.ArgumentParser()
     cli.add_start_arguments(parser)  # the real `ajet-proxy start` arguments and defaults
     args = parser.parse_args(
-        ["--host", "0.0.0.0", "--port", "1", "--db", f"sqlite:///{tmp_path}/x.db", "--log-level", "warning"]
+        ["--host", "0.0.0.0", "--port", "0", "--db", f"sqlite:///{tmp_path}/x.db", "--log-level", "warning"]
     )
     with caplog.at_level(logging.WARNING, logger="ajet_proxy"):
         cli.run_proxy(args)
     assert ran["host"] == "0.0.0.0" and any("without --swarm-token" in r.message for r in caplog.records)
+    assert ran["bound"] == ["0.0.0.0"]  # bound before uvicorn runs
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="ajet_proxy"):
         cli.run_proxy(cli.argparse.Namespace(**{**vars(args), "swarm_token": "t"}))

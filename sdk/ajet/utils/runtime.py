@@ -5,13 +5,19 @@
   `offline_env(**extra)` is the environment for a child process.
 - `run_cli(prog, main, argv, expected)`: an expected error (a bad store URL, an unknown episode, a
   store of another schema) prints one line `prog: error: ...` and exits 1, never a traceback.
+- `listening_socket(host, port)`: the server socket, bound before a command says it listens (`CannotListen`
+  naming the address when it cannot be had).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 from typing import Callable, Mapping, Optional, Sequence
+
+from ajet.errors import CannotListen
 
 OFFLINE_ENV: Mapping[str, str] = {
     "HF_HUB_OFFLINE": "1",
@@ -53,3 +59,20 @@ def run_cli(
     except tuple(expected) as exc:
         print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
         return 1
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` and listening (with SO_REUSEADDR, as uvicorn binds: a port left in
+    TIME_WAIT by a stopped server is free, one another server listens on is not); `CannotListen` naming the
+    address otherwise."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotListen(f"{host}:{port} is in use: stop the server there, or choose another port") from exc
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
