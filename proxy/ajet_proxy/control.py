@@ -37,7 +37,7 @@ from ajet.types import (
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
-from ajet_proxy.errors import EngineNotReady, InvalidRequest
+from ajet_proxy.errors import EngineBootFailed, EngineNotReady, InvalidRequest
 from ajet_proxy.open_episodes import closed_reason, hash_key, new_episode_key, refused_key_reason
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
@@ -150,6 +150,10 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
     """Open an episode and mint its key (only in ROLLING with an engine registered; 503 with Retry-After
     otherwise)."""
     s = _state(request)
+    if s.engine_row.boot_failed:  # waiting cannot help: say why at once
+        raise EngineBootFailed(
+            f"the engine failed to boot the synced job ({s.engine_row.last_error}); fix the job, then start_engine"
+        )
     if not s.router.deployments:  # re-read first: an engine that registered since the last poll is not refused
         await s.in_episode_thread(s.refresh_engine)
         if not s.router.deployments:

@@ -50,6 +50,12 @@ class EngineNotReady(ProxyError):
     code = ErrorCode.ENGINE_NOT_READY
 
 
+class EngineBootFailed(ProxyError):
+    """The engine failed to boot the synced job; retrying cannot help until it is started again."""
+
+    code = ErrorCode.ENGINE_BOOT_FAILED
+
+
 class ModelNotFound(ProxyError):
     """A data-plane call named a model this proxy does not serve."""
 

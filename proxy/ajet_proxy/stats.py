@@ -36,6 +36,7 @@ def engine_status(row: EngineRow, now: float) -> EngineStatus:
         experiment_name=None if row.job is None else row.job.experiment_name,
         last_error=row.last_error,
         last_error_age_s=None if row.last_error_at is None else max(0.0, now - row.last_error_at),
+        boot_failed=row.boot_failed,
         updating=row.updating_since is not None,
         updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since),
     )

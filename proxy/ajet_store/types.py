@@ -12,6 +12,9 @@ from typing import Any, Optional, Union
 from ajet.job import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
 
+BOOT_FAILED = "boot failed: "
+"""How the trainer's `last_error` begins when a boot failed (it moves the engine OFFLINE with it)."""
+
 
 @dataclass(frozen=True)
 class EngineRow:
@@ -44,6 +47,18 @@ class EngineRow:
     updating_since: Optional[float] = None
     """Unix time an asynchronous update (`max_staleness >= 1`) began while rollouts go on; None when no update
     runs beside ROLLING (a synchronous update shows as WEIGHT_SYNCING instead)."""
+
+    @property
+    def boot_failed(self) -> bool:
+        """OFFLINE because booting the synced job failed: the trainer recorded the failure (`BOOT_FAILED`) in the
+        same transaction that moved the engine OFFLINE, and nothing has started it since."""
+        return (
+            self.state == EngineState.OFFLINE
+            and self.last_error is not None
+            and self.last_error.startswith(BOOT_FAILED)
+            and self.last_error_at is not None
+            and self.last_error_at >= self.state_since
+        )
 
 
 @dataclass(frozen=True)

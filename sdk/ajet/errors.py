@@ -71,6 +71,11 @@ class EpisodeConflict(Conflict):
     """409: the episode's status or owner conflicts with the call (e.g. ending an aborted episode)."""
 
 
+class EngineBootFailed(Conflict):
+    """409: the engine failed to boot the synced job (`detail` has the trainer's reason); retrying cannot help
+    until a client fixes the job and starts the engine again, so `begin_episode` raises it at once."""
+
+
 class InvalidRequest(SwarmServerError):
     """422: a malformed body; `detail` names the field."""
 
@@ -103,6 +108,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.INVALID_REQUEST: InvalidRequest,
     ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.ENGINE_NOT_READY: EngineNotReady,
+    ErrorCode.ENGINE_BOOT_FAILED: EngineBootFailed,
     ErrorCode.UPSTREAM_UNAVAILABLE: UpstreamUnavailable,
     ErrorCode.STORE_ERROR: ServerStoreError,
     ErrorCode.ROUTE_NOT_FOUND: RouteNotFound,

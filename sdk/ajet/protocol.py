@@ -38,6 +38,7 @@ class ErrorCode(str, Enum):
     INVALID_REQUEST = "InvalidRequest"
     REQUEST_TOO_LARGE = "RequestTooLarge"
     ENGINE_NOT_READY = "EngineNotReady"
+    ENGINE_BOOT_FAILED = "EngineBootFailed"
     UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
     STORE_ERROR = "StoreError"
     ROUTE_NOT_FOUND = "RouteNotFound"
@@ -63,6 +64,7 @@ _STATUS = {
     ErrorCode.INVALID_REQUEST: 422,
     ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.ENGINE_NOT_READY: 503,
+    ErrorCode.ENGINE_BOOT_FAILED: 409,
     ErrorCode.UPSTREAM_UNAVAILABLE: 503,
     ErrorCode.STORE_ERROR: 500,
     ErrorCode.ROUTE_NOT_FOUND: 404,

@@ -280,6 +280,9 @@ class EngineStatus(AnswerModel):
     """The trainer's last failure (a refused boot, an update that raised; None when all went well)."""
     last_error_age_s: Optional[float] = None
     """Seconds since `last_error` happened."""
+    boot_failed: bool = False
+    """The engine is OFFLINE because booting the synced job failed (`last_error` says why): `begin_episode`
+    raises `EngineBootFailed` until a client starts the engine again."""
     updating: bool = False
     """An asynchronous update (job `max_staleness >= 1`) is running while the state stays ROLLING: episodes
     begin and call the LLM meanwhile, and the new weights go live when it ends."""

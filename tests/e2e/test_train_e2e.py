@@ -170,3 +170,30 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
     assert sorted(consumed) == [1] * 4 + [2] * 4 + [3] * 4  # every episode trained exactly once
     assert [s.step for s in store.steps()] == [1, 2, 3]
     assert client.get_engine_status().policy_version == 3
+
+
+def test_a_job_that_cannot_boot_stops_a_waiting_begin_episode_with_the_reason(tmp_path):
+    """Issue 30: a boot failure never reached the client, which stayed in `begin_episode` for 12 minutes. Now a
+    waiting `begin_episode` raises `EngineBootFailed` with the trainer's reason within 10 s, and the engine status
+    says so; starting the engine again (with a job that boots) clears it."""
+    from ajet import EngineBootFailed
+
+    with running_swarm(tmp_path, name="noboot") as sw:
+        client = sw.client()
+        client.sync_train_config(AgentJetJob(model=str(tmp_path / "no-such-model"), batch_size=1, num_repeat=1))
+        client.start_engine()
+        t0 = time.monotonic()
+        with pytest.raises(EngineBootFailed) as failed:
+            client.begin_episode()
+        assert time.monotonic() - t0 < 10, time.monotonic() - t0
+        assert (
+            failed.value.status == 409
+            and "boot failed" in failed.value.detail
+            and "no-such-model" in failed.value.detail
+        )
+        status = client.get_engine_status()
+        assert status.boot_failed and status.state.value == "OFFLINE" and "no-such-model" in status.last_error
+        client.sync_train_config(AgentJetJob(model="builtin:tiny", batch_size=1, num_repeat=1))
+        client.start_engine()
+        uuid, _creds = client.begin_episode()  # a start clears it: the new boot is waited for as ever
+        assert uuid and not client.get_engine_status().boot_failed

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 from ajet.types import EngineState
 from ajet_store import QUARANTINE_AFTER, Store, WrongState, redact_url, select_batch, split_stale
-from ajet_store.types import EngineRow, PoolEpisode
+from ajet_store.types import BOOT_FAILED, EngineRow, PoolEpisode
 from ajet_trainer.backends import open_session
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.protocols import TrainingSession
@@ -156,7 +156,7 @@ class TrainerDaemon:
         """A boot that failed will not succeed by itself (a bad model, a checkpoint of another store):
         back to OFFLINE with the reason, so clients stop waiting and see why."""
         self.teardown(final_checkpoint=False)
-        self.store.record_trainer_error(f"boot failed: {type(exc).__name__}: {exc}", to=EngineState.OFFLINE)
+        self.store.record_trainer_error(f"{BOOT_FAILED}{type(exc).__name__}: {exc}", to=EngineState.OFFLINE)
 
     def _update_failed(self, row: EngineRow, exc: Exception) -> None:
         """An update that raised: its weights are suspect, so the session reboots from its last checkpoint
