@@ -368,15 +368,11 @@ def test_begin_episode_waits_while_no_deployment_is_registered(tmp_path):
     the episode used to open and then could make no call)."""
     import threading
 
-    from ajet_store import Store, sqlite_url
     from ajet_store.types import Deployment
-    from tests.support.procs import start_proxy, start_stub
+    from tests.support.stub_proxy import proxy_on_stub
 
-    stub, url = start_stub(tmp_path), sqlite_url(tmp_path / "nodeps.db")
-    px, st = start_proxy(tmp_path, url), Store(url)
-    try:
-        c = SwarmClient(px.url)
-        ensure_rolling(c, st, stub.url)
+    with proxy_on_stub(tmp_path, "nodeps") as sp:
+        px, st, stub, c = sp.proxy, sp.store, sp.stub, sp.client
         st.remove_deployments()
         deadline = time.monotonic() + 5
         while True:  # the proxy sees the removal within its poll (0.2 s); a begin before that still opens
@@ -393,7 +389,3 @@ def test_begin_episode_waits_while_no_deployment_is_registered(tmp_path):
         assert time.monotonic() - t0 >= 0.5
         assert creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         later.join()
-    finally:
-        px.close()
-        stub.close()
-        st.close()

@@ -13,6 +13,7 @@ from ajet_store import Store, sqlite_url
 from ajet_store.types import Deployment
 from tests.support.procs import start_proxy, start_stub
 from tests.support.rolling import ensure_rolling, make_rolling, wait_state
+from tests.support.stub_proxy import proxy_on_stub
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
 TOOLS = [
@@ -297,13 +298,8 @@ def test_a_call_refused_before_the_engine_takes_no_call_number(module_tmp):
     """While no deployment is registered (a trainer restarting), a call is refused with a 503 before it reaches an
     engine: it must take no call number, or the episode's numbering has a gap and it is thrown away as if a call
     had been lost (issue 30, round two: 'calls numbered up to 2 but only 1 stored')."""
-    stub = start_stub(module_tmp)
-    url = sqlite_url(module_tmp / "refused.db")
-    px = start_proxy(module_tmp, url)
-    st = Store(url)
-    try:
-        c = SwarmClient(px.url)
-        ensure_rolling(c, st, stub.url)
+    with proxy_on_stub(module_tmp, "refused") as sp:
+        st, stub, c = sp.store, sp.stub, sp.client
         uuid, creds = c.begin_episode()
         oc = creds.as_openai_client(max_retries=0)
         oc.chat.completions.create(model="m", messages=MSGS)
@@ -325,10 +321,6 @@ def test_a_call_refused_before_the_engine_takes_no_call_number(module_tmp):
         row = st.get_episode(uuid)
         assert not row.untrainable, row.untrainable_reason
         assert [p.uuid for p in st.pool_episodes()] == [uuid]
-    finally:
-        px.close()
-        stub.close()
-        st.close()
 
 
 def test_a_stream_the_engine_cut_ends_with_the_apis_error_event(client, proxy, store):
@@ -349,13 +341,8 @@ def test_a_stream_the_engine_cut_ends_with_the_apis_error_event(client, proxy, s
 
 
 def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
-    stub = start_stub(module_tmp, "--no-token-ids")
-    url = sqlite_url(module_tmp / "noids.db")
-    px = start_proxy(module_tmp, url)
-    st = Store(url)
-    try:
-        c = SwarmClient(px.url)
-        ensure_rolling(c, st, stub.url)
+    with proxy_on_stub(module_tmp, "noids", "--no-token-ids") as sp:
+        st, c = sp.store, sp.client
         uuid, creds = c.begin_episode()
         r = creds.as_openai_client().chat.completions.create(model="m", messages=MSGS)
         assert r.choices[0].message.content  # the agent still gets its answer
@@ -364,10 +351,6 @@ def test_backend_without_token_ids_marks_episode_untrainable(module_tmp):
         assert row.untrainable and "no token ids" in row.untrainable_reason
         assert st.calls(uuid)[0].completion_ids is None  # never re-tokenised
         assert st.pool_episodes() == []
-    finally:
-        px.close()
-        stub.close()
-        st.close()
 
 
 def test_sticky_routing_and_failover(module_tmp):
