@@ -29,6 +29,8 @@ from typing import Any, Optional, Sequence, Union
 
 import orjson
 
+from ajet.chat_fields import content_text
+
 FIRST = "first"
 """The label of an episode's first call (nothing to extend)."""
 EXTENDED = "extended"
@@ -70,14 +72,6 @@ Plan = Union[Extension, str]
 """What a call's prompt will be: an `Extension`, or the label it is rendered under (`first`, `fallback:...`)."""
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
-
-
 def _arguments(args: Any) -> Any:
     if isinstance(args, str):
         try:
@@ -98,7 +92,7 @@ def _calls(tool_calls: Any) -> list[list[Any]]:
 
 def canonical_message(m: dict[str, Any]) -> bytes:
     """A message as the comparison sees it: role, text, tool calls (name, parsed arguments), a tool's name."""
-    out: dict[str, Any] = {"role": m.get("role"), "content": _text(m.get("content"))}
+    out: dict[str, Any] = {"role": m.get("role"), "content": content_text(m.get("content"))}
     calls = _calls(m.get("tool_calls"))
     if calls:
         out["tool_calls"] = calls

@@ -189,3 +189,20 @@ def check_chat_fields(body: dict[str, Any]) -> None:
                 raise ChatFieldError(name, reason)
     if body.get("tools") is not None and not all(isinstance(t, dict) for t in body["tools"]):
         raise ChatFieldError("tools", "each tool must be an object")
+
+
+def content_text(content: Any) -> str:
+    """A message's text as a chat template reads it: a string as it is, text parts joined, nothing else ("")."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def template_tools(body: dict[str, Any]) -> Optional[list[Any]]:
+    """The tools a chat request's template sees, and its answer is parsed for calls with (None when it has none,
+    or `tool_choice` is "none"). The proxy's token history renders new messages by this same rule as the engine
+    renders whole prompts, or their tokens would not line up."""
+    tools = body.get("tools")
+    return tools if tools and body.get("tool_choice") != "none" else None

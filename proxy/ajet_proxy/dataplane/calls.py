@@ -18,11 +18,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ajet.chat_fields import template_tools
 from ajet.protocol import ErrorCode, bearer_token
 from ajet.types import EngineState
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE, SSESplitter
-from ajet_proxy.dataplane.token_prompt import TokenPrompts, tools_of
+from ajet_proxy.dataplane.token_prompt import TokenPrompts
 from ajet_proxy.dataplane.tokens import Extracted, StreamAccumulator, extract_response
 from ajet_proxy.dataplane.upstream import NoDeploymentReachable, Upstream
 from ajet_proxy.errors import EngineNotReady, Unauthorized
@@ -226,7 +227,7 @@ class _Call:
             return
         assert record.prompt_ids is not None and record.completion_ids is not None
         answer = answer_message(ex.content, ex.tool_calls)
-        tools = tools_of(self.body)
+        tools = template_tools(self.body)
         self.ep.turn = Turn(self.body["messages"], tools, record.prompt_ids, record.completion_ids, answer)
 
     def finish(self) -> None:

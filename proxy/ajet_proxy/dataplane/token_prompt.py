@@ -21,6 +21,7 @@ from typing import Any, Optional
 import aiohttp
 import orjson
 
+from ajet.chat_fields import template_tools
 from ajet_proxy import token_history as h
 from ajet_proxy.dataplane.upstream import upstream_headers
 from ajet_proxy.open_episodes import LiveEpisode
@@ -34,12 +35,6 @@ class TokenizeFailed(Exception):
     """The engine's `/tokenize` could not render a conversation."""
 
 
-def tools_of(body: dict[str, Any]) -> Optional[list[dict[str, Any]]]:
-    """The tools the template sees (none when `tool_choice` is "none", as the embedded engine renders)."""
-    tools = body.get("tools")
-    return tools if tools and body.get("tool_choice") != "none" else None
-
-
 def turn_from_call(call: CallRecord) -> Optional[h.Turn]:
     """The turn a logged call left (its request and answer as logged), or None when it cannot be read."""
     if not call.trainable or not call.response:
@@ -51,7 +46,7 @@ def turn_from_call(call: CallRecord) -> Optional[h.Turn]:
         return None
     assert call.prompt_ids is not None and call.completion_ids is not None  # trainable
     returned = h.answer_message(message.get("content"), message.get("tool_calls") or [])
-    return h.Turn(body.get("messages") or [], tools_of(body), call.prompt_ids, call.completion_ids, returned)
+    return h.Turn(body.get("messages") or [], template_tools(body), call.prompt_ids, call.completion_ids, returned)
 
 
 class TokenPrompts:
@@ -72,7 +67,7 @@ class TokenPrompts:
         if not self.exact():
             return None, h.RENDERED
         prev = await self._last_turn(ep)
-        messages, tools = body["messages"], tools_of(body)
+        messages, tools = body["messages"], template_tools(body)
         step = h.plan(prev, messages, tools)
         if isinstance(step, str):
             return None, step

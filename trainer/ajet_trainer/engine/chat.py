@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ajet.chat_fields import ChatFieldError
+from ajet.chat_fields import ChatFieldError, content_text, template_tools
 from ajet_trainer.engine.generation import GenRequest, GenResult
 from ajet_trainer.errors import EngineRequestError
 from ajet_trainer.types import Tokenizer
@@ -32,11 +32,8 @@ def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for m in messages:
         m = dict(m)
-        content = m.get("content")
-        if isinstance(content, list):
-            m["content"] = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        elif content is None:
-            m["content"] = ""
+        if not isinstance(m.get("content"), str):
+            m["content"] = content_text(m.get("content"))
         if m.get("tool_calls"):
             m["tool_calls"] = [_parsed_arguments(tc) for tc in m["tool_calls"]]
         out.append(m)
@@ -95,7 +92,7 @@ def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] 
     model's context."""
     ids = forwarded_prompt(body, len(tokenizer))
     if ids is None:
-        ids = render_ids(tokenizer, body["messages"], body["tools"] if uses_tools(body) else None)
+        ids = render_ids(tokenizer, body["messages"], template_tools(body))
     if max_context is not None and len(ids) >= max_context:
         raise EngineRequestError(
             f"messages: the prompt is {len(ids)} tokens; this model's context is {max_context} tokens"
@@ -108,8 +105,8 @@ GREEDY_BELOW = 1e-5
 
 
 def uses_tools(body: dict[str, Any]) -> bool:
-    """Whether the model sees the tools and its answer is parsed for calls (`tool_choice: "none"`: neither)."""
-    return bool(body.get("tools")) and body.get("tool_choice") != "none"
+    """Whether the model sees the tools and its answer is parsed for calls (`ajet.chat_fields.template_tools`)."""
+    return template_tools(body) is not None
 
 
 def check_engine_support(body: dict[str, Any]) -> None:
