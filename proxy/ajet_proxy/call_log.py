@@ -17,7 +17,7 @@ import time
 from typing import Optional
 
 from ajet_proxy.group_commit import GroupCommitter
-from ajet_store import Store, StoreUnavailable
+from ajet_store import Store, StoreRefusedValue, StoreWriteFailed
 from ajet_store.types import CallRecord
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,11 @@ class CallLogWriter:
         self.written = 0
         self.failed_batches = 0
         self._committer: GroupCommitter[CallRecord, None] = GroupCommitter(
-            self._write, "ajet-call-log", window_s=interval, on_committed=lambda records: self._track(records, -1)
+            self._write,
+            "ajet-call-log",
+            window_s=interval,
+            on_committed=lambda records: self._track(records, -1),
+            split_on=(StoreRefusedValue,),
         )
 
     def start(self) -> None:
@@ -55,7 +59,8 @@ class CallLogWriter:
         self._committer.submit(record)
 
     async def commit(self, record: CallRecord) -> None:
-        """Return once `record` is committed; `StoreUnavailable` when it could not be written."""
+        """Return once `record` is committed; `StoreWriteFailed` when it could not be written, `StoreRefusedValue`
+        when the database refused one of its values (the records it was batched with are written without it)."""
         self._track([record], +1)
         await self._committer.commit(record)
 
@@ -78,17 +83,20 @@ class CallLogWriter:
                     self._pending.pop(r.episode_uuid, None)
 
     def _write(self, records: list[CallRecord]) -> list[Optional[BaseException]]:
-        """One transaction of records, retried; each record's result (None: stored)."""
+        """One transaction of records, retried; each record's result (None: stored). A refused value is raised at
+        once: retrying the same values cannot help, and the committer then writes the records one by one."""
         error: Optional[BaseException] = None
         for attempt in range(WRITE_ATTEMPTS):
             try:
                 self.store.write_calls(records)
                 self.written += len(records)
                 return [None] * len(records)
+            except StoreRefusedValue:
+                raise
             except Exception as exc:  # noqa: BLE001 - keep the proxy serving; retry, then tell every waiter
                 error = exc
                 logger.exception("writing %d calls failed (attempt %d/%d)", len(records), attempt + 1, WRITE_ATTEMPTS)
                 time.sleep(0.1 * (attempt + 1))
         self.failed_batches += 1
         logger.error("could not store %d call records: %s", len(records), error)
-        return [StoreUnavailable(f"the call could not be stored: {error}")] * len(records)
+        return [StoreWriteFailed(f"the call could not be stored: {error}")] * len(records)

@@ -42,7 +42,7 @@ from ajet_proxy.open_episodes import closed_reason, hash_key, new_episode_key, r
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, mission_caps, step_info
-from ajet_store import BeginEpisode, EndEpisode, NotFound
+from ajet_store import BeginEpisode, EndEpisode, NotFound, StoreWriteFailed, TrainerSilent
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
@@ -59,8 +59,19 @@ router = APIRouter(
 )  # the swarm token is checked first, by `auth.py`
 
 
+CLIENT_ID_MAX = 256
+"""Characters of a client id the store keeps (its column's width)."""
+
+
 def _client_id(request: Request) -> str:
-    return request.headers.get(CLIENT_HEADER) or f"anonymous@{request.client.host if request.client else '?'}"
+    """The calling client's id (its header, else its address), refused when it would not fit the store."""
+    given = request.headers.get(CLIENT_HEADER)
+    if given and len(given) > CLIENT_ID_MAX:
+        raise InvalidRequest(
+            f"the {CLIENT_HEADER} header is {len(given)} characters; at most {CLIENT_ID_MAX} are kept",
+            fields=[CLIENT_HEADER],
+        )
+    return given or f"anonymous@{request.client.host if request.client else '?'}"
 
 
 def _validate_job(job: dict) -> AgentJetJob:
@@ -149,7 +160,7 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING with an engine registered; 503 with Retry-After
     otherwise)."""
-    s = _state(request)
+    s, client_id = _state(request), _client_id(request)
     if s.engine_row.boot_failed:  # waiting cannot help: say why at once
         raise EngineBootFailed(
             f"the engine failed to boot the synced job ({s.engine_row.last_error}); fix the job, then start_engine"
@@ -164,16 +175,14 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
     if body.mission:
         await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
     key = new_episode_key()
-    row = await s.lifecycle.apply(
-        BeginEpisode(
-            uuid.uuid4().hex,
-            hash_key(key),
-            _client_id(request),
-            body.episode_type,
-            body.discard_episode_timeout,
-            body.mission,
-        )
+    begin = BeginEpisode(
+        uuid.uuid4().hex, hash_key(key), client_id, body.episode_type, body.discard_episode_timeout, body.mission
     )
+    try:
+        row = await s.lifecycle.apply(begin)
+    except TrainerSilent as exc:  # down, or alive and unable to write its heartbeat: the store says which
+        await s.in_episode_thread(_blame_the_store, s, exc)
+        raise
     s.open_episodes.add_row(row)
     if s.engine_row.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
         await s.in_episode_thread(s.refresh_engine)
@@ -189,17 +198,28 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
 @router.post("/end_episode", response_model=EpisodeResult)
 async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
-    s = _state(request)
+    s, client_id = _state(request), _client_id(request)
     _check_reward(body.reward, s.engine_row.job)
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
         await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
     out = body.workflow_output
     meta = {"workflow": out.metadata, "log_metrics": out.log_metrics, "task": body.task.model_dump(mode="json")}
     row = await s.lifecycle.apply(
-        EndEpisode(body.episode_uuid, _client_id(request), body.task.task_id, body.reward, out.is_success, meta)
+        EndEpisode(body.episode_uuid, client_id, body.task.task_id, body.reward, out.is_success, meta)
     )
     s.open_episodes.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
+
+
+def _blame_the_store(s: ProxyState, silent: TrainerSilent) -> None:
+    """Raise `StoreWriteFailed` (naming the store, not the trainer) when the store refuses a small write: then the
+    trainer's heartbeat is old because it could not be written (a full disk), not because the trainer died."""
+    try:
+        s.store.probe_write()
+    except StoreWriteFailed as exc:
+        raise StoreWriteFailed(
+            f"{exc.detail}; the trainer's heartbeat is {silent.silent_s:.0f}s old because the store takes no writes"
+        ) from exc
 
 
 def _admit_mission(s: ProxyState, body: BeginEpisodeRequest) -> None:

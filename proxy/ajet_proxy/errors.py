@@ -73,8 +73,11 @@ STORE_ERROR_CODES: dict[type[ajet_store.StoreError], ErrorCode] = {
     ajet_store.Conflict: ErrorCode.EPISODE_CONFLICT,
     ajet_store.WrongState: ErrorCode.WRONG_STATE,
     ajet_store.NotRolling: ErrorCode.ENGINE_NOT_READY,
+    ajet_store.TrainerSilent: ErrorCode.TRAINER_UNRESPONSIVE,
     ajet_store.SchemaMismatch: ErrorCode.STORE_ERROR,
-    ajet_store.StoreUnavailable: ErrorCode.STORE_ERROR,
+    ajet_store.StoreUnavailable: ErrorCode.STORE_UNAVAILABLE,
+    ajet_store.StoreWriteFailed: ErrorCode.STORE_UNAVAILABLE,
+    ajet_store.StoreRefusedValue: ErrorCode.INVALID_REQUEST,
     ajet_store.AlreadyConsumed: ErrorCode.STORE_ERROR,
 }
 """Store error class -> the code it is answered with (a class not listed answers as its nearest base)."""

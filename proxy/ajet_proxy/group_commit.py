@@ -70,12 +70,16 @@ class GroupCommitter(Generic[I, R]):
         name: str,
         window_s: float = 0.0,
         on_committed: Optional[Callable[[list[I]], None]] = None,
+        split_on: tuple[type[BaseException], ...] = (),
     ):
         self.commit_batch = commit_batch
         self.window_s = window_s
         """Extra seconds to gather a batch after its first item (0: take what is queued, commit at once)."""
         self.on_committed = on_committed
         """Called on the thread with each batch once its results are known (before any waiter wakes)."""
+        self.split_on = split_on
+        """Errors that blame one item, not the transaction (a value the database refused): a batch that raised
+        one is committed again item by item, so only the item that carries it fails and the rest commit."""
         self._q: "queue.SimpleQueue[_Queued]" = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.transactions = 0
@@ -181,7 +185,7 @@ class GroupCommitter(Generic[I, R]):
         try:
             results: Sequence[Union[R, BaseException]] = self.commit_batch(items)
         except Exception as exc:  # noqa: BLE001 - the transaction rolled back: every waiter hears why
-            results = [exc] * len(items)
+            results = self._one_by_one(items, exc)
         self.transactions += 1
         self.items += len(items)
         if self.on_committed is not None:
@@ -192,6 +196,20 @@ class GroupCommitter(Generic[I, R]):
                 error = result if isinstance(result, BaseException) else None
                 waiting.setdefault(entry.waiter.loop, []).append((entry.waiter.done, result, error))
         _settle(waiting)
+
+    def _one_by_one(self, items: list[I], exc: Exception) -> list[Union[R, BaseException]]:
+        """After a batch rolled back with `exc`: every item's result. An error that blames one item (`split_on`)
+        has each item committed in a transaction of its own; any other error is every item's answer."""
+        if len(items) == 1 or not isinstance(exc, self.split_on):
+            return [exc] * len(items)
+        logger.warning("a batch of %d rolled back (%s); committing them one by one", len(items), exc)
+        out: list[Union[R, BaseException]] = []
+        for item in items:
+            try:
+                out.extend(self.commit_batch([item]))
+            except Exception as one:  # noqa: BLE001 - this item's own answer
+                out.append(one)
+        return out
 
 
 def _call(fn: Callable[[], Any]) -> tuple[Any, Optional[BaseException]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from ajet_proxy.group_commit import GroupCommitter
-from ajet_store import EpisodeChange, EpisodeRow, Store
+from ajet_store import EpisodeChange, EpisodeRow, Store, StoreRefusedValue
 
 T = TypeVar("T")
 
@@ -24,7 +24,7 @@ class EpisodeCommitter:
     def __init__(self, store: Store):
         self.store = store
         self._committer: GroupCommitter[EpisodeChange, EpisodeRow] = GroupCommitter(
-            store.apply_changes, "ajet-episodes"
+            store.apply_changes, "ajet-episodes", split_on=(StoreRefusedValue,)
         )
 
     @property

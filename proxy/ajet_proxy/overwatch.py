@@ -69,6 +69,9 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
             out.append(f"  without calls {stat.totals['without_calls']} (never train)", style="yellow")
         if stat.totals.get("stale"):
             out.append(f"  stale {stat.totals['stale']} (dropped, never train)", style="yellow")
+        if e.trainer_silent_s is not None:
+            out.append(f"\n   no trainer heartbeat for {e.trainer_silent_s:.0f}s: ", style="bold red")
+            out.append("the trainer is down or cannot write to the store; begin_episode is refused")
         if e.last_error:
             out.append(f"\n   trainer error {e.last_error_age_s or 0:.0f}s ago: ", style="bold red")
             out.append(e.last_error[:300])

@@ -25,7 +25,10 @@ from ajet_store.errors import (
     NotRolling,
     SchemaMismatch,
     StoreError,
+    StoreRefusedValue,
     StoreUnavailable,
+    StoreWriteFailed,
+    TrainerSilent,
     WrongState,
 )
 from ajet_store.store import Store
@@ -65,7 +68,10 @@ __all__ = [
     "StepRow",
     "Store",
     "StoreError",
+    "StoreRefusedValue",
     "StoreUnavailable",
+    "StoreWriteFailed",
+    "TrainerSilent",
     "WrongState",
     "all_progress",
     "group_by_task",

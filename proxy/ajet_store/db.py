@@ -13,7 +13,7 @@ from ajet.types import BatchMode, EngineState
 from ajet_store import migrate
 from ajet_store import tables as t
 from ajet_store.connect import DEFAULT_FILE_MODE, make_engines, redact_url
-from ajet_store.errors import StoreUnavailable
+from ajet_store.errors import StoreRefusedValue, StoreUnavailable, StoreWriteFailed
 
 _Self = TypeVar("_Self", bound="Database")
 
@@ -51,13 +51,23 @@ class Database:
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
-        with self._w.begin() as conn:
-            yield conn
+        """One write transaction; a database error becomes the store's own (`StoreRefusedValue` for a value the
+        database cannot hold, `StoreWriteFailed` for the rest), naming the store, so no caller sees SQL errors."""
+        try:
+            with self._w.begin() as conn:
+                yield conn
+        except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+            raise StoreRefusedValue(f"the store ({redact_url(self.url)}) refused a value: {_first_line(exc)}") from exc
+        except sa.exc.DBAPIError as exc:
+            raise StoreWriteFailed(f"the store ({redact_url(self.url)}) refused the write: {_first_line(exc)}") from exc
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
-        with self._r.begin() as conn:
-            yield conn
+        try:
+            with self._r.begin() as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            raise StoreUnavailable(f"the store ({redact_url(self.url)}) could not be read: {_first_line(exc)}") from exc
 
     def _init_rows(self) -> None:
         with self._tx() as c:
@@ -81,3 +91,8 @@ class Database:
                         run_id=0,
                     )
                 )
+
+
+def _first_line(exc: sa.exc.DBAPIError) -> str:
+    """The database's own message, without SQLAlchemy's SQL text and parameters (they may hold client data)."""
+    return str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__

@@ -58,6 +58,14 @@ class EngineStateOps(Database):
         with self._tx() as c:
             c.execute(t.engine_state.update().values(trainer_heartbeat=time.time()))
 
+    def probe_write(self) -> None:
+        """Write one small row, as a heartbeat does (`StoreWriteFailed` if the store takes no writes): tells a
+        trainer that is down from a store that refuses the trainer's heartbeat (a full disk)."""
+        with self._tx() as c:
+            done = c.execute(t.meta.update().where(t.meta.c.key == "write_probe").values(value=repr(time.time())))
+            if done.rowcount == 0:
+                c.execute(t.meta.insert().values(key="write_probe", value=repr(time.time())))
+
     def record_trainer_error(self, message: str, to: Optional[EngineState] = None) -> EngineRow:
         """Keep the trainer's failure where clients see it (`last_error`); optionally move to `to`."""
         with self._tx() as c:

@@ -12,7 +12,7 @@ from ajet.types import EngineState, EpisodeStatus
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
-from ajet_store.errors import Conflict, NotRolling, StoreError
+from ajet_store.errors import Conflict, NotRolling, StoreError, TrainerSilent
 from ajet_store.types import (
     BeginEpisode,
     EndEpisode,
@@ -291,9 +291,11 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally:
     if eng.state != EngineState.ROLLING:
         raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
     if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
-        raise NotRolling(
-            f"no trainer heartbeat for {now - eng.trainer_heartbeat:.0f}s: the trainer is down or restarting",
+        silent = now - eng.trainer_heartbeat
+        raise TrainerSilent(
+            f"no trainer heartbeat for {silent:.0f}s: the trainer is down or restarting",
             state=eng.state.value,
+            silent_s=silent,
         )
     c.execute(
         _INSERT_EPISODE,

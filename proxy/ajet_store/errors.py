@@ -34,8 +34,27 @@ class NotRolling(StoreError):
     """Episodes begin only in ROLLING with a live trainer; the caller should retry later."""
 
 
+class TrainerSilent(NotRolling):
+    """The engine is ROLLING but the trainer's heartbeat is older than the store's timeout: it is down, or it
+    cannot write (see `Store.probe_write`). `silent_s` is the heartbeat's age."""
+
+    def __init__(self, detail: str, *, state: Optional[str] = None, silent_s: float = 0.0):
+        super().__init__(detail, state=state)
+        self.silent_s = silent_s
+
+
 class StoreUnavailable(StoreError):
     """The store URL is malformed, its database cannot be opened or created, or a write failed for good."""
+
+
+class StoreWriteFailed(StoreUnavailable):
+    """The database refused a write for a cause of its own (disk full, read-only, connection lost); nothing of
+    that transaction was committed, and a retry may succeed once the cause is gone."""
+
+
+class StoreRefusedValue(StoreError):
+    """The database refused a value of the change (too long for its column, a NUL character, a non-finite JSON
+    number) that validation let through; nothing of that transaction was committed."""
 
 
 class SchemaMismatch(StoreError):

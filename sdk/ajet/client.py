@@ -18,7 +18,14 @@ from typing import Any, Optional, TextIO, Union
 
 import httpx
 
-from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, error_for
+from ajet.errors import (
+    EngineNotReady,
+    ServerStoreUnavailable,
+    SwarmConnectionError,
+    SwarmTimeout,
+    TrainerUnresponsive,
+    error_for,
+)
 from ajet.job import AgentJetJob
 from ajet.protocol import CLIENT_HEADER
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
@@ -49,6 +56,8 @@ class SwarmClient:
         timeout: float = 60.0,
         max_retries: int = 5,
         begin_episode_max_wait: float = 3600.0,
+        trainer_max_silence: float = 120.0,
+        store_max_wait: float = 60.0,
         client_id: Optional[str] = None,
         mission: Optional[str] = None,
         verbose: bool = True,
@@ -58,6 +67,12 @@ class SwarmClient:
         self.swarm_token = swarm_token if swarm_token is not None else os.environ.get("AJET_SWARM_TOKEN")
         self.max_retries = max_retries
         self.begin_episode_max_wait = begin_episode_max_wait
+        self.trainer_max_silence = trainer_max_silence
+        """Seconds `begin_episode` waits for a trainer that writes no heartbeat (`TrainerUnresponsive`) before it
+        raises; a restarting trainer is back well within it."""
+        self.store_max_wait = store_max_wait
+        """Seconds a call is retried while the server's store takes no writes (`ServerStoreUnavailable`: a full
+        disk, a database down); nothing of a refused call was committed, so the retry is safe."""
         self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.mission = mission
         self._warned_untrainable = False
@@ -83,6 +98,20 @@ class SwarmClient:
 
     # ------------------------------------------------------------------ transport
     def _call(self, method: str, route: str, body: Optional[dict] = None) -> Any:
+        """One control call, retried while the server's store takes no writes (bounded by `store_max_wait`)."""
+        deadline = time.monotonic() + self.store_max_wait
+        delay = 0.5
+        while True:
+            try:
+                return self._call_once(method, route, body)
+            except ServerStoreUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("%s %s: %s; retrying in %.1fs", method, route, exc.detail, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _call_once(self, method: str, route: str, body: Optional[dict] = None) -> Any:
         """One control call with bounded retries on transport errors; raises typed errors."""
         delay = 0.2
         for attempt in range(self.max_retries + 1):
@@ -146,12 +175,13 @@ class SwarmClient:
             "mission": mission or self.mission,
         }
         deadline = time.monotonic() + self.begin_episode_max_wait
-        delay = 0.2
+        delay, silent_since = 0.2, None
         while True:
             try:
                 ans = BeginEpisodeResponse.model_validate(self._call("POST", "begin_episode", body))
                 break
             except EngineNotReady as exc:
+                silent_since = _silent_since(exc, silent_since, self.trainer_max_silence)
                 if time.monotonic() + delay > deadline:
                     raise SwarmTimeout(f"engine not ROLLING after {self.begin_episode_max_wait}s: {exc}") from exc
                 logger.debug("begin_episode: %s; waiting %.1fs", exc.state, delay)
@@ -236,3 +266,16 @@ def _error_from_response(resp: httpx.Response) -> Exception:
         data = {}
     detail = data.get("detail") or resp.text[:500]
     return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail), data.get("state"))
+
+
+def _silent_since(exc: EngineNotReady, since: Optional[float], max_silence: float) -> Optional[float]:
+    """When `begin_episode` first heard that the trainer is silent (None once it speaks again); raises `exc` once
+    the silence has lasted `max_silence` seconds, since waiting longer on a dead trainer would never end."""
+    if not isinstance(exc, TrainerUnresponsive):
+        return None
+    now = time.monotonic()
+    if since is not None and now - since >= max_silence:
+        raise TrainerUnresponsive(
+            exc.status, exc.error, f"{exc.detail} (waited {now - since:.0f}s for it; giving up)", exc.state
+        ) from exc
+    return since if since is not None else now

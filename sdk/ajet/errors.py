@@ -92,8 +92,19 @@ class UpstreamUnavailable(EngineNotReady):
     """503: no inference deployment could answer (e.g. the trainer is restarting); retry later."""
 
 
+class TrainerUnresponsive(EngineNotReady):
+    """503: the engine is ROLLING but the trainer has written no heartbeat for longer than the store's timeout
+    (it died, or it is restarting). `begin_episode` waits for it at most `SwarmClient.trainer_max_silence`
+    seconds, then raises this."""
+
+
 class ServerStoreError(SwarmServerError):
     """500: the server's store is missing, of another schema version, or inconsistent."""
+
+
+class ServerStoreUnavailable(ServerStoreError):
+    """503: the server's store refused a write or a read (disk full, database down); nothing of the call was
+    committed. The SDK retries the call for a bounded time (`SwarmClient.store_max_wait`), then raises this."""
 
 
 class RouteNotFound(SwarmServerError):
@@ -109,8 +120,10 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
     ErrorCode.ENGINE_NOT_READY: EngineNotReady,
     ErrorCode.ENGINE_BOOT_FAILED: EngineBootFailed,
+    ErrorCode.TRAINER_UNRESPONSIVE: TrainerUnresponsive,
     ErrorCode.UPSTREAM_UNAVAILABLE: UpstreamUnavailable,
     ErrorCode.STORE_ERROR: ServerStoreError,
+    ErrorCode.STORE_UNAVAILABLE: ServerStoreUnavailable,
     ErrorCode.ROUTE_NOT_FOUND: RouteNotFound,
     ErrorCode.METHOD_NOT_ALLOWED: RouteNotFound,
     ErrorCode.MODEL_NOT_FOUND: RouteNotFound,

@@ -39,8 +39,10 @@ class ErrorCode(str, Enum):
     REQUEST_TOO_LARGE = "RequestTooLarge"
     ENGINE_NOT_READY = "EngineNotReady"
     ENGINE_BOOT_FAILED = "EngineBootFailed"
+    TRAINER_UNRESPONSIVE = "TrainerUnresponsive"
     UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
     STORE_ERROR = "StoreError"
+    STORE_UNAVAILABLE = "StoreUnavailable"
     ROUTE_NOT_FOUND = "RouteNotFound"
     METHOD_NOT_ALLOWED = "MethodNotAllowed"
     MODEL_NOT_FOUND = "ModelNotFound"
@@ -65,13 +67,20 @@ _STATUS = {
     ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.ENGINE_NOT_READY: 503,
     ErrorCode.ENGINE_BOOT_FAILED: 409,
+    ErrorCode.TRAINER_UNRESPONSIVE: 503,
     ErrorCode.UPSTREAM_UNAVAILABLE: 503,
     ErrorCode.STORE_ERROR: 500,
+    ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.MODEL_NOT_FOUND: 404,
 }
-_RETRY_AFTER = {ErrorCode.ENGINE_NOT_READY: 1, ErrorCode.UPSTREAM_UNAVAILABLE: 2}
+_RETRY_AFTER = {
+    ErrorCode.ENGINE_NOT_READY: 1,
+    ErrorCode.UPSTREAM_UNAVAILABLE: 2,
+    ErrorCode.STORE_UNAVAILABLE: 2,
+    ErrorCode.TRAINER_UNRESPONSIVE: 2,
+}
 
 
 class ErrorBody(AnswerModel):

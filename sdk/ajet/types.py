@@ -11,9 +11,38 @@ import math
 from enum import Enum
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 EpisodeType = Literal["train", "eval"]
+
+
+def unstorable(value: Any, path: str) -> Optional[str]:
+    """Why JSON `value` (at dotted `path`) cannot be stored as sent, else None. Both databases of the store must
+    keep it: PostgreSQL refuses a NUL character in text and a non-finite number in JSON, which SQLite takes, so
+    one client's value would otherwise fail the transaction it shares with others."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str) and "\x00" in v:
+            return f"{where}: a NUL character (\\u0000) cannot be stored"
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{where}: {v} is not a finite number"
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if isinstance(k, str) and "\x00" in k:
+                    return f"{where}: a key with a NUL character (\\u0000) cannot be stored"
+                stack.append((f"{where}.{k}", item))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+    return None
+
+
+def _storable(value: Any, path: str) -> Any:
+    """A field validator's body: `value` unchanged, or the ValueError that names what cannot be stored."""
+    why = unstorable(value, path)
+    if why is not None:
+        raise ValueError(why)
+    return value
 
 
 class EngineState(str, Enum):
@@ -153,12 +182,23 @@ class SyncTrainConfigRequest(WireModel):
     job: dict[str, Any]
     """The job as `AgentJetJob.model_dump()` produces it."""
 
+    @field_validator("job", mode="before")
+    @classmethod
+    def _storable_job(cls, v: Any) -> Any:
+        return _storable(v, "job")
+
 
 class AutoSyncRequest(WireModel):
     """Body of `POST /swarm/auto_sync_train_config_and_start_engine`."""
 
     job: dict[str, Any]
     """The job as `AgentJetJob.model_dump()` produces it."""
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _storable_job(cls, v: Any) -> Any:
+        return _storable(v, "job")
+
     force_restart: StrictBool = False
     """Stop the engine first, whatever it is doing (a JSON boolean: 0 and "yes" are refused)."""
 
@@ -172,6 +212,11 @@ class BeginEpisodeRequest(WireModel):
     """`train` episodes feed training; `eval` episodes never do."""
     mission: Optional[str] = Field(default=None, max_length=128)
     """Which mission (dataset + reward) the episode belongs to, for statistics."""
+
+    @field_validator("mission", mode="before")
+    @classmethod
+    def _storable_mission(cls, v: Any) -> Any:
+        return _storable(v, "mission")
 
 
 class EpisodeContinuation(AnswerModel):
@@ -225,6 +270,12 @@ class EndEpisodeRequest(WireModel):
     """The task the episode ran; its `task_id` is the GRPO group."""
     workflow_output: EpisodeOutcome
     """The result; `reward` must be a finite number."""
+
+    @field_validator("task", "workflow_output")
+    @classmethod
+    def _storable_parts(cls, v: BaseModel, info: ValidationInfo) -> BaseModel:
+        _storable(v.model_dump(), str(info.field_name))  # after each part's own checks (a NaN reward names reward)
+        return v
 
     @property
     def reward(self) -> float:
@@ -288,6 +339,9 @@ class EngineStatus(AnswerModel):
     begin and call the LLM meanwhile, and the new weights go live when it ends."""
     updating_seconds: Optional[float] = None
     """Seconds the running asynchronous update has taken so far (None when none runs)."""
+    trainer_silent_s: Optional[float] = None
+    """Seconds since the trainer's last heartbeat, once that is over the store's timeout (30 s): the trainer is
+    down or cannot write, and `begin_episode` answers `TrainerUnresponsive` (None while it beats)."""
 
 
 class OkResponse(AnswerModel):

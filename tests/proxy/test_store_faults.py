@@ -1,0 +1,285 @@
+"""When the store refuses: values it cannot keep are refused before the group commit, a value the database refuses
+fails only its own change, a store that takes no writes is named in a JSON error (not the trainer), and a trainer
+that stopped beating ends a waiting `begin_episode` after a bounded wait (issue 30, items 1 and 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from ajet import ServerStoreUnavailable, SwarmClient, Task, TrainerUnresponsive, WorkflowOutput
+from ajet.protocol import CLIENT_HEADER
+from ajet_proxy.call_log import CallLogWriter
+from ajet_store import TRAINER_TIMEOUT_S, Store, StoreRefusedValue, sqlite_url
+from ajet_store.tables import engine_state
+from tests.support import postgres
+from tests.support.procs import start_proxy, start_stub
+from tests.support.rolling import ensure_rolling
+from tests.support.stores import a_call
+from tests.support.stub_proxy import proxy_on_stub
+
+needs_pg = pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries on this machine")
+
+
+def _end_body(uuid: str, task: dict, reward: float = 1.0) -> dict:
+    return {"episode_uuid": uuid, "task": task, "workflow_output": {"reward": reward}}
+
+
+def _one_call(url: str, key: str) -> None:
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+
+
+def _begin_and_call(client: SwarmClient, proxy_url: str) -> str:
+    uuid, creds = client.begin_episode()
+    _one_call(proxy_url, creds.api_key)
+    return uuid
+
+
+# ------------------------------------------------------------------ values no database of the store can keep
+@pytest.mark.parametrize(
+    "task, field",
+    [
+        ({"task_id": "a\u0000b"}, "task.task_id"),
+        ({"task_id": "t", "metadata": {"answer": "x\u0000"}}, "task.metadata.answer"),
+        ({"task_id": "t", "metadata": {"k\u0000": 1}}, "task.metadata"),
+    ],
+)
+def test_a_nul_character_is_refused_naming_where(tmp_path: Path, task: dict, field: str):
+    with proxy_on_stub(tmp_path, "nul") as sp:
+        uuid = _begin_and_call(sp.client, sp.proxy.url)
+        cid = {CLIENT_HEADER: sp.client.client_id}
+        r = httpx.post(f"{sp.proxy.url}/swarm/end_episode", json=_end_body(uuid, task), headers=cid)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == "InvalidRequest" and field in r.json()["detail"]
+        assert sp.store.get_episode(uuid).status.value == "open"  # nothing was written
+
+
+def test_non_finite_numbers_and_long_client_ids_are_refused(tmp_path: Path):
+    with proxy_on_stub(tmp_path, "bounds") as sp:
+        uuid = _begin_and_call(sp.client, sp.proxy.url)
+        raw = '{"episode_uuid": "%s", "task": {"task_id": "t", "metadata": {"score": Infinity}}, ' % uuid
+        r = httpx.post(
+            f"{sp.proxy.url}/swarm/end_episode",
+            content=raw + '"workflow_output": {"reward": 1.0}}',
+            headers={"Content-Type": "application/json", CLIENT_HEADER: sp.client.client_id},
+        )
+        assert r.status_code == 422 and "task.metadata.score" in r.json()["detail"], r.text
+        r = httpx.post(f"{sp.proxy.url}/swarm/begin_episode", json={}, headers={CLIENT_HEADER: "c" * 300})
+        assert r.status_code == 422 and r.json()["fields"] == [CLIENT_HEADER], r.text
+        r = httpx.post(f"{sp.proxy.url}/swarm/begin_episode", json={"mission": "m\u0000"})
+        assert r.status_code == 422 and "mission" in r.json()["detail"], r.text
+        r = httpx.post(f"{sp.proxy.url}/swarm/begin_episode", json={}, headers={CLIENT_HEADER: "c" * 256})
+        assert r.status_code == 200, r.text  # the column's width is kept, not less
+
+
+# ------------------------------------------------------------------ PostgreSQL: one bad value, its neighbours commit
+@pytest.fixture(scope="module")
+def pg_url():
+    if not postgres.available():
+        pytest.skip("no PostgreSQL binaries on this machine")
+    with postgres.postgres_url() as url:
+        yield url
+
+
+def _fresh_pg(url: str, name: str) -> str:
+    """A database of its own on the server of `url` (each test starts from an empty store)."""
+    eng = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    eng.dispose()
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+@needs_pg
+def test_a_value_postgresql_refuses_fails_only_its_own_call_record(pg_url: str):
+    """The group commit's contract, at the database: a batch that PostgreSQL rolls back for one record's value is
+    written again record by record, so the 20 healthy records commit and only the bad one is refused."""
+    store = Store(_fresh_pg(pg_url, "split_calls"))
+    writer = CallLogWriter(store)
+    writer.start()
+    try:
+        good = [a_call(f"ep{i}") for i in range(20)]
+        bad = replace(a_call("bad"), deployment="d" * 300)  # over the column's 128: PostgreSQL refuses
+
+        async def burst() -> list[object]:
+            return await asyncio.gather(*(writer.commit(r) for r in [*good[:10], bad, *good[10:]]),
+                                        return_exceptions=True)  # fmt: skip
+
+        results = asyncio.run(burst())
+        assert isinstance(results[10], StoreRefusedValue) and "refused a value" in str(results[10])
+        assert [r for i, r in enumerate(results) if i != 10] == [None] * 20
+        assert all(len(store.calls(r.episode_uuid)) == 1 for r in good) and store.calls("bad") == []
+    finally:
+        writer.stop()
+        store.close()
+
+
+@needs_pg
+def test_bursts_with_one_bad_request_leave_every_healthy_one_answered_on_postgresql(tmp_path: Path, pg_url: str):
+    """Round two's three bursts (20 healthy + 1 bad, three times each): before, 22, 16 and 28 of 60 healthy
+    requests got a plain 500 because the bad value rolled back their shared transaction."""
+    stub = start_stub(tmp_path)
+    db = _fresh_pg(pg_url, "bursts")
+    proxy, store = start_proxy(tmp_path, db), Store(db)
+    try:
+        client = SwarmClient(proxy.url, verbose=False)
+        ensure_rolling(client, store, stub.url)
+        statuses: dict[str, list[int]] = {"healthy": [], "bad": []}
+        for _ in range(3):
+            _burst_of_begins(proxy.url, statuses)
+            _burst_of_ends(client, proxy.url, statuses)
+        assert statuses["healthy"] and set(statuses["healthy"]) == {200}, statuses
+        assert set(statuses["bad"]) == {422}, statuses
+    finally:
+        proxy.close()
+        stub.close()
+        store.close()
+
+
+def _in_parallel(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
+def _burst_of_begins(url: str, statuses: dict[str, list[int]]) -> None:
+    def begin(client_id: str):
+        return lambda: httpx.post(f"{url}/swarm/begin_episode", json={}, headers={CLIENT_HEADER: client_id}, timeout=30)
+
+    answers = _in_parallel([begin(f"healthy-{i}") for i in range(20)] + [begin("x" * 300)])
+    statuses["healthy"] += [a.status_code for a in answers[:20]]
+    statuses["bad"].append(answers[20].status_code)
+
+
+def _burst_of_ends(client: SwarmClient, url: str, statuses: dict[str, list[int]]) -> None:
+    uuids = [_begin_and_call(client, url) for _ in range(22)]
+    cid = {CLIENT_HEADER: client.client_id}
+
+    def end(uuid: str, task: dict, metrics: str = "{}"):
+        body = '{"episode_uuid": "%s", "task": %s, "workflow_output": {"reward": 1.0, "log_metrics": %s}}'
+        content = body % (uuid, json.dumps(task), metrics)
+        return lambda: httpx.post(
+            f"{url}/swarm/end_episode", content=content, headers={**cid, "Content-Type": "application/json"}, timeout=30
+        )
+
+    calls = [end(u, {"task_id": "t"}) for u in uuids[:20]]
+    calls += [end(uuids[20], {"task_id": "a\u0000b"}), end(uuids[21], {"task_id": "t"}, '{"m": 1e309}')]
+    answers = _in_parallel(calls)
+    statuses["healthy"] += [a.status_code for a in answers[:20]]
+    statuses["bad"] += [a.status_code for a in answers[20:]]
+
+
+# ------------------------------------------------------------------ a silent trainer: a bounded wait, then an error
+def _silence_the_trainer(store: Store, seconds: float) -> None:
+    with store._w.begin() as c:
+        c.execute(engine_state.update().values(trainer_heartbeat=time.time() - seconds))
+
+
+def test_a_silent_trainer_ends_the_wait_of_begin_episode(tmp_path: Path):
+    with proxy_on_stub(tmp_path, "silent") as sp:
+        _silence_the_trainer(sp.store, TRAINER_TIMEOUT_S + 5)
+        client = SwarmClient(sp.proxy.url, verbose=False, trainer_max_silence=2.0)
+        t0 = time.monotonic()
+        with pytest.raises(TrainerUnresponsive, match="no trainer heartbeat") as e:
+            client.begin_episode()
+        assert 2.0 <= time.monotonic() - t0 < 10.0  # waited its bound, then gave up (before: up to 3600 s)
+        assert e.value.status == 503
+        status = client.get_engine_status()
+        assert status.trainer_silent_s is not None and status.trainer_silent_s > TRAINER_TIMEOUT_S
+        sp.store.heartbeat()  # the trainer is back: begins work again, and the status says so
+        assert client.begin_episode()[0]
+        assert client.get_engine_status().trainer_silent_s is None
+
+
+# ------------------------------------------------------------------ a full disk
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0  # fmt: skip
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "4m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount); the full-disk case is not run")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_is_named_as_the_store_and_the_reward_lands_once_there_is_room(tmp_path: Path, small_disk: Path):
+    stub = start_stub(tmp_path)
+    url = sqlite_url(small_disk / "store.db")
+    proxy, store = start_proxy(tmp_path, url), Store(url)
+    try:
+        client = SwarmClient(proxy.url, verbose=False, store_max_wait=30.0)
+        ensure_rolling(client, store, stub.url)
+        store.heartbeat()
+        uuid = _begin_and_call(client, proxy.url)
+        filler = _fill(small_disk)
+        r = httpx.post(
+            f"{proxy.url}/swarm/end_episode",
+            json=_end_body(uuid, {"task_id": "t"}),
+            headers={CLIENT_HEADER: client.client_id},
+        )
+        assert r.status_code == 503 and r.headers.get("Retry-After"), r.text  # before: 500 "Internal Server Error"
+        assert (
+            r.json()["error"] == "StoreUnavailable" and "store" in r.json()["detail"] and "full" in r.json()["detail"]
+        )
+
+        _silence_the_trainer_on_full_disk(store, filler)
+        r = httpx.post(f"{proxy.url}/swarm/begin_episode", json={})
+        assert r.status_code == 503 and r.json()["error"] == "StoreUnavailable", r.text  # not "the trainer is down"
+        assert "heartbeat" in r.json()["detail"] and "full" in r.json()["detail"]
+        with pytest.raises(ServerStoreUnavailable):
+            SwarmClient(proxy.url, verbose=False, store_max_wait=1.0).begin_episode()
+
+        threading.Timer(2.0, filler.unlink).start()  # room again while the client retries its end
+        result = client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.5))
+        assert result.status.value == "ended" and store.get_episode(uuid).reward == 0.5  # the reward was not lost
+    finally:
+        proxy.close()
+        stub.close()
+        store.close()
+
+
+def _silence_the_trainer_on_full_disk(store: Store, filler: Path) -> None:
+    """Make the heartbeat old, as a trainer that cannot write it would leave it (room for this one write only)."""
+    filler.unlink()
+    _silence_the_trainer(store, TRAINER_TIMEOUT_S + 5)
+    _fill(filler.parent)
