@@ -1,15 +1,17 @@
 """The original "Demo 1" client runs against ajet-proxy with only its constants changed."""
 
+import os
 import threading
 import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from ajet.types import EngineState, EpisodeStatus
 from ajet_store import Store, sqlite_url
 from tests.e2e.seed_script import run_script, with_constants
-from tests.support.procs import REPO, start_proxy
+from tests.support.procs import REPO, Trainer, start_proxy
 from tests.support.rolling import make_rolling
 
 ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"#### {2 * i}"} for i in range(6)]
@@ -55,5 +57,48 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
     finally:
         stop.set()
         th.join(5)
+        px.close()
+        st.close()
+
+
+@pytest.mark.slow
+def test_demo1_job_with_its_gpu_count_trains_on_verl_on_a_cpu_box(tmp_path):
+    """Round two: the seed's job (n_gpu 8, the default) on `--backend verl` without a GPU failed to boot ("needs 8
+    CPU(s) in the Ray cluster"), and its client waited 12 minutes. On the CPU platform n_gpu maps to the ranks the
+    node's CPUs hold, with one log line, and the job trains through verl's real actor."""
+    data = tmp_path / "gsm8k" / "main"
+    data.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(ROWS[:4]), data / "train-00000-of-00001.parquet")
+    url = sqlite_url(tmp_path / "seed-verl.db")
+    px = start_proxy(tmp_path, url)
+    trainer = Trainer(tmp_path, url, tmp_path / "exp", backend="verl")
+    st = Store(url)
+    try:
+        script = with_constants(
+            REPO / "tests/e2e/seed/demo1_client.py",
+            tmp_path / "demo1.py",
+            REMOTE_SWARM_URL=px.url,
+            LOCAL_DATASET_PATH=str(data.parent),
+            LOCAL_NUM_EPOCH=1,
+            LOCAL_GRPO_N=2,
+            REMOTE_BATCH_SIZE=2,
+            REMOTE_ALLOCATE_GPU_PER_NODE=8,
+            REMOTE_TRAIN_MODEL="builtin:tiny",
+            STOP_ENGINE_AT_END=False,
+        )
+        res = run_script(script, timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr + trainer.log_tail()
+        deadline = time.monotonic() + 300
+        while len(st.steps()) < 2:  # 4 tasks x 2 in batches of 2 tasks: two steps
+            assert time.monotonic() < deadline and trainer.proc.poll() is None, trainer.log_tail()
+            time.sleep(0.5)
+        cpus = len(os.sched_getaffinity(0))
+        log = trainer.log_path.read_text(errors="replace")
+        assert f"asks for n_gpu=8; on the CPU platform that is one gloo rank per CPU, and this node has {cpus}" in log
+        assert st.engine_row().job.n_gpu == 8  # the store keeps the job as sent; the trainer fits it to the box
+        assert st.engine_row().last_error is None
+        assert all(s.metrics.get("loss") is not None for s in st.steps())  # verl's actor took each step
+    finally:
+        trainer.close()
         px.close()
         st.close()

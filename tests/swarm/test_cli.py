@@ -219,3 +219,50 @@ def test_how_the_swarm_reports_a_child_that_died():
     assert exit_status([("proxy", 0)], []) == 1  # a child has no reason to stop on its own
     assert exit_status([], [0, -15]) == 0  # stopped by the user: the children's SIGTERM is expected
     assert exit_status([], [0, 2]) == 2
+
+
+def test_the_engine_key_lives_only_in_the_store(tmp_path):
+    """The embedded engine's internal key must be sent by the proxy, so the store keeps it as is (not hashed): it
+    is found there, in files only the owner reads, and nowhere else: not in the logs, the children's command lines
+    or environments, nor any answer of the control API or the monitor."""
+    import stat
+    import sys
+    from pathlib import Path
+
+    import httpx
+    import psutil
+
+    from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+    from ajet_store import Store, sqlite_url
+    from tests.support.procs import Proc, free_port
+
+    db_path, port = tmp_path / "swarm.db", free_port()
+    swarm = Proc(
+        [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db",
+         sqlite_url(db_path), "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu", "--log-level", "debug"],
+        f"http://127.0.0.1:{port}", "/health", tmp_path / "swarm.log",
+    )  # fmt: skip
+    st = Store(sqlite_url(db_path))
+    try:
+        client = SwarmClient(swarm.url, verbose=False)
+        client.auto_sync_train_config_and_start_engine(AgentJetJob(model="builtin:tiny", batch_size=1, num_repeat=1))
+        uuid, creds = client.begin_episode()
+        creds.as_openai_client().chat.completions.create(model="policy", messages=[{"role": "user", "content": "a"}])
+        client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+        key = st.deployments()[0].api_key
+        assert key and len(key) >= 32
+        answers = [httpx.get(f"{swarm.url}{path}").text for path in
+                   ("/swarm/get_engine_status", "/swarm/get_rollout_stat", "/openapi.json", "/health")]  # fmt: skip
+        answers.append(httpx.post(f"{swarm.url}/swarm/get_episode", json={"episode_uuid": uuid}).text)
+        assert all(a and "Error" not in a[:40] for a in answers), answers
+        assert all(key not in a for a in answers)
+        for child in psutil.Process(swarm.proc.pid).children(recursive=True):
+            assert key not in " ".join(child.cmdline()) and key not in str(child.environ())
+        assert key not in swarm.log_tail(10**7)
+        logs = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".log", ".jsonl", ".txt", ".yaml")]
+        assert all(key not in p.read_text(errors="replace") for p in logs)
+        for f in tmp_path.glob("swarm.db*"):  # the database, its WAL and shared memory: the owner's only
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    finally:
+        swarm.close()
+        st.close()

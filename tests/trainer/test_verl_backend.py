@@ -23,7 +23,7 @@ from ajet_trainer.options import TrainerOptions
 from ajet_trainer.samples import assemble, flatten
 from ajet_trainer.steps import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
+from ajet_trainer.verl_backend.config import compose_verl_config, cpu_ranks, fit_job_to_cpus, write_job_yaml
 from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
 from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, start_local_ray, validate
 from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
@@ -408,3 +408,30 @@ def test_a_local_ray_that_times_out_starting_is_started_again_and_other_failures
     with pytest.raises(ValueError, match="bad runtime env"):
         start_local_ray(init([ValueError("bad runtime env")]), lambda: calls.append("shutdown"))
     assert calls == ["init"]
+
+
+@pytest.mark.parametrize(
+    "n_gpu, cpus, rows, mini_rows, ranks",
+    [
+        (8, 2, 128, 128, 2),  # the seed's job on a 2-core box
+        (1, 2, 4, 4, 1),  # fits: unchanged
+        (8, 8, 6, 6, 8),  # fits: unchanged, whatever verl then says of the split
+        (8, 4, 6, 6, 3),  # the most ranks that split 6 rows: 3
+        (8, 3, 8, 4, 2),
+        (4, 1, 8, 8, 1),
+    ],
+)
+def test_n_gpu_becomes_the_ranks_a_cpu_node_holds(n_gpu, cpus, rows, mini_rows, ranks):
+    assert cpu_ranks(n_gpu, cpus, rows, mini_rows) == ranks
+
+
+def test_a_job_fitted_to_a_cpu_node_says_so_once(caplog):
+    job = AgentJetJob(batch_size=32, num_repeat=4)  # n_gpu 8, the default
+    with caplog.at_level("WARNING"):
+        fitted = fit_job_to_cpus(job, 2)
+        assert fit_job_to_cpus(fitted, 2) is fitted
+    assert fitted.n_gpu == 2 and fitted.model_copy(update={"n_gpu": 8}) == job
+    assert [r.getMessage() for r in caplog.records] == [
+        "the job asks for n_gpu=8; on the CPU platform that is one gloo rank per CPU, and this node has 2: "
+        "training with 2 rank(s) per node"
+    ]

@@ -8,6 +8,7 @@ so that the client package knows nothing of verl. The default user overrides are
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -21,8 +22,37 @@ from ajet_trainer.errors import ConfigurationError
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_OVERRIDES_NAME = "verl_overrides.yaml"
 """The default overrides, `configs/verl_overrides.yaml` (in a wheel, package data of `ajet`)."""
+
+
+def cpu_ranks(n_gpu: int, cpus: int, rows: int, mini_rows: int) -> int:
+    """The gloo ranks per node that a job's `n_gpu` becomes on verl's CPU platform, where each rank takes one CPU
+    of Ray's: `n_gpu` on a node with that many CPUs; else the most ranks its CPUs hold that still split the
+    batch's `rows` and a mini-batch's `mini_rows` evenly, as verl requires (1 at least)."""
+    if n_gpu <= cpus:
+        return n_gpu
+    for ranks in range(max(1, cpus), 1, -1):
+        if rows % ranks == 0 and mini_rows % ranks == 0:
+            return ranks
+    return 1
+
+
+def fit_job_to_cpus(job: AgentJetJob, cpus: int) -> AgentJetJob:
+    """The job as it trains on a CPU node of `cpus` CPUs: its `n_gpu` mapped by `cpu_ranks`, with one log line
+    when that changes it (a seed job asks for 8 GPUs by default; a CPU box trains it with what it has)."""
+    rows = job.batch_size * job.num_repeat
+    mini_rows = max(1, job.batch_size // job.mini_batch_num) * job.num_repeat
+    ranks = cpu_ranks(job.n_gpu, cpus, rows, mini_rows)
+    if ranks == job.n_gpu:
+        return job
+    logger.warning(
+        "the job asks for n_gpu=%d; on the CPU platform that is one gloo rank per CPU, and this node has %d: "
+        "training with %d rank(s) per node", job.n_gpu, cpus, ranks
+    )  # fmt: skip
+    return job.model_copy(update={"n_gpu": ranks})
 
 
 def job_overrides(job: AgentJetJob) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from ajet_trainer.serving import make_serving
 from ajet_trainer.steps import reconcile_store, record_step
 from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import AssemblyStats, Metrics, PolicyModel, Tokenizer
-from ajet_trainer.verl_backend.config import compose_verl_config, write_job_yaml
+from ajet_trainer.verl_backend.config import compose_verl_config, fit_job_to_cpus, write_job_yaml
 
 if TYPE_CHECKING:
     import torch
@@ -290,6 +290,7 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
         from ajet_trainer.verl_backend.cpu_platform import use_cpu_platform
 
         use_cpu_platform()
+        job = fit_job_to_cpus(job, len(os.sched_getaffinity(0)))  # Ray's CPUs on this node: its workers' ranks
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
     write_job_yaml(job, exp_dir / "job.yaml")
