@@ -2,14 +2,17 @@
 
 import asyncio
 import math
+import time
 
 import httpx
 import pytest
 import torch
 
 from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.engine.chat import longest_token_chars, prompt_ids, tokens_at_least
 from ajet_trainer.engine.generation import GenRequest, generate_batch
 from ajet_trainer.engine.server import eos_token_ids
+from ajet_trainer.errors import EngineRequestError
 
 MSGS = [{"role": "user", "content": "Say the letter: c"}]
 HEALTHY = 8
@@ -120,3 +123,57 @@ def test_with_an_internal_key_only_its_bearer_is_served(tiny):
         assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200  # liveness stays open
     finally:
         eng.stop()
+
+
+def test_a_prompt_that_cannot_fit_is_refused_before_it_is_templated(tiny):
+    """Round two: an 8 MiB message (under the proxy's body limit) was templated and tokenized, 14 s, before its
+    400. A lower bound counted from the text alone (the longest token's characters) refuses it first."""
+    _model, tok = tiny
+    token_chars = longest_token_chars(tok)
+    assert 1 <= token_chars <= 64
+    huge = {"messages": [{"role": "user", "content": "x" * (4096 * token_chars)}]}
+    assert tokens_at_least(huge["messages"], token_chars) == 4096
+
+    class Untouchable:  # the tokenizer, which must not be asked
+        def __len__(self) -> int:
+            return len(tok)
+
+        def __getattr__(self, name: str):
+            raise AssertionError(f"the tokenizer was asked for {name}")
+
+    with pytest.raises(EngineRequestError, match="at least 4096 tokens; this model's context is 4096"):
+        prompt_ids(Untouchable(), huge, max_context=4096, token_chars=token_chars)
+    fits = {"messages": [{"role": "user", "content": "x" * 100}]}
+    assert prompt_ids(tok, fits, max_context=4096, token_chars=token_chars)  # under the bound: rendered as ever
+
+
+def test_a_slow_body_to_parse_delays_no_other_call(engine, monkeypatch):
+    """Templating and tokenizing run off the engine's event loop: while one request's body takes 3 s to parse,
+    calls of other episodes are answered (before, the loop was held, and every call waited for it)."""
+    eng, url = engine
+    parse = eng._chat_request
+
+    def slow(body):
+        if body["messages"][0]["content"] == "slow":
+            time.sleep(3.0)
+        return parse(body)
+
+    monkeypatch.setattr(eng, "_chat_request", slow)
+
+    async def race() -> list[str]:
+        done: list[str] = []
+        async with httpx.AsyncClient(timeout=60) as http:
+
+            async def post(name: str, text: str) -> None:
+                body = {"messages": [{"role": "user", "content": text}], "max_tokens": 2}
+                r = await http.post(url + "/chat/completions", json=body)
+                assert r.status_code == 200, r.text
+                done.append(name)
+
+            slow_one = asyncio.create_task(post("slow", "slow"))
+            await asyncio.sleep(0.3)  # the slow body is being parsed
+            await asyncio.gather(*(post(f"healthy-{i}", "say a") for i in range(3)))
+            await slow_one
+        return done
+
+    assert asyncio.run(race())[-1] == "slow"

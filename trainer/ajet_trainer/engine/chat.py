@@ -85,13 +85,39 @@ def forwarded_prompt(body: dict[str, Any], vocab_size: int) -> Optional[list[int
     return ids
 
 
-def prompt_ids(tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None) -> list[int]:
+KEPT_ROLES = ("system", "user", "tool")
+"""Roles whose text every chat template renders whole (an assistant turn's may be cut, e.g. earlier `<think>`)."""
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token can stand for: its vocabulary's longest piece (a byte-level piece spells each
+    byte with one character, a sentencepiece piece its text and a marker), so a text of N characters is at least
+    N / this many tokens."""
+    return max((len(piece) for piece in tokenizer.get_vocab()), default=1) or 1
+
+
+def tokens_at_least(messages: list[dict[str, Any]], token_chars: int) -> int:
+    """A lower bound on the prompt's tokens, counted without the template or the tokenizer (cheap for a body of
+    any size): the text of the turns every template keeps, over the longest token's characters."""
+    chars = sum(len(content_text(m.get("content"))) for m in messages if m.get("role") in KEPT_ROLES)
+    return chars // token_chars
+
+
+def prompt_ids(
+    tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None, token_chars: int = 0
+) -> list[int]:
     """Token ids of the request's prompt: the forwarded token prompt when it has one, else the rendered chat
     prompt (generation prompt added), of a body that passed `ajet.chat_fields.check_chat_fields`;
     `EngineRequestError` when the chat template refuses the messages or the prompt leaves no room in the
-    model's context."""
+    model's context. With `token_chars` (`longest_token_chars`) a prompt that cannot fit is refused before it is
+    rendered: a huge body costs no templating or tokenizing."""
     ids = forwarded_prompt(body, len(tokenizer))
     if ids is None:
+        least = tokens_at_least(body["messages"], token_chars) if token_chars and max_context else 0
+        if max_context is not None and least >= max_context:
+            raise EngineRequestError(
+                f"messages: the prompt is at least {least} tokens; this model's context is {max_context} tokens"
+            )
         ids = render_ids(tokenizer, body["messages"], template_tools(body))
     if max_context is not None and len(ids) >= max_context:
         raise EngineRequestError(

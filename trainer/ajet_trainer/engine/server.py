@@ -18,6 +18,7 @@ import queue
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar, Union
 
@@ -33,6 +34,7 @@ from ajet_trainer.engine.chat import (
     completion_body,
     gen_request,
     logprob_item,
+    longest_token_chars,
     parse_tool_calls,
     prompt_ids,
     render_ids,
@@ -45,6 +47,9 @@ from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+PARSE_THREADS = 4
+"""Threads that decode, template and tokenize request bodies (the loop only reads bytes and writes answers)."""
 
 
 @dataclass
@@ -95,6 +100,10 @@ class EmbeddedEngine:
         self.weights_lock = threading.Lock()
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.max_context: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.token_chars = longest_token_chars(tokenizer)
+        """The most characters one token stands for: bounds a prompt's tokens before it is rendered."""
+        self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="ajet-engine-parse")
+        """Where bodies are decoded, templated and tokenized: off the event loop, so a huge one delays no one."""
         self.stats = {"requests": 0, "batches": 0, "max_batch_seen": 0}
         self._q: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
@@ -121,6 +130,7 @@ class EmbeddedEngine:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._server_thread is not None:
             self._server_thread.join(10)
+        self._parsers.shutdown(wait=False, cancel_futures=True)
 
     def _serve(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
@@ -214,7 +224,7 @@ class EmbeddedEngine:
     async def _tokenize(self, request: web.Request) -> web.Response:
         """`POST /tokenize`, as vLLM serves it: `messages` (+ `tools`, `add_generation_prompt`) through the chat
         template, or a text `prompt`; answers `{"count", "max_model_len", "tokens"}`."""
-        ids = await _read(request, self._tokenize_body)
+        ids = await _read(request, self._tokenize_body, self._parsers)
         if isinstance(ids, web.Response):
             return ids
         out = {"count": len(ids), "max_model_len": self.max_context, "tokens": ids}
@@ -235,11 +245,11 @@ class EmbeddedEngine:
     def _chat_request(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[int], GenRequest]:
         check_chat_fields(body)
         check_engine_support(body)
-        prompt = prompt_ids(self.tokenizer, body, self.max_context)
+        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars)
         return body, prompt, gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        checked = await _read(request, self._chat_request)
+        checked = await _read(request, self._chat_request, self._parsers)
         if isinstance(checked, web.Response):
             return checked
         body, prompt, req = checked
@@ -341,19 +351,27 @@ class EmbeddedEngine:
         return resp
 
 
-async def _read(request: web.Request, parse: Callable[[dict[str, Any]], _T]) -> Union[_T, web.Response]:
-    """The request's JSON object through `parse` (which checks it), or the 400 naming the field that is wrong."""
+async def _read(
+    request: web.Request, parse: Callable[[dict[str, Any]], _T], pool: ThreadPoolExecutor
+) -> Union[_T, web.Response]:
+    """The request's JSON object through `parse` (which checks it, renders and tokenizes it) on `pool`, or the 400
+    naming the field that is wrong."""
+    raw = await request.read()
     try:
-        body = orjson.loads(await request.read())
-        if not isinstance(body, dict):
-            raise ChatFieldError("body", "expected a JSON object")
-        return parse(body)
+        return await asyncio.get_running_loop().run_in_executor(pool, _parse, raw, parse)
     except orjson.JSONDecodeError as exc:
         return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
     except ChatFieldError as exc:
         return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
     except EngineRequestError as exc:
         return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
+
+
+def _parse(raw: bytes, parse: Callable[[dict[str, Any]], _T]) -> _T:
+    body = orjson.loads(raw)
+    if not isinstance(body, dict):
+        raise ChatFieldError("body", "expected a JSON object")
+    return parse(body)
 
 
 def _error(status: int, code: ErrorCode, message: str, param: Optional[str]) -> web.Response:
