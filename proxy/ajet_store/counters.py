@@ -6,6 +6,7 @@ counts:
 - `calls`, `call_errors`: logged calls (`write_calls`);
 - `episodes_without_calls`: episodes ended without a single call (they never train);
 - `episodes_stale`: ended episodes dropped as older than an asynchronous job's `max_staleness`;
+- `episodes_lost_call`: ended episodes with a numbered call never stored (in flight when a proxy died);
 - `episodes:<status>`: episodes by status (every status change);
 - `mission:<status>:<mission>` and `mission:reward_sum:<mission>`: train episodes of each mission by
   status, and the sum of their rewards once ended (the mission table of the monitor).
@@ -29,6 +30,11 @@ WITHOUT_CALLS = "episodes_without_calls"
 """The counter of such episodes (shown by the statistics and the monitor)."""
 STALE = "episodes_stale"
 """The counter of ended episodes an asynchronous batch dropped as too old to train (`max_staleness`)."""
+LOST_CALL = "episodes_lost_call"
+"""The counter of ended episodes that never train because a call numbered for them was never stored (in flight
+when the proxy died): the trainer reports how many each step (`lost_call_episodes`)."""
+LOST_CALL_PREFIX = "calls numbered up to "
+"""How the `untrainable_reason` of such an episode starts."""
 STALE_PREFIX = "stale: "
 """How the `untrainable_reason` of such an episode starts."""
 NO_MISSION = "-"
@@ -124,6 +130,7 @@ def totals_from(kept: dict[str, float]) -> dict[str, int]:
     out["calls"], out["call_errors"] = int(kept.get("calls", 0)), int(kept.get("call_errors", 0))
     out["without_calls"] = int(kept.get(WITHOUT_CALLS, 0))
     out["stale"] = int(kept.get(STALE, 0))
+    out["lost_call"] = int(kept.get(LOST_CALL, 0))
     return out
 
 
@@ -160,6 +167,10 @@ def backfill(c: sa.Connection) -> None:
             "call_errors": c.execute(sa.select(sa.func.count()).where(lc.error.is_not(None))).scalar() or 0,
             WITHOUT_CALLS: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason == NO_CALLS)).scalar() or 0,
             STALE: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason.startswith(STALE_PREFIX))).scalar()
+            or 0,
+            LOST_CALL: c.execute(
+                sa.select(sa.func.count()).where(e.untrainable_reason.startswith(LOST_CALL_PREFIX))
+            ).scalar()
             or 0,
         }
     ]

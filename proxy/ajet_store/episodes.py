@@ -361,6 +361,8 @@ def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[Ep
         c.execute(_MARK_UNTRAINABLE, {"b_uuid": e.uuid, "b_reason": why})
         if why == counters.NO_CALLS:
             deltas[counters.WITHOUT_CALLS] = 1
+        else:
+            deltas[counters.LOST_CALL] = 1
     tally.add(deltas, e.client_id, "ended")
     return replace(
         row,
@@ -386,5 +388,7 @@ def untrainable_at_end(count: int, top: Optional[int]) -> Optional[str]:
     if top is None:
         return counters.NO_CALLS
     if count != top + 1:
-        return f"calls numbered up to {top} but only {count} stored: a call was lost (e.g. a proxy crash mid-call)"
+        return (
+            f"{counters.LOST_CALL_PREFIX}{top} but only {count} stored: a call was lost (e.g. a proxy crash mid-call)"
+        )
     return None

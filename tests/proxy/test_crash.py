@@ -1,12 +1,14 @@
 """A proxy killed with SIGKILL and restarted loses no ended episode and no logged call, and open
 episodes carry on with their keys."""
 
+import time
+
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EpisodeStatus
 from ajet_store import Store, sqlite_url
-from tests.support.procs import free_port, start_proxy
+from tests.support.procs import free_port, start_proxy, start_stub
 from tests.support.rolling import ensure_rolling
 
 MSGS = [{"role": "user", "content": "survive this"}]
@@ -59,9 +61,12 @@ def test_sigkill_loses_nothing_and_keys_survive(module_tmp, stub):
         st.close()
 
 
-async def _hammer(url: str, keys: dict[str, str], answered: dict[str, set[str]], enough: int, kill) -> int:
-    """Each episode calls in a loop (every third call streamed) until the proxy dies; kill it once
-    `enough` calls were answered. Returns the number of calls answered."""
+async def _hammer(
+    url: str, keys: dict[str, str], answered: dict[str, set[str]], enough: int, kill, in_flight: set[str]
+) -> int:
+    """Each episode calls in a loop (every third call streamed; every fourth episode in two loops at once, as an
+    agent with parallel tool calls) until the proxy dies; kill it once `enough` calls were answered. Episodes
+    with a call sent and not answered when it died go in `in_flight`. Returns the number of calls answered."""
     import asyncio
 
     import httpx
@@ -78,12 +83,16 @@ async def _hammer(url: str, keys: dict[str, str], answered: dict[str, set[str]],
             body = {"model": "m", "messages": MSGS, "stream": i % 3 == 0}
             try:
                 r = await http.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+            except httpx.ConnectError:
+                return  # the proxy was gone before this call: never received
             except httpx.HTTPError:
+                in_flight.add(uuid)  # received, then the connection died with the proxy
                 return
             if r.status_code != 200:
                 continue
             if body["stream"]:
                 if b"data: [DONE]" not in r.content:
+                    in_flight.add(uuid)
                     continue  # cut off by the kill: not an answered call
                 first = r.content.split(b"\n\n")[0].removeprefix(b"data: ")
                 answered[uuid].add(orjson.loads(first)["id"])
@@ -94,27 +103,34 @@ async def _hammer(url: str, keys: dict[str, str], answered: dict[str, set[str]],
                 killed.set()
                 await asyncio.to_thread(kill)
 
-    limits = httpx.Limits(max_connections=len(keys))
+    limits = httpx.Limits(max_connections=2 * len(keys))
     async with httpx.AsyncClient(timeout=30, limits=limits) as http:
-        await asyncio.gather(*(one_episode(http, u, k) for u, k in keys.items()))
+        loops = [
+            one_episode(http, u, k) for i, (u, k) in enumerate(keys.items()) for _ in range(2 if i % 4 == 0 else 1)
+        ]
+        await asyncio.gather(*loops)
     return count
 
 
 @pytest.mark.slow
 def test_sigkill_under_load_loses_no_answered_call(module_tmp, stub):
-    """200 concurrent episodes; SIGKILL of the proxy mid-load; every answered call is in the store, and an
-    episode with a call lost mid-flight is never trained."""
+    """200 concurrent episodes; SIGKILL of the proxy mid-load; every answered call is in the store; after the
+    restart the agents carry on; an episode is untrainable only when a call of it was in flight at the kill (and
+    then it is counted)."""
     import asyncio
 
+    import httpx
     import orjson
 
-    url, port, px, st, client = rolling_proxy(module_tmp, stub, "load.db")
+    slow = start_stub(module_tmp, "--delay", "0.05")  # answers take 50 ms: calls are in flight at the kill
+    url, port, px, st, client = rolling_proxy(module_tmp, slow, "load.db")
     keys = {}
     for _ in range(200):
         uuid, creds = client.begin_episode()
         keys[uuid] = creds.api_key
     answered: dict[str, set[str]] = {u: set() for u in keys}
-    n = asyncio.run(_hammer(px.url, keys, answered, enough=1000, kill=px.kill))
+    in_flight: set[str] = set()
+    n = asyncio.run(_hammer(px.url, keys, answered, enough=1000, kill=px.kill, in_flight=in_flight))
     stored = {u: {orjson.loads(c.response)["id"] for c in st.calls(u) if c.response and c.error is None} for u in keys}
     missing = {u: answered[u] - stored[u] for u in keys if answered[u] - stored[u]}
     print(
@@ -125,12 +141,70 @@ def test_sigkill_under_load_loses_no_answered_call(module_tmp, stub):
 
     px2 = start_proxy(module_tmp, url, port=port)
     try:
-        for u in keys:
+        for u, key in keys.items():  # every agent carries on after the restart, then ends its episode
+            for _ in range(2):
+                r = httpx.post(px2.url + "/v1/chat/completions", json={"model": "m", "messages": MSGS},
+                               headers={"Authorization": f"Bearer {key}"}, timeout=30)  # fmt: skip
+                assert r.status_code == 200, r.text
             client.end_episode(Task(task_id="t"), u, WorkflowOutput(reward=1.0))
+        untrainable = set()
         for u in keys:
             row, seqs = st.get_episode(u), [c.seq for c in st.calls(u)]
             complete = seqs == list(range(len(seqs)))
             assert row.untrainable == (not complete), (u, seqs, row.untrainable_reason)
+            if row.untrainable:
+                untrainable.add(u)
+        print(f"kill under load: {len(in_flight)} episodes had a call in flight, {len(untrainable)} untrainable")
+        assert untrainable <= in_flight, untrainable - in_flight  # before the fixes: 41 of 86 had none in flight
+        assert st.totals()["lost_call"] == len(untrainable)  # counted, for the step's metrics
+    finally:
+        px2.close()
+        st.close()
+        slow.close()
+
+
+@pytest.mark.slow
+def test_a_call_in_flight_at_a_kill_leaves_a_counted_gap(module_tmp, stub):
+    """An agent with two calls at once: the first (a slow stream) is in flight when the proxy dies, the second was
+    answered and stored. Its history lost a call, so the episode never trains, and the store counts it as a
+    lost-call episode (the trainer reports the count in the step's metrics); an episode with nothing in flight
+    at the kill trains as usual."""
+    import threading
+
+    import httpx
+
+    url, port, px, st, client = rolling_proxy(module_tmp, stub, "gap.db")
+    lost, calm = client.begin_episode(), client.begin_episode()
+    for _uuid, creds in (lost, calm):
+        creds.as_openai_client(max_retries=0).chat.completions.create(model="m", messages=MSGS)  # call 0
+    headers = {"Authorization": f"Bearer {lost[1].api_key}"}
+    slow = {"model": "m", "messages": MSGS, "stream": True, "stub_chunk_delay": 1.0}
+    cut: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            with httpx.stream("POST", px.url + "/v1/chat/completions", json=slow, headers=headers, timeout=30) as r:
+                r.read()
+        except httpx.HTTPError as exc:
+            cut.append(exc)
+
+    th = threading.Thread(target=stream)
+    th.start()  # call 1, in flight for seconds
+    time.sleep(0.5)
+    lost[1].as_openai_client(max_retries=0).chat.completions.create(model="m", messages=MSGS)  # call 2: stored
+    px.kill()
+    th.join(30)
+    assert cut, "the slow stream was not cut by the kill"
+    px2 = start_proxy(module_tmp, url, port=port)
+    try:
+        for uuid, creds in (lost, calm):
+            creds.as_openai_client(max_retries=0).chat.completions.create(model="m", messages=MSGS)
+            client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+        assert [c.seq for c in st.calls(lost[0])] == [0, 2, 3]
+        row = st.get_episode(lost[0])
+        assert row.untrainable and row.untrainable_reason.startswith("calls numbered up to 3 but only 3 stored")
+        assert not st.get_episode(calm[0]).untrainable
+        assert st.totals()["lost_call"] == 1
     finally:
         px2.close()
         st.close()

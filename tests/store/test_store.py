@@ -307,7 +307,7 @@ def test_kept_counters_equal_a_recount_of_the_rows(st):
             [
                 CallRecord(
                     f"e{i}",
-                    0,
+                    1 if i == 3 else 0,  # e3's call 0 was lost: it counts as such
                     "{}",
                     "{}",
                     [1],
@@ -331,6 +331,7 @@ def test_kept_counters_equal_a_recount_of_the_rows(st):
         counters.backfill(c)
     assert kept == (st.totals(), st.missions())
     assert kept[0]["ended"] == 4 and kept[0]["calls"] == 4 and kept[0]["call_errors"] == 1 and kept[0]["open"] == 0
+    assert kept[0]["lost_call"] == 1
     m1 = next(m for m in kept[1] if m["mission"] == "m1")
     assert m1 == {"mission": "m1", "open": 0, "ended": 1, "aborted": 2, "reward_mean": 0.75}
 

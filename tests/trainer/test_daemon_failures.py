@@ -14,7 +14,7 @@ from ajet_trainer.daemon import TrainerDaemon
 from ajet_trainer.errors import CheckpointError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.steps import checkpoint_mismatch, reconcile_store
-from tests.support.stores import end_with_a_call
+from tests.support.stores import a_call, end_with_a_call
 
 JOB = AgentJetJob(batch_size=1, num_repeat=2)
 
@@ -47,8 +47,8 @@ class FakeSession:
         if self.failures:
             raise RuntimeError(self.failures.pop(0))
         self.step += 1
-        self.store.record_step(self.step, self.step, [p.uuid for p in batch], 0.5, {})
-        return {}
+        self.store.record_step(self.step, self.step, [p.uuid for p in batch], 0.5, dict(timers))  # as sessions do
+        return dict(timers)
 
     def close(self, final_checkpoint: bool) -> None:
         pass
@@ -225,3 +225,23 @@ def test_the_first_boot_waits_for_the_preloading_imports(rig, monkeypatch):
     d._preload.start()
     d.tick()
     assert events == ["preloaded", "boot imports"] and st.engine_row().state == EngineState.ROLLING
+
+
+def test_episodes_a_lost_call_kept_from_training_are_counted_in_the_steps_metrics(rig):
+    """An episode whose call was in flight when a proxy died (numbered, never stored) never trains; each step says
+    how many such episodes ended since the step before (the store's counter against the last step's total)."""
+    d, st, _plan = rig
+    d.tick()
+    for uuid in ("lost-1", "lost-2"):  # calls 0 and 2 stored, 1 lost with the proxy
+        st.begin_episode(uuid, "h" + uuid, "c", "train", 60)
+        st.write_calls([a_call(uuid, 0), a_call(uuid, 2)])
+        st.end_episode(uuid, "c", "task", 1.0, None, {})
+        assert st.get_episode(uuid).untrainable_reason.startswith("calls numbered up to 2 but only 2 stored")
+    assert st.totals()["lost_call"] == 2 and st.totals()["without_calls"] == 0
+    fill_batch(st, "a")
+    run_to(d, st, EngineState.ROLLING_POST), run_to(d, st, EngineState.ROLLING)
+    fill_batch(st, "b")
+    run_to(d, st, EngineState.ROLLING_POST), run_to(d, st, EngineState.ROLLING)
+    first, second = st.steps()
+    assert (first.metrics["lost_call_episodes"], first.metrics["lost_call_total"]) == (2.0, 2.0)
+    assert (second.metrics["lost_call_episodes"], second.metrics["lost_call_total"]) == (0.0, 2.0)

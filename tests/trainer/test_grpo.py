@@ -267,3 +267,14 @@ def test_the_same_batch_in_another_order_makes_the_same_update_bit_for_bit(tiny)
         Learner(m, tok, job).update(order)
         weights.append([p.detach().clone() for p in m.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
+def test_lost_call_metrics_count_against_the_last_steps_total():
+    from ajet_trainer.steps import lost_call_metrics
+
+    assert lost_call_metrics(3, None) == {"lost_call_episodes": 3.0, "lost_call_total": 3.0}
+    assert lost_call_metrics(5, {"lost_call_total": 3.0, "loss": 0.1}) == {
+        "lost_call_episodes": 2.0,
+        "lost_call_total": 5.0,
+    }
+    assert lost_call_metrics(0, {"loss": 0.1})["lost_call_episodes"] == 0.0  # a step from before the counter

@@ -31,7 +31,7 @@ from ajet_store.types import BOOT_FAILED, EngineRow, PoolEpisode
 from ajet_trainer.backends import open_session
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.protocols import TrainingSession
-from ajet_trainer.steps import staleness_metrics
+from ajet_trainer.steps import lost_call_metrics, staleness_metrics
 from ajet_trainer.template_check import check_template
 from ajet_trainer.types import Metrics
 
@@ -214,6 +214,7 @@ class TrainerDaemon:
             "wait_s": time.monotonic() - self.timers.rolling_since,
             "drain_s": 0.0,
             **staleness_metrics(batch, session.policy_version, self.timers.dropped),
+            **self._lost_calls(),
         }
         self.store.set_updating(True)
         try:
@@ -223,6 +224,11 @@ class TrainerDaemon:
             self.timers = _Timers()  # the next step's wait starts when this one ends: step_s is the period
         self._retention(session)
         return True
+
+    def _lost_calls(self) -> Metrics:
+        """The step's count of episodes made untrainable by a lost call (`steps.lost_call_metrics`)."""
+        last = self.store.steps(last=1)
+        return lost_call_metrics(self.store.totals()["lost_call"], last[-1].metrics if last else None)
 
     def _retention(self, session: TrainingSession) -> None:
         if session.job.keep_call_bodies_steps is not None:
@@ -263,6 +269,7 @@ class TrainerDaemon:
                     "wait_s": self.timers.wait_s,
                     "drain_s": self.timers.drain_s,
                     **staleness_metrics(batch, session.policy_version, 0),
+                    **self._lost_calls(),
                 },
             )
             self._retention(session)

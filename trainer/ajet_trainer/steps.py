@@ -1,6 +1,7 @@
 """The step log the trainer keeps in the store, written the same way by every backend.
 
-`staleness_metrics` says how old a step's data is. `record_step` is the one path from a finished update
+`staleness_metrics` says how old a step's data is, `lost_call_metrics` how many episodes a dead proxy's lost
+calls kept out of training since the last step. `record_step` is the one path from a finished update
 to the store: the step's reward over every episode it consumed, its metrics made JSON-safe, the record
 (episodes marked consumed in the same transaction), the metrics sinks, one log line. `reconcile_store`
 makes the store agree with the checkpoint a restarted trainer resumes from.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ajet_store import Store, redact_url
 from ajet_store.types import PoolEpisode
@@ -38,6 +39,18 @@ def staleness_metrics(batch: Sequence[PoolEpisode], version: int, dropped: int) 
     out["dropped_stale"] = float(dropped)
     out["dropped_stale_share"] = dropped / (dropped + len(batch)) if dropped + len(batch) else 0.0
     return out
+
+
+LOST_CALL_TOTAL = "lost_call_total"
+"""The store's count of lost-call episodes when a step was taken (kept in its metrics: the next step's baseline)."""
+
+
+def lost_call_metrics(total_now: int, last_step: Optional[Mapping[str, Any]]) -> Metrics:
+    """Episodes ended since the last step that never train because a call numbered for them was never stored (in
+    flight when a proxy died): `lost_call_episodes`, counted against the total the last step recorded (so a
+    trainer restart in between counts them too), and that total for the next step."""
+    before = int((last_step or {}).get(LOST_CALL_TOTAL, 0))
+    return {"lost_call_episodes": float(max(0, total_now - before)), LOST_CALL_TOTAL: float(total_now)}
 
 
 def jsonable(metrics: Metrics) -> dict[str, Any]:
