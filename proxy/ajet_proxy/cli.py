@@ -10,6 +10,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING, Optional
 
@@ -34,7 +35,11 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def add_proxy_options(p: argparse.ArgumentParser, port_flags: tuple[str, ...] = ("--port",)) -> None:
+def add_proxy_options(
+    p: argparse.ArgumentParser,
+    port_flags: tuple[str, ...] = ("--port",),
+    worker_flags: tuple[str, ...] = ("--workers",),
+) -> None:
     """The proxy's own options (`ajet-swarm start` declares them through this too); defaults: configs/proxy.yaml."""
     p.add_argument("--host", help="interface to listen on (0.0.0.0: all of them)")
     p.add_argument(*port_flags, dest="port", type=int, help="port of the control API and the data plane")
@@ -55,6 +60,18 @@ def add_proxy_options(p: argparse.ArgumentParser, port_flags: tuple[str, ...] = 
         choices=["aiohttp", "litellm"],
         help="send agent calls through a pooled aiohttp session or litellm.Router",
     )
+    p.add_argument(
+        *worker_flags,
+        dest="workers",
+        type=int,
+        help="proxy processes on this port, sharing the store (an episode begun through one works in all)",
+    )
+    p.add_argument(
+        "--shared-store",
+        action="store_true",
+        help="other proxies (on other machines) serve the same store: number calls and track episodes there "
+        "(implied by more than one worker)",
+    )
 
 
 def add_start_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,31 +83,42 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
     apply_defaults(p, "proxy.yaml")
 
 
-def run_proxy(args: argparse.Namespace) -> None:
-    """Serve the proxy with uvicorn until interrupted. The port is bound first: one that cannot be had is one
-    line and exit 1, before anything else starts or says it listens."""
+def run_proxy(args: argparse.Namespace) -> int:
+    """Serve the proxy with uvicorn until interrupted (`--workers N`: N processes on one socket). The port is bound
+    first: one that cannot be had is one line and exit 1, before anything else starts or says it listens."""
     sock = listening_socket(args.host, args.port)
     apply_offline_env()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not _is_loopback(args.host) and not args.swarm_token:
+        logging.getLogger("ajet_proxy").warning(
+            "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host
+        )
+    if args.workers <= 1:
+        _serve(args, sock)
+        return 0
+    from ajet_proxy.workers import serve_workers
+
+    logging.getLogger("ajet_proxy").info("%d proxy workers on %s:%d, one store", args.workers, args.host, args.port)
+    return serve_workers(args.workers, sock, lambda s: _serve(args, s))
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
+    """One proxy process serving on `sock` (its app built here, after any fork)."""
     import uvicorn
 
     from ajet_proxy.app import create_app
     from ajet_proxy.limits import InputLimits
     from ajet_proxy.state import ProxyConfig
 
-    if not _is_loopback(args.host) and not args.swarm_token:
-        logging.getLogger("ajet_proxy").warning(
-            "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host
-        )
-    limits = InputLimits(max_body_bytes=args.max_body_bytes)
     app = create_app(
         ProxyConfig(
             db_url=args.db,
             swarm_token=args.swarm_token,
             upstream=args.upstream,
             db_mode=args.db_mode,
-            limits=limits,
+            limits=InputLimits(max_body_bytes=args.max_body_bytes),
             commit_window_s=args.commit_window_ms / 1000.0,
+            shared=args.shared_store or args.workers > 1,
         )
     )
     loop = "uvloop" if _has("uvloop") else "asyncio"
@@ -268,7 +296,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
         apply_defaults(p, "proxy.yaml")
     args = parse_with_config(parser, argv)
     if args.command == "start":
-        run_proxy(args)
+        return run_proxy(args)
     elif args.command == "monitor":
         run_monitor(args)
     elif args.command == "episodes":

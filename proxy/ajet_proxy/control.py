@@ -38,7 +38,14 @@ from ajet.types import (
     SyncTrainConfigRequest,
 )
 from ajet_proxy.errors import EngineBootFailed, EngineNotReady, InvalidRequest
-from ajet_proxy.open_episodes import closed_reason, hash_key, new_episode_key, refused_key_reason
+from ajet_proxy.open_episodes import (
+    LiveEpisode,
+    closed_reason,
+    hash_key,
+    live_from_row,
+    new_episode_key,
+    refused_key_reason,
+)
 from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.state import ProxyState
 from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, mission_caps, step_info
@@ -211,6 +218,14 @@ async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResul
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
 
 
+def _open_episodes(s: ProxyState) -> list[LiveEpisode]:
+    """The swarm's open episodes: this proxy's own, or with a shared store every proxy's (the store's rows), so
+    the statistics and the monitor show one swarm whichever proxy they ask."""
+    if not s.config.shared:
+        return s.open_episodes.snapshot()
+    return [live_from_row(row, row.calls_reserved) for row in s.store.episodes(status=EpisodeStatus.OPEN)]
+
+
 def _blame_the_store(s: ProxyState, silent: TrainerSilent) -> None:
     """Raise `StoreWriteFailed` (naming the store, not the trainer) when the store refuses a small write: then the
     trainer's heartbeat is old because it could not be written (a full disk), not because the trainer died."""
@@ -277,12 +292,14 @@ def _abort_episode(s: ProxyState, episode_uuid: str, client_id: str) -> EpisodeR
 def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeContinuation:
     """Whether the episode is still open, so a long agent can stop early once the server expired it."""
     s = _state(request)
-    if s.open_episodes.by_uuid(body.episode_uuid) is not None:
+    if not s.config.shared and s.open_episodes.by_uuid(body.episode_uuid) is not None:  # shared: the store says
         return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
     try:
         row: Optional[EpisodeRow] = s.store.get_episode(body.episode_uuid)
     except NotFound:
         row = None
+    if row is not None and row.status == EpisodeStatus.OPEN:
+        return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
     reason = (closed_reason(row) if row else None) or refused_key_reason(row)
     return EpisodeContinuation(
         episode_uuid=body.episode_uuid, can_continue=False, status=row.status if row else None, reason=reason
@@ -297,7 +314,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
     return build_rollout_stat(
         s.refresh_engine(),
         st.pool_episodes(),
-        s.open_episodes.snapshot(),
+        _open_episodes(s),
         st.totals(),
         st.clients(),
         st.steps(last=50),

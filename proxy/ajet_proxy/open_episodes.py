@@ -52,7 +52,10 @@ class LiveEpisode:
     turn: Optional[Turn] = None
     """The episode's last answered call, as its next call may extend it (`ajet_proxy.token_history`)."""
     turn_from_store: bool = False
-    """Whether `turn` is to be read from the store first: the episode had calls before this proxy knew it."""
+    """Whether `turn` is to be read from the store first: the episode had calls before this proxy knew it (or,
+    with a shared store, another proxy served its last call)."""
+    turn_seq: int = -1
+    """The call number `turn` came from (-1: none)."""
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""
@@ -77,7 +80,23 @@ def refused_key_reason(row: Optional[EpisodeRow]) -> str:
     closed = closed_reason(row)
     if closed is not None:
         return f"{closed}; its key no longer works"
-    return f"episode {row.uuid} is not known to this proxy yet; retry"
+    return f"episode {row.uuid} is not known to this proxy yet; retry"  # a single proxy's insert not yet read
+
+
+def live_from_row(row: EpisodeRow, next_seq: int) -> LiveEpisode:
+    """An open episode's live state, from its store row (its next call numbered `next_seq`; its last turn, if it
+    had calls, to be read from the store)."""
+    return LiveEpisode(
+        uuid=row.uuid,
+        key_hash=row.key_hash,
+        client_id=row.client_id,
+        episode_type=row.episode_type,
+        timeout_s=row.timeout_s,
+        created_at=row.created_at,
+        last_active=row.last_active_at,
+        next_seq=next_seq,
+        turn_from_store=next_seq > 0,
+    )
 
 
 class EpisodeRegistry:
@@ -93,17 +112,7 @@ class EpisodeRegistry:
 
     def add_row(self, row: EpisodeRow, next_seq: int = 0) -> LiveEpisode:
         """Register an open episode from its store row; its next call is numbered `next_seq`."""
-        ep = LiveEpisode(
-            uuid=row.uuid,
-            key_hash=row.key_hash,
-            client_id=row.client_id,
-            episode_type=row.episode_type,
-            timeout_s=row.timeout_s,
-            created_at=row.created_at,
-            last_active=row.last_active_at,
-            next_seq=next_seq,
-            turn_from_store=next_seq > 0,
-        )
+        ep = live_from_row(row, next_seq)
         with self._lock:
             self._by_hash[ep.key_hash] = ep
             self._by_uuid[ep.uuid] = ep

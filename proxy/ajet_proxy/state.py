@@ -22,6 +22,7 @@ import aiohttp
 from ajet.types import EpisodeStatus
 from ajet_proxy.call_log import CallLogWriter
 from ajet_proxy.errors import UpstreamUnavailable
+from ajet_proxy.group_commit import GroupCommitter
 from ajet_proxy.lifecycle import EpisodeCommitter
 from ajet_proxy.limits import InputLimits
 from ajet_proxy.open_episodes import EpisodeRegistry
@@ -57,6 +58,11 @@ class ProxyConfig:
     commit_window_s: float = 0.0
     """How long the call log gathers calls after the first before committing them together (0: commit
     whatever is waiting at once; a few ms trade latency for fewer transactions under load)."""
+    shared: bool = False
+    """Other proxies serve the same store (`--workers N`, `ajet-swarm start --proxies N`, or `--shared-store`):
+    call numbers are reserved in the store, an episode begun elsewhere is taken up on its first call here, its
+    token history and Responses conversations are read from the store when another proxy served its last call,
+    and idleness is the store's. One proxy alone keeps all of that in memory (one write less per call)."""
 
 
 class ProxyState:
@@ -77,6 +83,8 @@ class ProxyState:
         # the GIL as dozens of pool threads would; the event loop never blocks on them.
         self.lifecycle = EpisodeCommitter(self.store)
         """Begins and ends, group-committed on the episode thread."""
+        self.numbers: GroupCommitter[str, int] = GroupCommitter(self.store.reserve_calls, "ajet-call-numbers")
+        """Shared store: call numbers reserved in the episodes' rows, group-committed on a thread of their own."""
 
     # ------------------------------------------------------------------ life cycle
     @asynccontextmanager
@@ -84,10 +92,14 @@ class ProxyState:
         """Start the writer, load open episodes and deployments, run the loops; flush on exit."""
         self.writer.start()
         self.lifecycle.start()
+        if self.config.shared:
+            self.numbers.start()
         open_rows = self.store.episodes(status=EpisodeStatus.OPEN)
         next_seqs = self.store.next_seqs([row.uuid for row in open_rows])
-        for row in open_rows:  # numbering goes on after the highest stored call, never reusing a number
-            self.open_episodes.add_row(row, next_seq=next_seqs.get(row.uuid, 0))
+        for row in open_rows:  # numbering goes on after the highest stored call (shared: the store numbers)
+            self.open_episodes.add_row(
+                row, next_seq=row.calls_reserved if self.config.shared else next_seqs.get(row.uuid, 0)
+            )
         self._load_router(self.store.engine_row())
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
@@ -106,6 +118,7 @@ class ProxyState:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.http.close()
             self.lifecycle.stop()
+            self.numbers.stop()
             self.writer.stop()
             self.store.close()
             logger.info("proxy stopped; %d calls written", self.writer.written)
@@ -165,7 +178,8 @@ class ProxyState:
         idle = self.open_episodes.idle_expired()
         if not idle:
             return []
-        expired = await asyncio.to_thread(self.store.expire_episodes, idle)
+        # shared: another proxy may be serving it; the store's activity (every proxy's calls) decides
+        expired = await asyncio.to_thread(self.store.expire_episodes, idle, time.time() if self.config.shared else None)
         self.open_episodes.remove(idle)
         if expired:
             logger.info("expired %d idle episode(s)", len(expired))

@@ -3,13 +3,16 @@ where a restarted proxy numbers on."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import time
+from typing import Optional, Sequence, Union
 
 import sqlalchemy as sa
 
+from ajet.types import EpisodeStatus
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
+from ajet_store.errors import Conflict, StoreError
 from ajet_store.types import CallRecord, PoolEpisode, RewardedEpisode
 
 _E = t.episodes.c
@@ -26,6 +29,12 @@ _TOUCH_EPISODE = (
     )
 )
 """Built once (building a statement costs more than running it): an episode's calls counted, activity kept."""
+_RESERVE = (
+    t.episodes.update()
+    .where(_E.uuid == sa.bindparam("b_uuid"), _E.status == EpisodeStatus.OPEN.value)
+    .values(calls_reserved=_E.calls_reserved + 1, last_active_at=sa.bindparam("b_now", type_=sa.Float))
+    .returning(_E.calls_reserved)
+)
 
 
 class CallOps(Database):
@@ -43,6 +52,26 @@ class CallOps(Database):
         )
         with self._read() as c:
             return {uuid: top + 1 for uuid, top in c.execute(q)}
+
+    def reserve_calls(self, uuids: Sequence[str]) -> list[Union[int, StoreError]]:
+        """A call number for each of `uuids` (an episode may come more than once), in one transaction: its row's
+        `calls_reserved` before the increment, so proxies that share a store never give two calls one number;
+        `Conflict` in place of a number for an episode that is not open (ended, aborted or expired elsewhere)."""
+        out: list[Union[int, StoreError]] = []
+        now = time.time()
+        with self._tx() as c:
+            for uuid in uuids:
+                taken = c.execute(_RESERVE, {"b_uuid": uuid, "b_now": now}).scalar()
+                out.append(Conflict(f"episode {uuid} is not open") if taken is None else int(taken) - 1)
+        return out
+
+    def response_call(self, uuid: str, response_id: str) -> Optional[CallRecord]:
+        """The call of episode `uuid` that answered as Responses id `response_id` (None: no such call)."""
+        lc = t.llm_calls.c
+        q = sa.select(t.llm_calls).where(lc.response_id == response_id, lc.episode_uuid == uuid).limit(1)
+        with self._read() as c:
+            row = c.execute(q).mappings().first()
+        return None if row is None else rows.call_from(row)
 
     def write_calls(self, records: Sequence[CallRecord]) -> None:
         """Insert a batch of calls; refresh each episode's activity and flag untrainable ones."""

@@ -130,12 +130,16 @@ class EpisodeOps(Database):
             rows.touch_client(c, client_id, now, "aborted")
             return rows.episode(c, uuid), True
 
-    def expire_episodes(self, uuids: Optional[Iterable[str]] = None) -> list[str]:
-        """Expire the given open episodes (all open ones when None); returns the uuids expired."""
+    def expire_episodes(self, uuids: Optional[Iterable[str]] = None, idle_at: Optional[float] = None) -> list[str]:
+        """Expire the given open episodes (all open ones when None); returns the uuids expired. With `idle_at`
+        (a time), only those the store itself saw idle for their timeout by then (proxies sharing a store each
+        see only their own calls)."""
         with self._tx() as c:
             q = sa.select(t.episodes.c.uuid).where(t.episodes.c.status == EpisodeStatus.OPEN.value)
             if uuids is not None:
                 q = q.where(t.episodes.c.uuid.in_(list(uuids)))
+            if idle_at is not None:
+                q = q.where(t.episodes.c.last_active_at + t.episodes.c.timeout_s < idle_at)
             hit = [r[0] for r in c.execute(q)]
             if hit:
                 moving = t.episodes.c.uuid.in_(hit)

@@ -68,6 +68,7 @@ def episode_from(m: Any) -> EpisodeRow:
         timeout_s=m["timeout_s"],
         policy_version_start=m["policy_version_start"],
         num_calls=m["num_calls"],
+        calls_reserved=m["calls_reserved"],
         task_id=m["task_id"],
         reward=m["reward"],
         is_success=m["is_success"],
@@ -98,6 +99,7 @@ def call_from(m: Any) -> CallRecord:
         stream=bool(m["stream"]),
         error=m["error"],
         token_history=m["token_history"],
+        response_id=m["response_id"],
     )
 
 
@@ -119,6 +121,7 @@ def call_row(r: CallRecord) -> dict[str, Any]:
         "error": r.error,
         "created_at": r.created_at,
         "token_history": r.token_history,
+        "response_id": r.response_id,
     }
 
 

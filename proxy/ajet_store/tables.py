@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = sa.MetaData()
 
@@ -73,6 +73,7 @@ episodes = sa.Table(
     sa.Column("untrainable", sa.Boolean, nullable=False, default=False),
     sa.Column("untrainable_reason", sa.String(256), nullable=True),
     sa.Column("num_calls", sa.Integer, nullable=False, default=0),
+    sa.Column("calls_reserved", sa.Integer, nullable=False, default=0, server_default="0"),
     # the statistics and the trainer's pool query read only these indexes, never the wide rows
     sa.Index("ix_episodes_pool", "consumed_step", "status", "episode_type", "untrainable", "ended_at"),
     sa.Index("ix_episodes_missions", "episode_type", "mission", "status", "reward"),
@@ -97,6 +98,7 @@ llm_calls = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("token_history", sa.String(64), nullable=True),
+    sa.Column("response_id", sa.String(64), nullable=True, index=True),
 )
 
 deployments = sa.Table(

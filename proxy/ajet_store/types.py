@@ -102,6 +102,9 @@ class EpisodeRow:
     """Policy version when it began."""
     num_calls: int = 0
     """LLM calls logged."""
+    calls_reserved: int = 0
+    """Call numbers taken so far by proxies that share the store (`Store.reserve_calls`; 0 for a single proxy,
+    which numbers in memory)."""
     task_id: Optional[str] = None
     """Task id given at end."""
     reward: Optional[float] = None
@@ -200,6 +203,9 @@ class CallRecord:
     `extended` (the previous prompt + completion ids + the new messages' tokens: token in, token out),
     `rendered` (the job asked for rendered history), `fallback:<reason>` (the call did not extend the previous
     one, e.g. `fallback:history_edited`, and was rendered whole); None for calls logged before schema 6."""
+    response_id: Optional[str] = None
+    """The Responses API's id of the answer (`resp_...`), for a `previous_response_id` that reaches another proxy
+    (None for chat and Messages calls)."""
 
     @property
     def trainable(self) -> bool:

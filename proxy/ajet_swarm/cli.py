@@ -128,7 +128,7 @@ def add_swarm_start_arguments(p: argparse.ArgumentParser) -> None:
     """`ajet-swarm start`: every proxy and trainer option, each declared once by its own package, with the
     defaults of configs/proxy.yaml and configs/trainer.yaml, then configs/swarm.yaml's (all interfaces)."""
     add_store_options(p)
-    add_proxy_options(p, port_flags=("--swarm-port", "--port"))
+    add_proxy_options(p, port_flags=("--swarm-port", "--port"), worker_flags=("--proxies", "--workers"))
     add_trainer_options(p)
     add_log_level_option(p)
     add_config_option(p, "proxy.yaml, trainer.yaml and swarm.yaml")

@@ -18,7 +18,6 @@ from typing import Callable
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from ajet import ServerStoreUnavailable, SwarmClient, Task, TrainerUnresponsive, WorkflowOutput
 from ajet.protocol import CLIENT_HEADER
@@ -100,21 +99,11 @@ def pg_url():
         yield url
 
 
-def _fresh_pg(url: str, name: str) -> str:
-    """A database of its own on the server of `url` (each test starts from an empty store)."""
-    eng = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    eng.dispose()
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
 @needs_pg
 def test_a_value_postgresql_refuses_fails_only_its_own_call_record(pg_url: str):
     """The group commit's contract, at the database: a batch that PostgreSQL rolls back for one record's value is
     written again record by record, so the 20 healthy records commit and only the bad one is refused."""
-    store = Store(_fresh_pg(pg_url, "split_calls"))
+    store = Store(postgres.fresh_database(pg_url, "split_calls"))
     writer = CallLogWriter(store)
     writer.start()
     try:
@@ -139,7 +128,7 @@ def test_bursts_with_one_bad_request_leave_every_healthy_one_answered_on_postgre
     """Round two's three bursts (20 healthy + 1 bad, three times each): before, 22, 16 and 28 of 60 healthy
     requests got a plain 500 because the bad value rolled back their shared transaction."""
     stub = start_stub(tmp_path)
-    db = _fresh_pg(pg_url, "bursts")
+    db = postgres.fresh_database(pg_url, "bursts")
     proxy, store = start_proxy(tmp_path, db), Store(db)
     try:
         client = SwarmClient(proxy.url, verbose=False)

@@ -73,3 +73,16 @@ def postgres_url() -> Iterator[str]:
     finally:
         subprocess.run(_as_postgres([pg_ctl, "-D", data, "-m", "immediate", "stop"]), capture_output=True, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A database of its own named `name` on the server of `url` (dropped first if it exists): the URL of an empty
+    store for one test."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    eng.dispose()
+    return url.rsplit("/", 1)[0] + "/" + name

@@ -19,6 +19,8 @@ from ajet_trainer.cli import trainer_options
 def _other_value(action: argparse.Action) -> list[str]:
     """Command-line tokens that give `action` a value other than its default."""
     flag = next(s for s in action.option_strings if s.startswith("--"))
+    if action.nargs == 0:  # a switch: given, it is the other value
+        return [flag]
     if action.choices is not None:
         return [flag, next(str(c) for c in reversed(list(action.choices)) if c != action.default)]
     if isinstance(action, argparse._AppendAction):

@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ajet.chat_fields import template_tools
 from ajet.protocol import ErrorCode, bearer_token
-from ajet.types import EngineState
+from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE, SSESplitter
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
@@ -30,8 +30,8 @@ from ajet_proxy.errors import EngineNotReady, Unauthorized
 from ajet_proxy.open_episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.state import ProxyState
 from ajet_proxy.token_history import Turn, answer_message
-from ajet_store import StoreError
-from ajet_store.types import CallRecord, Deployment
+from ajet_store import Conflict, StoreError
+from ajet_store.types import CallRecord, Deployment, EpisodeRow
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +56,37 @@ class CallPath:
             raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
         key_hash = hash_key(key)
         ep = self.state.open_episodes.by_key_hash(key_hash)
-        if ep is None:  # rare (a mistake or a late call): worth one indexed read to say which it is
+        if ep is None:  # begun at another proxy (or a mistake, or a late call): one indexed read says which
             row = await asyncio.to_thread(self.state.store.episode_by_key_hash, key_hash)
-            raise Unauthorized(refused_key_reason(row))
+            if row is None or row.status != EpisodeStatus.OPEN:
+                raise Unauthorized(refused_key_reason(row))
+            ep = await self._take_up(row)
         state = self.state.engine_row.state
         if state not in _LIVE_STATES:
             raise EngineNotReady(f"the engine is {state.value}; episode calls resume in ROLLING", state=state.value)
         return ep
+
+    async def _take_up(self, row: EpisodeRow) -> LiveEpisode:
+        """An open episode this proxy has not seen (begun at another proxy sharing the store): registered here,
+        numbered on from its stored calls, its last turn read from the store when its next call needs it."""
+        if not self.state.config.shared:  # one proxy: an open episode it does not know is one begun just now
+            next_seq = (await asyncio.to_thread(self.state.store.next_seqs, [row.uuid])).get(row.uuid, 0)
+            return self.state.open_episodes.add_row(row, next_seq=next_seq)
+        return self.state.open_episodes.add_row(row, next_seq=row.calls_reserved)
+
+    async def _reserve(self, ep: LiveEpisode) -> int:
+        """The call's number, reserved in the episode's row (401 if another proxy ended it meanwhile); the local
+        turn is kept only when it is the call just before (else the store has the episode's latest)."""
+        try:
+            seq = await self.state.numbers.commit(ep.uuid)
+        except Conflict:
+            row = await asyncio.to_thread(self.state.store.get_episode, ep.uuid)
+            self.state.open_episodes.remove([ep.uuid])
+            raise Unauthorized(refused_key_reason(row)) from None
+        if ep.turn_seq != seq - 1:
+            ep.turn, ep.turn_from_store = None, seq > 0
+        ep.next_seq = seq + 1
+        return seq
 
     async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:
         """Number, send, log and answer one chat call (`body`, checked; `raw`, the request as logged), writing
@@ -76,8 +100,11 @@ class CallPath:
             try:
                 dep = self.state.router.pick(ep.deployment)
                 ep.deployment = dep.name
+                if self.state.config.shared:  # numbered by the store: other proxies number this episode too
+                    call.seq = await self._reserve(ep)
                 prompt, call.label = await self.prompts.build(ep, body, dep)
-                call.seq, ep.next_seq = ep.next_seq, ep.next_seq + 1  # numbered as it goes to the engine
+                if not self.state.config.shared:
+                    call.seq, ep.next_seq = ep.next_seq, ep.next_seq + 1  # numbered as it goes to the engine
                 sent = await self.upstream.send(ep, body, stream, prompt)
             except NoDeploymentReachable as exc:
                 error = f"no deployment reachable: {exc.cause!r}"
@@ -198,6 +225,7 @@ class CallPath:
             stream=stream,
             error=error,
             token_history=call.label,
+            response_id=call.shape.response_id,
         )
 
 
@@ -229,6 +257,7 @@ class _Call:
         answer = answer_message(ex.content, ex.tool_calls)
         tools = template_tools(self.body)
         self.ep.turn = Turn(self.body["messages"], tools, record.prompt_ids, record.completion_ids, answer)
+        self.ep.turn_seq = record.seq
 
     def finish(self) -> None:
         if not self._done:

@@ -33,6 +33,10 @@ def json_response(data: dict[str, Any], status: int = 200) -> Response:
 class ApiShape(Protocol):
     """How one call's chat answer is written for its client."""
 
+    response_id: Optional[str]
+    """The id the API gives the answer where a later call may name it (Responses' `previous_response_id`),
+    logged with the call so that any proxy on the store can continue from it; None elsewhere."""
+
     def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
         """The whole answer of a plain call (or of a streamed call the backend refused): `data` is the
         backend's body, `parsed` its JSON when it is a JSON object."""

@@ -93,6 +93,7 @@ class TokenPrompts:
             ep.turn_from_store = False
             last = await asyncio.to_thread(self.state.store.last_trainable_call, ep.uuid)
             ep.turn = turn_from_call(last) if last is not None else None
+            ep.turn_seq = last.seq if last is not None else -1
         return ep.turn
 
     async def _close_token(self, dep: Deployment) -> Optional[int]:

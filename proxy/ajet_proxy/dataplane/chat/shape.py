@@ -15,6 +15,8 @@ class ChatShape:
     """OpenAI chat completions: the backend's answer as it is, less the logprobs the client did not ask for
     (the proxy always asks, to log them)."""
 
+    response_id: Optional[str] = None
+
     def __init__(self, want_logprobs: bool):
         self.want_logprobs = want_logprobs
 

@@ -22,6 +22,8 @@ from ajet_proxy.errors import anthropic_error
 class MessagesShape:
     """One Messages call (model name echoed as the client sent it)."""
 
+    response_id: Optional[str] = None
+
     def __init__(self, model: str, mid: str):
         self.model, self.mid = model, mid
         self._started = False

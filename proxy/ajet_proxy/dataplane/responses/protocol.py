@@ -19,6 +19,8 @@ import time
 import uuid
 from typing import Any, Optional
 
+import orjson
+
 from ajet_proxy.dataplane.mapping import bad_field, carried, joined_text, with_tools
 
 Conversation = list[dict[str, Any]]
@@ -286,6 +288,21 @@ def response_object(
         "reasoning": None,
         "user": body.get("user"),
     }
+
+
+LOGGED_INSTRUCTIONS = "ajet_instructions_first"
+"""Set in a Responses call's logged chat body when its first message is the request's `instructions` (not part
+of the conversation a later `previous_response_id` continues)."""
+
+
+def logged_conversation(request: str, response: str) -> Conversation:
+    """The conversation a logged Responses call leaves: its chat messages (less the instructions) and its
+    answer, as `previous_response_id` continues it."""
+    chat, answer = orjson.loads(request), orjson.loads(response)
+    messages = list(chat.get("messages") or [])
+    if chat.get(LOGGED_INSTRUCTIONS):
+        messages = messages[1:]
+    return messages + [assistant_message((answer.get("choices") or [{}])[0])]
 
 
 def assistant_message(choice: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class ResponsesShape:
         want_logprobs: bool,
     ):
         self.body, self.conversation, self.responses, self.rid = body, conversation, responses, rid
+        self.response_id: Optional[str] = rid
         self.want_logprobs = want_logprobs
         self._seq = 0
         self._started = False

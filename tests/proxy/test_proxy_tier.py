@@ -1,0 +1,180 @@
+"""Several proxies on one PostgreSQL store (issue 31): an episode begun through one proxy is called, continued and
+ended through any other, trains exactly once, and a proxy killed under load costs its clients nothing but a retry
+through the others."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+import orjson
+import pytest
+
+from ajet import AgentJetJob, SwarmClient
+from ajet.protocol import CLIENT_HEADER
+from ajet.types import EngineState, EpisodeStatus
+from ajet_store import Store
+from tests.support import postgres
+from tests.support.procs import Proc, Trainer, start_proxy, start_stub
+from tests.support.rolling import ensure_rolling, wait_state
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries on this machine"),
+]
+
+CLIENT = "tier-client"
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    with postgres.postgres_url() as url:
+        yield url
+
+
+def _tier(tmp: Path, db: str, n: int = 3) -> list[Proc]:
+    return [start_proxy(tmp, db, "--shared-store") for _ in range(n)]
+
+
+class Agents:
+    """Episodes driven over raw HTTP through proxies chosen at random, each request retried through another
+    proxy when the one it reached is gone, and (while the engine is between steps) after a pause."""
+
+    def __init__(self, urls: list[str], http: httpx.AsyncClient):
+        self.urls, self.http = list(urls), http
+        self.dead: set[str] = set()
+        self.answered: dict[str, list[str]] = {}
+
+    async def post(self, route: str, body: dict[str, Any], key: Optional[str] = None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {CLIENT_HEADER: CLIENT}
+        for _ in range(600):
+            url = random.choice([u for u in self.urls if u not in self.dead])
+            try:
+                r = await self.http.post(url + route, json=body, headers=headers)
+            except httpx.HTTPError:  # a proxy that is gone (before or during this request): on through the others
+                self.dead.add(url)
+                continue
+            if r.status_code == 503:  # between steps (ROLLING_POST, WEIGHT_SYNCING): wait and try again
+                await asyncio.sleep(0.2)
+                continue
+            assert r.status_code == 200, (route, r.status_code, r.text)
+            return r.json()
+        raise AssertionError(f"{route} never succeeded")
+
+    async def episode(self, task_id: str, calls: int = 2) -> str:
+        begun = await self.post("/swarm/begin_episode", {})
+        uuid, key = begun["episode_uuid"], begun["api_key"]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Say the letter of {task_id}"}]
+        self.answered[uuid] = []
+        for turn in range(calls):
+            answer = await self.post(
+                "/v1/chat/completions", {"model": "policy", "messages": messages, "max_tokens": 4}, key
+            )
+            self.answered[uuid].append(answer["id"])
+            messages += [{"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": f"And again ({turn})"}]  # fmt: skip
+        body = {"episode_uuid": uuid, "task": {"task_id": task_id}, "workflow_output": {"reward": random.random()}}
+        await self.post("/swarm/end_episode", body)
+        return uuid
+
+
+def _stored_ids(st: Store, uuid: str) -> list[str]:
+    return [orjson.loads(c.response)["id"] for c in st.calls(uuid) if c.response and c.error is None]
+
+
+def test_three_proxies_and_a_trainer_train_every_episode_exactly_once(tmp_path: Path, pg_url: str):
+    """204 episodes at once, each begun, called twice and ended through proxies chosen at random: 3 steps of
+    34 tasks x 2, every episode trained once, every answered call stored, each second call extending the first
+    as tokens although another proxy served it, and every proxy's statistics the same swarm's."""
+    db = postgres.fresh_database(pg_url, "tier")
+    proxies = _tier(tmp_path, db)
+    trainer = Trainer(tmp_path, db, tmp_path / "exp")
+    st = Store(db)
+    try:
+        client = SwarmClient(proxies[0].url, client_id=CLIENT, verbose=False)
+        job = AgentJetJob(model="builtin:tiny", batch_size=34, num_repeat=2, max_response_length_in_one_turn=4)
+        client.auto_sync_train_config_and_start_engine(job)
+        wait_state(client, EngineState.ROLLING, timeout=120)
+
+        async def run() -> tuple[list[str], dict[str, list[str]]]:
+            async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=400)) as http:
+                agents = Agents([p.url for p in proxies], http)
+                uuids = await asyncio.gather(*(agents.episode(f"t{i // 2}") for i in range(204)))
+                return list(uuids), agents.answered
+
+        uuids, answered = asyncio.run(run())
+        assert len(set(uuids)) == 204
+        for _ in range(600):
+            if len(st.steps()) >= 3:
+                break
+            assert trainer.proc.poll() is None, trainer.log_tail()
+            asyncio.run(asyncio.sleep(0.5))
+        assert [s.step for s in st.steps()] == [1, 2, 3], trainer.log_tail()
+        consumed = Counter(st.get_episode(u).consumed_step for u in uuids)
+        assert consumed == {1: 68, 2: 68, 3: 68}  # every episode trained, exactly once
+        for u in uuids:
+            calls = st.calls(u)
+            assert [c.seq for c in calls] == [0, 1] and _stored_ids(st, u) == answered[u]
+            assert [c.token_history for c in calls] == ["first", "extended"], (u, [c.deployment for c in calls])
+        stats = [SwarmClient(p.url, verbose=False).get_rollout_stat() for p in proxies]
+        assert len({orjson.dumps(s.totals) for s in stats}) == 1 and stats[0].totals["ended"] == 204
+        assert {len(s.open_episodes) for s in stats} == {0}
+    finally:
+        trainer.close()
+        for p in proxies:
+            p.close()
+        st.close()
+
+
+def test_a_proxy_killed_under_load_costs_its_clients_a_retry_and_loses_no_answered_call(tmp_path: Path, pg_url: str):
+    """100 episodes calling through 3 proxies; one is SIGKILLed mid-load. Its clients' next calls succeed through
+    the others, every answered call is in the store, no call number is given twice, and every episode ends."""
+    db = postgres.fresh_database(pg_url, "tier_kill")
+    stub = start_stub(tmp_path)
+    proxies = _tier(tmp_path, db)
+    st = Store(db)
+    try:
+        client = SwarmClient(proxies[0].url, client_id=CLIENT, verbose=False)
+        ensure_rolling(client, st, stub.url)
+        killed = asyncio.Event()
+
+        async def run() -> dict[str, list[str]]:
+            async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=300)) as http:
+                agents = Agents([p.url for p in proxies], http)
+
+                async def one(i: int) -> None:
+                    begun = await agents.post("/swarm/begin_episode", {})
+                    uuid, key = begun["episode_uuid"], begun["api_key"]
+                    agents.answered[uuid] = []
+                    for _ in range(8):
+                        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+                        answer = await agents.post("/v1/chat/completions", chat, key)
+                        agents.answered[uuid].append(answer["id"])
+                        if sum(map(len, agents.answered.values())) >= 300 and not killed.is_set():
+                            killed.set()
+                            await asyncio.to_thread(proxies[1].kill)
+                    end = {"episode_uuid": uuid, "task": {"task_id": f"t{i}"}, "workflow_output": {"reward": 1.0}}
+                    await agents.post("/swarm/end_episode", end)
+
+                await asyncio.gather(*(one(i) for i in range(100)))
+                assert agents.dead == {proxies[1].url}
+                return agents.answered
+
+        answered = asyncio.run(run())
+        assert killed.is_set() and len(answered) == 100
+        for uuid, ids in answered.items():
+            row = st.get_episode(uuid)
+            assert row.status == EpisodeStatus.ENDED
+            stored = _stored_ids(st, uuid)
+            assert set(ids) <= set(stored), uuid  # every answered call is in the store
+            seqs = [c.seq for c in st.calls(uuid)]
+            assert len(seqs) == len(set(seqs)), seqs  # no number given twice across proxies
+    finally:
+        for p in proxies:
+            p.close()
+        stub.close()
+        st.close()
