@@ -101,3 +101,10 @@ def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path, prog):
     _one_line_error(res, prog, f"127.0.0.1:{port} is in use")
     assert "listening" not in res.stdout + res.stderr
     assert not (tmp_path / "exp").exists()  # no trainer started
+
+
+def test_several_workers_on_sqlite_are_refused_in_one_line(tmp_path):
+    """Measured (bench/proxy_scaling.py): workers sharing one SQLite file queue on its write lock for no gain, so
+    `--workers N` asks for PostgreSQL, before any port is bound."""
+    res = run("ajet-proxy", "start", "--db", sqlite_url(tmp_path / "s.db"), "--workers", "2", "--port", "0")
+    _one_line_error(res, "ajet-proxy", "--workers 2 needs a PostgreSQL store")

@@ -17,6 +17,9 @@ from ajet_store.errors import StoreRefusedValue, StoreUnavailable, StoreWriteFai
 
 _Self = TypeVar("_Self", bound="Database")
 
+CREATE_LOCK = 0x616A6574
+"""PostgreSQL advisory lock held while a store is created or checked ("ajet"): on SQLite, BEGIN IMMEDIATE."""
+
 
 class Database:
     """Connections and schema of one store; the store's concerns subclass it."""
@@ -28,8 +31,13 @@ class Database:
         except (sa.exc.ArgumentError, ImportError, OSError) as exc:  # a bad URL, a missing driver, a bad path
             raise StoreUnavailable(f"cannot use store URL {redact_url(url)!r}: {exc}") from exc
         try:
-            t.metadata.create_all(self._w)
-            self._init_rows()
+            with (
+                self._w.begin() as c
+            ):  # one process at a time creates a new store (proxies and a trainer start together)
+                if c.dialect.name == "postgresql":
+                    c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": CREATE_LOCK})
+                t.metadata.create_all(c)
+                self._init_rows(c)
         except sa.exc.OperationalError as exc:
             self.close()
             raise StoreUnavailable(f"cannot open store {redact_url(url)!r}: {exc.orig}") from exc
@@ -69,28 +77,28 @@ class Database:
         except sa.exc.DBAPIError as exc:
             raise StoreUnavailable(f"the store ({redact_url(self.url)}) could not be read: {_first_line(exc)}") from exc
 
-    def _init_rows(self) -> None:
-        with self._tx() as c:
-            version = c.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar()
-            if version is None:  # a new store: created from the tables, at the newest migration
-                c.execute(t.meta.insert().values(key="schema_version", value=str(t.SCHEMA_VERSION)))
-                migrate.stamp_head(c)
-            else:
-                migrate.check_version(int(version), redact_url(self.url))
-            if c.execute(sa.select(t.engine_state.c.id)).first() is None:
-                c.execute(
-                    t.engine_state.insert().values(
-                        id=1,
-                        state=EngineState.OFFLINE.value,
-                        state_since=time.time(),
-                        job=None,
-                        global_step=0,
-                        policy_version=0,
-                        batch_mode=BatchMode.TASKS.value,
-                        deployments_version=0,
-                        run_id=0,
-                    )
+    def _init_rows(self, c: sa.Connection) -> None:
+        """The schema version and the engine row of a store, in the caller's transaction."""
+        version = c.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar()
+        if version is None:  # a new store: created from the tables, at the newest migration
+            c.execute(t.meta.insert().values(key="schema_version", value=str(t.SCHEMA_VERSION)))
+            migrate.stamp_head(c)
+        else:
+            migrate.check_version(int(version), redact_url(self.url))
+        if c.execute(sa.select(t.engine_state.c.id)).first() is None:
+            c.execute(
+                t.engine_state.insert().values(
+                    id=1,
+                    state=EngineState.OFFLINE.value,
+                    state_since=time.time(),
+                    job=None,
+                    global_step=0,
+                    policy_version=0,
+                    batch_mode=BatchMode.TASKS.value,
+                    deployments_version=0,
+                    run_id=0,
                 )
+            )
 
 
 def _first_line(exc: sa.exc.DBAPIError) -> str:

@@ -266,3 +266,58 @@ def test_the_engine_key_lives_only_in_the_store(tmp_path):
     finally:
         swarm.close()
         st.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("tests.support.postgres").support.postgres.available(), reason="no PostgreSQL")
+def test_swarm_with_several_proxies_on_postgresql(tmp_path):
+    """`ajet-swarm start --proxies 2` on a PostgreSQL store: two proxy workers on the one port beside the trainer;
+    an episode runs through them; a worker killed is started again, and episodes go on meanwhile."""
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+    from tests.support import postgres
+    from tests.support.procs import Proc, free_port
+
+    def one_episode(client: SwarmClient) -> None:
+        uuid, creds = client.begin_episode()
+        oc = creds.as_openai_client(max_retries=3)
+        oc.chat.completions.create(model="policy", messages=[{"role": "user", "content": "a"}], max_tokens=2)
+        client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+
+    with postgres.postgres_url() as server:
+        db, port = postgres.fresh_database(server, "swarm_proxies"), free_port()
+        swarm = Proc(
+            [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db", db,
+             "--proxies", "2", "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"],
+            f"http://127.0.0.1:{port}", "/health", tmp_path / "swarm.log",
+        )  # fmt: skip
+        try:
+            client = SwarmClient(swarm.url, verbose=False)
+            client.auto_sync_train_config_and_start_engine(
+                AgentJetJob(model="builtin:tiny", batch_size=4, num_repeat=2)
+            )
+            proxy = next(c for c in psutil.Process(swarm.proc.pid).children() if "ajet_proxy.cli" in c.cmdline())
+            workers = proxy.children()
+            assert len(workers) == 2
+            for _ in range(3):
+                one_episode(client)
+            workers[0].send_signal(signal.SIGKILL)
+            for _ in range(3):
+                one_episode(client)  # the other worker serves meanwhile
+            deadline = time.monotonic() + 30
+            while "was killed by SIGKILL; starting it again" not in swarm.log_tail(10**6):
+                assert time.monotonic() < deadline, swarm.log_tail()
+                time.sleep(0.2)
+            while len([c for c in proxy.children() if c.status() != psutil.STATUS_ZOMBIE]) < 2:
+                assert time.monotonic() < deadline, swarm.log_tail()
+                time.sleep(0.2)
+            one_episode(client)
+            assert swarm.proc.poll() is None  # a worker's death is the proxy's business, not the swarm's
+        finally:
+            swarm.close()
