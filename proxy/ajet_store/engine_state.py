@@ -34,7 +34,7 @@ class EngineStateOps(Database):
         asynchronous update (`updating_since`): a trainer that reboots or stops is no longer updating.
         """
         with self._tx() as c:
-            cur = rows.engine(c)
+            cur = rows.locked_engine(c)
             if allowed_from is not None and cur.state not in set(allowed_from):
                 raise WrongState(f"cannot go to {to.value} from {cur.state.value}", state=cur.state.value)
             now = time.time()
@@ -81,7 +81,7 @@ class EngineStateOps(Database):
         episodes untrainable ("quarantined") so it is never tried again. Moves to `to`; True if quarantined."""
         e = t.episodes.c
         with self._tx() as c:
-            failures = rows.engine(c).update_failures + 1
+            failures = rows.locked_engine(c).update_failures + 1
             quarantine = failures >= QUARANTINE_AFTER
             if quarantine and batch_uuids:
                 c.execute(
@@ -111,7 +111,7 @@ class EngineStateOps(Database):
         stay in the store but leave the rollout pool. Re-syncing the same job keeps the pool (resume).
         """
         with self._tx() as c:
-            cur = rows.engine(c)
+            cur = rows.locked_engine(c)
             if cur.state != EngineState.OFFLINE:
                 raise WrongState(f"config sync only in OFFLINE; engine is {cur.state.value}", state=cur.state.value)
             _write_job(c, cur, job)
@@ -123,7 +123,7 @@ class EngineStateOps(Database):
         Returns (row, started). Two clients racing to start the same swarm cannot both sync.
         """
         with self._tx() as c:
-            cur = rows.engine(c)
+            cur = rows.locked_engine(c)
             if cur.state != EngineState.OFFLINE:
                 return cur, False
             _write_job(c, cur, job)
@@ -133,7 +133,7 @@ class EngineStateOps(Database):
     def start(self) -> EngineRow:
         """OFFLINE -> BOOTING for the synced job (`WrongState` without one, or from another state)."""
         with self._tx() as c:
-            cur = rows.engine(c)
+            cur = rows.locked_engine(c)
             if cur.job is None:
                 raise WrongState("no job synced; call sync_train_config first", state=cur.state.value)
             if cur.state != EngineState.OFFLINE:

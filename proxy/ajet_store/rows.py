@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import sqlalchemy as sa
 
@@ -27,9 +27,16 @@ _CLIENT_TOUCH = {
 }
 
 
-def engine(c: sa.Connection) -> EngineRow:
+def locked_engine(c: sa.Connection) -> EngineRow:
+    """The engine row, read in the caller's write transaction and locked until it ends (`FOR UPDATE` on
+    PostgreSQL, where proxies on several machines may change the state at once; SQLite's write transactions are
+    already one at a time): a check-then-change of the state cannot interleave with another."""
+    return engine(c, _ENGINE.with_for_update())
+
+
+def engine(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> EngineRow:
     """The single engine row, read in the caller's transaction."""
-    m = c.execute(_ENGINE).mappings().one()
+    m = c.execute(_ENGINE if query is None else query).mappings().one()
     return EngineRow(
         EngineState(m["state"]),
         m["state_since"],

@@ -65,7 +65,7 @@ class StepOps(Database):
                 )
             )
             resume: dict[str, Any] = {}
-            if rows.engine(c).state == EngineState.WEIGHT_SYNCING:
+            if rows.locked_engine(c).state == EngineState.WEIGHT_SYNCING:
                 resume = {"state": EngineState.ROLLING.value, "state_since": time.time()}
             c.execute(
                 t.engine_state.update().values(

@@ -92,3 +92,31 @@ def test_migrations_run_on_postgres(server):
         with admin.connect() as c:
             c.execute(sa.text(f"DROP DATABASE {db} WITH (FORCE)"))
         admin.dispose()
+
+
+def test_racing_state_changes_from_several_processes_take_turns(pg):
+    """Proxies on several machines change the engine state at once: each check-then-change holds the engine row
+    (`FOR UPDATE`), so of 12 racing OFFLINE -> BOOTING moves exactly one succeeds (PostgreSQL's READ COMMITTED
+    would otherwise let every one of them read OFFLINE)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ajet_store import WrongState
+
+    pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
+    stores = [Store(pg.url) for _ in range(12)]  # a connection pool each, as separate processes have
+    barrier = __import__("threading").Barrier(len(stores))
+
+    def move(st: Store) -> bool:
+        barrier.wait()
+        try:
+            st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+            return True
+        except WrongState:
+            return False
+
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            assert sorted(pool.map(move, stores)) == [False] * 11 + [True]
+    finally:
+        for st in stores:
+            st.close()
