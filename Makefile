@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-client setup-vllm demo lint test test-fast bench clean
+.PHONY: setup setup-client setup-vllm demo lint test test-fast bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -96,6 +96,10 @@ bench: setup
 	$(PIP) install -e '.[bench]'
 	$(PY) -m bench.proxy_overhead
 	$(PY) -m bench.trainer_vs_trl
+
+# The wheels scripts/gpu_check.sh installs on a bare GPU box (no network there): downloaded here, carried there.
+gpu-wheels: setup
+	$(PIP) download --no-deps --only-binary=:all: -d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
 
 clean:
 	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) experiments .pytest_cache

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU check for a bare GPU box (torch with CUDA, transformers and peft; no network, no Ray, no vLLM). Never
+# run in CI on a GPU; CI runs its CPU dry run (`--device cpu --model builtin:tiny`, tests/test_gpu_check.py).
+#
+#   scripts/gpu_check.sh [--wheels DIR] [--device cuda] [--model qwen2.5-0.5b-shape] [--out FILE] [more flags]
+#
+# 1. Installs what the proxy and the embedded engine import beyond torch/transformers/peft from the wheels in
+#    DIR (`scripts/gpu_wheels.txt`, under 64 MiB; `make gpu-wheels` downloads them), with --no-index, only where
+#    an import fails. The project itself runs from this checkout (PYTHONPATH), not installed.
+# 2. `scripts/proxy_share.py`: a random Qwen2.5-0.5B-shaped model in bf16 (no download), the embedded engine's
+#    tokens/s with 64 concurrent agents direct, then through ajet-proxy with episode keys and logging, and the
+#    proxy's share of the difference (goal: under 2%).
+# 3. The embedded trainer's GPU step, where it can run: it needs verl's `core_algos`, which imports Ray; on a box
+#    without Ray one JSON line says so instead (what it would take: the advantage and loss functions vendored, or
+#    verl's module importable without Ray).
+# One JSON line per figure, also appended to --out. Budget: 8 minutes, so that one rerun fits in 15.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+WHEELS="" OUT="gpu_check.jsonl" DEVICE="cuda" MODEL="qwen2.5-0.5b-shape" REST=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wheels) WHEELS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    --model) MODEL=$2; shift 2 ;;
+    *) REST+=("$1"); shift ;;
+  esac
+done
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
+export PYTHONPATH="$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+# 1. the missing packages, from the wheels given (no network)
+if ! $PY -c "import fastapi, uvicorn, sqlalchemy, alembic, aiohttp, orjson, httpx, pydantic" 2>/dev/null; then
+  [ -n "$WHEELS" ] || { echo "gpu_check: packages are missing and no --wheels DIR was given" >&2; exit 2; }
+  $PY -m pip install --no-index --no-deps --find-links "$WHEELS" \
+    $(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//' | grep -v '^$')
+fi
+
+# 2. the proxy's share of rollout throughput
+$PY scripts/proxy_share.py --device "$DEVICE" --model "$MODEL" --out "$OUT" "${REST[@]+"${REST[@]}"}"
+
+# 3. the embedded trainer's step, where verl's algorithms import
+if $PY -c "import ray, verl.trainer.ppo.core_algos" 2>/dev/null; then
+  STEP_MODEL=$MODEL; [ "$STEP_MODEL" = "qwen2.5-0.5b-shape" ] && STEP_MODEL=builtin:small
+  $PY scripts/gpu_check.py --device "$DEVICE" --model "$STEP_MODEL" --steps 2 | tee -a "$OUT"
+else
+  line='{"bench": "gpu_check", "figure": "trainer_step", "skipped": "verl.trainer.ppo.core_algos imports ray, which this box lacks: the embedded trainer step needs Ray installed, or verl'"'"'s advantage and loss functions importable without it"}'
+  echo "$line" | tee -a "$OUT"
+fi

@@ -1,0 +1,92 @@
+"""`scripts/gpu_check.sh`, the check for a bare GPU box, in its CPU dry run; and its wheel list: what the proxy and
+the embedded engine import beyond torch, transformers and peft, under 64 MiB."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.support.procs import REPO
+
+WHEELS = REPO / "scripts" / "gpu_wheels.txt"
+BOX_HAS = ("torch", "transformers", "peft")
+"""What the GPU box brings (with their own requirements)."""
+
+
+def _listed() -> dict[str, tuple[str, float]]:
+    out = {}
+    for line in WHEELS.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)\s+#\s+([\d.]+)$", line)
+        if m:
+            out[_norm(m[1])] = (m[2], float(m[3]))
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements_closure(roots: tuple[str, ...]) -> set[str]:
+    """The distributions `roots` need, recursively (extras left out), as installed here."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = _norm(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        for r in map(Requirement, reqs):
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(r.name)
+    return seen
+
+
+def test_the_wheel_list_is_pinned_to_this_environment_and_under_64_mib():
+    listed = _listed()
+    assert listed, "no wheels listed"
+    for name, (version, _mib) in listed.items():
+        assert md.version(name) == version, name  # `make gpu-wheels` downloads what the tests ran with
+    assert sum(mib for _v, mib in listed.values()) < 64  # installed sizes: a bound of the wheels' sizes
+
+
+ROOTS = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "aiohttp", "orjson", "httpx", "pydantic", "pyyaml")
+"""What the proxy, the store and the embedded engine import themselves (the rest comes with these)."""
+
+
+def test_the_wheel_list_covers_what_the_proxy_and_the_engine_need():
+    needed = _requirements_closure(ROOTS)
+    covered = set(_listed()) | _requirements_closure(BOX_HAS)
+    assert sorted(needed - covered) == []  # every requirement the box lacks is a listed wheel
+    for name in ROOTS:  # and the roots are the imports: none of our modules the GPU check loads needs more
+        assert md.version(name)
+
+
+@pytest.mark.slow
+def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
+    out = tmp_path / "gpu_check.jsonl"
+    env = {**os.environ, "PY": sys.executable}
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--model", "builtin:tiny",
+         "--agents", "8", "--calls", "2", "--max-tokens", "8", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    figures = {line.get("figure"): line for line in lines if line.get("bench") in ("proxy_share", "gpu_check")}
+    assert {"direct", "through_proxy", "proxy_share", "trainer_step"} <= set(figures) or (
+        {"direct", "through_proxy", "proxy_share"} <= set(figures) and any("update_s" in line for line in lines)
+    ), lines
+    assert figures["direct"]["tokens_per_s"] > 0 and figures["through_proxy"]["calls_logged"] == 16
+    assert 0.0 <= figures["proxy_share"]["value"] < 1.0
