@@ -3,6 +3,7 @@
 import os
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,6 +16,20 @@ from tests.support.procs import REPO, Trainer, start_proxy
 from tests.support.rolling import make_rolling
 
 ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"#### {2 * i}"} for i in range(6)]
+
+
+def demo1(tmp_path, swarm_url: str, data, **constants) -> Path:
+    """The Demo-1 client with its swarm, its dataset and one epoch of 2 rollouts a task, plus `constants`."""
+    return with_constants(
+        REPO / "tests/e2e/seed/demo1_client.py",
+        tmp_path / "demo1.py",
+        REMOTE_SWARM_URL=swarm_url,
+        LOCAL_DATASET_PATH=str(data.parent),
+        LOCAL_NUM_EPOCH=1,
+        LOCAL_GRPO_N=2,
+        REMOTE_TRAIN_MODEL="builtin:tiny",
+        **constants,
+    )
 
 
 def test_demo1_client_runs_unchanged(tmp_path, stub):
@@ -35,16 +50,7 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
     th = threading.Thread(target=act_as_trainer, daemon=True)
     th.start()
     try:
-        script = with_constants(
-            REPO / "tests/e2e/seed/demo1_client.py",
-            tmp_path / "demo1.py",
-            REMOTE_SWARM_URL=px.url,
-            LOCAL_DATASET_PATH=str(data.parent),
-            LOCAL_NUM_EPOCH=1,
-            LOCAL_GRPO_N=2,
-            REMOTE_BATCH_SIZE=3,
-            REMOTE_TRAIN_MODEL="builtin:tiny",
-        )
+        script = demo1(tmp_path, px.url, data, REMOTE_BATCH_SIZE=3)
         res = run_script(script, timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "rollout failed" not in res.stdout, res.stdout
@@ -74,18 +80,8 @@ def test_demo1_job_with_its_gpu_count_trains_on_verl_on_a_cpu_box(tmp_path):
     trainer = Trainer(tmp_path, url, tmp_path / "exp", backend="verl")
     st = Store(url)
     try:
-        script = with_constants(
-            REPO / "tests/e2e/seed/demo1_client.py",
-            tmp_path / "demo1.py",
-            REMOTE_SWARM_URL=px.url,
-            LOCAL_DATASET_PATH=str(data.parent),
-            LOCAL_NUM_EPOCH=1,
-            LOCAL_GRPO_N=2,
-            REMOTE_BATCH_SIZE=2,
-            REMOTE_ALLOCATE_GPU_PER_NODE=8,
-            REMOTE_TRAIN_MODEL="builtin:tiny",
-            STOP_ENGINE_AT_END=False,
-        )
+        script = demo1(tmp_path, px.url, data, REMOTE_BATCH_SIZE=2, REMOTE_ALLOCATE_GPU_PER_NODE=8,
+                       STOP_ENGINE_AT_END=False)  # fmt: skip
         res = run_script(script, timeout=600)
         assert res.returncode == 0, res.stdout + res.stderr + trainer.log_tail()
         deadline = time.monotonic() + 300

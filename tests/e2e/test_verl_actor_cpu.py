@@ -20,7 +20,7 @@ from ajet import AgentJetJob, SwarmClient
 from ajet_store import Store, sqlite_url
 from tests.support.episodes import play_batch
 from tests.support.exports import assert_export_matches_the_served_policy
-from tests.support.procs import offline_env, start_proxy
+from tests.support.procs import offline_env, start_proxy, stop_session
 
 pytestmark = pytest.mark.slow
 
@@ -148,11 +148,6 @@ def test_verl_actor_on_cpu_trains_beside_the_embedded_engine_and_restores_after_
         assert [s.step for s in store.steps()] == [1, 2, 3]
         client.stop_engine()
     finally:
-        if trainer.poll() is None:
-            os.killpg(trainer.pid, signal.SIGTERM)
-            try:
-                trainer.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(trainer.pid, signal.SIGKILL)
+        stop_session(trainer)
         store.close()
         px.close()

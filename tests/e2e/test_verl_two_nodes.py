@@ -18,7 +18,7 @@ import pytest
 from ajet import AgentJetJob, SwarmClient
 from ajet_store import Store, sqlite_url
 from tests.support.episodes import play_batch
-from tests.support.procs import offline_env, start_proxy
+from tests.support.procs import offline_env, start_proxy, stop_session
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +92,7 @@ def test_verl_trains_across_two_ray_nodes_and_restarts_from_its_checkpoint(tmp_p
         assert sorted(e.consumed_step for e in store.episodes()) == [1] * 4 + [2] * 4 + [3] * 4
         client.stop_engine()
     finally:
-        if trainer.poll() is None:
-            os.killpg(trainer.pid, signal.SIGTERM)
-            try:
-                trainer.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(trainer.pid, signal.SIGKILL)
+        stop_session(trainer)
         store.close()
         px.close()
         cluster.shutdown()

@@ -149,3 +149,14 @@ class Trainer(Child):
             backend,
         ]
         super().__init__(args, tmp / f"trainer-{time.time_ns()}.log", offline_env(**env))
+
+
+def stop_session(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGTERM a child started in a session of its own (a trainer and the Ray processes it started), then SIGKILL
+    the session after `grace` seconds."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -435,3 +435,30 @@ def test_a_job_fitted_to_a_cpu_node_says_so_once(caplog):
         "the job asks for n_gpu=8; on the CPU platform that is one gloo rank per CPU, and this node has 2: "
         "training with 2 rank(s) per node"
     ]
+
+
+@pytest.mark.slow
+def test_a_trainer_without_an_address_starts_its_own_ray_beside_anothers_cluster():
+    """A Ray cluster already runs on this machine (another user's, or another test's): a trainer given no
+    `--ray-address` starts a Ray of its own instead of silently joining that one (a plain `ray.init()` joins it;
+    it did, and a test's verl workers found that cluster's CPUs taken)."""
+    import subprocess
+    import sys
+
+    from ray.cluster_utils import Cluster
+
+    from tests.support.procs import offline_env
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        code = (
+            "import ray; from ajet_trainer.verl_backend.session import _ray_init;"
+            "owns = _ray_init(None, 1, cpu=True); print(owns, ray.get_runtime_context().gcs_address); ray.shutdown()"
+        )
+        env = {k: v for k, v in offline_env().items() if k != "RAY_ADDRESS"}
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        owns, gcs = res.stdout.strip().splitlines()[-1].split()
+        assert owns == "True" and gcs != cluster.address, (gcs, cluster.address)
+    finally:
+        cluster.shutdown()

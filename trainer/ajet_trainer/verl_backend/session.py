@@ -233,7 +233,9 @@ def _ray_init(address: Optional[str], workers: int, cpu: bool = False) -> bool:
         if address:
             ray.init(address=address, runtime_env=env)
         else:
-            start_local_ray(partial(ray.init, runtime_env=env, include_dashboard=False), ray.shutdown)
+            # address="local": a Ray of its own, never one another user (or test) started on this machine, which a
+            # plain ray.init() would silently join
+            start_local_ray(partial(ray.init, address="local", runtime_env=env, include_dashboard=False), ray.shutdown)
         logger.info("ray: %s", "joined " + address if address else "started locally")
     kind = "CPU" if cpu else "GPU"
     have = int(ray.cluster_resources().get(kind, 0))
