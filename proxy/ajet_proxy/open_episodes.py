@@ -48,7 +48,7 @@ class LiveEpisode:
     deployment: Optional[str] = None
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Responses API: each response's conversation (chat messages) by response id, for `previous_response_id`
-    (kept while the episode is open in this proxy process)."""
+    (a cache: a miss is rebuilt from the response's logged call, `Store.response_call`)."""
     turn: Optional[Turn] = None
     """The episode's last answered call, as its next call may extend it (`ajet_proxy.token_history`)."""
     turn_from_store: bool = False

@@ -208,3 +208,35 @@ def test_a_call_in_flight_at_a_kill_leaves_a_counted_gap(module_tmp, stub):
     finally:
         px2.close()
         st.close()
+
+
+@pytest.mark.slow
+def test_a_responses_conversation_goes_on_after_a_restart(module_tmp, stub):
+    """`previous_response_id` names a response the proxy answered before it was killed: the conversation is
+    rebuilt from that response's logged call (its chat messages less the instructions, then its answer), as any
+    proxy on a shared store rebuilds one another proxy answered."""
+    import json
+
+    url, port, px, st, client = rolling_proxy(module_tmp, stub, "responses.db")
+    uuid, creds = client.begin_episode()
+    first = creds.as_openai_client(max_retries=0).responses.create(
+        model="m", input="remember the number 7", instructions="Be brief."
+    )
+    px.kill()
+    px2 = start_proxy(module_tmp, url, port=port)
+    try:
+        second = creds.as_openai_client(max_retries=0).responses.create(
+            model="m", input="which number?", previous_response_id=first.id, instructions="Be brief."
+        )
+        assert second.output_text
+        calls = st.calls(uuid)
+        assert [c.response_id for c in calls] == [first.id, second.id]
+        sent = json.loads(calls[1].request)["messages"]
+        assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]  # instructions once, not twice
+        assert sent[1]["content"] == "remember the number 7" and sent[2]["content"] == first.output_text
+        bad = creds.as_openai_client(max_retries=0).responses.with_raw_response
+        with pytest.raises(Exception, match="previous_response_id"):
+            bad.create(model="m", input="x", previous_response_id="resp_of_another_episode")
+    finally:
+        px2.close()
+        st.close()
