@@ -81,10 +81,18 @@ async def load(url: str, keys: list[str], stream: bool, concurrency: int, n: int
 
 
 def cpu_seconds(pid: Optional[int]) -> float:
+    """CPU seconds of process `pid` and its children (a proxy's workers) so far; 0 for None."""
     if pid is None:
         return 0.0
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:  # a worker that ended meanwhile
+            pass
+    return total
 
 
 def measure(

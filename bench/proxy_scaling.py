@@ -22,29 +22,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ajet import AgentJetJob, SwarmClient
 from ajet.types import EngineState
 from ajet_store import Store, sqlite_url
 from bench.episode_plumbing import episode, load
+from bench.proxy_overhead import cpu_seconds
 from tests.support import postgres
 from tests.support.procs import Proc, start_proxy, start_stub
 from tests.support.rolling import make_rolling, wait_state
 
 SHAPES = (("alone", 1, ()), ("shared", 1, ("--shared-store",)), ("workers-2", 2, ()), ("workers-3", 3, ()))
-
-
-def cpu_seconds(proc: psutil.Process) -> float:
-    """CPU of the proxy process and its workers."""
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def rolling(db: str, tmp: Path, stub: Proc, workers: int, extra: tuple[str, ...]) -> Proc:
@@ -62,11 +49,10 @@ def rolling(db: str, tmp: Path, stub: Proc, workers: int, extra: tuple[str, ...]
 
 def measure(store: str, shape: str, px: Proc, n: int, concurrency: int) -> dict[str, Any]:
     base = px.url
-    proc = psutil.Process(px.pid)
     asyncio.run(load(min(200, n), concurrency, lambda s, i: episode(s, base, i)))  # warm-up
-    c0 = cpu_seconds(proc)
+    c0 = cpu_seconds(px.pid)  # the proxy and its workers
     secs, lat = asyncio.run(load(n, concurrency, lambda s, i: episode(s, base, i)))
-    cpu_ms = (cpu_seconds(proc) - c0) * 1000.0 / n
+    cpu_ms = (cpu_seconds(px.pid) - c0) * 1000.0 / n
     lat.sort()
     return {
         "bench": "proxy_scaling",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from ajet.job import AgentJetJob
 from ajet.stat_types import (
@@ -16,10 +16,10 @@ from ajet.stat_types import (
     StepInfo,
     TaskStat,
 )
-from ajet.types import EngineState, EngineStatus
+from ajet.types import EngineStatus
 from ajet_proxy.open_episodes import LiveEpisode
-from ajet_store import TRAINER_TIMEOUT_S
 from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
+from ajet_store.episodes import trainer_silence
 from ajet_store.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
 
 _DEFAULT_JOB = AgentJetJob()
@@ -40,16 +40,8 @@ def engine_status(row: EngineRow, now: float) -> EngineStatus:
         boot_failed=row.boot_failed,
         updating=row.updating_since is not None,
         updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since),
-        trainer_silent_s=_silence(row, now),
+        trainer_silent_s=trainer_silence(row, now),
     )
-
-
-def _silence(row: EngineRow, now: float) -> Optional[float]:
-    """The trainer's heartbeat age where a begin would be refused for it (ROLLING, over the timeout), else None."""
-    if row.state != EngineState.ROLLING or row.trainer_heartbeat is None:
-        return None
-    age = now - row.trainer_heartbeat
-    return age if age > TRAINER_TIMEOUT_S else None
 
 
 def batch_shape(row: EngineRow) -> tuple[int, int]:

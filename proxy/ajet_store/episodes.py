@@ -49,6 +49,15 @@ TRAINER_TIMEOUT_S = 30.0
 """A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
 
 
+def trainer_silence(eng: EngineRow, now: float) -> Optional[float]:
+    """The trainer's heartbeat age where it makes begins wait (ROLLING, older than `TRAINER_TIMEOUT_S`), else
+    None (a store no trainer ever beat in is not checked)."""
+    if eng.state != EngineState.ROLLING or eng.trainer_heartbeat is None:
+        return None
+    age = now - eng.trainer_heartbeat
+    return age if age > TRAINER_TIMEOUT_S else None
+
+
 class EpisodeOps(Database):
     """Episode life cycle and the rollout pool."""
 
@@ -294,8 +303,8 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally:
     live trainer)."""
     if eng.state != EngineState.ROLLING:
         raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
-    if eng.trainer_heartbeat is not None and now - eng.trainer_heartbeat > TRAINER_TIMEOUT_S:
-        silent = now - eng.trainer_heartbeat
+    silent = trainer_silence(eng, now)
+    if silent is not None:
         raise TrainerSilent(
             f"no trainer heartbeat for {silent:.0f}s: the trainer is down or restarting",
             state=eng.state.value,
