@@ -6,9 +6,10 @@ A throwaway PostgreSQL on loopback (as the store's tests start one; `AJET_TEST_P
 vLLM-format backend that answers at once. For each shape, a fresh store and `ajet-proxy start --workers N` (one
 port, the kernel spreading connections), ROLLING on the backend; the load is `bench.episode_plumbing`'s episode
 (begin_episode, one chat call, end_episode) from one asyncio client. Shapes: one proxy alone (numbers calls in
-memory), one proxy with `--shared-store` (what sharing costs), then 2 and 3 workers. One JSON line per shape
-(episodes/s, p50/p99 latency, the proxy processes' CPU ms per episode), then the ratios to one proxy alone.
-With SQLite (`--store sqlite`) the workers share the one file; the figures say what that buys.
+memory), one proxy with `--shared-store` (what sharing costs), then 2 and 3 workers. On SQLite, where the CLI
+refuses workers, 2 and 3 `--shared-store` proxies on ports of their own take their place (the client goes
+round-robin): processes sharing the one file all the same, and the figures say what that buys. One JSON line
+per shape (episodes/s, p50/p99 latency, the proxy processes' CPU ms per episode), then the ratios to one proxy.
 """
 
 from __future__ import annotations
@@ -34,25 +35,34 @@ from tests.support.rolling import make_rolling, wait_state
 SHAPES = (("alone", 1, ()), ("shared", 1, ("--shared-store",)), ("workers-2", 2, ()), ("workers-3", 3, ()))
 
 
-def rolling(db: str, tmp: Path, stub: Proc, workers: int, extra: tuple[str, ...]) -> Proc:
-    px = start_proxy(tmp, db, "--workers", str(workers), *extra)
+def start_shape(store: str, db: str, tmp: Path, stub: Proc, workers: int, extra: tuple[str, ...]) -> list[Proc]:
+    """The shape's proxies, ROLLING on the backend: one `--workers N` proxy on PostgreSQL; on SQLite, where the CLI
+    refuses workers, N `--shared-store` proxies on ports of their own (processes sharing the one file all the same)."""
+    if store == "sqlite" and workers > 1:
+        proxies = [start_proxy(tmp, db, "--shared-store", *extra) for _ in range(workers)]
+    else:
+        proxies = [start_proxy(tmp, db, "--workers", str(workers), *extra)]
     st = Store(db)
-    client = SwarmClient(px.url, verbose=False)
+    client = SwarmClient(proxies[0].url, verbose=False)
     client.sync_train_config(AgentJetJob(batch_size=100_000, num_repeat=1))  # never a full batch: no step
     client.start_engine()
     make_rolling(st, stub.url)
     st.heartbeat()
     wait_state(client, EngineState.ROLLING)
     st.close()
-    return px
+    return proxies
 
 
-def measure(store: str, shape: str, px: Proc, n: int, concurrency: int) -> dict[str, Any]:
-    base = px.url
-    asyncio.run(load(min(200, n), concurrency, lambda s, i: episode(s, base, i)))  # warm-up
-    c0 = cpu_seconds(px.pid)  # the proxy and its workers
-    secs, lat = asyncio.run(load(n, concurrency, lambda s, i: episode(s, base, i)))
-    cpu_ms = (cpu_seconds(px.pid) - c0) * 1000.0 / n
+def measure(store: str, shape: str, proxies: list[Proc], n: int, concurrency: int) -> dict[str, Any]:
+    bases = [p.url for p in proxies]  # one URL (the kernel spreads a port's connections), or round-robin
+
+    def one(session: Any, i: int) -> Any:
+        return episode(session, bases[i % len(bases)], i)
+
+    asyncio.run(load(min(200, n), concurrency, one))  # warm-up
+    c0 = sum(cpu_seconds(p.pid) for p in proxies)  # the proxies and their workers
+    secs, lat = asyncio.run(load(n, concurrency, one))
+    cpu_ms = (sum(cpu_seconds(p.pid) for p in proxies) - c0) * 1000.0 / n
     lat.sort()
     return {
         "bench": "proxy_scaling",
@@ -70,12 +80,13 @@ def measure(store: str, shape: str, px: Proc, n: int, concurrency: int) -> dict[
 def run_store(store: str, url_for: Any, tmp: Path, stub: Proc, args: argparse.Namespace) -> None:
     rows = {}
     for shape, workers, extra in SHAPES:
-        px = rolling(url_for(shape), tmp, stub, workers, extra)
+        proxies = start_shape(store, url_for(shape), tmp, stub, workers, extra)
         try:
-            rows[shape] = measure(store, shape, px, args.episodes, args.concurrency)
+            rows[shape] = measure(store, shape, proxies, args.episodes, args.concurrency)
             print(json.dumps(rows[shape]), flush=True)
         finally:
-            px.close()
+            for px in proxies:
+                px.close()
     one = rows["alone"]
     for shape, row in rows.items():
         if shape != "alone":
