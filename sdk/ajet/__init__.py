@@ -3,6 +3,7 @@
 The SDK needs only httpx, pydantic and pyyaml; it never imports the proxy or the trainer.
 """
 
+from ajet.async_client import AsyncSwarmClient, rollout_episode_async, run_episodes_async
 from ajet.client import SwarmClient
 from ajet.default_config.ajet_config_schema import (
     AjetTaskReader,
@@ -60,6 +61,7 @@ __all__ = [
     "AgentJetJob",
     "AjetError",
     "AjetTaskReader",
+    "AsyncSwarmClient",
     "BatchMode",
     "BoundedThreadPoolExecutor",
     "ConfigError",
@@ -100,6 +102,8 @@ __all__ = [
     "WorkflowOutput",
     "WrongState",
     "rollout_episode",
+    "rollout_episode_async",
+    "run_episodes_async",
     "run_episodes_until_all_complete",
     "train_on_tasks",
     "wait_for_step",

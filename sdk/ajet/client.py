@@ -3,35 +3,24 @@
 Each public method maps to the proxy route of the same name under `/swarm/`. Transient network
 errors are retried with bounded backoff; `begin_episode` also waits (bounded) while the engine is not
 ROLLING. Every other failure raises a typed exception from `ajet.errors` with the server's reason.
+The request bodies, answers and wait rules are `ajet.client_base`'s, shared with `AsyncSwarmClient`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import random
-import socket
 import sys
 import time
-import uuid
 from typing import Any, Optional, TextIO, Union
 
 import httpx
 
-from ajet.errors import (
-    EngineNotReady,
-    ServerStoreUnavailable,
-    SwarmConnectionError,
-    SwarmTimeout,
-    TrainerUnresponsive,
-    error_for,
-)
+from ajet.client_base import BeginWait, Body, ClientSettings, StoreWait, TransportBackoff, error_from_response
+from ajet.errors import EngineNotReady, ServerStoreUnavailable
 from ajet.job import AgentJetJob
-from ajet.protocol import CLIENT_HEADER
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
     BatchMode,
-    BeginEpisodeResponse,
     EngineState,
     EngineStatus,
     EpisodeContinuation,
@@ -45,46 +34,15 @@ from ajet.types import (
 logger = logging.getLogger(__name__)
 
 
-class SwarmClient:
-    """Talks to one `ajet-proxy` (one model). Use one per model in multi-model workflows."""
+class SwarmClient(ClientSettings[httpx.Client]):
+    """Talks to one `ajet-proxy` (one model). Use one per model in multi-model workflows; in an event loop, use
+    `AsyncSwarmClient`."""
 
-    def __init__(
-        self,
-        server_url: str,
-        *,
-        swarm_token: Optional[str] = None,
-        timeout: float = 60.0,
-        max_retries: int = 5,
-        begin_episode_max_wait: float = 3600.0,
-        trainer_max_silence: float = 120.0,
-        store_max_wait: float = 60.0,
-        client_id: Optional[str] = None,
-        mission: Optional[str] = None,
-        verbose: bool = True,
-        http_client: Optional[httpx.Client] = None,
-    ):
-        self.server_url = server_url.rstrip("/")
-        self.swarm_token = swarm_token if swarm_token is not None else os.environ.get("AJET_SWARM_TOKEN")
-        self.max_retries = max_retries
-        self.begin_episode_max_wait = begin_episode_max_wait
-        self.trainer_max_silence = trainer_max_silence
-        """Seconds `begin_episode` waits for a trainer that writes no heartbeat (`TrainerUnresponsive`) before it
-        raises; a restarting trainer is back well within it."""
-        self.store_max_wait = store_max_wait
-        """Seconds a call is retried while the server's store takes no writes (`ServerStoreUnavailable`: a full
-        disk, a database down); nothing of a refused call was committed, so the retry is safe."""
-        self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.mission = mission
-        self._warned_untrainable = False
-        self.verbose = verbose
-        headers = {CLIENT_HEADER: self.client_id}
-        if self.swarm_token:
-            headers["Authorization"] = f"Bearer {self.swarm_token}"
-        if http_client is not None:  # its base URL and transport (an app served in this process: `TestClient`)
-            http_client.headers.update(headers)
-            self._http = http_client
-        else:
-            self._http = httpx.Client(base_url=self.server_url, headers=headers, timeout=timeout)
+    def _open(self, given: Optional[httpx.Client]) -> httpx.Client:
+        if given is not None:
+            given.headers.update(self.headers)
+            return given
+        return httpx.Client(base_url=self.server_url, headers=self.headers, timeout=self.timeout)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -97,39 +55,27 @@ class SwarmClient:
         self.close()
 
     # ------------------------------------------------------------------ transport
-    def _call(self, method: str, route: str, body: Optional[dict] = None) -> Any:
+    def _call(self, method: str, route: str, body: Body = None) -> Any:
         """One control call, retried while the server's store takes no writes (bounded by `store_max_wait`)."""
-        deadline = time.monotonic() + self.store_max_wait
-        delay = 0.5
+        wait = StoreWait(self.store_max_wait)
         while True:
             try:
                 return self._call_once(method, route, body)
             except ServerStoreUnavailable as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                logger.warning("%s %s: %s; retrying in %.1fs", method, route, exc.detail, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                time.sleep(wait.next(exc, f"{method} {route}"))
 
-    def _call_once(self, method: str, route: str, body: Optional[dict] = None) -> Any:
+    def _call_once(self, method: str, route: str, body: Body = None) -> Any:
         """One control call with bounded retries on transport errors; raises typed errors."""
-        delay = 0.2
-        for attempt in range(self.max_retries + 1):
+        backoff = TransportBackoff(f"{self.server_url}/swarm/{route}", self.max_retries)
+        while True:
             try:
                 resp = self._http.request(method, f"/swarm/{route}", json=body)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if attempt == self.max_retries:
-                    raise SwarmConnectionError(f"{self.server_url}/swarm/{route}: {exc!r}") from exc
-                logger.warning(
-                    "%s %s failed (%r); retry %d/%d in %.1fs", method, route, exc, attempt + 1, self.max_retries, delay
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                time.sleep(backoff.next(exc))
                 continue
             if resp.status_code >= 400:
-                raise _error_from_response(resp)
+                raise error_from_response(resp)
             return resp.json()
-        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ engine
     def sync_train_config(self, job: AgentJetJob) -> EngineState:
@@ -165,45 +111,22 @@ class SwarmClient:
     def begin_episode(
         self, discard_episode_timeout: float = 240, episode_type: str = "train", mission: Optional[str] = None
     ) -> tuple[str, OpenaiBaseUrlAndApiKey]:
-        """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING.
+        """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING, and at
+        most `trainer_max_silence` seconds for a trainer that has stopped beating.
 
         `mission` (default: the client's) labels the episode's dataset + reward in the statistics.
         """
-        body = {
-            "discard_episode_timeout": discard_episode_timeout,
-            "episode_type": episode_type,
-            "mission": mission or self.mission,
-        }
-        deadline = time.monotonic() + self.begin_episode_max_wait
-        delay, silent_since = 0.2, None
+        body = self._begin_body(discard_episode_timeout, episode_type, mission)
+        wait = BeginWait(self.begin_episode_max_wait, self.trainer_max_silence)
         while True:
             try:
-                ans = BeginEpisodeResponse.model_validate(self._call("POST", "begin_episode", body))
-                break
+                return self._credentials(self._call("POST", "begin_episode", body))
             except EngineNotReady as exc:
-                silent_since = _silent_since(exc, silent_since, self.trainer_max_silence)
-                if time.monotonic() + delay > deadline:
-                    raise SwarmTimeout(f"engine not ROLLING after {self.begin_episode_max_wait}s: {exc}") from exc
-                logger.debug("begin_episode: %s; waiting %.1fs", exc.state, delay)
-                time.sleep(delay * (0.75 + random.random() / 2))
-                delay = min(delay * 1.5, 5.0)
-        creds = OpenaiBaseUrlAndApiKey(
-            base_url=f"{self.server_url}/v1", api_key=ans.api_key, model=ans.model, episode_uuid=ans.episode_uuid
-        )
-        return ans.episode_uuid, creds
+                time.sleep(wait.next(exc))
 
     def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
         """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
-        body = {
-            "episode_uuid": episode_uuid,
-            "task": task.model_dump(mode="json"),
-            "workflow_output": workflow_output.model_dump(mode="json"),
-        }
-        result = EpisodeResult.model_validate(self._call("POST", "end_episode", body))
-        if result.warning and not self._warned_untrainable:  # once per client: a loop would repeat it forever
-            self._warned_untrainable = True
-            logger.warning("%s (logged once per client)", result.warning)
-        return result
+        return self._ended(self._call("POST", "end_episode", self._end_body(task, episode_uuid, workflow_output)))
 
     def abort_episode(
         self,
@@ -216,25 +139,14 @@ class SwarmClient:
         Called as `abort_episode(episode_uuid)`, or as the seed says ("just replace `end_episode` with
         `abort_episode`") `abort_episode(task, episode_uuid, workflow_output)`: the task and output are
         then not recorded, since an aborted episode is never trained."""
-        if isinstance(task_or_uuid, Task):
-            if episode_uuid is None:
-                raise TypeError("abort_episode(task, episode_uuid, workflow_output): episode_uuid is missing")
-            uuid = episode_uuid
-        elif episode_uuid is not None or workflow_output is not None:
-            raise TypeError("abort_episode takes (episode_uuid) or (task, episode_uuid, workflow_output)")
-        else:
-            uuid = task_or_uuid
+        uuid = self._abort_uuid(task_or_uuid, episode_uuid, workflow_output)
         return EpisodeResult.model_validate(self._call("POST", "abort_episode", {"episode_uuid": uuid}))
 
     def can_continue_episode(self, episode_uuid: str) -> bool:
         """Whether the episode is still open: a long agent can check it and stop early once the server has
         expired (or anyone has ended or aborted) the episode. The reason is logged when it cannot."""
-        answer = EpisodeContinuation.model_validate(
-            self._call("POST", "can_continue_episode", {"episode_uuid": episode_uuid})
-        )
-        if not answer.can_continue:
-            logger.info("episode %s cannot continue: %s", episode_uuid, answer.reason)
-        return answer.can_continue
+        answer = self._call("POST", "can_continue_episode", {"episode_uuid": episode_uuid})
+        return self._continues(episode_uuid, EpisodeContinuation.model_validate(answer))
 
     # ------------------------------------------------------------------ stats
     def get_rollout_stat(self) -> RolloutStat:
@@ -255,27 +167,3 @@ class SwarmClient:
         from ajet.rollout_summary import format_rollout_stat
 
         print(format_rollout_stat(self.get_rollout_stat()), file=file or sys.stdout)
-
-
-def _error_from_response(resp: httpx.Response) -> Exception:
-    try:
-        data = resp.json()
-    except ValueError:
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    detail = data.get("detail") or resp.text[:500]
-    return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail), data.get("state"))
-
-
-def _silent_since(exc: EngineNotReady, since: Optional[float], max_silence: float) -> Optional[float]:
-    """When `begin_episode` first heard that the trainer is silent (None once it speaks again); raises `exc` once
-    the silence has lasted `max_silence` seconds, since waiting longer on a dead trainer would never end."""
-    if not isinstance(exc, TrainerUnresponsive):
-        return None
-    now = time.monotonic()
-    if since is not None and now - since >= max_silence:
-        raise TrainerUnresponsive(
-            exc.status, exc.error, f"{exc.detail} (waited {now - since:.0f}s for it; giving up)", exc.state
-        ) from exc
-    return since if since is not None else now

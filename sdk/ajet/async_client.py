@@ -1,0 +1,194 @@
+"""`AsyncSwarmClient`: every `SwarmClient` method as a coroutine over one `httpx.AsyncClient`, for agents that run
+in an event loop (the Agents SDK, LangGraph, AutoGen, pydantic-ai), where a blocking client would stall every
+other coroutine while it waits. The bodies, answers and wait rules are `ajet.client_base`'s, as the sync
+client's; only the transport and the sleeps are awaited. `rollout_episode_async` runs one episode and
+`run_episodes_async` keeps N in flight in one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Optional, Sequence, Union
+
+import httpx
+
+from ajet.client_base import BeginWait, Body, ClientSettings, StoreWait, TransportBackoff, error_from_response
+from ajet.errors import EngineNotReady, ServerStoreUnavailable, SwarmServerError
+from ajet.job import AgentJetJob
+from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
+from ajet.types import (
+    BatchMode,
+    EngineState,
+    EngineStatus,
+    EpisodeContinuation,
+    EpisodeResult,
+    OkResponse,
+    OpenaiBaseUrlAndApiKey,
+    Task,
+    WorkflowOutput,
+)
+
+logger = logging.getLogger(__name__)
+
+AsyncAgentFn = Callable[[Task, OpenaiBaseUrlAndApiKey], Awaitable[WorkflowOutput]]
+"""An async agent: a task and its episode's credentials in, the workflow output (its reward) out."""
+
+
+class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
+    """`SwarmClient`'s methods as coroutines (one `httpx.AsyncClient`; close it with `aclose` or `async with`)."""
+
+    def _open(self, given: Optional[httpx.AsyncClient]) -> httpx.AsyncClient:
+        if given is not None:
+            given.headers.update(self.headers)
+            return given
+        return httpx.AsyncClient(base_url=self.server_url, headers=self.headers, timeout=self.timeout)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncSwarmClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ transport
+    async def _call(self, method: str, route: str, body: Body = None) -> Any:
+        """One control call, retried while the server's store takes no writes (bounded by `store_max_wait`)."""
+        wait = StoreWait(self.store_max_wait)
+        while True:
+            try:
+                return await self._call_once(method, route, body)
+            except ServerStoreUnavailable as exc:
+                await asyncio.sleep(wait.next(exc, f"{method} {route}"))
+
+    async def _call_once(self, method: str, route: str, body: Body = None) -> Any:
+        backoff = TransportBackoff(f"{self.server_url}/swarm/{route}", self.max_retries)
+        while True:
+            try:
+                resp = await self._http.request(method, f"/swarm/{route}", json=body)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                await asyncio.sleep(backoff.next(exc))
+                continue
+            if resp.status_code >= 400:
+                raise error_from_response(resp)
+            return resp.json()
+
+    # ------------------------------------------------------------------ engine
+    async def sync_train_config(self, job: AgentJetJob) -> EngineState:
+        """Send the job to the proxy (only while OFFLINE)."""
+        return OkResponse.model_validate(await self._call("POST", "sync_train_config", {"job": job.to_wire()})).state
+
+    async def start_engine(self) -> EngineState:
+        """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
+        return OkResponse.model_validate(await self._call("POST", "start_engine")).state
+
+    async def stop_engine(self) -> EngineState:
+        """Return the engine to OFFLINE from any state; open episodes are aborted."""
+        return OkResponse.model_validate(await self._call("POST", "stop_engine")).state
+
+    async def auto_sync_train_config_and_start_engine(
+        self, job: AgentJetJob, force_restart: bool = False
+    ) -> EngineState:
+        """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
+        body = {"job": job.to_wire(), "force_restart": force_restart}
+        answer = await self._call("POST", "auto_sync_train_config_and_start_engine", body)
+        state = OkResponse.model_validate(answer).state
+        if self.verbose:
+            logger.info("engine %s at %s", state.value, self.server_url)
+        return state
+
+    async def get_engine_status(self) -> EngineStatus:
+        """The engine state, step and policy version."""
+        return EngineStatus.model_validate(await self._call("GET", "get_engine_status"))
+
+    async def set_batch_mode(self, mode: BatchMode | str) -> EngineState:
+        """Change the batch policy; it applies to the next training step."""
+        return OkResponse.model_validate(
+            await self._call("POST", "set_batch_mode", {"mode": BatchMode(mode).value})
+        ).state
+
+    # ------------------------------------------------------------------ episodes
+    async def begin_episode(
+        self, discard_episode_timeout: float = 240, episode_type: str = "train", mission: Optional[str] = None
+    ) -> tuple[str, OpenaiBaseUrlAndApiKey]:
+        """Open an episode, waiting (without blocking the loop) as `SwarmClient.begin_episode` does."""
+        body = self._begin_body(discard_episode_timeout, episode_type, mission)
+        wait = BeginWait(self.begin_episode_max_wait, self.trainer_max_silence)
+        while True:
+            try:
+                return self._credentials(await self._call("POST", "begin_episode", body))
+            except EngineNotReady as exc:
+                await asyncio.sleep(wait.next(exc))
+
+    async def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
+        """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
+        body = self._end_body(task, episode_uuid, workflow_output)
+        return self._ended(await self._call("POST", "end_episode", body))
+
+    async def abort_episode(
+        self,
+        task_or_uuid: Union[Task, str],
+        episode_uuid: Optional[str] = None,
+        workflow_output: Optional[WorkflowOutput] = None,
+    ) -> EpisodeResult:
+        """Discard the episode (`(episode_uuid)`, or the seed's `(task, episode_uuid, workflow_output)`)."""
+        uuid = self._abort_uuid(task_or_uuid, episode_uuid, workflow_output)
+        return EpisodeResult.model_validate(await self._call("POST", "abort_episode", {"episode_uuid": uuid}))
+
+    async def can_continue_episode(self, episode_uuid: str) -> bool:
+        """Whether the episode is still open (the reason is logged when it cannot go on)."""
+        answer = await self._call("POST", "can_continue_episode", {"episode_uuid": episode_uuid})
+        return self._continues(episode_uuid, EpisodeContinuation.model_validate(answer))
+
+    # ------------------------------------------------------------------ stats
+    async def get_rollout_stat(self) -> RolloutStat:
+        """Pool progress, open episodes, tasks, clients and recent steps."""
+        return RolloutStat.model_validate(await self._call("GET", "get_rollout_stat"))
+
+    async def get_steps(self, after: int = 0, limit: int = 1000) -> list[StepInfo]:
+        """Recorded training steps newer than `after`, oldest first (at most `limit`)."""
+        page = StepsPage.model_validate(await self._call("POST", "get_steps", {"after": after, "limit": limit}))
+        return page.steps
+
+    async def get_episode(self, episode_uuid: str) -> EpisodeDetail:
+        """One episode with every LLM call it made."""
+        return EpisodeDetail.model_validate(await self._call("POST", "get_episode", {"episode_uuid": episode_uuid}))
+
+
+async def rollout_episode_async(
+    client: AsyncSwarmClient, task: Task, agent: AsyncAgentFn, episode_type: str = "train", timeout: float = 240
+) -> float:
+    """One episode in the loop: begin, await the agent, end (abort if it raises: a crashed agent is never
+    scored); returns the recorded reward."""
+    uuid, creds = await client.begin_episode(discard_episode_timeout=timeout, episode_type=episode_type)
+    try:
+        out = await agent(task, creds)
+    except Exception:
+        await client.abort_episode(uuid)
+        raise
+    ended = await client.end_episode(task, uuid, out)
+    if ended.reward is None:
+        raise SwarmServerError(200, "EndEpisode", f"episode {uuid} ended without a recorded reward")
+    return ended.reward
+
+
+async def run_episodes_async(
+    client: AsyncSwarmClient,
+    tasks: Sequence[Task],
+    agent: AsyncAgentFn,
+    in_flight: int = 32,
+    episode_type: str = "train",
+    timeout: float = 240,
+) -> list[Union[float, BaseException]]:
+    """Every task's episode, at most `in_flight` at once in this loop; each task's reward, or the exception its
+    episode raised (one failing agent does not cancel the others)."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(task: Task) -> float:
+        async with gate:
+            return await rollout_episode_async(client, task, agent, episode_type, timeout)
+
+    return list(await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True))

@@ -1,0 +1,205 @@
+"""What `SwarmClient` and `AsyncSwarmClient` share: their settings, every request body and answer, and the rules of
+their waits, with no I/O (as httpx's `BaseClient` serves its `Client` and `AsyncClient`). Each client only sends
+what these build and sleeps what these say."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from typing import Any, Generic, Optional, TypeVar, Union
+
+import httpx
+
+from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
+from ajet.protocol import CLIENT_HEADER
+from ajet.types import (
+    BeginEpisodeResponse,
+    EpisodeContinuation,
+    EpisodeResult,
+    OpenaiBaseUrlAndApiKey,
+    Task,
+    WorkflowOutput,
+)
+
+logger = logging.getLogger("ajet.client")
+
+Body = Optional[dict[str, Any]]
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
+
+
+class ClientSettings(Generic[H]):
+    """One client's settings and its request and answer rules (`SwarmClient`, `AsyncSwarmClient`, each with its
+    own `httpx` client: `http_client`, when given, lends its base URL and transport, e.g. an app served in this
+    process)."""
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        swarm_token: Optional[str] = None,
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        begin_episode_max_wait: float = 3600.0,
+        trainer_max_silence: float = 120.0,
+        store_max_wait: float = 60.0,
+        client_id: Optional[str] = None,
+        mission: Optional[str] = None,
+        verbose: bool = True,
+        http_client: Optional[H] = None,
+    ):
+        self.server_url = server_url.rstrip("/")
+        self.swarm_token = swarm_token if swarm_token is not None else os.environ.get("AJET_SWARM_TOKEN")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        """Retries of a control call on a transport error (refused connection, timeout), with backoff."""
+        self.begin_episode_max_wait = begin_episode_max_wait
+        """Seconds `begin_episode` waits (with backoff) while the engine is not ROLLING."""
+        self.trainer_max_silence = trainer_max_silence
+        """Seconds `begin_episode` waits for a trainer that writes no heartbeat (`TrainerUnresponsive`) before it
+        raises; a restarting trainer is back well within it."""
+        self.store_max_wait = store_max_wait
+        """Seconds a call is retried while the server's store takes no writes (`ServerStoreUnavailable`: a full
+        disk, a database down); nothing of a refused call was committed, so the retry is safe."""
+        self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.mission = mission
+        self.verbose = verbose
+        self._warned_untrainable = False
+        self._http: H = self._open(http_client)
+
+    def _open(self, given: Optional[H]) -> H:
+        """The client's `httpx` client: `given` (with this client's headers added), or a new one."""
+        raise NotImplementedError
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Every control call's headers: the client id, and the swarm token when there is one."""
+        out = {CLIENT_HEADER: self.client_id}
+        if self.swarm_token:
+            out["Authorization"] = f"Bearer {self.swarm_token}"
+        return out
+
+    # ------------------------------------------------------------------ bodies and answers
+    def _begin_body(self, discard_episode_timeout: float, episode_type: str, mission: Optional[str]) -> dict[str, Any]:
+        return {
+            "discard_episode_timeout": discard_episode_timeout,
+            "episode_type": episode_type,
+            "mission": mission or self.mission,
+        }
+
+    def _credentials(self, data: Any) -> tuple[str, OpenaiBaseUrlAndApiKey]:
+        ans = BeginEpisodeResponse.model_validate(data)
+        creds = OpenaiBaseUrlAndApiKey(
+            base_url=f"{self.server_url}/v1", api_key=ans.api_key, model=ans.model, episode_uuid=ans.episode_uuid
+        )
+        return ans.episode_uuid, creds
+
+    @staticmethod
+    def _end_body(task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> dict[str, Any]:
+        return {
+            "episode_uuid": episode_uuid,
+            "task": task.model_dump(mode="json"),
+            "workflow_output": workflow_output.model_dump(mode="json"),
+        }
+
+    def _ended(self, data: Any) -> EpisodeResult:
+        result = EpisodeResult.model_validate(data)
+        if result.warning and not self._warned_untrainable:  # once per client: a loop would repeat it forever
+            self._warned_untrainable = True
+            logger.warning("%s (logged once per client)", result.warning)
+        return result
+
+    @staticmethod
+    def _continues(episode_uuid: str, answer: EpisodeContinuation) -> bool:
+        if not answer.can_continue:
+            logger.info("episode %s cannot continue: %s", episode_uuid, answer.reason)
+        return answer.can_continue
+
+    @staticmethod
+    def _abort_uuid(
+        task_or_uuid: Union[Task, str], episode_uuid: Optional[str], workflow_output: Optional[WorkflowOutput]
+    ) -> str:
+        """The episode `abort_episode` names: `(episode_uuid)`, or the seed's `(task, episode_uuid, output)`."""
+        if isinstance(task_or_uuid, Task):
+            if episode_uuid is None:
+                raise TypeError("abort_episode(task, episode_uuid, workflow_output): episode_uuid is missing")
+            return episode_uuid
+        if episode_uuid is not None or workflow_output is not None:
+            raise TypeError("abort_episode takes (episode_uuid) or (task, episode_uuid, workflow_output)")
+        return task_or_uuid
+
+
+def error_from_response(resp: httpx.Response) -> Exception:
+    """The typed exception of a server's error answer."""
+    try:
+        data = resp.json()
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    detail = data.get("detail") or resp.text[:500]
+    return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail), data.get("state"))
+
+
+class TransportBackoff:
+    """Delays between retries of one control call on transport errors; `SwarmConnectionError` once spent."""
+
+    def __init__(self, url: str, max_retries: int):
+        self.url, self.left, self.delay = url, max_retries, 0.2
+
+    def next(self, exc: Exception) -> float:
+        if self.left <= 0:
+            raise SwarmConnectionError(f"{self.url}: {exc!r}") from exc
+        self.left -= 1
+        delay, self.delay = self.delay, min(self.delay * 2, 5.0)
+        logger.warning("%s failed (%r); retrying in %.1fs", self.url, exc, delay)
+        return delay
+
+
+class StoreWait:
+    """Delays while the server's store takes no writes; raises the store's error once `max_wait` is spent."""
+
+    def __init__(self, max_wait: float):
+        self.deadline, self.delay = time.monotonic() + max_wait, 0.5
+
+    def next(self, exc: Exception, what: str) -> float:
+        if time.monotonic() + self.delay > self.deadline:
+            raise exc
+        delay, self.delay = self.delay, min(self.delay * 2, 5.0)
+        logger.warning("%s: %s; retrying in %.1fs", what, exc, delay)
+        return delay
+
+
+class BeginWait:
+    """Delays of `begin_episode` while the engine is not ROLLING (`SwarmTimeout` past `max_wait`), and while the
+    trainer is silent (`TrainerUnresponsive` past `max_silence`)."""
+
+    def __init__(self, max_wait: float, max_silence: float):
+        self.max_wait, self.max_silence = max_wait, max_silence
+        self.deadline, self.delay = time.monotonic() + max_wait, 0.2
+        self.silent_since: Optional[float] = None
+
+    def next(self, exc: EngineNotReady) -> float:
+        self._silence(exc)
+        if time.monotonic() + self.delay > self.deadline:
+            raise SwarmTimeout(f"engine not ROLLING after {self.max_wait}s: {exc}") from exc
+        logger.debug("begin_episode: %s; waiting %.1fs", exc.state, self.delay)
+        delay, self.delay = self.delay * (0.75 + random.random() / 2), min(self.delay * 1.5, 5.0)
+        return delay
+
+    def _silence(self, exc: EngineNotReady) -> None:
+        """A silent trainer is waited for at most `max_silence` seconds, since waiting on a dead one never ends."""
+        if not isinstance(exc, TrainerUnresponsive):
+            self.silent_since = None
+            return
+        now = time.monotonic()
+        if self.silent_since is None:
+            self.silent_since = now
+        elif now - self.silent_since >= self.max_silence:
+            raise TrainerUnresponsive(
+                exc.status, exc.error, f"{exc.detail} (waited {now - self.silent_since:.0f}s for it; giving up)",
+                exc.state,
+            ) from exc  # fmt: skip
