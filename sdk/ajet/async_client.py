@@ -40,9 +40,9 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
 
     def _open(self, given: Optional[httpx.AsyncClient]) -> httpx.AsyncClient:
         if given is not None:
-            given.headers.update(self.headers)
+            given.headers.update(self._headers)
             return given
-        return httpx.AsyncClient(base_url=self.server_url, headers=self.headers, timeout=self.timeout)
+        return httpx.AsyncClient(base_url=self.server_url, headers=self._headers, timeout=self.timeout)
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""

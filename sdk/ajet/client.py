@@ -40,9 +40,9 @@ class SwarmClient(ClientSettings[httpx.Client]):
 
     def _open(self, given: Optional[httpx.Client]) -> httpx.Client:
         if given is not None:
-            given.headers.update(self.headers)
+            given.headers.update(self._headers)
             return given
-        return httpx.Client(base_url=self.server_url, headers=self.headers, timeout=self.timeout)
+        return httpx.Client(base_url=self.server_url, headers=self._headers, timeout=self.timeout)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

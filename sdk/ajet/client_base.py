@@ -75,7 +75,7 @@ class ClientSettings(Generic[H]):
         raise NotImplementedError
 
     @property
-    def headers(self) -> dict[str, str]:
+    def _headers(self) -> dict[str, str]:
         """Every control call's headers: the client id, and the swarm token when there is one."""
         out = {CLIENT_HEADER: self.client_id}
         if self.swarm_token:
