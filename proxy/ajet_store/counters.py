@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional
 import sqlalchemy as sa
 
 from ajet.types import EpisodeStatus
+from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 
@@ -76,11 +77,16 @@ def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
         }
         for change in changes:
             if change["b_name"] not in have:
-                c.execute(t.counters.insert().values(name=change["b_name"], value=change["b_delta"]))
+                _insert(c, change)
         return
     for change in changes:  # a driver that cannot count an executemany's rows: one name at a time
         if c.execute(_ADD, change).rowcount == 0:
-            c.execute(t.counters.insert().values(name=change["b_name"], value=change["b_delta"]))
+            _insert(c, change)
+
+
+def _insert(c: sa.Connection, change: dict[str, Any]) -> None:
+    """A new counter, or (another proxy created it meanwhile) the delta added to it."""
+    rows.insert_or_add(c, t.counters, "name", {"name": change["b_name"], "value": change["b_delta"]}, add=("value",))
 
 
 def status_deltas(

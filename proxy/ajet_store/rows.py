@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import sqlalchemy as sa
 
@@ -15,7 +15,6 @@ from ajet_store.types import CallRecord, EngineRow, EpisodeRow, StepRow
 # Statements of the episode life cycle, built once: building one (and its cache key) costs more than running it.
 _ENGINE = sa.select(t.engine_state).where(t.engine_state.c.id == 1)
 _EPISODE = sa.select(t.episodes).where(t.episodes.c.uuid == sa.bindparam("b_uuid"))
-_CLIENT_INSERT = t.clients.insert()
 _CLIENT_TOUCH = {
     counter: t.clients.update()
     .where(t.clients.c.client_id == sa.bindparam("b_id"))
@@ -144,4 +143,26 @@ def touch_client(c: sa.Connection, client_id: str, now: float, counter: str, n: 
     res = c.execute(_CLIENT_TOUCH[counter], {"b_id": client_id, "b_now": now, "b_n": n})
     if res.rowcount == 0:
         counts = {"begun": 0, "ended": 0, "aborted": 0, counter: n}
-        c.execute(_CLIENT_INSERT, {"client_id": client_id, "first_seen": now, "last_seen": now, **counts})
+        row = {"client_id": client_id, "first_seen": now, "last_seen": now, **counts}
+        insert_or_add(c, t.clients, "client_id", row, add=(counter,), replace=("last_seen",))
+
+
+def insert_or_add(
+    c: sa.Connection,
+    table: sa.Table,
+    key: str,
+    row: dict[str, Any],
+    add: Sequence[str] = (),
+    replace: Sequence[str] = (),
+) -> None:
+    """Insert `row`; where another transaction inserted its `key` meanwhile (two proxies seeing a new counter or
+    client at once, on PostgreSQL), add its `add` columns to that row's and take its `replace` columns instead of
+    failing the transaction on the unique key."""
+    if c.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(table).values(**row)
+    changes = {col: table.c[col] + stmt.excluded[col] for col in add}
+    changes.update({col: stmt.excluded[col] for col in replace})
+    c.execute(stmt.on_conflict_do_update(index_elements=[key], set_=changes))

@@ -120,3 +120,31 @@ def test_racing_state_changes_from_several_processes_take_turns(pg):
     finally:
         for st in stores:
             st.close()
+
+
+def test_new_counters_and_clients_seen_by_several_processes_at_once_all_commit(pg):
+    """Two proxies begin the first episodes of a new client and a new mission at the same moment: both insert the
+    same new counter and client rows. Each insert yields to the other's (an upsert) instead of failing with the
+    unique key (it did: a 422 "duplicate key value violates counters_pkey" under the three-proxy test)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
+    pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    stores = [Store(pg.url) for _ in range(12)]
+    barrier = threading.Barrier(len(stores))
+
+    def begin(i: int) -> None:
+        barrier.wait()
+        stores[i].begin_episode(f"u{i}", f"h{i}", "one-new-client", "train", 60, mission="a-new-mission")
+
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            list(pool.map(begin, range(len(stores))))
+        assert pg.totals()["open"] == 12
+        assert [m["open"] for m in pg.missions() if m["mission"] == "a-new-mission"] == [12]
+        assert [c["begun"] for c in pg.clients() if c["client_id"] == "one-new-client"] == [12]
+    finally:
+        for st in stores:
+            st.close()
