@@ -52,41 +52,12 @@ def mission_key(kind: str, mission: Optional[str]) -> str:
     return f"mission:{kind}:{mission or NO_MISSION}"
 
 
-_ADD = (
-    t.counters.update()
-    .where(t.counters.c.name == sa.bindparam("b_name"))
-    .values(value=t.counters.c.value + sa.bindparam("b_delta", type_=sa.Float))
-)
-"""Built once: the counters are bumped on every write."""
-
-
 def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
-    """Add each delta to its counter in the caller's transaction (a new name starts at 0)."""
-    changes = [{"b_name": name, "b_delta": delta} for name, delta in deltas.items() if delta]
-    if not changes:
-        return
-    if c.dialect.supports_sane_multi_rowcount:  # one statement when every counter exists (the usual case)
-        if c.execute(_ADD, changes).rowcount == len(changes):
-            return
-        # a new name among them: the UPDATE added to the others and did nothing for it
-        have = {
-            r[0]
-            for r in c.execute(
-                sa.select(t.counters.c.name).where(t.counters.c.name.in_([ch["b_name"] for ch in changes]))
-            )
-        }
-        for change in changes:
-            if change["b_name"] not in have:
-                _insert(c, change)
-        return
-    for change in changes:  # a driver that cannot count an executemany's rows: one name at a time
-        if c.execute(_ADD, change).rowcount == 0:
-            _insert(c, change)
-
-
-def _insert(c: sa.Connection, change: dict[str, Any]) -> None:
-    """A new counter, or (another proxy created it meanwhile) the delta added to it."""
-    rows.insert_or_add(c, t.counters, "name", {"name": change["b_name"], "value": change["b_delta"]}, add=("value",))
+    """Add each delta to its counter in the caller's transaction, in one statement (a new name starts at 0). An
+    upsert, not an update then an insert: two proxies that bump a new name at once on PostgreSQL both count."""
+    changes = [{"name": name, "value": delta} for name, delta in deltas.items() if delta]
+    if changes:
+        rows.insert_or_add(c, t.counters, "name", changes, add=("value",))
 
 
 def status_deltas(

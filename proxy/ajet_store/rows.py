@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Sequence
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from ajet.job import AgentJetJob
 from ajet.types import BatchMode, EngineState, EpisodeStatus
@@ -144,25 +146,34 @@ def touch_client(c: sa.Connection, client_id: str, now: float, counter: str, n: 
     if res.rowcount == 0:
         counts = {"begun": 0, "ended": 0, "aborted": 0, counter: n}
         row = {"client_id": client_id, "first_seen": now, "last_seen": now, **counts}
-        insert_or_add(c, t.clients, "client_id", row, add=(counter,), replace=("last_seen",))
+        insert_or_add(c, t.clients, "client_id", [row], add=(counter,), replace=("last_seen",))
 
 
 def insert_or_add(
     c: sa.Connection,
     table: sa.Table,
     key: str,
-    row: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
     add: Sequence[str] = (),
     replace: Sequence[str] = (),
 ) -> None:
-    """Insert `row`; where another transaction inserted its `key` meanwhile (two proxies seeing a new counter or
-    client at once, on PostgreSQL), add its `add` columns to that row's and take its `replace` columns instead of
-    failing the transaction on the unique key."""
-    if c.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(table).values(**row)
-    changes = {col: table.c[col] + stmt.excluded[col] for col in add}
-    changes.update({col: stmt.excluded[col] for col in replace})
-    c.execute(stmt.on_conflict_do_update(index_elements=[key], set_=changes))
+    """Insert `rows` (one statement); where a row's `key` exists already (or another transaction inserts it
+    meanwhile: two proxies seeing a new counter or client at once, on PostgreSQL), add its `add` columns to that
+    row's and take its `replace` columns, instead of failing the transaction on the unique key."""
+    c.execute(_upsert(c.dialect.name, table, key, tuple(add), tuple(replace)), list(rows))
+
+
+@functools.lru_cache(maxsize=None)
+def _upsert(dialect: str, table: sa.Table, key: str, add: tuple[str, ...], replace: tuple[str, ...]) -> Any:
+    """The `INSERT ... ON CONFLICT (key) DO UPDATE` of `insert_or_add`, built once per dialect and shape."""
+    if dialect == "postgresql":
+        pg = postgresql.insert(table)
+        return pg.on_conflict_do_update(index_elements=[key], set_=_changes(table, pg.excluded, add, replace))
+    lite = sqlite.insert(table)
+    return lite.on_conflict_do_update(index_elements=[key], set_=_changes(table, lite.excluded, add, replace))
+
+
+def _changes(table: sa.Table, excluded: Any, add: tuple[str, ...], replace: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {col: table.c[col] + excluded[col] for col in add}
+    out.update({col: excluded[col] for col in replace})
+    return out
