@@ -77,13 +77,14 @@ def test_idle_and_trickling_connections_leave_healthy_episodes_served(tmp_path: 
 
 
 async def _abandon(url: str, n: int, client_id: str) -> None:
-    """`n` episodes begun (a 1 s discard timeout), each called once, never ended."""
+    """`n` episodes begun (a 3 s discard timeout: short, yet longer than a begin-to-call gap on a loaded 2-core box),
+    each called once, never ended."""
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as http:
         sem = asyncio.Semaphore(32)
 
         async def one() -> None:
             async with sem:
-                r = await http.post(f"{url}/swarm/begin_episode", json={"discard_episode_timeout": 1.0},
+                r = await http.post(f"{url}/swarm/begin_episode", json={"discard_episode_timeout": 3.0},
                                     headers={CLIENT_HEADER: client_id})  # fmt: skip
                 assert r.status_code == 200, r.text
                 key = r.json()["api_key"]
