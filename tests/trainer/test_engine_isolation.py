@@ -177,3 +177,20 @@ def test_a_slow_body_to_parse_delays_no_other_call(engine, monkeypatch):
         return done
 
     assert asyncio.run(race())[-1] == "slow"
+
+
+def test_the_token_bound_never_exceeds_a_bpe_models_real_count():
+    """The bound that refuses a prompt before templating must be a lower bound on a BPE tokenizer too: for mixed
+    text (words, numbers, JSON, non-ASCII, long runs), never more tokens than the template and tokenizer give."""
+    from transformers import AutoTokenizer
+
+    from ajet_trainer.tiny_model import builtin_model_path
+
+    tok = AutoTokenizer.from_pretrained(str(builtin_model_path("builtin:tiny-bpe")))
+    chars = longest_token_chars(tok)
+    texts = ["The quick brown fox 1234. " * 200, '{"a": [1, 2.5, "x"]}' * 100, "héllo wörld ✓ " * 150, " " * 3000,
+             "=" * 5000, "a" * 4000]  # fmt: skip
+    for text in texts:
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+        real = len(prompt_ids(tok, {"messages": messages}))
+        assert tokens_at_least(messages, chars) <= real, (text[:20], tokens_at_least(messages, chars), real)
