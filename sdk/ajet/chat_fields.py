@@ -3,7 +3,7 @@
 Both the proxy (before a call gets a sequence number) and the embedded engine (before a request joins
 a batch) run `check_chat_fields`; a bad value is `ChatFieldError` naming the field, answered 400. A
 request that passes cannot fail another agent's request in the engine's batch: every sampling value
-is of its type, finite and in range. Fields not listed here (e.g. `return_token_ids`) pass unchecked.
+is of its type, finite and in range. Fields not listed here pass unchecked.
 `None` is the same as absent, as in OpenAI's API.
 """
 
@@ -120,6 +120,7 @@ FIELD_CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
     "parallel_tool_calls": _of_type(bool, "a boolean"),
     "response_format": _of_type(dict, "an object"),
     "user": _of_type(str, "a string"),
+    "return_token_ids": _of_type(bool, "a boolean"),
 }
 """Field name -> its check (None when the value is fine, else the reason)."""
 
@@ -189,6 +190,8 @@ def check_chat_fields(body: dict[str, Any]) -> None:
                 raise ChatFieldError(name, reason)
     if body.get("tools") is not None and not all(isinstance(t, dict) for t in body["tools"]):
         raise ChatFieldError("tools", "each tool must be an object")
+    if body.get("tool_choice") is not None and not body.get("tools"):
+        raise ChatFieldError("tool_choice", "is only allowed when tools are specified")
 
 
 def content_text(content: Any) -> str:

@@ -87,6 +87,25 @@ def test_streamed_call_logs_exact_ids_and_streams(client, store, stub):
     assert call.logprobs == want.logprobs
 
 
+def test_token_ids_and_policy_version_only_when_asked(client, store, stub):
+    """The proxy asks the backend for ids to log them; the agent gets them only with `return_token_ids` (vLLM's
+    flag), plain and streamed, and the store holds them either way."""
+    uuid, creds = client.begin_episode()
+    url, headers = creds.base_url + "/chat/completions", {"Authorization": f"Bearer {creds.api_key}"}
+    body = {"model": "m", "messages": MSGS, "seed": 3, "max_tokens": 12}
+    plain = httpx.post(url, json=body, headers=headers).json()
+    asked = httpx.post(url, json={**body, "return_token_ids": True}, headers=headers).json()
+    assert "prompt_token_ids" not in plain and "policy_version" not in plain and "token_ids" not in plain["choices"][0]
+    want = direct(stub, **body)
+    assert asked["prompt_token_ids"] == want.prompt_ids and asked["choices"][0]["token_ids"] == want.completion_ids
+    assert asked["choices"][0]["message"] == plain["choices"][0]["message"]
+    with httpx.stream("POST", url, json={**body, "stream": True}, headers=headers) as r:
+        events = [orjson.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert len(events) > 3 and not any("prompt_token_ids" in e or "token_ids" in e["choices"][0] for e in events)
+    calls = flushed_calls(store, uuid, 3)
+    assert [c.completion_ids for c in calls] == [want.completion_ids] * 3  # logged whatever the client asked
+
+
 def test_tool_calls_pass_through(client, store):
     uuid, creds = client.begin_episode()
     oc = creds.as_openai_client()
@@ -222,6 +241,11 @@ _USER = '"messages": [{"role": "user", "content": "x"}]'
                 ('"top_logprobs": 21', "top_logprobs"),
                 ('"tools": {"a": 1}', "tools"),
                 ('"tool_choice": "always"', "tool_choice"),
+                # OpenAI refuses a tool choice with no tools (any value); the proxy passed it on
+                ('"tool_choice": "required"', "tool_choice"),
+                ('"tool_choice": "auto"', "tool_choice"),
+                ('"tool_choice": "required", "tools": []', "tool_choice"),
+                ('"return_token_ids": "yes"', "return_token_ids"),
                 ('"model": 5', "model"),
                 # only the proxy sends a token prompt (the episode's history): an agent's would replace its messages
                 ('"kv_transfer_params": {"prompt_token_ids": [1, 2]}', "kv_transfer_params"),

@@ -60,13 +60,17 @@ def with_tools(
     tools: Callable[[Any], list[dict[str, Any]]],
     choice: Callable[[Any], Any],
 ) -> dict[str, Any]:
-    """`chat` with the request's tools and tool choice converted to chat's shape (`tools`, `choice`)."""
+    """`chat` with the request's tools and tool choice converted to chat's shape (`tools`, `choice`). A choice that
+    forces no tool ("auto", "none") is dropped when no function tool is left (these APIs accept it alone; chat
+    does not); one that forces a tool stays, and is refused by name."""
     if body.get("tools") is not None:
         converted = tools(body["tools"])
         if converted:
             chat["tools"] = converted
     if body.get("tool_choice") is not None:
-        chat["tool_choice"] = choice(body["tool_choice"])
+        converted_choice = choice(body["tool_choice"])
+        if "tools" in chat or converted_choice not in ("auto", "none"):
+            chat["tool_choice"] = converted_choice
     return chat
 
 

@@ -10,25 +10,38 @@ from starlette.responses import Response
 from ajet.protocol import ErrorCode, openai_error_body
 from ajet_proxy.dataplane.sse import sse_payload
 
+ID_FIELDS = ("prompt_token_ids", "policy_version")
+"""Top-level answer fields the proxy asks the backend for (to log them) and passes on only to a client that asked
+for token ids itself (`return_token_ids: true`, as in vLLM); per choice, `token_ids` likewise."""
+
 
 class ChatShape:
-    """OpenAI chat completions: the backend's answer as it is, less the logprobs the client did not ask for
-    (the proxy always asks, to log them)."""
+    """OpenAI chat completions: the backend's answer as it is, less what the proxy asked for only to log it: the
+    logprobs (unless the client asked for `logprobs`) and the token ids and policy version (unless it asked for
+    `return_token_ids`). At agentic prompt sizes the prompt's ids alone are ~6 bytes a token."""
 
     response_id: Optional[str] = None
 
-    def __init__(self, want_logprobs: bool):
+    def __init__(self, want_logprobs: bool, want_ids: bool = False):
         self.want_logprobs = want_logprobs
+        self.want_ids = want_ids
 
     def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
-        if status == 200 and parsed is not None and not self.want_logprobs and _drop_logprobs(parsed):
+        if status == 200 and parsed is not None and self._trim(parsed):
             data = orjson.dumps(parsed)
         return Response(data, status_code=status, media_type=_media_type(status, parsed))
 
     def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
-        if data is not None and not self.want_logprobs and _drop_logprobs(data):
+        if data is not None and self._trim(data):
             payload = orjson.dumps(data)
         return sse_payload(payload)
+
+    def _trim(self, data: dict[str, Any]) -> bool:
+        """Remove in place what the client did not ask for; whether anything was removed."""
+        trimmed = not self.want_logprobs and _drop_logprobs(data)
+        if not self.want_ids:
+            trimmed = _drop_ids(data) or trimmed
+        return trimmed
 
     def done(self, assembled: dict[str, Any]) -> bytes:
         return sse_payload(b"[DONE]")
@@ -44,6 +57,17 @@ def _drop_logprobs(data: dict[str, Any]) -> bool:
         if isinstance(ch, dict) and ch.get("logprobs") is not None:
             ch["logprobs"] = None
             dropped = True
+    return dropped
+
+
+def _drop_ids(data: dict[str, Any]) -> bool:
+    """Remove the token ids and policy version in place; whether there were any."""
+    dropped = False
+    for name in ID_FIELDS:
+        dropped = data.pop(name, None) is not None or dropped
+    for ch in data.get("choices") or ():
+        if isinstance(ch, dict):
+            dropped = ch.pop("token_ids", None) is not None or dropped
     return dropped
 
 
