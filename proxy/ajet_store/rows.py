@@ -108,6 +108,8 @@ def call_from(m: Any) -> CallRecord:
         error=m["error"],
         token_history=m["token_history"],
         response_id=m["response_id"],
+        truncated=bool(m["truncated"]),
+        client_gone=bool(m["client_gone"]),
     )
 
 
@@ -130,6 +132,8 @@ def call_row(r: CallRecord) -> dict[str, Any]:
         "created_at": r.created_at,
         "token_history": r.token_history,
         "response_id": r.response_id,
+        "truncated": r.truncated,
+        "client_gone": r.client_gone,
     }
 
 

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = sa.MetaData()
 
@@ -99,6 +99,8 @@ llm_calls = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("token_history", sa.String(64), nullable=True),
     sa.Column("response_id", sa.String(64), nullable=True, index=True),
+    sa.Column("truncated", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    sa.Column("client_gone", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
 )
 
 deployments = sa.Table(

@@ -206,6 +206,13 @@ class CallRecord:
     response_id: Optional[str] = None
     """The Responses API's id of the answer (`resp_...`), for a `previous_response_id` that reaches another proxy
     (None for chat and Messages calls)."""
+    truncated: bool = False
+    """The server's limit ended the answer (finish reason `length`: the job's `max_response_length_in_one_turn`, or
+    the model's context) where the client asked for no smaller limit. The agent got it as a finished turn; the
+    job's `overlong` rule decides how it trains."""
+    client_gone: bool = False
+    """The client went away before the answer reached it (a stream left before its end, or a plain call whose
+    connection closed before the answer was written); its `error` says so, and it is never trained."""
 
     @property
     def trainable(self) -> bool:

@@ -209,3 +209,17 @@ def template_tools(body: dict[str, Any]) -> Optional[list[Any]]:
     renders whole prompts, or their tokens would not line up."""
     tools = body.get("tools")
     return tools if tools and body.get("tool_choice") != "none" else None
+
+
+def max_tokens_asked(body: dict[str, Any]) -> Optional[int]:
+    """The answer length a chat request's client asked for (`max_completion_tokens`, else `max_tokens`; None when it
+    set neither). The server's own limits may cut an answer shorter; see `cut_by_server`."""
+    asked = body.get("max_completion_tokens")
+    return body.get("max_tokens") if asked is None else asked
+
+
+def cut_by_server(body: dict[str, Any], finish_reason: Optional[str], completion_tokens: int) -> bool:
+    """Whether an answer ended by length was cut by the server's limit (the job's per-turn cap, the model's
+    context), not by one the client set: it asked for none, or for more than it got."""
+    asked = max_tokens_asked(body)
+    return finish_reason == "length" and (asked is None or completion_tokens < asked)

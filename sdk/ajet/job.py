@@ -35,6 +35,10 @@ TRACKERS: dict[str, Optional[str]] = {
 """Loggers `AgentJetJob.logging` may name -> the Python module each needs (None: no extra package)."""
 
 
+Overlong = Literal["keep", "mask", "zero_reward"]
+"""How a turn the server's cap cut trains (`AgentJetJob.overlong`)."""
+
+
 class AgentJetJob(BaseModel):
     """A training job. Unknown fields are refused, so a typo is an error, not a silent default."""
 
@@ -65,7 +69,14 @@ class AgentJetJob(BaseModel):
     max_response_length: int = Field(default=15000, ge=1)
     """Longest response kept for training (tokens, all turns of a sequence)."""
     max_response_length_in_one_turn: int = Field(default=4096, ge=1)
-    """Generation cap of one LLM call."""
+    """Generation cap of one LLM call (the server's: a client's larger `max_tokens` is cut to it, never refused).
+    A turn it cuts where the client asked for no smaller limit is answered as a finished turn, so no agent
+    stops on it, and is stored as `truncated`; `overlong` decides how it trains."""
+    overlong: Overlong = "keep"
+    """How a truncated turn trains (one the server's cap or the model's context cut short). `keep`: as any turn.
+    `mask`: its tokens get no loss, while its episode's reward still counts in its GRPO group (DAPO's overlong
+    filtering). `zero_reward`: its episode trains with reward 0.0, whatever the client gave. The step's metrics
+    count truncated turns (`samples/truncated_calls`) either way."""
     max_model_len: int = Field(default=18000, ge=2)
     """Context length of the inference engine."""
     mini_batch_num: int = Field(default=1, ge=1)

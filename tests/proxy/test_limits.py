@@ -133,3 +133,38 @@ def test_no_token_key_or_prompt_in_the_proxy_log_at_info(tmp_path, stub):
         st.close()
     assert "proxy ready" in log  # INFO lines were written
     assert token not in log and creds.api_key not in log and prompt not in log
+
+
+@pytest.mark.parametrize("delay", [0.002, 0.02])
+def test_a_client_that_leaves_a_fast_stream_after_two_events_is_never_trained(proxy, store, episode, delay):
+    """A stream the client left after two events, on a backend that keeps sending fast (2 ms a token, the
+    embedded engine's pace): stored as cut short by the client, never as a normal answer. (A stream whose last byte
+    was written before the client left cannot be told from one it read; see `ajet_proxy.dataplane.calls`.)"""
+    client, uuid, auth = episode
+    body = {"messages": MSGS, "stream": True, "stub_chunk_delay": delay, "max_tokens": 64}
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ") and next(lines) == ""
+        assert next(lines).startswith("data: ")
+    deadline = time.monotonic() + 15
+    while not store.calls(uuid):
+        assert time.monotonic() < deadline, "the abandoned stream was never logged"
+        time.sleep(0.2)
+    (call,) = store.calls(uuid)
+    assert call.stream and call.client_gone and call.error == "the client disconnected before [DONE]", call
+    assert not call.trainable
+
+
+def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy, store, episode):
+    """The client's timeout fired while the backend was still answering: the answer it never got is stored as such."""
+    client, uuid, auth = episode
+    body = {"messages": MSGS, "stub_delay": 1.0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=0.3)
+    deadline = time.monotonic() + 15
+    while not store.calls(uuid):
+        assert time.monotonic() < deadline, "the abandoned call was never logged"
+        time.sleep(0.2)
+    (call,) = store.calls(uuid)
+    assert call.client_gone and call.error == "the client disconnected before the answer" and not call.trainable
+    assert call.completion_ids  # what the backend answered is kept, for the record

@@ -128,8 +128,8 @@ class Stub:
             return web.json_response({"error": {"message": f"The model `{model}` does not exist."}}, status=404)
         if body.get("stub_plain_error"):  # a backend (or a proxy in front of it) failing in plain text
             return web.Response(text=str(body["stub_plain_error"]), status=500, content_type="text/plain")
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        if self.delay or body.get("stub_delay"):  # the whole backend slow, or (for disconnect tests) this call
+            await asyncio.sleep(self.delay or float(body["stub_delay"]))
         prompt, ids, text, calls, finish = self.answer(body)
         want_ids = self.token_ids and body.get("return_token_ids")
         if body.get("stream"):

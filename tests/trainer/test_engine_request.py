@@ -135,8 +135,6 @@ def test_without_logprobs_asked_the_engine_returns_none(scripted):
         ("tool_choice", {"type": "function", "function": {"name": "add"}}),
         ("response_format", {"type": "json_object"}),
         ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-        ("max_tokens", CAP + 1),
-        ("max_completion_tokens", CAP + 1),
     ],
 )
 def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, field, value):
@@ -144,6 +142,21 @@ def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, field, value
     r = _post(url, tools=TOOLS, **{field: value})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_limit_above_the_cap_or_the_context_is_cut_to_them_as_vllm_cuts_it(scripted, field):
+    """Agents send large limits by default (Claude Code: 32,000); the answer ends at the server's limit instead
+    of the call being refused (a 400 here stopped those agents). The proxy marks such a turn `truncated`."""
+    answer, url = scripted
+    answer("x" * 200)
+    r = _post(url, temperature=1.0, return_token_ids=True, **{field: 32_000}).json()
+    assert r["choices"][0]["finish_reason"] == "length" and len(r["choices"][0]["token_ids"]) == CAP
+    answer("x" * 200)
+    near_the_end = [{"role": "user", "content": "y" * 4_040}]  # the built-in model's context is 4,096 positions
+    r = _post(url, messages=near_the_end, temperature=1.0, return_token_ids=True, **{field: CAP}).json()
+    room = 4_096 - len(r["prompt_token_ids"])
+    assert 0 < room < CAP and len(r["choices"][0]["token_ids"]) == room and r["choices"][0]["finish_reason"] == "length"
 
 
 def test_what_it_honours_is_served(scripted):

@@ -93,3 +93,58 @@ def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
     assert m["samples/calls"] == 3 and "samples/labels" not in m
     _, none = assemble([], 100, 100)
     assert none.metrics()["history/merge_rate"] == 1.0  # no pairs: nothing failed to merge
+
+
+def _episode(uuid, reward, *calls_):
+    return RewardedEpisode(uuid, "t", reward, tuple(calls_))
+
+
+def _cut(seq, prompt, completion):
+    from dataclasses import replace
+
+    return replace(call(seq, prompt, completion), finish_reason="length", truncated=True)
+
+
+def test_overlong_keep_trains_a_truncated_turn_like_any_and_counts_it():
+    ep = _episode("a", 1.0, call(0, [1], [2, 3]), _cut(1, [1, 2, 3, 9], [4, 5, 6]))
+    (sample,), stats = assemble([ep], 100, 100, overlong="keep")
+    assert sample.reward == 1.0 and sample.sequences[0].response_mask == (1, 1, 0, 1, 1, 1)
+    assert stats.truncated_calls == 1 and stats.metrics()["samples/truncated_calls"] == 1.0
+
+
+def test_overlong_mask_gives_the_truncated_turn_no_loss_and_keeps_the_rest():
+    ep = _episode("a", 1.0, call(0, [1], [2, 3]), _cut(1, [1, 2, 3, 9], [4, 5, 6]))
+    (sample,), stats = assemble([ep], 100, 100, overlong="mask")
+    assert sample.reward == 1.0 and sample.sequences[0].response_mask == (1, 1, 0, 0, 0, 0)
+    assert stats.truncated_calls == 1 and stats.trained_tokens == 2 and stats.overlong_masked_episodes == 0
+
+
+def test_overlong_mask_keeps_an_emptied_episode_for_its_group_without_sequences():
+    """DAPO's overlong filtering: the cut answer has no loss, but its reward still shapes its group's advantage."""
+    from ajet_trainer.grpo import episode_advantages
+    from ajet_trainer.samples import flatten, has_tokens
+
+    eps = [_episode("cut", 0.0, _cut(0, [1], [2, 3])), _episode("ok", 1.0, call(0, [1], [4]))]
+    samples, stats = assemble(eps, 100, 100, overlong="mask")
+    assert [(s.episode_uuid, len(s.sequences)) for s in samples] == [("cut", 0), ("ok", 1)]
+    assert stats.overlong_masked_episodes == 1 and stats.empty_episodes == 0 and has_tokens(samples)
+    adv = episode_advantages(samples)
+    assert adv["ok"] > 0 > adv["cut"]  # the group has two members: "ok" is better than the cut one
+    assert [u.episode_uuid for u, _ in flatten(samples, adv)] == ["ok"]
+    assert not has_tokens(samples[:1])  # a batch of such episodes alone has nothing to train (the update is skipped)
+
+
+def test_overlong_zero_reward_zeroes_the_episode_and_trains_its_tokens():
+    eps = [_episode("cut", 1.0, _cut(0, [1], [2, 3])), _episode("ok", 1.0, call(0, [1], [4]))]
+    samples, stats = assemble(eps, 100, 100, overlong="zero_reward")
+    assert [(s.episode_uuid, s.reward) for s in samples] == [("cut", 0.0), ("ok", 1.0)]
+    assert samples[0].sequences[0].response_mask == (1, 1) and stats.overlong_zeroed_episodes == 1
+
+
+def test_a_call_whose_client_left_is_not_trained_and_is_counted():
+    from dataclasses import replace
+
+    gone = replace(call(1, [1, 2, 3], [7, 8]), error="the client disconnected before [DONE]", client_gone=True)
+    (sample,), stats = assemble([_episode("a", 1.0, call(0, [1], [2, 3]), gone)], 100, 100)
+    assert [s.response_ids for s in sample.sequences] == [(2, 3)]
+    assert stats.client_gone_calls == 1 and stats.failed_calls == 1

@@ -33,7 +33,12 @@ STAND_IN = f"{sys.executable} {STUB} serve"
 
 def test_vllm_launch_arguments_defaults_and_overrides():
     gpu = VllmSettings(
-        python="/venv/bin/python", lora_rank=16, max_model_len=4096, gpu_memory_utilization=0.5, enable_sleep_mode=True
+        python="/venv/bin/python",
+        lora_rank=16,
+        max_model_len=4096,
+        gpu_memory_utilization=0.5,
+        enable_sleep_mode=True,
+        max_tokens_cap=512,
     )
     assert launch_args("/models/qwen", gpu, 8123) == [
         "/venv/bin/python",
@@ -54,6 +59,8 @@ def test_vllm_launch_arguments_defaults_and_overrides():
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",
+        "--override-generation-config",  # the job's per-turn cap: vLLM cuts any request to it
+        '{"max_new_tokens": 512}',
         "--enable-lora",
         "--max-lora-rank",
         "16",

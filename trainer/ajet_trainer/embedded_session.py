@@ -24,7 +24,7 @@ from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.metrics import MetricsLog
 from ajet_trainer.options import TrainerOptions, default_experiment_dir
 from ajet_trainer.protocols import Serving
-from ajet_trainer.samples import assemble
+from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.serving import make_serving
 from ajet_trainer.steps import batch_reward_mean, reconcile_store, record_step
 from ajet_trainer.tiny_model import resolve_model_path
@@ -97,12 +97,15 @@ class Session:
         """One GRPO step on `batch`; returns its metrics."""
         t0 = time.perf_counter()
         samples, stats = assemble(
-            self.store.rewarded_episodes(batch), self.job.max_prompt_length, self.job.max_response_length
+            self.store.rewarded_episodes(batch),
+            self.job.max_prompt_length,
+            self.job.max_response_length,
+            self.job.overlong,
         )
         metrics: Metrics = {**timers, **stats.metrics()}
         t1 = time.perf_counter()
         with self.serving.updating(self.step + 1):
-            if samples:
+            if has_tokens(samples):
                 metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
             self.step += 1
         t_publish = time.perf_counter()

@@ -196,6 +196,7 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
         command=tuple(shlex.split(command or "")),
         lora_rank=job.lora_rank,
         max_model_len=job.max_model_len,
+        max_tokens_cap=job.max_response_length_in_one_turn,
         gpu_memory_utilization=job.gpu_memory_utilization,
         cpu=cpu,
         enable_sleep_mode=sleep,

@@ -81,6 +81,14 @@ class AssemblyStats:
     """Tokens of the kept sequences (prompt + response): what the update processes."""
     trained_tokens: int = 0
     """Response tokens of the kept sequences that are trained (mask 1)."""
+    truncated_calls: int = 0
+    """Trainable calls the server's cap cut (`CallRecord.truncated`), trained by the job's `overlong` rule."""
+    client_gone_calls: int = 0
+    """Calls whose client went away before the answer reached it (never trained; also in `failed_calls`)."""
+    overlong_masked_episodes: int = 0
+    """Episodes the `mask` rule left with nothing to train (kept, without sequences, for their group's statistics)."""
+    overlong_zeroed_episodes: int = 0
+    """Episodes the `zero_reward` rule gave reward 0.0."""
     labels: tuple[tuple[str, int], ...] = ()
     """Calls by how the proxy built their prompt (`first`, `extended`, `rendered`, `fallback:<reason>`; calls
     logged before the proxy labelled them count as `unlabelled`), sorted by label."""

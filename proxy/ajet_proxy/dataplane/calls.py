@@ -4,6 +4,15 @@ shape, plain or streamed event by event.
 
 An answer leaves only after its call is committed (a streamed one at its last event), so every answered call is
 in the store; a stream that ends early (the client went away, the backend broke off) is logged as such.
+
+Two cuts are told apart and stored (`CallRecord.truncated`, `CallRecord.client_gone`):
+- An answer the server's limit ended (the job's per-turn cap, the model's context) where the client asked for no
+  smaller limit reaches the client as a finished turn (chat `stop`, Responses `completed`, Messages `end_turn`):
+  the agent never asked for a limit, and frameworks stop on a cut one (the Agents SDK raises on `incomplete`).
+  A limit the client set keeps the faithful answer (`length`, `incomplete`, `max_tokens`).
+- A client that went away before its answer: a stream it left before the end, or a plain call whose connection
+  closed before the answer was committed. Such a call is never trained. What cannot be seen: a client that leaves
+  after the last bytes were handed to the socket (it may never read them), which looks like one that read them.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any, AsyncIterator, Optional, Union
 
 import aiohttp
@@ -18,7 +28,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ajet.chat_fields import template_tools
+from ajet.chat_fields import cut_by_server, template_tools
 from ajet.protocol import ErrorCode, bearer_token
 from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.dataplane.shape import ApiShape
@@ -88,13 +98,16 @@ class CallPath:
         ep.next_seq = seq + 1
         return seq
 
-    async def serve(self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape) -> Response:
+    async def serve(
+        self, ep: LiveEpisode, body: dict[str, Any], raw: bytes, shape: ApiShape, request: Optional[Request] = None
+    ) -> Response:
         """Number, send, log and answer one chat call (`body`, checked; `raw`, the request as logged), writing
         the answer through `shape`. A call refused before it goes to an engine (no deployment registered) takes
-        no call number: a gap in an episode's numbers means a call was really lost."""
+        no call number: a gap in an episode's numbers means a call was really lost. `request`: the client's
+        request, asked whether its client is still there before an answer is committed."""
         ep.in_flight += 1
         self.state.counters["requests"] += 1
-        call = _Call(ep, raw, time.perf_counter(), shape, body)
+        call = _Call(ep, raw, time.perf_counter(), shape, body, request)
         stream = bool(body.get("stream"))
         try:
             try:
@@ -129,9 +142,14 @@ class CallPath:
         if status == 200 and parsed is not None:
             ex = extract_response(parsed)
             record = self._record(call, dep, version, data.decode(), ex, stream)
+            if record.truncated:  # the client gets a finished turn; the store keeps `length`
+                _as_finished(parsed)
+                data = orjson.dumps(parsed)
         else:
             error = f"backend answered {status}: {data[:300].decode(errors='replace')}"
             record = self._record(call, dep, version, data.decode(errors="replace"), Extracted(), stream, error)
+        if await call.client_gone():
+            record = replace(record, error=CLIENT_GONE_PLAIN, client_gone=True)
         try:
             await self.state.writer.commit(record)  # durable before the agent sees the answer
         finally:
@@ -156,8 +174,13 @@ class CallPath:
                 for payload in events.feed(chunk):
                     data = acc.add(payload)
                     if not acc.done:
+                        if data is not None and _cut_by_server(call, data, acc.completion_tokens):
+                            payload = orjson.dumps(data)
                         out.append(shape.event(payload, data))
                     elif not committed:
+                        if await call.client_gone():  # left before the end: logged below, as a stream cut short
+                            disconnected = True
+                            return
                         committed = True
                         record = self._stream_record(call, dep, version, acc)
                         try:
@@ -166,7 +189,8 @@ class CallPath:
                             yield b"".join(out) + shape.failed(ErrorCode.STORE_ERROR, str(exc))
                             return
                         call.remember(record, acc.out)
-                        out.append(shape.done(acc.assembled_response()))
+                        assembled = acc.assembled_response()
+                        out.append(shape.done(_as_finished(assembled) if record.truncated else assembled))
                 if out:
                     yield b"".join(out)
             if not committed and not acc.errors:
@@ -178,7 +202,7 @@ class CallPath:
             raise
         finally:
             if not committed:
-                why = "the client disconnected before [DONE]" if disconnected else broken
+                why = CLIENT_GONE_STREAM if disconnected else broken
                 self.state.writer.submit(self._stream_record(call, dep, version, acc, why))
             call.finish()
 
@@ -190,7 +214,8 @@ class CallPath:
         elif why is None and not acc.done:
             why = "stream ended before [DONE]"
         response = orjson.dumps(acc.assembled_response()).decode()
-        return self._record(call, dep, version, response, acc.result(), stream=True, error=why)
+        record = self._record(call, dep, version, response, acc.result(), stream=True, error=why)
+        return replace(record, client_gone=True) if why == CLIENT_GONE_STREAM else record
 
     def _record(
         self,
@@ -226,6 +251,7 @@ class CallPath:
             error=error,
             token_history=call.label,
             response_id=call.shape.response_id,
+            truncated=error is None and cut_by_server(call.body, ex.finish_reason, len(ex.completion_ids or ())),
         )
 
 
@@ -235,13 +261,38 @@ def calls(request: Request) -> CallPath:
     return path
 
 
+CLIENT_GONE_STREAM = "the client disconnected before [DONE]"
+"""The error of a stream whose client left before its end."""
+CLIENT_GONE_PLAIN = "the client disconnected before the answer"
+"""The error of a plain call whose client's connection closed before its answer was committed."""
+
+
+def _as_finished(data: dict[str, Any]) -> dict[str, Any]:
+    """An answer (or stream event) whose choices ended by `length`, as a finished turn (`stop`), in place."""
+    for ch in data.get("choices") or ():
+        if isinstance(ch, dict) and ch.get("finish_reason") == "length":
+            ch["finish_reason"] = "stop"
+    return data
+
+
+def _cut_by_server(call: "_Call", data: dict[str, Any], completion_tokens: int) -> bool:
+    """Whether a stream event ends the answer by the server's limit (then rewritten as a finished turn, in place)."""
+    finish = next((ch.get("finish_reason") for ch in data.get("choices") or () if isinstance(ch, dict)), None)
+    if not cut_by_server(call.body, finish, completion_tokens):
+        return False
+    _as_finished(data)
+    return True
+
+
 class _Call:
     """One in-flight call: keeps the episode's activity bookkeeping and its token history in one place."""
 
-    __slots__ = ("ep", "seq", "raw", "t0", "shape", "body", "label", "_done")
+    __slots__ = ("ep", "seq", "raw", "t0", "shape", "body", "request", "label", "_done")
 
-    def __init__(self, ep: LiveEpisode, raw: bytes, t0: float, shape: ApiShape, body: dict[str, Any]):
-        self.ep, self.raw, self.t0, self.shape, self.body = ep, raw, t0, shape, body
+    def __init__(
+        self, ep: LiveEpisode, raw: bytes, t0: float, shape: ApiShape, body: dict[str, Any], request: Optional[Request]
+    ):
+        self.ep, self.raw, self.t0, self.shape, self.body, self.request = ep, raw, t0, shape, body, request
         self.seq = -1
         """Its number in the episode, taken as it goes to an engine (-1 until then)."""
         self.label: Optional[str] = None
@@ -258,6 +309,10 @@ class _Call:
         tools = template_tools(self.body)
         self.ep.turn = Turn(self.body["messages"], tools, record.prompt_ids, record.completion_ids, answer)
         self.ep.turn_seq = record.seq
+
+    async def client_gone(self) -> bool:
+        """Whether the client's connection has closed (False when the call has no request to ask)."""
+        return self.request is not None and await self.request.is_disconnected()
 
     def finish(self) -> None:
         if not self._done:

@@ -124,6 +124,11 @@ class StreamAccumulator:
             slot["function"]["name"] += fn.get("name") or ""
             slot["function"]["arguments"] += fn.get("arguments") or ""
 
+    @property
+    def completion_tokens(self) -> int:
+        """Completion token ids seen so far."""
+        return len(self._ids)
+
     def result(self) -> Extracted:
         """The assembled choice 0."""
         self.out.completion_ids = self._ids if self._saw_ids else None

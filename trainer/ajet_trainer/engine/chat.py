@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ajet.chat_fields import ChatFieldError, content_text, template_tools
+from ajet.chat_fields import ChatFieldError, content_text, max_tokens_asked, template_tools
 from ajet_trainer.engine.generation import GenRequest, GenResult
 from ajet_trainer.errors import EngineRequestError
 from ajet_trainer.types import Tokenizer
@@ -168,29 +168,19 @@ def gen_request(
 ) -> GenRequest:
     """Sampling settings of a chat request whose fields passed `ajet.chat_fields.check_chat_fields`.
 
-    `max_tokens` above the job's per-turn cap, or beyond the model's context, is refused (a 400 naming it,
-    as OpenAI and vLLM refuse it) rather than cut silently; left out, it is as much as both allow."""
-    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    asked: Optional[int] = body.get(param)
+    The answer may be as long as the client's `max_tokens`, the job's per-turn cap and the room the model's context
+    leaves, whichever is least: a larger `max_tokens` is cut to the server's limits, as vLLM cuts it (an agent
+    framework's default, e.g. Claude Code's 32,000, would otherwise be refused). An answer cut by them ends with
+    finish reason `length`; the proxy tells it from a limit the client set by its length."""
+    asked = max_tokens_asked(body)
     room = max_tokens_cap if max_context is None else min(max_tokens_cap, max_context - len(prompt))
-    if asked is not None and asked > max_tokens_cap:
-        raise ChatFieldError(
-            param,
-            f"{asked} is above this engine's per-turn cap of {max_tokens_cap} tokens "
-            "(the job's max_response_length_in_one_turn)",
-        )
-    if asked is not None and asked > room:
-        raise ChatFieldError(
-            param,
-            f"the prompt is {len(prompt)} tokens and this model's context is {max_context}: at most {room} tokens fit",
-        )
     stop = body.get("stop") or []
     temperature = body.get("temperature")
     temperature = default_temperature if temperature is None else float(temperature)
     top_p = body.get("top_p")
     return GenRequest(
         prompt_ids=prompt,
-        max_tokens=room if asked is None else asked,
+        max_tokens=room if asked is None else min(asked, room),
         temperature=0.0 if temperature < GREEDY_BELOW else temperature,
         top_p=1.0 if top_p is None else float(top_p),
         seed=body.get("seed"),

@@ -19,6 +19,7 @@ With sleep mode (CUDA only: vLLM sharing the GPU with training) vLLM sleeps duri
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -57,6 +58,10 @@ class VllmSettings:
     """`--max-lora-rank` with `--enable-lora`; 0: full fine-tuning, no LoRA in vLLM."""
     max_model_len: int = 18000
     """`--max-model-len`."""
+    max_tokens_cap: Optional[int] = None
+    """The job's per-turn cap (`max_response_length_in_one_turn`), set as vLLM's server-wide output limit
+    (`--override-generation-config '{"max_new_tokens": N}'`): vLLM cuts any request to it, as the embedded engine
+    does. None: vLLM's own limit (the room the context leaves)."""
     gpu_memory_utilization: float = 0.85
     """`--gpu-memory-utilization`: the share of GPU memory, or on CPU the share of host RAM for the KV cache."""
     cpu: bool = False
@@ -93,6 +98,8 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
         ("--enable-auto-tool-choice",),
         ("--tool-call-parser", "hermes"),
     ]
+    if s.max_tokens_cap is not None:
+        args.append(("--override-generation-config", json.dumps({"max_new_tokens": s.max_tokens_cap})))
     if s.lora_rank > 0:
         args += [("--enable-lora",), ("--max-lora-rank", str(max(s.lora_rank, 8)))]
     if s.cpu:

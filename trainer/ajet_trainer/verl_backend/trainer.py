@@ -37,7 +37,7 @@ from ajet_store import Store
 from ajet_store.types import PoolEpisode
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.grpo import episode_advantages
-from ajet_trainer.samples import assemble
+from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.steps import batch_reward_mean
 from ajet_trainer.types import AssemblyStats, EpisodeSample
 from ajet_trainer.verl_backend.beside import ACTOR_ROLE, WeightPull
@@ -219,10 +219,10 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         """These episodes' calls -> samples (the embedded rules) -> DataProto; None if nothing is trainable."""
         job = self.ajet_job
         samples, self.ajet_stats = assemble(
-            self.ajet_store.rewarded_episodes(pool), job.max_prompt_length, job.max_response_length
+            self.ajet_store.rewarded_episodes(pool), job.max_prompt_length, job.max_response_length, job.overlong
         )
         self.ajet_samples = samples
-        if not samples:
+        if not has_tokens(samples):
             return None
         logger.info("verl batch: %d episodes, %d sequences", self.ajet_stats.episodes, self.ajet_stats.sequences)
         return samples_to_dataproto(samples, self.ajet_pad_id)

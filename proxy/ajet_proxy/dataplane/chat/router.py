@@ -35,7 +35,8 @@ async def chat_completions(request: Request) -> Response:
     ep = await path.authenticate(request)
     raw = await request.body()
     body = parse_chat_body(raw, path.state.config.limits)
-    return await path.serve(ep, body, raw, ChatShape(bool(body.get("logprobs")), body.get("return_token_ids") is True))
+    shape = ChatShape(bool(body.get("logprobs")), body.get("return_token_ids") is True)
+    return await path.serve(ep, body, raw, shape, request)
 
 
 def model_ids(path: CallPath) -> list[str]:

@@ -30,4 +30,4 @@ async def messages(request: Request) -> Response:
     chat = protocol.chat_request(body)
     raw = check_mapped_body(chat, path.state.config.limits, protocol.FIELD_NAMES)
     shape = MessagesShape(str(body.get("model") or "policy"), protocol.new_message_id())
-    return await path.serve(ep, chat, raw, shape)
+    return await path.serve(ep, chat, raw, shape, request)

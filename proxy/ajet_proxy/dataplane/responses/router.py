@@ -55,4 +55,5 @@ async def responses(request: Request) -> Response:
     if chat["messages"] is not conversation and len(chat["messages"]) > len(conversation):  # instructions first
         raw = orjson.dumps({**chat, protocol.LOGGED_INSTRUCTIONS: True})
     rid, logprobs = protocol.new_response_id(), protocol.wants_logprobs(body)
-    return await path.serve(ep, chat, raw, ResponsesShape(body, conversation, ep.responses, rid, logprobs))
+    shape = ResponsesShape(body, conversation, ep.responses, rid, logprobs)
+    return await path.serve(ep, chat, raw, shape, request)
