@@ -302,3 +302,37 @@ MESSAGES_ROUTE_OPENAPI: dict[str, Any] = {
     },
 }
 """`openapi_extra` of `POST /v1/messages`."""
+
+COUNT_TOKENS_ROUTE_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    **MESSAGES_REQUEST_SCHEMA,
+                    "required": ["messages"],
+                    "properties": {
+                        k: v
+                        for k, v in MESSAGES_REQUEST_SCHEMA["properties"].items()
+                        if k not in ("max_tokens", "stream")
+                    },
+                }
+            }
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "The prompt's token count with the served model's tokenizer and chat template",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["input_tokens"],
+                        "properties": {"input_tokens": {"type": "integer"}},
+                    }
+                }
+            },
+        }
+    },
+}
+"""`openapi_extra` of `POST /v1/messages/count_tokens`."""

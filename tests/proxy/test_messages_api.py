@@ -141,3 +141,45 @@ def test_a_content_block_of_any_other_type_is_refused_naming_it(kind):
 
     with pytest.raises(InvalidRequest, match=r"system\.0\.type"):
         system_messages([{"type": kind, "text": "x"}])
+
+
+def assert_count_tokens_is_the_calls_prompt(swarm) -> None:
+    """`count_tokens` of a request with system, tools and a tool round equals the prompt the same request, sent to
+    `/v1/messages`, is logged with (the served model's tokenizer and template), and logs no call itself."""
+    uuid, creds = swarm.client.begin_episode()
+    ac = _anthropic(creds.base_url, creds.api_key)
+    request = {
+        "model": "policy",
+        "system": "You add numbers.",
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "2+3? Use the tool, then say the sum."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "add",
+                                               "input": {"a": 2, "b": 3}}]},  # fmt: skip
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "5"}]},
+        ],
+    }
+    counted = ac.messages.count_tokens(**request).input_tokens
+    swarm.client.get_episode(uuid)
+    assert swarm.store.calls(uuid) == []  # a count is not a call
+    swarm.answer("5")
+    ac.messages.create(max_tokens=8, **request)
+    swarm.client.get_episode(uuid)
+    (call,) = swarm.store.calls(uuid)
+    assert counted == len(call.prompt_ids) > 20
+    swarm.client.abort_episode(uuid)
+
+
+def test_count_tokens_counts_as_the_policy_renders_the_call(swarm):
+    assert_count_tokens_is_the_calls_prompt(swarm)
+
+
+def test_count_tokens_refuses_a_wrong_key_and_names_a_bad_field(swarm):
+    _uuid, creds = swarm.client.begin_episode()
+    with pytest.raises(anthropic.AuthenticationError):
+        _anthropic(creds.base_url, "sk-wrong").messages.count_tokens(
+            model="policy", messages=[{"role": "user", "content": "x"}]
+        )
+    with pytest.raises(anthropic.BadRequestError) as err:
+        _anthropic(creds.base_url, creds.api_key).messages.count_tokens(model="policy", messages=[])
+    assert err.value.body["error"]["message"].startswith("messages"), err.value.body

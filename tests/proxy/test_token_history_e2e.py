@@ -271,3 +271,10 @@ def test_exact_history_keeps_the_engine_trainer_logprob_gap(swarm, episode):
     gaps = logprob_gaps(swarm.model, one_trajectory(calls, uuid), swarm.pad_id)
     assert len(calls) == 3 and len(gaps) == sum(len(c.completion_ids) for c in calls) and max(gaps) < 1e-5, max(gaps)
     swarm.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.0))
+
+
+def test_count_tokens_counts_with_the_bpe_tokenizer_and_template(swarm):
+    """Claude Code's `/v1/messages/count_tokens` on a BPE model: the count is the logged prompt's length."""
+    from tests.proxy.test_messages_api import assert_count_tokens_is_the_calls_prompt
+
+    assert_count_tokens_is_the_calls_prompt(swarm)

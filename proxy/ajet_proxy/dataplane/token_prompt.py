@@ -32,7 +32,11 @@ logger = logging.getLogger(__name__)
 
 
 class TokenizeFailed(Exception):
-    """The engine's `/tokenize` could not render a conversation."""
+    """The engine's `/tokenize` could not render a conversation; `status` is its answer's (None: no answer)."""
+
+    def __init__(self, detail: str, status: Optional[int] = None):
+        super().__init__(detail)
+        self.status = status
 
 
 def turn_from_call(call: CallRecord) -> Optional[h.Turn]:
@@ -75,8 +79,8 @@ class TokenPrompts:
         try:
             close = await self._close_token(dep)
             prefix = h.neutral_prefix(messages, prev)
-            before = await self._tokenize(dep, {"messages": prefix, "add_generation_prompt": False}, tools)
-            after = await self._tokenize(dep, {"messages": prefix + list(messages[step.start :])}, tools)
+            before = await self.tokenize(dep, {"messages": prefix, "add_generation_prompt": False}, tools)
+            after = await self.tokenize(dep, {"messages": prefix + list(messages[step.start :])}, tools)
         except TokenizeFailed as exc:
             logger.warning("episode %s: token history falls back: %s", ep.uuid, exc)
             return None, h.FALLBACK + "tokenize_failed"
@@ -103,16 +107,16 @@ class TokenPrompts:
         if key not in self._close:
             question = [{"role": "user", "content": h.PLACEHOLDER}]
             answer = {"role": "assistant", "content": h.PLACEHOLDER}
-            without = await self._tokenize(dep, {"messages": question})
-            with_answer = await self._tokenize(dep, {"messages": [*question, answer], "add_generation_prompt": False})
-            word = await self._tokenize(dep, {"prompt": h.PLACEHOLDER, "add_special_tokens": False})
+            without = await self.tokenize(dep, {"messages": question})
+            with_answer = await self.tokenize(dep, {"messages": [*question, answer], "add_generation_prompt": False})
+            word = await self.tokenize(dep, {"prompt": h.PLACEHOLDER, "add_special_tokens": False})
             close = h.close_token(without, with_answer, word)
             if close is None:
                 return None
             self._close[key] = close
         return self._close[key]
 
-    async def _tokenize(
+    async def tokenize(
         self, dep: Deployment, request: dict[str, Any], tools: Optional[list[dict[str, Any]]] = None
     ) -> list[int]:
         """The engine's `/tokenize` of a conversation (`messages`, with the generation prompt unless told) or of
@@ -132,5 +136,5 @@ class TokenPrompts:
         except (orjson.JSONDecodeError, KeyError, TypeError):
             tokens = None
         if not isinstance(tokens, list):
-            raise TokenizeFailed(f"{url} answered {status}: {data[:200].decode(errors='replace')}")
+            raise TokenizeFailed(f"{url} answered {status}: {data[:200].decode(errors='replace')}", status)
         return tokens
