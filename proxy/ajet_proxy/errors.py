@@ -44,6 +44,12 @@ class InvalidRequest(ProxyError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class PromptTooLong(ProxyError):
+    """A call's prompt is over the job's `max_prompt_length` (OpenAI's `context_length_exceeded`)."""
+
+    code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
+
+
 class EngineNotReady(ProxyError):
     """The engine cannot take this call now but will later (answered with Retry-After)."""
 

@@ -223,3 +223,11 @@ def cut_by_server(body: dict[str, Any], finish_reason: Optional[str], completion
     context), not by one the client set: it asked for none, or for more than it got."""
     asked = max_tokens_asked(body)
     return finish_reason == "length" and (asked is None or completion_tokens < asked)
+
+
+def prompt_over_job(tokens: int, max_prompt: int) -> str:
+    """Why a prompt over the job's `max_prompt_length` is refused (the engine's and the proxy's one message)."""
+    return (
+        f"messages: the prompt is {tokens} tokens; this job trains prompts of at most {max_prompt} tokens "
+        "(AgentJetJob.max_prompt_length): end the episode, compact the history, or raise the limit"
+    )

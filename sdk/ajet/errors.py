@@ -84,6 +84,12 @@ class RequestTooLarge(InvalidRequest):
     """413: the request body is over the proxy's size limit."""
 
 
+class ContextLengthExceeded(InvalidRequest):
+    """400 on `/v1/*` (OpenAI's `context_length_exceeded`): a call's prompt is longer than the job trains
+    (`AgentJetJob.max_prompt_length`) or the model's context holds. The call is logged as refused, never trained;
+    an agent that compacts its history on this error can go on."""
+
+
 class EngineNotReady(SwarmServerError):
     """503: the engine is not in a state that allows the call yet; retry later."""
 
@@ -127,6 +133,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
     ErrorCode.ROUTE_NOT_FOUND: RouteNotFound,
     ErrorCode.METHOD_NOT_ALLOWED: RouteNotFound,
     ErrorCode.MODEL_NOT_FOUND: RouteNotFound,
+    ErrorCode.CONTEXT_LENGTH_EXCEEDED: ContextLengthExceeded,
 }
 _BY_STATUS: dict[int, type[SwarmServerError]] = {
     401: Unauthorized,

@@ -46,6 +46,7 @@ class ErrorCode(str, Enum):
     ROUTE_NOT_FOUND = "RouteNotFound"
     METHOD_NOT_ALLOWED = "MethodNotAllowed"
     MODEL_NOT_FOUND = "ModelNotFound"
+    CONTEXT_LENGTH_EXCEEDED = "ContextLengthExceeded"
 
     @property
     def status(self) -> int:
@@ -74,6 +75,7 @@ _STATUS = {
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.MODEL_NOT_FOUND: 404,
+    ErrorCode.CONTEXT_LENGTH_EXCEEDED: 422,
 }
 _RETRY_AFTER = {
     ErrorCode.ENGINE_NOT_READY: 1,
@@ -96,7 +98,7 @@ class ErrorBody(AnswerModel):
     """The offending fields of a malformed body, as dotted paths."""
 
 
-_OPENAI_STATUS = {ErrorCode.INVALID_REQUEST: 400}
+_OPENAI_STATUS = {ErrorCode.INVALID_REQUEST: 400, ErrorCode.CONTEXT_LENGTH_EXCEEDED: 400}
 """Where the data plane's status differs from the control API's: OpenAI answers a bad request 400."""
 _OPENAI_TYPE = {
     400: "invalid_request_error",
@@ -135,7 +137,11 @@ class OpenAIErrorBody(WireModel):
     """The error object."""
 
 
-_OPENAI_CODE = {ErrorCode.UNAUTHORIZED: "invalid_api_key", ErrorCode.MODEL_NOT_FOUND: "model_not_found"}
+_OPENAI_CODE = {
+    ErrorCode.UNAUTHORIZED: "invalid_api_key",
+    ErrorCode.MODEL_NOT_FOUND: "model_not_found",
+    ErrorCode.CONTEXT_LENGTH_EXCEEDED: "context_length_exceeded",
+}
 """Where OpenAI has a code of its own for one of ours."""
 
 

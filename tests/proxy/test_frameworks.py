@@ -125,6 +125,23 @@ def test_openai_agents_sdk(swarm, episode, responses, streamed):
     swarm.assert_episode_trains(uuid, min_calls=2)
 
 
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
+def test_the_agents_sdk_with_tool_choice_required(swarm, episode, responses):
+    """`ModelSettings(tool_choice="required")`: the embedded engine constrains the first answer to a call (the
+    Agents SDK then resets the choice, and the agent answers)."""
+    from agents import ModelSettings, Runner
+
+    uuid, creds = episode
+    swarm.answer('<tool_call>{"name":"add","arguments":{"a":2,"b":3}}</tool_call>', FINAL)
+    agent = _agent(creds, responses, []).clone(model_settings=ModelSettings(tool_choice="required"))
+    result = asyncio.run(Runner.run(agent, "What is 2+3?"))
+    assert result.final_output == FINAL
+    calls = swarm.store.calls(uuid)
+    first = json.loads(calls[0].request)
+    assert first["tool_choice"] == "required" and calls[0].finish_reason == "tool_calls"
+    swarm.assert_episode_trains(uuid, min_calls=2)
+
+
 # ---------------------------------------------------------------- LangChain / LangGraph
 
 

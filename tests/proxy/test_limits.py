@@ -3,6 +3,7 @@ messages is refused naming the limit; nothing of a refused call is logged, and n
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -168,3 +169,32 @@ def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy
     (call,) = store.calls(uuid)
     assert call.client_gone and call.error == "the client disconnected before the answer" and not call.trainable
     assert call.completion_ids  # what the backend answered is kept, for the record
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_prompt_over_the_jobs_max_prompt_length_is_refused_at_call_time(proxy, store, episode, stream):
+    """A backend that renders the prompt itself (vLLM, this stub) does not know the job's limit (3,000 tokens
+    here): the proxy refuses what the trainer would otherwise cut from the left, with OpenAI's
+    `context_length_exceeded`, and logs the call as refused (never trained)."""
+    client, uuid, auth = episode
+    body = {"messages": [{"role": "user", "content": "z" * 3_100}], "stream": stream}
+    if stream:
+        with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60) as r:
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert len(events) == 1, events  # the error alone: nothing of the answer was passed on
+        error = json.loads(events[0][6:])["error"]
+    else:
+        r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded" and "max_prompt_length" in error["message"], error
+    assert "3000 tokens" in error["message"]
+    client.get_episode(uuid)
+    deadline = time.monotonic() + 15
+    while not store.calls(uuid):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    (call,) = store.calls(uuid)
+    assert call.error is not None and "max_prompt_length" in call.error and not call.trainable
+    ok = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MSGS}, headers=auth, timeout=60)
+    assert ok.status_code == 200  # the episode goes on

@@ -154,8 +154,10 @@ def assert_count_tokens_is_the_calls_prompt(swarm) -> None:
         "tools": TOOLS,
         "messages": [
             {"role": "user", "content": "2+3? Use the tool, then say the sum."},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "add",
-                                               "input": {"a": 2, "b": 3}}]},  # fmt: skip
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}}],
+            },  # fmt: skip
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "5"}]},
         ],
     }

@@ -144,7 +144,7 @@ def test_logprobs_when_included(swarm, episode):
         ({"temperature": 5}, "temperature"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"input": 7}, "input"),
-        ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),  # the embedded engine cannot force a call
+        ({"tool_choice": "required"}, "tool_choice"),  # a call forced with no tool to call
     ],
 )
 def test_what_is_not_supported_is_a_400_naming_it(episode, extra, param):

@@ -156,3 +156,32 @@ def test_what_the_trainer_makes_of_a_turn_the_cap_cut(swarm, overlong):
     assert stats.truncated_calls == 1
     want = {"keep": (1.0, 3 + CAP), "mask": (1.0, 3), "zero_reward": (0.0, 3 + CAP)}[overlong]  # "ok" + EOS + ...
     assert (sample.reward, trained) == want, (sample.reward, trained)
+
+
+def test_a_prompt_over_max_prompt_length_is_refused_by_engine_and_proxy(tmp_path):
+    """On the embedded engine the engine refuses a rendered prompt over the job's `max_prompt_length`; a token
+    prompt (the episode's history) the proxy refuses before sending. Both are OpenAI's `context_length_exceeded`,
+    so an agent that compacts its history on it can go on; both calls are logged as refused."""
+    import openai
+
+    from tests.support.scripted_swarm import scripted_swarm
+
+    with scripted_swarm(tmp_path, max_prompt_length=200, max_response_length=2000, max_model_len=4000) as s:
+        uuid, creds = s.client.begin_episode()
+        oc = creds.as_openai_client()
+        with pytest.raises(openai.BadRequestError) as err:
+            oc.chat.completions.create(model="policy", messages=[{"role": "user", "content": "q" * 300}])
+        assert err.value.code == "context_length_exceeded" and "max_prompt_length" in str(err.value.message)
+        s.answer("ok")
+        messages = [{"role": "user", "content": "hi"}]
+        first = oc.chat.completions.create(model="policy", messages=messages)
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "r" * 300}]  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as err:
+            oc.chat.completions.create(model="policy", messages=messages)
+        assert err.value.code == "context_length_exceeded"
+        s.client.get_episode(uuid)
+        calls = s.store.calls(uuid)
+        assert [c.error is None for c in calls] == [False, True, False]
+        assert calls[2].token_history == "extended" and len(calls[2].prompt_ids) > 200  # refused by the proxy
+        assert "max_prompt_length" in calls[0].error and "max_prompt_length" in calls[2].error

@@ -82,17 +82,24 @@ def scripted_swarm(
 ) -> Iterator[ScriptedSwarm]:
     """Start the engine and the proxy (with `proxy_args`) on `model_name`, go ROLLING with a job of `job_fields`;
     stop both at the end."""
+    job = AgentJetJob(
+        model=model_name, batch_size=1, num_repeat=2, max_response_length_in_one_turn=max_tokens_cap, **job_fields
+    )
     model, tok = load_policy(str(builtin_model_path(model_name)), AgentJetJob(), "cpu")
     wrapped = ScriptedModel(model, [])
-    engine = EmbeddedEngine(wrapped, tok, max_tokens_cap=max_tokens_cap, batch_window_s=0.0)
+    engine = EmbeddedEngine(  # the job's limits, as the trainer's serving sets them
+        wrapped,
+        tok,
+        max_tokens_cap=max_tokens_cap,
+        max_prompt_tokens=job.max_prompt_length,
+        max_context=job.max_model_len,
+        batch_window_s=0.0,
+    )
     base = engine.start()[: -len("/v1")]
     db = sqlite_url(tmp / "scripted.db")
     store = Store(db)
     proxy = start_proxy(tmp, db, *proxy_args)
     client = SwarmClient(proxy.url)
-    job = AgentJetJob(
-        model=model_name, batch_size=1, num_repeat=2, max_response_length_in_one_turn=max_tokens_cap, **job_fields
-    )
 
     def ids(text: Union[str, list[str]]) -> list[int]:
         pieces = [text] if isinstance(text, str) else text

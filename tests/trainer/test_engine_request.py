@@ -28,7 +28,7 @@ CAP = 64
 def scripted(tiny):
     model, tok = tiny
     wrapped = ScriptedModel(model, [])
-    eng = EmbeddedEngine(wrapped, tok, max_tokens_cap=CAP)
+    eng = EmbeddedEngine(wrapped, tok, max_tokens_cap=CAP, max_context=4_096)
     url = eng.start()
 
     def answer(*texts: str) -> None:
@@ -129,19 +129,14 @@ def test_without_logprobs_asked_the_engine_returns_none(scripted):
 
 
 @pytest.mark.parametrize(
-    "field,value",
-    [
-        ("tool_choice", "required"),
-        ("tool_choice", {"type": "function", "function": {"name": "add"}}),
-        ("response_format", {"type": "json_object"}),
-        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-    ],
-)
-def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, field, value):
+    "extra,param",
+    [({"top_k": 5}, "top_k"), ({"response_format": {"type": "yaml"}}, "response_format.type")],
+)  # forced tool calls and JSON output are served: tests/trainer/test_grammar.py
+def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, extra, param):
     _answer, url = scripted
-    r = _post(url, tools=TOOLS, **{field: value})
+    r = _post(url, tools=TOOLS, **extra)
     assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == field
+    assert r.json()["error"]["param"] == param
 
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
@@ -153,7 +148,7 @@ def test_a_limit_above_the_cap_or_the_context_is_cut_to_them_as_vllm_cuts_it(scr
     r = _post(url, temperature=1.0, return_token_ids=True, **{field: 32_000}).json()
     assert r["choices"][0]["finish_reason"] == "length" and len(r["choices"][0]["token_ids"]) == CAP
     answer("x" * 200)
-    near_the_end = [{"role": "user", "content": "y" * 4_040}]  # the built-in model's context is 4,096 positions
+    near_the_end = [{"role": "user", "content": "y" * 4_040}]  # this engine's context is 4,096 tokens
     r = _post(url, messages=near_the_end, temperature=1.0, return_token_ids=True, **{field: CAP}).json()
     room = 4_096 - len(r["prompt_token_ids"])
     assert 0 < room < CAP and len(r["choices"][0]["token_ids"]) == room and r["choices"][0]["finish_reason"] == "length"

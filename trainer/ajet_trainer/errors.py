@@ -9,6 +9,10 @@ class EngineRequestError(TrainerError, ValueError):
     """A chat request the embedded engine cannot serve (answered with 400)."""
 
 
+class PromptTooLong(EngineRequestError):
+    """A prompt longer than the model's context or the job's `max_prompt_length` (400 `context_length_exceeded`)."""
+
+
 class GenerationFailed(TrainerError):
     """One request failed inside the embedded engine (answered 500 to it alone; its batch went on)."""
 

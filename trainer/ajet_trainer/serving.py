@@ -163,6 +163,8 @@ def make_serving(
                 host=opts.engine_host,
                 default_temperature=job.temperature,
                 max_tokens_cap=job.max_response_length_in_one_turn,
+                max_prompt_tokens=job.max_prompt_length,
+                max_context=job.max_model_len,
                 policy_version=step,
                 api_key=secrets.token_urlsafe(32),
             ),

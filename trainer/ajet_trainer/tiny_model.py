@@ -55,16 +55,17 @@ class BuiltinSpec:
     """`char` (one token per character) or `bpe` (byte-level BPE, `ajet_trainer.builtin_bpe`)."""
     template: str = CHAR_TEMPLATE
     """The chat template."""
-    max_positions: int = 4096
-    """`max_position_embeddings`: the context the model accepts."""
+    max_positions: int = 32768
+    """`max_position_embeddings`: the context the model accepts (32k: real agents' prompts fit, e.g. smolagents'
+    CodeAgent system prompt is ~8.7k characters). Rotary positions: the weights do not depend on it."""
 
 
 BUILTINS: dict[str, BuiltinSpec] = {
     "tiny": BuiltinSpec(_TINY),
     "small": BuiltinSpec(_SMALL),
-    "tiny-bpe": BuiltinSpec(_TINY, "bpe", QWEN25_STYLE, 32768),
-    "small-bpe": BuiltinSpec(_SMALL, "bpe", QWEN25_STYLE, 32768),
-    "tiny-bpe-think": BuiltinSpec(_TINY, "bpe", QWEN3_STYLE, 32768),
+    "tiny-bpe": BuiltinSpec(_TINY, "bpe", QWEN25_STYLE),
+    "small-bpe": BuiltinSpec(_SMALL, "bpe", QWEN25_STYLE),
+    "tiny-bpe-think": BuiltinSpec(_TINY, "bpe", QWEN3_STYLE),
 }
 SIZES: dict[str, dict[str, int]] = {name: spec.size for name, spec in BUILTINS.items()}
 """Each built-in model's size fields (the tests read them)."""
@@ -85,7 +86,7 @@ def _spec_hash(name: str) -> str:
         from ajet_trainer import builtin_bpe
 
         parts.update(bpe=[builtin_bpe.VOCAB_SIZE, builtin_bpe.CORPUS_SEED, builtin_bpe.SPECIAL, builtin_bpe.ADDED])
-        parts.update(positions=spec.max_positions)
+    parts.update(positions=spec.max_positions)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
 
 

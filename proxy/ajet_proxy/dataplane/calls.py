@@ -28,7 +28,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ajet.chat_fields import cut_by_server, template_tools
+from ajet.chat_fields import cut_by_server, prompt_over_job, template_tools
 from ajet.protocol import ErrorCode, bearer_token
 from ajet.types import EngineState, EpisodeStatus
 from ajet_proxy.dataplane.shape import ApiShape
@@ -36,7 +36,7 @@ from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE, SSESplitter
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
 from ajet_proxy.dataplane.tokens import Extracted, StreamAccumulator, extract_response
 from ajet_proxy.dataplane.upstream import NoDeploymentReachable, Upstream
-from ajet_proxy.errors import EngineNotReady, Unauthorized
+from ajet_proxy.errors import EngineNotReady, PromptTooLong, Unauthorized
 from ajet_proxy.open_episodes import LiveEpisode, hash_key, refused_key_reason
 from ajet_proxy.state import ProxyState
 from ajet_proxy.token_history import Turn, answer_message
@@ -118,6 +118,7 @@ class CallPath:
                 prompt, call.label = await self.prompts.build(ep, body, dep)
                 if not self.state.config.shared:
                     call.seq, ep.next_seq = ep.next_seq, ep.next_seq + 1  # numbered as it goes to the engine
+                self._refuse_long_prompt(call, dep, prompt)
                 sent = await self.upstream.send(ep, body, stream, prompt)
             except NoDeploymentReachable as exc:
                 error = f"no deployment reachable: {exc.cause!r}"
@@ -132,6 +133,22 @@ class CallPath:
             call.finish()
             raise
 
+    def over_prompt_limit(self, prompt_ids: Optional[list[int]]) -> Optional[str]:
+        """Why a prompt is refused (over the job's `max_prompt_length`: what the trainer would cut), or None."""
+        job = self.state.engine_row.job
+        if job is None or prompt_ids is None or len(prompt_ids) <= job.max_prompt_length:
+            return None
+        return prompt_over_job(len(prompt_ids), job.max_prompt_length)
+
+    def _refuse_long_prompt(self, call: "_Call", dep: Deployment, prompt: Optional[list[int]]) -> None:
+        """A token prompt (the episode's history) over the job's limit is refused before it is sent: logged as a
+        refused call, answered 400 `context_length_exceeded`."""
+        why = self.over_prompt_limit(prompt)
+        if why is not None:
+            refused = Extracted(prompt_ids=prompt)
+            self.state.writer.submit(self._record(call, dep, dep.policy_version, None, refused, False, why))
+            raise PromptTooLong(why, fields=["messages"])
+
     async def _answer(
         self, call: "_Call", dep: Deployment, version: int, status: int, data: bytes, stream: bool
     ) -> Response:
@@ -139,9 +156,11 @@ class CallPath:
         committed before the client is answered through the call's shape."""
         parsed = _json_object(data)
         ex = Extracted()
+        too_long = None
         if status == 200 and parsed is not None:
             ex = extract_response(parsed)
-            record = self._record(call, dep, version, data.decode(), ex, stream)
+            too_long = self.over_prompt_limit(ex.prompt_ids)  # an engine that renders does not know the job's limit
+            record = self._record(call, dep, version, data.decode(), ex, stream, too_long)
             if record.truncated:  # the client gets a finished turn; the store keeps `length`
                 _as_finished(parsed)
                 data = orjson.dumps(parsed)
@@ -154,6 +173,8 @@ class CallPath:
             await self.state.writer.commit(record)  # durable before the agent sees the answer
         finally:
             call.finish()
+        if too_long is not None:
+            raise PromptTooLong(too_long, fields=["messages"])
         call.remember(record, ex)
         return call.shape.answer(status, data, parsed)
 
@@ -164,7 +185,7 @@ class CallPath:
         call is committed. A stream that ends early is logged as such, without waiting, since nobody is there
         to answer."""
         acc, events, shape = StreamAccumulator(), SSESplitter(), call.shape
-        committed, disconnected, broken = False, False, None
+        committed, disconnected, checked, broken = False, False, False, None
         try:
             async for chunk in _until_broken(chunks):
                 if isinstance(chunk, Exception):  # the engine broke off (it died mid-stream)
@@ -173,6 +194,11 @@ class CallPath:
                 out = []
                 for payload in events.feed(chunk):
                     data = acc.add(payload)
+                    if not checked and acc.out.prompt_ids is not None:
+                        checked, broken = True, self.over_prompt_limit(acc.out.prompt_ids)
+                        if broken is not None:  # refused before any of the answer is passed on
+                            yield shape.failed(ErrorCode.CONTEXT_LENGTH_EXCEEDED, broken)
+                            return
                     if not acc.done:
                         if data is not None and _cut_by_server(call, data, acc.completion_tokens):
                             payload = orjson.dumps(data)

@@ -15,9 +15,9 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ajet.chat_fields import ChatFieldError, content_text, max_tokens_asked, template_tools
+from ajet.chat_fields import ChatFieldError, content_text, max_tokens_asked, prompt_over_job, template_tools
 from ajet_trainer.engine.generation import GenRequest, GenResult
-from ajet_trainer.errors import EngineRequestError
+from ajet_trainer.errors import EngineRequestError, PromptTooLong
 from ajet_trainer.types import Tokenizer
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -104,25 +104,30 @@ def tokens_at_least(messages: list[dict[str, Any]], token_chars: int) -> int:
 
 
 def prompt_ids(
-    tokenizer: Any, body: dict[str, Any], max_context: Optional[int] = None, token_chars: int = 0
+    tokenizer: Any,
+    body: dict[str, Any],
+    max_context: Optional[int] = None,
+    token_chars: int = 0,
+    max_prompt: Optional[int] = None,
 ) -> list[int]:
     """Token ids of the request's prompt: the forwarded token prompt when it has one, else the rendered chat
-    prompt (generation prompt added), of a body that passed `ajet.chat_fields.check_chat_fields`;
-    `EngineRequestError` when the chat template refuses the messages or the prompt leaves no room in the
-    model's context. With `token_chars` (`longest_token_chars`) a prompt that cannot fit is refused before it is
-    rendered: a huge body costs no templating or tokenizing."""
+    prompt (generation prompt added), of a body that passed `ajet.chat_fields.check_chat_fields`.
+    `EngineRequestError` when the chat template refuses the messages; `PromptTooLong` when the prompt leaves no
+    room in the model's context or is over `max_prompt` tokens (the job's `max_prompt_length`). With
+    `token_chars` (`longest_token_chars`) a prompt that cannot fit is refused before it is rendered: a huge body
+    costs no templating or tokenizing."""
     ids = forwarded_prompt(body, len(tokenizer))
     if ids is None:
         least = tokens_at_least(body["messages"], token_chars) if token_chars and max_context else 0
         if max_context is not None and least >= max_context:
-            raise EngineRequestError(
+            raise PromptTooLong(
                 f"messages: the prompt is at least {least} tokens; this model's context is {max_context} tokens"
             )
         ids = render_ids(tokenizer, body["messages"], template_tools(body))
     if max_context is not None and len(ids) >= max_context:
-        raise EngineRequestError(
-            f"messages: the prompt is {len(ids)} tokens; this model's context is {max_context} tokens"
-        )
+        raise PromptTooLong(f"messages: the prompt is {len(ids)} tokens; this model's context is {max_context} tokens")
+    if max_prompt is not None and len(ids) > max_prompt:
+        raise PromptTooLong(prompt_over_job(len(ids), max_prompt))
     return ids
 
 
@@ -135,28 +140,21 @@ def uses_tools(body: dict[str, Any]) -> bool:
     return template_tools(body) is not None
 
 
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+"""`response_format` types the engines honour (the last two through constrained decoding)."""
+
+
 def check_engine_support(body: dict[str, Any]) -> None:
-    """Refuse, naming the field, what the embedded engine accepts in the API but cannot honour: a forced
-    tool call (`tool_choice` "required" or a named function), structured output (`response_format`) and
-    `top_k`. The first two would need constrained decoding, which would also make the logged logprobs those
-    of a masked distribution; the vLLM engine passes all three to vLLM (guided decoding, its sampler)."""
-    choice = body.get("tool_choice")
-    if choice is not None and choice not in ("auto", "none"):
-        raise ChatFieldError(
-            "tool_choice",
-            "the embedded engine cannot force a tool call: use 'auto' or 'none' "
-            "(the vLLM engine supports 'required' and named functions)",
-        )
+    """Refuse, naming the field, what the embedded engine accepts in the API but cannot honour: `top_k` (the vLLM
+    engine passes it to vLLM's sampler) and a `response_format` type it does not know. Forced tool calls and
+    structured output are constrained decoding (`ajet_trainer.engine.grammar`)."""
     if body.get("top_k") not in (None, 0, -1):
         raise ChatFieldError(
             "top_k", "the embedded engine samples with temperature and top_p only (the vLLM engine supports top_k)"
         )
     fmt = body.get("response_format")
-    if fmt is not None and fmt.get("type") != "text":
-        raise ChatFieldError(
-            "response_format",
-            f"the embedded engine has no structured output ({fmt.get('type')!r}): leave it out or use the vLLM engine",
-        )
+    if fmt is not None and fmt.get("type") not in RESPONSE_FORMATS:
+        raise ChatFieldError("response_format.type", f"must be one of {', '.join(RESPONSE_FORMATS)}")
 
 
 def gen_request(

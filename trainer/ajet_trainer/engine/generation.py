@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ajet_trainer.engine.detok import IncrementalDecoder, first_stop
+from ajet_trainer.engine.grammar import TokenConstraint
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 
@@ -46,6 +47,9 @@ class GenRequest:
     """How many most likely alternatives to report per token (0: none)."""
     on_token: Optional[Callable[[TokenOut], None]] = None
     """Called after each sampled token (streaming)."""
+    constraint: Optional[TokenConstraint] = None
+    """A grammar the answer must follow (`ajet_trainer.engine.grammar`): tokens it cannot take are masked before
+    sampling, and the logged log-probability is that of the masked distribution (what was sampled from)."""
 
 
 @dataclass
@@ -149,6 +153,7 @@ def generate_batch(
     errors: dict[int, str] = {}
     for _step in range(max(r.max_tokens for r in requests)):
         live = [i for i, f in enumerate(finish) if f is None]
+        _constrain(logits, requests, live, errors)
         toks = _sample(logits, requests, gens, live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
@@ -158,6 +163,9 @@ def generate_batch(
                 finish[i] = "error"
                 continue
             top = _top(logp[i], requests[i].top_logprobs)
+            if not _accepted(requests[i].constraint, tok, i, errors):
+                finish[i] = "error"
+                continue
             out_ids[i].append(tok)
             out_lps[i].append(lp)
             out_top[i].append(top)
@@ -182,6 +190,29 @@ def generate_batch(
         _result(out_ids[i], out_lps[i], out_top[i], finish[i] or "length", texts[i].text, req, errors.get(i))
         for i, req in enumerate(requests)
     ]
+
+
+def _constrain(logits: torch.Tensor, requests: list[GenRequest], live: list[int], errors: dict[int, str]) -> None:
+    """Mask, in place, what each constrained live row's grammar cannot take next (a failure is that row's error)."""
+    for i in live:
+        constraint = requests[i].constraint
+        if constraint is not None:
+            try:
+                constraint.mask_(logits[i])
+            except RuntimeError as exc:
+                errors[i] = f"grammar failed: {exc}"
+
+
+def _accepted(constraint: Optional[TokenConstraint], tok: int, i: int, errors: dict[int, str]) -> bool:
+    """Whether the row's grammar (if any) takes the sampled token; else the row's error is recorded."""
+    if constraint is None:
+        return True
+    try:
+        constraint.accept(tok)
+        return True
+    except RuntimeError as exc:
+        errors[i] = f"grammar failed: {exc}"
+        return False
 
 
 def _top(logp_row: torch.Tensor, k: int) -> list[tuple[int, float]]:

@@ -42,7 +42,8 @@ from ajet_trainer.engine.chat import (
 )
 from ajet_trainer.engine.detok import safe_prefix_len
 from ajet_trainer.engine.generation import GenRequest, GenResult, TokenOut, generate_batch
-from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed
+from ajet_trainer.engine.grammar import Grammars, grammar_spec
+from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed, PromptTooLong
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class EmbeddedEngine:
         max_batch: int = 128,
         default_temperature: float = 1.0,
         max_tokens_cap: int = 4096,
+        max_prompt_tokens: Optional[int] = None,
+        max_context: Optional[int] = None,
         policy_version: int = 0,
         batch_window_s: float = 0.003,
         api_key: Optional[str] = None,
@@ -99,7 +102,16 @@ class EmbeddedEngine:
         """When set, `/v1/*` answers only requests bearing it (the proxy's; nobody else on the host)."""
         self.weights_lock = threading.Lock()
         self.eos_ids = eos_token_ids(model, tokenizer)
-        self.max_context: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        positions: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.max_context = (
+            min(n for n in (positions, max_context) if n is not None) if positions or max_context else None
+        )
+        """Prompt + answer tokens one request may take: the model's positions, or less (the job's `max_model_len`)."""
+        self.max_prompt_tokens = max_prompt_tokens
+        self._grammar_compiler: Optional[Grammars] = None
+        self._grammar_lock = threading.Lock()
+        """The longest prompt served (the job's `max_prompt_length`: what it trains); longer is refused, 400
+        `context_length_exceeded`. None: the model's context alone bounds it."""
         self.token_chars = longest_token_chars(tokenizer)
         """The most characters one token stands for: bounds a prompt's tokens before it is rendered."""
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="ajet-engine-parse")
@@ -245,8 +257,25 @@ class EmbeddedEngine:
     def _chat_request(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[int], GenRequest]:
         check_chat_fields(body)
         check_engine_support(body)
-        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars)
-        return body, prompt, gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
+        spec = grammar_spec(body)
+        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, self.max_prompt_tokens)
+        req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
+        if spec is not None:
+            req.constraint = self._grammars(spec.kind).constraint(spec)
+        return body, prompt, req
+
+    def _grammars(self, kind: str) -> Grammars:
+        """The engine's grammar compiler, made at the first constrained request (on a parse thread);
+        `ChatFieldError` naming the field when xgrammar is not installed."""
+        with self._grammar_lock:
+            if self._grammar_compiler is None:
+                try:
+                    vocab = int(self.model.config.vocab_size)  # the logits' width
+                    self._grammar_compiler = Grammars(self.tokenizer, vocab, self.eos_ids)
+                except ImportError as exc:
+                    field = "tool_choice" if kind == "tool_call" else "response_format"
+                    raise ChatFieldError(field, f"this engine cannot constrain its answers: {exc}") from exc
+            return self._grammar_compiler
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         checked = await _read(request, self._chat_request, self._parsers)
@@ -363,6 +392,8 @@ async def _read(
         return _error(400, ErrorCode.INVALID_REQUEST, f"body: not valid JSON ({exc})", "body")
     except ChatFieldError as exc:
         return _error(400, ErrorCode.INVALID_REQUEST, str(exc), exc.param)
+    except PromptTooLong as exc:
+        return _error(400, ErrorCode.CONTEXT_LENGTH_EXCEEDED, str(exc), "messages")
     except EngineRequestError as exc:
         return _error(400, ErrorCode.INVALID_REQUEST, str(exc), "messages")
 
