@@ -10,6 +10,7 @@ vLLM's Hermes parser turns the tiny model's `<tool_call>` output into OpenAI too
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Iterator
@@ -170,6 +171,54 @@ def test_hermes_tool_calls_are_parsed_by_vllm_and_logged(client, store):
     ]
     call = logged_call(store, uuid)
     assert call.finish_reason == "tool_calls" and call.completion_ids[-1] == 2  # <|im_end|>
+
+
+PICK = [
+    {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {"c": {"enum": ["red", "blue"]}}, "required": ["c"]}}}
+    for name in ("pick", "skip")
+]  # fmt: skip
+
+
+def called(message) -> list[str]:
+    """The tools an answer calls: parsed by vLLM, else (a call its parser could not read) named in its text."""
+    parsed = [t.function.name for t in message.tool_calls or ()]
+    return parsed or re.findall(r'<tool_call>\s*\{"name": "(\w+)"', message.content or "")
+
+
+def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, store, hf):
+    """What the proxy passes through to vLLM untouched: `tool_choice` "required" and named, `response_format`
+    json_schema, `top_k`. Each call is logged with ids, and a token sampled under a grammar is logged with the
+    masked distribution's log-probability (vLLM applies the grammar before its sampler), as the embedded engine
+    logs it: at or above the trainer's own, strictly above where the mask took mass away.
+
+    vLLM 0.32 (CPU, hermes parser) forces the call and its tool's name, not its arguments: the untrained model
+    wrote `"arguments": 3` and `{}` for a tool whose schema wants `{"c": "red" | "blue"}` (the embedded engine
+    constrains the arguments too: tests/trainer/test_grammar.py)."""
+    model, _tok = hf
+    uuid, creds = client.begin_episode()
+    oc = creds.as_openai_client()
+    ask = [{"role": "user", "content": "pick a colour"}]
+    forced = oc.chat.completions.create(model="x", messages=ask, tools=PICK, tool_choice="required", max_tokens=60)
+    assert called(forced.choices[0].message) and set(called(forced.choices[0].message)) <= {"pick", "skip"}
+    named = oc.chat.completions.create(
+        model="x", messages=ask, tools=PICK, tool_choice={"type": "function", "function": {"name": "skip"}},
+        max_tokens=60,
+    )  # fmt: skip
+    assert set(called(named.choices[0].message)) == {"skip"}, named.choices[0].message
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "v", "schema": schema}}
+    shaped = oc.chat.completions.create(model="x", messages=ask, response_format=fmt, max_tokens=30)
+    assert json.loads(shaped.choices[0].message.content) in ({"ok": True}, {"ok": False})
+    greedy = oc.chat.completions.create(model="x", messages=ask, temperature=0, max_tokens=8)
+    top1 = oc.chat.completions.create(model="x", messages=ask, temperature=1.0, max_tokens=8, extra_body={"top_k": 1})
+    assert top1.choices[0].message.content == greedy.choices[0].message.content  # top_k=1 is argmax
+    calls = [logged_call(store, uuid, n) for n in range(1, 6)]
+    assert all(c.error is None and c.completion_ids and len(c.logprobs) == len(c.completion_ids) for c in calls)
+    for c in calls[:3]:  # constrained
+        ref = completion_logprobs(model, c.prompt_ids, c.completion_ids)
+        diffs = [a - b for a, b in zip(c.logprobs, ref)]
+        assert min(diffs) > -EXACT and max(diffs) > 0.01, diffs
 
 
 def _adapter(base: Path, tmp: Path, seed: int) -> Path:
