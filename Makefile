@@ -13,12 +13,15 @@ CLIENT_STAMP := $(CLIENT)/.ajet-installed
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.ajet-installed
+# the agent frameworks whose pins conflict with .venv's (openai < 3, protobuf 5.29), without the project
+FW_VENV  := .venv-frameworks
+FW_STAMP := $(FW_VENV)/.ajet-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-client setup-vllm demo lint test test-fast bench gpu-wheels clean
+.PHONY: setup setup-client setup-vllm setup-frameworks demo lint test test-fast bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -71,17 +74,27 @@ $(VLLM_STAMP): Makefile
 	$(VLLM_PY) -c "import torch, vllm.entrypoints.openai.api_server; print('vllm setup ok, torch', torch.__version__)"
 	touch $(VLLM_STAMP)
 
+setup-frameworks: $(FW_STAMP)
+
+# AutoGen, LlamaIndex and CrewAI, run by tests/proxy/test_framework_envs.py against a swarm started from .venv
+$(FW_STAMP): tests/frameworks/requirements.txt
+	test -x $(FW_VENV)/bin/python || $(PYTHON) -m venv $(FW_VENV)
+	$(FW_VENV)/bin/python -m pip install --upgrade pip
+	$(FW_VENV)/bin/python -m pip install -r tests/frameworks/requirements.txt
+	$(FW_VENV)/bin/python -c "import autogen_agentchat, llama_index.core, crewai; print('frameworks setup ok')"
+	touch $(FW_STAMP)
+
 demo: setup
 	$(PY) scripts/run_demo.py
 
-# The three environments are set up side by side (mostly downloads and unpacking: about 10 min one after
-# another on CI's two cores). AJET_REQUIRE_VLLM: the vllm_real tests fail, rather than skip, without
-# .venv-vllm. Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
+# The four environments are set up side by side (mostly downloads and unpacking: about 10 min one after
+# another on CI's two cores). AJET_REQUIRE_VLLM / AJET_REQUIRE_FRAMEWORKS: the vllm_real and the framework-env
+# tests fail, rather than skip, without .venv-vllm / .venv-frameworks. Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
 test:
-	$(MAKE) -j3 --output-sync=line setup setup-client setup-vllm
+	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks
 	$(MAKE) lint
-	AJET_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 2 --dist loadfile
+	AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 # ruff: lint (pyflakes, pycodestyle, import order, bugbear) and format, line length 120 (pyproject.toml)
 lint: setup
@@ -104,4 +117,4 @@ gpu-wheels: setup
 	$(PIP) download --no-deps --only-binary=:all: -d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
 
 clean:
-	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) experiments .pytest_cache
+	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) $(FW_VENV) experiments .pytest_cache

@@ -132,7 +132,7 @@ def test_the_agents_sdk_with_tool_choice_required(swarm, episode, responses):
     from agents import ModelSettings, Runner
 
     uuid, creds = episode
-    swarm.answer('<tool_call>{"name":"add","arguments":{"a":2,"b":3}}</tool_call>', FINAL)
+    swarm.answer(["<", "tool_call>", json.dumps({"name": "add", "arguments": {"a": 2, "b": 3}}), "</tool_call>"], FINAL)
     agent = _agent(creds, responses, []).clone(model_settings=ModelSettings(tool_choice="required"))
     result = asyncio.run(Runner.run(agent, "What is 2+3?"))
     assert result.final_output == FINAL

@@ -111,3 +111,24 @@ def test_logged_logprobs_are_the_masked_distributions_and_tis_weighs_by_the_allo
     assert float(gap.max()) < 1e-3 and float(gap.min()) < -0.01  # masked: the engine's is higher where it cut mass
     weights, m = tis_weights(trainer_lp, engine_lp, mask, cap=2.0)
     assert torch.allclose(weights, gap.exp().clamp(max=2.0), atol=1e-4) and m["tis_weight_mean"] < 1.0
+
+
+def test_a_forced_call_writes_its_name_first_and_follows_the_script_it_may(tmp_path):
+    """The call's JSON follows the schema's property order (the Hermes format: `name`, then `arguments`); a
+    scripted policy that says a valid call is not bent by the mask."""
+    from tests.support.scripted_model import ScriptedModel
+
+    model, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
+    wrapped = ScriptedModel(model, [])
+    eng = EmbeddedEngine(wrapped, tok, max_tokens_cap=200)
+    url = eng.start()
+    try:
+        call = json.dumps({"name": "pick", "arguments": {"c": "blue"}})  # the grammar's layout: `, ` and `: `
+        pieces = ["<", "tool_call>", call, "</", "tool_call>"]  # the tags as characters: the grammar spells them
+        wrapped.reset([i for p in pieces for i in tok.encode(p, add_special_tokens=False)] + [tok.eos_token_id])
+        r = _ask(url, 1, tools=TOOLS, tool_choice="required")["choices"][0]
+        assert tok.decode(r["token_ids"], skip_special_tokens=True) == "<tool_call>" + call + "</tool_call>"
+        (made,) = r["message"]["tool_calls"]
+        assert (made["function"]["name"], json.loads(made["function"]["arguments"])) == ("pick", {"c": "blue"})
+    finally:
+        eng.stop()

@@ -40,7 +40,7 @@ class GrammarSpec:
     """`json_object`, `json_schema` (its answer is JSON of `schema`) or `tool_call` (one Hermes tool call whose
     JSON is of `schema`)."""
     schema: str = ""
-    """The JSON schema, as canonical JSON text ("" for `json_object`)."""
+    """The JSON schema, as JSON text in the client's key order ("" for `json_object`)."""
 
 
 def grammar_spec(body: dict[str, Any]) -> Optional[GrammarSpec]:
@@ -89,7 +89,9 @@ def _call_schema(functions: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _canonical(schema: dict[str, Any]) -> str:
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    """The schema as JSON text, its keys in the client's order: a schema's property order is the order
+    the answer writes them in (`name` before `arguments` in a call)."""
+    return json.dumps(schema, separators=(",", ":"))
 
 
 class TokenConstraint:
@@ -141,7 +143,8 @@ class Grammars:
     def _compile(self, spec: GrammarSpec) -> Any:
         import xgrammar as xgr
 
-        # compact JSON (no free whitespace): an untrained policy would otherwise pad its answer with blanks;
+        # JSON laid out as json.dumps lays it out (`, ` and `: `, no other whitespace): an untrained policy would
+        # otherwise pad its answer with blanks;
         # `json_object` is any JSON object (OpenAI's rule; xgrammar's built-in JSON grammar takes any value)
         body = xgr.Grammar.from_json_schema(spec.schema or '{"type": "object"}', any_whitespace=False)
         if spec.kind in ("json_object", "json_schema"):
