@@ -40,12 +40,16 @@ def start_vllm(
     lora_rank: int = 8,
     user_args: tuple[str, ...] = (),
     timeout_s: float = 600,
+    max_model_len: int = 512,
+    max_tokens_cap: Optional[int] = None,
 ) -> VllmEngine:
-    """vLLM's server on the tiny model, launched as the trainer launches it (CPU settings)."""
+    """vLLM's server on the tiny model, launched as the trainer launches it (CPU settings; `max_tokens_cap`: the
+    job's per-turn cap, as the trainer sets it)."""
     settings = VllmSettings(
         python=vllm_python(),
         lora_rank=lora_rank,
-        max_model_len=512,
+        max_model_len=max_model_len,
+        max_tokens_cap=max_tokens_cap,
         cpu=True,
         health_timeout_s=timeout_s,
         user_args=user_args,

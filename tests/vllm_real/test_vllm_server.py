@@ -45,6 +45,8 @@ TOOLS = [
 ]
 TOOL_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 EXACT = 2e-4  # float32 on both sides; the attention kernels differ
+CAP = 100
+"""The job's per-turn cap, set as vLLM's server-wide output limit (the hermes call above fits in it)."""
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,8 @@ def trained(module_tmp: Path) -> tuple[torch.nn.Module, Path]:
 
 @pytest.fixture(scope="module")
 def vllm(module_tmp: Path, trained) -> Iterator[VllmEngine]:
-    engine = start_vllm(module_tmp, model_path=str(trained[1]))  # `vllm serve OUT` of an export
+    # `vllm serve OUT` of an export; a context smolagents' CodeAgent prompt fits, the per-turn cap a job sets
+    engine = start_vllm(module_tmp, model_path=str(trained[1]), max_model_len=16_384, max_tokens_cap=CAP)
     yield engine
     engine.stop()
 
@@ -80,7 +83,8 @@ def client(proxy, store, vllm) -> Iterator[SwarmClient]:
     from ajet import AgentJetJob
 
     c = SwarmClient(proxy.url)
-    c.sync_train_config(AgentJetJob(batch_size=2, num_repeat=2))
+    limits = {"max_prompt_length": 12_000, "max_response_length": 4_000, "max_model_len": 16_384}
+    c.sync_train_config(AgentJetJob(batch_size=2, num_repeat=2, max_response_length_in_one_turn=CAP, **limits))
     c.start_engine()
     make_rolling(store, vllm.base, model="policy", name="vllm-0")
     yield c
@@ -266,3 +270,56 @@ def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):
     finally:
         vllm.reload_weights(trained[1])  # the module's other tests expect the exported weights
     assert max(answer_gaps(chat(vllm).json(), model)) < EXACT
+
+
+SAID = "It is sunny in Paris."
+
+
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
+def test_the_agents_sdk_default_agent_runs_on_real_vllm(client, store, responses):
+    """The Agents SDK's agent on vLLM. Its chat-completions model: vLLM's structured outputs make the untrained
+    model say one sentence. Its default Responses model (which carries no such extra field): the model answers
+    freely, cut by the job's cap (vLLM's server-wide limit), which reaches the SDK as a completed response, not
+    `incomplete` (the SDK raises on that)."""
+    import asyncio
+
+    import openai
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    uuid, creds = client.begin_episode()
+    oc = openai.AsyncOpenAI(base_url=creds.base_url, api_key=creds.api_key)
+    if responses:
+        agent = Agent(name="talker", instructions="Talk.", model=OpenAIResponsesModel(model="policy", openai_client=oc))
+    else:
+        settings = ModelSettings(extra_body={"structured_outputs": {"choice": [SAID]}})
+        model = OpenAIChatCompletionsModel(model="policy", openai_client=oc)
+        agent = Agent(name="talker", instructions="Talk.", model=model, model_settings=settings)
+    final = asyncio.run(Runner.run(agent, "What is the weather in Paris?")).final_output
+    call = logged_call(store, uuid)
+    assert call.error is None and call.completion_ids and len(call.logprobs) == len(call.completion_ids)
+    if responses:
+        assert final and call.truncated == (len(call.completion_ids) == CAP)
+    else:
+        assert final == SAID
+
+
+def test_smolagents_code_agent_runs_on_real_vllm(client, store):
+    """smolagents' CodeAgent with its default (8.7k-token) prompt on vLLM, whose structured outputs make the
+    untrained model write the final step."""
+    from smolagents import CodeAgent, OpenAIServerModel
+
+    uuid, creds = client.begin_episode()
+    step = "Thought: done.\n<code>\nfinal_answer(5)\n</code>"
+    model = OpenAIServerModel(model_id="policy", api_base=creds.base_url, api_key=creds.api_key,
+                              extra_body={"structured_outputs": {"choice": [step]}})  # fmt: skip
+    assert CodeAgent(tools=[], model=model).run("What is 2+3?") == 5
+    call = logged_call(store, uuid)
+    assert call.error is None and len(call.prompt_ids) > 8_000 and call.completion_ids
