@@ -4,7 +4,9 @@ A harness starts a trainer (or a whole `ajet-swarm`) with `update_delay_env(seco
 That puts `tests/support/inject/` first on PYTHONPATH, whose `sitecustomize.py` Python loads at start-up; it
 wraps `Learner.update` so that each training update first sleeps: a large model's update (the async
 benchmark), or a window in which a test kills the trainer mid-update. The proxy, which never imports the
-learner, is untouched.
+learner, is untouched. `scripted_policy_env(path)` likewise makes the trainer's embedded engine answer with the
+scripts a test writes to `path` (`tests.support.scripted_model.FileScriptedModel`); the trainer trains the model
+itself.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 INJECT = Path(__file__).resolve().parent / "inject"
@@ -26,12 +28,36 @@ UPDATE_DELAY_VAR = "AJET_TEST_UPDATE_DELAY_S"
 """Seconds each training update sleeps first, in a process started with `update_delay_env`."""
 
 TARGET = "ajet_trainer.learner"
+POLICY_SCRIPT_VAR = "AJET_TEST_POLICY_SCRIPT"
+"""A JSON file of scripts the embedded engine of a process started with `scripted_policy_env` answers with."""
+ENGINE = "ajet_trainer.engine.server"
+
+
+def _inject_path() -> str:
+    return os.pathsep.join([str(INJECT), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def update_delay_env(seconds: float) -> dict[str, str]:
     """Environment entries that make every training update of the started process sleep `seconds` first."""
-    path = os.pathsep.join([str(INJECT), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {UPDATE_DELAY_VAR: str(seconds), "PYTHONPATH": path}
+    return {UPDATE_DELAY_VAR: str(seconds), "PYTHONPATH": _inject_path()}
+
+
+def scripted_policy_env(path: Path) -> dict[str, str]:
+    """Environment entries that make the started process's embedded engine answer with the scripts in `path`."""
+    return {POLICY_SCRIPT_VAR: str(path), "PYTHONPATH": _inject_path()}
+
+
+def script_engine(module: ModuleType, path: str) -> None:
+    """Make every `module.EmbeddedEngine` serve its model wrapped in a `FileScriptedModel` of `path`."""
+    from tests.support.scripted_model import FileScriptedModel
+
+    engine = module.EmbeddedEngine
+    init = engine.__init__
+
+    def scripted_init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, FileScriptedModel(model, path), *args, **kwargs)
+
+    engine.__init__ = scripted_init
 
 
 def delay_updates(module: ModuleType, seconds: float) -> None:
@@ -48,39 +74,42 @@ def delay_updates(module: ModuleType, seconds: float) -> None:
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    """The learner module's own loader, then `delay_updates` on what it loaded."""
+    """A module's own loader, then `patch` on what it loaded."""
 
-    def __init__(self, inner: importlib.abc.Loader, seconds: float):
-        self.inner, self.seconds = inner, seconds
+    def __init__(self, inner: importlib.abc.Loader, patch: Callable[[ModuleType], None]):
+        self.inner, self.patch = inner, patch
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[ModuleType]:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
-        delay_updates(module, self.seconds)
+        self.patch(module)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Hands the learner module to `_PatchingLoader` when it is imported (so nothing is imported early)."""
+    """Hands module `target` to `_PatchingLoader` when it is imported (so nothing is imported early)."""
 
-    def __init__(self, seconds: float):
-        self.seconds = seconds
+    def __init__(self, target: str, patch: Callable[[ModuleType], None]):
+        self.target, self.patch = target, patch
 
     def find_spec(
         self, name: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
     ) -> Optional[importlib.machinery.ModuleSpec]:
-        if name != TARGET:
+        if name != self.target:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is not None and isinstance(spec.loader, importlib.abc.Loader):
-            spec.loader = _PatchingLoader(spec.loader, self.seconds)
+            spec.loader = _PatchingLoader(spec.loader, self.patch)
         return spec
 
 
 def install_from_env() -> None:
-    """What `inject/sitecustomize.py` calls: install the delay when the environment asks for one."""
+    """What `inject/sitecustomize.py` calls: install the delay and the scripted policy the environment asks for."""
     seconds = float(os.environ.get(UPDATE_DELAY_VAR, "0") or 0)
     if seconds > 0:
-        sys.meta_path.insert(0, _AfterImport(seconds))
+        sys.meta_path.insert(0, _AfterImport(TARGET, lambda module: delay_updates(module, seconds)))
+    script = os.environ.get(POLICY_SCRIPT_VAR)
+    if script:
+        sys.meta_path.insert(0, _AfterImport(ENGINE, lambda module: script_engine(module, script)))

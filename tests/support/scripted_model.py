@@ -34,3 +34,35 @@ class ScriptedModel(torch.nn.Module):
             out.logits[:, -1, self.script[self.step]] += BOOST
         self.step += 1
         return out
+
+
+class FileScriptedModel(ScriptedModel):
+    """`ScriptedModel` whose queue is a JSON file (a list of token id lists), so that a test process can script
+    the policy of a trainer it started (`tests.support.faults.scripted_policy_env`): each prefill takes the file's
+    first script and writes the rest back. An empty or missing file: the model answers as itself."""
+
+    def __init__(self, model: torch.nn.Module, path: str):
+        super().__init__(model, [])
+        self.path = path
+
+    def forward(self, input_ids: torch.Tensor, **kw):  # noqa: ANN003 - the model's own keywords
+        if input_ids.shape[1] > 1:
+            self.queue = _take(self.path)
+        return super().forward(input_ids, **kw)
+
+
+def _take(path: str) -> list[list[int]]:
+    """The file's first script as a one-script queue (the rest written back), or [] when there is none."""
+    import json
+    import os
+
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        scripts = json.load(f)
+    if not scripts:
+        return []
+    with open(path + ".tmp", "w") as f:
+        json.dump(scripts[1:], f)
+    os.replace(path + ".tmp", path)
+    return [scripts[0]]

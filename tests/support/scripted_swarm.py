@@ -72,6 +72,12 @@ class ScriptedSwarm:
         self.model.zero_grad()
 
 
+def script_ids(tok: Any, text: Union[str, list[str]]) -> list[int]:
+    """The token ids a script says: a text as the tokenizer splits it, or pieces tokenized one by one; then EOS."""
+    pieces = [text] if isinstance(text, str) else text
+    return [i for p in pieces for i in tok.encode(p, add_special_tokens=False)] + [tok.eos_token_id]
+
+
 @contextlib.contextmanager
 def scripted_swarm(
     tmp: Path,
@@ -101,12 +107,8 @@ def scripted_swarm(
     proxy = start_proxy(tmp, db, *proxy_args)
     client = SwarmClient(proxy.url)
 
-    def ids(text: Union[str, list[str]]) -> list[int]:
-        pieces = [text] if isinstance(text, str) else text
-        return [i for p in pieces for i in tok.encode(p, add_special_tokens=False)] + [tok.eos_token_id]
-
     def answer(*texts: Union[str, list[str]]) -> None:
-        wrapped.reset(*(ids(t) for t in texts))
+        wrapped.reset(*(script_ids(tok, t) for t in texts))
 
     try:
         ensure_rolling(client, store, base, job=job)
