@@ -26,14 +26,14 @@ export OMP_NUM_THREADS ?= 1
 setup: $(STAMP)
 
 # Each stage says where setup is (pip draws its own download bars at a terminal).
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile tests/frameworks/main.txt
 	@echo "== setup [1/4] virtual environment $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 	@echo "== setup [2/4] CPU torch 2.13.0 (first, so no dependency can pull a CUDA build)"
 	$(PIP) install torch==2.13.0
 	@echo "== setup [3/4] the project and its extras"
-	$(PIP) install -e '.[all,dev]'
+	$(PIP) install -e '.[all,dev]' -r tests/frameworks/main.txt
 	# constrained decoding: xgrammar without triton (1 GB, for its CUDA kernel only; the engine masks in torch)
 	$(PIP) install --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
 	@echo "== setup [4/4] import check"
@@ -77,10 +77,10 @@ $(VLLM_STAMP): Makefile
 setup-frameworks: $(FW_STAMP)
 
 # AutoGen, LlamaIndex and CrewAI, run by tests/proxy/test_framework_envs.py against a swarm started from .venv
-$(FW_STAMP): tests/frameworks/requirements.txt
+$(FW_STAMP): tests/frameworks/own-env.txt
 	test -x $(FW_VENV)/bin/python || $(PYTHON) -m venv $(FW_VENV)
 	$(FW_VENV)/bin/python -m pip install --upgrade pip
-	$(FW_VENV)/bin/python -m pip install -r tests/frameworks/requirements.txt
+	$(FW_VENV)/bin/python -m pip install -r tests/frameworks/own-env.txt
 	$(FW_VENV)/bin/python -c "import autogen_agentchat, llama_index.core, crewai; print('frameworks setup ok')"
 	touch $(FW_STAMP)
 

@@ -1,8 +1,8 @@
 """The default agents of the frameworks whose pins conflict with the project's environment (AutoGen's
 `AssistantAgent` with a tool, LlamaIndex's `FunctionAgent` on `OpenAILike`, a CrewAI `Crew` with a tool), run as
-their users run them in .venv-frameworks (`make setup-frameworks`, tests/frameworks/), against a real proxy and a
-scripted embedded engine started here: each completes its tool loop, every call is in the store with ids and
-logprobs, and the episode trains."""
+their users run them in .venv-frameworks (`make setup-frameworks`: tests/frameworks/own-env.txt), against a real
+proxy and a scripted embedded engine started here: each completes its tool loop, every call is in the store with
+ids and logprobs, and the episode trains."""
 
 import json
 import os
