@@ -214,6 +214,28 @@ class EpisodeOps(Database):
                 return
             after = (page_rows[-1].created_at, page_rows[-1].uuid)
 
+    def pool_mark(self) -> tuple[int, float]:
+        """What changes whenever the rollout pool does: how many episodes it holds and when the latest ended (one
+        read of the pool index, where `pool_episodes` joins every pool episode's calls). A waiting trainer reads
+        the pool again only when this changed."""
+        e = t.episodes.c
+        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
+        q = sa.select(sa.func.count(), sa.func.max(e.ended_at)).where(*self._pool_filter(run))
+        with self._read() as c:
+            count, latest = c.execute(q).one()
+        return int(count), float(latest or 0.0)
+
+    @staticmethod
+    def _pool_filter(run: Any) -> tuple[Any, ...]:
+        e = t.episodes.c
+        return (
+            e.status == EpisodeStatus.ENDED.value,
+            e.episode_type == "train",
+            e.run_id == run,
+            e.consumed_step.is_(None),
+            e.untrainable.is_(False),
+        )
+
     def pool_episodes(self) -> list[PoolEpisode]:
         """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
         e = t.episodes.c
@@ -232,13 +254,7 @@ class EpisodeOps(Database):
                 e.mission,
                 sa.func.coalesce(oldest, e.policy_version_start).label("oldest"),
             )
-            .where(
-                e.status == EpisodeStatus.ENDED.value,
-                e.episode_type == "train",
-                e.run_id == run,
-                e.consumed_step.is_(None),
-                e.untrainable.is_(False),
-            )
+            .where(*self._pool_filter(run))
             .order_by(e.ended_at)
         )
         with self._read() as c:

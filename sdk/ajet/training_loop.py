@@ -54,7 +54,7 @@ def _episode(
     return ended.reward
 
 
-def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.05) -> StepInfo:
+def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.02) -> StepInfo:
     """The first training step newer than `after`.
 
     Polls `get_steps` (one indexed read; a third of `get_rollout_stat`'s cost to the proxy) often: in a

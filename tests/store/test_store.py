@@ -178,6 +178,26 @@ def test_record_step_consumes_once(st):
     assert [s.step for s in st.steps()] == [1]
 
 
+def test_the_pool_mark_changes_with_the_pool_and_only_with_it(st):
+    """A waiting trainer reads the whole pool only when this mark moved: an episode ending, one consumed, one
+    made untrainable, a new run. Episodes that begin, or calls that are logged, leave it as it was."""
+    rolling(st)
+    empty = st.pool_mark()
+    assert empty == (0, 0.0)
+    st.begin_episode("u0", "h0", "c", "train", 10)
+    st.write_calls([CallRecord("u0", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, time.time())])
+    assert st.pool_mark() == empty  # open episodes are not in the pool
+    st.end_episode("u0", "c", "t", 1.0, None, {})
+    one = st.pool_mark()
+    assert one[0] == 1 and one[1] == st.get_episode("u0").ended_at
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    end_with_a_call(st, "u1", 0.5)
+    two = st.pool_mark()
+    assert two[0] == 2 and two != one and st.pool_mark() == two  # the same pool, the same mark
+    st.record_step(1, 1, ["u0"], 1.0, {})
+    assert st.pool_mark()[0] == 1 == len(st.pool_episodes())
+
+
 def test_eval_and_untrainable_episodes_stay_out_of_the_pool(st):
     rolling(st)
     st.begin_episode("ev", "h1", "c", "eval", 10)

@@ -72,6 +72,10 @@ class TrainerDaemon:
         self._preload: Optional[threading.Thread] = None
         self.template: Metrics = {}
         """The job's template preflight (`ajet_trainer.template_check`), carried into every step's metrics."""
+        self._pool_seen: Optional[tuple[object, ...]] = None
+        """The pool's mark, the policy version and the batch mode when the batch policy last found no batch."""
+        self._state = EngineState.OFFLINE
+        """The engine state the last tick saw (a ROLLING trainer polls more often)."""
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -87,7 +91,8 @@ class TrainerDaemon:
         try:
             while not stop.is_set():
                 if not self.tick():
-                    stop.wait(self.opts.poll_s)
+                    waiting_for_episodes = self._state in (EngineState.ROLLING, EngineState.ROLLING_POST)
+                    stop.wait(self.opts.rolling_poll_s if waiting_for_episodes else self.opts.poll_s)
         finally:
             stop.set()
             beat.join(10)
@@ -106,6 +111,7 @@ class TrainerDaemon:
     def tick(self) -> bool:
         """One pass of the state machine; True if it did work (poll again at once)."""
         row = self.store.engine_row()
+        self._state = row.state
         if row.state == EngineState.OFFLINE or row.job is None:
             if self.session is not None:
                 self.teardown(final_checkpoint=True)
@@ -193,6 +199,9 @@ class TrainerDaemon:
         """The next step's episodes under the batch policy ([] if not ready). Asynchronous training first drops
         (for good, counted) the pool's episodes more than `max_staleness` versions behind the policy."""
         job = session.job
+        seen = (*self.store.pool_mark(), session.policy_version, row.batch_mode)
+        if seen == self._pool_seen:  # nothing ended, was consumed or dropped since the last look: still no batch
+            return []
         pool = self.store.pool_episodes()
         if job.max_staleness > 0:
             pool, stale = split_stale(pool, session.policy_version, job.max_staleness)
@@ -201,7 +210,9 @@ class TrainerDaemon:
                     [p.uuid for p in stale],
                     f"older than max_staleness={job.max_staleness} at policy v{session.policy_version}",
                 )
-        return select_batch(pool, row.batch_mode, job.batch_size, job.num_repeat, job.mission_mix)
+        batch = select_batch(pool, row.batch_mode, job.batch_size, job.num_repeat, job.mission_mix)
+        self._pool_seen = None if batch or job.max_staleness > 0 else seen
+        return batch
 
     def async_step(self, session: TrainingSession, row: EngineRow) -> bool:
         """ROLLING with `max_staleness >= 1`: once the batch policy is satisfied, train on the batch while

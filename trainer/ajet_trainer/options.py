@@ -41,7 +41,10 @@ class TrainerOptions:
     device: str = "auto"
     """`auto`, `cpu` or `cuda[:N]`."""
     poll_s: float = 0.1
-    """How often the store is read while waiting."""
+    """How often the store is read while waiting for a client (OFFLINE, BOOTING)."""
+    rolling_poll_s: float = 0.02
+    """How often a ROLLING trainer looks at the rollout pool: one read of the pool index (`Store.pool_mark`); the
+    whole pool is read only when that changed. Each wait is idle time of every client in a synchronous step."""
     engine_host: str = "127.0.0.1"
     """Interface the embedded engine binds to."""
     keep_checkpoints: int = 3
