@@ -135,7 +135,8 @@ def test_verl_actor_on_cpu_trains_beside_the_embedded_engine_and_restores_after_
         old_url = store.deployments()[0].base_url
         trainer = _start_trainer(tmp_path, url, "trainer2.log")
         _wait(
-            lambda: store.deployments()[0].base_url != old_url,
+            # a booting trainer withdraws the old deployment before it registers its own: none is there a moment
+            lambda: any(d.base_url != old_url for d in store.deployments()),
             "the restarted engine",
             trainer,
             tmp_path,

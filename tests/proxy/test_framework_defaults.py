@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.support.framework_agents import AGENTS
+from tests.support.framework_agents import AGENTS, play
 from tests.support.scripted_swarm import scripted_swarm
 
 
@@ -28,10 +28,7 @@ def swarm(module_tmp):
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_the_default_agent_completes_and_its_episode_trains(swarm, name):
     agent = AGENTS[name]
-    uuid, creds = swarm.client.begin_episode()
-    swarm.answer(*agent.answers)
-    assert agent.run(creds) == agent.final
-    calls = swarm.store.calls(uuid)
+    uuid, calls = play(swarm, agent)
     assert len(calls) == len(agent.answers)
     if name == "smolagents-tool-calling":  # its default: every call forced, and constrained decoding honours it
         assert [json.loads(c.request)["tool_choice"] for c in calls] == ["required", "required"]

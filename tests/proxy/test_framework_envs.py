@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.support.framework_agents import ENV_AGENTS, ENV_PYTHON
+from tests.support.framework_agents import ENV_AGENTS, ENV_PYTHON, play
 from tests.support.scripted_swarm import scripted_swarm
 
 
@@ -31,11 +31,7 @@ def swarm(module_tmp):
 
 @pytest.mark.parametrize("framework", sorted(ENV_AGENTS))
 def test_the_default_agent_completes_its_tool_loop_and_trains(swarm, framework):
-    agent = ENV_AGENTS[framework]
-    uuid, creds = swarm.client.begin_episode()
-    swarm.answer(*agent.answers)
-    assert agent.run(creds) == agent.final
-    calls = swarm.store.calls(uuid)
+    uuid, calls = play(swarm, ENV_AGENTS[framework])
     assert [c.finish_reason for c in calls] == ["tool_calls", "stop"]
     assert json.loads(calls[1].request)["messages"][-1]["content"] == "5"  # the tool ran; its result went back
     swarm.assert_episode_trains(uuid, min_calls=2)

@@ -45,6 +45,15 @@ class FrameworkAgent:
     """The final output it then returns."""
 
 
+def play(swarm: Any, agent: FrameworkAgent) -> tuple[str, list[Any]]:
+    """One episode of `agent` on a `ScriptedSwarm`: the policy scripted, the agent run to its final output (checked);
+    the episode's uuid and its logged calls."""
+    uuid, creds = swarm.client.begin_episode()
+    swarm.answer(*agent.answers)
+    assert agent.run(creds) == agent.final
+    return uuid, swarm.store.calls(uuid)
+
+
 def _smol_model(creds: Any) -> Any:
     from smolagents import OpenAIServerModel
 
