@@ -61,7 +61,8 @@ def run_trl(max_steps: int, seed: int, tmp: Path) -> dict[str, float]:
         output_dir=str(tmp / "trl"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
         per_device_train_batch_size=BATCH_SIZE * GRPO_N, num_generations=GRPO_N, gradient_accumulation_steps=1,
         max_completion_length=1, temperature=1.0, top_p=1.0, learning_rate=LR, beta=KL, max_steps=max_steps,
-        num_train_epochs=1, logging_steps=1, gradient_checkpointing=False, seed=seed, dataloader_num_workers=0, disable_tqdm=True,
+        num_train_epochs=1, logging_steps=1, gradient_checkpointing=False, seed=seed, dataloader_num_workers=0,
+        disable_tqdm=True,
     )  # fmt: skip
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(path),
