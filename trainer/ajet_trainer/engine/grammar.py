@@ -13,9 +13,10 @@ kind (byte-level BPE, sentencepiece, the built-in character-level one), and its 
 without triton, which only its CUDA kernel uses: the mask is applied here in torch, on any device.
 
 The logged log-probability of a constrained token is that of the distribution it was sampled from: the model's
-(temperature-free) renormalised over the allowed tokens, vLLM's `processed_logprobs`. The trainer's is the
-unmasked model's, so the engine-trainer gap of such a token is log(allowed mass) <= 0; with `tis_cap` the
-truncated importance weight min(pi_trainer / pi_engine, cap) = allowed mass corrects for it.
+(temperature-free) renormalised over the allowed tokens, as vLLM logs it (it applies the grammar's mask before
+its sampler). The trainer's is the unmasked model's, so the engine-trainer gap of such a token is
+log(allowed mass) <= 0; with `tis_cap` the truncated importance weight min(pi_trainer / pi_engine, cap) = allowed
+mass corrects for it (on an untrained model that weight is ~1/vocabulary: docs/frameworks.md).
 """
 
 from __future__ import annotations
