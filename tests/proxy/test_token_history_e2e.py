@@ -278,3 +278,19 @@ def test_count_tokens_counts_with_the_bpe_tokenizer_and_template(swarm):
     from tests.proxy.test_messages_api import assert_count_tokens_is_the_calls_prompt
 
     assert_count_tokens_is_the_calls_prompt(swarm)
+
+
+def test_a_turn_the_cap_cuts_on_a_bpe_model_is_finished_for_the_agent_and_masked_for_the_trainer(swarm):
+    """The server's per-turn cap (128 tokens here) on a BPE model: the agent gets a finished turn, the store the
+    truth (`length`, `truncated`, exactly 128 ids), and the `mask` rule takes the turn out of the loss."""
+    uuid, creds = swarm.client.begin_episode()
+    swarm.answer("and then " * 200)
+    ask = [{"role": "user", "content": "go"}]
+    said = creds.as_openai_client().chat.completions.create(model="policy", messages=ask)
+    assert said.choices[0].finish_reason == "stop" and said.usage.completion_tokens == 128
+    swarm.client.end_episode(Task(task_id="cap"), uuid, WorkflowOutput(reward=1.0))
+    (call,) = swarm.store.calls(uuid)
+    assert call.truncated and call.finish_reason == "length" and len(call.completion_ids) == 128
+    pool = [p for p in swarm.store.pool_episodes() if p.uuid == uuid]
+    (masked,), stats = assemble(swarm.store.rewarded_episodes(pool), 10_000, 10_000, overlong="mask")
+    assert masked.sequences == () and stats.truncated_calls == 1 and stats.overlong_masked_episodes == 1
