@@ -38,20 +38,3 @@ def test_the_default_agent_completes_and_its_episode_trains(swarm, name):
     if name == "agentscope":
         assert [(c.stream, c.finish_reason) for c in calls] == [(True, "tool_calls"), (True, "stop")]
     swarm.assert_episode_trains(uuid, min_calls=len(agent.answers))
-
-
-def test_litellm_client_chat_responses_and_anthropic_provider(swarm):
-    import litellm
-
-    uuid, creds = swarm.client.begin_episode()
-    swarm.answer("hello", "hi there", "bonjour")
-    key, messages = creds.api_key, [{"role": "user", "content": "hi"}]
-    chat = litellm.completion(model="openai/policy", api_base=creds.base_url, api_key=key, messages=messages)
-    responses = litellm.responses(model="openai/policy", api_base=creds.base_url, api_key=key, input="hi")
-    anthropic = litellm.completion(  # LiteLLM appends /v1/messages itself
-        model="anthropic/policy", api_base=creds.base_url.removesuffix("/v1"), api_key=key, messages=messages,
-        max_tokens=50,
-    )  # fmt: skip
-    said = [chat.choices[0].message.content, responses.output[0].content[0].text, anthropic.choices[0].message.content]
-    assert said == ["hello", "hi there", "bonjour"]
-    swarm.assert_episode_trains(uuid, min_calls=3)

@@ -95,6 +95,20 @@ def dspy_predict(creds: Any) -> object:
         return [predict(question=q).answer for q in ("What is 2+3?", "And 3+4?")]
 
 
+def litellm_client(creds: Any) -> object:
+    """LiteLLM as a client SDK: chat, Responses, and its `anthropic/` provider (which appends /v1/messages)."""
+    import litellm
+
+    key, messages = creds.api_key, [{"role": "user", "content": "hi"}]
+    chat = litellm.completion(model="openai/policy", api_base=creds.base_url, api_key=key, messages=messages)
+    responses = litellm.responses(model="openai/policy", api_base=creds.base_url, api_key=key, input="hi")
+    anthropic = litellm.completion(
+        model="anthropic/policy", api_base=creds.base_url.removesuffix("/v1"), api_key=key, messages=messages,
+        max_tokens=50,
+    )  # fmt: skip
+    return [chat.choices[0].message.content, responses.output[0].content[0].text, anthropic.choices[0].message.content]
+
+
 def agentscope(creds: Any) -> object:
     """AgentScope's `Agent` with a toolkit (its model streams; a read-only tool needs no permission prompt)."""
     from agentscope.agent import Agent
@@ -131,6 +145,7 @@ AGENTS: dict[str, FrameworkAgent] = {
         ["5", "7"],
     ),
     "agentscope": FrameworkAgent((call("add", a=2, b=3), FINAL), agentscope, [FINAL]),
+    "litellm": FrameworkAgent(("hello", "hi there", "bonjour"), litellm_client, ["hello", "hi there", "bonjour"]),
 }
 """The default agents every test runs, by name."""
 
