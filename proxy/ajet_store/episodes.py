@@ -219,15 +219,16 @@ class EpisodeOps(Database):
         read of the pool index, where `pool_episodes` joins every pool episode's calls). A waiting trainer reads
         the pool again only when this changed."""
         e = t.episodes.c
-        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
-        q = sa.select(sa.func.count(), sa.func.max(e.ended_at)).where(*self._pool_filter(run))
+        q = sa.select(sa.func.count(), sa.func.max(e.ended_at)).where(*self._pool_filter())
         with self._read() as c:
             count, latest = c.execute(q).one()
         return int(count), float(latest or 0.0)
 
     @staticmethod
-    def _pool_filter(run: Any) -> tuple[Any, ...]:
+    def _pool_filter() -> tuple[Any, ...]:
+        """Which episodes are in the rollout pool: ended train episodes of the current run, trainable, not consumed."""
         e = t.episodes.c
+        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
         return (
             e.status == EpisodeStatus.ENDED.value,
             e.episode_type == "train",
@@ -239,7 +240,6 @@ class EpisodeOps(Database):
     def pool_episodes(self) -> list[PoolEpisode]:
         """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
         e = t.episodes.c
-        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
         oldest = (
             sa.select(sa.func.min(t.llm_calls.c.policy_version))
             .where(t.llm_calls.c.episode_uuid == e.uuid)
@@ -254,7 +254,7 @@ class EpisodeOps(Database):
                 e.mission,
                 sa.func.coalesce(oldest, e.policy_version_start).label("oldest"),
             )
-            .where(*self._pool_filter(run))
+            .where(*self._pool_filter())
             .order_by(e.ended_at)
         )
         with self._read() as c:

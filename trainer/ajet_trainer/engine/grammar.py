@@ -43,6 +43,11 @@ class GrammarSpec:
     schema: str = ""
     """The JSON schema, as JSON text in the client's key order ("" for `json_object`)."""
 
+    @property
+    def field(self) -> str:
+        """The request field that asked for it (what a refusal names)."""
+        return "tool_choice" if self.kind == "tool_call" else "response_format"
+
 
 def grammar_spec(body: dict[str, Any]) -> Optional[GrammarSpec]:
     """The grammar a chat request's `tool_choice` / `response_format` asks for (None: unconstrained);
@@ -137,8 +142,7 @@ class Grammars:
         try:
             compiled = self._compile(spec)
         except (RuntimeError, ValueError) as exc:
-            field = "tool_choice" if spec.kind == "tool_call" else "response_format"
-            raise ChatFieldError(field, f"its schema cannot be compiled to a grammar: {exc}") from exc
+            raise ChatFieldError(spec.field, f"its schema cannot be compiled to a grammar: {exc}") from exc
         return TokenConstraint(xgr.GrammarMatcher(compiled), self.vocab)
 
     def _compile(self, spec: GrammarSpec) -> Any:

@@ -42,7 +42,7 @@ from ajet_trainer.engine.chat import (
 )
 from ajet_trainer.engine.detok import safe_prefix_len
 from ajet_trainer.engine.generation import GenRequest, GenResult, TokenOut, generate_batch
-from ajet_trainer.engine.grammar import Grammars, grammar_spec
+from ajet_trainer.engine.grammar import Grammars, GrammarSpec, grammar_spec
 from ajet_trainer.errors import EngineRequestError, EngineStartError, GenerationFailed, PromptTooLong
 from ajet_trainer.types import PolicyModel, Tokenizer
 
@@ -103,15 +103,14 @@ class EmbeddedEngine:
         self.weights_lock = threading.Lock()
         self.eos_ids = eos_token_ids(model, tokenizer)
         positions: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        self.max_context = (
-            min(n for n in (positions, max_context) if n is not None) if positions or max_context else None
-        )
+        bounds = [n for n in (positions, max_context) if n is not None]
+        self.max_context = min(bounds) if bounds else None
         """Prompt + answer tokens one request may take: the model's positions, or less (the job's `max_model_len`)."""
         self.max_prompt_tokens = max_prompt_tokens
-        self._grammar_compiler: Optional[Grammars] = None
-        self._grammar_lock = threading.Lock()
         """The longest prompt served (the job's `max_prompt_length`: what it trains); longer is refused, 400
         `context_length_exceeded`. None: the model's context alone bounds it."""
+        self._grammar_compiler: Optional[Grammars] = None
+        self._grammar_lock = threading.Lock()
         self.token_chars = longest_token_chars(tokenizer)
         """The most characters one token stands for: bounds a prompt's tokens before it is rendered."""
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="ajet-engine-parse")
@@ -261,10 +260,10 @@ class EmbeddedEngine:
         prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, self.max_prompt_tokens)
         req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
         if spec is not None:
-            req.constraint = self._grammars(spec.kind).constraint(spec)
+            req.constraint = self._grammars(spec).constraint(spec)
         return body, prompt, req
 
-    def _grammars(self, kind: str) -> Grammars:
+    def _grammars(self, spec: GrammarSpec) -> Grammars:
         """The engine's grammar compiler, made at the first constrained request (on a parse thread);
         `ChatFieldError` naming the field when xgrammar is not installed."""
         with self._grammar_lock:
@@ -273,8 +272,7 @@ class EmbeddedEngine:
                     vocab = int(self.model.config.vocab_size)  # the logits' width
                     self._grammar_compiler = Grammars(self.tokenizer, vocab, self.eos_ids)
                 except ImportError as exc:
-                    field = "tool_choice" if kind == "tool_call" else "response_format"
-                    raise ChatFieldError(field, f"this engine cannot constrain its answers: {exc}") from exc
+                    raise ChatFieldError(spec.field, f"this engine cannot constrain its answers: {exc}") from exc
             return self._grammar_compiler
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
