@@ -42,11 +42,10 @@ def run_swarm(max_steps: int, seed: int) -> dict[str, float]:
 
 def run_trl(max_steps: int, seed: int, tmp: Path) -> dict[str, float]:
     """TRL's GRPOTrainer on the same prompts until a step's mean reward reaches the target."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import TrainerCallback
 
     from ajet_trainer.tiny_model import builtin_model_path
+    from bench.trainer_vs_trl import cpu_grpo_trainer
 
     torch.set_num_threads(1)
     path = builtin_model_path("builtin:tiny")
@@ -57,19 +56,19 @@ def run_trl(max_steps: int, seed: int, tmp: Path) -> dict[str, float]:
     def letter_reward(completions, query, **_kw):
         return [compute_reward(tasks[q], c[0]["content"]) for c, q in zip(completions, query)]
 
-    cfg = GRPOConfig(
-        output_dir=str(tmp / "trl"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
-        per_device_train_batch_size=BATCH_SIZE * GRPO_N, num_generations=GRPO_N, gradient_accumulation_steps=1,
-        max_completion_length=1, temperature=1.0, top_p=1.0, learning_rate=LR, beta=KL, max_steps=max_steps,
-        num_train_epochs=1, logging_steps=1, gradient_checkpointing=False, seed=seed, dataloader_num_workers=0,
-        disable_tqdm=True,
-    )  # fmt: skip
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(path),
-        reward_funcs=letter_reward,
-        args=cfg,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(path),
+    trainer = cpu_grpo_trainer(
+        path,
+        rows,
+        letter_reward,
+        tmp / "trl",
+        per_device_train_batch_size=BATCH_SIZE * GRPO_N,
+        num_generations=GRPO_N,
+        max_completion_length=1,
+        learning_rate=LR,
+        beta=KL,
+        max_steps=max_steps,
+        num_train_epochs=1,
+        seed=seed,
     )
     rewards: list[float] = []
 
@@ -80,7 +79,6 @@ def run_trl(max_steps: int, seed: int, tmp: Path) -> dict[str, float]:
                 control.should_training_stop = logs["reward"] >= TARGET
 
     trainer.add_callback(StopAtTarget())
-    trainer.remove_callback(PrinterCallback)  # keep stdout to our JSON lines
     t0 = time.monotonic()
     trainer.train()
     return {"steps": len(rewards), "seconds": round(time.monotonic() - t0, 1), "final_reward": rewards[-1]}

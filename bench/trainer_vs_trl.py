@@ -129,10 +129,31 @@ def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tm
 
 
 # ---------------------------------------------------------------------- TRL
-def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp: Path) -> dict:
+def cpu_grpo_trainer(path: Path, rows: list[dict], reward, out_dir: Path, **config):
+    """TRL's GRPOTrainer on the CPU for a built-in model folder: no saving, reporting or progress output, one log
+    per step, sampling at temperature 1; `config`: the GRPOConfig fields a bench sets itself."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    cfg = GRPOConfig(
+        output_dir=str(out_dir), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
+        gradient_accumulation_steps=1, temperature=1.0, top_p=1.0, logging_steps=1, gradient_checkpointing=False,
+        dataloader_num_workers=0, disable_tqdm=True, **config,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path),
+        reward_funcs=reward,
+        args=cfg,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(path),
+    )
+    trainer.remove_callback(PrinterCallback)  # keep stdout to our JSON lines
+    return trainer
+
+
+def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp: Path) -> dict:
+    from transformers import TrainerCallback
 
     torch.set_num_threads(1)
     path = builtin_model_path(model)
@@ -145,33 +166,18 @@ def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp
     def letter_reward(completions, letter, **_kw):
         return [reward_of(lt, c[0]["content"]) for c, lt in zip(completions, letter)]
 
-    cfg = GRPOConfig(
-        output_dir=str(tmp / "trl"),
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
+    trainer = cpu_grpo_trainer(
+        path,
+        rows,
+        letter_reward,
+        tmp / "trl",
         per_device_train_batch_size=batch * group,
         num_generations=group,
-        gradient_accumulation_steps=1,
         max_completion_length=new_tokens,
-        temperature=1.0,
-        top_p=1.0,
         learning_rate=LR,
         beta=0.0,
         max_steps=steps + 1,
-        logging_steps=1,
-        gradient_checkpointing=False,
         seed=0,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(path),
-        reward_funcs=letter_reward,
-        args=cfg,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(path),
     )
     gen_s: list[float] = []
     original = trainer._generate_and_score_completions
@@ -198,7 +204,6 @@ def run_trl(model: str, new_tokens: int, steps: int, batch: int, group: int, tmp
                 rewards.append(logs["reward"])
 
     trainer.add_callback(Timer())
-    trainer.remove_callback(PrinterCallback)  # keep stdout to our JSON lines
     trainer.train()
     steps_s, gens = step_s[1:], gen_s[1 : len(step_s)]
     return {
