@@ -54,6 +54,7 @@ def tutorial_summary(
     reward is at least `target`); exits with the run's output when it fails."""
     with running_swarm(root, env=env) as url:
         out = run_tutorial(url, "--target", str(target), *args, capture=True, timeout=7200)
+    (root / "client.log").write_text(out.stdout + out.stderr)  # the client's retries and warnings, kept
     if out.returncode != 0:
         raise SystemExit(f"{root.name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])

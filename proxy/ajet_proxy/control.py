@@ -10,6 +10,7 @@ is read); an episode key never grants control.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import logging
 import time
@@ -183,7 +184,13 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
         await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
     key = new_episode_key()
     begin = BeginEpisode(
-        uuid.uuid4().hex, hash_key(key), client_id, body.episode_type, body.discard_episode_timeout, body.mission
+        _episode_uuid(client_id, body.request_id),
+        hash_key(key),
+        client_id,
+        body.episode_type,
+        body.discard_episode_timeout,
+        body.mission,
+        retryable=body.request_id is not None,
     )
     try:
         row = await s.lifecycle.apply(begin)
@@ -216,6 +223,14 @@ async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResul
     )
     s.open_episodes.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward, warning=_never_trains(row))
+
+
+def _episode_uuid(client_id: str, request_id: Optional[str]) -> str:
+    """A new episode's uuid: random, or (for a begin the client may retry) the same for each retry of one begin of
+    one client, so the store can answer a retry with the episode its lost answer named."""
+    if request_id is None:
+        return uuid.uuid4().hex
+    return hashlib.sha256(f"{client_id}\0{request_id}".encode()).hexdigest()[:32]
 
 
 def _open_episodes(s: ProxyState) -> list[LiveEpisode]:

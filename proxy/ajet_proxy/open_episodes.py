@@ -114,6 +114,9 @@ class EpisodeRegistry:
         """Register an open episode from its store row; its next call is numbered `next_seq`."""
         ep = live_from_row(row, next_seq)
         with self._lock:
+            known = self._by_uuid.get(ep.uuid)
+            if known is not None:  # a retried begin gave it a new key: the lost one stops working
+                self._by_hash.pop(known.key_hash, None)
             self._by_hash[ep.key_hash] = ep
             self._by_uuid[ep.uuid] = ep
         return ep

@@ -316,7 +316,11 @@ class _Tally:
 
 def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally: _Tally) -> EpisodeRow:
     """Insert an open episode in the caller's transaction (`NotRolling`, before any write, unless ROLLING with a
-    live trainer)."""
+    live trainer). A retried begin whose episode exists already is answered with it (`_rekey`)."""
+    if b.retryable:
+        known = rows.episode_or_none(c, b.uuid)
+        if known is not None:
+            return _rekey(c, known, b, now)
     if eng.state != EngineState.ROLLING:
         raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
     silent = trainer_silence(eng, now)
@@ -357,6 +361,18 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally:
         policy_version_start=eng.policy_version,
         mission=b.mission,
     )
+
+
+def _rekey(c: sa.Connection, row: EpisodeRow, b: BeginEpisode, now: float) -> EpisodeRow:
+    """The retry of a begin whose answer the client lost: its episode, open and never called (the lost key was
+    never used), now under the retry's key; `Conflict` if it was used or has closed since."""
+    if row.client_id != b.client_id or row.status != EpisodeStatus.OPEN or row.num_calls or row.calls_reserved:
+        raise Conflict(
+            f"this begin_episode was answered already with episode {row.uuid}, which is {row.status.value} with "
+            f"{row.num_calls} call(s); a retried begin gets its episode only while it is open and unused"
+        )
+    c.execute(t.episodes.update().where(t.episodes.c.uuid == row.uuid).values(key_hash=b.key_hash, last_active_at=now))
+    return replace(row, key_hash=b.key_hash, last_active_at=now)
 
 
 def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[EpisodeRow, bool]:

@@ -57,10 +57,16 @@ def engine(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> EngineRo
 
 def episode(c: sa.Connection, uuid: str) -> EpisodeRow:
     """One episode (`NotFound` if unknown)."""
-    m = c.execute(_EPISODE, {"b_uuid": uuid}).mappings().first()
-    if m is None:
+    row = episode_or_none(c, uuid)
+    if row is None:
         raise NotFound(f"no episode {uuid}")
-    return episode_from(m)
+    return row
+
+
+def episode_or_none(c: sa.Connection, uuid: str) -> Optional[EpisodeRow]:
+    """One episode, or None if unknown."""
+    m = c.execute(_EPISODE, {"b_uuid": uuid}).mappings().first()
+    return None if m is None else episode_from(m)
 
 
 def episode_from(m: Any) -> EpisodeRow:

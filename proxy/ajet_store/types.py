@@ -141,6 +141,9 @@ class BeginEpisode:
     """Seconds without a call after which it is expired and its key stops working."""
     mission: Optional[str] = None
     """The mission label the client gave (for a job's mission mix), if any."""
+    retryable: bool = False
+    """Whether `uuid` is the client's retry-stable id of this begin: a begin whose episode exists already (the
+    client lost the first answer) gives that open, unused episode the new `key_hash` instead of failing."""
 
 
 @dataclass(frozen=True)

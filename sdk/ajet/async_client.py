@@ -13,7 +13,15 @@ from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 import httpx
 
-from ajet.client_base import BeginWait, Body, ClientSettings, StoreWait, TransportBackoff, error_from_response
+from ajet.client_base import (
+    POOL_LIMITS,
+    BeginWait,
+    Body,
+    ClientSettings,
+    StoreWait,
+    TransportBackoff,
+    error_from_response,
+)
 from ajet.errors import EngineNotReady, ServerStoreUnavailable, SwarmServerError
 from ajet.job import AgentJetJob
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
@@ -42,7 +50,9 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         if given is not None:
             given.headers.update(self._headers)
             return given
-        return httpx.AsyncClient(base_url=self.server_url, headers=self._headers, timeout=self.timeout)
+        return httpx.AsyncClient(
+            base_url=self.server_url, headers=self._headers, timeout=self.timeout, limits=POOL_LIMITS
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""

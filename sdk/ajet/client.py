@@ -15,7 +15,15 @@ from typing import Any, Optional, TextIO, Union
 
 import httpx
 
-from ajet.client_base import BeginWait, Body, ClientSettings, StoreWait, TransportBackoff, error_from_response
+from ajet.client_base import (
+    POOL_LIMITS,
+    BeginWait,
+    Body,
+    ClientSettings,
+    StoreWait,
+    TransportBackoff,
+    error_from_response,
+)
 from ajet.errors import EngineNotReady, ServerStoreUnavailable
 from ajet.job import AgentJetJob
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
@@ -42,7 +50,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         if given is not None:
             given.headers.update(self._headers)
             return given
-        return httpx.Client(base_url=self.server_url, headers=self._headers, timeout=self.timeout)
+        return httpx.Client(base_url=self.server_url, headers=self._headers, timeout=self.timeout, limits=POOL_LIMITS)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -30,6 +30,13 @@ logger = logging.getLogger("ajet.client")
 Body = Optional[dict[str, Any]]
 H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
+POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+"""No cap on a client's connections, nor on those it keeps alive (idle ones still close after 5 s). With httpx's
+caps (100, of which 20 kept), every burst of more than 20 episodes had the pool close its surplus connections, and
+httpcore 1.0.9 can close one it has just handed to another thread's request (encode/httpcore#1110): that request
+then waits out its whole read timeout, or reads a closed socket (`Bad file descriptor`). The demo met it as a 60 s
+stall, or a begin committed twice."""
+
 
 class ClientSettings(Generic[H]):
     """One client's settings and its request and answer rules (`SwarmClient`, `AsyncSwarmClient`, each with its
@@ -88,6 +95,7 @@ class ClientSettings(Generic[H]):
             "discard_episode_timeout": discard_episode_timeout,
             "episode_type": episode_type,
             "mission": mission or self.mission,
+            "request_id": uuid.uuid4().hex,  # one per begin_episode call, sent again by each of its retries
         }
 
     def _credentials(self, data: Any) -> tuple[str, OpenaiBaseUrlAndApiKey]:

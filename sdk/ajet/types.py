@@ -212,6 +212,10 @@ class BeginEpisodeRequest(WireModel):
     """`train` episodes feed training; `eval` episodes never do."""
     mission: Optional[str] = Field(default=None, max_length=128)
     """Which mission (dataset + reward) the episode belongs to, for statistics."""
+    request_id: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+    """The client's id for this begin (32 hex digits), the same on each retry of it: a begin the server
+    committed but whose answer was lost (a dropped connection, a read timeout) is answered again on the retry,
+    with the same episode and a fresh key, instead of leaving an episode nobody holds open."""
 
     @field_validator("mission", mode="before")
     @classmethod

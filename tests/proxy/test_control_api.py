@@ -2,11 +2,13 @@
 
 import math
 import time
+import uuid as uuid_mod
 
 import httpx
 import pytest
 
 from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, SwarmTimeout, Task, Unauthorized, WorkflowOutput
+from ajet.protocol import CLIENT_HEADER
 from ajet.rollout_summary import format_rollout_stat
 from ajet.types import EngineState, EpisodeStatus
 from tests.support.rolling import ensure_rolling, make_rolling, wait_state
@@ -139,6 +141,7 @@ def test_episode_life_cycle_and_idempotence(client, store, stub):
         ("begin_episode", {"discard_episode_timeout": -1}, "discard_episode_timeout"),
         ("begin_episode", {"episode_type": "exam"}, "episode_type"),
         ("begin_episode", {"unknown": 1}, "unknown"),
+        ("begin_episode", {"request_id": "not-hex"}, "request_id"),
         (
             "end_episode",
             {"episode_uuid": "u", "task": {"task_id": ""}, "workflow_output": {"reward": 1}},
@@ -329,6 +332,63 @@ def test_rewards_are_real_bounded_numbers_and_task_ids_bounded(proxy, client, st
         client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=10.5))
     assert store.get_episode(uuid).status == EpisodeStatus.OPEN  # nothing refused was written
     assert client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=10)).reward == 10.0
+
+
+def _begin_raw(url: str, client_id: str, request_id: str) -> httpx.Response:
+    return httpx.post(f"{url}/swarm/begin_episode", json={"request_id": request_id}, headers={CLIENT_HEADER: client_id})
+
+
+def test_a_retried_begin_gets_its_episode_under_a_new_key(proxy, client, store, stub):
+    """A begin the server committed but whose answer the client lost is answered again on its retry: the same
+    episode, a fresh key (the lost one stops working), and no second episode that nobody holds."""
+    ensure_rolling(client, store, stub.url)
+    rid = uuid_mod.uuid4().hex
+    first, retry = _begin_raw(proxy.url, "cl-a", rid), _begin_raw(proxy.url, "cl-a", rid)
+    assert first.status_code == retry.status_code == 200
+    ep = first.json()["episode_uuid"]
+    assert retry.json()["episode_uuid"] == ep and retry.json()["api_key"] != first.json()["api_key"]
+    assert [e.uuid for e in store.episodes(status=EpisodeStatus.OPEN) if e.client_id == "cl-a"] == [ep]
+    chat = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    lost = httpx.post(f"{proxy.url}/v1/chat/completions", json=chat, headers=_bearer(first.json()["api_key"]))
+    assert lost.status_code == 401
+    used = httpx.post(f"{proxy.url}/v1/chat/completions", json=chat, headers=_bearer(retry.json()["api_key"]))
+    assert used.status_code == 200
+    late = _begin_raw(proxy.url, "cl-a", rid)  # its episode has a call now: the retry cannot take it over
+    assert late.status_code == 409 and late.json()["error"] == "EpisodeConflict" and ep in late.json()["detail"]
+    other = _begin_raw(proxy.url, "cl-b", rid)  # another client's id space
+    assert other.status_code == 200 and other.json()["episode_uuid"] != ep
+
+
+class _LosesFirstBeginAnswer(httpx.HTTPTransport):
+    """Delivers the first `begin_episode` to the server, then drops its answer (a read error), as a connection
+    closed under a waiting request does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/begin_episode") and not self.lost:
+            self.lost += 1
+            response.read()
+            raise httpx.ReadError("answer lost", request=request)
+        return response
+
+
+def test_begin_episode_whose_answer_was_lost_leaves_no_orphan(proxy, client, store, stub):
+    ensure_rolling(client, store, stub.url)
+    transport = _LosesFirstBeginAnswer()
+    lossy = SwarmClient(proxy.url, http_client=httpx.Client(base_url=proxy.url, transport=transport))
+    ep, creds = lossy.begin_episode()
+    assert transport.lost == 1
+    assert [e.uuid for e in store.episodes(status=EpisodeStatus.OPEN) if e.client_id == lossy.client_id] == [ep]
+    assert lossy.end_episode(Task(task_id="t"), ep, WorkflowOutput(reward=1.0)).status == EpisodeStatus.ENDED
+    assert not [e for e in store.episodes(status=EpisodeStatus.OPEN) if e.client_id == lossy.client_id]
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def test_only_the_client_that_began_an_episode_aborts_it(client, store, stub):

@@ -13,7 +13,7 @@ from ajet.types import BatchMode, EngineState, EpisodeStatus
 from ajet_store import AlreadyConsumed, Conflict, Store
 from ajet_store.batch_policy import select_batch
 from ajet_store.connect import driver_url
-from ajet_store.types import CallRecord, Deployment
+from ajet_store.types import BeginEpisode, CallRecord, Deployment
 from tests.support import postgres
 
 pytestmark = pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries and no AJET_TEST_PG_URL")
@@ -148,3 +148,18 @@ def test_new_counters_and_clients_seen_by_several_processes_at_once_all_commit(p
     finally:
         for st in stores:
             st.close()
+
+
+def test_a_retried_begin_rekeys_its_open_unused_episode_on_postgres(pg):
+    """The proxy tier's stores answer a retried begin (the client lost the first answer) as SQLite does."""
+    pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
+    pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+    pg.register_deployment(Deployment("d", "http://x/v1", "m", 0))
+    pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    first, retry = (BeginEpisode("r1", h, "c", "train", 30, retryable=True) for h in ("h-lost", "h-new"))
+    assert pg.apply_changes([first])[0].key_hash == "h-lost"
+    row = pg.apply_changes([retry])[0]
+    assert row.uuid == "r1" and row.key_hash == "h-new" and pg.get_episode("r1").key_hash == "h-new"
+    assert pg.totals()["open"] == 1
+    pg.write_calls([CallRecord("r1", 0, "{}", "{}", [1], [2], [-0.1], "stop", 0, "d", 1.0, 2e9)])
+    assert isinstance(pg.apply_changes([retry])[0], Conflict)

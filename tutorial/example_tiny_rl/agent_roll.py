@@ -97,6 +97,7 @@ def main() -> None:
         default=0,
         help="0: synchronous; k >= 1: roll out while the trainer updates, on data at most k versions old",
     )
+    ap.add_argument("--max-parallel", type=int, default=32, help="episodes in flight at once (threads)")
     ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
     args = ap.parse_args()
@@ -110,7 +111,7 @@ def main() -> None:
         return rollout_episode(client, task, partial(run_agent_and_compute_reward, seed=seed), timeout=120)
 
     rng = random.Random(args.seed)
-    executor = PeriodicDrainThreadPoolExecutor(workers=BATCH_SIZE * GRPO_N, max_parallel=32)
+    executor = PeriodicDrainThreadPoolExecutor(workers=BATCH_SIZE * GRPO_N, max_parallel=args.max_parallel)
     rewards: list[float] = []
     start = last_step = client.get_engine_status().global_step
     batches, idle_s = 0, 0.0
