@@ -1,14 +1,15 @@
-"""The demo's learning dynamics without the plumbing: how many steps each job setting needs to reach 0.8.
+"""The demo's learning dynamics without the plumbing: how many steps and episodes each demo design needs to 0.8.
 
     python -m bench.demo_learning_sim [--seeds 0 1 2 3 4 5] [--max-steps 300]
 
-The tiny-RL tutorial's loop in one process: the built-in tiny model samples the eight prompts x 16 answers
-(one token, temperature 1), the rule scores them, and the embedded trainer's own `Learner.update` makes the
-GRPO step, as the swarm does but without HTTP (a run takes seconds a hundred steps, not minutes). Two settings
-side by side, each over the same seeds: the demo's former one (an entropy bonus, lr 3e-3) and today's (the
-bonus plus a KL loss towards the initial policy, lr 2e-3). One JSON line per setting (the steps of each seed,
-how many reached the target, the median), then the ratio of the medians. A seed that never reaches the
-target counts as `--max-steps`.
+The tiny-RL tutorial's loop in one process: the model samples each task's prompt x 16 answers (one token,
+temperature 1), the rule scores them, and the embedded trainer's own `Learner.update` makes the GRPO step, as the
+swarm does but without HTTP (seconds a hundred steps, not minutes). Two designs side by side, each over the same
+seeds, both at lr 2e-3 with an entropy bonus and a KL loss towards the initial policy: the demo's former one
+(`builtin:tiny`, eight letters a batch, both coefficients 0.05) and today's (`builtin:demo`, weights drawn at std
+0.05, four letters, both coefficients 0.1).
+One JSON line per design (the steps of each seed, how many reached the target, the medians of steps and of
+episodes), then the ratio of the median episodes. A seed that never reaches the target counts as `--max-steps`.
 """
 
 from __future__ import annotations
@@ -32,20 +33,30 @@ from ajet.job import AgentJetJob
 from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
-from tutorial.example_tiny_rl.agent_roll import GRPO_N, training_tasks
+from tutorial.example_tiny_rl.agent_roll import GRPO_N, LETTERS, MODEL, training_tasks
 from tutorial.example_tiny_rl.agent_run import compute_reward
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    "entropy_bonus_lr3e-3": {"lr": 3e-3, "entropy_coeff": 0.05},
-    "entropy_bonus_kl0.05_lr2e-3": {"lr": 2e-3, "entropy_coeff": 0.05, "use_kl_loss": True, "kl_loss_coef": 0.05},
+    "tiny_8_letters": {"model": "builtin:tiny", "letters": 8, "entropy_coeff": 0.05, "kl_loss_coef": 0.05},
+    "demo_4_letters": {"model": MODEL, "letters": LETTERS, "entropy_coeff": 0.1, "kl_loss_coef": 0.1},
 }
 
 
 def steps_to_target(setting: dict[str, Any], seed: int, max_steps: int, target: float) -> int:
     """Training steps until a step's mean reward reaches `target` (`max_steps` if it never does)."""
     torch.set_num_threads(1)
-    tasks = training_tasks()
-    job = AgentJetJob(model="builtin:tiny", batch_size=len(tasks), num_repeat=GRPO_N, seed=seed, n_gpu=1, **setting)
+    tasks = training_tasks(setting["letters"])
+    job = AgentJetJob(
+        model=setting["model"],
+        batch_size=len(tasks),
+        num_repeat=GRPO_N,
+        seed=seed,
+        n_gpu=1,
+        lr=2e-3,
+        entropy_coeff=setting["entropy_coeff"],
+        use_kl_loss=True,
+        kl_loss_coef=setting["kl_loss_coef"],
+    )
     torch.manual_seed(seed)
     model, tok = load_policy(str(resolve_model_path(job.model)), job, "cpu")
     learner = Learner(model, tok, job)
@@ -87,28 +98,17 @@ def main() -> None:
     jobs = [(name, seed, args.max_steps, args.target) for name in SETTINGS for seed in args.seeds]
     with Pool(args.procs) as pool:
         results = pool.map(_run, jobs)
-    medians = {}
+    episodes = {}
     for name, setting in SETTINGS.items():
         steps = [s for n, _seed, s in results if n == name]
-        medians[name] = statistics.median(steps)
-        print(
-            json.dumps(
-                {
-                    "bench": "demo_learning_sim",
-                    "setting": name,
-                    **setting,
-                    "seeds": args.seeds,
-                    "steps": steps,
-                    "reached": sum(s < args.max_steps for s in steps),
-                    "median_steps": medians[name],
-                }
-            ),
-            flush=True,
-        )
-    old, new = medians.values()
-    print(
-        json.dumps({"bench": "demo_learning_sim", "figure": "ratio", "median_steps_new_over_old": round(new / old, 2)})
-    )
+        episodes[name] = statistics.median(steps) * setting["letters"] * GRPO_N
+        line = {"bench": "demo_learning_sim", "setting": name, **setting, "lr": 2e-3, "seeds": args.seeds}
+        line["steps"] = steps
+        line.update(reached=sum(s < args.max_steps for s in steps), median_steps=statistics.median(steps))
+        print(json.dumps({**line, "median_episodes": episodes[name]}), flush=True)
+    old, new = episodes.values()
+    ratio = {"bench": "demo_learning_sim", "figure": "ratio", "median_episodes_new_over_old": round(new / old, 2)}
+    print(json.dumps(ratio))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The demo's task, side by side in one run: the swarm (`make demo`'s job: proxy, store, trainer, the tutorial's
-client over HTTP) against TRL's `GRPOTrainer` in one process, on the same model (builtin:tiny), the same eight
-"Say the letter" prompts, groups of 16, one new token, lr 2e-3, the KL loss towards the initial policy at 0.05
+client over HTTP) against TRL's `GRPOTrainer` in one process, on the same model (the demo's, builtin:demo), the same
+four "Say the letter" prompts, groups of 16, one new token, lr 2e-3, the KL loss towards the initial policy at 0.05
 and the same rule reward. TRL has no entropy bonus (the demo's 0.05 has no counterpart there) and samples with
 `model.generate`. One JSON line per side (steps and seconds to a step reward of 0.8, model load aside), then the
 ratio of the seconds.
@@ -25,7 +25,7 @@ apply_offline_env()
 import torch
 
 from scripts.run_demo import tutorial_summary
-from tutorial.example_tiny_rl.agent_roll import BATCH_SIZE, GRPO_N, training_tasks
+from tutorial.example_tiny_rl.agent_roll import BATCH_SIZE, GRPO_N, MODEL, training_tasks
 from tutorial.example_tiny_rl.agent_run import compute_reward
 
 TARGET = 0.8
@@ -48,9 +48,9 @@ def run_trl(max_steps: int, seed: int, tmp: Path) -> dict[str, float]:
     from bench.trainer_vs_trl import cpu_grpo_trainer
 
     torch.set_num_threads(1)
-    path = builtin_model_path("builtin:tiny")
+    path = builtin_model_path(MODEL)
     tasks = {t.main_query: t for t in training_tasks()}
-    # one step takes each of the eight prompts once (16 answers each): an epoch of max_steps steps
+    # one step takes each of the demo's prompts once (16 answers each): an epoch of max_steps steps
     rows = [{"prompt": [{"role": "user", "content": q}], "query": q} for _ in range(max_steps) for q in tasks]
 
     def letter_reward(completions, query, **_kw):

@@ -29,6 +29,21 @@ def test_created_deterministically(tmp_path, monkeypatch):
     assert ma.config.hidden_size == SIZES["tiny"]["hidden_size"]
 
 
+def test_the_demo_model_is_tiny_drawn_wider(tmp_path, monkeypatch):
+    """`builtin:demo`: tiny's config and tokenizer, its weights drawn at std 0.05 (tiny's at 0.02); adding it left
+    tiny's folder name (its spec hash) as it was."""
+    monkeypatch.setenv("AJET_MODEL_CACHE", str(tmp_path))
+    tiny, demo = builtin_model_path("builtin:tiny"), builtin_model_path("builtin:demo")
+    assert tiny.name == "tiny-df82064bd9a9" and demo.name.startswith("demo-")
+    mt, md = AutoModelForCausalLM.from_pretrained(tiny), AutoModelForCausalLM.from_pretrained(demo)
+    assert md.config.hidden_size == SIZES["demo"]["hidden_size"] == SIZES["tiny"]["hidden_size"]
+    tok_t, tok_d = AutoTokenizer.from_pretrained(tiny), AutoTokenizer.from_pretrained(demo)
+    assert tok_d.get_vocab() == tok_t.get_vocab() and tok_d.chat_template == tok_t.chat_template
+    for name in ("lm_head.weight", "model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"):
+        std_t, std_d = (float(m.get_parameter(name).detach().std()) for m in (mt, md))
+        assert abs(std_t - 0.02) < 0.002 and abs(std_d - 0.05) < 0.004, (name, std_t, std_d)
+
+
 def test_tokenizer_round_trip_and_template():
     tok = AutoTokenizer.from_pretrained(builtin_model_path("builtin:tiny"))
     text = 'Hello, World! {"x": 1}\n\t~'

@@ -31,6 +31,10 @@ def test_full_fine_tuning_through_vllm_raises_the_reward(tmp_path):
             str(STEPS),
             "--target",
             "2",
+            "--model",  # the demo's former task (its figures below): builtin:tiny, eight letters a batch
+            "builtin:tiny",
+            "--letters",
+            "8",
             "--lr",
             "1e-2",
             "--entropy-coeff",

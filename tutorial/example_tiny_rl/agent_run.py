@@ -1,8 +1,8 @@
 """The agent and its reward: reply with the letter the prompt names (checked by a rule).
 
-Eight tasks ("Say the letter: a" ... "h"). The untrained tiny model answers with one of ~100
-characters at random (reward ~0.01), a constant answer scores 1/8, and only a policy that reads the
-prompt can reach 1.0.
+The demo's four tasks ("Say the letter: a" ... "d"; `letters.jsonl` holds eight, to "h"). The untrained
+model answers with one of ~100 characters at random (reward ~0.01), a constant answer scores 1/4, and only a
+policy that reads the prompt can reach 1.0.
 """
 
 from __future__ import annotations
