@@ -25,9 +25,10 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 
 from scripts.run_demo import run_tutorial, running_swarm
+from tutorial.example_tiny_rl.agent_roll import BATCH_SIZE, GRPO_N
 
-EPISODES_PER_STEP = 128  # the tutorial's 8 tasks x 16 answers
-DEMO_STEPS = 84  # steps to 0.8 in bench/demo_runs.py (seeded: every run takes the same)
+EPISODES_PER_STEP = BATCH_SIZE * GRPO_N  # the tutorial's 4 tasks x 16 answers
+DEMO_STEPS = 77  # steps to 0.8 in bench/demo_runs.py on 2026-12-03 (seeded: every run on one machine takes the same)
 
 
 def _cpu_s(proc: psutil.Process) -> float:

@@ -1,17 +1,21 @@
-"""`AsyncSwarmClient`: every `SwarmClient` method as a coroutine over one `httpx.AsyncClient`, for agents that run
-in an event loop (the Agents SDK, LangGraph, AutoGen, pydantic-ai), where a blocking client would stall every
-other coroutine while it waits. The bodies, answers and wait rules are `ajet.client_base`'s, as the sync
-client's; only the transport and the sleeps are awaited. `rollout_episode_async` runs one episode and
-`run_episodes_async` keeps N in flight in one loop.
+"""`AsyncSwarmClient`: every `SwarmClient` method as a coroutine, for agents that run in an event loop (the Agents
+SDK, LangGraph, AutoGen, pydantic-ai), where a blocking client would stall every other coroutine while it waits.
+The bodies, answers and wait rules are `ajet.client_base`'s, as the sync client's; only the transport and the
+sleeps are awaited. The transport is aiohttp's, under httpx's interface (`httpx_aiohttp`): httpx's own asyncio
+stack costs ~2.0 ms of CPU a request, aiohttp's ~0.3 ms, the sync client's thread pool ~0.8 ms
+(`bench/async_transport.py`). `rollout_episode_async` runs one episode and `run_episodes_async` keeps N in flight
+in one loop, retrying a failed episode as the seed's executors do when asked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 import httpx
+from httpx_aiohttp import AiohttpTransport
 
 from ajet.client_base import (
     POOL_LIMITS,
@@ -36,6 +40,7 @@ from ajet.types import (
     Task,
     WorkflowOutput,
 )
+from ajet.utils.thread_executors import RETRY_BACKOFF_S
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +49,43 @@ AsyncAgentFn = Callable[[Task, OpenaiBaseUrlAndApiKey], Awaitable[WorkflowOutput
 
 
 class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
-    """`SwarmClient`'s methods as coroutines (one `httpx.AsyncClient`; close it with `aclose` or `async with`)."""
+    """`SwarmClient`'s methods as coroutines. Safe to share between event loops and threads: each event loop
+    that uses it gets its own connection pool (an `httpx.AsyncClient` over aiohttp, made on its first call there),
+    since a pool's connections belong to the loop that opened them. Close with `aclose` or `async with` (in each
+    loop that used it)."""
 
-    def _open(self, given: Optional[httpx.AsyncClient]) -> httpx.AsyncClient:
-        if given is not None:
-            given.headers.update(self._headers)
-            return given
-        return httpx.AsyncClient(
-            base_url=self.server_url, headers=self._headers, timeout=self.timeout, limits=POOL_LIMITS
-        )
+    def _start(self) -> None:
+        self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._pools_lock = threading.Lock()
+
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        """The running loop's pool (the lent `http_client`, when one was given)."""
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        with self._pools_lock:
+            pool = self._pools.get(loop)
+            if pool is None:
+                for old in [old for old in self._pools if old.is_closed()]:  # loops gone: their pools with them
+                    del self._pools[old]
+                pool = self._pools[loop] = httpx.AsyncClient(
+                    base_url=self.server_url,
+                    headers=self._headers,
+                    timeout=self.timeout,
+                    transport=AiohttpTransport(limits=POOL_LIMITS),
+                )
+        return pool
 
     async def aclose(self) -> None:
-        """Close the HTTP connection pool."""
-        await self._http.aclose()
+        """Close the running loop's connection pool (each other loop that used the client closes its own)."""
+        if self._given is not None:
+            await self._given.aclose()
+            return
+        with self._pools_lock:
+            pool = self._pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.aclose()
 
     async def __aenter__(self) -> "AsyncSwarmClient":
         return self
@@ -192,13 +221,25 @@ async def run_episodes_async(
     in_flight: int = 32,
     episode_type: str = "train",
     timeout: float = 240,
+    max_retries: int = 0,
 ) -> list[Union[float, BaseException]]:
     """Every task's episode, at most `in_flight` at once in this loop; each task's reward, or the exception its
-    episode raised (one failing agent does not cancel the others)."""
+    last try raised (one failing agent does not cancel the others). A failed episode (aborted, never scored) is
+    tried again in a new episode up to `max_retries` times, each failure logged, after the pause the seed's
+    executors take (`ajet.utils.thread_executors.RETRY_BACKOFF_S`)."""
     gate = asyncio.Semaphore(in_flight)
 
     async def one(task: Task) -> float:
-        async with gate:
-            return await rollout_episode_async(client, task, agent, episode_type, timeout)
+        failures = 0
+        while True:
+            try:
+                async with gate:
+                    return await rollout_episode_async(client, task, agent, episode_type, timeout)
+            except Exception as exc:
+                if failures == max_retries:
+                    raise
+                failures += 1
+                logger.warning("task %s failed (%r); retry %d/%d", task.task_id, exc, failures, max_retries)
+                await asyncio.sleep(min(RETRY_BACKOFF_S[1], RETRY_BACKOFF_S[0] * 2 ** (failures - 1)))
 
     return list(await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True))

@@ -46,11 +46,10 @@ class SwarmClient(ClientSettings[httpx.Client]):
     """Talks to one `ajet-proxy` (one model). Use one per model in multi-model workflows; in an event loop, use
     `AsyncSwarmClient`."""
 
-    def _open(self, given: Optional[httpx.Client]) -> httpx.Client:
-        if given is not None:
-            given.headers.update(self._headers)
-            return given
-        return httpx.Client(base_url=self.server_url, headers=self._headers, timeout=self.timeout, limits=POOL_LIMITS)
+    def _start(self) -> None:
+        self._http = self._given or httpx.Client(
+            base_url=self.server_url, headers=self._headers, timeout=self.timeout, limits=POOL_LIMITS
+        )
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -30,12 +30,12 @@ logger = logging.getLogger("ajet.client")
 Body = Optional[dict[str, Any]]
 H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
-POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-"""No cap on a client's connections, nor on those it keeps alive (idle ones still close after 5 s). With httpx's
-caps (100, of which 20 kept), every burst of more than 20 episodes had the pool close its surplus connections, and
-httpcore 1.0.9 can close one it has just handed to another thread's request (encode/httpcore#1110): that request
-then waits out its whole read timeout, or reads a closed socket (`Bad file descriptor`). The demo met it as a 60 s
-stall, or a begin committed twice."""
+POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
+"""No cap on a client's connections, nor on those it keeps alive. With httpx's caps (100, of which 20 kept), every
+burst of more than 20 episodes had the pool close its surplus connections, and httpcore 1.0.9 can close one it has
+just handed to another thread's request (encode/httpcore#1110): that request then waits out its whole read
+timeout, or reads a closed socket (`Bad file descriptor`). The demo met it as a 60 s stall, or a begin committed
+twice. An idle connection is dropped after 4 s, before uvicorn's 5 s keep-alive closes it under a new request."""
 
 
 class ClientSettings(Generic[H]):
@@ -75,10 +75,15 @@ class ClientSettings(Generic[H]):
         self.mission = mission
         self.verbose = verbose
         self._warned_untrainable = False
-        self._http: H = self._open(http_client)
+        self._given: Optional[H] = None
+        """The `httpx` client lent by the caller (this client's headers added), used instead of its own."""
+        if http_client is not None:
+            http_client.headers.update(self._headers)
+            self._given = http_client
+        self._start()
 
-    def _open(self, given: Optional[H]) -> H:
-        """The client's `httpx` client: `given` (with this client's headers added), or a new one."""
+    def _start(self) -> None:
+        """Set up the client's transport (called last in `__init__`)."""
         raise NotImplementedError
 
     @property

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ajet import AsyncSwarmClient, SwarmClient, SwarmTimeout, Task, WorkflowOutput, run_episodes_async
-from ajet.types import EngineState, OpenaiBaseUrlAndApiKey
-from tests.support.stub_proxy import proxy_on_stub
+from ajet import AgentJetJob, AsyncSwarmClient, SwarmClient, SwarmTimeout, Task, WorkflowOutput, run_episodes_async
+from ajet.types import EngineState, EpisodeStatus, OpenaiBaseUrlAndApiKey
+from tests.support.stub_proxy import StubProxy, proxy_on_stub
 
 SYNC_ONLY = {"close", "print_rollout_stat"}
 ASYNC_ONLY = {"aclose"}
@@ -81,3 +83,85 @@ def test_a_waiting_begin_never_blocks_the_loop(tmp_path: Path):
         ticks, waited = asyncio.run(run())
         # the wait gives up before a sleep would cross its 1.5 s bound; all along, the loop ticked every 10 ms
         assert waited >= 0.5 and ticks >= 0.5 * waited / 0.01, (ticks, waited)
+
+
+def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
+    """Each method of `AsyncSwarmClient`, called for real, answers as its sync twin does."""
+    called: set[str] = set()
+
+    async def run(sp: StubProxy) -> None:
+        async with AsyncSwarmClient(sp.proxy.url, verbose=False) as client:
+
+            async def call(name: str, *args: object, **kwargs: object) -> Any:
+                called.add(name)
+                return await getattr(client, name)(*args, **kwargs)
+
+            status = await call("get_engine_status")
+            assert status.state == EngineState.ROLLING
+            assert status.global_step == sp.client.get_engine_status().global_step
+            assert await call("set_batch_mode", "rollout_until_finish_enough_episodes") == EngineState.ROLLING
+            uuid, creds = await call("begin_episode", mission="letters")
+            assert await call("can_continue_episode", uuid)
+            oc = creds.as_async_openai_client(max_retries=0)
+            await oc.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+            ended = await call("end_episode", Task(task_id="t"), uuid, WorkflowOutput(reward=0.5))
+            assert (ended.status, ended.reward) == (EpisodeStatus.ENDED, 0.5)
+            detail = await call("get_episode", uuid)
+            assert detail == sp.client.get_episode(uuid) and len(detail.calls) == 1
+            aborted, _ = await call("begin_episode")
+            assert (await call("abort_episode", aborted)).status == EpisodeStatus.ABORTED
+            assert not await call("can_continue_episode", aborted)
+            stat = await call("get_rollout_stat")
+            assert (stat.totals["ended"], stat.totals["aborted"]) == (1, 1)
+            assert await call("get_steps") == sp.client.get_steps() == []
+            assert await call("stop_engine") == EngineState.OFFLINE
+            job = AgentJetJob(batch_size=1, num_repeat=2)
+            assert await call("sync_train_config", job) == EngineState.OFFLINE
+            assert await call("start_engine") == EngineState.BOOTING
+            await client.stop_engine()
+            assert await call("auto_sync_train_config_and_start_engine", job) == EngineState.BOOTING
+
+    with proxy_on_stub(tmp_path, "methods") as sp:
+        asyncio.run(run(sp))
+    public = {n for n, f in vars(AsyncSwarmClient).items() if callable(f) and not n.startswith("_")}
+    assert called == public - ASYNC_ONLY
+
+
+def test_one_client_shared_by_two_event_loops_in_two_threads(tmp_path: Path):
+    """A client's connections belong to the loop that opened them: one client used at once from two threads, each
+    with its own loop, and then from a third `asyncio.run`, runs every episode (each loop has its own pool)."""
+    with proxy_on_stub(tmp_path, "loops") as sp:
+        client = AsyncSwarmClient(sp.proxy.url, verbose=False)
+
+        async def batch(n: int) -> list[object]:
+            return await run_episodes_async(client, [Task(task_id=f"t{i}") for i in range(n)], _agent, in_flight=4)
+
+        with ThreadPoolExecutor(2) as pool:
+            both = list(pool.map(lambda _i: asyncio.run(batch(12)), range(2)))
+        assert both == [[1.0] * 12, [1.0] * 12]
+        assert asyncio.run(batch(4)) == [1.0] * 4  # a later loop: the earlier loops' pools are not reused
+        assert sp.store.totals()["ended"] == 28
+
+
+def test_the_seed_style_retry_loop(tmp_path: Path):
+    """`run_episodes_async(max_retries=N)` retries a failed episode in a new one, as the seed's executors do: the
+    failed try is aborted (never scored), the retry ends with its reward; without retries the error is returned."""
+    tries: dict[str, int] = {}
+
+    async def flaky(task: Task, creds: OpenaiBaseUrlAndApiKey) -> WorkflowOutput:
+        tries[task.task_id] = tries.get(task.task_id, 0) + 1
+        if tries[task.task_id] == 1:
+            raise RuntimeError("a first try that fails")
+        return await _agent(task, creds)
+
+    with proxy_on_stub(tmp_path, "retry") as sp:
+
+        async def run(max_retries: int, tasks: list[Task]) -> list[object]:
+            async with AsyncSwarmClient(sp.proxy.url, verbose=False) as client:
+                return await run_episodes_async(client, tasks, flaky, in_flight=4, max_retries=max_retries)
+
+        assert asyncio.run(run(2, [Task(task_id=f"r{i}") for i in range(6)])) == [1.0] * 6
+        assert tries == {f"r{i}": 2 for i in range(6)}
+        assert (sp.store.totals()["ended"], sp.store.totals()["aborted"]) == (6, 6)
+        alone = asyncio.run(run(0, [Task(task_id="once")]))
+        assert isinstance(alone[0], RuntimeError) and sp.store.totals()["aborted"] == 7
