@@ -3,7 +3,7 @@
 The SDK needs only httpx, pydantic and pyyaml; it never imports the proxy or the trainer.
 """
 
-from ajet.async_client import AsyncSwarmClient, rollout_episode_async, run_episodes_async
+from ajet.async_client import AsyncSwarmClient, rollout_episode_async, run_episodes_async, wait_for_step_async
 from ajet.client import SwarmClient
 from ajet.default_config.ajet_config_schema import (
     AjetTaskReader,
@@ -109,4 +109,5 @@ __all__ = [
     "run_episodes_until_all_complete",
     "train_on_tasks",
     "wait_for_step",
+    "wait_for_step_async",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 import httpx
@@ -26,7 +27,7 @@ from ajet.client_base import (
     TransportBackoff,
     error_from_response,
 )
-from ajet.errors import EngineNotReady, ServerStoreUnavailable, SwarmServerError
+from ajet.errors import EngineNotReady, ServerStoreUnavailable, SwarmServerError, SwarmTimeout
 from ajet.job import AgentJetJob
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
@@ -243,3 +244,17 @@ async def run_episodes_async(
                 await asyncio.sleep(min(RETRY_BACKOFF_S[1], RETRY_BACKOFF_S[0] * 2 ** (failures - 1)))
 
     return list(await asyncio.gather(*(one(t) for t in tasks), return_exceptions=True))
+
+
+async def wait_for_step_async(
+    client: AsyncSwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.02
+) -> StepInfo:
+    """The first training step newer than `after` (`training_loop.wait_for_step` in the loop: it polls
+    `get_steps` every `poll` seconds, each poll's sleep yielding to the loop's other coroutines)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = await client.get_steps(after=after, limit=1)
+        if steps:
+            return steps[0]
+        await asyncio.sleep(poll)
+    raise SwarmTimeout(f"no training step after {after} within {timeout}s")

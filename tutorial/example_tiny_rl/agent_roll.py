@@ -4,22 +4,34 @@
     python -m tutorial.example_tiny_rl.agent_roll --swarm-url http://127.0.0.1:10086
 
 Prints the mean reward of every training step; stops at --target (or --max-steps) and ends with one
-JSON line: {"steps": N, "first_reward": x, "final_reward": y, "seconds": s}.
+JSON line: {"steps": N, "first_reward": x, "final_reward": y, "seconds": s}. The client runs in one event loop
+(`AsyncSwarmClient`, the openai SDK's `AsyncOpenAI` on aiohttp), a batch of episodes in flight at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import time
-from functools import partial
 from pathlib import Path
+from typing import Any
 
-from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient, Task
-from ajet.training_loop import rollout_episode, wait_for_step
-from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
-from tutorial.example_tiny_rl.agent_run import run_agent_and_compute_reward
+import openai
+
+from ajet import (
+    AgentJetJob,
+    AjetTaskReader,
+    AsyncSwarmClient,
+    JsonlDatasetFile,
+    JsonlTrainingFp,
+    RouterTaskReader,
+    Task,
+    run_episodes_async,
+    wait_for_step_async,
+)
+from tutorial.example_tiny_rl.agent_run import async_agent
 
 HERE = Path(__file__).resolve().parent
 MODEL = "builtin:demo"
@@ -106,23 +118,36 @@ def main() -> None:
         default=0,
         help="0: synchronous; k >= 1: roll out while the trainer updates, on data at most k versions old",
     )
-    ap.add_argument("--max-parallel", type=int, default=32, help="episodes in flight at once (threads)")
+    ap.add_argument("--max-parallel", type=int, default=64, help="episodes in flight at once")
     ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     ap.add_argument("--keep-engine", action="store_true", help="do not stop the engine at the end")
     args = ap.parse_args()
+    print(json.dumps(asyncio.run(train(args))))
+
+
+def a_batch(tasks: list[Task], rng: random.Random, seed: int, batch: int) -> list[Task]:
+    """One batch: every task (in an order drawn from `rng`) GRPO_N times, each episode with a sampling seed of its
+    own derived from the job's (in `metadata["seed"]`): a synchronous run repeats."""
+    out = []
+    for i, task in enumerate(rng.sample(tasks, len(tasks))):
+        for k in range(GRPO_N):
+            episode_seed = (seed * 1_000_003 + batch * 1_009 + i * GRPO_N + k) % 2**31
+            out.append(task.model_copy(update={"metadata": {**task.metadata, "seed": episode_seed}}))
+    return out
+
+
+async def train(args: argparse.Namespace) -> dict[str, Any]:
+    """Batches of episodes until a step's mean reward reaches the target; the run's summary."""
     t0 = time.monotonic()
     tasks = training_tasks(args.letters)
-    client = SwarmClient(args.swarm_url)
-    client.auto_sync_train_config_and_start_engine(make_job(args), force_restart=True)
-
-    def rollout(job: tuple[Task, int]):
-        task, seed = job
-        return rollout_episode(client, task, partial(run_agent_and_compute_reward, seed=seed), timeout=120)
-
+    client = AsyncSwarmClient(args.swarm_url)
+    await client.auto_sync_train_config_and_start_engine(make_job(args), force_restart=True)
+    # one connection pool (aiohttp) for every episode's calls; each episode gets a view with its own key
+    base = openai.AsyncOpenAI(base_url=args.swarm_url, api_key="unused", http_client=openai.DefaultAioHttpClient())
+    agent = async_agent(base)
     rng = random.Random(args.seed)
-    executor = PeriodicDrainThreadPoolExecutor(workers=len(tasks) * GRPO_N, max_parallel=args.max_parallel)
     rewards: list[float] = []
-    start = last_step = client.get_engine_status().global_step
+    start = last_step = (await client.get_engine_status()).global_step
     batches, idle_s = 0, 0.0
 
     def reached() -> bool:
@@ -133,7 +158,7 @@ def main() -> None:
         # 1 rolls the next batch out while the trainer updates on this one.
         t_idle = time.monotonic()
         while batches - (last_step - start) > args.max_staleness and not reached():
-            step = wait_for_step(client, last_step)
+            step = await wait_for_step_async(client, last_step)
             last_step = step.step
             rewards.append(step.reward_mean)
             print(
@@ -145,28 +170,24 @@ def main() -> None:
         idle_s += time.monotonic() - t_idle  # no episode of ours in flight meanwhile
         if reached():
             break
-        for i, task in enumerate(rng.sample(tasks, len(tasks))):
-            for k in range(GRPO_N):  # a seed per request, derived from the job's: a synchronous run repeats
-                seed = (args.seed * 1_000_003 + batches * 1_009 + i * GRPO_N + k) % 2**31
-                executor.submit_with_periodic_drain(rollout, (task, seed))  # returns once the whole batch ended
+        episodes = a_batch(tasks, rng, args.seed, batches)
+        # a failed episode is aborted and tried again (three times at most), as the seed's executors do
+        await run_episodes_async(client, episodes, agent, in_flight=args.max_parallel, timeout=120, max_retries=3)
         batches += 1
-    executor.shutdown()
     if not args.keep_engine:
-        client.stop_engine()  # the trainer writes a final checkpoint
+        await client.stop_engine()  # the trainer writes a final checkpoint
+    await client.aclose()
+    await base.close()
     seconds = time.monotonic() - t0
-    print(
-        json.dumps(
-            {
-                "steps": len(rewards),
-                "first_reward": round(rewards[0], 4),
-                "final_reward": round(rewards[-1], 4),
-                "seconds": round(seconds, 1),
-                "episodes": batches * len(tasks) * GRPO_N,
-                "episodes_per_s": round(batches * len(tasks) * GRPO_N / seconds, 1),
-                "client_idle_s": round(idle_s, 1),
-            }
-        )
-    )
+    return {
+        "steps": len(rewards),
+        "first_reward": round(rewards[0], 4),
+        "final_reward": round(rewards[-1], 4),
+        "seconds": round(seconds, 1),
+        "episodes": batches * len(tasks) * GRPO_N,
+        "episodes_per_s": round(batches * len(tasks) * GRPO_N / seconds, 1),
+        "client_idle_s": round(idle_s, 1),
+    }
 
 
 if __name__ == "__main__":
