@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from ajet import AgentJetJob, AsyncSwarmClient, SwarmClient, SwarmTimeout, Task, WorkflowOutput, run_episodes_async
@@ -45,10 +46,22 @@ def test_many_episodes_in_flight_in_one_loop(tmp_path: Path):
     with proxy_on_stub(tmp_path, "async") as sp:
 
         async def run() -> list[object]:
+            # as docs/frameworks.md writes it: one AsyncOpenAI on aiohttp, each episode a view of it
+            base = openai.AsyncOpenAI(api_key="unused", http_client=openai.DefaultAioHttpClient())
+
+            async def agent(task: Task, creds: OpenaiBaseUrlAndApiKey) -> WorkflowOutput:
+                if task.task_id == "crash":
+                    raise RuntimeError("the agent crashed")
+                oc = base.with_options(base_url=creds.base_url, api_key=creds.api_key, max_retries=0)
+                answer = await oc.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+                return WorkflowOutput(reward=float(len(answer.choices[0].message.content or "") > 0))
+
             async with AsyncSwarmClient(sp.proxy.url, verbose=False) as client:
                 assert (await client.get_engine_status()).state == EngineState.ROLLING
                 tasks = [Task(task_id=f"t{i % 4}") for i in range(31)] + [Task(task_id="crash")]
-                return await run_episodes_async(client, tasks, _agent, in_flight=8)
+                out = await run_episodes_async(client, tasks, agent, in_flight=8)
+            await base.close()
+            return out
 
         results = asyncio.run(run())
         assert results[:31] == [1.0] * 31
