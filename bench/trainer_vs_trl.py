@@ -13,12 +13,12 @@ Usage: python -m bench.trainer_vs_trl [--steps 5] [--batch B] [--group 8] [--onl
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,9 @@ apply_offline_env()
 
 import torch
 
-from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet import AgentJetJob, AsyncSwarmClient, Task, WorkflowOutput, run_episodes_async, wait_for_step_async
+from ajet.stat_types import StepInfo
+from ajet.types import OpenaiBaseUrlAndApiKey
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.procs import Proc, free_port
 
@@ -66,10 +68,6 @@ def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tm
         "/health",
         tmp / "swarm.log",
     )
-    client = SwarmClient(swarm.url)
-    import openai
-
-    base = openai.OpenAI(base_url="http://127.0.0.1", api_key="x", max_retries=2)
     job = AgentJetJob(
         model=model,
         batch_size=batch,
@@ -83,49 +81,52 @@ def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tm
         temperature=1.0,
         experiment_name="bench",
     )
-    client.auto_sync_train_config_and_start_engine(job, force_restart=True)
-
-    def episode(group_task: tuple[str, str]) -> float:
-        task_id, letter = group_task
-        uuid, creds = client.begin_episode()
-        oc = base.with_options(base_url=creds.base_url, api_key=creds.api_key)
-        text = (
-            oc.chat.completions.create(
-                model="policy",
-                max_tokens=new_tokens,
-                temperature=1.0,
-                messages=[{"role": "user", "content": f"Say the letter: {letter}"}],
-            )
-            .choices[0]
-            .message.content
-            or ""
-        )
-        r = reward_of(letter, text)
-        client.end_episode(Task(task_id=task_id), uuid, WorkflowOutput(reward=r))
-        return r
-
-    step_s, rewards = [], []
     try:
-        # the whole batch in flight at once, as TRL generates it, so the engine can batch it
-        with ThreadPoolExecutor(max_workers=batch * group) as pool:
-            last = client.get_engine_status().global_step
-            for i in range(steps + 1):  # the first step includes booting the model: not timed
-                t0 = time.perf_counter()
-                # one GRPO group per slot (a letter may appear in several groups of a batch, as in TRL)
-                groups = [(f"s{i}-g{j}", LETTERS[(i * batch + j) % len(LETTERS)]) for j in range(batch)]
-                list(pool.map(episode, [g for g in groups for _ in range(group)]))
-                while client.get_engine_status().global_step <= last:
-                    time.sleep(0.1)  # poll gently: the update shares the two cores with the proxy
-                last += 1
-                if i > 0:
-                    step_s.append(time.perf_counter() - t0)
-        recorded = client.get_rollout_stat().recent_steps[-steps:]
-        update_s = [s.metrics["train_s"] for s in recorded]
-        rewards = [s.reward_mean for s in recorded]
-        client.stop_engine()
+        step_s, recorded = asyncio.run(_ajet_steps(swarm.url, job, new_tokens, steps, batch, group))
     finally:
         swarm.close()
-    return {"step_s": statistics.median(step_s), "update_s": statistics.median(update_s), "final_reward": rewards[-1]}
+    update_s = [s.metrics["train_s"] for s in recorded]
+    return {"step_s": statistics.median(step_s), "update_s": statistics.median(update_s),
+            "final_reward": recorded[-1].reward_mean}  # fmt: skip
+
+
+async def _ajet_steps(
+    url: str, job: AgentJetJob, new_tokens: int, steps: int, batch: int, group: int
+) -> tuple[list[float], list[StepInfo]]:
+    """The SDK's fastest path (`AsyncSwarmClient`, `AsyncOpenAI` on aiohttp): the whole batch in flight at once,
+    as TRL generates it, so the engine can batch it; each step's seconds (the first, which boots the model, not
+    counted) and the steps recorded."""
+    import openai
+
+    client = AsyncSwarmClient(url)
+    base = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=2, http_client=openai.DefaultAioHttpClient())
+
+    async def agent(task: Task, creds: OpenaiBaseUrlAndApiKey) -> WorkflowOutput:
+        oc = base.with_options(base_url=creds.base_url, api_key=creds.api_key)
+        letter = task.metadata["letter"]
+        messages = [{"role": "user", "content": f"Say the letter: {letter}"}]
+        answer = await oc.chat.completions.create(
+            model="policy", max_tokens=new_tokens, temperature=1.0, messages=messages
+        )
+        return WorkflowOutput(reward=reward_of(letter, answer.choices[0].message.content or ""))
+
+    await client.auto_sync_train_config_and_start_engine(job, force_restart=True)
+    step_s: list[float] = []
+    last = (await client.get_engine_status()).global_step
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        # one GRPO group per slot (a letter may appear in several groups of a batch, as in TRL)
+        groups = [Task(task_id=f"s{i}-g{j}", metadata={"letter": LETTERS[(i * batch + j) % len(LETTERS)]})
+                  for j in range(batch)]  # fmt: skip
+        await run_episodes_async(client, [g for g in groups for _ in range(group)], agent, in_flight=batch * group)
+        last = (await wait_for_step_async(client, last)).step
+        if i > 0:
+            step_s.append(time.perf_counter() - t0)
+    recorded = (await client.get_steps(after=last - steps))[-steps:]
+    await client.stop_engine()
+    await client.aclose()
+    await base.close()
+    return step_s, recorded
 
 
 # ---------------------------------------------------------------------- TRL

@@ -183,3 +183,41 @@ def test_a_forwarded_token_prompt_is_run_instead_of_the_messages(engine, tiny):
         url + "/chat/completions", json={"messages": MSGS, "kv_transfer_params": {"prompt_token_ids": [len(tok)]}}
     )
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "kv_transfer_params.prompt_token_ids"
+
+
+def test_the_gather_window_scales_with_the_last_batch():
+    from ajet_trainer.engine.server import gather_window
+
+    assert gather_window(0.003, 0.0) == (0.003, 0.003)  # a fresh engine, or the demo's one-token batches
+    assert gather_window(0.003, 0.05) == (0.003, pytest.approx(0.0125))
+    assert gather_window(0.003, 1.2) == (pytest.approx(0.06), pytest.approx(0.3))
+
+
+def test_a_burst_after_a_long_batch_joins_one_batch(tiny):
+    """Six requests 15 ms apart: after a long batch (2 s: gaps up to 0.1 s) they share one batch; on a fresh engine
+    (the 3 ms window) each goes alone."""
+    import threading
+    import time
+
+    model, tok = tiny
+
+    def burst(last_batch_s: float) -> tuple[int, int]:
+        eng = EmbeddedEngine(model, tok, max_tokens_cap=4)
+        url = eng.start()
+        try:
+            eng._batch_s = last_batch_s
+            threads = [threading.Thread(target=chat, args=(url,), kwargs={"messages": MSGS, "max_tokens": 2})]
+            for _ in range(5):
+                threads.append(threading.Thread(target=chat, args=(url,), kwargs={"messages": MSGS, "max_tokens": 2}))
+            for t in threads:
+                t.start()
+                time.sleep(0.015)
+            for t in threads:
+                t.join()
+            return eng.stats["batches"], eng.stats["max_batch_seen"]
+        finally:
+            eng.stop()
+
+    assert burst(2.0) == (1, 6)
+    batches, biggest = burst(0.0)
+    assert batches >= 4 and biggest <= 2, (batches, biggest)

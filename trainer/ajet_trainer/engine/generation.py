@@ -175,8 +175,12 @@ def generate_batch(
             )
         if all(f is not None for f in finish):
             break
-        alive = torch.tensor([f is None for f in finish], dtype=torch.long, device=device)
-        mask = torch.cat([mask, alive[:, None]], dim=1)
+        # A finished row's later tokens are never read (attention stays within a row), so they are left unmasked:
+        # a batch without padding keeps a mask of all ones, which transformers drops, and SDPA then reads the
+        # grouped KV heads as they are; a mask makes it copy them to every query head, each layer, each token
+        # (128 answers of up to 64 tokens on builtin:small: 2.07 s -> 1.28 s, as fast as `generate`;
+        # bench/engine_generate.py).
+        mask = torch.cat([mask, mask.new_ones(len(requests), 1)], dim=1)
         last_pos = last_pos + 1
         out = model(
             input_ids=next_tok[:, None].to(device),

@@ -1,9 +1,10 @@
 """The embedded inference engine: an OpenAI-compatible server on transformers, inside the trainer.
 
-Requests are queued and micro-batched: a worker thread takes everything waiting (up to `max_batch`)
-and samples it in one left-padded batch. `weights_lock` is held for each batch; the trainer holds it
-while it changes weights, so new weights become live atomically between batches. Every answer
-carries the policy version that produced it (`x-ajet-policy-version` header and `policy_version`).
+Requests are queued and micro-batched: a worker thread takes everything waiting (up to `max_batch`), and what
+arrives in the burst that follows (`gather_window`), and samples it in one left-padded batch. `weights_lock` is
+held for each batch; the trainer holds it while it changes weights, so new weights become live atomically between
+batches. Every answer carries the policy version that produced it (`x-ajet-policy-version` header and
+`policy_version`).
 With an `api_key` (the trainer always sets one, a fresh one per process, published to the proxy through
 the store's deployments row), `/v1/*` refuses every request without it: other users of the host cannot
 sample from the policy, nor make calls that are never logged.
@@ -116,6 +117,9 @@ class EmbeddedEngine:
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="ajet-engine-parse")
         """Where bodies are decoded, templated and tokenized: off the event loop, so a huge one delays no one."""
         self.stats = {"requests": 0, "batches": 0, "max_batch_seen": 0}
+        self._batch_s = 0.0
+        """How long batches take to generate, lately (the last one's time, or half the figure before if that is
+        more); `gather_window` scales the next batch's gathering by it."""
         self._q: "queue.Queue[Optional[_Pending]]" = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -168,17 +172,22 @@ class EmbeddedEngine:
             if first is None:
                 return
             batch = [first]
-            deadline = time.monotonic() + self.batch_window_s
+            gap, cap = gather_window(self.batch_window_s, self._batch_s)
+            start = last = time.monotonic()
             while len(batch) < self.max_batch:
                 try:
-                    item = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = self._q.get(timeout=max(0.0, min(start + cap, last + gap) - time.monotonic()))
                 except queue.Empty:
                     break
                 if item is None:
                     self._q.put(None)
                     break
                 batch.append(item)
+                last = time.monotonic()
+            t0 = time.monotonic()
             self._run_batch(batch)
+            # a decaying max: one short batch (a step's stragglers) does not shrink the next burst's window
+            self._batch_s = max(time.monotonic() - t0, 0.5 * self._batch_s)
 
     def _run_batch(self, batch: list[_Pending]) -> None:
         with self.weights_lock:
@@ -410,6 +419,19 @@ def _error(status: int, code: ErrorCode, message: str, param: Optional[str]) -> 
         status=status,
         content_type="application/json",
     )
+
+
+GATHER_GAP_SHARE = 0.05
+GATHER_CAP_SHARE = 0.25
+
+
+def gather_window(window_s: float, last_batch_s: float) -> tuple[float, float]:
+    """How a batch is gathered after its first request: (gap, cap). Requests join while each arrives within `gap`
+    of the one before, for at most `cap` in all. A batch runs to its end before the next starts, so a request just
+    missed waits a whole batch: when batches are long (64 tokens of a 4-layer model on a CPU: ~1.2 s for 128
+    answers), gaps of a twentieth of that (and at most a quarter in all) keep a burst of episodes in one batch;
+    when they are short (the demo's one token), `window_s` alone bounds both."""
+    return max(window_s, GATHER_GAP_SHARE * last_batch_s), max(window_s, GATHER_CAP_SHARE * last_batch_s)
 
 
 def eos_token_ids(model: PolicyModel, tokenizer: Tokenizer) -> set[int]:
