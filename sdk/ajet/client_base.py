@@ -34,8 +34,9 @@ POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None,
 """No cap on a client's connections, nor on those it keeps alive. With httpx's caps (100, of which 20 kept), every
 burst of more than 20 episodes had the pool close its surplus connections, and httpcore 1.0.9 can close one it has
 just handed to another thread's request (encode/httpcore#1110): that request then waits out its whole read
-timeout, or reads a closed socket (`Bad file descriptor`). The demo met it as a 60 s stall, or a begin committed
-twice. An idle connection is dropped after 4 s, before uvicorn's 5 s keep-alive closes it under a new request."""
+timeout, or reads a closed socket (`Bad file descriptor`). The demo met it as a 60 s stall, and as a begin whose
+answer was lost, retried into a second episode (the first left open: `request_id` now answers the retry with it).
+An idle connection is dropped after 4 s, before uvicorn's 5 s keep-alive closes it under a new request."""
 
 
 class ClientSettings(Generic[H]):
