@@ -33,12 +33,18 @@ from ajet.job import AgentJetJob
 from ajet_trainer.learner import Learner, load_policy
 from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
-from tutorial.example_tiny_rl.agent_roll import GRPO_N, LETTERS, MODEL, training_tasks
+from tutorial.example_tiny_rl.agent_roll import ENTROPY_COEFF, GRPO_N, KL_COEF, LETTERS, LR, MODEL, training_tasks
 from tutorial.example_tiny_rl.agent_run import compute_reward
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    "tiny_8_letters": {"model": "builtin:tiny", "letters": 8, "entropy_coeff": 0.05, "kl_loss_coef": 0.05},
-    "demo_4_letters": {"model": MODEL, "letters": LETTERS, "entropy_coeff": 0.1, "kl_loss_coef": 0.1},
+    "tiny_8_letters": {"model": "builtin:tiny", "letters": 8, "lr": 2e-3, "entropy_coeff": 0.05, "kl_loss_coef": 0.05},
+    "demo_4_letters": {
+        "model": MODEL,
+        "letters": LETTERS,
+        "lr": LR,
+        "entropy_coeff": ENTROPY_COEFF,
+        "kl_loss_coef": KL_COEF,
+    },
 }
 
 
@@ -52,7 +58,7 @@ def steps_to_target(setting: dict[str, Any], seed: int, max_steps: int, target: 
         num_repeat=GRPO_N,
         seed=seed,
         n_gpu=1,
-        lr=2e-3,
+        lr=setting["lr"],
         entropy_coeff=setting["entropy_coeff"],
         use_kl_loss=True,
         kl_loss_coef=setting["kl_loss_coef"],
@@ -102,7 +108,7 @@ def main() -> None:
     for name, setting in SETTINGS.items():
         steps = [s for n, _seed, s in results if n == name]
         episodes[name] = statistics.median(steps) * setting["letters"] * GRPO_N
-        line = {"bench": "demo_learning_sim", "setting": name, **setting, "lr": 2e-3, "seeds": args.seeds}
+        line = {"bench": "demo_learning_sim", "setting": name, **setting, "seeds": args.seeds}
         line["steps"] = steps
         line.update(reached=sum(s < args.max_steps for s in steps), median_steps=statistics.median(steps))
         print(json.dumps({**line, "median_episodes": episodes[name]}), flush=True)

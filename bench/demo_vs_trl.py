@@ -1,9 +1,9 @@
 """The demo's task, side by side in one run: the swarm (`make demo`'s job: proxy, store, trainer, the tutorial's
 client over HTTP) against TRL's `GRPOTrainer` in one process, on the same model (the demo's, builtin:demo), the same
-four "Say the letter" prompts, groups of 16, one new token, lr 2e-3, the KL loss towards the initial policy at 0.05
-and the same rule reward. TRL has no entropy bonus (the demo's 0.05 has no counterpart there) and samples with
-`model.generate`. One JSON line per side (steps and seconds to a step reward of 0.8, model load aside), then the
-ratio of the seconds.
+four "Say the letter" prompts, groups of 16, one new token, the demo's lr and KL loss towards the initial policy
+(`agent_roll.LR`, `KL_COEF`) and the same rule reward. TRL has no entropy bonus (the demo's has no counterpart
+there) and samples with `model.generate`. One JSON line per side (steps and seconds to a step reward of 0.8, model
+load aside), then the ratio of the seconds.
 
 Usage: python -m bench.demo_vs_trl [--max-steps 300] [--seed 0]
 """
@@ -25,12 +25,10 @@ apply_offline_env()
 import torch
 
 from scripts.run_demo import tutorial_summary
-from tutorial.example_tiny_rl.agent_roll import BATCH_SIZE, GRPO_N, MODEL, training_tasks
+from tutorial.example_tiny_rl.agent_roll import BATCH_SIZE, GRPO_N, KL_COEF, LR, MODEL, training_tasks
 from tutorial.example_tiny_rl.agent_run import compute_reward
 
 TARGET = 0.8
-LR = 2e-3
-KL = 0.05
 
 
 def run_swarm(max_steps: int, seed: int) -> dict[str, float]:
@@ -65,7 +63,7 @@ def run_trl(max_steps: int, seed: int, tmp: Path) -> dict[str, float]:
         num_generations=GRPO_N,
         max_completion_length=1,
         learning_rate=LR,
-        beta=KL,
+        beta=KL_COEF,
         max_steps=max_steps,
         num_train_epochs=1,
         seed=seed,

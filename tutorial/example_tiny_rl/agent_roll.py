@@ -42,6 +42,11 @@ LETTERS = 4
 (12 seeds, medians): the demo reaches 0.8 in 62 steps of 64 episodes (3,968); its former design (`builtin:tiny`,
 eight letters a batch) took 89 steps of 128 (11,392)."""
 BATCH_SIZE = LETTERS
+LR = 2e-3
+ENTROPY_COEFF = 0.1
+"""The entropy bonus (`make_job` says why, with `KL_COEF`)."""
+KL_COEF = 0.1
+"""The KL loss towards the initial policy."""
 
 
 def make_job(args: argparse.Namespace) -> AgentJetJob:
@@ -96,17 +101,17 @@ def main() -> None:
     ap.add_argument("--letters", type=int, default=LETTERS, help="tasks (a, b, ...), each in every batch (1-8)")
     ap.add_argument("--target", type=float, default=0.8)
     ap.add_argument("--max-steps", type=int, default=300)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument(
         "--entropy-coeff",
         type=float,
-        default=0.1,
+        default=ENTROPY_COEFF,
         help="entropy bonus: keeps every prompt sampling other letters early on",
     )
     ap.add_argument(
         "--kl-coef",
         type=float,
-        default=0.1,
+        default=KL_COEF,
         help="KL loss towards the initial policy (0: none): pulls a prompt stuck on a wrong letter back",
     )
     ap.add_argument("--lora-rank", type=int, default=0)

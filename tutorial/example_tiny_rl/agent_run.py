@@ -7,11 +7,12 @@ policy that reads the prompt can reach 1.0.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Optional
 
 import openai
 
 from ajet import OpenaiBaseUrlAndApiKey, Task, WorkflowOutput
+from ajet.async_client import AsyncAgentFn
 
 # One HTTP connection pool for every episode; each episode gets a view with its own key and URL.
 _BASE_CLIENT = openai.OpenAI(base_url="http://127.0.0.1", api_key="unused", max_retries=2)
@@ -40,9 +41,7 @@ def run_agent_and_compute_reward(task: Task, base_url: str, api_key: str, seed: 
     return _scored(task, resp.choices[0].message.content or "")
 
 
-def async_agent(
-    base: openai.AsyncOpenAI,
-) -> Callable[[Task, OpenaiBaseUrlAndApiKey], Awaitable[WorkflowOutput]]:
+def async_agent(base: openai.AsyncOpenAI) -> AsyncAgentFn:
     """The same agent in an event loop, for `run_episodes_async`: each episode a view of `base` (one connection
     pool, e.g. `openai.AsyncOpenAI(http_client=openai.DefaultAioHttpClient())`) with its own key and URL, sampling
     with the task's `metadata["seed"]` when it has one."""
