@@ -48,6 +48,10 @@ _SMALL = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, 
           "num_key_value_heads": 4}  # fmt: skip
 
 
+DEFAULT_INIT_STD = 0.02
+"""transformers' `initializer_range` default: every built-in model but `demo` is drawn at it."""
+
+
 @dataclass(frozen=True)
 class BuiltinSpec:
     """What one built-in model is made of."""
@@ -61,8 +65,8 @@ class BuiltinSpec:
     max_positions: int = 32768
     """`max_position_embeddings`: the context the model accepts (32k: real agents' prompts fit, e.g. smolagents'
     CodeAgent system prompt is ~8.7k characters). Rotary positions: the weights do not depend on it."""
-    init_std: float = 0.02
-    """The std its weights are drawn at (the config's `initializer_range`; 0.02 is transformers' default)."""
+    init_std: float = DEFAULT_INIT_STD
+    """The std its weights are drawn at (the config's `initializer_range`)."""
 
 
 BUILTINS: dict[str, BuiltinSpec] = {
@@ -93,7 +97,7 @@ def _spec_hash(name: str) -> str:
 
         parts.update(bpe=[builtin_bpe.VOCAB_SIZE, builtin_bpe.CORPUS_SEED, builtin_bpe.SPECIAL, builtin_bpe.ADDED])
     parts.update(positions=spec.max_positions)
-    if spec.init_std != 0.02:  # the default stays out: the other models' folders keep their names
+    if spec.init_std != DEFAULT_INIT_STD:  # the default stays out: the other models' folders keep their names
         parts.update(init_std=spec.init_std)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
 
