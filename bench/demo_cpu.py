@@ -36,16 +36,21 @@ def _cpu_s(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
+def swarm_processes() -> dict[str, psutil.Process]:
+    """The proxy and the trainer of the `ajet-swarm start` this process launched, by role."""
+    return {
+        role: p
+        for p in psutil.Process().children(recursive=True)
+        for role in ("proxy", "trainer")
+        if f"ajet_{role}.cli" in p.cmdline()
+    }
+
+
 def run_once(steps: int) -> dict[str, float]:
     """CPU seconds of the client, the proxy and the trainer over a demo run of `steps` steps, and its episodes."""
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with running_swarm(REPO / "experiments" / f"demo_cpu_{steps}") as url:
-        swarm = {
-            role: p
-            for p in psutil.Process().children(recursive=True)
-            for role in ("proxy", "trainer")
-            if f"ajet_{role}.cli" in p.cmdline()
-        }
+        swarm = swarm_processes()
         result = run_tutorial(url, "--max-steps", str(steps), "--target", "1.1", "--keep-engine", capture=True)
         # the client: the only child waited for meanwhile (read before the swarm's processes are waited for)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)

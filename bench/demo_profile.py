@@ -20,10 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.demo_cpu import swarm_processes
 from scripts.run_demo import ENV, running_swarm
 
 LIBRARIES = ["xgrammar", "torch", "transformers", "sqlalchemy", "sqlite3", "litellm", "openai", "pydantic",
@@ -92,8 +91,7 @@ def main() -> None:
     args = ap.parse_args()
     root = REPO / "experiments" / "demo_profile"
     with running_swarm(root) as url:
-        roles = {role: p.pid for p in psutil.Process().children(recursive=True) for role in ("proxy", "trainer")
-                 if f"ajet_{role}.cli" in p.cmdline()}  # fmt: skip
+        roles = {role: p.pid for role, p in swarm_processes().items()}
         client = subprocess.Popen(
             [sys.executable, "-m", "tutorial.example_tiny_rl.agent_roll", "--swarm-url", url,
              "--max-steps", str(args.steps), "--target", "1.1", "--keep-engine"],
