@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml Makefile tests/frameworks/main.txt
 	# constrained decoding: xgrammar without triton (1 GB, for its CUDA kernel only; the engine masks in torch)
 	$(PIP) install --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
 	@echo "== setup [4/4] import check"
-	$(PY) -c "import torch, verl.trainer.ppo.core_algos, xgrammar, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl_backend.trainer; print('setup ok, torch', torch.__version__)"
+	$(PY) -c "import torch, verl.trainer.ppo.core_algos, xgrammar, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 
 setup-client: $(CLIENT_STAMP)

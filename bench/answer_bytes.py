@@ -17,8 +17,8 @@ from ajet.utils.runtime import apply_offline_env
 apply_offline_env()
 
 from ajet_proxy.dataplane.chat.shape import ChatShape
-from ajet_trainer.engine.chat import completion_body
-from ajet_trainer.engine.generation import GenResult
+from ajet_trainer.embedded.chat import completion_body
+from ajet_trainer.embedded.generation import GenResult
 from ajet_trainer.tiny_model import resolve_model_path
 
 ANSWER = "The answer is 42: add the two numbers, then check the sum against the tool's result."

@@ -25,7 +25,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 
 from ajet import SwarmClient
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_store import Store, sqlite_url
 from bench import proxy_overhead
 from bench.proxy_overhead import measure
@@ -73,7 +73,7 @@ def roll(px: Proc, db: str, backend: str, n_keys: int = 64) -> list[str]:
     httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()
     client.start_engine()
     make_rolling(st, backend)
-    wait_state(client, EngineState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
     return [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(n_keys)]
 
 

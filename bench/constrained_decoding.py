@@ -27,9 +27,9 @@ apply_offline_env()
 import torch
 
 from ajet import AgentJetJob
-from ajet_trainer.engine.generation import GenRequest, generate_batch
-from ajet_trainer.engine.grammar import Grammars, TokenConstraint, grammar_spec
-from ajet_trainer.learner import load_policy
+from ajet_trainer.embedded.generation import GenRequest, generate_batch
+from ajet_trainer.embedded.grammar import Grammars, TokenConstraint, grammar_spec
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 
 TOOLS = [

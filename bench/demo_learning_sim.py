@@ -30,7 +30,8 @@ apply_offline_env()
 import torch
 
 from ajet.job import AgentJetJob
-from ajet_trainer.learner import Learner, load_policy
+from ajet_trainer.embedded.learner import Learner
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
 from tutorial.example_tiny_rl.agent_roll import ENTROPY_COEFF, GRPO_N, KL_COEF, LETTERS, LR, MODEL, training_tasks

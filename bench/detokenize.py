@@ -15,7 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-from ajet_trainer.engine.detok import IncrementalDecoder, first_stop
+from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.tiny_model import resolve_model_path
 
 STOP = ["</answer>"]

@@ -29,8 +29,8 @@ def _serve(model: str, out: "mp.Queue[str]") -> None:
     import torch
 
     from ajet.job import AgentJetJob
-    from ajet_trainer.engine.server import EmbeddedEngine
-    from ajet_trainer.learner import load_policy
+    from ajet_trainer.embedded.server import EmbeddedEngine
+    from ajet_trainer.policy import load_policy
     from ajet_trainer.tiny_model import builtin_model_path
 
     torch.set_num_threads(1)

@@ -24,7 +24,7 @@ from typing import Any
 import openai
 
 from ajet import AgentJetJob, Task, WorkflowOutput
-from ajet_trainer.learner import Learner
+from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.samples import assemble
 from tests.support.scripted_swarm import ScriptedSwarm, scripted_swarm
 

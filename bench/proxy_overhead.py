@@ -2,7 +2,7 @@
 
 All three paths hit the same local vLLM-format backend. "ajet" is `ajet-proxy` with auth, routing and
 call logging on (the default aiohttp send path); "litellm_router" is the same proxy sending through
-`litellm.Router.acompletion` (`--upstream litellm`), so the only difference is the send path.
+`litellm.Router.acompletion` (`--transport litellm`), so the only difference is the send path.
 Prints one JSON line per measurement, then one line of ratios per (stream, concurrency).
 
 Each configuration runs twice: against a backend that answers at once (the proxy's CPU is the
@@ -29,7 +29,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 
 from ajet import AgentJetJob, SwarmClient
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_store import Store, sqlite_url
 from tests.support.procs import Proc, start_proxy, start_stub
 from tests.support.rolling import make_rolling, wait_state
@@ -116,17 +116,17 @@ def measure(
 
 
 def start_middle(
-    tmp: Path, stub: Proc, upstream: str, n_keys: int, *extra: str, name: str = ""
+    tmp: Path, stub: Proc, transport: str, n_keys: int, *extra: str, name: str = ""
 ) -> tuple[Proc, list[str], Store]:
     """An ajet-proxy (`extra`: more `ajet-proxy start` options) on its own store, ROLLING, with `n_keys` episodes."""
-    url = sqlite_url(tmp / f"{name or upstream}.db")
-    px = start_proxy(tmp, url, "--upstream", upstream, *extra)
+    url = sqlite_url(tmp / f"{name or transport}.db")
+    px = start_proxy(tmp, url, "--transport", transport, *extra)
     st = Store(url)
     client = SwarmClient(px.url)
     client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
     client.start_engine()
     make_rolling(st, stub.url)
-    wait_state(client, EngineState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
     keys = [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(n_keys)]
     return px, keys, st
 
@@ -146,14 +146,14 @@ def main() -> None:
     try:
         for delay, stub in stubs.items():
             for _px, _keys, st in middles.values():
-                make_rolling(st, stub.url)  # re-point the deployment at this backend
+                make_rolling(st, stub.url)  # re-point the engine at this stub
             time.sleep(1.0)
             for stream in (False, True):
                 for conc in args.concurrency:
                     run_group(stub, middles, delay, stream, conc, n)
-        for upstream, (px, _keys, st) in middles.items():
+        for transport, (px, _keys, st) in middles.items():
             px.close()  # a clean shutdown flushes the call log
-            print(json.dumps({"figure": "calls_logged", "upstream": upstream, "calls": st.totals()["calls"]}))
+            print(json.dumps({"figure": "calls_logged", "transport": transport, "calls": st.totals()["calls"]}))
     finally:
         for px, _k, _s in middles.values():
             px.close()
@@ -164,8 +164,8 @@ def main() -> None:
 def run_group(stub: Proc, middles: dict, delay: float, stream: bool, conc: int, n: int) -> None:
     """direct, ajet and litellm_router for one configuration, then their ratios."""
     group = [measure("direct", stub.url + "/v1/chat/completions#direct", ["none"], None, stream, conc, n)]
-    for path, upstream in (("ajet", "aiohttp"), ("litellm_router", "litellm")):
-        px, keys, _st = middles[upstream]
+    for path, transport in (("ajet", "aiohttp"), ("litellm_router", "litellm")):
+        px, keys, _st = middles[transport]
         # the LiteLLM path is 10-30x slower: fewer requests keep the run short (rows carry their count)
         count = n if path == "ajet" else max(conc * 2, n // 4)
         group.append(measure(path, px.url + "/v1/chat/completions", keys, px.pid, stream, conc, count))

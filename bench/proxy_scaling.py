@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ajet import AgentJetJob, SwarmClient
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_store import Store, sqlite_url
 from bench.episode_plumbing import episode, load
 from bench.proxy_overhead import cpu_seconds
@@ -48,7 +48,7 @@ def start_shape(store: str, db: str, tmp: Path, stub: Proc, workers: int, extra:
     client.start_engine()
     make_rolling(st, stub.url)
     st.heartbeat()
-    wait_state(client, EngineState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
     st.close()
     return proxies
 

@@ -32,7 +32,7 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parents[1]
 
 from ajet import AgentJetJob
-from ajet.types import BatchMode, EngineState
+from ajet.types import BatchMode, ExperimentState
 from ajet_store import Store, select_batch, sqlite_url
 from ajet_store import tables as t
 from ajet_store.types import CallRecord
@@ -56,7 +56,7 @@ def timed(fn: Callable[[], Any], reps: int) -> float:
 def build(st: Store, calls: int, per_episode: int, body_bytes: int, batch: int) -> int:
     """Fill the store; returns the number of episodes."""
     st.sync_job(AgentJetJob(batch_size=batch, num_repeat=1))
-    st.transition(EngineState.ROLLING)
+    st.transition(ExperimentState.ROLLING)
     request = json.dumps({"messages": [{"role": "user", "content": "q" * (body_bytes * 2 // 3)}]})
     response = json.dumps({"choices": [{"message": {"content": "a" * (body_bytes // 3)}}]})
     episodes, now, step = calls // per_episode, time.time(), 0
@@ -186,7 +186,7 @@ def main() -> None:
     emit(figure="size", bytes=path.stat().st_size, bytes_per_call=round(path.stat().st_size / args.calls))
     bench_trainer(st, args.batch, args.reps)
     bench_totals(st, args.reps)
-    last_step = st.engine_row().global_step
+    last_step = st.experiment().global_step
     st.close()
     bench_routes(tmp, url, args.reps)
     bench_export(tmp, url, max(1, last_step - 4))

@@ -53,8 +53,8 @@ def batch(groups: int, group: int, prompt: int, response: int) -> list[EpisodeSa
 
 
 def verl_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int, exp: Path) -> list[dict[str, float]]:
-    from ajet_trainer.learner import load_policy
-    from ajet_trainer.verl_backend.beside import load_weights
+    from ajet_trainer.policy import load_policy
+    from ajet_trainer.verl.beside import load_weights
 
     served, _ = load_policy(str(builtin_model_path(job.model)), job, "cpu")
     out = []
@@ -75,7 +75,8 @@ def verl_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int, exp: 
 
 
 def embedded_steps(job: AgentJetJob, samples: list[EpisodeSample], steps: int) -> list[dict[str, float]]:
-    from ajet_trainer.learner import Learner, load_policy
+    from ajet_trainer.embedded.learner import Learner
+    from ajet_trainer.policy import load_policy
 
     model, tokenizer = load_policy(str(builtin_model_path(job.model)), job, "cpu")
     learner = Learner(model, tokenizer, job)

@@ -27,8 +27,9 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from ajet.job import AgentJetJob  # noqa: E402
-from ajet_trainer.engine import EmbeddedEngine  # noqa: E402
-from ajet_trainer.learner import Learner, load_policy  # noqa: E402
+from ajet_trainer.embedded.learner import Learner  # noqa: E402
+from ajet_trainer.embedded.server import EmbeddedEngine  # noqa: E402
+from ajet_trainer.policy import load_policy  # noqa: E402
 from ajet_trainer.tiny_model import resolve_model_path  # noqa: E402
 from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
 
@@ -98,15 +99,14 @@ def main() -> None:
                     tuple(c["logprob"] for c in ch["logprobs"]["content"]),
                 )
                 samples.append(EpisodeSample(f"e{i}", f"t{i % 8}", reward, (seq,)))
-            with engine.weights_lock:
+            with engine.batcher.paused(engine.batcher.policy_version + 1):
                 metrics = learner.update(samples)
-                engine.policy_version += 1
             emit(
                 step=step,
                 requests=args.requests,
                 generate_s=round(gen_s, 3),
                 tokens_per_s=round(tokens / gen_s, 1),
-                max_batch_seen=engine.stats["max_batch_seen"],
+                max_batch_seen=engine.batcher.stats["max_batch_seen"],
                 served_versions=sorted(versions),
                 update_s=round(metrics["update_s"], 3),
                 logprob_gap=metrics["logprob_gap"],

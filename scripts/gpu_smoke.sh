@@ -43,7 +43,7 @@ st = c.get_engine_status()
 print(f"engine {st.state.value}: step {st.global_step}, policy v{st.policy_version}")
 c.stop_engine()
 PYEOF
-  sqlite3 "$work/s.db" "select name, base_url, model, policy_version from deployments" 2>/dev/null || true
+  sqlite3 "$work/s.db" "select name, base_url, model, policy_version from engines" 2>/dev/null || true
   sleep 5
   kill "$proxy" "$trainer" 2>/dev/null || true
   wait "$proxy" "$trainer" 2>/dev/null || true

@@ -33,10 +33,10 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from ajet.job import AgentJetJob  # noqa: E402
-from ajet.types import EngineState  # noqa: E402
+from ajet.types import ExperimentState  # noqa: E402
 from ajet_store import Store, sqlite_url  # noqa: E402
-from ajet_store.types import Deployment  # noqa: E402
-from ajet_trainer.engine import EmbeddedEngine  # noqa: E402
+from ajet_store.types import RegisteredEngine  # noqa: E402
+from ajet_trainer.embedded.server import EmbeddedEngine  # noqa: E402
 
 QWEN_SHAPE = "qwen2.5-0.5b-shape"
 ENGINE_KEY = "gpu-check-engine-key"
@@ -121,8 +121,8 @@ def rolling(store: Store, engine_url: str, api_key: str, model: str) -> None:
     """What the trainer does at boot: the job synced, the engine registered, ROLLING, a heartbeat."""
     store.sync_job(AgentJetJob(model=model, batch_size=1_000_000, num_repeat=1))  # never a full batch
     store.start()
-    store.register_deployment(Deployment("embedded-0", engine_url, "policy", 0, api_key))
-    store.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    store.register_engines([RegisteredEngine("embedded-0", engine_url, "policy", 0, api_key)])
+    store.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     store.heartbeat()
 
 
@@ -161,10 +161,10 @@ def main() -> None:
         tokens, secs = asyncio.run(agents(url, args.agents, args.calls, args.max_tokens, engine_keys))
         direct = tokens / secs
         emit(figure="direct", agents=args.agents, calls=args.calls, tokens=tokens, seconds=round(secs, 2),
-             tokens_per_s=round(direct, 1), max_batch_seen=engine.stats["max_batch_seen"])  # fmt: skip
+             tokens_per_s=round(direct, 1), max_batch_seen=engine.batcher.stats["max_batch_seen"])  # fmt: skip
         rolling(store, url, ENGINE_KEY, args.model)
         proxy, purl = start_proxy(db, work)
-        time.sleep(0.5)  # the proxy reads the engine row every 0.2 s
+        time.sleep(0.5)  # the proxy reads the experiment's row every 0.2 s
         keys = [_begin(purl) for _ in range(args.agents)]
         tokens, secs = asyncio.run(agents(purl + "/v1", args.agents, args.calls, args.max_tokens, keys))
         proxied = tokens / secs

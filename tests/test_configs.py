@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,10 @@ from ajet import AgentJetJob
 from ajet.errors import ConfigError
 from ajet.utils import flags
 from ajet_proxy import cli as proxy_cli
-from ajet_store import DEFAULT_DB
+from ajet_proxy.proxy import ProxyConfig
 from ajet_swarm.cli import build_parser, child_commands, parse_args
 from ajet_trainer import cli as trainer_cli
+from ajet_trainer.options import TrainerOptions
 from tests.support.procs import REPO
 
 CONFIGS = REPO / "configs"
@@ -59,14 +61,38 @@ def test_each_file_holds_exactly_the_options_of_its_command(name, add, monkeypat
     assert {k: (str(v) if k == "db_mode" else v) for k, v in parsed.items()} == shipped
 
 
-def test_swarm_yaml_holds_only_swarm_options_and_the_constants_agree():
+def test_swarm_yaml_holds_only_swarm_options_and_both_commands_default_to_one_store():
     swarm = flags.options(flags.subcommand(build_parser(), "start"))
     assert set(flags.shipped("swarm.yaml")) <= set(swarm)
-    assert flags.shipped("proxy.yaml")["db"] == flags.shipped("trainer.yaml")["db"] == DEFAULT_DB
-    assert flags.shipped("proxy.yaml")["port"] == proxy_cli.DEFAULT_PORT
-    from ajet_proxy.limits import InputLimits
+    assert flags.shipped("proxy.yaml")["db"] == flags.shipped("trainer.yaml")["db"]
 
-    assert flags.shipped("proxy.yaml")["max_body_bytes"] == InputLimits().max_body_bytes
+
+@pytest.mark.parametrize(
+    "cls,name,renamed",
+    [
+        (TrainerOptions, "trainer.yaml", {"db": "db_url", "vllm_arg": "vllm_args"}),
+        (ProxyConfig, "proxy.yaml", {"db": "db_url", "max_body_bytes": "limits", "commit_window_ms": "commit_window_s",
+                                     "shared_store": "shared", "workers": "shared"}),
+    ],
+)  # fmt: skip
+def test_no_settings_class_repeats_a_default_of_configs(cls, name, renamed):
+    """configs/ is the only source of the commands' defaults: a field the YAML sets has no default in code."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in flags.shipped(name):
+        field = fields.get(renamed.get(key, key))
+        if field is not None:
+            assert field.default is dataclasses.MISSING, f"{cls.__name__}.{field.name} repeats {name}'s {key}"
+    assert cls.from_config().db_url == flags.shipped(name)["db"]
+
+
+def test_derived_constants_come_from_configs():
+    from ajet_proxy.limits import DEFAULT_LIMITS
+    from ajet_store.connect import DEFAULT_FILE_MODE
+
+    assert DEFAULT_LIMITS.max_body_bytes == flags.shipped("proxy.yaml")["max_body_bytes"]
+    assert DEFAULT_FILE_MODE == int(flags.shipped("proxy.yaml")["db_mode"], 8)
+    assert flags.default_swarm_url({}) == f"http://127.0.0.1:{flags.shipped('proxy.yaml')['port']}"
+    assert flags.default_swarm_url({"AJET_SWARM_URL": "http://x:1"}) == "http://x:1"
 
 
 def test_environment_beats_the_file_and_the_command_line_beats_both(monkeypatch):
@@ -78,9 +104,9 @@ def test_environment_beats_the_file_and_the_command_line_beats_both(monkeypatch)
 
 def test_a_config_file_sets_options_under_the_command_line(tmp_path):
     cfg = tmp_path / "swarm.yaml"
-    cfg.write_text("port: 9999\nengine: vllm\nvllm_arg: ['--dtype=bfloat16']\ndb_mode: '640'\nupstream: litellm\n")
-    args = parse_args(["start", "--config", str(cfg), "--upstream", "aiohttp"])
-    assert (args.port, args.engine, args.vllm_arg, args.db_mode, args.upstream) == (
+    cfg.write_text("port: 9999\nengine: vllm\nvllm_arg: ['--dtype=bfloat16']\ndb_mode: '640'\ntransport: litellm\n")
+    args = parse_args(["start", "--config", str(cfg), "--transport", "aiohttp"])
+    assert (args.port, args.engine, args.vllm_arg, args.db_mode, args.transport) == (
         9999,
         "vllm",
         ["--dtype=bfloat16"],

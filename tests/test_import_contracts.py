@@ -87,7 +87,7 @@ def _violations(package: str, forbidden: set[str]) -> list[str]:
 
 def test_the_graph_sees_every_package():
     assert {_top(m) for m in MODULES} == set(ROOTS)
-    assert "ajet_store" in GRAPH["ajet_proxy.state"] or any(_top(d) == "ajet_store" for d in GRAPH["ajet_proxy.state"])
+    assert "ajet_store" in GRAPH["ajet_proxy.proxy"] or any(_top(d) == "ajet_store" for d in GRAPH["ajet_proxy.proxy"])
 
 
 @pytest.mark.parametrize(
@@ -126,12 +126,12 @@ def _crossings(sources: list[str], targets: list[str], exact: bool = False) -> l
 
 
 def test_the_data_plane_is_one_folder_per_api():
-    """A request on any API is handled inside its folder, the shared chat path and the upstream: no API folder
+    """A request on any API is handled inside its folder, the shared chat path and the engine client: no API folder
     imports another, the shared modules import none, and nothing outside the data plane but the app reaches in."""
     assert all(any(_within(m, f) for m in MODULES) for f in API_FOLDERS)  # the folders are real
     assert _crossings(list(API_FOLDERS), list(API_FOLDERS)) == []
     shared = [m for m in MODULES if _within(m, "ajet_proxy.dataplane") and not any(_within(m, f) for f in API_FOLDERS)]
-    assert "ajet_proxy.dataplane.upstream" in shared and "ajet_proxy.dataplane.calls" in shared
+    assert "ajet_proxy.dataplane.engine_client" in shared and "ajet_proxy.dataplane.chat_path" in shared
     assert _crossings([m for m in shared if m != "ajet_proxy.dataplane"], list(API_FOLDERS), exact=True) == []
     outside = [m for m in MODULES if _within(m, "ajet_proxy") and not _within(m, "ajet_proxy.dataplane")]
     assert len(outside) > 10 and "ajet_proxy.control" in outside

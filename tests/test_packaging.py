@@ -74,7 +74,7 @@ def _run_outside(code: str, target: Path, cwd: Path) -> list[str]:
 def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_path):
     target = _installed(wheel, tmp_path)
     code = (
-        "import ajet_trainer.verl_backend.config as c, ajet\n"
+        "import ajet_trainer.verl.config as c, ajet\n"
         "from ajet import AgentJetJob\n"
         f"assert c.__file__.startswith({str(target)!r}), c.__file__\n"
         "cfg = c.compose_verl_config(AgentJetJob(n_gpu=1), model_path='/models/m')\n"

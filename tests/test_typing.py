@@ -1,4 +1,4 @@
-"""The interfaces type-check: both sessions are `TrainingSession`s, both engines `Serving`s, the store and the
+"""The interfaces type-check: both sessions are `TrainingSession`s, both engine kinds `Engines`, the store and the
 error boundary are typed through (mypy, on the modules that carry those contracts)."""
 
 from __future__ import annotations
@@ -16,13 +16,20 @@ CHECKED = [
     "proxy/ajet_store",
     "proxy/ajet_proxy/errors.py",
     "proxy/ajet_proxy/app.py",
+    "proxy/ajet_proxy/proxy.py",
+    "proxy/ajet_proxy/token_history.py",
+    "proxy/ajet_proxy/episode_history.py",
+    "proxy/ajet_proxy/open_episodes.py",
+    "proxy/ajet_proxy/dataplane",
     "sdk/ajet/protocol.py",
     "sdk/ajet/errors.py",
-    "trainer/ajet_trainer/protocols.py",
-    "trainer/ajet_trainer/backends.py",
-    "trainer/ajet_trainer/serving.py",
-    "trainer/ajet_trainer/embedded_session.py",
-    "trainer/ajet_trainer/steps.py",
+    "trainer/ajet_trainer/interfaces.py",
+    "trainer/ajet_trainer/factory.py",
+    "trainer/ajet_trainer/engines.py",
+    "trainer/ajet_trainer/embedded/engines.py",
+    "trainer/ajet_trainer/embedded/session.py",
+    "trainer/ajet_trainer/vllm/engines.py",
+    "trainer/ajet_trainer/step_record.py",
     "trainer/ajet_trainer/daemon.py",
     "trainer/ajet_trainer/options.py",
     "sdk/ajet/utils/flags.py",

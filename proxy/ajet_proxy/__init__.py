@@ -1,19 +1,12 @@
-"""AgentJet Swarm proxy: episode keys, LiteLLM routing, token-exact call logging, the control API.
+"""AgentJet Swarm proxy: episode keys, routing to the engines, token-exact call logging, the control API.
 
-The store it writes (`ajet_store`) is its own package: the contract between proxy and trainer.
+The store it writes (`ajet_store`) is its own package: the contract between proxy and trainer. Its errors are the
+SDK's one error tree (`ajet.errors`), answered in one place (`ajet_proxy.errors`).
 """
 
-from ajet_proxy.errors import EngineNotReady, InvalidRequest, ProxyError, Unauthorized, UpstreamUnavailable, http_error
+from ajet_proxy.errors import http_error
 
-__all__ = [
-    "EngineNotReady",
-    "InvalidRequest",
-    "ProxyError",
-    "Unauthorized",
-    "UpstreamUnavailable",
-    "create_app",
-    "http_error",
-]
+__all__ = ["create_app", "http_error"]
 
 
 def __getattr__(name: str) -> object:  # create_app imports FastAPI and LiteLLM: load it only when asked

@@ -10,21 +10,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ajet import __version__
+from ajet.errors import SwarmError
 from ajet.protocol import ErrorCode
 from ajet_proxy import control
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import add_data_plane
-from ajet_proxy.errors import HttpError, ProxyError, error_response, http_error
+from ajet_proxy.errors import HttpError, error_response, http_error
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.state import ProxyConfig, ProxyState
-from ajet_store import StoreError
+from ajet_proxy.proxy import Proxy, ProxyConfig
 
 logger = logging.getLogger(__name__)
 
 
-async def handle_domain_error(request: Request, exc: Exception) -> Response:
-    """Every `ProxyError` and `StoreError` -> its status and body (the table in `errors.py`)."""
-    assert isinstance(exc, (ProxyError, StoreError))
+async def handle_swarm_error(request: Request, exc: Exception) -> Response:
+    """Every error of the tree (`ajet.errors.SwarmError`) -> its status and body (`errors.py`)."""
+    assert isinstance(exc, SwarmError)
     err = http_error(exc)
     if err.status >= 500 and err.code.retry_after is None:
         logger.error("%s: %s", type(exc).__name__, err.detail)
@@ -63,26 +63,25 @@ async def handle_validation_error(request: Request, exc: Exception) -> Response:
 
 def create_app(config: ProxyConfig) -> FastAPI:
     """A proxy app bound to one store."""
-    state = ProxyState(config)
+    proxy = Proxy(config)
     app = FastAPI(
         title="ajet-proxy",
         version=__version__,
-        lifespan=state.lifespan,
+        lifespan=proxy.lifespan,
         description="AgentJet Swarm proxy: control API under /swarm, OpenAI-compatible data plane under /v1.",
     )
-    app.state.ajet = state
+    app.state.ajet = proxy
     if config.swarm_token:
         app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token)
     app.add_middleware(BodySizeMiddleware, max_bytes=config.limits.max_body_bytes)  # outermost: first to run
-    app.add_exception_handler(ProxyError, handle_domain_error)
-    app.add_exception_handler(StoreError, handle_domain_error)
+    app.add_exception_handler(SwarmError, handle_swarm_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
-    add_data_plane(app, state)
+    add_data_plane(app, proxy)
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:
-        return {"status": "ok", "state": state.engine_row.state.value}
+        return {"status": "ok", "state": proxy.experiment.state.value}
 
     return app

@@ -16,14 +16,18 @@ from typing import TYPE_CHECKING, Optional
 
 from ajet import __version__
 from ajet.errors import AjetError, ConfigError
-from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
+from ajet.utils.flags import (
+    add_config_option,
+    add_log_level_option,
+    add_swarm_url_option,
+    apply_defaults,
+    parse_with_config,
+)
 from ajet.utils.runtime import apply_offline_env, listening_socket, run_cli
 from ajet_store.connect import add_store_options, sqlite_path
 
 if TYPE_CHECKING:
     from ajet_store import Store
-
-DEFAULT_PORT = 10086
 
 
 def _is_loopback(host: str) -> bool:
@@ -56,9 +60,9 @@ def add_proxy_options(
         "waiting at once); an answer always waits for its commit",
     )
     p.add_argument(
-        "--upstream",
+        "--transport",
         choices=["aiohttp", "litellm"],
-        help="send agent calls through a pooled aiohttp session or litellm.Router",
+        help="send agent calls to the engines through a pooled aiohttp session or litellm.Router",
     )
     p.add_argument(
         *worker_flags,
@@ -114,14 +118,14 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
 
     from ajet_proxy.app import create_app
     from ajet_proxy.limits import InputLimits
-    from ajet_proxy.state import ProxyConfig
+    from ajet_proxy.proxy import ProxyConfig
 
     app = create_app(
         ProxyConfig(
             db_url=args.db,
-            swarm_token=args.swarm_token,
-            upstream=args.upstream,
             db_mode=args.db_mode,
+            swarm_token=args.swarm_token,
+            transport=args.transport,
             limits=InputLimits(max_body_bytes=args.max_body_bytes),
             commit_window_s=args.commit_window_ms / 1000.0,
             shared=args.shared_store or args.workers > 1,
@@ -150,7 +154,7 @@ def _has(module: str) -> bool:
 
 def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of the monitor (`ajet-proxy monitor`, `ajet-swarm overwatch`)."""
-    p.add_argument("--swarm-url", default=os.environ.get("AJET_SWARM_URL", f"http://127.0.0.1:{DEFAULT_PORT}"))
+    add_swarm_url_option(p)
     p.add_argument("--refresh", type=float, default=1.0, help="seconds between polls")
     p.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"))
 
@@ -237,7 +241,7 @@ def plot(args: argparse.Namespace) -> None:
     store = _store(args)
     try:
         steps = store.steps()
-        job = store.engine_row().job
+        job = store.experiment().job
     finally:
         store.close()
     title = "ajet-swarm/default" if job is None else f"{job.project_name}/{job.experiment_name}"
@@ -319,11 +323,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """What a user can cause (a bad store URL, an unknown episode, a store of another schema): one line."""
-    from ajet_proxy.errors import ProxyError
-    from ajet_store import StoreError
-
-    return (StoreError, ProxyError, AjetError, FileNotFoundError)
+    """What a user can cause (a bad store URL, an unknown episode, a store of another schema): one line (every
+    error of the tree is an `AjetError`)."""
+    return (AjetError, FileNotFoundError)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

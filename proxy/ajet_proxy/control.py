@@ -2,7 +2,7 @@
 
 Handlers are plain `def`s (FastAPI runs them in its thread pool), so store transactions never block
 the event loop that serves the data plane; the episode life cycle (begin, end, abort), the hot path,
-runs its store work on the proxy's one episode thread instead (`ProxyState.in_episode_thread`). With a
+runs its store work on the proxy's one episode thread instead (`Proxy.in_episode_thread`). With a
 swarm token configured, every route here needs it (checked by `auth.SwarmTokenMiddleware` before the body
 is read); an episode key never grants control.
 """
@@ -20,6 +20,7 @@ from typing import Optional
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
+from ajet.errors import BootFailed, EpisodeNotFound, InvalidRequest, NotReady, TrainerUnresponsive
 from ajet.job import TRACKERS, AgentJetJob
 from ajet.protocol import CLIENT_HEADER
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
@@ -28,29 +29,28 @@ from ajet.types import (
     BeginEpisodeRequest,
     BeginEpisodeResponse,
     EndEpisodeRequest,
-    EngineState,
-    EngineStatus,
     EpisodeContinuation,
     EpisodeResult,
     EpisodeStatus,
     EpisodeUuidRequest,
+    ExperimentState,
+    ExperimentStatus,
     OkResponse,
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
-from ajet_proxy.errors import EngineBootFailed, EngineNotReady, InvalidRequest
 from ajet_proxy.open_episodes import (
-    LiveEpisode,
+    OpenEpisode,
     closed_reason,
     hash_key,
-    live_from_row,
     new_episode_key,
+    open_from_row,
     refused_key_reason,
 )
 from ajet_proxy.openapi import CONTROL_ERRORS
-from ajet_proxy.state import ProxyState
-from ajet_proxy.stats import batch_shape, build_rollout_stat, engine_status, episode_detail, mission_caps, step_info
-from ajet_store import BeginEpisode, EndEpisode, NotFound, StoreWriteFailed, TrainerSilent
+from ajet_proxy.proxy import Proxy
+from ajet_proxy.stats import batch_shape, build_rollout_stat, episode_detail, experiment_status, mission_caps, step_info
+from ajet_store import BeginEpisode, EndEpisode, StoreWriteFailed
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
@@ -58,7 +58,7 @@ from ajet_store.types import EpisodeRow
 logger = logging.getLogger(__name__)
 
 
-def _state(request: Request) -> ProxyState:
+def _proxy(request: Request) -> Proxy:
     return request.app.state.ajet
 
 
@@ -104,14 +104,14 @@ def _check_trackers(job: AgentJetJob) -> None:
             )
 
 
-def _ok(s: ProxyState) -> OkResponse:
-    return OkResponse(state=s.refresh_engine().state)
+def _ok(s: Proxy) -> OkResponse:
+    return OkResponse(state=s.refresh_experiment().state)
 
 
 @router.post("/sync_train_config", response_model=OkResponse)
 def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
     """Store the job; only while OFFLINE."""
-    s = _state(request)
+    s = _proxy(request)
     s.store.sync_job(_validate_job(body.job))
     return _ok(s)
 
@@ -119,7 +119,7 @@ def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkRespo
 @router.post("/start_engine", response_model=OkResponse)
 def start_engine(request: Request) -> OkResponse:
     """OFFLINE -> BOOTING; the trainer takes it from there."""
-    s = _state(request)
+    s = _proxy(request)
     s.store.start()
     return _ok(s)
 
@@ -127,9 +127,9 @@ def start_engine(request: Request) -> OkResponse:
 @router.post("/stop_engine", response_model=OkResponse)
 def stop_engine(request: Request) -> OkResponse:
     """Any state -> OFFLINE; open episodes are aborted and their keys stop working."""
-    s = _state(request)
+    s = _proxy(request)
     s.writer.flush()
-    s.store.transition(EngineState.OFFLINE)
+    s.store.transition(ExperimentState.OFFLINE)
     s.open_episodes.clear()
     return _ok(s)
 
@@ -137,7 +137,7 @@ def stop_engine(request: Request) -> OkResponse:
 @router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
 def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
     """Sync + start when OFFLINE (or when forced); otherwise join the running job."""
-    s = _state(request)
+    s = _proxy(request)
     job = _validate_job(body.job)
     if body.force_restart:
         stop_engine(request)
@@ -150,16 +150,16 @@ def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Requ
     return _ok(s)
 
 
-@router.get("/get_engine_status", response_model=EngineStatus)
-def get_engine_status(request: Request) -> EngineStatus:
+@router.get("/get_engine_status", response_model=ExperimentStatus)
+def get_experiment_status(request: Request) -> ExperimentStatus:
     """State, step, policy version."""
-    return engine_status(_state(request).refresh_engine(), time.time())
+    return experiment_status(_proxy(request).refresh_experiment(), time.time())
 
 
 @router.post("/set_batch_mode", response_model=OkResponse)
 def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
     """Change the batch policy for the next step."""
-    s = _state(request)
+    s = _proxy(request)
     s.store.set_batch_mode(body.mode)
     return _ok(s)
 
@@ -168,17 +168,17 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING with an engine registered; 503 with Retry-After
     otherwise)."""
-    s, client_id = _state(request), _client_id(request)
-    if s.engine_row.boot_failed:  # waiting cannot help: say why at once
-        raise EngineBootFailed(
-            f"the engine failed to boot the synced job ({s.engine_row.last_error}); fix the job, then start_engine"
+    s, client_id = _proxy(request), _client_id(request)
+    if s.experiment.boot_failed:  # waiting cannot help: say why at once
+        raise BootFailed(
+            f"the trainer failed to boot the synced job ({s.experiment.last_error}); fix the job, then start_engine"
         )
-    if not s.router.deployments:  # re-read first: an engine that registered since the last poll is not refused
-        await s.in_episode_thread(s.refresh_engine)
-        if not s.router.deployments:
-            raise EngineNotReady(
-                "no policy deployment is registered (the trainer is starting, or down); retry",
-                state=s.engine_row.state.value,
+    if not s.router.engines:  # re-read first: an engine registered since the last poll is not refused
+        await s.in_episode_thread(s.refresh_experiment)
+        if not s.router.engines:
+            raise NotReady(
+                "no engine is registered (the trainer is starting, or down); retry",
+                state=s.experiment.state.value,
             )
     if body.mission:
         await s.in_episode_thread(_admit_mission, s, body)  # may read the store: off the event loop
@@ -194,12 +194,12 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
     )
     try:
         row = await s.lifecycle.apply(begin)
-    except TrainerSilent as exc:  # down, or alive and unable to write its heartbeat: the store says which
+    except TrainerUnresponsive as exc:  # down, or alive and unable to write its heartbeat: the store says which
         await s.in_episode_thread(_blame_the_store, s, exc)
         raise
     s.open_episodes.add_row(row)
-    if s.engine_row.state != EngineState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
-        await s.in_episode_thread(s.refresh_engine)
+    if s.experiment.state != ExperimentState.ROLLING:  # the store said ROLLING; don't let the cache lag behind it
+        await s.in_episode_thread(s.refresh_experiment)
     return BeginEpisodeResponse(
         episode_uuid=row.uuid,
         api_key=key,
@@ -212,8 +212,8 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
 @router.post("/end_episode", response_model=EpisodeResult)
 async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
-    s, client_id = _state(request), _client_id(request)
-    _check_reward(body.reward, s.engine_row.job)
+    s, client_id = _proxy(request), _client_id(request)
+    _check_reward(body.reward, s.experiment.job)
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
         await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
     out = body.workflow_output
@@ -233,15 +233,15 @@ def _episode_uuid(client_id: str, request_id: Optional[str]) -> str:
     return hashlib.sha256(f"{client_id}\0{request_id}".encode()).hexdigest()[:32]
 
 
-def _open_episodes(s: ProxyState) -> list[LiveEpisode]:
+def _open_episodes(s: Proxy) -> list[OpenEpisode]:
     """The swarm's open episodes: this proxy's own, or with a shared store every proxy's (the store's rows), so
     the statistics and the monitor show one swarm whichever proxy they ask."""
     if not s.config.shared:
         return s.open_episodes.snapshot()
-    return [live_from_row(row, row.calls_reserved) for row in s.store.episodes(status=EpisodeStatus.OPEN)]
+    return [open_from_row(row, row.calls_reserved) for row in s.store.episodes(status=EpisodeStatus.OPEN)]
 
 
-def _blame_the_store(s: ProxyState, silent: TrainerSilent) -> None:
+def _blame_the_store(s: Proxy, silent: TrainerUnresponsive) -> None:
     """Raise `StoreWriteFailed` (naming the store, not the trainer) when the store refuses a small write: then the
     trainer's heartbeat is old because it could not be written (a full disk), not because the trainer died."""
     try:
@@ -252,20 +252,20 @@ def _blame_the_store(s: ProxyState, silent: TrainerSilent) -> None:
         ) from exc
 
 
-def _admit_mission(s: ProxyState, body: BeginEpisodeRequest) -> None:
+def _admit_mission(s: Proxy, body: BeginEpisodeRequest) -> None:
     """A capped mission with its share of the batch in flight (open, or waiting in the pool) waits for a step:
     503 with Retry-After, which `begin_episode` in the SDK waits out."""
-    share = mission_caps(s.engine_row).get(body.mission) if body.mission else None
+    share = mission_caps(s.experiment).get(body.mission) if body.mission else None
     if share is None or body.episode_type != "train":
         return
-    batch_size, num_repeat = batch_shape(s.engine_row)
+    batch_size, num_repeat = batch_shape(s.experiment)
     limit = mission_limit(share, batch_size) * num_repeat
     in_flight = s.store.mission_in_flight(body.mission)
     if in_flight >= limit:
-        raise EngineNotReady(
+        raise NotReady(
             f"mission {body.mission!r} has its share of the batch in flight ({in_flight} episodes, "
             f"max_batch_share {share:g} of {batch_size} tasks x {num_repeat}); retry after the step",
-            state=s.engine_row.state.value,
+            state=s.experiment.state.value,
         )
 
 
@@ -293,11 +293,11 @@ def _check_reward(reward: float, job: Optional[AgentJetJob]) -> None:
 @router.post("/abort_episode", response_model=EpisodeResult)
 async def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
     """Discard an episode; harmless if it is already aborted or expired."""
-    s = _state(request)
+    s = _proxy(request)
     return await s.in_episode_thread(_abort_episode, s, body.episode_uuid, _client_id(request))
 
 
-def _abort_episode(s: ProxyState, episode_uuid: str, client_id: str) -> EpisodeResult:
+def _abort_episode(s: Proxy, episode_uuid: str, client_id: str) -> EpisodeResult:
     row, _changed = s.store.abort_episode(episode_uuid, client_id)
     s.open_episodes.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)
@@ -306,12 +306,12 @@ def _abort_episode(s: ProxyState, episode_uuid: str, client_id: str) -> EpisodeR
 @router.post("/can_continue_episode", response_model=EpisodeContinuation)
 def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeContinuation:
     """Whether the episode is still open, so a long agent can stop early once the server expired it."""
-    s = _state(request)
+    s = _proxy(request)
     if not s.config.shared and s.open_episodes.by_uuid(body.episode_uuid) is not None:  # shared: the store says
         return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
     try:
         row: Optional[EpisodeRow] = s.store.get_episode(body.episode_uuid)
-    except NotFound:
+    except EpisodeNotFound:
         row = None
     if row is not None and row.status == EpisodeStatus.OPEN:
         return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
@@ -324,10 +324,10 @@ def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeC
 @router.get("/get_rollout_stat", response_model=RolloutStat)
 def get_rollout_stat(request: Request) -> RolloutStat:
     """Pool progress in all modes, open episodes, tasks, clients, totals and recent steps."""
-    s = _state(request)
+    s = _proxy(request)
     st = s.store
     return build_rollout_stat(
-        s.refresh_engine(),
+        s.refresh_experiment(),
         st.pool_episodes(),
         _open_episodes(s),
         st.totals(),
@@ -341,12 +341,12 @@ def get_rollout_stat(request: Request) -> RolloutStat:
 @router.post("/get_steps", response_model=StepsPage)
 def get_steps(body: StepsRequest, request: Request) -> StepsPage:
     """A page of the step history, oldest first (the monitor's reward chart reads it incrementally)."""
-    return StepsPage(steps=[step_info(s) for s in _state(request).store.steps_after(body.after, body.limit)])
+    return StepsPage(steps=[step_info(s) for s in _proxy(request).store.steps_after(body.after, body.limit)])
 
 
 @router.post("/get_episode", response_model=EpisodeDetail)
 def get_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeDetail:
     """One episode and its calls, for the monitor and for debugging."""
-    s = _state(request)
+    s = _proxy(request)
     s.writer.flush()
     return episode_detail(s.store.get_episode(body.episode_uuid), s.store.calls(body.episode_uuid))

@@ -1,92 +1,22 @@
-"""Proxy errors, and the one table that maps every domain error to its HTTP answer.
+"""The one place where an error becomes an HTTP answer.
 
-`ProxyError` is the root of the errors the proxy raises itself (auth, bad bodies, no upstream). The
-store raises its own domain errors (`ajet_store.StoreError`), which know nothing of HTTP. `http_error`
-turns either into an `HttpError` (status, code, headers) through `STORE_ERROR_CODES`, as httpx maps
-transport exceptions at one boundary; `app.py` calls it from its one exception handler. The codes and
-their statuses are the SDK's (`ajet.protocol`), so both sides name every error the same way.
+Every error the proxy, the store and the engines raise is a class of the SDK's one error tree (`ajet.errors`),
+and its `code` (`ajet.protocol.ErrorCode`) decides the status, the Retry-After hint and the body; `http_error`
+reads it, `error_response` writes the body in the shape of the route's API (an `ErrorBody` on the control API,
+OpenAI's error object on `/v1/*`, Anthropic's on `/v1/messages`). `app.py` calls them from its one exception
+handler, as httpx maps transport exceptions at one boundary.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Optional
 
 import orjson
 from starlette.responses import Response
 
-import ajet_store
+from ajet.errors import SwarmError
 from ajet.protocol import ErrorBody, ErrorCode, anthropic_error_body, openai_error_body, openai_status
-
-
-class ProxyError(Exception):
-    """Root of every error the proxy raises itself (never raised as such). `code` decides the HTTP answer."""
-
-    code: ClassVar[ErrorCode]
-
-    def __init__(self, detail: str, *, state: Optional[str] = None, fields: Optional[list[str]] = None):
-        super().__init__(detail)
-        self.detail = detail
-        self.state = state
-        self.fields = fields or []
-
-
-class Unauthorized(ProxyError):
-    """A wrong swarm token, or an episode key that does not work (unknown, ended, aborted or expired: the
-    message says which)."""
-
-    code = ErrorCode.UNAUTHORIZED
-
-
-class InvalidRequest(ProxyError):
-    """A malformed body; `fields` names the offending fields."""
-
-    code = ErrorCode.INVALID_REQUEST
-
-
-class PromptTooLong(ProxyError):
-    """A call's prompt is over the job's `max_prompt_length` (OpenAI's `context_length_exceeded`)."""
-
-    code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
-
-
-class EngineNotReady(ProxyError):
-    """The engine cannot take this call now but will later (answered with Retry-After)."""
-
-    code = ErrorCode.ENGINE_NOT_READY
-
-
-class EngineBootFailed(ProxyError):
-    """The engine failed to boot the synced job; retrying cannot help until it is started again."""
-
-    code = ErrorCode.ENGINE_BOOT_FAILED
-
-
-class ModelNotFound(ProxyError):
-    """A data-plane call named a model this proxy does not serve."""
-
-    code = ErrorCode.MODEL_NOT_FOUND
-
-
-class UpstreamUnavailable(ProxyError):
-    """No policy deployment could answer (e.g. the trainer is restarting): retry later."""
-
-    code = ErrorCode.UPSTREAM_UNAVAILABLE
-
-
-STORE_ERROR_CODES: dict[type[ajet_store.StoreError], ErrorCode] = {
-    ajet_store.NotFound: ErrorCode.EPISODE_NOT_FOUND,
-    ajet_store.Conflict: ErrorCode.EPISODE_CONFLICT,
-    ajet_store.WrongState: ErrorCode.WRONG_STATE,
-    ajet_store.NotRolling: ErrorCode.ENGINE_NOT_READY,
-    ajet_store.TrainerSilent: ErrorCode.TRAINER_UNRESPONSIVE,
-    ajet_store.SchemaMismatch: ErrorCode.STORE_ERROR,
-    ajet_store.StoreUnavailable: ErrorCode.STORE_UNAVAILABLE,
-    ajet_store.StoreWriteFailed: ErrorCode.STORE_UNAVAILABLE,
-    ajet_store.StoreRefusedValue: ErrorCode.INVALID_REQUEST,
-    ajet_store.AlreadyConsumed: ErrorCode.STORE_ERROR,
-}
-"""Store error class -> the code it is answered with (a class not listed answers as its nearest base)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +28,7 @@ class HttpError:
     detail: str
     """The human-readable reason."""
     state: Optional[str] = None
-    """The engine state, where the error depends on it."""
+    """The experiment's state, where the error depends on it."""
     fields: list[str] = field(default_factory=list)
     """Offending request fields."""
 
@@ -162,16 +92,6 @@ def error_response(err: HttpError, path: str = "") -> Response:
     )
 
 
-def store_error_code(exc: ajet_store.StoreError) -> ErrorCode:
-    """The code of a store error: its own class's, else its nearest listed base's."""
-    for cls in type(exc).__mro__:
-        if cls in STORE_ERROR_CODES:
-            return STORE_ERROR_CODES[cls]
-    return ErrorCode.STORE_ERROR
-
-
-def http_error(exc: ProxyError | ajet_store.StoreError) -> HttpError:
-    """The HTTP answer to a proxy or store error."""
-    if isinstance(exc, ProxyError):
-        return HttpError(exc.code, exc.detail, exc.state, exc.fields)
-    return HttpError(store_error_code(exc), exc.detail, exc.state)
+def http_error(exc: SwarmError) -> HttpError:
+    """The HTTP answer to an error of the tree."""
+    return HttpError(exc.code, exc.detail, exc.state, exc.fields)

@@ -13,24 +13,27 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ajet.errors import InvalidRequest
 from ajet.protocol import ErrorCode
-from ajet_proxy.errors import HttpError, InvalidRequest, error_response
+from ajet.utils.flags import shipped
+from ajet_proxy.errors import HttpError, error_response
 
 
 @dataclass(frozen=True)
 class InputLimits:
     """The bounds every request is held to."""
 
-    max_body_bytes: int = 8 * 1024 * 1024
-    """Largest request body, in bytes (413 above it)."""
+    max_body_bytes: int
+    """Largest request body, in bytes (413 above it; `max_body_bytes` of `configs/proxy.yaml` by default)."""
     max_messages: int = 4096
     """Most messages one chat request may carry."""
     max_json_depth: int = 64
     """Deepest nesting of JSON arrays and objects in a chat request."""
 
 
-DEFAULT_LIMITS = InputLimits()
-"""The limits a proxy holds requests to unless configured otherwise (frozen: safe to share)."""
+DEFAULT_LIMITS = InputLimits(max_body_bytes=int(str(shipped("proxy.yaml")["max_body_bytes"])))
+"""The limits a proxy holds requests to unless configured otherwise (`configs/proxy.yaml`; frozen: safe to
+share)."""
 
 
 def json_depth(value: Any) -> int:

@@ -13,10 +13,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from ajet.types import EpisodeStatus
-from ajet_proxy.token_history import Turn
+from ajet_proxy.episode_history import EpisodeHistory
 from ajet_store.types import EpisodeRow
 
 KEY_PREFIX = "ajet-ep-"
@@ -33,33 +33,58 @@ def hash_key(key: str) -> str:
 
 
 @dataclass
-class LiveEpisode:
-    """Mutable state of one open episode, owned by the proxy's event loop."""
+class OpenEpisode:
+    """One open episode as this proxy serves it, owned by the proxy's event loop: it changes only through its own
+    methods (a call starting and finishing, its number, the engine it sticks to, its history)."""
 
     uuid: str
+    """The episode's id."""
     key_hash: str
+    """sha256 of its key (the registry's index)."""
     client_id: str
+    """The client that began it."""
     episode_type: str
+    """`train` or `eval`."""
     timeout_s: float
+    """Seconds without a call after which it expires."""
     created_at: float
+    """Unix time it began."""
     last_active: float
+    """Unix time its last call finished (or it began)."""
     next_seq: int = 0
+    """The number its next call takes (a single proxy numbers in memory; with a shared store, the store does)."""
     in_flight: int = 0
-    deployment: Optional[str] = None
-    responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """Responses API: each response's conversation (chat messages) by response id, for `previous_response_id`
-    (a cache: a miss is rebuilt from the response's logged call, `Store.response_call`)."""
-    turn: Optional[Turn] = None
-    """The episode's last answered call, as its next call may extend it (`ajet_proxy.token_history`)."""
-    turn_from_store: bool = False
-    """Whether `turn` is to be read from the store first: the episode had calls before this proxy knew it (or,
-    with a shared store, another proxy served its last call)."""
-    turn_seq: int = -1
-    """The call number `turn` came from (-1: none)."""
+    """Calls being served now (an episode with one is never idle)."""
+    engine: Optional[str] = None
+    """The engine it sticks to (prefix-cache reuse), once one answered it."""
+    history: EpisodeHistory = field(default_factory=EpisodeHistory)
+    """Its answered turns: the token history and Responses' conversations."""
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""
         return 0.0 if self.in_flight else max(0.0, now - self.last_active)
+
+    def call_started(self) -> None:
+        """A call of this episode is being served."""
+        self.in_flight += 1
+
+    def call_finished(self, now: float) -> None:
+        """A call ended (answered, refused or cut off): the episode's idle clock starts again."""
+        self.in_flight -= 1
+        self.last_active = now
+
+    def take_number(self) -> int:
+        """The next call number (a single proxy's own numbering)."""
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        return seq
+
+    def numbered(self, seq: int) -> None:
+        """The store gave a call number `seq` (a shared store numbers every proxy's calls)."""
+        self.next_seq = seq + 1
+
+    def stick_to(self, engine: Optional[str]) -> None:
+        """Send the episode's next calls to `engine` (None: pick again)."""
+        self.engine = engine
 
 
 def closed_reason(row: EpisodeRow) -> Optional[str]:
@@ -83,10 +108,10 @@ def refused_key_reason(row: Optional[EpisodeRow]) -> str:
     return f"episode {row.uuid} is not known to this proxy yet; retry"  # a single proxy's insert not yet read
 
 
-def live_from_row(row: EpisodeRow, next_seq: int) -> LiveEpisode:
-    """An open episode's live state, from its store row (its next call numbered `next_seq`; its last turn, if it
-    had calls, to be read from the store)."""
-    return LiveEpisode(
+def open_from_row(row: EpisodeRow, next_seq: int) -> OpenEpisode:
+    """An open episode as this proxy serves it, from its store row (its next call numbered `next_seq`; the turns
+    of calls before it are read from the store when a call needs them)."""
+    return OpenEpisode(
         uuid=row.uuid,
         key_hash=row.key_hash,
         client_id=row.client_id,
@@ -95,24 +120,23 @@ def live_from_row(row: EpisodeRow, next_seq: int) -> LiveEpisode:
         created_at=row.created_at,
         last_active=row.last_active_at,
         next_seq=next_seq,
-        turn_from_store=next_seq > 0,
     )
 
 
-class EpisodeRegistry:
+class OpenEpisodes:
     """Open episodes by key hash and by uuid. Thread-safe for the control routes' thread pool."""
 
     def __init__(self) -> None:
-        self._by_hash: dict[str, LiveEpisode] = {}
-        self._by_uuid: dict[str, LiveEpisode] = {}
+        self._by_hash: dict[str, OpenEpisode] = {}
+        self._by_uuid: dict[str, OpenEpisode] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._by_uuid)
 
-    def add_row(self, row: EpisodeRow, next_seq: int = 0) -> LiveEpisode:
+    def add_row(self, row: EpisodeRow, next_seq: int = 0) -> OpenEpisode:
         """Register an open episode from its store row; its next call is numbered `next_seq`."""
-        ep = live_from_row(row, next_seq)
+        ep = open_from_row(row, next_seq)
         with self._lock:
             known = self._by_uuid.get(ep.uuid)
             if known is not None:  # a retried begin gave it a new key: the lost one stops working
@@ -121,11 +145,11 @@ class EpisodeRegistry:
             self._by_uuid[ep.uuid] = ep
         return ep
 
-    def by_key_hash(self, key_hash: str) -> Optional[LiveEpisode]:
+    def by_key_hash(self, key_hash: str) -> Optional[OpenEpisode]:
         """The open episode of a key hash (dict lookup, no lock needed for reads)."""
         return self._by_hash.get(key_hash)
 
-    def by_uuid(self, uuid: str) -> Optional[LiveEpisode]:
+    def by_uuid(self, uuid: str) -> Optional[OpenEpisode]:
         """The open episode of that id, if this proxy has it open."""
         return self._by_uuid.get(uuid)
 
@@ -143,7 +167,7 @@ class EpisodeRegistry:
             self._by_hash.clear()
             self._by_uuid.clear()
 
-    def snapshot(self) -> list[LiveEpisode]:
+    def snapshot(self) -> list[OpenEpisode]:
         """A copy of the live episodes."""
         with self._lock:
             return list(self._by_uuid.values())

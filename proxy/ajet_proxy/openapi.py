@@ -3,14 +3,14 @@
 - Every control route documents its error answers as `ErrorBody` (the 422 included: FastAPI's own
   `HTTPValidationError` shape is never sent).
 - The data plane documents OpenAI's error object, its request body (the chat fields the proxy checks,
-  `ajet.chat_fields`) and its two success shapes (JSON, or an SSE stream).
+  `ajet.chat_request`) and its two success shapes (JSON, or an SSE stream).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ajet.chat_fields import (
+from ajet.chat_request import (
     MAX_STOP_STRINGS,
     MAX_TOKENS_RANGE,
     MAX_TOP_LOGPROBS,
@@ -24,11 +24,14 @@ from ajet.protocol import AnthropicErrorBody, ErrorBody, OpenAIErrorBody
 CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Wrong or missing swarm token (`Unauthorized`)"},
     404: {"model": ErrorBody, "description": "Unknown episode (`EpisodeNotFound`)"},
-    409: {"model": ErrorBody, "description": "Wrong engine state or episode status (`WrongState`, `EpisodeConflict`)"},
+    409: {
+        "model": ErrorBody,
+        "description": "Wrong experiment's state or episode status (`WrongState`, `EpisodeConflict`)",
+    },
     413: {"model": ErrorBody, "description": "Body over the proxy's size limit (`RequestTooLarge`)"},
     422: {"model": ErrorBody, "description": "Malformed body; `fields` names the offending fields (`InvalidRequest`)"},
     500: {"model": ErrorBody, "description": "The store failed (`StoreError`)"},
-    503: {"model": ErrorBody, "description": "Not now: the engine is not ready (`EngineNotReady`, with Retry-After)"},
+    503: {"model": ErrorBody, "description": "Not now: the engine is not ready (`NotReady`, with Retry-After)"},
 }
 """Error answers of every `/swarm/*` route."""
 
@@ -39,7 +42,7 @@ DATA_PLANE_ERRORS: dict[int | str, dict[str, Any]] = {
     500: {"model": OpenAIErrorBody, "description": "The store could not record the call"},
     503: {
         "model": OpenAIErrorBody,
-        "description": "The engine is not ROLLING, or no policy deployment answers (with Retry-After)",
+        "description": "The engine is not ROLLING, or no engine answers (with Retry-After)",
     },
 }
 """Error answers of every `/v1/*` route."""

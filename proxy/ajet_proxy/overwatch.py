@@ -50,7 +50,7 @@ def pool_text(stat: RolloutStat) -> Text:
 
 
 def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: str = "") -> Text:
-    """URL, engine state and time in it, step, policy version, calls and errors, connection."""
+    """URL, experiment's state and time in it, step, policy version, calls and errors, connection."""
     out = Text(f"{url}  ")
     if not connected:
         out.append("DISCONNECTED", style="bold white on red")
@@ -58,7 +58,7 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
         return out
     out.append("CONNECTED", style="bold green")
     if stat is not None:
-        e = stat.engine
+        e = stat.experiment
         out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)")
         out.append(updating_text(e), style="bold cyan")
         out.append(
@@ -274,7 +274,7 @@ class Overwatch(App[None]):
     def _read_new_steps(self) -> None:
         """Append the steps recorded since the last read (a new run starts the history over)."""
         after = self.history[-1].step if self.history else 0
-        if self.stat is not None and self.stat.engine.global_step < after:
+        if self.stat is not None and self.stat.experiment.global_step < after:
             self.history, after = [], 0  # the store was rolled back or replaced
         while True:
             page = self.client.get_steps(after=after)

@@ -10,8 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ajet_store.errors import NotFound
+from ajet.errors import AjetError
 from ajet_store.types import StepRow
+
+
+class NothingToPlot(AjetError):
+    """The store has no training step to plot."""
+
 
 PANELS = (
     ("reward_mean", "mean reward"),
@@ -48,7 +53,7 @@ def plot_steps(steps: Sequence[StepRow], out: Path, title: str = "AgentJet Swarm
     import matplotlib.pyplot as plt
 
     if not steps:
-        raise NotFound("the store has no training step yet: nothing to plot")
+        raise NothingToPlot("the store has no training step yet: nothing to plot")
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(8, 2.2 * len(PANELS)), sharex=True)
     for ax, (metric, label) in zip(axes, PANELS):
         xs, ys = series(steps, metric)

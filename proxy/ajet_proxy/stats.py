@@ -16,19 +16,19 @@ from ajet.stat_types import (
     StepInfo,
     TaskStat,
 )
-from ajet.types import EngineStatus
-from ajet_proxy.open_episodes import LiveEpisode
+from ajet.types import ExperimentStatus
+from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
 from ajet_store.episodes import trainer_silence
-from ajet_store.types import CallRecord, EngineRow, EpisodeRow, PoolEpisode, StepRow
+from ajet_store.types import CallRecord, EpisodeRow, ExperimentRow, PoolEpisode, StepRow
 
 _DEFAULT_JOB = AgentJetJob()
 """Whose batch shape the statistics show before the first sync."""
 
 
-def engine_status(row: EngineRow, now: float) -> EngineStatus:
-    """The engine row as the wire type."""
-    return EngineStatus(
+def experiment_status(row: ExperimentRow, now: float) -> ExperimentStatus:
+    """The experiment's row as the wire type."""
+    return ExperimentStatus(
         state=row.state,
         state_seconds=max(0.0, now - row.state_since),
         global_step=row.global_step,
@@ -44,13 +44,13 @@ def engine_status(row: EngineRow, now: float) -> EngineStatus:
     )
 
 
-def batch_shape(row: EngineRow) -> tuple[int, int]:
+def batch_shape(row: ExperimentRow) -> tuple[int, int]:
     """(batch_size, num_repeat) of the synced job, or the default job's."""
     job = row.job or _DEFAULT_JOB
     return job.batch_size, job.num_repeat
 
 
-def mission_caps(row: EngineRow) -> dict[str, float]:
+def mission_caps(row: ExperimentRow) -> dict[str, float]:
     """The synced job's mission mix (mission -> most share of a batch)."""
     return {} if row.job is None else dict(row.job.mission_mix)
 
@@ -76,9 +76,9 @@ def task_stats(pool: Sequence[PoolEpisode]) -> list[TaskStat]:
 
 
 def build_rollout_stat(
-    row: EngineRow,
+    row: ExperimentRow,
     pool: Sequence[PoolEpisode],
-    live: Sequence[LiveEpisode],
+    live: Sequence[OpenEpisode],
     totals: dict[str, int],
     clients: Sequence[dict[str, Any]],
     steps: Sequence[StepRow],
@@ -112,7 +112,7 @@ def build_rollout_stat(
     ]
     step_infos = [step_info(s) for s in steps]
     return RolloutStat(
-        engine=engine_status(row, now),
+        experiment=experiment_status(row, now),
         batch_mode=row.batch_mode,
         batch_size=batch_size,
         num_repeat=num_repeat,

@@ -1,75 +1,143 @@
 """An episode's history kept as tokens: the pure rules (token in, token out).
 
-Real tokenizers break "re-render the conversation and the ids extend the last prompt + completion": byte-level
+Real tokenizers break "re-render the conversation and the ids extend an earlier prompt + completion": byte-level
 BPE need not give back the split the model sampled, a cut multi-byte character re-encodes differently, templates
-re-render tool-call JSON and drop earlier `<think>` blocks. So the proxy keeps each episode's last turn (`Turn`):
-the messages it was sent, the ids of its prompt and completion, and the answer it returned. A call whose
-messages are that turn's messages, then that answer, then new messages (`plan`) gets the prompt
+re-render tool-call JSON and drop earlier `<think>` blocks. So the proxy keeps every answered turn of an episode
+(`Turn`: the messages it was sent, its prompt and completion ids, the answer it returned), and a call whose messages
+are an earlier turn's messages, then that turn's answer, then new messages, gets the prompt
 
-    previous prompt ids + completion ids + the tokens of only the new messages (`delta_ids`)
+    that turn's prompt ids + completion ids + the tokens of only the new messages (`delta_ids`)
 
-and the episode stays one sequence, which is what the model generated. Anything else is rendered whole and
-labelled with its reason. The new messages' tokens come from the chat template through the engine's `/tokenize`:
-after a neutral one-turn conversation (`neutral_prefix`: the system message, a placeholder question and an
-answer with the real tool calls but no reasoning), so neither the conversation's length nor a template that
-drops earlier `<think>` blocks changes them; the tokens after that answer's end-of-turn token are the new
-messages' (with the template's turn close when the model's own answer did not end with it).
+so each conversation inside an episode stays one sequence of exactly what the model generated. The turn a call
+continues is the longest one it extends, not only the last (`plan`): two agents taking turns, parallel calls and
+branches each continue their own conversation. A call that continues no turn starts a new segment, with its cause
+(`segment:new_conversation`, `segment:compacted`), or is a fallback when it shares an earlier turn's history but
+edits it (`fallback:<reason>`); both are rendered whole.
+
+The new messages' tokens come from the chat template, through the engine's `/tokenize`, rendered after a neutral
+turn (`neutral_prefix`: the system message, a placeholder question and an answer with the real tool calls). That
+answer is never the conversation's last turn in any rendering used here, so templates that render the last
+assistant turn differently (Qwen3 as shipped adds an empty `<think>` block to it) cannot move the boundary. The
+boundary is found by rendering twice with two one-letter answers (`ANSWER_TEXTS`): everything after the answer's
+text is the same in both (`common_suffix`), and its first turn close (`close_token`, probed the same way) ends the
+answer's turn; the close is left out when the model's own completion already ended with it.
 
 Messages compare by what the template reads: role, text, tool calls (name and arguments parsed from JSON, so a
-framework that re-serialises arguments still matches), the tool result's text; never ids or reasoning. A turn
-keeps the messages as they were sent and compares them as dicts first, so an episode of one call pays nothing
-for its history and the canonical form is made only for a message that differs.
+framework that re-serialises arguments still matches), the tool result's text; never ids or reasoning. Dicts are
+compared as they are first, so the canonical form is made only for a message that differs.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import orjson
 
-from ajet.chat_fields import content_text
+from ajet.chat_request import content_text
 
 FIRST = "first"
 """The label of an episode's first call (nothing to extend)."""
 EXTENDED = "extended"
-"""The label of a call whose prompt is the token history plus the new messages."""
+"""The label of a call whose prompt is an earlier turn's ids plus the new messages' tokens."""
 RENDERED = "rendered"
 """The label of a call of a job with `token_history="rendered"`."""
+SEGMENT = "segment:"
+"""The prefix of the label of a call that starts a new conversation in the episode; the cause follows:
+`new_conversation` (it shares no turn's history past the system messages: a second agent, a fresh start) or
+`compacted` (it keeps the start of a conversation and puts something else than a model turn where one was: a
+summary, a new instruction)."""
 FALLBACK = "fallback:"
-"""The prefix of a fallback's label; the reason follows (`fallback:history_edited`)."""
+"""The prefix of a fallback's label (a call that shares an earlier turn's history but cannot continue it exactly);
+the reason follows (`fallback:answer_edited`)."""
+
+NEW_CONVERSATION = SEGMENT + "new_conversation"
+COMPACTED = SEGMENT + "compacted"
+
+REASONS = {
+    "system_changed": "an earlier turn's conversation and answer, under other system messages",
+    "repeated": "the same messages as an earlier call (a retry)",
+    "no_new_messages": "an earlier turn's messages and answer, and nothing after them",
+    "answer_edited": "an earlier turn's answer, sent back changed (text, tool calls or arguments)",
+    "history_edited": "an earlier turn's history with a message changed",
+    "tools_changed": "an earlier turn's conversation with other tools",
+    "tokenize_failed": "the engine could not render the new messages (/tokenize failed)",
+    "template_has_no_turn_close": "the chat template renders no token that closes an assistant turn",
+    "template_not_prefix_stable": "the chat template renders the new messages differently after other history",
+}
+"""Every fallback reason, and what it means (docs/design.md lists them)."""
 
 PLACEHOLDER = "?"
-"""The text of the neutral prefix's question and answer."""
+"""The text of the neutral prefix's question."""
+ANSWER_TEXTS = ("A", "B")
+"""The two one-letter answers whose renderings differ only in the answer's text."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Turn:
-    """What an episode's last answered call leaves for the next one."""
+    """An answered call, as a later call may continue it. `messages` and `ids` may be longer than this turn's:
+    once a later call continues it exactly, the turn shares that call's lists (`rebase`), so an episode keeps its
+    history once, not once per call."""
 
+    seq: int
+    """The call's number in its episode."""
     messages: Sequence[dict[str, Any]]
-    """The call's messages, as sent."""
+    """The call's messages (its first `n_messages`; the rest belong to a call that continued it)."""
+    n_messages: int
+    """How many messages the call sent."""
     tools: Any
     """Its tools as the template saw them (None when none)."""
-    prompt_ids: Sequence[int]
-    """The prompt ids the engine ran."""
-    completion_ids: Sequence[int]
-    """The completion ids it sampled."""
+    ids: Sequence[int]
+    """Its prompt ids then completion ids (the first `n_ids`)."""
+    n_prompt: int
+    """How many of `ids` are the prompt."""
+    n_ids: int
+    """Prompt + completion ids."""
     answer: dict[str, Any]
     """The assistant message the proxy returned (`answer_message`)."""
+    response_id: Optional[str] = None
+    """The Responses API's id of the answer, when the call came through `/v1/responses`."""
+    instructions_first: bool = False
+    """Its first message is a Responses request's `instructions` (not part of the conversation it continues)."""
+
+    @property
+    def prompt_ids(self) -> Sequence[int]:
+        """The prompt ids the engine ran."""
+        return self.ids[: self.n_prompt]
+
+    @property
+    def completion_ids(self) -> Sequence[int]:
+        """The completion ids it sampled."""
+        return self.ids[self.n_prompt : self.n_ids]
+
+    def full_ids(self) -> list[int]:
+        """Prompt + completion ids: what a call continuing this turn starts with."""
+        return list(self.ids[: self.n_ids])
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """Its messages (less Responses' instructions) and its answer: what `previous_response_id` continues."""
+        start = 1 if self.instructions_first else 0
+        return [*self.messages[start : self.n_messages], self.answer]
+
+    def rebase(self, messages: Sequence[dict[str, Any]], ids: Sequence[int]) -> None:
+        """Share the lists of a call that continued this turn exactly (its messages and prompt ids begin with
+        this turn's)."""
+        self.messages, self.ids = messages, ids
 
 
 @dataclass(frozen=True)
 class Extension:
-    """A call that extends the last turn: its messages from `start` on are new."""
+    """A call that continues an earlier turn: its messages from `start` on are new."""
 
+    parent: Turn
+    """The turn it continues (the longest one it extends)."""
     start: int
-    """Index of the first new message (the returned answer is at `start - 1`)."""
+    """Index of the first new message (the parent's answer is at `start - 1`)."""
 
 
 Plan = Union[Extension, str]
-"""What a call's prompt will be: an `Extension`, or the label it is rendered under (`first`, `fallback:...`)."""
+"""What a call's prompt will be: an `Extension`, or the label it is rendered under."""
 
 
 def _arguments(args: Any) -> Any:
@@ -116,64 +184,135 @@ def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a == b or canonical_message(a) == canonical_message(b)
 
 
-def plan(prev: Optional[Turn], messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
-    """Whether a call extends the episode's last turn, and where its new messages start; else why not.
+def shared_messages(messages: Sequence[dict[str, Any]], turn: Turn) -> int:
+    """How many leading messages a call shares with a turn's messages followed by its answer."""
+    n = 0
+    limit = min(len(messages), turn.n_messages)
+    while n < limit and same_message(messages[n], turn.messages[n]):
+        n += 1
+    if n == turn.n_messages and len(messages) > n and same_message(messages[n], turn.answer):
+        n += 1
+    return n
 
-    The reasons: `history_truncated` (fewer messages than before, e.g. turns dropped), `system_changed`,
-    `history_edited` (an earlier message differs), `answer_edited` (the answer sent back is not the one
-    returned), `no_new_messages` (the same conversation again, e.g. a retry), `tools_changed`."""
-    if prev is None:
+
+def system_head(messages: Sequence[dict[str, Any]]) -> int:
+    """How many system (or developer) messages a conversation starts with."""
+    n = 0
+    while n < len(messages) and messages[n].get("role") in ("system", "developer"):
+        n += 1
+    return n
+
+
+def plan(turns: Iterable[Turn], messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
+    """Which earlier turn a call continues (the longest it extends: its messages, its answer, then more), and where
+    its new messages start; else the label it is rendered under (`classify`)."""
+    candidates = sorted(turns, key=lambda t: (t.n_messages, t.seq), reverse=True)
+    if not candidates:
         return FIRST
-    n = len(prev.messages)
-    if len(messages) < n + 1:
-        return FALLBACK + ("no_new_messages" if len(messages) == n else "history_truncated")
-    for i in range(n):
-        if not same_message(messages[i], prev.messages[i]):
-            changed = "system_changed" if i == 0 and messages[0].get("role") in ("system", "developer") else None
-            return FALLBACK + (changed or "history_edited")
-    if canonical_message(messages[n]) != canonical_message(prev.answer):
-        return FALLBACK + "answer_edited"
-    if len(messages) == n + 1:
+    tools_differ = None
+    for turn in candidates:
+        n = turn.n_messages
+        if n + 1 >= len(messages) or shared_messages(messages, turn) != n + 1:
+            continue
+        if tools == turn.tools or canonical_tools(tools) == canonical_tools(turn.tools):
+            return Extension(turn, n + 1)
+        tools_differ = tools_differ or turn
+    return FALLBACK + "tools_changed" if tools_differ is not None else classify(candidates, messages)
+
+
+def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:
+    """Why a call continues none of `turns`: a new segment when it shares no history with them past its system
+    messages and sends back none of the model's turns (another agent, a fresh start, a summary), or keeps a
+    conversation's start and puts something else than a model turn where one was (a compaction); else a fallback
+    naming how it edited the history it shares."""
+    shared, turn = max(((shared_messages(messages, t), t) for t in turns), key=lambda st: (st[0], st[1].seq))
+    if shared <= system_head(messages):
+        if any(_only_system_differs(messages, t) for t in turns):
+            return FALLBACK + "system_changed"
+        return FALLBACK + "history_edited" if _repeats_a_model_turn(messages, turns) else NEW_CONVERSATION
+    n = turn.n_messages
+    if shared == len(messages) == n:
+        return FALLBACK + "repeated"
+    if shared == len(messages) == n + 1:
         return FALLBACK + "no_new_messages"
-    if tools != prev.tools and canonical_tools(tools) != canonical_tools(prev.tools):
-        return FALLBACK + "tools_changed"
-    return Extension(n + 1)
+    at = turn.answer if shared == n else turn.messages[shared]  # the turn's message where the call differs
+    if at.get("role") == "assistant":
+        if shared < len(messages) and messages[shared].get("role") != "assistant":
+            return COMPACTED  # a model turn replaced by a summary (or dropped, with what followed it)
+        return FALLBACK + ("answer_edited" if shared == n else "history_edited")
+    return FALLBACK + "history_edited"
 
 
-def neutral_prefix(messages: Sequence[dict[str, Any]], prev: Turn) -> list[dict[str, Any]]:
-    """The conversation the new messages are rendered after: the system message (if any), a placeholder
-    question, and a placeholder answer carrying the real answer's tool calls (no reasoning)."""
-    head = [dict(messages[0])] if messages and messages[0].get("role") in ("system", "developer") else []
-    answer: dict[str, Any] = {"role": "assistant", "content": PLACEHOLDER}
-    if prev.answer.get("tool_calls"):
-        answer["tool_calls"] = list(prev.answer["tool_calls"])
+def _only_system_differs(messages: Sequence[dict[str, Any]], turn: Turn) -> bool:
+    """Whether a call would continue `turn` but for its system messages (a system prompt that changes each call)."""
+    head, turn_head = system_head(messages), system_head(turn.messages[: turn.n_messages])
+    rest = [*turn.messages[turn_head : turn.n_messages], turn.answer]
+    if len(messages) - head <= len(rest):
+        return False
+    return all(same_message(messages[head + i], m) for i, m in enumerate(rest))
+
+
+def _repeats_a_model_turn(messages: Sequence[dict[str, Any]], turns: Sequence[Turn]) -> bool:
+    """Whether a call sends back, as the model's, a turn the model took in this episode: then it edits that history
+    (the first question changed, say), where a new conversation (another agent, a summary) holds none of it."""
+    said = {canonical_message(t.answer) for t in turns}
+    said |= {canonical_message(m) for t in turns for m in t.messages[: t.n_messages] if m.get("role") == "assistant"}
+    return any(canonical_message(m) in said for m in messages if m.get("role") == "assistant")
+
+
+def neutral_prefix(messages: Sequence[dict[str, Any]], parent: Turn, text: str) -> list[dict[str, Any]]:
+    """The conversation the new messages are rendered after: the call's system messages, a placeholder question,
+    and an answer of `text` carrying the parent's tool calls (no reasoning)."""
+    head = [dict(m) for m in messages[: system_head(messages)]]
+    answer: dict[str, Any] = {"role": "assistant", "content": text}
+    if parent.answer.get("tool_calls"):
+        answer["tool_calls"] = list(parent.answer["tool_calls"])
     return head + [{"role": "user", "content": PLACEHOLDER}, answer]
 
 
-def close_token(without_answer: Sequence[int], with_answer: Sequence[int], answer_ids: Sequence[int]) -> Optional[int]:
-    """The template's end-of-turn token: what follows a one-word answer's tokens (`answer_ids`) in a rendered
-    conversation (`with_answer`), after the same conversation's generation prompt (`without_answer`); None when
-    the renderings do not line up that way."""
-    k = len(without_answer) + len(answer_ids)
-    if len(with_answer) <= k or list(with_answer[: len(without_answer)]) != list(without_answer):
+def close_probe(text: str) -> list[dict[str, Any]]:
+    """The conversation whose rendering shows an assistant turn's close: a question, an answer of `text`, and a
+    question after it (so the answer is never the last turn)."""
+    question = {"role": "user", "content": PLACEHOLDER}
+    return [question, {"role": "assistant", "content": text}, question]
+
+
+def common_suffix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many trailing ids two renderings share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def after_answer(a: Sequence[int], b: Sequence[int]) -> Optional[list[int]]:
+    """What follows the answer's text in two renderings that differ only in a one-letter answer: their common
+    suffix, when they differ in exactly one token at the same place (else None: the letter merged with what is
+    around it, so the boundary is not clean)."""
+    if len(a) != len(b):
         return None
-    if list(with_answer[len(without_answer) : k]) != list(answer_ids):
+    suffix = common_suffix(a, b)
+    if list(a[: len(a) - suffix - 1]) != list(b[: len(b) - suffix - 1]):
         return None
-    return with_answer[k]
+    return list(a[len(a) - suffix :])
+
+
+def close_token(rendered_a: Sequence[int], rendered_b: Sequence[int]) -> Optional[int]:
+    """The template's end-of-turn token: the first token after the answer's text in the two `close_probe`
+    renderings; None when they do not line up."""
+    after = after_answer(rendered_a, rendered_b)
+    return after[0] if after else None
 
 
 def delta_ids(
-    prefix_ids: Sequence[int], extended_ids: Sequence[int], close: int, completion_ids: Sequence[int]
+    rendered_a: Sequence[int], rendered_b: Sequence[int], close: int, completion_ids: Sequence[int]
 ) -> Optional[list[int]]:
-    """The new messages' tokens: what `extended_ids` (the neutral prefix + the new messages, with the generation
-    prompt) adds after the neutral answer's turn close in `prefix_ids` (the neutral prefix alone). The close's
-    first token is left out when the model's completion already ended with it. None when the two renderings do
-    not share that prefix (the template re-renders the prefix when messages follow)."""
-    try:
-        at = len(prefix_ids) - 1 - list(reversed(prefix_ids)).index(close)
-    except ValueError:
+    """The new messages' tokens (and the generation prompt): what follows the neutral answer's turn close in the
+    two renderings of `neutral_prefix` + the new messages. The close is left out when the model's completion
+    already ended with it. None when the renderings do not line up, or no close ends the answer's turn."""
+    after = after_answer(rendered_a, rendered_b)
+    if after is None or close not in after:
         return None
-    if list(extended_ids[:at]) != list(prefix_ids[:at]) or len(extended_ids) <= at or extended_ids[at] != close:
-        return None
+    at = after.index(close)
     skip = 1 if completion_ids and completion_ids[-1] == close else 0
-    return list(extended_ids[at + skip :])
+    return after[at + skip :]

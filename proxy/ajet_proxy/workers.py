@@ -1,8 +1,8 @@
 """`ajet-proxy start --workers N`: N proxy processes on one listening socket, as uvicorn's own workers share one.
 
 The socket is bound once, by the parent, before anything says it listens; each worker is forked before any
-thread or event loop exists, builds its own app (its own store connections, call-log thread, upstream pool)
-and accepts on the shared socket, so the kernel spreads connections over them. The workers share the store
+thread or event loop exists, builds its own app (its own store connections, call-log thread, connection pool to
+the engines) and accepts on the shared socket, so the kernel spreads connections over them. The workers share the store
 (`ProxyConfig.shared`): an episode begun through one is called and ended through any other. The parent only
 supervises: SIGTERM / SIGINT is passed on to every worker, and a worker that dies on its own is started
 again (its clients' next calls go to the others meanwhile), with one log line saying so.

@@ -1,8 +1,10 @@
 """The AgentJet Swarm store: the contract between `ajet-proxy` and `ajet-trainer`.
 
-Tables, row types, engine state, batch policies and queries over SQLite (WAL) or PostgreSQL through
-SQLAlchemy Core. It imports neither the proxy nor the trainer, and raises its own domain errors
-(`StoreError` and below), which carry no HTTP status: the proxy maps them at its boundary.
+Tables, row types, experiment's state, batch policies and queries over SQLite (WAL) or PostgreSQL through
+SQLAlchemy Core. It imports neither the proxy nor the trainer. Its errors are the SDK's one error tree
+(`ajet.errors`): what only the store raises is `StoreError` and below (`ajet_store.errors`), with the shared wire
+errors (`EpisodeNotFound`, `EpisodeConflict`, `WrongState`, `NotReady`, `TrainerUnresponsive`) beside them; the
+proxy answers each by its code, at one boundary.
 """
 
 from ajet_store.batch_policy import (
@@ -15,54 +17,45 @@ from ajet_store.batch_policy import (
     select_batch,
     split_stale,
 )
-from ajet_store.connect import DEFAULT_DB, redact_url, sqlite_url
-from ajet_store.engine_state import QUARANTINE_AFTER
+from ajet_store.connect import redact_url, sqlite_url
 from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import (
     AlreadyConsumed,
-    Conflict,
-    NotFound,
-    NotRolling,
     SchemaMismatch,
     StoreError,
     StoreRefusedValue,
     StoreUnavailable,
     StoreWriteFailed,
-    TrainerSilent,
-    WrongState,
 )
+from ajet_store.experiments import QUARANTINE_AFTER
 from ajet_store.store import Store
 from ajet_store.tables import SCHEMA_VERSION
 from ajet_store.types import (
     BeginEpisode,
     CallRecord,
-    Deployment,
     EndEpisode,
-    EngineRow,
     EpisodeChange,
     EpisodeRow,
+    ExperimentRow,
     PoolEpisode,
+    RegisteredEngine,
     RewardedEpisode,
     StepRow,
 )
 
 __all__ = [
-    "DEFAULT_DB",
     "QUARANTINE_AFTER",
     "SCHEMA_VERSION",
     "TRAINER_TIMEOUT_S",
     "AlreadyConsumed",
     "BeginEpisode",
     "CallRecord",
-    "Conflict",
-    "Deployment",
     "EndEpisode",
-    "EngineRow",
+    "ExperimentRow",
     "EpisodeChange",
     "EpisodeRow",
-    "NotFound",
-    "NotRolling",
     "PoolEpisode",
+    "RegisteredEngine",
     "RewardedEpisode",
     "SchemaMismatch",
     "StepRow",
@@ -71,8 +64,6 @@ __all__ = [
     "StoreRefusedValue",
     "StoreUnavailable",
     "StoreWriteFailed",
-    "TrainerSilent",
-    "WrongState",
     "all_progress",
     "group_by_task",
     "is_dummy",

@@ -2,7 +2,7 @@
 
 SQLite (WAL) by default; any SQLAlchemy URL (PostgreSQL) through the same Core statements. On SQLite,
 write transactions start with `BEGIN IMMEDIATE` so two processes never dead-lock upgrading a read
-lock; reads run on a separate engine with plain `BEGIN`.
+lock; reads run on a separate handle with plain `BEGIN`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any, Optional, Union
 import sqlalchemy as sa
 from sqlalchemy import event
 
-DEFAULT_DB = "sqlite:///./ajet-swarm.db"
-"""The store `ajet-proxy` and `ajet-trainer` share when no `--db` (or `AJET_DB`) is given."""
+from ajet.utils.flags import shipped
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -31,10 +30,10 @@ def sqlite_path(url: str) -> Optional[Path]:
     return None
 
 
-def _sqlite_engine(url: str, immediate: bool) -> sa.Engine:
-    eng = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+def _sqlite_handle(url: str, immediate: bool) -> sa.Engine:
+    db = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
-    @event.listens_for(eng, "connect")
+    @event.listens_for(db, "connect")
     def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
@@ -43,11 +42,11 @@ def _sqlite_engine(url: str, immediate: bool) -> sa.Engine:
         cur.execute("PRAGMA busy_timeout=60000")
         cur.close()
 
-    @event.listens_for(eng, "begin")
+    @event.listens_for(db, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
-    return eng
+    return db
 
 
 def redact_url(url: str) -> str:
@@ -66,8 +65,9 @@ def driver_url(url: str) -> str:
     return url
 
 
-DEFAULT_FILE_MODE = 0o600
-"""Permissions of a new SQLite store (it holds every prompt and answer): the owner's only."""
+DEFAULT_FILE_MODE = int(str(shipped("proxy.yaml")["db_mode"]), 8)
+"""Permissions of a new SQLite store (it holds every prompt and answer): `db_mode` of `configs/proxy.yaml`, the
+owner's only."""
 
 
 class FileMode(int):
@@ -90,19 +90,20 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def make_engines(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:
-    """(write engine, read engine); the same engine twice for servers that need no BEGIN IMMEDIATE.
+def connect_database(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:
+    """The database's handles (SQLAlchemy calls them engines): (for writes, for reads); the same handle twice for
+    servers that need no BEGIN IMMEDIATE.
 
     A SQLite file that does not exist yet is created with `file_mode`; SQLite gives its `-wal` and `-shm`
     files the same permissions.
     """
     if not url.startswith("sqlite"):
-        eng = sa.create_engine(driver_url(url), pool_pre_ping=True)
-        return eng, eng
+        db = sa.create_engine(driver_url(url), pool_pre_ping=True)
+        return db, db
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, file_mode))  # an empty file is an empty database
             os.chmod(path, file_mode)  # whatever the umask took away or left
-    return _sqlite_engine(url, immediate=True), _sqlite_engine(url, immediate=False)
+    return _sqlite_handle(url, immediate=True), _sqlite_handle(url, immediate=False)

@@ -1,4 +1,4 @@
-"""The store's connections and schema check: one write engine, one read engine (`connect.py`), one
+"""The store's database handles and schema check: one for writes, one for reads (`connect.py`), one
 transaction per store method."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Iterator, TypeVar
 
 import sqlalchemy as sa
 
-from ajet.types import BatchMode, EngineState
+from ajet.types import BatchMode, ExperimentState
 from ajet_store import migrate
 from ajet_store import tables as t
-from ajet_store.connect import DEFAULT_FILE_MODE, make_engines, redact_url
+from ajet_store.connect import DEFAULT_FILE_MODE, connect_database, redact_url
 from ajet_store.errors import StoreRefusedValue, StoreUnavailable, StoreWriteFailed
 
 _Self = TypeVar("_Self", bound="Database")
@@ -27,12 +27,12 @@ class Database:
     def __init__(self, url: str, file_mode: int = DEFAULT_FILE_MODE):
         self.url = url
         try:
-            self._w, self._r = make_engines(url, file_mode)
+            self._writes, self._reads = connect_database(url, file_mode)
         except (sa.exc.ArgumentError, ImportError, OSError) as exc:  # a bad URL, a missing driver, a bad path
             raise StoreUnavailable(f"cannot use store URL {redact_url(url)!r}: {exc}") from exc
         try:
             with (
-                self._w.begin() as c
+                self._writes.begin() as c
             ):  # one process at a time creates a new store (proxies and a trainer start together)
                 if c.dialect.name == "postgresql":
                     c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": CREATE_LOCK})
@@ -47,9 +47,9 @@ class Database:
 
     def close(self) -> None:
         """Dispose of the connection pools."""
-        self._w.dispose()
-        if self._r is not self._w:
-            self._r.dispose()
+        self._writes.dispose()
+        if self._reads is not self._writes:
+            self._reads.dispose()
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -62,7 +62,7 @@ class Database:
         """One write transaction; a database error becomes the store's own (`StoreRefusedValue` for a value the
         database cannot hold, `StoreWriteFailed` for the rest), naming the store, so no caller sees SQL errors."""
         try:
-            with self._w.begin() as conn:
+            with self._writes.begin() as conn:
                 yield conn
         except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
             raise StoreRefusedValue(f"the store ({redact_url(self.url)}) refused a value: {_first_line(exc)}") from exc
@@ -72,30 +72,30 @@ class Database:
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
         try:
-            with self._r.begin() as conn:
+            with self._reads.begin() as conn:
                 yield conn
         except sa.exc.DBAPIError as exc:
             raise StoreUnavailable(f"the store ({redact_url(self.url)}) could not be read: {_first_line(exc)}") from exc
 
     def _init_rows(self, c: sa.Connection) -> None:
-        """The schema version and the engine row of a store, in the caller's transaction."""
+        """The schema version and the experiment's row of a store, in the caller's transaction."""
         version = c.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar()
         if version is None:  # a new store: created from the tables, at the newest migration
             c.execute(t.meta.insert().values(key="schema_version", value=str(t.SCHEMA_VERSION)))
             migrate.stamp_head(c)
         else:
             migrate.check_version(int(version), redact_url(self.url))
-        if c.execute(sa.select(t.engine_state.c.id)).first() is None:
+        if c.execute(sa.select(t.experiments.c.id)).first() is None:
             c.execute(
-                t.engine_state.insert().values(
+                t.experiments.insert().values(
                     id=1,
-                    state=EngineState.OFFLINE.value,
+                    state=ExperimentState.OFFLINE.value,
                     state_since=time.time(),
                     job=None,
                     global_step=0,
                     policy_version=0,
                     batch_mode=BatchMode.TASKS.value,
-                    deployments_version=0,
+                    engines_version=0,
                     run_id=0,
                 )
             )

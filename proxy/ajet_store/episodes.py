@@ -1,4 +1,5 @@
-"""Episodes: begin, end / abort / expire, and the rollout pool (their calls: `calls.py`)."""
+"""Episodes: begin, end / abort / expire, and reading them (the rollout pool: `pool.py`; their calls:
+`call_log.py`)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,17 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import sqlalchemy as sa
 
-from ajet.types import EngineState, EpisodeStatus
+from ajet.errors import EpisodeConflict, NotReady, SwarmError, TrainerUnresponsive
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
-from ajet_store.errors import Conflict, NotRolling, StoreError, TrainerSilent
 from ajet_store.types import (
     BeginEpisode,
     EndEpisode,
-    EngineRow,
     EpisodeChange,
     EpisodeRow,
-    PoolEpisode,
+    ExperimentRow,
 )
 
 _E = t.episodes.c
@@ -49,17 +49,17 @@ TRAINER_TIMEOUT_S = 30.0
 """A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
 
 
-def trainer_silence(eng: EngineRow, now: float) -> Optional[float]:
+def trainer_silence(exp: ExperimentRow, now: float) -> Optional[float]:
     """The trainer's heartbeat age where it makes begins wait (ROLLING, older than `TRAINER_TIMEOUT_S`), else
     None (a store no trainer ever beat in is not checked)."""
-    if eng.state != EngineState.ROLLING or eng.trainer_heartbeat is None:
+    if exp.state != ExperimentState.ROLLING or exp.trainer_heartbeat is None:
         return None
-    age = now - eng.trainer_heartbeat
+    age = now - exp.trainer_heartbeat
     return age if age > TRAINER_TIMEOUT_S else None
 
 
 class EpisodeOps(Database):
-    """Episode life cycle and the rollout pool."""
+    """Episode life cycle and reads."""
 
     # ------------------------------------------------------------------ life cycle
     def begin_episode(
@@ -71,11 +71,15 @@ class EpisodeOps(Database):
         timeout_s: float,
         mission: Optional[str] = None,
     ) -> EpisodeRow:
-        """Insert an open episode; only while ROLLING with a live trainer (else `NotRolling`)."""
+        """Insert an open episode; only while ROLLING with a live trainer (else `NotReady`)."""
         now, tally = time.time(), _Tally()
         with self._tx() as c:
             row = _begin(
-                c, rows.engine(c), now, BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission), tally
+                c,
+                rows.experiment(c),
+                now,
+                BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission),
+                tally,
             )
             tally.write(c, now)
             return row
@@ -96,23 +100,23 @@ class EpisodeOps(Database):
             tally.write(c, now)
             return row, changed
 
-    def apply_changes(self, changes: Sequence[EpisodeChange]) -> list[Union[EpisodeRow, StoreError]]:
+    def apply_changes(self, changes: Sequence[EpisodeChange]) -> list[Union[EpisodeRow, SwarmError]]:
         """Begin and end episodes in one transaction (group commit), in order; returns each change's episode row,
-        or in its place the domain error that refused it (`NotRolling`, `NotFound`, `Conflict`: each is raised
-        before its change writes anything, so the others still commit). Any other error rolls back them all."""
-        out: list[Union[EpisodeRow, StoreError]] = []
+        or in its place the domain error that refused it (`NotReady`, `EpisodeNotFound`, `EpisodeConflict`: each is
+        raised before its change writes anything, so the others still commit). Any other error rolls back them all."""
+        out: list[Union[EpisodeRow, SwarmError]] = []
         now = time.time()
         tally = _Tally()
         with self._tx() as c:
-            eng: Optional[EngineRow] = None  # read once a transaction, as each single begin did
+            exp: Optional[ExperimentRow] = None  # read once a transaction, as each single begin did
             for change in changes:
                 try:
                     if isinstance(change, BeginEpisode):
-                        eng = eng or rows.engine(c)
-                        out.append(_begin(c, eng, now, change, tally))
+                        exp = exp or rows.experiment(c)
+                        out.append(_begin(c, exp, now, change, tally))
                     else:
                         out.append(_end(c, now, change, tally)[0])
-                except StoreError as exc:
+                except SwarmError as exc:
                     out.append(exc)
             tally.write(c, now)
         return out
@@ -125,9 +129,9 @@ class EpisodeOps(Database):
             if row.status in (EpisodeStatus.ABORTED, EpisodeStatus.EXPIRED):
                 return row, False
             if row.status == EpisodeStatus.ENDED:
-                raise Conflict(f"episode {uuid} already ended; it cannot be aborted")
+                raise EpisodeConflict(f"episode {uuid} already ended; it cannot be aborted")
             if row.client_id != client_id:
-                raise Conflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
+                raise EpisodeConflict(f"episode {uuid} is held by client {row.client_id}, not {client_id}")
             c.execute(
                 t.episodes.update()
                 .where(t.episodes.c.uuid == uuid)
@@ -182,7 +186,7 @@ class EpisodeOps(Database):
             return None if m is None else rows.episode_from(m)
 
     def get_episode(self, uuid: str) -> EpisodeRow:
-        """One episode (`NotFound` if unknown)."""
+        """One episode (`EpisodeNotFound` if unknown)."""
         with self._read() as c:
             return rows.episode(c, uuid)
 
@@ -214,88 +218,6 @@ class EpisodeOps(Database):
                 return
             after = (page_rows[-1].created_at, page_rows[-1].uuid)
 
-    def pool_mark(self) -> tuple[int, float]:
-        """What changes whenever the rollout pool does: how many episodes it holds and when the latest ended (one
-        read of the pool index, where `pool_episodes` joins every pool episode's calls). A waiting trainer reads
-        the pool again only when this changed."""
-        e = t.episodes.c
-        q = sa.select(sa.func.count(), sa.func.max(e.ended_at)).where(*self._pool_filter())
-        with self._read() as c:
-            count, latest = c.execute(q).one()
-        return int(count), float(latest or 0.0)
-
-    @staticmethod
-    def _pool_filter() -> tuple[Any, ...]:
-        """Which episodes are in the rollout pool: ended train episodes of the current run, trainable, not consumed."""
-        e = t.episodes.c
-        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
-        return (
-            e.status == EpisodeStatus.ENDED.value,
-            e.episode_type == "train",
-            e.run_id == run,
-            e.consumed_step.is_(None),
-            e.untrainable.is_(False),
-        )
-
-    def pool_episodes(self) -> list[PoolEpisode]:
-        """Ended, trainable, not yet consumed train episodes of the current run: the rollout pool."""
-        e = t.episodes.c
-        oldest = (
-            sa.select(sa.func.min(t.llm_calls.c.policy_version))
-            .where(t.llm_calls.c.episode_uuid == e.uuid)
-            .scalar_subquery()
-        )
-        q = (
-            sa.select(
-                e.uuid,
-                e.task_id,
-                e.reward,
-                e.ended_at,
-                e.mission,
-                sa.func.coalesce(oldest, e.policy_version_start).label("oldest"),
-            )
-            .where(*self._pool_filter())
-            .order_by(e.ended_at)
-        )
-        with self._read() as c:
-            return [
-                PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission, int(r.oldest)) for r in c.execute(q)
-            ]
-
-    def drop_stale(self, uuids: Sequence[str], reason: str) -> int:
-        """Take pool episodes too old to train out of the pool for good (kept, flagged untrainable with
-        "stale: <reason>", counted as `episodes_stale`); returns how many were dropped."""
-        if not uuids:
-            return 0
-        e = t.episodes.c
-        with self._tx() as c:
-            res = c.execute(
-                t.episodes.update()
-                .where(e.uuid.in_(list(uuids)), e.consumed_step.is_(None), e.untrainable.is_(False))
-                .values(untrainable=True, untrainable_reason=(counters.STALE_PREFIX + reason)[:256])
-            )
-            counters.bump(c, {counters.STALE: res.rowcount})
-            return int(res.rowcount)
-
-    def mission_in_flight(self, mission: str) -> int:
-        """Train episodes of `mission` in the current run that a coming batch may still take: open ones, and
-        ended ones waiting in the pool (what a mission mix admits new episodes against)."""
-        e = t.episodes.c
-        run = sa.select(t.engine_state.c.run_id).where(t.engine_state.c.id == 1).scalar_subquery()
-        waiting = sa.and_(e.status == EpisodeStatus.ENDED.value, e.consumed_step.is_(None), e.untrainable.is_(False))
-        q = (
-            sa.select(sa.func.count())
-            .select_from(t.episodes)
-            .where(
-                e.mission == mission,
-                e.episode_type == "train",
-                e.run_id == run,
-                sa.or_(e.status == EpisodeStatus.OPEN.value, waiting),
-            )
-        )
-        with self._read() as c:
-            return int(c.execute(q).scalar_one())
-
 
 class _Tally:
     """The counter and per-client changes of a transaction's episode changes, written once at its end."""
@@ -314,20 +236,20 @@ class _Tally:
             rows.touch_client(c, client_id, now, counter, n)
 
 
-def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally: _Tally) -> EpisodeRow:
-    """Insert an open episode in the caller's transaction (`NotRolling`, before any write, unless ROLLING with a
+def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, tally: _Tally) -> EpisodeRow:
+    """Insert an open episode in the caller's transaction (`NotReady`, before any write, unless ROLLING with a
     live trainer). A retried begin whose episode exists already is answered with it (`_rekey`)."""
     if b.retryable:
         known = rows.episode_or_none(c, b.uuid)
         if known is not None:
             return _rekey(c, known, b, now)
-    if eng.state != EngineState.ROLLING:
-        raise NotRolling(f"episodes begin only in ROLLING; engine is {eng.state.value}", state=eng.state.value)
-    silent = trainer_silence(eng, now)
+    if exp.state != ExperimentState.ROLLING:
+        raise NotReady(f"episodes begin only in ROLLING; the experiment is {exp.state.value}", state=exp.state.value)
+    silent = trainer_silence(exp, now)
     if silent is not None:
-        raise TrainerSilent(
+        raise TrainerUnresponsive(
             f"no trainer heartbeat for {silent:.0f}s: the trainer is down or restarting",
-            state=eng.state.value,
+            state=exp.state.value,
             silent_s=silent,
         )
     c.execute(
@@ -342,8 +264,8 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally:
             "created_at": now,
             "last_active_at": now,
             "timeout_s": b.timeout_s,
-            "policy_version_start": eng.policy_version,
-            "run_id": eng.run_id,
+            "policy_version_start": exp.policy_version,
+            "run_id": exp.run_id,
             "untrainable": False,
             "num_calls": 0,
         },
@@ -358,7 +280,7 @@ def _begin(c: sa.Connection, eng: EngineRow, now: float, b: BeginEpisode, tally:
         created_at=now,
         last_active_at=now,
         timeout_s=b.timeout_s,
-        policy_version_start=eng.policy_version,
+        policy_version_start=exp.policy_version,
         mission=b.mission,
     )
 
@@ -367,7 +289,7 @@ def _rekey(c: sa.Connection, row: EpisodeRow, b: BeginEpisode, now: float) -> Ep
     """The retry of a begin whose answer the client lost: its episode, open and never called (the lost key was
     never used), now under the retry's key; `Conflict` if it was used or has closed since."""
     if row.client_id != b.client_id or row.status != EpisodeStatus.OPEN or row.num_calls or row.calls_reserved:
-        raise Conflict(
+        raise EpisodeConflict(
             f"this begin_episode was answered already with episode {row.uuid}, which is {row.status.value} with "
             f"{row.num_calls} call(s); a retried begin gets its episode only while it is open and unused"
         )
@@ -382,11 +304,11 @@ def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[Ep
     if row.status == EpisodeStatus.ENDED:
         if row.task_id == e.task_id and row.reward == e.reward:
             return row, False
-        raise Conflict(f"episode {e.uuid} already ended with reward {row.reward} for task {row.task_id}")
+        raise EpisodeConflict(f"episode {e.uuid} already ended with reward {row.reward} for task {row.task_id}")
     if row.status != EpisodeStatus.OPEN:
-        raise Conflict(f"episode {e.uuid} is {row.status.value}; it can no longer be ended")
+        raise EpisodeConflict(f"episode {e.uuid} is {row.status.value}; it can no longer be ended")
     if row.client_id != e.client_id:
-        raise Conflict(f"episode {e.uuid} is held by client {row.client_id}, not {e.client_id}")
+        raise EpisodeConflict(f"episode {e.uuid} is held by client {row.client_id}, not {e.client_id}")
     c.execute(
         _END_EPISODE,
         {

@@ -1,50 +1,25 @@
-"""Store errors: domain errors with no HTTP in them. The proxy maps each to a status in one table.
+"""What only the store raises: `StoreError` (the SDK's, `ajet.errors`) and its branch here. No HTTP in them: each
+class's `code` says how the proxy answers it.
 
-`StoreError` is the root. The subclasses say what went wrong in the store's own terms; `state` names
-the engine state when it matters to the caller (a client waits for ROLLING, a trainer sees a stop).
+The store also raises the wire errors every package shares, from `ajet.errors`: `EpisodeNotFound` (no row with
+that key), `EpisodeConflict` (the row's status conflicts with the change), `WrongState` (the experiment's state does
+not allow it), `NotReady` (episodes begin only in ROLLING) and `TrainerUnresponsive` (ROLLING, but the trainer's
+heartbeat is old: it is down, or it cannot write, see `Store.probe_write`).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from ajet.errors import StoreError, StoreUnavailable
+from ajet.protocol import ErrorCode
 
-
-class StoreError(Exception):
-    """Root of every store error."""
-
-    def __init__(self, detail: str, *, state: Optional[str] = None):
-        super().__init__(detail)
-        self.detail = detail
-        self.state = state
-
-
-class NotFound(StoreError):
-    """No row with that key (e.g. an unknown episode uuid)."""
-
-
-class Conflict(StoreError):
-    """The row's status conflicts with the change (end after abort, another reward, another client)."""
-
-
-class WrongState(StoreError):
-    """The engine state does not allow the change (the state is named)."""
-
-
-class NotRolling(StoreError):
-    """Episodes begin only in ROLLING with a live trainer; the caller should retry later."""
-
-
-class TrainerSilent(NotRolling):
-    """The engine is ROLLING but the trainer's heartbeat is older than the store's timeout: it is down, or it
-    cannot write (see `Store.probe_write`). `silent_s` is the heartbeat's age."""
-
-    def __init__(self, detail: str, *, state: Optional[str] = None, silent_s: float = 0.0):
-        super().__init__(detail, state=state)
-        self.silent_s = silent_s
-
-
-class StoreUnavailable(StoreError):
-    """The store URL is malformed, its database cannot be opened or created, or a write failed for good."""
+__all__ = [
+    "AlreadyConsumed",
+    "SchemaMismatch",
+    "StoreError",
+    "StoreRefusedValue",
+    "StoreUnavailable",
+    "StoreWriteFailed",
+]
 
 
 class StoreWriteFailed(StoreUnavailable):
@@ -54,7 +29,10 @@ class StoreWriteFailed(StoreUnavailable):
 
 class StoreRefusedValue(StoreError):
     """The database refused a value of the change (too long for its column, a NUL character, a non-finite JSON
-    number) that validation let through; nothing of that transaction was committed."""
+    number) that validation let through; nothing of that transaction was committed. The request's fault: answered
+    as an invalid request."""
+
+    code = ErrorCode.INVALID_REQUEST
 
 
 class SchemaMismatch(StoreError):

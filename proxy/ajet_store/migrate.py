@@ -16,12 +16,12 @@ from typing import Optional
 import sqlalchemy as sa
 
 from ajet_store import tables as t
-from ajet_store.connect import make_engines, redact_url
+from ajet_store.connect import connect_database, redact_url
 from ajet_store.errors import SchemaMismatch
 
 logger = logging.getLogger(__name__)
 
-REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 6: "0006", 7: "0007", 8: "0008"}
+REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 6: "0006", 7: "0007", 8: "0008", 9: "0009"}
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]
 
@@ -70,9 +70,9 @@ def stamp_head(conn: sa.Connection) -> None:
 
 def upgrade(url: str, revision: str = "head") -> tuple[Optional[int], int]:
     """Upgrade the store at `url` (created if empty) to `revision`; returns (version before, version after)."""
-    engine, reader = make_engines(url)
+    writes, reads = connect_database(url)
     try:
-        with engine.begin() as conn:
+        with writes.begin() as conn:
             before = stored_version(conn)
             if before is not None and before > t.SCHEMA_VERSION:
                 check_version(before, url)
@@ -81,8 +81,8 @@ def upgrade(url: str, revision: str = "head") -> tuple[Optional[int], int]:
             _run(conn, "upgrade", revision)
             after = stored_version(conn)
     finally:
-        engine.dispose()
-        reader.dispose()
+        writes.dispose()
+        reads.dispose()
     assert after is not None
     logger.info("store %s: schema %s -> %d", redact_url(url), before, after)
     return before, after

@@ -8,14 +8,14 @@ from typing import Any, Optional, Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from ajet.errors import EpisodeNotFound
 from ajet.job import AgentJetJob
-from ajet.types import BatchMode, EngineState, EpisodeStatus
+from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import tables as t
-from ajet_store.errors import NotFound
-from ajet_store.types import CallRecord, EngineRow, EpisodeRow, StepRow
+from ajet_store.types import CallRecord, EpisodeRow, ExperimentRow, StepRow
 
 # Statements of the episode life cycle, built once: building one (and its cache key) costs more than running it.
-_ENGINE = sa.select(t.engine_state).where(t.engine_state.c.id == 1)
+_EXPERIMENT = sa.select(t.experiments).where(t.experiments.c.id == 1)
 _EPISODE = sa.select(t.episodes).where(t.episodes.c.uuid == sa.bindparam("b_uuid"))
 _CLIENT_TOUCH = {
     counter: t.clients.update()
@@ -28,24 +28,24 @@ _CLIENT_TOUCH = {
 }
 
 
-def locked_engine(c: sa.Connection) -> EngineRow:
-    """The engine row, read in the caller's write transaction and locked until it ends (`FOR UPDATE` on
+def locked_experiment(c: sa.Connection) -> ExperimentRow:
+    """The experiment's row, read in the caller's write transaction and locked until it ends (`FOR UPDATE` on
     PostgreSQL, where proxies on several machines may change the state at once; SQLite's write transactions are
     already one at a time): a check-then-change of the state cannot interleave with another."""
-    return engine(c, _ENGINE.with_for_update())
+    return experiment(c, _EXPERIMENT.with_for_update())
 
 
-def engine(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> EngineRow:
-    """The single engine row, read in the caller's transaction."""
-    m = c.execute(_ENGINE if query is None else query).mappings().one()
-    return EngineRow(
-        EngineState(m["state"]),
+def experiment(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> ExperimentRow:
+    """The experiment's row (the one with id 1), read in the caller's transaction."""
+    m = c.execute(_EXPERIMENT if query is None else query).mappings().one()
+    return ExperimentRow(
+        ExperimentState(m["state"]),
         m["state_since"],
         None if m["job"] is None else AgentJetJob.from_stored(m["job"]),
         m["global_step"],
         m["policy_version"],
         BatchMode(m["batch_mode"]),
-        m["deployments_version"],
+        m["engines_version"],
         m["run_id"],
         m["trainer_heartbeat"],
         m["last_error"],
@@ -59,7 +59,7 @@ def episode(c: sa.Connection, uuid: str) -> EpisodeRow:
     """One episode (`NotFound` if unknown)."""
     row = episode_or_none(c, uuid)
     if row is None:
-        raise NotFound(f"no episode {uuid}")
+        raise EpisodeNotFound(f"no episode {uuid}")
     return row
 
 
@@ -107,12 +107,13 @@ def call_from(m: Any) -> CallRecord:
         logprobs=t.unpack_floats(m["logprobs"]),
         finish_reason=m["finish_reason"],
         policy_version=m["policy_version"],
-        deployment=m["deployment"],
+        engine=m["engine"],
         latency_ms=m["latency_ms"],
         created_at=m["created_at"],
         stream=bool(m["stream"]),
         error=m["error"],
         token_history=m["token_history"],
+        parent_seq=m["parent_seq"],
         response_id=m["response_id"],
         truncated=bool(m["truncated"]),
         client_gone=bool(m["client_gone"]),
@@ -131,12 +132,13 @@ def call_row(r: CallRecord) -> dict[str, Any]:
         "logprobs": t.pack_floats(r.logprobs),
         "finish_reason": r.finish_reason,
         "policy_version": r.policy_version,
-        "deployment": r.deployment,
+        "engine": r.engine,
         "latency_ms": r.latency_ms,
         "stream": r.stream,
         "error": r.error,
         "created_at": r.created_at,
         "token_history": r.token_history,
+        "parent_seq": r.parent_seq,
         "response_id": r.response_id,
         "truncated": r.truncated,
         "client_gone": r.client_gone,

@@ -1,25 +1,25 @@
-"""Training steps and deployments: what the trainer writes after each update, and where it serves."""
+"""Training steps: what the trainer writes after each update (episodes consumed exactly once), and prunes."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import sqlalchemy as sa
 
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.db import Database
 from ajet_store.errors import AlreadyConsumed
-from ajet_store.types import Deployment, StepRow
+from ajet_store.types import StepRow
 
 PRUNED = ""
 """The request body of a call whose bodies were pruned (its response becomes NULL)."""
 
 
 class StepOps(Database):
-    """The step log (exactly-once consumption of episodes) and the deployments table."""
+    """The step log (exactly-once consumption of episodes)."""
 
     # ------------------------------------------------------------------ steps
     def record_step(
@@ -65,10 +65,10 @@ class StepOps(Database):
                 )
             )
             resume: dict[str, Any] = {}
-            if rows.locked_engine(c).state == EngineState.WEIGHT_SYNCING:
-                resume = {"state": EngineState.ROLLING.value, "state_since": time.time()}
+            if rows.locked_experiment(c).state == ExperimentState.WEIGHT_SYNCING:
+                resume = {"state": ExperimentState.ROLLING.value, "state_since": time.time()}
             c.execute(
-                t.engine_state.update().values(
+                t.experiments.update().values(
                     global_step=step, policy_version=policy_version, update_failures=0, **resume
                 )
             )
@@ -78,7 +78,7 @@ class StepOps(Database):
         ago (token ids, logprobs, rewards, metrics and every id stay). Returns the number of calls pruned."""
         e, lc = t.episodes.c, t.llm_calls.c
         with self._tx() as c:
-            cutoff = rows.engine(c).global_step - keep_steps
+            cutoff = rows.experiment(c).global_step - keep_steps
             old = sa.select(e.uuid).where(e.consumed_step.is_not(None), e.consumed_step <= cutoff)
             res = c.execute(
                 t.llm_calls.update()
@@ -89,8 +89,8 @@ class StepOps(Database):
 
     def vacuum(self) -> None:
         """Give the space of pruned bodies back to the file system (SQLite `VACUUM`; PostgreSQL `VACUUM`)."""
-        raw = self._w.raw_connection()  # VACUUM runs outside any transaction, so not through `_tx`
-        driver = raw.driver_connection if self._w.dialect.name == "postgresql" else None
+        raw = self._writes.raw_connection()  # VACUUM runs outside any transaction, so not through `_tx`
+        driver = raw.driver_connection if self._writes.dialect.name == "postgresql" else None
         try:
             if driver is not None:
                 driver.autocommit = True  # psycopg: no implicit transaction around VACUUM
@@ -114,7 +114,7 @@ class StepOps(Database):
             if released:
                 c.execute(t.episodes.update().where(e.consumed_step > step).values(consumed_step=None))
             c.execute(t.steps.delete().where(t.steps.c.step > step))
-            c.execute(t.engine_state.update().values(global_step=step, policy_version=policy_version))
+            c.execute(t.experiments.update().values(global_step=step, policy_version=policy_version))
             return released
 
     def steps(self, last: Optional[int] = None) -> list[StepRow]:
@@ -131,46 +131,3 @@ class StepOps(Database):
         q = sa.select(t.steps).where(t.steps.c.step > after).order_by(t.steps.c.step).limit(limit)
         with self._read() as c:
             return [rows.step_from(m) for m in c.execute(q).mappings()]
-
-    # ------------------------------------------------------------------ deployments
-    def register_deployment(self, dep: Deployment) -> None:
-        """Add or replace a deployment; the proxy reloads its router."""
-        self.register_deployments([dep])
-
-    def register_deployments(self, deps: Sequence[Deployment]) -> None:
-        """Add or replace deployments in one transaction (the proxy sees all of them change at once)."""
-        now = time.time()
-        with self._tx() as c:
-            for dep in deps:
-                c.execute(t.deployments.delete().where(t.deployments.c.name == dep.name))
-                c.execute(
-                    t.deployments.insert().values(
-                        name=dep.name,
-                        base_url=dep.base_url,
-                        model=dep.model,
-                        policy_version=dep.policy_version,
-                        updated_at=now,
-                        api_key=dep.api_key,
-                    )
-                )
-            _bump_deployments(c)
-
-    def remove_deployments(self, names: Optional[Iterable[str]] = None) -> None:
-        """Remove the named deployments (all when None)."""
-        with self._tx() as c:
-            stmt = t.deployments.delete()
-            if names is not None:
-                stmt = stmt.where(t.deployments.c.name.in_(list(names)))
-            c.execute(stmt)
-            _bump_deployments(c)
-
-    def deployments(self) -> list[Deployment]:
-        """Registered deployments, by name."""
-        with self._read() as c:
-            found = c.execute(sa.select(t.deployments).order_by(t.deployments.c.name)).mappings()
-            return [Deployment(r["name"], r["base_url"], r["model"], r["policy_version"], r["api_key"]) for r in found]
-
-
-def _bump_deployments(c: sa.Connection) -> None:
-    col = t.engine_state.c.deployments_version
-    c.execute(t.engine_state.update().values(deployments_version=col + 1))

@@ -1,18 +1,22 @@
 """The store: the one contract between proxy and trainer, and the only code that writes SQL.
 
-`Store` composes the store's concerns, each in its own module over the same connections (`db.py`):
-the engine row (`engine_state.py`), episodes (`episodes.py`), their calls (`calls.py`), steps and deployments
-(`steps.py`) and the statistics (`counters.py`). Every method is one transaction.
+`Store` composes the store's concerns, each in its own module over the same database handles (`db.py`): the
+experiment's row (`experiments.py`), episodes (`episodes.py`), the rollout pool (`pool.py`), their calls
+(`call_log.py`), training steps (`steps.py`), registered engines (`engines.py`) and the statistics
+(`counters.py`). Every method is one transaction.
 """
 
 from __future__ import annotations
 
-from ajet_store.calls import CallOps
+from ajet_store.call_log import CallOps
 from ajet_store.counters import StatsOps
-from ajet_store.engine_state import EngineStateOps
+from ajet_store.engines import EngineOps
 from ajet_store.episodes import EpisodeOps
+from ajet_store.experiments import ExperimentOps
+from ajet_store.pool import PoolOps
 from ajet_store.steps import StepOps
 
 
-class Store(EngineStateOps, EpisodeOps, CallOps, StepOps, StatsOps):
-    """Engine state, episodes, LLM calls, deployments, clients and training steps of one swarm."""
+class Store(ExperimentOps, EpisodeOps, PoolOps, CallOps, StepOps, EngineOps, StatsOps):
+    """The experiment, its episodes and their LLM calls, registered engines, clients and training steps of one
+    swarm."""

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = sa.MetaData()
 
@@ -23,8 +23,8 @@ meta = sa.Table(
     sa.Column("value", sa.String(256), nullable=False),
 )
 
-engine_state = sa.Table(
-    "engine_state",
+experiments = sa.Table(
+    "experiments",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("state", sa.String(32), nullable=False),
@@ -33,7 +33,7 @@ engine_state = sa.Table(
     sa.Column("global_step", sa.Integer, nullable=False, default=0),
     sa.Column("policy_version", sa.Integer, nullable=False, default=0),
     sa.Column("batch_mode", sa.String(64), nullable=False),
-    sa.Column("deployments_version", sa.Integer, nullable=False, default=0),
+    sa.Column("engines_version", sa.Integer, nullable=False, default=0),
     sa.Column("run_id", sa.Integer, nullable=False, default=0),
     sa.Column("trainer_heartbeat", sa.Float, nullable=True),
     sa.Column("last_error", sa.String(1024), nullable=True),
@@ -92,19 +92,20 @@ llm_calls = sa.Table(
     sa.Column("logprobs", sa.LargeBinary, nullable=True),
     sa.Column("finish_reason", sa.String(32), nullable=True),
     sa.Column("policy_version", sa.Integer, nullable=False),
-    sa.Column("deployment", sa.String(128), nullable=True),
+    sa.Column("engine", sa.String(128), nullable=True),
     sa.Column("latency_ms", sa.Float, nullable=False),
     sa.Column("stream", sa.Boolean, nullable=False, default=False),
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("token_history", sa.String(64), nullable=True),
+    sa.Column("parent_seq", sa.Integer, nullable=True),
     sa.Column("response_id", sa.String(64), nullable=True, index=True),
     sa.Column("truncated", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     sa.Column("client_gone", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
 )
 
-deployments = sa.Table(
-    "deployments",
+engines = sa.Table(
+    "engines",
     metadata,
     sa.Column("name", sa.String(128), primary_key=True),
     sa.Column("base_url", sa.String(512), nullable=False),

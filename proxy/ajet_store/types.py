@@ -10,18 +10,18 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ajet.job import AgentJetJob
-from ajet.types import BatchMode, EngineState, EpisodeStatus
+from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 
 BOOT_FAILED = "boot failed: "
-"""How the trainer's `last_error` begins when a boot failed (it moves the engine OFFLINE with it)."""
+"""How the trainer's `last_error` begins when a boot failed (it moves the experiment OFFLINE with it)."""
 
 
 @dataclass(frozen=True)
-class EngineRow:
-    """The single engine row of the store."""
+class ExperimentRow:
+    """The experiment's row of the store (one experiment per swarm today: the row with id 1)."""
 
-    state: EngineState
-    """Current engine state."""
+    state: ExperimentState
+    """Where the experiment is in its life cycle."""
     state_since: float
     """Unix time the state was entered."""
     job: Optional[AgentJetJob]
@@ -32,8 +32,8 @@ class EngineRow:
     """Version of the weights now serving."""
     batch_mode: BatchMode
     """Batch policy in force for the next step."""
-    deployments_version: int
-    """Bumped whenever a deployment is registered, changed or removed."""
+    engines_version: int
+    """Bumped whenever an engine is registered, changed or removed (the proxy reloads its router then)."""
     run_id: int = 0
     """Bumped when a different job is synced; the rollout pool holds only this run's episodes."""
     trainer_heartbeat: Optional[float] = None
@@ -51,9 +51,9 @@ class EngineRow:
     @property
     def boot_failed(self) -> bool:
         """OFFLINE because booting the synced job failed: the trainer recorded the failure (`BOOT_FAILED`) in the
-        same transaction that moved the engine OFFLINE, and nothing has started it since."""
+        same transaction that moved the experiment OFFLINE, and nothing has started it since."""
         return (
-            self.state == EngineState.OFFLINE
+            self.state == ExperimentState.OFFLINE
             and self.last_error is not None
             and self.last_error.startswith(BOOT_FAILED)
             and self.last_error_at is not None
@@ -62,15 +62,15 @@ class EngineRow:
 
 
 @dataclass(frozen=True)
-class Deployment:
-    """An inference endpoint the trainer registered."""
+class RegisteredEngine:
+    """An inference engine as the trainer registered it in the store: where the proxy sends calls."""
 
     name: str
-    """Unique deployment name."""
+    """Unique engine name (`embedded-0`, `vllm-1`, `verl-vllm-0`)."""
     base_url: str
     """OpenAI-compatible base URL (ends with `/v1`)."""
     model: str
-    """Model name to send upstream (a LoRA adapter name for vLLM)."""
+    """Model name to send to the engine (a LoRA adapter name for vLLM)."""
     policy_version: int
     """The weights version it serves."""
     api_key: Optional[str] = None
@@ -191,8 +191,8 @@ class CallRecord:
     """Why generation stopped."""
     policy_version: int
     """Weights version that produced the answer."""
-    deployment: Optional[str]
-    """Deployment that answered."""
+    engine: Optional[str]
+    """Name of the engine that answered (None: refused before any engine was picked)."""
     latency_ms: float
     """Wall time through the proxy."""
     created_at: float
@@ -203,9 +203,12 @@ class CallRecord:
     """Error text if the call failed."""
     token_history: Optional[str] = None
     """How the proxy built the prompt (`ajet_proxy.token_history`): `first` (the episode's first call),
-    `extended` (the previous prompt + completion ids + the new messages' tokens: token in, token out),
-    `rendered` (the job asked for rendered history), `fallback:<reason>` (the call did not extend the previous
-    one, e.g. `fallback:history_edited`, and was rendered whole); None for calls logged before schema 6."""
+    `extended` (an earlier turn's prompt + completion ids + the new messages' tokens: token in, token out),
+    `rendered` (the job asked for rendered history), `segment:<cause>` (the call starts a new conversation in the
+    episode: `new_conversation`, `compacted`), `fallback:<reason>` (the call shares an earlier turn's history but
+    edits it, e.g. `fallback:answer_edited`, and was rendered whole); None for calls logged before schema 6."""
+    parent_seq: Optional[int] = None
+    """The number of the earlier call whose turn this call continued exactly (label `extended`); None otherwise."""
     response_id: Optional[str] = None
     """The Responses API's id of the answer (`resp_...`), for a `previous_response_id` that reaches another proxy
     (None for chat and Messages calls)."""

@@ -27,15 +27,15 @@ from ajet.client_base import (
     TransportBackoff,
     error_from_response,
 )
-from ajet.errors import EngineNotReady, ServerStoreUnavailable, SwarmServerError, SwarmTimeout
+from ajet.errors import EpisodeConflict, NotReady, StoreUnavailable, SwarmTimeout
 from ajet.job import AgentJetJob
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
     BatchMode,
-    EngineState,
-    EngineStatus,
     EpisodeContinuation,
     EpisodeResult,
+    ExperimentState,
+    ExperimentStatus,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
     Task,
@@ -101,7 +101,7 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         while True:
             try:
                 return await self._call_once(method, route, body)
-            except ServerStoreUnavailable as exc:
+            except StoreUnavailable as exc:
                 await asyncio.sleep(wait.next(exc, f"{method} {route}"))
 
     async def _call_once(self, method: str, route: str, body: Body = None) -> Any:
@@ -117,21 +117,21 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
             return resp.json()
 
     # ------------------------------------------------------------------ engine
-    async def sync_train_config(self, job: AgentJetJob) -> EngineState:
+    async def sync_train_config(self, job: AgentJetJob) -> ExperimentState:
         """Send the job to the proxy (only while OFFLINE)."""
         return OkResponse.model_validate(await self._call("POST", "sync_train_config", {"job": job.to_wire()})).state
 
-    async def start_engine(self) -> EngineState:
+    async def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
         return OkResponse.model_validate(await self._call("POST", "start_engine")).state
 
-    async def stop_engine(self) -> EngineState:
+    async def stop_engine(self) -> ExperimentState:
         """Return the engine to OFFLINE from any state; open episodes are aborted."""
         return OkResponse.model_validate(await self._call("POST", "stop_engine")).state
 
     async def auto_sync_train_config_and_start_engine(
         self, job: AgentJetJob, force_restart: bool = False
-    ) -> EngineState:
+    ) -> ExperimentState:
         """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
         answer = await self._call("POST", "auto_sync_train_config_and_start_engine", body)
@@ -140,11 +140,11 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
             logger.info("engine %s at %s", state.value, self.server_url)
         return state
 
-    async def get_engine_status(self) -> EngineStatus:
-        """The engine state, step and policy version."""
-        return EngineStatus.model_validate(await self._call("GET", "get_engine_status"))
+    async def get_engine_status(self) -> ExperimentStatus:
+        """The experiment's state, step and policy version."""
+        return ExperimentStatus.model_validate(await self._call("GET", "get_engine_status"))
 
-    async def set_batch_mode(self, mode: BatchMode | str) -> EngineState:
+    async def set_batch_mode(self, mode: BatchMode | str) -> ExperimentState:
         """Change the batch policy; it applies to the next training step."""
         return OkResponse.model_validate(
             await self._call("POST", "set_batch_mode", {"mode": BatchMode(mode).value})
@@ -160,7 +160,7 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         while True:
             try:
                 return self._credentials(await self._call("POST", "begin_episode", body))
-            except EngineNotReady as exc:
+            except NotReady as exc:
                 await asyncio.sleep(wait.next(exc))
 
     async def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
@@ -211,7 +211,7 @@ async def rollout_episode_async(
         raise
     ended = await client.end_episode(task, uuid, out)
     if ended.reward is None:
-        raise SwarmServerError(200, "EndEpisode", f"episode {uuid} ended without a recorded reward")
+        raise EpisodeConflict(f"episode {uuid} ended without a recorded reward", status=200)
     return ended.reward
 
 

@@ -24,15 +24,15 @@ from ajet.client_base import (
     TransportBackoff,
     error_from_response,
 )
-from ajet.errors import EngineNotReady, ServerStoreUnavailable
+from ajet.errors import NotReady, StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
     BatchMode,
-    EngineState,
-    EngineStatus,
     EpisodeContinuation,
     EpisodeResult,
+    ExperimentState,
+    ExperimentStatus,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
     Task,
@@ -68,7 +68,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         while True:
             try:
                 return self._call_once(method, route, body)
-            except ServerStoreUnavailable as exc:
+            except StoreUnavailable as exc:
                 time.sleep(wait.next(exc, f"{method} {route}"))
 
     def _call_once(self, method: str, route: str, body: Body = None) -> Any:
@@ -85,19 +85,19 @@ class SwarmClient(ClientSettings[httpx.Client]):
             return resp.json()
 
     # ------------------------------------------------------------------ engine
-    def sync_train_config(self, job: AgentJetJob) -> EngineState:
+    def sync_train_config(self, job: AgentJetJob) -> ExperimentState:
         """Send the job to the proxy (only while OFFLINE)."""
         return OkResponse.model_validate(self._call("POST", "sync_train_config", {"job": job.to_wire()})).state
 
-    def start_engine(self) -> EngineState:
+    def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
         return OkResponse.model_validate(self._call("POST", "start_engine")).state
 
-    def stop_engine(self) -> EngineState:
+    def stop_engine(self) -> ExperimentState:
         """Return the engine to OFFLINE from any state; open episodes are aborted."""
         return OkResponse.model_validate(self._call("POST", "stop_engine")).state
 
-    def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> EngineState:
+    def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> ExperimentState:
         """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
         state = OkResponse.model_validate(self._call("POST", "auto_sync_train_config_and_start_engine", body)).state
@@ -105,11 +105,11 @@ class SwarmClient(ClientSettings[httpx.Client]):
             logger.info("engine %s at %s", state.value, self.server_url)
         return state
 
-    def get_engine_status(self) -> EngineStatus:
-        """The engine state, step and policy version."""
-        return EngineStatus.model_validate(self._call("GET", "get_engine_status"))
+    def get_engine_status(self) -> ExperimentStatus:
+        """The experiment's state, step and policy version."""
+        return ExperimentStatus.model_validate(self._call("GET", "get_engine_status"))
 
-    def set_batch_mode(self, mode: BatchMode | str) -> EngineState:
+    def set_batch_mode(self, mode: BatchMode | str) -> ExperimentState:
         """Change the batch policy; it applies to the next training step."""
         body = {"mode": BatchMode(mode).value}
         return OkResponse.model_validate(self._call("POST", "set_batch_mode", body)).state
@@ -128,7 +128,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         while True:
             try:
                 return self._credentials(self._call("POST", "begin_episode", body))
-            except EngineNotReady as exc:
+            except NotReady as exc:
                 time.sleep(wait.next(exc))
 
     def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:

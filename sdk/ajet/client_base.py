@@ -14,7 +14,7 @@ from typing import Any, Generic, Optional, TypeVar, Union
 
 import httpx
 
-from ajet.errors import EngineNotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
+from ajet.errors import NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
 from ajet.protocol import CLIENT_HEADER
 from ajet.types import (
     BeginEpisodeResponse,
@@ -70,7 +70,7 @@ class ClientSettings(Generic[H]):
         """Seconds `begin_episode` waits for a trainer that writes no heartbeat (`TrainerUnresponsive`) before it
         raises; a restarting trainer is back well within it."""
         self.store_max_wait = store_max_wait
-        """Seconds a call is retried while the server's store takes no writes (`ServerStoreUnavailable`: a full
+        """Seconds a call is retried while the server's store takes no writes (`StoreUnavailable`: a full
         disk, a database down); nothing of a refused call was committed, so the retry is safe."""
         self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.mission = mission
@@ -155,7 +155,9 @@ def error_from_response(resp: httpx.Response) -> Exception:
     if not isinstance(data, dict):
         data = {}
     detail = data.get("detail") or resp.text[:500]
-    return error_for(resp.status_code, str(data.get("error", resp.reason_phrase)), str(detail), data.get("state"))
+    fields = data.get("fields") if isinstance(data.get("fields"), list) else []
+    code = str(data.get("error", resp.reason_phrase))
+    return error_for(resp.status_code, code, str(detail), data.get("state"), [str(f) for f in fields])
 
 
 class TransportBackoff:
@@ -196,15 +198,15 @@ class BeginWait:
         self.deadline, self.delay = time.monotonic() + max_wait, 0.2
         self.silent_since: Optional[float] = None
 
-    def next(self, exc: EngineNotReady) -> float:
+    def next(self, exc: NotReady) -> float:
         self._silence(exc)
         if time.monotonic() + self.delay > self.deadline:
-            raise SwarmTimeout(f"engine not ROLLING after {self.max_wait}s: {exc}") from exc
+            raise SwarmTimeout(f"the experiment is not ROLLING after {self.max_wait}s: {exc}") from exc
         logger.debug("begin_episode: %s; waiting %.1fs", exc.state, self.delay)
         delay, self.delay = self.delay * (0.75 + random.random() / 2), min(self.delay * 1.5, 5.0)
         return delay
 
-    def _silence(self, exc: EngineNotReady) -> None:
+    def _silence(self, exc: NotReady) -> None:
         """A silent trainer is waited for at most `max_silence` seconds, since waiting on a dead one never ends."""
         if not isinstance(exc, TrainerUnresponsive):
             self.silent_since = None
@@ -213,7 +215,5 @@ class BeginWait:
         if self.silent_since is None:
             self.silent_since = now
         elif now - self.silent_since >= self.max_silence:
-            raise TrainerUnresponsive(
-                exc.status, exc.error, f"{exc.detail} (waited {now - self.silent_since:.0f}s for it; giving up)",
-                exc.state,
-            ) from exc  # fmt: skip
+            waited = f"{exc.detail} (waited {now - self.silent_since:.0f}s for it; giving up)"
+            raise TrainerUnresponsive(waited, state=exc.state, status=exc.status, error=exc.error) from exc

@@ -1,18 +1,23 @@
-"""Typed exceptions of the SDK. Every failure the server reports carries its reason.
+"""The one error tree of AgentJet Swarm: every error the swarm answers with is a class here, raised by the server
+(the proxy, the store, the trainer's engine) and raised again by the SDK from the answer.
 
-A server error is raised as the class named by its `ErrorCode` (see `ajet.protocol`), so answers that
-share a status are told apart: `WrongState` and `EpisodeConflict` are both 409 (both are `Conflict`).
+`SwarmError` is an error the swarm answers with; its `code` (an `ErrorCode`, `ajet.protocol`) decides the HTTP
+status, the Retry-After hint and the error shapes, so the proxy maps every error to HTTP in one place
+(`ajet_proxy.errors`) and the SDK maps every answer back to its class in one place (`error_for`). Two answers with
+the same status are told apart by their code: a wrong state and an episode conflict are both 409 (both
+`Conflict`). Each server package adds a branch of its own under this tree for what only it raises
+(`ajet_store.StoreError`, `ajet_trainer.TrainerError`); `AjetError` is the root of everything.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional, Sequence
 
 from ajet.protocol import ErrorCode
 
 
 class AjetError(Exception):
-    """Root of every SDK exception."""
+    """Root of every AgentJet Swarm exception."""
 
 
 class ConfigError(AjetError, ValueError):
@@ -29,59 +34,92 @@ class SwarmConnectionError(AjetError):
 
 
 class SwarmTimeout(AjetError):
-    """Waiting for the engine (e.g. in `begin_episode`, or for a training step) took longer than allowed."""
+    """Waiting for the swarm (e.g. in `begin_episode`, or for a training step) took longer than allowed."""
 
 
-class SwarmServerError(AjetError):
-    """The proxy answered with an error. `status`, `error` (the code) and `detail` are the server's."""
+class SwarmError(AjetError):
+    """An error the swarm answers with. `code` decides how it is answered (`ajet.protocol.ErrorCode`); `detail` is
+    the reason, `state` the experiment's state where the error depends on it, `fields` the offending request fields
+    (dotted paths), `status` the HTTP status it came with (the code's, unless an answer said otherwise)."""
 
-    def __init__(self, status: int, error: str, detail: str, state: Optional[str] = None):
-        super().__init__(f"{status} {error}: {detail}" + (f" (engine state {state})" if state else ""))
-        self.status = status
-        self.error = error
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL_ERROR
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        state: Optional[str] = None,
+        fields: Sequence[str] = (),
+        status: Optional[int] = None,
+        error: Optional[str] = None,
+    ):
         self.detail = detail
         self.state = state
+        self.fields = list(fields)
+        self.status = self.code.status if status is None else status
+        self.error = error or self.code.value
+        """The error code as answered (the code's value; an unknown code from a newer server is kept as it came)."""
+        super().__init__(f"{self.status} {self.error}: {detail}" + (f" (experiment state {state})" if state else ""))
 
     @property
-    def code(self) -> Optional[ErrorCode]:
-        """The server's error code (None for an answer without one, e.g. from a plain HTTP server)."""
-        try:
-            return ErrorCode(self.error)
-        except ValueError:
-            return None
+    def param(self) -> Optional[str]:
+        """The first offending field (OpenAI's `param`), if any."""
+        return self.fields[0] if self.fields else None
 
 
-class Unauthorized(SwarmServerError):
-    """401: a wrong swarm token, or an unknown, ended or expired episode key."""
+class Unauthorized(SwarmError):
+    """401: a wrong swarm token, or an episode key that does not work (unknown, ended, aborted or expired: the
+    detail says which)."""
+
+    code = ErrorCode.UNAUTHORIZED
 
 
-class EpisodeNotFound(SwarmServerError):
+class EpisodeNotFound(SwarmError):
     """404: the episode does not exist."""
 
+    code = ErrorCode.EPISODE_NOT_FOUND
 
-class Conflict(SwarmServerError):
-    """409: the call does not fit the engine state or the episode's status."""
+
+class Conflict(SwarmError):
+    """409: the call does not fit the experiment's state or the episode's status."""
+
+    code = ErrorCode.EPISODE_CONFLICT
 
 
 class WrongState(Conflict):
-    """409: the engine state does not allow the call (e.g. `sync_train_config` while not OFFLINE)."""
+    """409: the experiment's state does not allow the call (e.g. `sync_train_config` while not OFFLINE)."""
+
+    code = ErrorCode.WRONG_STATE
 
 
 class EpisodeConflict(Conflict):
     """409: the episode's status or owner conflicts with the call (e.g. ending an aborted episode)."""
 
-
-class EngineBootFailed(Conflict):
-    """409: the engine failed to boot the synced job (`detail` has the trainer's reason); retrying cannot help
-    until a client fixes the job and starts the engine again, so `begin_episode` raises it at once."""
+    code = ErrorCode.EPISODE_CONFLICT
 
 
-class InvalidRequest(SwarmServerError):
-    """422: a malformed body; `detail` names the field."""
+class BootFailed(Conflict):
+    """409: the trainer failed to boot the synced job (`detail` has its reason); retrying cannot help until a
+    client fixes the job and starts the engine again, so `begin_episode` raises it at once."""
+
+    code = ErrorCode.BOOT_FAILED
+
+
+class InvalidRequest(SwarmError):
+    """422 on the control API, 400 on `/v1/*`: a malformed body; `fields` names the offending fields."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+    @classmethod
+    def for_field(cls, field: str, message: str) -> "InvalidRequest":
+        """A request refused for one field (a dotted path, as the client wrote it): "field: message"."""
+        return cls(f"{field}: {message}", fields=[field])
 
 
 class RequestTooLarge(InvalidRequest):
     """413: the request body is over the proxy's size limit."""
+
+    code = ErrorCode.REQUEST_TOO_LARGE
 
 
 class ContextLengthExceeded(InvalidRequest):
@@ -89,67 +127,116 @@ class ContextLengthExceeded(InvalidRequest):
     (`AgentJetJob.max_prompt_length`) or the model's context holds. The call is logged as refused, never trained;
     an agent that compacts its history on this error can go on."""
 
-
-class EngineNotReady(SwarmServerError):
-    """503: the engine is not in a state that allows the call yet; retry later."""
+    code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
 
 
-class UpstreamUnavailable(EngineNotReady):
-    """503: no inference deployment could answer (e.g. the trainer is restarting); retry later."""
+class NotReady(SwarmError):
+    """503 with Retry-After: the swarm cannot take the call now but will later (the experiment is not ROLLING, no
+    engine is registered yet, a mission has its share of the batch in flight); retry."""
+
+    code = ErrorCode.NOT_READY
 
 
-class TrainerUnresponsive(EngineNotReady):
-    """503: the engine is ROLLING but the trainer has written no heartbeat for longer than the store's timeout
-    (it died, or it is restarting). `begin_episode` waits for it at most `SwarmClient.trainer_max_silence`
-    seconds, then raises this."""
+class EngineUnavailable(NotReady):
+    """503: no engine could answer the call (e.g. the trainer is restarting); retry later."""
+
+    code = ErrorCode.ENGINE_UNAVAILABLE
 
 
-class ServerStoreError(SwarmServerError):
-    """500: the server's store is missing, of another schema version, or inconsistent."""
+class TrainerUnresponsive(NotReady):
+    """503: the experiment is ROLLING but the trainer has written no heartbeat for longer than the store's timeout
+    (it died, or it is restarting). `begin_episode` waits for it at most `SwarmClient.trainer_max_silence` seconds,
+    then raises this. `silent_s`: the heartbeat's age, where the server knows it."""
+
+    code = ErrorCode.TRAINER_UNRESPONSIVE
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        silent_s: float = 0.0,
+        state: Optional[str] = None,
+        fields: Sequence[str] = (),
+        status: Optional[int] = None,
+        error: Optional[str] = None,
+    ):
+        super().__init__(detail, state=state, fields=fields, status=status, error=error)
+        self.silent_s = silent_s
 
 
-class ServerStoreUnavailable(ServerStoreError):
+class StoreError(SwarmError):
+    """500: the server's store is of another schema version, or inconsistent."""
+
+    code = ErrorCode.STORE_ERROR
+
+
+class StoreUnavailable(StoreError):
     """503: the server's store refused a write or a read (disk full, database down); nothing of the call was
     committed. The SDK retries the call for a bounded time (`SwarmClient.store_max_wait`), then raises this."""
 
-
-class RouteNotFound(SwarmServerError):
-    """404/405: the proxy has no such route, method or model (a proxy of another version than this SDK?)."""
+    code = ErrorCode.STORE_UNAVAILABLE
 
 
-_BY_CODE: dict[ErrorCode, type[SwarmServerError]] = {
-    ErrorCode.UNAUTHORIZED: Unauthorized,
-    ErrorCode.EPISODE_NOT_FOUND: EpisodeNotFound,
-    ErrorCode.WRONG_STATE: WrongState,
-    ErrorCode.EPISODE_CONFLICT: EpisodeConflict,
-    ErrorCode.INVALID_REQUEST: InvalidRequest,
-    ErrorCode.REQUEST_TOO_LARGE: RequestTooLarge,
-    ErrorCode.ENGINE_NOT_READY: EngineNotReady,
-    ErrorCode.ENGINE_BOOT_FAILED: EngineBootFailed,
-    ErrorCode.TRAINER_UNRESPONSIVE: TrainerUnresponsive,
-    ErrorCode.UPSTREAM_UNAVAILABLE: UpstreamUnavailable,
-    ErrorCode.STORE_ERROR: ServerStoreError,
-    ErrorCode.STORE_UNAVAILABLE: ServerStoreUnavailable,
-    ErrorCode.ROUTE_NOT_FOUND: RouteNotFound,
-    ErrorCode.METHOD_NOT_ALLOWED: RouteNotFound,
-    ErrorCode.MODEL_NOT_FOUND: RouteNotFound,
-    ErrorCode.CONTEXT_LENGTH_EXCEEDED: ContextLengthExceeded,
+class RouteNotFound(SwarmError):
+    """404/405: the proxy has no such route or method (a proxy of another version than this SDK?)."""
+
+    code = ErrorCode.ROUTE_NOT_FOUND
+
+
+class MethodNotAllowed(RouteNotFound):
+    """405: the route exists, the method does not."""
+
+    code = ErrorCode.METHOD_NOT_ALLOWED
+
+
+class ModelNotFound(RouteNotFound):
+    """404 on `/v1/models/{model}`: the policy is served under other names."""
+
+    code = ErrorCode.MODEL_NOT_FOUND
+
+
+_BY_CODE: dict[ErrorCode, type[SwarmError]] = {
+    cls.code: cls
+    for cls in (
+        SwarmError,
+        Unauthorized,
+        EpisodeNotFound,
+        WrongState,
+        EpisodeConflict,
+        BootFailed,
+        InvalidRequest,
+        RequestTooLarge,
+        ContextLengthExceeded,
+        NotReady,
+        EngineUnavailable,
+        TrainerUnresponsive,
+        StoreError,
+        StoreUnavailable,
+        RouteNotFound,
+        MethodNotAllowed,
+        ModelNotFound,
+    )
 }
-_BY_STATUS: dict[int, type[SwarmServerError]] = {
+"""The class the SDK raises for each code (each code has exactly one)."""
+_BY_STATUS: dict[int, type[SwarmError]] = {
+    400: InvalidRequest,
     401: Unauthorized,
     403: Unauthorized,
     404: EpisodeNotFound,
     409: Conflict,
     413: RequestTooLarge,
     422: InvalidRequest,
-    503: EngineNotReady,
+    503: NotReady,
 }
+"""For an answer without a known code (a plain HTTP server, a newer proxy): the class of its status."""
 
 
-def error_for(status: int, error: str, detail: str, state: Optional[str] = None) -> SwarmServerError:
-    """The typed exception of a server answer: by its error code, else (no known code) by its status."""
+def error_for(
+    status: int, error: str, detail: str, state: Optional[str] = None, fields: Sequence[str] = ()
+) -> SwarmError:
+    """The exception of a server answer: the class of its error code, else (no known code) of its status."""
     try:
-        cls = _BY_CODE[ErrorCode(error)]
+        cls = _BY_CODE.get(ErrorCode(error), SwarmError)
     except ValueError:
-        cls = _BY_STATUS.get(status, SwarmServerError)
-    return cls(status, error, detail, state)
+        cls = _BY_STATUS.get(status, SwarmError)
+    return cls(detail, state=state, fields=fields, status=status, error=error)

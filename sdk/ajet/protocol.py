@@ -2,7 +2,7 @@
 
 The proxy answers every control-API error with an `ErrorBody` whose `error` is an `ErrorCode`; the
 SDK raises the exception of that code (`ajet.errors`), so two answers with the same status (a wrong
-engine state and an episode conflict are both 409) are told apart. Statuses and Retry-After hints
+experiment state and an episode conflict are both 409) are told apart. Statuses and Retry-After hints
 are defined here and nowhere else.
 """
 
@@ -37,16 +37,17 @@ class ErrorCode(str, Enum):
     EPISODE_CONFLICT = "EpisodeConflict"
     INVALID_REQUEST = "InvalidRequest"
     REQUEST_TOO_LARGE = "RequestTooLarge"
-    ENGINE_NOT_READY = "EngineNotReady"
-    ENGINE_BOOT_FAILED = "EngineBootFailed"
+    NOT_READY = "NotReady"
+    BOOT_FAILED = "BootFailed"
     TRAINER_UNRESPONSIVE = "TrainerUnresponsive"
-    UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
+    ENGINE_UNAVAILABLE = "EngineUnavailable"
     STORE_ERROR = "StoreError"
     STORE_UNAVAILABLE = "StoreUnavailable"
     ROUTE_NOT_FOUND = "RouteNotFound"
     METHOD_NOT_ALLOWED = "MethodNotAllowed"
     MODEL_NOT_FOUND = "ModelNotFound"
     CONTEXT_LENGTH_EXCEEDED = "ContextLengthExceeded"
+    INTERNAL_ERROR = "InternalError"
 
     @property
     def status(self) -> int:
@@ -66,20 +67,21 @@ _STATUS = {
     ErrorCode.EPISODE_CONFLICT: 409,
     ErrorCode.INVALID_REQUEST: 422,
     ErrorCode.REQUEST_TOO_LARGE: 413,
-    ErrorCode.ENGINE_NOT_READY: 503,
-    ErrorCode.ENGINE_BOOT_FAILED: 409,
+    ErrorCode.NOT_READY: 503,
+    ErrorCode.BOOT_FAILED: 409,
     ErrorCode.TRAINER_UNRESPONSIVE: 503,
-    ErrorCode.UPSTREAM_UNAVAILABLE: 503,
+    ErrorCode.ENGINE_UNAVAILABLE: 503,
     ErrorCode.STORE_ERROR: 500,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.MODEL_NOT_FOUND: 404,
     ErrorCode.CONTEXT_LENGTH_EXCEEDED: 422,
+    ErrorCode.INTERNAL_ERROR: 500,
 }
 _RETRY_AFTER = {
-    ErrorCode.ENGINE_NOT_READY: 1,
-    ErrorCode.UPSTREAM_UNAVAILABLE: 2,
+    ErrorCode.NOT_READY: 1,
+    ErrorCode.ENGINE_UNAVAILABLE: 2,
     ErrorCode.STORE_UNAVAILABLE: 2,
     ErrorCode.TRAINER_UNRESPONSIVE: 2,
 }
@@ -93,7 +95,7 @@ class ErrorBody(AnswerModel):
     detail: str
     """A human-readable reason."""
     state: Optional[str] = None
-    """The engine state, where the error depends on it (e.g. why `begin_episode` must wait)."""
+    """The experiment's state, where the error depends on it (e.g. why `begin_episode` must wait)."""
     fields: list[str] = Field(default_factory=list)
     """The offending fields of a malformed body, as dotted paths."""
 
@@ -127,7 +129,7 @@ class OpenAIError(WireModel):
     param: Optional[str] = None
     """The offending request field as a dotted path (e.g. `temperature`, `messages.0.content`)."""
     code: Optional[str] = None
-    """`invalid_api_key` for a bad episode key; otherwise the `ErrorCode` value (e.g. `EngineNotReady`)."""
+    """`invalid_api_key` for a bad episode key; otherwise the `ErrorCode` value (e.g. `NotReady`)."""
 
 
 class OpenAIErrorBody(WireModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ajet.stat_types import RolloutStat
-from ajet.types import EngineStatus
+from ajet.types import ExperimentStatus
 
 
 def progress_bar(current: int, target: int, width: int = 20) -> str:
@@ -13,7 +13,7 @@ def progress_bar(current: int, target: int, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def updating_text(e: EngineStatus) -> str:
+def updating_text(e: ExperimentStatus) -> str:
     """` + updating (Ns)` while an asynchronous update runs beside ROLLING, else empty (the summary and the
     monitor's header both show it after the state)."""
     return f" + updating ({e.updating_seconds or 0:.0f}s)" if e.updating else ""
@@ -21,7 +21,7 @@ def updating_text(e: EngineStatus) -> str:
 
 def format_rollout_stat(stat: RolloutStat, max_rows: int = 8) -> str:
     """A compact, one-screen summary of the rollout pool."""
-    e = stat.engine
+    e = stat.experiment
     lines = [
         f"engine {e.state.value} ({e.state_seconds:.0f}s)"
         + updating_text(e)

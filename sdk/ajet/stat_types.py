@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from pydantic import Field, StrictInt
 
-from ajet.types import AnswerModel, BatchMode, EngineStatus, EpisodeStatus, EpisodeType, WireModel
+from ajet.types import AnswerModel, BatchMode, EpisodeStatus, EpisodeType, ExperimentStatus, WireModel
 
 
 class BatchProgress(AnswerModel):
@@ -128,8 +128,8 @@ class StepsPage(AnswerModel):
 class RolloutStat(AnswerModel):
     """Answer of `GET /swarm/get_rollout_stat`: everything the SDK and the monitor show."""
 
-    engine: EngineStatus
-    """The engine."""
+    experiment: ExperimentStatus
+    """The experiment: its state, step and policy version."""
     batch_mode: BatchMode
     """The batch mode in force."""
     batch_size: int

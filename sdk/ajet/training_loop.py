@@ -16,7 +16,7 @@ import time
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 from ajet.client import SwarmClient
-from ajet.errors import SwarmServerError, SwarmTimeout
+from ajet.errors import EpisodeConflict, SwarmTimeout
 from ajet.stat_types import StepInfo
 from ajet.types import OpenaiBaseUrlAndApiKey, Task, WorkflowOutput
 from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor, run_episodes_until_all_complete
@@ -50,7 +50,7 @@ def _episode(
         raise
     ended = client.end_episode(task, uuid, out)
     if ended.reward is None:
-        raise SwarmServerError(200, "EndEpisode", f"episode {uuid} ended without a recorded reward")
+        raise EpisodeConflict(f"episode {uuid} ended without a recorded reward", status=200)
     return ended.reward
 
 

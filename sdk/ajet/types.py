@@ -45,14 +45,20 @@ def _storable(value: Any, path: str) -> Any:
     return value
 
 
-class EngineState(str, Enum):
-    """The engine states, shared by proxy and trainer and kept in the store."""
+class ExperimentState(str, Enum):
+    """Where an experiment is in its life cycle, shared by proxy and trainer and kept in the store:
+    OFFLINE -> BOOTING -> ROLLING -> ROLLING_POST -> WEIGHT_SYNCING -> ROLLING ... (the seeds call it
+    `EngineState`, which names this same class)."""
 
     OFFLINE = "OFFLINE"
     BOOTING = "BOOTING"
     ROLLING = "ROLLING"
     ROLLING_POST = "ROLLING_POST"
     WEIGHT_SYNCING = "WEIGHT_SYNCING"
+
+
+EngineState = ExperimentState
+"""The seeds' name of `ExperimentState` (AgentJet's `start_engine` starts an experiment)."""
 
 
 class EpisodeStatus(str, Enum):
@@ -316,11 +322,11 @@ class SetBatchModeRequest(WireModel):
     """The batch policy for the next training step."""
 
 
-class EngineStatus(AnswerModel):
+class ExperimentStatus(AnswerModel):
     """Answer of `GET /swarm/get_engine_status` and part of the rollout stats."""
 
-    state: EngineState
-    """The current engine state."""
+    state: ExperimentState
+    """The current experiment's state."""
     state_seconds: float
     """Seconds since the engine entered this state."""
     global_step: int
@@ -337,7 +343,7 @@ class EngineStatus(AnswerModel):
     """Seconds since `last_error` happened."""
     boot_failed: bool = False
     """The engine is OFFLINE because booting the synced job failed (`last_error` says why): `begin_episode`
-    raises `EngineBootFailed` until a client starts the engine again."""
+    raises `BootFailed` until a client starts the engine again."""
     updating: bool = False
     """An asynchronous update (job `max_staleness >= 1`) is running while the state stays ROLLING: episodes
     begin and call the LLM meanwhile, and the new weights go live when it ends."""
@@ -353,5 +359,5 @@ class OkResponse(AnswerModel):
 
     ok: bool = True
     """Always true; failures are HTTP errors."""
-    state: EngineState
-    """The engine state after the call."""
+    state: ExperimentState
+    """The experiment's state after the call."""

@@ -188,7 +188,7 @@ def _serving(cmd: str, cwd: Path, port: int, started: float) -> bool:
         return False
     st = Store(sqlite_url(cwd / "ajet-swarm.db"))
     try:
-        beat = st.engine_row().trainer_heartbeat  # this trainer's, not an earlier command's
+        beat = st.experiment().trainer_heartbeat  # this trainer's, not an earlier command's
         return beat is not None and beat > started
     finally:
         st.close()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from tests.support.faults import update_delay_env
 from tests.support.swarm import running_swarm
 
@@ -76,7 +76,7 @@ def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):
         first = play(client, "b0")
         wait_for(lambda: client.get_engine_status().updating, "the first update")
         status = client.get_engine_status()
-        assert status.state == EngineState.ROLLING and status.global_step == 0
+        assert status.state == ExperimentState.ROLLING and status.global_step == 0
         t0 = time.monotonic()
         during = play(client, "b1")  # the whole batch rolls out while step 1 trains
         assert time.monotonic() - t0 < UPDATE_S / 2, "episodes waited for the update"
@@ -126,11 +126,11 @@ def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
 
 @pytest.mark.parametrize("backend, engine", [("embedded", "vllm"), ("verl", "embedded"), ("verl", "vllm")])
 def test_vllm_engine_and_verl_backend_refuse_async_training_with_the_reason(backend, engine):
-    from ajet_trainer.backends import open_session
     from ajet_trainer.errors import TrainerError
+    from ajet_trainer.factory import open_session
     from ajet_trainer.options import TrainerOptions
 
     job = AgentJetJob(max_staleness=1)
-    opts = TrainerOptions(db_url="sqlite://", backend=backend, engine=engine)
+    opts = TrainerOptions.from_config(db_url="sqlite://", backend=backend, engine=engine)
     with pytest.raises(TrainerError, match="max_staleness=1 .* embedded engine only"):
         open_session(job, 0, None, opts)  # refused before anything is loaded (no store is touched)

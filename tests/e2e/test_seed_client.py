@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store, sqlite_url
 from tests.e2e.seed_script import run_script, with_constants
 from tests.support.procs import REPO, Trainer, start_proxy
@@ -43,7 +43,7 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
 
     def act_as_trainer():  # until the trainer exists here, the test moves BOOTING -> ROLLING itself
         while not stop.is_set():
-            if st.engine_row().state == EngineState.BOOTING:
+            if st.experiment().state == ExperimentState.BOOTING:
                 make_rolling(st, stub.url)
             time.sleep(0.1)
 
@@ -58,8 +58,8 @@ def test_demo1_client_runs_unchanged(tmp_path, stub):
         assert len(eps) == len(ROWS) * 2
         assert len({e.task_id for e in eps}) == len(ROWS)
         assert all(e.num_calls == 1 and st.calls(e.uuid)[0].completion_ids for e in eps)
-        assert st.engine_row().state == EngineState.OFFLINE  # the script stops the engine at its end
-        assert st.engine_row().job.batch_size == 3
+        assert st.experiment().state == ExperimentState.OFFLINE  # the script stops the engine at its end
+        assert st.experiment().job.batch_size == 3
     finally:
         stop.set()
         th.join(5)
@@ -91,8 +91,8 @@ def test_demo1_job_with_its_gpu_count_trains_on_verl_on_a_cpu_box(tmp_path):
         cpus = len(os.sched_getaffinity(0))
         log = trainer.log_path.read_text(errors="replace")
         assert f"asks for n_gpu=8; on the CPU platform that is one gloo rank per CPU, and this node has {cpus}" in log
-        assert st.engine_row().job.n_gpu == 8  # the store keeps the job as sent; the trainer fits it to the box
-        assert st.engine_row().last_error is None
+        assert st.experiment().job.n_gpu == 8  # the store keeps the job as sent; the trainer fits it to the box
+        assert st.experiment().last_error is None
         assert all(s.metrics.get("loss") is not None for s in st.steps())  # verl's actor took each step
     finally:
         trainer.close()

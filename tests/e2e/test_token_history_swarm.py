@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_store import Store, sqlite_url
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.tiny_model import builtin_model_path
@@ -59,7 +59,7 @@ class BpeSwarm:
         self.client = SwarmClient(url)
         self.client.sync_train_config(AgentJetJob(model=model_name, **JOB))
         self.client.start_engine()
-        wait_state(self.client, EngineState.ROLLING, timeout=600)
+        wait_state(self.client, ExperimentState.ROLLING, timeout=600)
         path = str(builtin_model_path(model_name))
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.pad_id = 0

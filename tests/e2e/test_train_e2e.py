@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from ajet.copilot.job import AgentJetJob
 from ajet.schema.task import Task, WorkflowOutput
 from ajet.tuner_lib.experimental.swarm_client import SwarmClient
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.exports import assert_export_matches_the_served_policy
 from tests.support.faults import update_delay_env
@@ -101,7 +101,7 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     wait_step(client, 2)
     status = client.get_engine_status()
     assert status.policy_version == 2 and status.global_step == 2, trainer.log_tail()
-    assert time.time() - store.engine_row().trainer_heartbeat < 10  # the trainer says it is alive
+    assert time.time() - store.experiment().trainer_heartbeat < 10  # the trainer says it is alive
     # the second batch's calls were answered by the weights of step 1
     assert {c.policy_version for u in batches[0] for c in store.calls(u)} == {0}
     assert {c.policy_version for u in batches[1] for c in store.calls(u)} == {1}
@@ -124,8 +124,8 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     assert [s.step for s in steps] == [1, 2] and all("loss" in s.metrics and "grad_norm" in s.metrics for s in steps)
     client.stop_engine()
     time.sleep(1.0)
-    assert store.deployments() == [] or trainer.proc.poll() is None
-    assert client.get_engine_status().state == EngineState.OFFLINE
+    assert store.engines() == [] or trainer.proc.poll() is None
+    assert client.get_engine_status().state == ExperimentState.OFFLINE
 
 
 def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
@@ -136,14 +136,14 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
     all_ended = run_batch(client, 0)
     wait_step(client, 1)  # step 1 recorded, checkpoint step_1 on disk
     trainer.kill()  # killed after a checkpoint
-    old_url = store.deployments()[0].base_url
+    old_url = store.engines()[0].base_url
     trainer = start_trainer(**update_delay_env(30))
     deadline = time.monotonic() + 60
-    while [d.base_url for d in store.deployments()] in ([], [old_url]):  # until the new engine is registered
+    while [d.base_url for d in store.engines()] in ([], [old_url]):  # until the new engine is registered
         assert time.monotonic() < deadline, trainer.log_tail()
         time.sleep(0.1)
     assert client.get_engine_status().policy_version == 1
-    (dep,) = store.deployments()  # the engine takes its internal key only (a fresh one per trainer process)
+    (dep,) = store.engines()  # the engine takes its internal key only (a fresh one per trainer process)
     assert (
         dep.api_key
         and requests.post(
@@ -154,7 +154,7 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
     assert dep.api_key not in trainer.log_tail(10**7)  # the trainer logs at INFO: no key there
     all_ended += run_batch(client, 1)  # begin_episode waits while the new trainer boots
     deadline = time.monotonic() + 60
-    while client.get_engine_status().state != EngineState.WEIGHT_SYNCING:
+    while client.get_engine_status().state != ExperimentState.WEIGHT_SYNCING:
         assert time.monotonic() < deadline, trainer.log_tail()
         time.sleep(0.1)
     time.sleep(1.0)
@@ -174,16 +174,16 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
 
 def test_a_job_that_cannot_boot_stops_a_waiting_begin_episode_with_the_reason(tmp_path):
     """Issue 30: a boot failure never reached the client, which stayed in `begin_episode` for 12 minutes. Now a
-    waiting `begin_episode` raises `EngineBootFailed` with the trainer's reason within 10 s, and the engine status
+    waiting `begin_episode` raises `BootFailed` with the trainer's reason within 10 s, and the engine status
     says so; starting the engine again (with a job that boots) clears it."""
-    from ajet import EngineBootFailed
+    from ajet import BootFailed
 
     with running_swarm(tmp_path, name="noboot") as sw:
         client = sw.client()
         client.sync_train_config(AgentJetJob(model=str(tmp_path / "no-such-model"), batch_size=1, num_repeat=1))
         client.start_engine()
         t0 = time.monotonic()
-        with pytest.raises(EngineBootFailed) as failed:
+        with pytest.raises(BootFailed) as failed:
             client.begin_episode()
         assert time.monotonic() - t0 < 10, time.monotonic() - t0
         assert (

@@ -85,7 +85,7 @@ def _wait(cond, what, proc, tmp_path, log_name, timeout=240.0):
 
 def _served_logprobs(store: Store) -> list[float]:
     """Greedy log-probs of the first tokens the served policy gives one fixed prompt (straight to the engine)."""
-    dep = store.deployments()[0]
+    dep = store.engines()[0]
     r = httpx.post(
         f"{dep.base_url}/chat/completions",
         timeout=60,
@@ -132,11 +132,11 @@ def test_verl_actor_on_cpu_trains_beside_the_embedded_engine_and_restores_after_
 
         os.killpg(trainer.pid, signal.SIGKILL)  # no goodbye: the restart restores verl's checkpoint
         trainer.wait(30)
-        old_url = store.deployments()[0].base_url
+        old_url = store.engines()[0].base_url
         trainer = _start_trainer(tmp_path, url, "trainer2.log")
         _wait(
-            # a booting trainer withdraws the old deployment before it registers its own: none is there a moment
-            lambda: any(d.base_url != old_url for d in store.deployments()),
+            # a booting trainer withdraws the old engine before it registers its own: none is there a moment
+            lambda: any(d.base_url != old_url for d in store.engines()),
             "the restarted engine",
             trainer,
             tmp_path,

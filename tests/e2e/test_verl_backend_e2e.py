@@ -2,9 +2,9 @@
 
 Real: the proxy (uvicorn), the store (SQLite), the SDK, the daemon's state machine, `open_session` ->
 `open_verl_session` (config composition, `StoreFedTrainer`, restore, store reconciliation), verl's
-`fit_step`, the step records, deployments and the final checkpoint. Stood in for (they need a GPU):
+`fit_step`, the step records, registered engines and the final checkpoint. Stood in for (they need a GPU):
 verl's FSDP actor workers (`CpuActorGroup`: the tiny model trained on CPU with verl's loss) and verl's
-vLLM replica (the vLLM stand-in, slept and woken over HTTP by `HttpReplicas`). `scripts/gpu_smoke.sh`
+vLLM engine (the vLLM stand-in, slept and woken over HTTP by `HttpEngines`). `scripts/gpu_smoke.sh`
 runs this path with the real ones.
 """
 
@@ -17,14 +17,14 @@ import pytest
 from ajet import AgentJetJob, SwarmClient
 from ajet_store import Store, sqlite_url
 from ajet_trainer.daemon import TrainerDaemon
-from ajet_trainer.learner import load_policy
 from ajet_trainer.options import TrainerOptions
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.verl_backend import session as verl_session
-from ajet_trainer.verl_backend.trainer import StoreFedTrainer
+from ajet_trainer.verl import launch as verl_launch
+from ajet_trainer.verl.trainer import StoreFedTrainer
 from tests.support.episodes import play_batch
 from tests.support.procs import start_proxy, start_stub
-from tests.support.verl_stand_in import CpuActorGroup, HttpReplicas
+from tests.support.verl_stand_in import CpuActorGroup, HttpEngines
 
 pytestmark = pytest.mark.slow
 
@@ -45,18 +45,20 @@ def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
     url = sqlite_url(tmp_path / "v.db")
     px = start_proxy(tmp_path, url)
     model, _ = load_policy(model_path, AgentJetJob(), "cpu")
-    actor, replicas = CpuActorGroup(model), HttpReplicas([stub.url.removeprefix("http://")])
+    actor, engines = CpuActorGroup(model), HttpEngines([stub.url.removeprefix("http://")])
 
     def init_workers(self):  # what verl's init_workers leaves behind, with the GPU parts stood in for
-        self.actor_rollout_wg, self.checkpoint_manager = actor, replicas
-        self.llm_server_manager = replicas
+        self.actor_rollout_wg, self.checkpoint_manager = actor, engines
+        self.llm_server_manager = engines
         self.checkpoint_manager.sleep_replicas()
 
-    monkeypatch.setattr(verl_session, "_ray_init", lambda address, workers, cpu=False: False)
+    monkeypatch.setattr(verl_launch, "_ray_init", lambda address, workers, cpu=False: False)
     monkeypatch.setattr(StoreFedTrainer, "init_workers", init_workers)
     stop = threading.Event()
     daemon = TrainerDaemon(
-        TrainerOptions(db_url=url, backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"), poll_s=0.05)
+        TrainerOptions.from_config(
+            db_url=url, backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"), poll_s=0.05
+        )
     )
     thread = threading.Thread(target=daemon.run, args=(stop,), daemon=True)
     thread.start()
@@ -80,7 +82,7 @@ def test_verl_backend_daemon_end_to_end(tmp_path, monkeypatch):
         for batch in range(3):
             play_batch(client, batch)
             _wait(lambda b=batch: client.get_engine_status().global_step >= b + 1, f"step {batch + 1}", thread)
-        assert [(d.name, d.base_url, d.model, d.policy_version) for d in store.deployments()] == [
+        assert [(d.name, d.base_url, d.model, d.policy_version) for d in store.engines()] == [
             ("verl-vllm-0", stub.url + "/v1", model_path, 3)
         ]
         journal = httpx.get(stub.url + "/stub/journal").json()

@@ -81,10 +81,10 @@ def test_verl_trains_across_two_ray_nodes_and_restarts_from_its_checkpoint(tmp_p
 
         os.killpg(trainer.pid, signal.SIGKILL)  # the cluster stays; the trainer comes back to it
         trainer.wait(30)
-        old_url = store.deployments()[0].base_url
+        old_url = store.engines()[0].base_url
         trainer = _trainer(tmp_path, db, cluster.address, "trainer2.log")
         log = tmp_path / "trainer2.log"
-        _wait(lambda: store.deployments()[0].base_url != old_url, "the restarted engine", trainer, log)
+        _wait(lambda: store.engines()[0].base_url != old_url, "the restarted engine", trainer, log)
         assert client.get_engine_status().global_step == 2  # restored from verl's checkpoint of step 2
         play_batch(client, 2)
         _wait(lambda: client.get_engine_status().global_step >= 3, "step 3", trainer, log)

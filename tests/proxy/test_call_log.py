@@ -3,7 +3,7 @@
 import threading
 import time
 
-from ajet_proxy.call_log import CallLogWriter
+from ajet_proxy.call_writer import CallWriter
 from ajet_store import Store, sqlite_url
 from ajet_store.types import CallRecord
 
@@ -24,7 +24,7 @@ def record(uuid: str, seq: int = 0) -> CallRecord:
 
 def test_pending_names_only_episodes_with_calls_not_yet_written(tmp_path):
     store = HeldStore(sqlite_url(tmp_path / "s.db"))
-    writer = CallLogWriter(store)
+    writer = CallWriter(store)
     writer.start()
     try:
         writer.submit(record("a"))

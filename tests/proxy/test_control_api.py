@@ -10,7 +10,7 @@ import pytest
 from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, SwarmTimeout, Task, Unauthorized, WorkflowOutput
 from ajet.protocol import CLIENT_HEADER
 from ajet.rollout_summary import format_rollout_stat
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from tests.support.rolling import ensure_rolling, make_rolling, wait_state
 
 
@@ -23,10 +23,10 @@ def client(proxy):
 
 def test_state_machine_through_the_api(client, store, stub):
     client.stop_engine()
-    assert client.get_engine_status().state == EngineState.OFFLINE
+    assert client.get_engine_status().state == ExperimentState.OFFLINE
     client.stop_engine()  # harmless twice
     client.sync_train_config(AgentJetJob(batch_size=3, num_repeat=2, experiment_name="exp-a"))
-    assert client.start_engine() == EngineState.BOOTING
+    assert client.start_engine() == ExperimentState.BOOTING
     with pytest.raises(Conflict) as e:
         client.sync_train_config(AgentJetJob())
     assert e.value.state == "BOOTING"
@@ -35,14 +35,14 @@ def test_state_machine_through_the_api(client, store, stub):
     with pytest.raises(SwarmTimeout):  # begin waits while BOOTING, bounded by begin_episode_max_wait
         client.begin_episode()
     make_rolling(store, stub.url)
-    wait_state(client, EngineState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
     status = client.get_engine_status()
     assert status.job_synced and status.experiment_name == "exp-a"
-    assert client.stop_engine() == EngineState.OFFLINE
+    assert client.stop_engine() == ExperimentState.OFFLINE
 
 
 def test_two_409s_are_told_apart_by_their_code(client, store, stub):
-    """A wrong engine state and an episode conflict share a status; the SDK raises each by its code."""
+    """A wrong experiment's state and an episode conflict share a status; the SDK raises each by its code."""
     from ajet import EpisodeConflict, WrongState
 
     ensure_rolling(client, store, stub.url)
@@ -79,7 +79,7 @@ def test_begin_outside_rolling_is_503_with_retry_after(proxy, client):
     r = httpx.post(proxy.url + "/swarm/begin_episode", json={})
     assert r.status_code == 503
     assert r.headers["retry-after"] == "1"
-    assert r.json()["state"] == "OFFLINE" and r.json()["error"] == "EngineNotReady"
+    assert r.json()["state"] == "OFFLINE" and r.json()["error"] == "NotReady"
 
 
 def test_begin_waits_until_rolling(client, store, stub):
@@ -100,14 +100,14 @@ def test_begin_waits_until_rolling(client, store, stub):
 def test_auto_sync_starts_or_joins(client, store, stub):
     client.stop_engine()
     job = AgentJetJob(batch_size=2, num_repeat=2, experiment_name="auto")
-    assert client.auto_sync_train_config_and_start_engine(job) == EngineState.BOOTING
+    assert client.auto_sync_train_config_and_start_engine(job) == ExperimentState.BOOTING
     make_rolling(store, stub.url)
-    wait_state(client, EngineState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
     other = AgentJetJob(batch_size=5)
-    assert client.auto_sync_train_config_and_start_engine(other) == EngineState.ROLLING  # joins
-    assert store.engine_row().job.batch_size == 2
-    assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == EngineState.BOOTING
-    assert store.engine_row().job.batch_size == 5
+    assert client.auto_sync_train_config_and_start_engine(other) == ExperimentState.ROLLING  # joins
+    assert store.experiment().job.batch_size == 2
+    assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == ExperimentState.BOOTING
+    assert store.experiment().job.batch_size == 5
 
 
 def test_episode_life_cycle_and_idempotence(client, store, stub):
@@ -279,13 +279,13 @@ def test_swarm_token_guards_control_and_episode_keys_never_grant_it(token_proxy,
     db = token_proxy.args[token_proxy.args.index("--db") + 1]
     with Store(db) as st:
         make_rolling(st, stub.url)
-    wait_state(good, EngineState.ROLLING)
+    wait_state(good, ExperimentState.ROLLING)
     uuid, creds = good.begin_episode()
     as_key = {"Authorization": f"Bearer {creds.api_key}"}
     for route in ("stop_engine", "start_engine"):
         assert httpx.post(f"{token_proxy.url}/swarm/{route}", headers=as_key).status_code == 401
     assert httpx.get(f"{token_proxy.url}/swarm/get_rollout_stat", headers=as_key).status_code == 401
-    assert good.get_engine_status().state == EngineState.ROLLING
+    assert good.get_engine_status().state == ExperimentState.ROLLING
     # the data plane still takes the key
     r = httpx.post(
         f"{token_proxy.url}/v1/chat/completions",
@@ -422,27 +422,29 @@ def test_an_episode_without_calls_keeps_its_reward_never_trains_and_warns_once(c
     assert "without calls" in format_rollout_stat(stat)
 
 
-def test_begin_episode_waits_while_no_deployment_is_registered(tmp_path):
+def test_begin_episode_waits_while_no_engine_is_registered(tmp_path):
     """ROLLING in the store, but no engine registered (the trainer went down without a state change): a begin is
     503 with Retry-After, as outside ROLLING, and the SDK waits; once an engine registers, it begins (issue 30:
     the episode used to open and then could make no call)."""
     import threading
 
-    from ajet_store.types import Deployment
+    from ajet_store.types import RegisteredEngine
     from tests.support.stub_proxy import proxy_on_stub
 
     with proxy_on_stub(tmp_path, "nodeps") as sp:
         px, st, stub, c = sp.proxy, sp.store, sp.stub, sp.client
-        st.remove_deployments()
+        st.remove_engines()
         deadline = time.monotonic() + 5
         while True:  # the proxy sees the removal within its poll (0.2 s); a begin before that still opens
             r = httpx.post(px.url + "/swarm/begin_episode", json={}, headers={"X-Ajet-Client": "t"})
             if r.status_code != 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        assert r.status_code == 503 and r.json()["error"] == "EngineNotReady" and "retry-after" in r.headers
-        assert "no policy deployment" in r.json()["detail"]
-        later = threading.Timer(1.0, st.register_deployment, [Deployment("stub-0", stub.url + "/v1", "stub-model", 0)])
+        assert r.status_code == 503 and r.json()["error"] == "NotReady" and "retry-after" in r.headers
+        assert "no engine" in r.json()["detail"]
+        later = threading.Timer(
+            1.0, st.register_engines, [[RegisteredEngine("stub-0", stub.url + "/v1", "stub-model", 0)]]
+        )
         later.start()
         t0 = time.monotonic()
         uuid, creds = c.begin_episode()  # waits it out

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store, sqlite_url
-from ajet_store.types import Deployment
+from ajet_store.types import RegisteredEngine
 from tests.support.procs import start_proxy, start_stub
 from tests.support.rolling import ensure_rolling, make_rolling, wait_state
 from tests.support.stub_proxy import proxy_on_stub
@@ -69,7 +69,7 @@ def test_plain_call_logs_exact_ids(client, store, stub):
     call = flushed_calls(store, uuid, 1)[0]
     assert call.prompt_ids == want.prompt_ids and call.completion_ids == want.completion_ids
     assert call.logprobs == want.logprobs and len(call.logprobs) == len(call.completion_ids)
-    assert call.finish_reason == "stop" and call.deployment == "stub-0" and not call.stream
+    assert call.finish_reason == "stop" and call.engine == "stub-0" and not call.stream
     assert r.choices[0].message.content == want.content
     assert orjson.loads(call.request)["model"] == "anything-at-all"  # the agent's request, as sent
 
@@ -174,7 +174,7 @@ def test_models_route(client, proxy):
     assert err.value.code == "model_not_found" and "gpt-9" in err.value.message
 
 
-def test_a_deployment_named_policy_is_listed_once(module_tmp, stub):
+def test_an_engine_model_named_policy_is_listed_once(module_tmp, stub):
     db = sqlite_url(module_tmp / "policy-named.db")
     store = Store(db)
     proxy = start_proxy(module_tmp, db)
@@ -183,7 +183,7 @@ def test_a_deployment_named_policy_is_listed_once(module_tmp, stub):
         c.sync_train_config(AgentJetJob(batch_size=2, num_repeat=2))
         c.start_engine()
         make_rolling(store, stub.url, model="policy")
-        wait_state(c, EngineState.ROLLING)
+        wait_state(c, ExperimentState.ROLLING)
         _, creds = c.begin_episode()
         assert [m.id for m in creds.as_openai_client().models.list().data] == ["policy"]
         c.close()
@@ -304,22 +304,22 @@ def test_unknown_routes_answer_in_the_routes_error_shape(proxy):
 
 def test_calls_outside_rolling_are_503(client, proxy, store, stub):
     uuid, creds = client.begin_episode()
-    store.transition(EngineState.WEIGHT_SYNCING)
-    wait_state(client, EngineState.WEIGHT_SYNCING)
+    store.transition(ExperimentState.WEIGHT_SYNCING)
+    wait_state(client, ExperimentState.WEIGHT_SYNCING)
     r = httpx.post(
         proxy.url + "/v1/chat/completions",
         json={"messages": MSGS},
         headers={"Authorization": f"Bearer {creds.api_key}"},
     )
     error = r.json()["error"]
-    assert r.status_code == 503 and error["code"] == "EngineNotReady" and "retry-after" in r.headers
+    assert r.status_code == 503 and error["code"] == "NotReady" and "retry-after" in r.headers
     assert "WEIGHT_SYNCING" in error["message"] and error["type"] == "server_error"
-    store.transition(EngineState.ROLLING)
-    wait_state(client, EngineState.ROLLING)
+    store.transition(ExperimentState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
 
 
 def test_a_call_refused_before_the_engine_takes_no_call_number(module_tmp):
-    """While no deployment is registered (a trainer restarting), a call is refused with a 503 before it reaches an
+    """While no engine is registered (a trainer restarting), a call is refused with a 503 before it reaches an
     engine: it must take no call number, or the episode's numbering has a gap and it is thrown away as if a call
     had been lost (issue 30, round two: 'calls numbered up to 2 but only 1 stored')."""
     with proxy_on_stub(module_tmp, "refused") as sp:
@@ -327,16 +327,16 @@ def test_a_call_refused_before_the_engine_takes_no_call_number(module_tmp):
         uuid, creds = c.begin_episode()
         oc = creds.as_openai_client(max_retries=0)
         oc.chat.completions.create(model="m", messages=MSGS)
-        served = lambda: {m.id for m in oc.models.list()}  # noqa: E731 - the deployments the proxy routes to
-        st.remove_deployments()  # the trainer went down: the proxy reloads its router within its poll
+        served = lambda: {m.id for m in oc.models.list()}  # noqa: E731 - the engines the proxy routes to
+        st.remove_engines()  # the trainer went down: the proxy reloads its router within its poll
         deadline = time.monotonic() + 10
         while "stub-model" in served() and time.monotonic() < deadline:
             time.sleep(0.05)
         for _ in range(2):
             with pytest.raises(openai.APIStatusError) as refused:
                 oc.chat.completions.create(model="m", messages=MSGS)
-            assert refused.value.status_code == 503 and "no policy deployment" in str(refused.value)
-        st.register_deployment(Deployment("stub-0", stub.url + "/v1", "stub-model", 0))
+            assert refused.value.status_code == 503 and "no engine" in str(refused.value)
+        st.register_engines([RegisteredEngine("stub-0", stub.url + "/v1", "stub-model", 0)])
         while "stub-model" not in served() and time.monotonic() < deadline:
             time.sleep(0.05)
         oc.chat.completions.create(model="m", messages=MSGS)
@@ -359,7 +359,7 @@ def test_a_stream_the_engine_cut_ends_with_the_apis_error_event(client, proxy, s
         events = [line[len("data: ") :] for line in r.iter_lines() if line.startswith("data: ")]
     assert len(events) >= 3 and "[DONE]" not in events
     error = orjson.loads(events[-1])["error"]
-    assert error["code"] == "UpstreamUnavailable" and "broke off" in error["message"], error
+    assert error["code"] == "EngineUnavailable" and "broke off" in error["message"], error
     [call] = flushed_calls(store, uuid, 1)
     assert call.error is not None and "broke off" in call.error and not call.trainable
 
@@ -387,9 +387,9 @@ def test_sticky_routing_and_failover(module_tmp):
         c.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1))
         c.start_engine()
         for i, s in enumerate(stubs):
-            st.register_deployment(Deployment(f"d{i}", s.url + "/v1", f"m{i}", 0))
-        st.transition(EngineState.ROLLING)
-        wait_state(c, EngineState.ROLLING)
+            st.register_engines([RegisteredEngine(f"d{i}", s.url + "/v1", f"m{i}", 0)])
+        st.transition(ExperimentState.ROLLING)
+        wait_state(c, ExperimentState.ROLLING)
         time.sleep(0.5)
         used = set()
         for _ in range(6):
@@ -397,21 +397,21 @@ def test_sticky_routing_and_failover(module_tmp):
             oc = creds.as_openai_client()
             for _ in range(3):
                 oc.chat.completions.create(model="m", messages=MSGS)
-            deps = {call.deployment for call in flushed_calls(st, uuid, 3)}
-            assert len(deps) == 1  # the episode stuck to one deployment
+            deps = {call.engine for call in flushed_calls(st, uuid, 3)}
+            assert len(deps) == 1  # the episode stuck to one engine
             used |= deps
         assert len(used) >= 2  # LiteLLM spread episodes over the group
         uuid, creds = c.begin_episode()
         oc = creds.as_openai_client(max_retries=0)
         oc.chat.completions.create(model="m", messages=MSGS)
-        first = flushed_calls(st, uuid, 1)[0].deployment
-        stubs[int(first[1:])].kill()  # the sticky deployment dies
+        first = flushed_calls(st, uuid, 1)[0].engine
+        stubs[int(first[1:])].kill()  # the sticky engine dies
         r = oc.chat.completions.create(model="m", messages=MSGS)
         assert r.choices[0].message.content
-        second = flushed_calls(st, uuid, 2)[1].deployment
+        second = flushed_calls(st, uuid, 2)[1].engine
         assert second != first
         for s in stubs:
-            s.close()  # every deployment gone (a trainer restarting): retry later, not a hard failure
+            s.close()  # every engine gone (a trainer restarting): retry later, not a hard failure
         r = httpx.post(
             px.url + "/v1/chat/completions",
             json={"messages": MSGS},
@@ -420,7 +420,7 @@ def test_sticky_routing_and_failover(module_tmp):
         assert (
             r.status_code == 503
             and r.headers["retry-after"] == "2"
-            and r.json()["error"]["code"] == "UpstreamUnavailable"
+            and r.json()["error"]["code"] == "EngineUnavailable"
         )
     finally:
         px.close()
@@ -429,9 +429,9 @@ def test_sticky_routing_and_failover(module_tmp):
             s.close()
 
 
-def test_litellm_upstream_switch(module_tmp, stub):
+def test_litellm_transport_switch(module_tmp, stub):
     url = sqlite_url(module_tmp / "litellm.db")
-    px = start_proxy(module_tmp, url, "--upstream", "litellm")
+    px = start_proxy(module_tmp, url, "--transport", "litellm")
     st = Store(url)
     try:
         c = SwarmClient(px.url)

@@ -1,18 +1,21 @@
-"""The one error boundary: every store error and every proxy error maps to the SDK's code and status."""
+"""The one error tree: every error the proxy, the store and the engines raise is a class of `ajet.errors`, answered
+by its code in one place (`ajet_proxy.errors`) and raised again by the SDK as the class of that code."""
 
 import pytest
 
+import ajet.errors
 import ajet_store
 from ajet.errors import (
-    EngineNotReady,
+    EngineUnavailable,
     EpisodeConflict,
     EpisodeNotFound,
     InvalidRequest,
-    ServerStoreError,
-    ServerStoreUnavailable,
+    NotReady,
+    StoreError,
+    StoreUnavailable,
+    SwarmError,
     TrainerUnresponsive,
     Unauthorized,
-    UpstreamUnavailable,
     WrongState,
     error_for,
 )
@@ -23,46 +26,48 @@ from ajet_proxy import errors as px
 @pytest.mark.parametrize(
     "exc,code,status,sdk_cls",
     [
-        (ajet_store.NotFound("no episode x"), ErrorCode.EPISODE_NOT_FOUND, 404, EpisodeNotFound),
-        (ajet_store.Conflict("already ended"), ErrorCode.EPISODE_CONFLICT, 409, EpisodeConflict),
-        (ajet_store.WrongState("not OFFLINE", state="ROLLING"), ErrorCode.WRONG_STATE, 409, WrongState),
-        (ajet_store.NotRolling("engine is BOOTING", state="BOOTING"), ErrorCode.ENGINE_NOT_READY, 503, EngineNotReady),
-        (ajet_store.SchemaMismatch("version 2"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
-        (ajet_store.AlreadyConsumed("step 3"), ErrorCode.STORE_ERROR, 500, ServerStoreError),
-        (ajet_store.StoreUnavailable("cannot read"), ErrorCode.STORE_UNAVAILABLE, 503, ServerStoreUnavailable),
-        (ajet_store.StoreWriteFailed("disk full"), ErrorCode.STORE_UNAVAILABLE, 503, ServerStoreUnavailable),
+        (EpisodeNotFound("no episode x"), ErrorCode.EPISODE_NOT_FOUND, 404, EpisodeNotFound),
+        (EpisodeConflict("already ended"), ErrorCode.EPISODE_CONFLICT, 409, EpisodeConflict),
+        (WrongState("not OFFLINE", state="ROLLING"), ErrorCode.WRONG_STATE, 409, WrongState),
+        (NotReady("the experiment is BOOTING", state="BOOTING"), ErrorCode.NOT_READY, 503, NotReady),
+        (ajet_store.SchemaMismatch("version 2"), ErrorCode.STORE_ERROR, 500, StoreError),
+        (ajet_store.AlreadyConsumed("step 3"), ErrorCode.STORE_ERROR, 500, StoreError),
+        (ajet_store.StoreUnavailable("cannot read"), ErrorCode.STORE_UNAVAILABLE, 503, StoreUnavailable),
+        (ajet_store.StoreWriteFailed("disk full"), ErrorCode.STORE_UNAVAILABLE, 503, StoreUnavailable),
         (ajet_store.StoreRefusedValue("value too long"), ErrorCode.INVALID_REQUEST, 422, InvalidRequest),
         (
-            ajet_store.TrainerSilent("no heartbeat", state="ROLLING"),
+            TrainerUnresponsive("no heartbeat", state="ROLLING"),
             ErrorCode.TRAINER_UNRESPONSIVE,
             503,
             TrainerUnresponsive,
-        ),  # fmt: skip
-        (px.Unauthorized("bad key"), ErrorCode.UNAUTHORIZED, 401, Unauthorized),
-        (px.InvalidRequest("n: only 1", fields=["n"]), ErrorCode.INVALID_REQUEST, 422, InvalidRequest),
-        (px.EngineNotReady("OFFLINE"), ErrorCode.ENGINE_NOT_READY, 503, EngineNotReady),
-        (px.UpstreamUnavailable("no deployment"), ErrorCode.UPSTREAM_UNAVAILABLE, 503, UpstreamUnavailable),
+        ),
+        (Unauthorized("bad key"), ErrorCode.UNAUTHORIZED, 401, Unauthorized),
+        (InvalidRequest.for_field("n", "only 1"), ErrorCode.INVALID_REQUEST, 422, InvalidRequest),
+        (EngineUnavailable("no engine"), ErrorCode.ENGINE_UNAVAILABLE, 503, EngineUnavailable),
     ],
 )
 def test_every_error_maps_once(exc, code, status, sdk_cls):
     err = px.http_error(exc)
     assert (err.code, err.status, err.detail) == (code, status, exc.detail)
-    assert err.state == exc.state
+    assert err.state == exc.state and err.fields == exc.fields
     if code.retry_after:
         assert err.headers == {"Retry-After": str(code.retry_after)}
     else:
         assert err.headers is None
-    back = error_for(err.status, err.code.value, err.detail, err.state)
-    assert type(back) is sdk_cls and back.code == code  # the SDK raises the class of the same name
+    back = error_for(err.status, err.code.value, err.detail, err.state, err.fields)
+    assert type(back) is sdk_cls and back.code == code and back.fields == exc.fields
 
 
-def test_every_store_error_class_is_in_the_table():
-    classes = {c for c in vars(ajet_store).values() if isinstance(c, type) and issubclass(c, ajet_store.StoreError)}
-    assert classes - {ajet_store.StoreError} == set(px.STORE_ERROR_CODES)
+def test_each_code_has_exactly_one_class_and_every_server_class_is_in_the_tree():
+    wire = {c for c in vars(ajet.errors).values() if isinstance(c, type) and issubclass(c, SwarmError)}
+    assert {code for code in ErrorCode} == {c.code for c in wire}  # every code answered has a class
+    store_own = {c for c in vars(ajet_store).values() if isinstance(c, type) and issubclass(c, ajet.errors.AjetError)}
+    assert all(issubclass(c, StoreError) for c in store_own)  # the store's own branch has one root
+    assert all(error_for(c.code.status, c.code.value, "x").code == c.code for c in wire)
 
 
-def test_a_store_error_subclass_answers_as_its_base():
-    class Expired(ajet_store.Conflict):
+def test_a_subclass_answers_as_its_code():
+    class Expired(EpisodeConflict):
         pass
 
     assert px.http_error(Expired("gone")).code == ErrorCode.EPISODE_CONFLICT
@@ -70,4 +75,5 @@ def test_a_store_error_subclass_answers_as_its_base():
 
 def test_sdk_falls_back_to_the_status_for_an_unknown_code():
     assert type(error_for(409, "SomethingElse", "x")).__name__ == "Conflict"
-    assert type(error_for(418, "Teapot", "x")).__name__ == "SwarmServerError" and error_for(418, "T", "x").code is None
+    unknown = error_for(418, "Teapot", "x")
+    assert type(unknown) is SwarmError and unknown.error == "Teapot" and unknown.status == 418

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ajet import AgentJetJob
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_proxy.episode_export import PAGE, export_jsonl, export_parquet
 from ajet_store import Store, sqlite_url
 from ajet_store.types import CallRecord
@@ -20,7 +20,7 @@ def filled(tmp_path):
     url = sqlite_url(tmp_path / "exp.db")
     st = Store(url)
     st.sync_job(AgentJetJob())
-    st.transition(EngineState.ROLLING)
+    st.transition(ExperimentState.ROLLING)
     n = PAGE + 7  # more than one page, so paging is exercised
     for i in range(n):
         uuid = f"ep{i:04d}"

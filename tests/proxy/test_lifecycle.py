@@ -5,17 +5,18 @@ import asyncio
 import pytest
 
 from ajet import AgentJetJob
-from ajet.types import EngineState, EpisodeStatus
+from ajet.errors import EpisodeConflict
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_proxy.lifecycle import EpisodeCommitter
-from ajet_store import BeginEpisode, Conflict, EndEpisode, Store, sqlite_url
+from ajet_store import BeginEpisode, EndEpisode, Store, sqlite_url
 
 
 @pytest.fixture
 def rig(tmp_path):
     st = Store(sqlite_url(tmp_path / "l.db"))
     st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))
-    st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
-    st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    st.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
+    st.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     committer = EpisodeCommitter(st)
     committer.start()
     yield st, committer
@@ -36,7 +37,7 @@ def test_changes_arriving_together_share_transactions_and_each_hears_its_own_ans
 
     begun, ended = asyncio.run(scenario())
     assert [r.uuid for r in begun] == [f"u{i}" for i in range(40)]
-    refused = [i for i, r in enumerate(ended) if isinstance(r, Conflict)]
+    refused = [i for i, r in enumerate(ended) if isinstance(r, EpisodeConflict)]
     assert refused == list(range(0, 40, 4))  # the intruder's ends, and only those
     assert all(
         st.get_episode(f"u{i}").status == (EpisodeStatus.OPEN if i % 4 == 0 else EpisodeStatus.ENDED) for i in range(40)
@@ -75,7 +76,7 @@ def test_a_stopped_committer_refuses_at_once_rather_than_leave_the_caller_waitin
         with pytest.raises(RuntimeError, match="not running"):
             await committer.apply(BeginEpisode("late", "h-late", "c", "train", 10))
         with pytest.raises(RuntimeError, match="not running"):
-            await committer.run(st.engine_row)
+            await committer.run(st.experiment)
 
     asyncio.run(scenario())
     assert st.count_episodes(["late"]) == 0

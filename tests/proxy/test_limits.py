@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from ajet import AgentJetJob, SwarmClient
-from ajet_proxy.limits import InputLimits, json_depth
+from ajet_proxy.limits import DEFAULT_LIMITS, json_depth
 from tests.support.rolling import ensure_rolling
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -59,7 +59,7 @@ def test_a_body_over_the_limit_is_413_on_every_route(proxy, episode):
 
 def test_deep_or_huge_chat_bodies_are_refused_and_use_no_sequence_number(proxy, store, episode):
     client, uuid, auth = episode
-    limits = InputLimits()
+    limits = DEFAULT_LIMITS
     deep: dict = {}
     for _ in range(300):  # an extra field nested 300 levels deep (orjson parses it, cannot dump it)
         deep = {"x": deep}
@@ -81,15 +81,15 @@ def test_a_plain_text_backend_error_is_not_relabelled_json(proxy, store, episode
     client, uuid, auth = episode
     r = httpx.post(
         proxy.url + "/v1/chat/completions",
-        json={"messages": MSGS, "stub_plain_error": "upstream fell over"},
+        json={"messages": MSGS, "stub_plain_error": "the engine fell over"},
         headers=auth,
         timeout=60,
     )
-    assert r.status_code == 500 and r.text == "upstream fell over"
+    assert r.status_code == 500 and r.text == "the engine fell over"
     assert r.headers["content-type"].startswith("text/plain")
     client.get_episode(uuid)
     (call,) = store.calls(uuid)
-    assert call.error and "upstream fell over" in call.error  # logged as the failed call it was
+    assert call.error and "the engine fell over" in call.error  # logged as the failed call it was
 
 
 def test_a_client_that_leaves_a_stream_early_is_logged_as_such(proxy, store, episode):
@@ -140,7 +140,7 @@ def test_no_token_key_or_prompt_in_the_proxy_log_at_info(tmp_path, stub):
 def test_a_client_that_leaves_a_fast_stream_after_two_events_is_never_trained(proxy, store, episode, delay):
     """A stream the client left after two events, on a backend that keeps sending fast (2 ms a token, the
     embedded engine's pace): stored as cut short by the client, never as a normal answer. (A stream whose last byte
-    was written before the client left cannot be told from one it read; see `ajet_proxy.dataplane.calls`.)"""
+    was written before the client left cannot be told from one it read; see `ajet_proxy.dataplane.chat_path`.)"""
     client, uuid, auth = episode
     body = {"messages": MSGS, "stream": True, "stub_chunk_delay": delay, "max_tokens": 64}
     with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, headers=auth, timeout=60) as r:

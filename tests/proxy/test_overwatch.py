@@ -91,9 +91,9 @@ def test_panels_show_the_store_and_mode_switch_reaches_the_server(proxy, store, 
             assert shot.is_file() and "ROLLING" in shot.read_text()
 
             await pilot.press("3")
-            await settle(pilot, lambda: store.engine_row().batch_mode == BatchMode.NON_DUMMY_TASKS)
+            await settle(pilot, lambda: store.experiment().batch_mode == BatchMode.NON_DUMMY_TASKS)
             await pilot.press("1")
-            await settle(pilot, lambda: store.engine_row().batch_mode == BatchMode.EPISODES)
+            await settle(pilot, lambda: store.experiment().batch_mode == BatchMode.EPISODES)
 
             app.query_one("#episodes").focus()
             await pilot.press("enter")
@@ -144,12 +144,14 @@ def header_once(url: str, words: str) -> str:
 
 def test_the_trainers_last_error_is_shown(tmp_path):
     """A refused boot is written to the store by the trainer; the monitor's header names it."""
-    from ajet.types import EngineState
+    from ajet.types import ExperimentState
     from ajet_store import Store
 
     url = sqlite_url(tmp_path / "err.db")
     st = Store(url)
-    st.record_trainer_error("boot failed: CheckpointError: checkpoint A does not match store B", to=EngineState.OFFLINE)
+    st.record_trainer_error(
+        "boot failed: CheckpointError: checkpoint A does not match store B", to=ExperimentState.OFFLINE
+    )
     px = start_proxy(tmp_path, url)
     try:
         status = header_once(px.url, "trainer error")
@@ -162,13 +164,13 @@ def test_the_trainers_last_error_is_shown(tmp_path):
 def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
     """The trainer says an asynchronous update runs; the header and the text summary show it beside ROLLING."""
     from ajet.rollout_summary import format_rollout_stat
-    from ajet.types import EngineState
+    from ajet.types import ExperimentState
     from ajet_store import Store
 
     url = sqlite_url(tmp_path / "upd.db")
     st = Store(url)
     st.sync_and_start(AgentJetJob(batch_size=1, max_staleness=1))
-    st.transition(EngineState.ROLLING)
+    st.transition(ExperimentState.ROLLING)
     st.set_updating(True)
     px = start_proxy(tmp_path, url)
     try:
@@ -177,7 +179,7 @@ def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
         assert client.get_engine_status().updating
         assert "ROLLING (" in format_rollout_stat(client.get_rollout_stat()).splitlines()[0]
         assert "+ updating" in format_rollout_stat(client.get_rollout_stat()).splitlines()[0]
-        st.transition(EngineState.BOOTING)  # a reboot ends the update
+        st.transition(ExperimentState.BOOTING)  # a reboot ends the update
         assert not client.get_engine_status().updating
         client.close()
     finally:

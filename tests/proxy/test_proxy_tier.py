@@ -16,7 +16,7 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient
 from ajet.protocol import CLIENT_HEADER
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store
 from tests.support import postgres
 from tests.support.procs import Proc, Trainer, start_proxy, start_stub
@@ -98,7 +98,7 @@ def test_three_proxies_and_a_trainer_train_every_episode_exactly_once(tmp_path: 
         client = SwarmClient(proxies[0].url, client_id=CLIENT, verbose=False)
         job = AgentJetJob(model="builtin:tiny", batch_size=34, num_repeat=2, max_response_length_in_one_turn=4)
         client.auto_sync_train_config_and_start_engine(job)
-        wait_state(client, EngineState.ROLLING, timeout=120)
+        wait_state(client, ExperimentState.ROLLING, timeout=120)
 
         async def run() -> tuple[list[str], dict[str, list[str]]]:
             async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=400)) as http:
@@ -119,7 +119,7 @@ def test_three_proxies_and_a_trainer_train_every_episode_exactly_once(tmp_path: 
         for u in uuids:
             calls = st.calls(u)
             assert [c.seq for c in calls] == [0, 1] and _stored_ids(st, u) == answered[u]
-            assert [c.token_history for c in calls] == ["first", "extended"], (u, [c.deployment for c in calls])
+            assert [c.token_history for c in calls] == ["first", "extended"], (u, [c.engine for c in calls])
         stats = [SwarmClient(p.url, verbose=False).get_rollout_stat() for p in proxies]
         assert len({orjson.dumps(s.totals) for s in stats}) == 1 and stats[0].totals["ended"] == 204
         assert {len(s.open_episodes) for s in stats} == {0}

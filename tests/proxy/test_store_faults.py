@@ -19,11 +19,11 @@ from typing import Callable
 import httpx
 import pytest
 
-from ajet import ServerStoreUnavailable, SwarmClient, Task, TrainerUnresponsive, WorkflowOutput
+from ajet import StoreUnavailable, SwarmClient, Task, TrainerUnresponsive, WorkflowOutput
 from ajet.protocol import CLIENT_HEADER
-from ajet_proxy.call_log import CallLogWriter
+from ajet_proxy.call_writer import CallWriter
 from ajet_store import TRAINER_TIMEOUT_S, Store, StoreRefusedValue, sqlite_url
-from ajet_store.tables import engine_state
+from ajet_store.tables import experiments
 from tests.support import postgres
 from tests.support.procs import start_proxy, start_stub
 from tests.support.rolling import ensure_rolling
@@ -104,11 +104,11 @@ def test_a_value_postgresql_refuses_fails_only_its_own_call_record(pg_url: str):
     """The group commit's contract, at the database: a batch that PostgreSQL rolls back for one record's value is
     written again record by record, so the 20 healthy records commit and only the bad one is refused."""
     store = Store(postgres.fresh_database(pg_url, "split_calls"))
-    writer = CallLogWriter(store)
+    writer = CallWriter(store)
     writer.start()
     try:
         good = [a_call(f"ep{i}") for i in range(20)]
-        bad = replace(a_call("bad"), deployment="d" * 300)  # over the column's 128: PostgreSQL refuses
+        bad = replace(a_call("bad"), engine="d" * 300)  # over the column's 128: PostgreSQL refuses
 
         async def burst() -> list[object]:
             return await asyncio.gather(*(writer.commit(r) for r in [*good[:10], bad, *good[10:]]),
@@ -179,8 +179,8 @@ def _burst_of_ends(client: SwarmClient, url: str, statuses: dict[str, list[int]]
 
 # ------------------------------------------------------------------ a silent trainer: a bounded wait, then an error
 def _silence_the_trainer(store: Store, seconds: float) -> None:
-    with store._w.begin() as c:
-        c.execute(engine_state.update().values(trainer_heartbeat=time.time() - seconds))
+    with store._writes.begin() as c:
+        c.execute(experiments.update().values(trainer_heartbeat=time.time() - seconds))
 
 
 def test_a_silent_trainer_ends_the_wait_of_begin_episode(tmp_path: Path):
@@ -255,7 +255,7 @@ def test_a_full_disk_is_named_as_the_store_and_the_reward_lands_once_there_is_ro
         r = httpx.post(f"{proxy.url}/swarm/begin_episode", json={})
         assert r.status_code == 503 and r.json()["error"] == "StoreUnavailable", r.text  # not "the trainer is down"
         assert "heartbeat" in r.json()["detail"] and "full" in r.json()["detail"]
-        with pytest.raises(ServerStoreUnavailable):
+        with pytest.raises(StoreUnavailable):
             SwarmClient(proxy.url, verbose=False, store_max_wait=1.0).begin_episode()
 
         threading.Timer(2.0, filler.unlink).start()  # room again while the client retries its end

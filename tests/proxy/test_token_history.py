@@ -1,18 +1,23 @@
-"""The token history's pure rules (`ajet_proxy.token_history`): when a call extends the last turn, and the new
-messages' tokens between two renderings. The end-to-end runs are in `test_token_history_e2e.py`."""
+"""The token history's pure rules (`ajet_proxy.token_history`) and an episode's turns (`EpisodeHistory`): which
+earlier turn a call continues (the longest, not only the last), every label a call that continues none gets (a
+test per cause), and the new messages' tokens between two renderings. The end-to-end runs are in
+`test_token_history_e2e.py` and `tests/e2e/test_trajectory_shapes.py`."""
 
 import pytest
 
 from ajet_proxy import token_history as h
+from ajet_proxy.episode_history import EpisodeHistory, new_turn, turn_from_call
+from ajet_store.types import CallRecord
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
 ANSWER = h.answer_message(None, [CALL])
 ASKED = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+TOOL_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
 
 
-def turn(messages=ASKED, answer=ANSWER, tools=TOOLS):
-    return h.Turn(messages, tools, [1, 2, 3], [4, 5, 9], answer)
+def turn(messages=ASKED, answer=ANSWER, tools=TOOLS, seq=0, ids=(1, 2, 3, 4, 5, 9), n_prompt=3):
+    return h.Turn(seq, list(messages), len(messages), tools, list(ids), n_prompt, len(ids), answer)
 
 
 def sent_back(answer=None):
@@ -21,73 +26,168 @@ def sent_back(answer=None):
     return answer or {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None}
 
 
-TOOL_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+def said(text):
+    return {"role": "assistant", "content": text, "tool_calls": []}
 
 
 def test_the_first_call_has_nothing_to_extend():
-    assert h.plan(None, ASKED, TOOLS) == h.FIRST
+    assert h.plan([], ASKED, TOOLS) == h.FIRST
 
 
 def test_a_call_that_sends_back_the_answer_and_adds_messages_extends_it():
     """The framework re-serialised the arguments and added fields: the template reads the same, so it extends."""
-    assert h.plan(turn(), [*ASKED, sent_back(), TOOL_RESULT], TOOLS) == h.Extension(3)
+    t = turn()
+    assert h.plan([t], [*ASKED, sent_back(), TOOL_RESULT], TOOLS) == h.Extension(t, 3)
 
 
 def test_content_parts_and_a_string_are_the_same_text():
     parts = [{"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]}]
-    assert h.plan(turn(), [*parts, ASKED[1], sent_back(), TOOL_RESULT], TOOLS) == h.Extension(3)
+    t = turn()
+    assert h.plan([t], [*parts, ASKED[1], sent_back(), TOOL_RESULT], TOOLS) == h.Extension(t, 3)
+
+
+def test_the_longest_turn_extended_wins_not_the_last():
+    """Two agents take turns (A1 B1 A2): A2 continues A1, though B1 is the episode's last call."""
+    a_sys, b_sys = {"role": "system", "content": "solve"}, {"role": "system", "content": "criticise"}
+    a1 = turn([a_sys, {"role": "user", "content": "q"}], said("x=1"), None, seq=0)
+    b1 = turn([b_sys, {"role": "user", "content": "x=1?"}], said("wrong"), None, seq=1)
+    a2 = [a_sys, {"role": "user", "content": "q"}, said("x=1"), {"role": "user", "content": "wrong, retry"}]
+    assert h.plan([a1, b1], a2, None) == h.Extension(a1, 3)
+    a2_turn = turn(a2, said("x=2"), None, seq=2)
+    a3 = [*a2, said("x=2"), {"role": "user", "content": "ok?"}]  # the longest of A1 and A2 that it extends: A2
+    assert h.plan([a1, b1, a2_turn], a3, None) == h.Extension(a2_turn, 5)
+
+
+def test_branches_continue_the_turn_they_share():
+    root = turn([{"role": "user", "content": "q"}], said("a"), None, seq=0)
+    left = [{"role": "user", "content": "q"}, said("a"), {"role": "user", "content": "left?"}]
+    right = [{"role": "user", "content": "q"}, said("a"), {"role": "user", "content": "right?"}]
+    left_turn = turn(left, said("l"), None, seq=1)
+    assert h.plan([root, left_turn], right, None) == h.Extension(root, 2)
 
 
 @pytest.mark.parametrize(
-    "messages, reason",
+    "messages, label",
     [
-        ([ASKED[0], {"role": "user", "content": "2+4?"}, sent_back(), TOOL_RESULT], "history_edited"),
-        ([{"role": "system", "content": "Be long."}, ASKED[1], sent_back(), TOOL_RESULT], "system_changed"),
-        ([ASKED[1], sent_back(), TOOL_RESULT], "history_edited"),
-        ([ASKED[0]], "history_truncated"),
-        (ASKED, "no_new_messages"),
-        ([*ASKED, sent_back()], "no_new_messages"),
-        ([*ASKED, {"role": "assistant", "content": "5"}, TOOL_RESULT], "answer_edited"),
+        ([{"role": "system", "content": "other agent"}, {"role": "user", "content": "hi"}], h.NEW_CONVERSATION),
+        ([{"role": "user", "content": "something else"}], h.NEW_CONVERSATION),
+        ([*ASKED, {"role": "user", "content": "summary: the sum is 5"}, TOOL_RESULT], h.COMPACTED),
+        (ASKED, h.FALLBACK + "repeated"),
+        ([*ASKED, sent_back()], h.FALLBACK + "no_new_messages"),
+        ([*ASKED, {"role": "assistant", "content": "5"}, TOOL_RESULT], h.FALLBACK + "answer_edited"),
+        ([ASKED[0], {"role": "user", "content": "2+4?"}, sent_back(), TOOL_RESULT], h.FALLBACK + "history_edited"),
+        (
+            [{"role": "system", "content": "Be long."}, ASKED[1], sent_back(), TOOL_RESULT],
+            h.FALLBACK + "system_changed",
+        ),
     ],
-    ids=["edited", "system", "dropped-turn", "truncated", "retry", "answer-only", "answer-edited"],
+    ids=[
+        "second-agent",
+        "fresh-start",
+        "compacted",
+        "retry",
+        "answer-only",
+        "answer-edited",
+        "question-edited",
+        "system",
+    ],
 )
-def test_every_other_call_falls_back_with_its_reason(messages, reason):
-    assert h.plan(turn(), messages, TOOLS) == h.FALLBACK + reason
+def test_a_call_that_continues_no_turn_says_why(messages, label):
+    assert h.plan([turn()], messages, TOOLS) == label
 
 
-def test_changed_tools_fall_back():
-    assert h.plan(turn(), [*ASKED, sent_back(), TOOL_RESULT], None) == h.FALLBACK + "tools_changed"
+def test_an_edited_earlier_message_and_changed_tools_fall_back_with_their_reason():
+    two_turns = [ASKED[0], ASKED[1], sent_back(), TOOL_RESULT]
+    t = turn(two_turns, said("5"))
+    edited_result = [*ASKED, sent_back(), {**TOOL_RESULT, "content": "6"}, said("5"), {"role": "user", "content": "?"}]
+    assert h.plan([t], edited_result, TOOLS) == h.FALLBACK + "history_edited"
+    edited_model_turn = [*ASKED, said("it is 5"), TOOL_RESULT, said("5"), {"role": "user", "content": "?"}]
+    assert h.plan([t], edited_model_turn, TOOLS) == h.FALLBACK + "history_edited"
+    first_question_edited = [
+        ASKED[0],
+        {"role": "user", "content": "2+3, briefly?"},
+        sent_back(),
+        TOOL_RESULT,
+        said("5"),
+    ]
+    assert h.plan([turn(), t], [*first_question_edited, {"role": "user", "content": "?"}], TOOLS) == (
+        h.FALLBACK + "history_edited"
+    )  # the model's own turns sent back: an edit, not a new conversation
+    compacted = [*ASKED, {"role": "user", "content": "summary so far: 5"}, {"role": "user", "content": "go on"}]
+    assert h.plan([t], compacted, TOOLS) == h.COMPACTED
+    assert h.plan([turn()], [*ASKED, sent_back(), TOOL_RESULT], None) == h.FALLBACK + "tools_changed"
+
+
+def test_every_label_is_listed_with_its_meaning():
+    assert {h.NEW_CONVERSATION, h.COMPACTED} == {h.SEGMENT + c for c in ("new_conversation", "compacted")}
+    assert {"repeated", "no_new_messages", "answer_edited", "history_edited", "tools_changed", "system_changed"} <= set(
+        h.REASONS
+    )
 
 
 def test_the_neutral_prefix_keeps_the_system_message_and_the_answers_tool_calls_only():
-    prefix = h.neutral_prefix([*ASKED, sent_back(), TOOL_RESULT], turn())
+    prefix = h.neutral_prefix([*ASKED, sent_back(), TOOL_RESULT], turn(), "A")
     assert prefix[0] == ASKED[0]
     assert [m["role"] for m in prefix] == ["system", "user", "assistant"]
-    assert prefix[2]["content"] == h.PLACEHOLDER and prefix[2]["tool_calls"] == [CALL]
-    no_system = h.neutral_prefix([ASKED[1], sent_back(), TOOL_RESULT], turn(messages=ASKED[1:]))
+    assert prefix[2]["content"] == "A" and prefix[2]["tool_calls"] == [CALL]
+    no_system = h.neutral_prefix([ASKED[1], sent_back(), TOOL_RESULT], turn(messages=ASKED[1:]), "B")
     assert [m["role"] for m in no_system] == ["user", "assistant"]
 
 
-CLOSE, NL, START = 99, 10, 98
+CLOSE, NL, START, A, B = 99, 10, 98, 65, 66
 
 
-def test_the_close_token_is_what_follows_the_answer():
-    without = [START, 7, 7, START, 8]  # ... the generation prompt
-    assert h.close_token(without, [*without, 50, CLOSE, NL], [50]) == CLOSE
-    assert h.close_token(without, [*without, 51, CLOSE, NL], [50]) is None  # the answer did not line up
-    assert h.close_token(without, [START, *without, 50, CLOSE], [50]) is None  # nor did the prefix
+def test_the_close_token_is_what_follows_the_answer_that_is_not_the_last_turn():
+    head, tail = [START, 7, CLOSE, NL, START, 8], [CLOSE, NL, START, 7, CLOSE, NL, START, 8]
+    assert h.close_token([*head, A, *tail], [*head, B, *tail]) == CLOSE
+    assert h.close_token([*head, A, *tail], [*head, B, B, *tail]) is None  # the letter did not stay one token
+    assert h.close_token([1, *head, A, *tail], [2, *head, B, *tail]) is None  # the prefixes differ
 
 
 def test_the_delta_starts_after_the_close_the_model_generated_itself():
-    prefix = [START, 1, 2, CLOSE, NL, START, 8, 50, CLOSE, NL]
-    extended = [*prefix, START, 20, 21, CLOSE, NL, START, 8]
+    head, calls = [START, 1, 2, CLOSE, NL, START, 8], [70, 71]
+    new = [NL, START, 20, 21, CLOSE, NL, START, 8]
+    a, b = [*head, A, *calls, CLOSE, *new], [*head, B, *calls, CLOSE, *new]
     # the completion ended with the close: the delta starts after it, with the template's newline
-    assert h.delta_ids(prefix, extended, CLOSE, [60, 61, CLOSE]) == [NL, START, 20, 21, CLOSE, NL, START, 8]
+    assert h.delta_ids(a, b, CLOSE, [60, 61, CLOSE]) == new
     # it was cut (length) or ended with another end token (the pad): the template's close is inserted
-    assert h.delta_ids(prefix, extended, CLOSE, [60, 61]) == [CLOSE, NL, START, 20, 21, CLOSE, NL, START, 8]
+    assert h.delta_ids(a, b, CLOSE, [60, 61]) == [CLOSE, *new]
 
 
-def test_a_template_that_re_renders_the_prefix_gives_no_delta():
-    prefix = [START, 1, 2, CLOSE, NL, START, 8, 50, CLOSE, NL]
-    assert h.delta_ids(prefix, [START, 1, 3, CLOSE, NL, START, 8, 50, CLOSE, NL, 20], CLOSE, [CLOSE]) is None
-    assert h.delta_ids([START, 1, 2], [START, 1, 2, 3], CLOSE, [CLOSE]) is None  # no close at all
+def test_renderings_that_do_not_line_up_give_no_delta():
+    head = [START, 1, 2, CLOSE]
+    assert h.delta_ids([*head, A, CLOSE, 5], [*head, B, B, CLOSE, 5], CLOSE, [CLOSE]) is None  # lengths differ
+    assert h.delta_ids([*head, A, 5, 6], [*head, B, 5, 6], CLOSE, [CLOSE]) is None  # no close after the answer
+
+
+def test_a_continued_turn_shares_its_childs_lists():
+    history = EpisodeHistory()
+    parent = new_turn(0, {"messages": ASKED, "tools": TOOLS}, [1, 2, 3], [4, 5], ANSWER)
+    history.add(parent)
+    messages = [*ASKED, sent_back(), TOOL_RESULT]
+    step = h.plan(history, messages, TOOLS)
+    assert isinstance(step, h.Extension) and step.parent is parent
+    child = new_turn(1, {"messages": messages, "tools": TOOLS}, [1, 2, 3, 4, 5, 7], [8], ANSWER)
+    history.add(child, step)
+    assert parent.messages is child.messages and parent.ids is child.ids  # kept once
+    assert (list(parent.prompt_ids), list(parent.completion_ids), parent.full_ids()) == (
+        [1, 2, 3],
+        [4, 5],
+        [1, 2, 3, 4, 5],
+    )
+    # the child's answer sent back changed: a branch from the parent (the edited answer is new text, not trained)
+    assert h.plan(history, [*messages, said("x"), {"role": "user", "content": "?"}], TOOLS) == h.Extension(parent, 3)
+
+
+def test_a_history_reads_only_the_calls_it_has_not_seen():
+    history = EpisodeHistory()
+    assert history.missing(3) == [0, 1, 2]
+    history.seen(1)
+    assert history.missing(3) == [0, 2]
+    request = '{"messages": [{"role": "user", "content": "q"}]}'
+    response = '{"choices": [{"message": {"content": "a"}}]}'
+    logged = CallRecord("u", 0, request, response, [1], [2], [0.0], "stop", 0, "e", 1.0, 1.0, response_id="resp_1")
+    history.add_logged([logged])
+    assert history.missing(3) == [2] and len(history) == 1
+    assert history.response("resp_1").conversation() == [{"role": "user", "content": "q"}, said("a")]
+    assert turn_from_call(CallRecord("u", 2, "{}", None, None, None, None, None, 0, "e", 1.0, 1.0, error="x")) is None

@@ -202,7 +202,7 @@ def test_an_agent_that_rewrites_its_history_falls_back_and_still_trains(swarm, e
     oc.chat.completions.create(model="policy", messages=messages, tools=[ADD_TOOL])
     calls = swarm.store.calls(uuid)
     assert [c.token_history for c in calls] == ["first", "extended", "fallback:history_edited"]
-    seqs, merged = episode_sequences(calls, uuid, "t")
+    seqs, merged, _starts = episode_sequences(calls, uuid, "t")
     assert len(seqs) == 2 and merged == 1  # the first two calls, then the rewritten one on its own
     trained = [t for s in seqs for t, m in zip(s.response_ids, s.response_mask) if m]
     assert trained == [t for c in calls for t in c.completion_ids]
@@ -230,11 +230,11 @@ def test_a_restarted_proxy_rebuilds_the_turn_from_the_store(tmp_path):
             s.proxy.close()
 
 
-def test_the_litellm_upstream_sends_the_token_prompt_too(tmp_path):
-    """`ajet-proxy start --upstream litellm`: the token prompt rides in LiteLLM's `extra_body`. (LiteLLM moves a
+def test_the_litellm_transport_sends_the_token_prompt_too(tmp_path):
+    """`ajet-proxy start --transport litellm`: the token prompt rides in LiteLLM's `extra_body`. (LiteLLM moves a
     `<think>` block out of the content into `reasoning_content`; the agent sends back what it got, and the token
     history keeps the block as generated.)"""
-    with scripted_swarm(tmp_path, 128, "builtin:tiny-bpe", proxy_args=("--upstream", "litellm")) as s:
+    with scripted_swarm(tmp_path, 128, "builtin:tiny-bpe", proxy_args=("--transport", "litellm")) as s:
         uuid, creds = s.client.begin_episode()
         s.answer(CALL_1, CALL_2, FINAL)
         oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
@@ -251,7 +251,7 @@ def test_rendered_history_breaks_the_same_loop_apart(tmp_path):
         _chat_loop(openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key), [{"role": "user", "content": "?"}])
         calls = s.store.calls(uuid)
         assert [c.token_history for c in calls] == ["rendered"] * 3
-        seqs, _ = episode_sequences(calls, uuid, "t")
+        seqs, _, _ = episode_sequences(calls, uuid, "t")
         assert len(seqs) == 3
         s.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
 

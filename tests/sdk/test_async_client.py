@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from ajet import AgentJetJob, AsyncSwarmClient, SwarmClient, SwarmTimeout, Task, WorkflowOutput, run_episodes_async
-from ajet.types import EngineState, EpisodeStatus, OpenaiBaseUrlAndApiKey
+from ajet.types import EpisodeStatus, ExperimentState, OpenaiBaseUrlAndApiKey
 from tests.support.stub_proxy import StubProxy, proxy_on_stub
 
 SYNC_ONLY = {"close", "print_rollout_stat"}
@@ -57,7 +57,7 @@ def test_many_episodes_in_flight_in_one_loop(tmp_path: Path):
                 return WorkflowOutput(reward=float(len(answer.choices[0].message.content or "") > 0))
 
             async with AsyncSwarmClient(sp.proxy.url, verbose=False) as client:
-                assert (await client.get_engine_status()).state == EngineState.ROLLING
+                assert (await client.get_engine_status()).state == ExperimentState.ROLLING
                 tasks = [Task(task_id=f"t{i % 4}") for i in range(31)] + [Task(task_id="crash")]
                 out = await run_episodes_async(client, tasks, agent, in_flight=8)
             await base.close()
@@ -110,9 +110,9 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
                 return await getattr(client, name)(*args, **kwargs)
 
             status = await call("get_engine_status")
-            assert status.state == EngineState.ROLLING
+            assert status.state == ExperimentState.ROLLING
             assert status.global_step == sp.client.get_engine_status().global_step
-            assert await call("set_batch_mode", "rollout_until_finish_enough_episodes") == EngineState.ROLLING
+            assert await call("set_batch_mode", "rollout_until_finish_enough_episodes") == ExperimentState.ROLLING
             uuid, creds = await call("begin_episode", mission="letters")
             assert await call("can_continue_episode", uuid)
             oc = creds.as_async_openai_client(max_retries=0)
@@ -127,12 +127,12 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             stat = await call("get_rollout_stat")
             assert (stat.totals["ended"], stat.totals["aborted"]) == (1, 1)
             assert await call("get_steps") == sp.client.get_steps() == []
-            assert await call("stop_engine") == EngineState.OFFLINE
+            assert await call("stop_engine") == ExperimentState.OFFLINE
             job = AgentJetJob(batch_size=1, num_repeat=2)
-            assert await call("sync_train_config", job) == EngineState.OFFLINE
-            assert await call("start_engine") == EngineState.BOOTING
+            assert await call("sync_train_config", job) == ExperimentState.OFFLINE
+            assert await call("start_engine") == ExperimentState.BOOTING
             await client.stop_engine()
-            assert await call("auto_sync_train_config_and_start_engine", job) == EngineState.BOOTING
+            assert await call("auto_sync_train_config_and_start_engine", job) == ExperimentState.BOOTING
 
     with proxy_on_stub(tmp_path, "methods") as sp:
         asyncio.run(run(sp))

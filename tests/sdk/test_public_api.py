@@ -9,10 +9,10 @@ import ajet_proxy
 import ajet_store
 import ajet_swarm
 import ajet_trainer
-import ajet_trainer.verl_backend
+import ajet_trainer.verl
 
 
-@pytest.mark.parametrize("module", [ajet, ajet_proxy, ajet_store, ajet_swarm, ajet_trainer, ajet_trainer.verl_backend])
+@pytest.mark.parametrize("module", [ajet, ajet_proxy, ajet_store, ajet_swarm, ajet_trainer, ajet_trainer.verl])
 def test_all_names_resolve(module):
     assert module.__all__, "empty __all__"
     for name in module.__all__:

@@ -123,7 +123,7 @@ def test_can_continue_episode_turns_false_when_the_server_expires_it(client, sto
 def test_wait_for_step_returns_the_first_step_after_the_given_one(client, store):
     from ajet import wait_for_step
 
-    now = store.engine_row().global_step
+    now = store.experiment().global_step
     store.record_step(now + 1, now + 1, [], 0.25, {})
     store.record_step(now + 2, now + 2, [], 0.5, {})
     assert wait_for_step(client, now).step == now + 1  # the oldest newer step, not the newest

@@ -105,10 +105,10 @@ def test_upgrade_keeps_every_episode(tmp_path, version, with_alembic):
         assert [(e.uuid, e.reward, e.task_id) for e in eps] == [("ep0", 0.0, "t"), ("ep1", 0.25, "t")]
         assert {e.mission for e in eps} == ({"math"} if version >= 2 else {None})
         assert st.calls("ep0")[0].completion_ids == [3] and st.calls("ep0")[0].logprobs == [-0.5]
-        row = st.engine_row()
+        row = st.experiment()
         assert (row.global_step, row.run_id, row.trainer_heartbeat) == (4, 1, None)
         st.heartbeat()  # the new column takes writes
-        assert st.engine_row().trainer_heartbeat is not None
+        assert st.experiment().trainer_heartbeat is not None
     again = subprocess.run(
         [str(BIN / "ajet-proxy"), "db", "upgrade", "--db", url],
         capture_output=True,

@@ -5,9 +5,10 @@ import time
 import pytest
 
 from ajet import AgentJetJob
-from ajet.types import EngineState, EpisodeStatus
-from ajet_store import AlreadyConsumed, Conflict, NotFound, NotRolling, SchemaMismatch, Store, WrongState, sqlite_url
-from ajet_store.types import BeginEpisode, CallRecord, Deployment, EndEpisode
+from ajet.errors import EpisodeConflict, EpisodeNotFound, NotReady, WrongState
+from ajet.types import EpisodeStatus, ExperimentState
+from ajet_store import AlreadyConsumed, SchemaMismatch, Store, sqlite_url
+from ajet_store.types import BeginEpisode, CallRecord, EndEpisode, RegisteredEngine
 from tests.support.stores import end_with_a_call, store_of_schema
 
 
@@ -20,48 +21,48 @@ def st(tmp_path):
 
 def rolling(st):
     st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))
-    st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
-    st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    st.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
+    st.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
 
 
 def test_state_machine(st):
-    assert st.engine_row().state == EngineState.OFFLINE
+    assert st.experiment().state == ExperimentState.OFFLINE
     with pytest.raises(WrongState, match="OFFLINE"):
-        st.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+        st.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     rolling(st)
     with pytest.raises(WrongState, match="ROLLING"):
         st.sync_job(AgentJetJob())
-    st.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
-    st.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
-    assert st.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
+    st.transition(ExperimentState.ROLLING_POST, allowed_from=[ExperimentState.ROLLING])
+    st.transition(ExperimentState.WEIGHT_SYNCING, allowed_from=[ExperimentState.ROLLING_POST])
+    assert st.transition(ExperimentState.OFFLINE).state == ExperimentState.OFFLINE
 
 
 def test_a_step_recorded_in_weight_syncing_resumes_rolling_in_the_same_transaction(st):
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)
     st.end_episode("u1", "c", "t", 1.0, True, {})
-    st.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
-    st.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
+    st.transition(ExperimentState.ROLLING_POST, allowed_from=[ExperimentState.ROLLING])
+    st.transition(ExperimentState.WEIGHT_SYNCING, allowed_from=[ExperimentState.ROLLING_POST])
     st.record_step(1, 1, ["u1"], 1.0, {})
-    row = st.engine_row()
-    assert (row.state, row.global_step) == (EngineState.ROLLING, 1)  # a client seeing step 1 may begin at once
+    row = st.experiment()
+    assert (row.state, row.global_step) == (ExperimentState.ROLLING, 1)  # a client seeing step 1 may begin at once
     st.begin_episode("u2", "h2", "c", "train", 10)
     st.end_episode("u2", "c", "t", 0.0, True, {})
     st.record_step(2, 2, ["u2"], 0.0, {})  # asynchronous: recorded while ROLLING, which stays
-    assert st.engine_row().state == EngineState.ROLLING
+    assert st.experiment().state == ExperimentState.ROLLING
     st.begin_episode("u3", "h3", "c", "train", 10)
     st.end_episode("u3", "c", "t", 0.0, True, {})
-    st.transition(EngineState.BOOTING)
+    st.transition(ExperimentState.BOOTING)
     st.record_step(3, 3, ["u3"], 0.0, {})  # a restart finishing a checkpoint's step: still booting
-    assert st.engine_row().state == EngineState.BOOTING
+    assert st.experiment().state == ExperimentState.BOOTING
     with pytest.raises(AlreadyConsumed):
-        st.transition(EngineState.WEIGHT_SYNCING)
+        st.transition(ExperimentState.WEIGHT_SYNCING)
         st.record_step(4, 4, ["u3"], 0.0, {})  # refused: nothing written, the state stays
-    assert st.engine_row().state == EngineState.WEIGHT_SYNCING and st.engine_row().global_step == 3
+    assert st.experiment().state == ExperimentState.WEIGHT_SYNCING and st.experiment().global_step == 3
 
 
 def test_begin_only_in_rolling(st):
-    with pytest.raises(NotRolling) as e:
+    with pytest.raises(NotReady) as e:
         st.begin_episode("u", "h", "c", "train", 10)
     assert e.value.state == "OFFLINE"
 
@@ -73,19 +74,19 @@ def test_end_is_idempotent_and_conflicts_are_named(st):
     assert changed and row.status == EpisodeStatus.ENDED
     row2, changed2 = st.end_episode("u1", "c", "t", 1.0, True, {})
     assert not changed2 and row2 == row
-    with pytest.raises(Conflict, match="already ended"):
+    with pytest.raises(EpisodeConflict, match="already ended"):
         st.end_episode("u1", "c", "t", 0.5, True, {})
-    with pytest.raises(Conflict, match="already ended"):
+    with pytest.raises(EpisodeConflict, match="already ended"):
         st.abort_episode("u1", "c")
     st.begin_episode("u2", "h2", "c", "train", 10)
     assert st.abort_episode("u2", "c")[0].status == EpisodeStatus.ABORTED
     assert st.abort_episode("u2", "c")[1] is False
-    with pytest.raises(Conflict, match="aborted"):
+    with pytest.raises(EpisodeConflict, match="aborted"):
         st.end_episode("u2", "c", "t", 1.0, None, {})
     st.begin_episode("u3", "h3", "c", "train", 10)
-    with pytest.raises(Conflict, match="held by client"):
+    with pytest.raises(EpisodeConflict, match="held by client"):
         st.end_episode("u3", "other", "t", 1.0, None, {})
-    with pytest.raises(NotFound):
+    with pytest.raises(EpisodeNotFound):
         st.end_episode("nope", "c", "t", 1.0, None, {})
 
 
@@ -94,7 +95,7 @@ def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
     with nothing of it written, the others committed; the counters agree with a recount."""
     from ajet_store import counters
 
-    assert isinstance(st.apply_changes([BeginEpisode("x", "hx", "c", "train", 10)])[0], NotRolling)
+    assert isinstance(st.apply_changes([BeginEpisode("x", "hx", "c", "train", 10)])[0], NotReady)
     rolling(st)
     st.begin_episode("u0", "h0", "c", "train", 10)
     out = st.apply_changes(
@@ -110,8 +111,8 @@ def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
     assert [type(r).__name__ for r in out] == [
         "EpisodeRow",
         "EpisodeRow",
-        "Conflict",
-        "NotFound",
+        "EpisodeConflict",
+        "EpisodeNotFound",
         "EpisodeRow",
         "EpisodeRow",
     ]
@@ -130,7 +131,7 @@ def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
 def test_stop_aborts_open_episodes(st):
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)
-    st.transition(EngineState.OFFLINE)
+    st.transition(ExperimentState.OFFLINE)
     assert st.get_episode("u1").status == EpisodeStatus.ABORTED
     assert st.open_uuids() == set()
 
@@ -149,18 +150,19 @@ def test_calls_round_trip_and_untrainable_flag(st):
     assert row.untrainable and "call 1" in row.untrainable_reason
 
 
-def test_the_last_trainable_call_and_its_token_history_label(st):
-    """What a proxy reads to rebuild an episode's last turn: the newest call with ids and no error."""
+def test_the_calls_a_proxy_did_not_see_and_their_history_labels(st):
+    """What a proxy reads to continue an episode's history: the calls it lacks, by number, with their labels and the
+    turn each continued."""
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)
-    assert st.last_trainable_call("u1") is None
-    good = CallRecord("u1", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, 1.0, token_history="first")
-    failed = CallRecord("u1", 1, "{}", None, None, None, None, None, 0, "d", 1.0, 2.0, error="backend answered 500")
-    st.write_calls([good, failed])
-    assert st.last_trainable_call("u1") == good and st.calls("u1")[0].token_history == "first"
-    later = CallRecord("u1", 2, "{}", "{}", [1, 2, 3], [4], [-0.1], "stop", 0, "d", 1.0, 3.0, token_history="extended")
-    st.write_calls([later])
-    assert st.last_trainable_call("u1") == later
+    assert st.calls_numbered("u1", [0, 1]) == []
+    good = CallRecord("u1", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "e", 1.0, 1.0, token_history="first")
+    failed = CallRecord("u1", 1, "{}", None, None, None, None, None, 0, "e", 1.0, 2.0, error="the engine answered 500")
+    later = CallRecord("u1", 2, "{}", "{}", [1, 2, 3], [4], [-0.1], "stop", 0, "e", 1.0, 3.0, token_history="extended",
+                       parent_seq=0)  # fmt: skip
+    st.write_calls([good, failed, later])
+    assert st.calls_numbered("u1", [0, 2]) == [good, later] and st.calls_numbered("u1", [1]) == [failed]
+    assert [(c.token_history, c.parent_seq) for c in st.calls("u1")] == [("first", None), (None, None), ("extended", 0)]
 
 
 def test_record_step_consumes_once(st):
@@ -171,7 +173,7 @@ def test_record_step_consumes_once(st):
     assert len(st.pool_episodes()) == 3
     st.record_step(1, 1, ["u0", "u1"], 0.5, {"loss": 0.1})
     assert [p.uuid for p in st.pool_episodes()] == ["u2"]
-    assert (st.engine_row().global_step, st.engine_row().policy_version) == (1, 1)
+    assert (st.experiment().global_step, st.experiment().policy_version) == (1, 1)
     with pytest.raises(AlreadyConsumed, match="already consumed"):
         st.record_step(2, 2, ["u1", "u2"], 0.5, {})
     assert st.get_episode("u2").consumed_step is None  # the failed step recorded nothing
@@ -225,13 +227,13 @@ def test_a_gap_in_call_numbers_keeps_an_episode_out_of_training(st):
     assert [p.uuid for p in st.pool_episodes()] == ["whole"]
 
 
-def test_deployments_bump_version(st):
-    v0 = st.engine_row().deployments_version
-    st.register_deployment(Deployment("a", "http://x/v1", "m", 0))
-    st.register_deployment(Deployment("a", "http://y/v1", "m2", 1))
-    assert st.deployments() == [Deployment("a", "http://y/v1", "m2", 1)]
-    st.remove_deployments()
-    assert st.deployments() == [] and st.engine_row().deployments_version == v0 + 3
+def test_registered_engines_bump_version(st):
+    v0 = st.experiment().engines_version
+    st.register_engines([RegisteredEngine("a", "http://x/v1", "m", 0)])
+    st.register_engines([RegisteredEngine("a", "http://y/v1", "m2", 1)])
+    assert st.engines() == [RegisteredEngine("a", "http://y/v1", "m2", 1)]
+    st.remove_engines()
+    assert st.engines() == [] and st.experiment().engines_version == v0 + 3
 
 
 def test_schema_version_checked(tmp_path):
@@ -241,7 +243,7 @@ def test_schema_version_checked(tmp_path):
 
 
 def test_wal_mode(st, tmp_path):
-    with st._w.connect() as c:
+    with st._writes.connect() as c:
         assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 
 
@@ -249,7 +251,7 @@ def test_new_job_starts_a_new_pool_same_job_resumes(st):
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)
     end_with_a_call(st, "u1", 1.0)
-    st.transition(EngineState.OFFLINE)
+    st.transition(ExperimentState.OFFLINE)
     st.sync_job(AgentJetJob(batch_size=1, num_repeat=1))  # the same job: the pool is kept
     assert [p.uuid for p in st.pool_episodes()] == ["u1"]
     st.sync_job(AgentJetJob(batch_size=2, num_repeat=1))  # another job: a new run, an empty pool
@@ -259,15 +261,15 @@ def test_new_job_starts_a_new_pool_same_job_resumes(st):
 
 def test_silent_trainer_stops_new_episodes(st):
     from ajet_store import TRAINER_TIMEOUT_S
-    from ajet_store.tables import engine_state
+    from ajet_store.tables import experiments
 
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)  # no trainer has written a heartbeat: not checked
     st.heartbeat()
     st.begin_episode("u2", "h2", "c", "train", 10)
-    with st._w.begin() as c:
-        c.execute(engine_state.update().values(trainer_heartbeat=time.time() - TRAINER_TIMEOUT_S - 5))
-    with pytest.raises(NotRolling, match="no trainer heartbeat") as e:
+    with st._writes.begin() as c:
+        c.execute(experiments.update().values(trainer_heartbeat=time.time() - TRAINER_TIMEOUT_S - 5))
+    with pytest.raises(NotReady, match="no trainer heartbeat") as e:
         st.begin_episode("u3", "h3", "c", "train", 10)
     assert e.value.state == "ROLLING"
     st.heartbeat()  # the trainer is back
@@ -287,7 +289,7 @@ def test_racing_auto_starts_sync_once(st):
     started = [row for row, did in results if did]
     assert len(started) == 1  # exactly one client started it; the others joined
     assert isinstance(started[0].job, AgentJetJob)  # the row holds the parsed job, not its JSON
-    assert st.engine_row().state == EngineState.BOOTING and st.engine_row().job == started[0].job
+    assert st.experiment().state == ExperimentState.BOOTING and st.experiment().job == started[0].job
 
 
 def test_a_new_store_file_is_the_owners_only(tmp_path):
@@ -345,7 +347,7 @@ def test_kept_counters_equal_a_recount_of_the_rows(st):
         st.end_episode(f"e{i}", "c", "t", i / 4, None, {})
     st.abort_episode("e6", "c")
     st.expire_episodes(["e7", "e8"])
-    st.transition(EngineState.OFFLINE)  # aborts the rest
+    st.transition(ExperimentState.OFFLINE)  # aborts the rest
     kept = (st.totals(), st.missions())
     with st._tx() as c:
         counters.backfill(c)

@@ -9,11 +9,12 @@ import pytest
 import sqlalchemy as sa
 
 from ajet import AgentJetJob
-from ajet.types import BatchMode, EngineState, EpisodeStatus
-from ajet_store import AlreadyConsumed, Conflict, Store
+from ajet.errors import EpisodeConflict
+from ajet.types import BatchMode, EpisodeStatus, ExperimentState
+from ajet_store import AlreadyConsumed, Store
 from ajet_store.batch_policy import select_batch
 from ajet_store.connect import driver_url
-from ajet_store.types import BeginEpisode, CallRecord, Deployment
+from ajet_store.types import BeginEpisode, CallRecord, RegisteredEngine
 from tests.support import postgres
 
 pytestmark = pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries and no AJET_TEST_PG_URL")
@@ -47,9 +48,9 @@ def pg(server):
 
 def test_full_cycle_on_postgres(pg):
     pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
-    pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
-    pg.register_deployment(Deployment("d", "http://x/v1", "m", 0))
-    pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    pg.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
+    pg.register_engines([RegisteredEngine("d", "http://x/v1", "m", 0)])
+    pg.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     for i, r in enumerate([1.0, 0.0]):
         pg.begin_episode(f"u{i}", f"h{i}", "c", "train", 30)
         pg.write_calls(
@@ -57,7 +58,7 @@ def test_full_cycle_on_postgres(pg):
         )
         pg.end_episode(f"u{i}", "c", "t", r, None, {"k": [1, 2]})
     assert pg.end_episode("u0", "c", "t", 1.0, None, {})[1] is False
-    with pytest.raises(Conflict):
+    with pytest.raises(EpisodeConflict):
         pg.end_episode("u0", "c", "t", 0.5, None, {})
     assert pg.calls("u0")[0].completion_ids == [3, 4] and pg.get_episode("u1").last_active_at == 2e9 + 1
     batch = select_batch(pg.pool_episodes(), BatchMode.TASKS, 1, 2)
@@ -71,7 +72,7 @@ def test_full_cycle_on_postgres(pg):
     assert pg.prune_bodies(keep_steps=0) == 2 and pg.calls("u0")[0].response is None
     pg.vacuum()
     assert pg.calls("u0")[0].completion_ids == [3, 4]  # the token ids stay
-    assert pg.transition(EngineState.OFFLINE).state == EngineState.OFFLINE
+    assert pg.transition(ExperimentState.OFFLINE).state == ExperimentState.OFFLINE
 
 
 def test_migrations_run_on_postgres(server):
@@ -87,7 +88,7 @@ def test_migrations_run_on_postgres(server):
         assert upgrade(url) == (None, SCHEMA_VERSION)  # every revision, batch mode included, on PostgreSQL
         with Store(url) as st:
             st.heartbeat()
-            assert st.engine_row().trainer_heartbeat is not None
+            assert st.experiment().trainer_heartbeat is not None
     finally:
         with admin.connect() as c:
             c.execute(sa.text(f"DROP DATABASE {db} WITH (FORCE)"))
@@ -95,12 +96,12 @@ def test_migrations_run_on_postgres(server):
 
 
 def test_racing_state_changes_from_several_processes_take_turns(pg):
-    """Proxies on several machines change the engine state at once: each check-then-change holds the engine row
-    (`FOR UPDATE`), so of 12 racing OFFLINE -> BOOTING moves exactly one succeeds (PostgreSQL's READ COMMITTED
-    would otherwise let every one of them read OFFLINE)."""
+    """Proxies on several machines change the experiment's state at once: each check-then-change holds the
+    experiment's row (`FOR UPDATE`), so of 12 racing OFFLINE -> BOOTING moves exactly one succeeds (PostgreSQL's
+    READ COMMITTED would otherwise let every one of them read OFFLINE)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ajet_store import WrongState
+    from ajet.errors import WrongState
 
     pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
     stores = [Store(pg.url) for _ in range(12)]  # a connection pool each, as separate processes have
@@ -109,7 +110,7 @@ def test_racing_state_changes_from_several_processes_take_turns(pg):
     def move(st: Store) -> bool:
         barrier.wait()
         try:
-            st.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
+            st.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
             return True
         except WrongState:
             return False
@@ -130,8 +131,8 @@ def test_new_counters_and_clients_seen_by_several_processes_at_once_all_commit(p
     from concurrent.futures import ThreadPoolExecutor
 
     pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
-    pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
-    pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    pg.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
+    pg.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     stores = [Store(pg.url) for _ in range(12)]
     barrier = threading.Barrier(len(stores))
 
@@ -153,13 +154,13 @@ def test_new_counters_and_clients_seen_by_several_processes_at_once_all_commit(p
 def test_a_retried_begin_rekeys_its_open_unused_episode_on_postgres(pg):
     """The proxy tier's stores answer a retried begin (the client lost the first answer) as SQLite does."""
     pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
-    pg.transition(EngineState.BOOTING, allowed_from=[EngineState.OFFLINE])
-    pg.register_deployment(Deployment("d", "http://x/v1", "m", 0))
-    pg.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING])
+    pg.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
+    pg.register_engines([RegisteredEngine("d", "http://x/v1", "m", 0)])
+    pg.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     first, retry = (BeginEpisode("r1", h, "c", "train", 30, retryable=True) for h in ("h-lost", "h-new"))
     assert pg.apply_changes([first])[0].key_hash == "h-lost"
     row = pg.apply_changes([retry])[0]
     assert row.uuid == "r1" and row.key_hash == "h-new" and pg.get_episode("r1").key_hash == "h-new"
     assert pg.totals()["open"] == 1
     pg.write_calls([CallRecord("r1", 0, "{}", "{}", [1], [2], [-0.1], "stop", 0, "d", 1.0, 2e9)])
-    assert isinstance(pg.apply_changes([retry])[0], Conflict)
+    assert isinstance(pg.apply_changes([retry])[0], EpisodeConflict)

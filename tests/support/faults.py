@@ -27,10 +27,10 @@ INJECT = Path(__file__).resolve().parent / "inject"
 UPDATE_DELAY_VAR = "AJET_TEST_UPDATE_DELAY_S"
 """Seconds each training update sleeps first, in a process started with `update_delay_env`."""
 
-TARGET = "ajet_trainer.learner"
+TARGET = "ajet_trainer.embedded.learner"
 POLICY_SCRIPT_VAR = "AJET_TEST_POLICY_SCRIPT"
 """A JSON file of scripts the embedded engine of a process started with `scripted_policy_env` answers with."""
-ENGINE = "ajet_trainer.engine.server"
+ENGINE = "ajet_trainer.embedded.server"
 
 
 def _inject_path() -> str:

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from ajet import SwarmClient
 from ajet_proxy.app import create_app
-from ajet_proxy.state import ProxyConfig
+from ajet_proxy.proxy import ProxyConfig
 from ajet_store import Store, sqlite_url
 
 URL = "http://127.0.0.1"
@@ -21,7 +21,7 @@ URL = "http://127.0.0.1"
 def proxy_in_process(tmp: Path) -> Iterator[tuple[SwarmClient, Store]]:
     """A `SwarmClient` of a proxy app running in this process on a fresh store, and that store."""
     url = sqlite_url(tmp / "in-process.db")
-    with TestClient(create_app(ProxyConfig(db_url=url)), base_url=URL) as http:  # runs the app's lifespan
+    with TestClient(create_app(ProxyConfig.from_config(db_url=url)), base_url=URL) as http:  # runs the app's lifespan
         client = SwarmClient(URL, http_client=http, verbose=False, max_retries=0)
         store = Store(url)
         try:

@@ -128,7 +128,14 @@ class Trainer(Child):
     """`ajet-trainer start` as a child process (no HTTP port of its own)."""
 
     def __init__(
-        self, tmp: Path, db_url: str, exp_dir: Path, engine: str = "embedded", backend: str = "auto", **env: str
+        self,
+        tmp: Path,
+        db_url: str,
+        exp_dir: Path,
+        engine: str = "embedded",
+        backend: str = "auto",
+        extra: tuple[str, ...] = (),
+        **env: str,
     ):
         args = [
             sys.executable,
@@ -147,6 +154,7 @@ class Trainer(Child):
             engine,
             "--backend",
             backend,
+            *extra,
         ]
         super().__init__(args, tmp / f"trainer-{time.time_ns()}.log", offline_env(**env))
 

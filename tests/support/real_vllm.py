@@ -12,8 +12,8 @@ from typing import Optional
 
 import pytest
 
-from ajet_trainer.engine.vllm import VllmEngine, VllmSettings, find_vllm_python
 from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.vllm.server import VllmEngine, VllmSettings, find_vllm_python
 
 
 def vllm_python() -> str:

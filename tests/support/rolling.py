@@ -4,32 +4,32 @@ from __future__ import annotations
 
 import time
 
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_store import Store
-from ajet_store.types import Deployment
+from ajet_store.types import RegisteredEngine
 
 
 def make_rolling(
     store: Store, backend_url: str, model: str = "stub-model", name: str = "stub-0", policy_version: int = 0
 ) -> None:
     """Do what the trainer does at BOOTING: register the backend and go ROLLING."""
-    store.register_deployment(Deployment(name, backend_url + "/v1", model, policy_version))
-    store.transition(EngineState.ROLLING, allowed_from=[EngineState.BOOTING, EngineState.ROLLING])
+    store.register_engines([RegisteredEngine(name, backend_url + "/v1", model, policy_version)])
+    store.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING, ExperimentState.ROLLING])
 
 
 def ensure_rolling(client, store: Store, backend_url: str, job=None) -> None:
     """Bring the engine to ROLLING with `job` (restarting it if it is elsewhere)."""
     from ajet import AgentJetJob
 
-    if client.get_engine_status().state != EngineState.ROLLING or job is not None:
+    if client.get_engine_status().state != ExperimentState.ROLLING or job is not None:
         client.stop_engine()
         client.sync_train_config(job or AgentJetJob(batch_size=2, num_repeat=2))
         client.start_engine()
         make_rolling(store, backend_url)
-    wait_state(client, EngineState.ROLLING)
+    wait_state(client, ExperimentState.ROLLING)
 
 
-def wait_state(client, state: EngineState, timeout: float = 10.0) -> None:
+def wait_state(client, state: ExperimentState, timeout: float = 10.0) -> None:
     """Wait until the proxy reports `state` (it polls the store every 0.2 s)."""
     deadline = time.monotonic() + timeout
     while client.get_engine_status().state != state:

@@ -17,9 +17,9 @@ import torch
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet_store import Store, sqlite_url
-from ajet_trainer.engine import EmbeddedEngine
+from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.grpo import collate, loss_config, policy_loss, sequence_logprobs
-from ajet_trainer.learner import load_policy
+from ajet_trainer.policy import load_policy
 from ajet_trainer.samples import assemble
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.procs import Proc, start_proxy

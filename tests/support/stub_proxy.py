@@ -1,5 +1,5 @@
 """A proxy of its own in front of a stub backend, ROLLING, for a test that changes what the swarm has (it removes
-the deployments, starts the stub with other flags): everything closed on exit."""
+the engines, starts the stub with other flags): everything closed on exit."""
 
 from __future__ import annotations
 

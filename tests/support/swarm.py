@@ -43,9 +43,12 @@ class Swarm:
         """The newest trainer."""
         return self.trainers[-1]
 
-    def start_trainer(self, engine: str = "embedded", backend: str = "auto", **env: str) -> Trainer:
-        """Start a trainer on the store (after a kill, this is the restart)."""
-        tr = Trainer(self.tmp, self.db_url, self.exp_dir, engine=engine, backend=backend, **env)
+    def start_trainer(
+        self, engine: str = "embedded", backend: str = "auto", extra: tuple[str, ...] = (), **env: str
+    ) -> Trainer:
+        """Start a trainer on the store (after a kill, this is the restart); `extra`: more `ajet-trainer start`
+        flags."""
+        tr = Trainer(self.tmp, self.db_url, self.exp_dir, engine=engine, backend=backend, extra=extra, **env)
         self.trainers.append(tr)
         return tr
 
@@ -109,13 +112,14 @@ def running_swarm(
     engine: str = "embedded",
     backend: str = "auto",
     proxy_args: tuple[str, ...] = (),
+    trainer_args: tuple[str, ...] = (),
     **trainer_env: str,
 ) -> Iterator[Swarm]:
     """A proxy (and, unless `trainer=False`, a trainer) on a fresh store; everything closed on exit."""
     sw = Swarm(tmp_path, name, proxy_args)
     try:
         if trainer:
-            sw.start_trainer(engine=engine, backend=backend, **trainer_env)
+            sw.start_trainer(engine=engine, backend=backend, extra=trainer_args, **trainer_env)
         yield sw
     finally:
         sw.close()

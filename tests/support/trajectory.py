@@ -43,7 +43,7 @@ def one_trajectory(calls: Sequence[CallRecord], uuid: str) -> TrainSequence:
         history = (prev.prompt_ids or []) + (prev.completion_ids or [])
         assert nxt.prompt_ids is not None and nxt.prompt_ids[: len(history)] == history  # what it generated
         inserted += len(nxt.prompt_ids) - len(history)
-    seqs, merged = episode_sequences(calls, uuid, "t")
+    seqs, merged, _starts = episode_sequences(calls, uuid, "t")
     assert len(seqs) == 1 and merged == len(calls) - 1
     seq = seqs[0]
     trained = [t for t, m in zip(seq.response_ids, seq.response_mask) if m]

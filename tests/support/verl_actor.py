@@ -21,9 +21,10 @@ def verl_cpu_trainer(job: AgentJetJob, exp: Path, load: Callable[[Mapping[str, t
     from omegaconf import OmegaConf
 
     from ajet_trainer.metrics import tracker_env
-    from ajet_trainer.verl_backend.config import compose_verl_config
-    from ajet_trainer.verl_backend.cpu_platform import use_cpu_platform
-    from ajet_trainer.verl_backend.session import session_overrides, start_trainer
+    from ajet_trainer.verl.config import compose_verl_config
+    from ajet_trainer.verl.cpu_platform import use_cpu_platform
+    from ajet_trainer.verl.launch import start_trainer
+    from ajet_trainer.verl.session import session_overrides
 
     use_cpu_platform()
     config = compose_verl_config(

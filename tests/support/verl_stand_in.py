@@ -1,11 +1,11 @@
 """Stand-ins for verl's hybrid topology (`--engine hybrid`), behind the interfaces verl's driver calls.
 
-verl's vLLM replicas and its checkpoint engine need CUDA. These stand in for them so the real driver
+verl's vLLM engines and its checkpoint engine need CUDA. These stand in for them so the real driver
 code of the hybrid topology (`StoreFedTrainer.fit_step`: reward extraction, old log-probs, advantages,
 balancing, update, weight sync, checkpoint, metrics) runs in CI:
 
 - `ReplicaJournal` is the checkpoint-engine manager + LLM server manager: it records the sleep /
-  weight-sync sequence and reports replica addresses; `HttpReplicas` also drives real servers that
+  weight-sync sequence and reports vLLM engine addresses; `HttpEngines` also drives real servers that
   speak vLLM's HTTP API (the vLLM stand-in): sleep before the update, wake up when weights are pushed;
 - `CpuActorGroup` is a recording double of the actor worker group for these choreography tests and the
   driver's unit tests (it keeps what each `update_actor` received, which a Ray worker cannot show): a real
@@ -124,7 +124,7 @@ class CpuActorGroup:
 
 
 class ReplicaJournal:
-    """verl's checkpoint-engine manager and LLM server manager: replicas that record what was asked of them."""
+    """verl's checkpoint-engine manager and LLM server manager: vLLM engines that record what was asked of them."""
 
     def __init__(self, addresses: list[str]):
         self.addresses = addresses
@@ -141,8 +141,8 @@ class ReplicaJournal:
         return {}
 
 
-class HttpReplicas(ReplicaJournal):
-    """Replicas at `host:port` addresses, slept and woken over vLLM's HTTP API as verl does in-process."""
+class HttpEngines(ReplicaJournal):
+    """vLLM engines at `host:port` addresses, slept and woken over vLLM's HTTP API as verl does in-process."""
 
     def sleep_replicas(self) -> None:
         super().sleep_replicas()

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from ajet_swarm.cli import banner, build_parser, child_commands, child_env
-from ajet_trainer.backends import choose_backend
+from ajet_trainer.factory import choose_backend
 
 OTHER_ADDRESS = "127.0.0.2"
 """A loopback address other than 127.0.0.1: it answers only when the server listens on all interfaces."""
@@ -25,10 +25,10 @@ def test_start_listens_on_all_interfaces_and_passes_the_ray_settings():
     )
     assert build_parser().parse_args(["start", "--host", "127.0.0.1"]).host == "127.0.0.1"
     tuned = build_parser().parse_args(
-        ["start", "--upstream", "litellm", "--max-body-bytes", "1000", "--commit-window-ms", "2"]
+        ["start", "--transport", "litellm", "--max-body-bytes", "1000", "--commit-window-ms", "2"]
     )
     proxy, _trainer = child_commands(tuned)  # the proxy's own options reach the proxy
-    assert [proxy[proxy.index(f) + 1] for f in ("--upstream", "--max-body-bytes", "--commit-window-ms")] == [
+    assert [proxy[proxy.index(f) + 1] for f in ("--transport", "--max-body-bytes", "--commit-window-ms")] == [
         "litellm",
         "1000",
         "2.0",
@@ -107,7 +107,7 @@ def test_ajet_swarm_start_runs_both_children_with_no_secret_in_their_command_lin
     st = Store(db)
     try:
         deadline = time.monotonic() + 60
-        while st.engine_row().trainer_heartbeat is None:  # the trainer found the store through AJET_DB
+        while st.experiment().trainer_heartbeat is None:  # the trainer found the store through AJET_DB
             assert time.monotonic() < deadline, swarm.log_tail()
             time.sleep(0.2)
         children = psutil.Process(swarm.proc.pid).children()
@@ -190,7 +190,7 @@ def test_a_child_that_dies_stops_the_swarm_non_zero_naming_it(tmp_path, child):
     st = Store(db)
     try:
         deadline = time.monotonic() + 60
-        while st.engine_row().trainer_heartbeat is None:
+        while st.experiment().trainer_heartbeat is None:
             assert time.monotonic() < deadline, swarm.log_tail()
             time.sleep(0.2)
         module = "ajet_trainer" if child == "trainer" else "ajet_proxy"
@@ -249,7 +249,7 @@ def test_the_engine_key_lives_only_in_the_store(tmp_path):
         uuid, creds = client.begin_episode()
         creds.as_openai_client().chat.completions.create(model="policy", messages=[{"role": "user", "content": "a"}])
         client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
-        key = st.deployments()[0].api_key
+        key = st.engines()[0].api_key
         assert key and len(key) >= 32
         answers = [httpx.get(f"{swarm.url}{path}").text for path in
                    ("/swarm/get_engine_status", "/swarm/get_rollout_stat", "/openapi.json", "/health")]  # fmt: skip

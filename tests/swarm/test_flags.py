@@ -12,7 +12,7 @@ import pytest
 
 from ajet.utils.flags import options, shipped
 from ajet_swarm.cli import SECRET_DESTS, build_parser, child_commands, child_parsers
-from ajet_trainer import backends
+from ajet_trainer import factory as backends
 from ajet_trainer.cli import trainer_options
 
 
@@ -99,7 +99,7 @@ def test_swarm_port_and_port_are_one_option():
 )
 def test_ajet_swarm_start_resolves_to_verl_and_hybrid_on_a_cuda_box(monkeypatch, cuda, verl, vllm, want):
     """The seed's main command on a GPU server: `ajet-swarm start` with no flags trains with verl, served by
-    verl's own vLLM replicas."""
+    verl's own vLLM engines."""
     monkeypatch.setattr(backends, "detect_machine", lambda: backends.Machine(cuda, verl, vllm))
     _proxy_parser, trainer_parser = child_parsers()
     _proxy, trainer = child_commands(build_parser().parse_args(["start"]))

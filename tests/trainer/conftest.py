@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ajet.job import AgentJetJob
-from ajet_trainer.learner import load_policy
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 
 torch.set_num_threads(1)

@@ -6,7 +6,8 @@ import torch
 
 from ajet.job import AgentJetJob
 from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
-from ajet_trainer.learner import Learner, load_policy
+from ajet_trainer.embedded.learner import Learner
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
 

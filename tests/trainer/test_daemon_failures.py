@@ -6,14 +6,14 @@ from typing import Optional, Sequence
 import pytest
 
 from ajet import AgentJetJob
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, sqlite_url
-from ajet_store.types import Deployment, PoolEpisode
+from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer import daemon as daemon_mod
 from ajet_trainer.daemon import TrainerDaemon
 from ajet_trainer.errors import CheckpointError
 from ajet_trainer.options import TrainerOptions
-from ajet_trainer.steps import checkpoint_mismatch, reconcile_store
+from ajet_trainer.step_record import checkpoint_mismatch, reconcile_store
 from tests.support.stores import a_call, end_with_a_call
 
 JOB = AgentJetJob(batch_size=1, num_repeat=2)
@@ -37,11 +37,11 @@ class FakeSession:
     def base_url(self) -> str:
         return "http://127.0.0.1:9/v1"
 
-    def deployments(self) -> list[Deployment]:
-        return [Deployment("fake", self.base_url, "policy", self.step)]
+    def registered(self) -> list[RegisteredEngine]:
+        return [RegisteredEngine("fake", self.base_url, "policy", self.step)]
 
     def register(self) -> None:
-        self.store.register_deployments(self.deployments())
+        self.store.register_engines(self.registered())
 
     def train(self, batch: Sequence[PoolEpisode], timers: dict) -> dict:
         if self.failures:
@@ -65,7 +65,7 @@ def rig(tmp_path, monkeypatch):
         return FakeSession(job, run_id, store, failures=plan["train_failures"])
 
     monkeypatch.setattr(daemon_mod, "open_session", open_session)
-    d = TrainerDaemon(TrainerOptions(db_url=st.url, experiment_dir=str(tmp_path / "exp")))
+    d = TrainerDaemon(TrainerOptions.from_config(db_url=st.url, experiment_dir=str(tmp_path / "exp")))
     st.sync_job(JOB)
     st.start()
     yield d, st, plan
@@ -84,58 +84,58 @@ def fill_batch(st: Store, tag: str) -> list[str]:
     return uuids
 
 
-def run_to(d: TrainerDaemon, st: Store, state: EngineState, ticks: int = 8) -> None:
+def run_to(d: TrainerDaemon, st: Store, state: ExperimentState, ticks: int = 8) -> None:
     for _ in range(ticks):
-        if st.engine_row().state == state:
+        if st.experiment().state == state:
             return
         d.tick()
-    assert st.engine_row().state == state
+    assert st.experiment().state == state
 
 
 def test_an_update_that_raises_reboots_and_a_batch_failing_twice_is_quarantined(rig):
     d, st, plan = rig
     plan["train_failures"] += ["boom 1", "boom 2"]
     d.tick()
-    assert st.engine_row().state == EngineState.ROLLING
+    assert st.experiment().state == ExperimentState.ROLLING
     batch = fill_batch(st, "a")
     d.tick(), d.tick(), d.tick()  # ROLLING -> ROLLING_POST -> WEIGHT_SYNCING -> the update raises
-    row = st.engine_row()
-    assert row.state == EngineState.BOOTING and row.update_failures == 1 and "boom 1" in row.last_error
-    run_to(d, st, EngineState.ROLLING)  # rebooted from the last checkpoint: clients can go on
+    row = st.experiment()
+    assert row.state == ExperimentState.BOOTING and row.update_failures == 1 and "boom 1" in row.last_error
+    run_to(d, st, ExperimentState.ROLLING)  # rebooted from the last checkpoint: clients can go on
     assert [p.uuid for p in st.pool_episodes()] == batch  # tried once more
     d.tick(), d.tick(), d.tick()
-    row = st.engine_row()
+    row = st.experiment()
     assert "boom 2" in row.last_error and row.update_failures == 0
     assert QUARANTINE_AFTER == 2 and st.pool_episodes() == []
     assert all("quarantined" in st.get_episode(u).untrainable_reason for u in batch)
-    run_to(d, st, EngineState.ROLLING)
+    run_to(d, st, ExperimentState.ROLLING)
     fill_batch(st, "b")  # the next batch trains as usual
-    run_to(d, st, EngineState.ROLLING_POST), run_to(d, st, EngineState.ROLLING)
-    assert [s.step for s in st.steps()] == [1] and st.engine_row().update_failures == 0
+    run_to(d, st, ExperimentState.ROLLING_POST), run_to(d, st, ExperimentState.ROLLING)
+    assert [s.step for s in st.steps()] == [1] and st.experiment().update_failures == 0
 
 
 def test_a_boot_that_fails_goes_back_to_offline_with_the_reason(rig):
     d, st, plan = rig
     plan["boot_error"] = "checkpoint X does not match store Y"
     d.tick()
-    row = st.engine_row()
-    assert row.state == EngineState.OFFLINE and "does not match store Y" in row.last_error
+    row = st.experiment()
+    assert row.state == ExperimentState.OFFLINE and "does not match store Y" in row.last_error
     d.tick()
-    assert st.engine_row().state == EngineState.OFFLINE  # not BOOTING forever
+    assert st.experiment().state == ExperimentState.OFFLINE  # not BOOTING forever
     st.start()  # the user fixes it and starts again: the error is cleared
     plan["boot_error"] = None
     d.tick()
-    assert st.engine_row().state == EngineState.ROLLING and st.engine_row().last_error is None
+    assert st.experiment().state == ExperimentState.ROLLING and st.experiment().last_error is None
 
 
 def test_the_error_shows_in_get_engine_status(rig):
-    from ajet_proxy.stats import engine_status
+    from ajet_proxy.stats import experiment_status
 
     d, st, plan = rig
     plan["boot_error"] = "no such model"
     d.tick()
-    status = engine_status(st.engine_row(), now=st.engine_row().last_error_at + 3)
-    assert status.state == EngineState.OFFLINE and "no such model" in status.last_error
+    status = experiment_status(st.experiment(), now=st.experiment().last_error_at + 3)
+    assert status.state == ExperimentState.OFFLINE and "no such model" in status.last_error
     assert status.last_error_age_s == pytest.approx(3)
 
 
@@ -168,18 +168,18 @@ def test_reusing_an_experiment_with_a_fresh_store_is_refused_naming_both(tmp_pat
 def test_a_failure_while_rolling_keeps_the_state_and_is_shown(rig, monkeypatch):
     d, st, _plan = rig
     d.tick()
-    assert st.engine_row().state == EngineState.ROLLING
+    assert st.experiment().state == ExperimentState.ROLLING
 
     def busy():
         raise OSError("disk I/O error")
 
     monkeypatch.setattr(d.store, "pool_episodes", busy)
     assert d.tick() is False  # no crash: poll again later
-    row = st.engine_row()
-    assert row.state == EngineState.ROLLING and "ROLLING: OSError: disk I/O error" in row.last_error
+    row = st.experiment()
+    assert row.state == ExperimentState.ROLLING and "ROLLING: OSError: disk I/O error" in row.last_error
     monkeypatch.undo()
     fill_batch(st, "c")
-    run_to(d, st, EngineState.ROLLING_POST)
+    run_to(d, st, ExperimentState.ROLLING_POST)
 
 
 @pytest.mark.parametrize("backend,preloads", [("embedded", True), ("auto", True), ("verl", False)])
@@ -190,7 +190,9 @@ def test_the_trainer_preloads_the_embedded_backend_before_any_job(tmp_path, monk
     called = threading.Event()
     monkeypatch.setattr(daemon_mod, "preload_embedded", called.set)
     d = TrainerDaemon(
-        TrainerOptions(db_url=sqlite_url(tmp_path / "p.db"), backend=backend, experiment_dir=str(tmp_path / "exp"))
+        TrainerOptions.from_config(
+            db_url=sqlite_url(tmp_path / "p.db"), backend=backend, experiment_dir=str(tmp_path / "exp")
+        )
     )
     stop = threading.Event()
     loop = threading.Thread(target=d.run, args=(stop,))
@@ -224,7 +226,7 @@ def test_the_first_boot_waits_for_the_preloading_imports(rig, monkeypatch):
     d._preload = threading.Thread(target=slow_preload)
     d._preload.start()
     d.tick()
-    assert events == ["preloaded", "boot imports"] and st.engine_row().state == EngineState.ROLLING
+    assert events == ["preloaded", "boot imports"] and st.experiment().state == ExperimentState.ROLLING
 
 
 def test_episodes_a_lost_call_kept_from_training_are_counted_in_the_steps_metrics(rig):
@@ -239,9 +241,9 @@ def test_episodes_a_lost_call_kept_from_training_are_counted_in_the_steps_metric
         assert st.get_episode(uuid).untrainable_reason.startswith("calls numbered up to 2 but only 2 stored")
     assert st.totals()["lost_call"] == 2 and st.totals()["without_calls"] == 0
     fill_batch(st, "a")
-    run_to(d, st, EngineState.ROLLING_POST), run_to(d, st, EngineState.ROLLING)
+    run_to(d, st, ExperimentState.ROLLING_POST), run_to(d, st, ExperimentState.ROLLING)
     fill_batch(st, "b")
-    run_to(d, st, EngineState.ROLLING_POST), run_to(d, st, EngineState.ROLLING)
+    run_to(d, st, ExperimentState.ROLLING_POST), run_to(d, st, ExperimentState.ROLLING)
     first, second = st.steps()
     assert (first.metrics["lost_call_episodes"], first.metrics["lost_call_total"]) == (2.0, 2.0)
     assert (second.metrics["lost_call_episodes"], second.metrics["lost_call_total"]) == (0.0, 2.0)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ajet_proxy.dataplane.tokens import StreamAccumulator
-from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.chat import parse_tool_calls
+from ajet_trainer.embedded.chat import parse_tool_calls
+from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.grpo import collate, sequence_logprobs
 from ajet_trainer.types import TrainSequence
 
@@ -100,9 +100,9 @@ def test_batching_does_not_change_results(engine):
                 )
             )
 
-    before = eng.stats["max_batch_seen"]
+    before = eng.batcher.stats["max_batch_seen"]
     res = [r.json()["choices"][0] for r in asyncio.run(together())]
-    assert eng.stats["max_batch_seen"] >= 2 or before >= 2  # requests really shared a batch
+    assert eng.batcher.stats["max_batch_seen"] >= 2 or before >= 2  # requests really shared a batch
     for s in range(0, 6, 2):  # same prompt and seed, alone vs batched with others of other lengths
         assert res[s]["token_ids"] == alone[s]["token_ids"]
         a = [c["logprob"] for c in alone[s]["logprobs"]["content"]]
@@ -125,10 +125,10 @@ def test_sampling_settings(engine):
 def test_policy_version_is_reported(engine):
     eng, url = engine
     r = chat(url, max_tokens=2)
-    assert r.headers["x-ajet-policy-version"] == str(eng.policy_version) == str(r.json()["policy_version"])
-    with eng.weights_lock:
-        eng.policy_version += 1
-    assert chat(url, max_tokens=2).headers["x-ajet-policy-version"] == str(eng.policy_version)
+    assert r.headers["x-ajet-policy-version"] == str(eng.batcher.policy_version) == str(r.json()["policy_version"])
+    with eng.batcher.paused(eng.batcher.policy_version + 1):
+        pass
+    assert chat(url, max_tokens=2).headers["x-ajet-policy-version"] == str(eng.batcher.policy_version)
 
 
 def test_tools_reach_the_template(engine, tiny):
@@ -156,7 +156,7 @@ def test_hermes_tool_call_parser():
 def test_tokenize_renders_messages_or_text_as_vllm_does(engine, tiny):
     """`POST /tokenize` (vLLM's shape): the chat template's ids (with or without the generation prompt), or a
     text's; the proxy renders an episode's new messages with it."""
-    from ajet_trainer.engine.chat import render_ids
+    from ajet_trainer.embedded.chat import render_ids
 
     eng, url = engine
     _model, tok = tiny
@@ -186,7 +186,7 @@ def test_a_forwarded_token_prompt_is_run_instead_of_the_messages(engine, tiny):
 
 
 def test_the_gather_window_scales_with_the_last_batch():
-    from ajet_trainer.engine.server import gather_window
+    from ajet_trainer.embedded.batcher import gather_window
 
     assert gather_window(0.003, 0.0) == (0.003, 0.003)  # a fresh engine, or the demo's one-token batches
     assert gather_window(0.003, 0.05) == (0.003, pytest.approx(0.0125))
@@ -205,7 +205,7 @@ def test_a_burst_after_a_long_batch_joins_one_batch(tiny):
         eng = EmbeddedEngine(model, tok, max_tokens_cap=4)
         url = eng.start()
         try:
-            eng._batch_s = last_batch_s
+            eng.batcher.last_batch_s = last_batch_s
             threads = [threading.Thread(target=chat, args=(url,), kwargs={"messages": MSGS, "max_tokens": 2})]
             for _ in range(5):
                 threads.append(threading.Thread(target=chat, args=(url,), kwargs={"messages": MSGS, "max_tokens": 2}))
@@ -214,7 +214,7 @@ def test_a_burst_after_a_long_batch_joins_one_batch(tiny):
                 time.sleep(0.015)
             for t in threads:
                 t.join()
-            return eng.stats["batches"], eng.stats["max_batch_seen"]
+            return eng.batcher.stats["batches"], eng.batcher.stats["max_batch_seen"]
         finally:
             eng.stop()
 

@@ -8,11 +8,10 @@ import httpx
 import pytest
 import torch
 
-from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.chat import longest_token_chars, prompt_ids, tokens_at_least
-from ajet_trainer.engine.generation import GenRequest, generate_batch
-from ajet_trainer.engine.server import eos_token_ids
-from ajet_trainer.errors import EngineRequestError
+from ajet.errors import ContextLengthExceeded
+from ajet_trainer.embedded.chat import longest_token_chars, prompt_ids, tokens_at_least
+from ajet_trainer.embedded.generation import GenRequest, generate_batch
+from ajet_trainer.embedded.server import EmbeddedEngine, eos_token_ids
 
 MSGS = [{"role": "user", "content": "Say the letter: c"}]
 HEALTHY = 8
@@ -66,7 +65,7 @@ def test_a_vanishing_temperature_samples_greedily_beside_others(engine):
         timeout=60,
     ).json()
     assert tiny_t.json()["choices"][0]["message"]["content"] == greedy["choices"][0]["message"]["content"]
-    assert eng.stats["max_batch_seen"] >= HEALTHY  # they did share a batch
+    assert eng.batcher.stats["max_batch_seen"] >= HEALTHY  # they did share a batch
 
 
 def test_a_row_that_fails_to_sample_fails_alone(tiny):
@@ -141,7 +140,7 @@ def test_a_prompt_that_cannot_fit_is_refused_before_it_is_templated(tiny):
         def __getattr__(self, name: str):
             raise AssertionError(f"the tokenizer was asked for {name}")
 
-    with pytest.raises(EngineRequestError, match="at least 4096 tokens; this model's context is 4096"):
+    with pytest.raises(ContextLengthExceeded, match="at least 4096 tokens; this model's context is 4096"):
         prompt_ids(Untouchable(), huge, max_context=4096, token_chars=token_chars)
     fits = {"messages": [{"role": "user", "content": "x" * 100}]}
     assert prompt_ids(tok, fits, max_context=4096, token_chars=token_chars)  # under the bound: rendered as ever

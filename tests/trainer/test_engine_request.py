@@ -6,8 +6,8 @@ import httpx
 import orjson
 import pytest
 
-from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.detok import IncrementalDecoder, first_stop, safe_prefix_len
+from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop, safe_prefix_len
+from ajet_trainer.embedded.server import EmbeddedEngine
 from tests.support.scripted_model import ScriptedModel
 
 TOOLS = [

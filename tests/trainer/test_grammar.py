@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from ajet import AgentJetJob
-from ajet.chat_fields import ChatFieldError
-from ajet_trainer.engine import EmbeddedEngine
-from ajet_trainer.engine.grammar import GrammarSpec, grammar_spec
+from ajet.errors import InvalidRequest
+from ajet_trainer.embedded.grammar import GrammarSpec, grammar_spec
+from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.grpo import collate, sequence_logprobs, tis_weights
-from ajet_trainer.learner import load_policy
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import TrainSequence
 
@@ -39,7 +39,7 @@ def test_grammar_spec_reads_tool_choice_and_response_format():
     assert grammar_spec({"response_format": {"type": "json_object"}}) == GrammarSpec("json_object")
     fmt = {"type": "json_schema", "json_schema": {"name": "v", "schema": VERDICT}}
     assert json.loads(grammar_spec({"response_format": fmt}).schema) == VERDICT
-    with pytest.raises(ChatFieldError) as err:
+    with pytest.raises(InvalidRequest) as err:
         grammar_spec({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}})
     assert err.value.param == "tool_choice"
 

@@ -6,8 +6,8 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from ajet.job import AgentJetJob
+from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.grpo import collate, episode_advantages, loss_config, policy_loss, sequence_logprobs
-from ajet_trainer.learner import Learner
 from ajet_trainer.samples import flatten
 from ajet_trainer.types import EpisodeSample, TrainSequence
 
@@ -97,7 +97,7 @@ def test_one_update_lowers_the_loss_on_a_fixed_batch(tiny):
 
 def test_kl_loss_and_lora_reference(tiny):
     model, tok = tiny
-    from ajet_trainer.learner import load_policy
+    from ajet_trainer.policy import load_policy
     from ajet_trainer.tiny_model import builtin_model_path
 
     job = AgentJetJob(
@@ -121,7 +121,7 @@ def test_kl_loss_and_lora_reference(tiny):
 
 
 def test_reward_statistics_do_not_overflow():
-    from ajet_trainer.learner import reward_stats
+    from ajet_trainer.embedded.learner import reward_stats
 
     assert reward_stats([1e308, 1e308]) == (1e308, 0.0)
     mean, std = reward_stats([1e308, -1e308])
@@ -208,7 +208,7 @@ def test_truncated_importance_sampling_is_a_no_op_without_a_gap_and_caps_a_gap(t
 
 
 def test_async_jobs_correct_for_the_behaviour_policy_by_default():
-    from ajet_trainer.learner import ASYNC_TIS_CAP, tis_cap
+    from ajet_trainer.embedded.learner import ASYNC_TIS_CAP, tis_cap
 
     assert tis_cap(AgentJetJob()) is None  # synchronous: off unless asked
     assert tis_cap(AgentJetJob(max_staleness=1)) == ASYNC_TIS_CAP
@@ -218,7 +218,7 @@ def test_async_jobs_correct_for_the_behaviour_policy_by_default():
 
 def test_staleness_metrics_count_each_lag_and_the_dropped_share():
     from ajet_store.types import PoolEpisode
-    from ajet_trainer.steps import staleness_metrics
+    from ajet_trainer.step_record import staleness_metrics
 
     batch = [PoolEpisode(f"e{i}", "a", 0.0, oldest_version=v) for i, v in enumerate([7, 7, 6, 5])]
     m = staleness_metrics(batch, version=7, dropped=1)
@@ -270,7 +270,7 @@ def test_the_same_batch_in_another_order_makes_the_same_update_bit_for_bit(tiny)
 
 
 def test_lost_call_metrics_count_against_the_last_steps_total():
-    from ajet_trainer.steps import lost_call_metrics
+    from ajet_trainer.step_record import lost_call_metrics
 
     assert lost_call_metrics(3, None) == {"lost_call_episodes": 3.0, "lost_call_total": 3.0}
     assert lost_call_metrics(5, {"lost_call_total": 3.0, "loss": 0.1}) == {

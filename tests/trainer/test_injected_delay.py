@@ -9,8 +9,8 @@ from tests.support.procs import REPO, offline_env
 
 PROBE = (
     "import sys, time, ajet_proxy.cli\n"
-    "assert 'ajet_trainer.learner' not in sys.modules  # nothing imported early\n"
-    "from ajet_trainer.learner import Learner\n"
+    "assert 'ajet_trainer.embedded.learner' not in sys.modules  # nothing imported early\n"
+    "from ajet_trainer.embedded.learner import Learner\n"
     "t0 = time.monotonic()\n"
     "try:\n"
     "    Learner.update(None, [])\n"

@@ -1,10 +1,11 @@
-"""Sample assembly on hand-made episodes: merging, masks, non-prefix turns, truncation, skips."""
+"""Sample assembly on hand-made episodes: the tree of an episode's conversations (merging, branches, several agents),
+masks, why each sequence starts (a test per cause), truncation, skips."""
 
 from ajet_store.types import CallRecord, RewardedEpisode
 from ajet_trainer.samples import assemble, episode_sequences
 
 
-def call(seq, prompt, completion, logprobs=None, error=None):
+def call(seq, prompt, completion, logprobs=None, error=None, label=None):
     lps = logprobs if logprobs is not None else [-0.1 * (i + 1) for i in range(len(completion or []))]
     return CallRecord(
         "ep",
@@ -20,14 +21,15 @@ def call(seq, prompt, completion, logprobs=None, error=None):
         1.0,
         1.0,
         error=error,
+        token_history=label,
     )
 
 
 def test_multi_turn_with_tool_output_merges():
     # turn 1: prompt [1,2,3] -> [10,11]; tool output [50,51] inserted; turn 2 -> [12]
     calls = [call(0, [1, 2, 3], [10, 11]), call(1, [1, 2, 3, 10, 11, 50, 51], [12])]
-    seqs, merged = episode_sequences(calls, "ep", "t")
-    assert merged == 1 and len(seqs) == 1
+    seqs, merged, starts = episode_sequences(calls, "ep", "t")
+    assert merged == 1 and len(seqs) == 1 and starts == {"first": 1}
     s = seqs[0]
     assert s.prompt_ids == (1, 2, 3)
     assert s.response_ids == (10, 11, 50, 51, 12)
@@ -36,16 +38,54 @@ def test_multi_turn_with_tool_output_merges():
     assert s.num_calls == 2
 
 
-def test_non_prefix_turn_starts_a_new_sequence():
-    calls = [call(0, [1, 2], [3]), call(1, [1, 9, 9], [4]), call(2, [1, 9, 9, 4, 7], [5])]
-    seqs, merged = episode_sequences(calls, "ep", "t")
+def test_a_call_that_continues_nothing_starts_a_sequence_with_the_proxys_cause():
+    calls = [
+        call(0, [1, 2], [3]),
+        call(1, [1, 9, 9], [4], label="fallback:history_edited"),
+        call(2, [1, 9, 9, 4, 7], [5]),
+    ]
+    seqs, merged, starts = episode_sequences(calls, "ep", "t")
     assert [s.prompt_ids for s in seqs] == [(1, 2), (1, 9, 9)]
     assert seqs[1].response_ids == (4, 7, 5) and seqs[1].response_mask == (1, 0, 1) and merged == 1
+    assert starts == {"first": 1, "fallback:history_edited": 1}
+
+
+def test_two_agents_taking_turns_give_two_sequences_every_other_call_merged():
+    """A1 B1 A2 B2 A3 B3: each call continues its own agent's last, not the episode's last call."""
+    a1, b1 = call(0, [1, 2], [3], label="first"), call(1, [7, 8], [9], label="segment:new_conversation")
+    a2, b2 = call(2, [1, 2, 3, 4], [5], label="extended"), call(3, [7, 8, 9, 6], [6], label="extended")
+    a3, b3 = call(4, [1, 2, 3, 4, 5, 4], [5], label="extended"), call(5, [7, 8, 9, 6, 6, 6], [6], label="extended")
+    seqs, merged, starts = episode_sequences([a1, b1, a2, b2, a3, b3], "ep", "t")
+    assert [s.prompt_ids for s in seqs] == [(1, 2), (7, 8)] and merged == 4
+    assert [s.num_calls for s in seqs] == [3, 3] and starts == {"first": 1, "segment:new_conversation": 1}
+    assert seqs[0].response_mask == (1, 0, 1, 0, 1)
+
+
+def test_branches_give_one_sequence_each_and_the_shared_turn_trains_once():
+    root = call(0, [1, 2], [3], label="first")
+    left, right = call(1, [1, 2, 3, 4], [5], label="extended"), call(2, [1, 2, 3, 6], [7], label="extended")
+    deeper_right = call(3, [1, 2, 3, 6, 7, 8], [9], label="extended")
+    seqs, merged, starts = episode_sequences([root, left, right, deeper_right], "ep", "t")
+    assert [(s.prompt_ids, s.response_ids, s.response_mask) for s in seqs] == [
+        ((1, 2), (3, 4, 5), (1, 0, 1)),
+        ((1, 2, 3, 6), (7, 8, 9), (1, 0, 1)),  # the root's answer is in this branch's prompt: trained once
+    ]
+    assert merged == 2 and starts == {"first": 1, "branch": 1}
+
+
+def test_a_compaction_is_a_new_segment_and_an_unmatched_extension_is_named():
+    calls = [call(0, [1, 2], [3], label="first"), call(1, [1, 5], [6], label="segment:compacted")]
+    calls.append(call(2, [1, 5, 6, 2], [7], label="extended"))
+    calls.append(call(3, [1, 2, 3, 9, 9], [7], label="extended"))  # the first conversation goes on too
+    calls.append(call(4, [4, 4], [4], label="extended"))  # the proxy built it on a turn its ids do not continue
+    seqs, merged, starts = episode_sequences(calls, "ep", "t")
+    assert len(seqs) == 3 and merged == 2
+    assert starts == {"first": 1, "segment:compacted": 1, "unmatched": 1}
 
 
 def test_calls_are_ordered_by_seq_and_bad_calls_skipped():
     calls = [call(1, [1, 2, 3, 4], [5]), call(0, [1, 2], [3]), call(2, [1], None), call(3, [9], [8], error="boom")]
-    seqs, _ = episode_sequences(calls, "ep", "t")
+    seqs, _, _ = episode_sequences(calls, "ep", "t")
     assert len(seqs) == 1 and seqs[0].response_ids == (3, 4, 5) and seqs[0].response_mask == (1, 0, 1)
 
 
@@ -72,7 +112,8 @@ def test_episode_without_usable_calls_is_skipped_and_counted():
 
 
 def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
-    """Labels, merge rate over turn pairs, sequences and tokens per episode (`AssemblyStats.metrics`)."""
+    """Labels, the merge rate over the calls that could have merged, why sequences started, sequences and tokens per
+    episode (`AssemblyStats.metrics`)."""
     from ajet_store.types import CallRecord, RewardedEpisode
 
     def call(seq: int, prompt: list[int], completion: list[int], label: str) -> CallRecord:
@@ -86,13 +127,17 @@ def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
     ]
     _, stats = assemble([RewardedEpisode("e", "t", 1.0, tuple(one))], 100, 100)
     m = stats.metrics()
-    assert (stats.turn_pairs, stats.merged_calls, stats.sequences) == (2, 1, 2)
+    assert (stats.missed_merges, stats.merged_calls, stats.sequences) == (1, 1, 2)
     assert m["history/merge_rate"] == 0.5 and m["history/sequences_per_episode"] == 2
+    assert m["history/starts/fallback:history_edited"] == 1 and m["history/segments"] == 0
     assert m["history/tokens_per_episode"] == (2 + 3) + (1 + 1) and m["history/trained_tokens_per_episode"] == 3
     assert m["history/extended"] == 1 and m["history/fallbacks"] == 1 and m["history/fallback/history_edited"] == 1
     assert m["samples/calls"] == 3 and "samples/labels" not in m
     _, none = assemble([], 100, 100)
-    assert none.metrics()["history/merge_rate"] == 1.0  # no pairs: nothing failed to merge
+    assert none.metrics()["history/merge_rate"] == 1.0  # nothing could merge: nothing failed to
+    agents = [call(0, [1], [2], label="first"), call(1, [5], [6], label="segment:new_conversation")]
+    _, two = assemble([RewardedEpisode("e", "t", 1.0, tuple(agents))], 100, 100)
+    assert two.metrics()["history/merge_rate"] == 1.0 and two.metrics()["history/segments"] == 1  # not a miss
 
 
 def _episode(uuid, reward, *calls_):

@@ -87,7 +87,7 @@ def test_template_renders_tools_and_tool_calls():
 
 def test_every_built_in_model_ends_an_answer_on_the_pad_token_too():
     """A sampled `<|endoftext|>` ends the answer (the engines' text dropped it mid-answer before)."""
-    from ajet_trainer.engine.server import eos_token_ids
+    from ajet_trainer.embedded.server import eos_token_ids
 
     for name in ("builtin:tiny", "builtin:tiny-bpe"):
         path = builtin_model_path(name)

@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from ajet import AgentJetJob
+from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.grpo import episode_advantages
-from ajet_trainer.learner import Learner, load_policy
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence
 from tests.support.verl_actor import verl_cpu_trainer
@@ -101,7 +102,7 @@ def _verl_steps(job: AgentJetJob, samples, tmp_path):
 
 
 def _embedded_steps(job: AgentJetJob, samples, start: dict[str, torch.Tensor]):
-    from ajet_trainer.verl_backend.beside import load_weights
+    from ajet_trainer.verl.beside import load_weights
 
     model, tokenizer = load_policy(str(builtin_model_path("builtin:tiny")), job, "cpu")
     load_weights(model, start)
@@ -116,7 +117,7 @@ def cpu_platform(monkeypatch):
     """verl's CPU platform for this test only: the environment it sets and verl's platform singleton restored."""
     from verl.plugin.platform import platform_manager
 
-    from ajet_trainer.verl_backend.cpu_platform import ENV
+    from ajet_trainer.verl.cpu_platform import ENV
 
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
@@ -157,7 +158,7 @@ def test_embedded_learner_and_verl_actor_compute_the_same_update(tmp_path, lora_
         assert our_steps[-1]["kl"] > 1e-9  # the KL term compared is not the trivial 0 of the first step
 
     # the updated weights: every exported tensor, element by element
-    from ajet_trainer.verl_backend.beside import load_weights
+    from ajet_trainer.verl.beside import load_weights
 
     ours_end = copy.deepcopy(model)
     load_weights(ours_end, verl_end)  # verl's result in our model's naming, then compare state dicts

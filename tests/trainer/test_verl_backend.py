@@ -12,20 +12,22 @@ from verl.trainer.ppo.utils import Role
 from verl.utils.config import omega_conf_to_dataclass
 
 from ajet import AgentJetJob
-from ajet.types import BatchMode, EngineState
+from ajet.types import BatchMode, ExperimentState
 from ajet_store import Store, sqlite_url
 from ajet_store.batch_policy import select_batch
 from ajet_store.types import CallRecord
-from ajet_trainer.backends import open_session
 from ajet_trainer.errors import ConfigurationError, TrainerError
+from ajet_trainer.experiment_dir import write_job_yaml
+from ajet_trainer.factory import open_session
 from ajet_trainer.grpo import collate, episode_advantages
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.samples import assemble, flatten
-from ajet_trainer.steps import reconcile_store
+from ajet_trainer.step_record import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.verl_backend.config import compose_verl_config, cpu_ranks, fit_job_to_cpus, write_job_yaml
-from ajet_trainer.verl_backend.dataproto import samples_to_dataproto
-from ajet_trainer.verl_backend.session import VerlSession, build_trainer, session_overrides, start_local_ray, validate
+from ajet_trainer.verl.config import compose_verl_config, cpu_ranks, fit_job_to_cpus, job_overrides
+from ajet_trainer.verl.dataproto import samples_to_dataproto
+from ajet_trainer.verl.launch import build_trainer, start_local_ray, validate
+from ajet_trainer.verl.session import VerlSession, session_overrides
 from tests.support.verl_stand_in import CpuActorGroup, ReplicaJournal
 
 
@@ -61,7 +63,7 @@ def test_verl_config_composition(tmp_path):
     assert (a.actor.clip_ratio, a.actor.clip_ratio_high, a.actor.entropy_coeff) == (0.2, 0.28, 0.01)
     assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes, cfg.trainer.total_epochs) == (4, 2, 3)
     assert a.rollout.tensor_model_parallel_size == 2  # the user's file wins
-    dumped = yaml.safe_load(write_job_yaml(job, tmp_path / "job.yaml").read_text())
+    dumped = yaml.safe_load(write_job_yaml(job, tmp_path / "job.yaml", resolved=job_overrides(job)).read_text())
     assert dumped["verl_resolved"]["actor_rollout_ref.rollout.n"] == 8 and dumped["verl"] == {}
     assert AgentJetJob.from_yaml(tmp_path / "job.yaml") == job  # the resolved keys are for reference only
 
@@ -165,7 +167,7 @@ def test_verl_trainer_roles_for_kl_with_and_without_lora(lora_rank, tiny, tmp_pa
 def store(tmp_path):
     st = Store(sqlite_url(tmp_path / "verl.db"))
     st.sync_job(AgentJetJob(batch_size=2, num_repeat=3))
-    st.transition(EngineState.ROLLING)
+    st.transition(ExperimentState.ROLLING)
     rewards = {"t1": [1.0, 0.0, 0.5], "t2": [0.2, 0.2, 0.9]}
     for task, rs in rewards.items():
         for i, r in enumerate(rs):
@@ -242,7 +244,7 @@ def test_verl_store_fed_trainer_step_returns_the_batch(store, verl_trainer):
     assert len(dp) == 6 and sorted(dp.non_tensor_batch["episode_uuid"]) == sorted(p.uuid for p in pool)
     assert set(dp.non_tensor_batch["uid"]) == {"t1", "t2"}
     assert torch.equal(dp.batch["rm_scores"], dp.batch["token_level_scores"])
-    assert trainer.checkpoint_manager.calls == ["sleep"]  # colocated replicas give the GPUs to the update
+    assert trainer.checkpoint_manager.calls == ["sleep"]  # colocated vLLM engines give the GPUs to the update
     with pytest.raises(TrainerError, match="train_on"):
         trainer._fit_generate()  # nothing handed over
 
@@ -252,7 +254,7 @@ def multi_store(tmp_path):
     """Two tasks x 3 episodes; episode t1-0 has two calls that do not extend each other (two sequences)."""
     st = Store(sqlite_url(tmp_path / "multi.db"))
     st.sync_job(AgentJetJob(batch_size=2, num_repeat=3))
-    st.transition(EngineState.ROLLING)
+    st.transition(ExperimentState.ROLLING)
     for task, rs in {"t1": [1.0, 0.0, 0.5], "t2": [0.2, 0.2, 0.9]}.items():
         for i, r in enumerate(rs):
             uuid = f"{task}-{i}"
@@ -275,7 +277,7 @@ def test_verl_fit_step_runs_verls_driver_on_store_episodes(multi_store, verl_tra
     trainer, job, model = verl_trainer
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer.attach_store(multi_store, job, pad_id=0)
-    assert trainer.begin() == 0  # nothing to restore; weights pushed into the (stand-in) replicas
+    assert trainer.begin() == 0  # nothing to restore; weights pushed into the (stand-in) vLLM engines
     batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
     metrics = trainer.train_on(batch)
     assert trainer.global_steps == 2 and trainer.checkpoint_manager.calls == [
@@ -323,7 +325,7 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
     assert "loss" in metrics and metrics["verl/actor/pg_loss"] == metrics["loss"]
     step = multi_store.steps()[-1]
     assert (step.step, step.policy_version) == (1, 1) and multi_store.pool_episodes() == []
-    deps = {d.name: d for d in multi_store.deployments()}
+    deps = {d.name: d for d in multi_store.engines()}
     assert deps["verl-vllm-1"].base_url == "http://10.0.0.6:8000/v1"
     assert {(d.model, d.policy_version) for d in deps.values()} == {("/models/m", 1)}
     # the store lost step 1 (crash between verl's checkpoint and the record): the restart records it
@@ -338,12 +340,12 @@ def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update
     trainer, job, _ = verl_trainer
     st = Store(sqlite_url(tmp_path / "empty.db"))
     st.sync_job(AgentJetJob(batch_size=2, num_repeat=3))
-    st.transition(EngineState.ROLLING)
+    st.transition(ExperimentState.ROLLING)
     for i in range(6):
         uuid = f"e{i}"
         st.begin_episode(uuid, uuid, "c", "train", 60)
         st.write_calls(
-            [CallRecord(uuid, 0, "{}", None, None, None, None, None, 0, "d", 1.0, 1.0, error="upstream 500")]
+            [CallRecord(uuid, 0, "{}", None, None, None, None, None, 0, "d", 1.0, 1.0, error="the engine answered 500")]
         )
         st.end_episode(uuid, "c", f"t{i % 2}", 1.0, None, {})
     trainer.attach_store(st, job, pad_id=0)
@@ -361,7 +363,7 @@ def test_verl_backend_without_gpus_is_a_clear_error_not_a_hang(store, tmp_path):
     job = AgentJetJob(model="builtin:tiny", n_gpu=1)
     user = tmp_path / "over.yaml"
     user.write_text("actor_rollout_ref.rollout.tensor_model_parallel_size: 1\nactor_rollout_ref.actor.ppo_epochs: 3\n")
-    opts = TrainerOptions(
+    opts = TrainerOptions.from_config(
         db_url="unused", backend="verl", engine="hybrid", experiment_dir=str(tmp_path / "exp"), verl_overrides=str(user)
     )
     with pytest.raises(TrainerError, match="hybrid needs 1 CUDA GPU"):
@@ -373,7 +375,7 @@ def test_verl_backend_without_gpus_is_a_clear_error_not_a_hang(store, tmp_path):
             job,
             1,
             store,
-            TrainerOptions(
+            TrainerOptions.from_config(
                 db_url="unused",
                 backend="verl",
                 engine="hybrid",
@@ -452,7 +454,7 @@ def test_a_trainer_without_an_address_starts_its_own_ray_beside_anothers_cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         code = (
-            "import ray; from ajet_trainer.verl_backend.session import _ray_init;"
+            "import ray; from ajet_trainer.verl.launch import _ray_init;"
             "owns = _ray_init(None, 1, cpu=True); print(owns, ray.get_runtime_context().gcs_address); ray.shutdown()"
         )
         env = {k: v for k, v in offline_env().items() if k != "RAY_ADDRESS"}

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from ajet import AgentJetJob
-from ajet_trainer.backends import resolve_engine
 from ajet_trainer.errors import TrainerError
-from ajet_trainer.learner import load_policy
+from ajet_trainer.factory import resolve_engine
+from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 
 
@@ -22,7 +22,7 @@ def test_engine_auto_is_hybrid_only_for_verl_on_cuda_and_hybrid_needs_verl():
 def test_the_cpu_platform_is_registered_in_verl_and_never_auto_detected():
     from verl.plugin.platform import PlatformRegistry
 
-    from ajet_trainer.verl_backend.cpu_platform import ENV, PlatformCPU
+    from ajet_trainer.verl.cpu_platform import ENV, PlatformCPU
 
     assert PlatformRegistry.get("cpu") is PlatformCPU
     p = PlatformCPU()
@@ -38,12 +38,12 @@ def test_the_cpu_platform_is_registered_in_verl_and_never_auto_detected():
     a = torch.rand(3)
     dev.set_rng_state(state)
     assert torch.equal(a, torch.rand(3))
-    assert ENV == {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "ajet_trainer.verl_backend.cpu_platform"}
+    assert ENV == {"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "ajet_trainer.verl.cpu_platform"}
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_weights_from_verls_actor_land_in_the_served_model_or_fail_loudly(lora_rank):
-    from ajet_trainer.verl_backend.beside import load_weights
+    from ajet_trainer.verl.beside import load_weights
 
     job = AgentJetJob(model="builtin:tiny", lora_rank=lora_rank)
     model, _ = load_policy(str(builtin_model_path("builtin:tiny")), job, "cpu")

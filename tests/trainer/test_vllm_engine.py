@@ -1,6 +1,6 @@
 """`--engine vllm` against a stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py, launched in
 vLLM's place): launch arguments, health failures, and the full-weights and sleep choreography. Real vLLM
-runs these paths in tests/vllm_real/ (LoRA over two replicas through a swarm there only: the stand-in's
+runs these paths in tests/vllm_real/ (LoRA over two vLLM engines through a swarm there only: the stand-in's
 version of that test was the same test, slower to fail)."""
 
 import json
@@ -13,17 +13,18 @@ import pytest
 
 from ajet import AgentJetJob
 from ajet_trainer.checkpoint import prune_step_folders
-from ajet_trainer.engine.vllm import (
+from ajet_trainer.errors import EngineStartError, TrainerError
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.vllm.engines import VllmEngines, refuse_tied_full_reload
+from ajet_trainer.vllm.server import (
     VllmEngine,
     VllmSettings,
+    engine_devices,
     find_vllm_python,
     launch_args,
     launch_env,
-    replica_devices,
 )
-from ajet_trainer.errors import EngineStartError, TrainerError
-from ajet_trainer.serving import VllmServing, refuse_tied_full_reload
-from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.episodes import play_batch
 from tests.support.procs import STUB
 from tests.support.swarm import running_swarm
@@ -94,8 +95,8 @@ def test_vllm_python_is_found(tmp_path, monkeypatch):
     venv.mkdir(parents=True)
     (venv / "python").write_text("")
     assert find_vllm_python() == str(venv / "python")  # .venv-vllm of the working folder first
-    monkeypatch.setenv("AJET_VLLM_PYTHON", sys.executable)
-    assert find_vllm_python() == sys.executable
+    monkeypatch.setenv("AJET_VLLM_PYTHON", sys.executable)  # the config system's variable for `vllm_python`
+    assert find_vllm_python(TrainerOptions.from_config().vllm_python) == sys.executable
 
 
 def test_prune_keeps_the_newest_step_folders(tmp_path):
@@ -140,10 +141,10 @@ def test_full_fine_tuning_refuses_tied_embeddings(tmp_path):
 
 
 def test_vllm_replica_gpu_groups():
-    assert replica_devices(2, None) == [None, None]
-    assert replica_devices(2, "0,1;2,3") == ["0,1", "2,3"]
-    with pytest.raises(TrainerError, match="2 vLLM replicas but 3 GPU groups"):
-        replica_devices(2, "0;1;2")
+    assert engine_devices(2, None) == [None, None]
+    assert engine_devices(2, "0,1;2,3") == ["0,1", "2,3"]
+    with pytest.raises(TrainerError, match="2 vLLM engines but 3 GPU groups"):
+        engine_devices(2, "0;1;2")
 
 
 def test_vllm_start_failure_reports_the_log_tail(tmp_path):
@@ -166,7 +167,7 @@ def test_sleep_mode_wraps_each_update(tmp_path):
 
     s = VllmSettings(command=tuple(STAND_IN.split()), lora_rank=8, enable_sleep_mode=True, health_timeout_s=60)
     model_path = str(builtin_model_path("builtin:tiny"))
-    serving = VllmServing([VllmEngine(model_path, s, tmp_path / "v.log")], Model(), tmp_path, lora=True)
+    serving = VllmEngines([VllmEngine(model_path, s, tmp_path / "v.log")], Model(), tmp_path, lora=True)
     try:
         with serving.updating(1):
             pass
@@ -202,9 +203,9 @@ JOB = dict(
 
 @pytest.mark.slow
 def test_vllm_full_fine_tuning_reloads_the_weights_each_step(tmp_path):
-    with running_swarm(tmp_path, name="f", engine="vllm", AJET_VLLM_COMMAND=STAND_IN) as sw:
+    with running_swarm(tmp_path, name="f", engine="vllm", trainer_args=("--vllm-command", STAND_IN)) as sw:
         _train_three_batches(sw, AgentJetJob(lora_rank=0, **JOB))
-        deps = sw.store().deployments()
+        deps = sw.store().engines()
         assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy", 3)]
         journal = httpx.get(deps[0].base_url.removesuffix("/v1") + "/stub/journal").json()
         control = [(j["op"], j.get("kwargs", {}).get("weights_path")) for j in journal if j["op"] != "chat"]

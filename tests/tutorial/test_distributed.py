@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from ajet.types import EngineState, EpisodeStatus
+from ajet.types import EpisodeStatus, ExperimentState
 from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
@@ -61,10 +61,10 @@ def test_clients_die_and_return(tmp_path):
                 c.kill()
                 c.wait()
             time.sleep(5)  # their open episodes expire; no client is left
-            wait(lambda: sc.get_engine_status().state == EngineState.ROLLING, 60, "ROLLING without clients")
+            wait(lambda: sc.get_engine_status().state == ExperimentState.ROLLING, 60, "ROLLING without clients")
             idle_step = step()
             time.sleep(3)
-            assert step() == idle_step and sc.get_engine_status().state == EngineState.ROLLING  # trains nothing
+            assert step() == idle_step and sc.get_engine_status().state == ExperimentState.ROLLING  # trains nothing
             clients.append(start_client(sw, 0, 1, log))  # one client comes back
             wait(lambda: step() >= idle_step + 1, what="training to resume")
         finally:

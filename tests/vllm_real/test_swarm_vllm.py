@@ -1,6 +1,6 @@
-"""`ajet-trainer --engine vllm` with real vLLM: the trainer launches two replicas, trains LoRA steps, hot-loads
-each step's adapter into both, and the swarm keeps going when one replica is killed; and verl's real actor
-(CPU platform) training beside one vLLM replica, each step's adapter hot-loaded into it."""
+"""`ajet-trainer --engine vllm` with real vLLM: the trainer launches two vLLM engines, trains LoRA steps, hot-loads
+each step's adapter into both, and the swarm keeps going when one vLLM engine is killed; and verl's real actor
+(CPU platform) training beside one vLLM engine, each step's adapter hot-loaded into it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from ajet import AgentJetJob
-from ajet.types import EngineState
+from ajet.types import ExperimentState
 from tests.support.episodes import play_batch
 from tests.support.real_vllm import vllm_python
 from tests.support.rolling import wait_state
@@ -57,39 +57,39 @@ def kill_replica(port: int) -> None:
 
 def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
     vllm_python()
-    with running_swarm(tmp_path, name="v", engine="vllm", AJET_VLLM_REPLICAS="2", AJET_VLLM_SLEEP="1") as sw:
+    with running_swarm(tmp_path, name="v", engine="vllm", trainer_args=("--vllm-engines", "2", "--vllm-sleep")) as sw:
         client = sw.client()
         client.auto_sync_train_config_and_start_engine(AgentJetJob(lora_rank=8, **JOB))
-        wait_state(client, EngineState.ROLLING, timeout=600)
+        wait_state(client, ExperimentState.ROLLING, timeout=600)
         store = sw.store()
         for batch in (0, 1):
             play_batch(client, batch)
             wait_step(client, batch + 1, sw)
-        deps = store.deployments()
+        deps = store.engines()
         assert [(d.name, d.model, d.policy_version) for d in deps] == [
             ("vllm-0", "policy@2", 2),
             ("vllm-1", "policy@2", 2),
         ]
         assert all(served(d.base_url) == {"policy", "policy@1", "policy@2"} for d in deps)
-        used = {c.deployment for e in store.episodes() for c in store.calls(e.uuid)}
-        assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both replicas"
+        used = {c.engine for e in store.episodes() for c in store.calls(e.uuid)}
+        assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both vLLM engines"
 
         kill_replica(int(deps[1].base_url.rsplit(":", 1)[1].split("/")[0]))
         play_batch(client, 2)  # every episode completes: the proxy fails over to vllm-0
         wait_step(client, 3, sw)
         play_batch(client, 3)
         wait_step(client, 4, sw)
-        deps = store.deployments()
-        assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@4")]  # the dead replica withdrawn
+        deps = store.engines()
+        assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@4")]  # the dead engine withdrawn
         assert served(deps[0].base_url) == {"policy", "policy@3", "policy@4"}  # policy@1, @2 unloaded
         log = sw.trainer.log_tail(10**6)
-        assert "vLLM replica vllm-1 exited" in log
+        assert "vLLM engine vllm-1 exited" in log
         assert "sleep mode needs CUDA" in log  # asked for on CPU: said, and vLLM stays awake
 
         calls = sorted((c for e in store.episodes() for c in store.calls(e.uuid)), key=lambda c: c.policy_version)
         assert [c.policy_version for c in calls] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # each on the newest
         assert all(c.completion_ids and len(c.logprobs) == len(c.completion_ids) for c in calls)
-        assert {c.deployment for c in calls if c.policy_version == 3} == {"vllm-0"}
+        assert {c.engine for c in calls if c.policy_version == 3} == {"vllm-0"}
         for step in (1, 2, 3, 4):
             assert (sw.exp_dir / "adapters" / f"step_{step}" / "adapter_config.json").is_file()
 
@@ -99,12 +99,12 @@ def test_verl_actor_trains_beside_real_vllm_with_lora_hot_loading(tmp_path):
     with running_swarm(tmp_path, name="vv", engine="vllm", backend="verl") as sw:
         client = sw.client()
         client.auto_sync_train_config_and_start_engine(AgentJetJob(lora_rank=8, n_gpu=1, **JOB))
-        wait_state(client, EngineState.ROLLING, timeout=600)
+        wait_state(client, ExperimentState.ROLLING, timeout=600)
         store = sw.store()
         for batch in (0, 1):
             play_batch(client, batch)
             wait_step(client, batch + 1, sw)
-        (dep,) = store.deployments()
+        (dep,) = store.engines()
         assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@2", 2)
         assert served(dep.base_url) == {"policy", "policy@1", "policy@2"}  # verl's adapters, hot-loaded
         steps = store.steps()

@@ -23,9 +23,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ajet import SwarmClient
 from ajet_trainer.checkpoint import save_checkpoint
-from ajet_trainer.engine.vllm import VllmEngine
 from ajet_trainer.errors import EngineStartError
 from ajet_trainer.model_export import export_model
+from ajet_trainer.vllm.server import VllmEngine
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import start_vllm, tiny_path
 from tests.support.rolling import make_rolling
@@ -150,7 +150,7 @@ def test_calls_log_vllms_ids_and_logprobs_which_the_trainer_reproduces(client, s
         else out.choices[0].message.content
     )
     call = logged_call(store, uuid)
-    assert call.deployment == "vllm-0" and call.stream == stream
+    assert call.engine == "vllm-0" and call.stream == stream
     assert call.prompt_ids == tok.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=True)["input_ids"]
     assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
     assert tok.decode(call.completion_ids, skip_special_tokens=True) == text

@@ -14,40 +14,39 @@ _EXPORTS = {
     "AssemblyStats": "ajet_trainer.types",
     "CheckpointError": "ajet_trainer.errors",
     "ConfigurationError": "ajet_trainer.errors",
-    "EmbeddedEngine": "ajet_trainer.engine",
-    "EmbeddedServing": "ajet_trainer.serving",
-    "EngineRequestError": "ajet_trainer.errors",
-    "GenerationFailed": "ajet_trainer.errors",
+    "EmbeddedEngine": "ajet_trainer.embedded.server",
+    "EmbeddedEngines": "ajet_trainer.embedded.engines",
+    "EmbeddedSession": "ajet_trainer.embedded.session",
     "EngineStartError": "ajet_trainer.errors",
+    "Engines": "ajet_trainer.interfaces",
     "EpisodeSample": "ajet_trainer.types",
-    "Learner": "ajet_trainer.learner",
-    "ModelNotFound": "ajet_trainer.errors",
-    "Serving": "ajet_trainer.protocols",
-    "Session": "ajet_trainer.embedded_session",
+    "GenerationFailed": "ajet_trainer.errors",
+    "Learner": "ajet_trainer.embedded.learner",
+    "ModelFolderNotFound": "ajet_trainer.errors",
     "TrainSequence": "ajet_trainer.types",
     "TrainerDaemon": "ajet_trainer.daemon",
     "TrainerError": "ajet_trainer.errors",
     "TrainerOptions": "ajet_trainer.options",
-    "TrainingSession": "ajet_trainer.protocols",
-    "VllmEngine": "ajet_trainer.engine.vllm",
-    "VllmServing": "ajet_trainer.serving",
-    "VllmSettings": "ajet_trainer.engine.vllm",
+    "TrainingSession": "ajet_trainer.interfaces",
+    "VllmEngine": "ajet_trainer.vllm.server",
+    "VllmEngines": "ajet_trainer.vllm.engines",
+    "VllmSettings": "ajet_trainer.vllm.server",
     "assemble": "ajet_trainer.samples",
-    "batch_reward_mean": "ajet_trainer.steps",
+    "batch_reward_mean": "ajet_trainer.step_record",
     "builtin_model_path": "ajet_trainer.tiny_model",
     "collate": "ajet_trainer.grpo",
-    "default_experiment_dir": "ajet_trainer.options",
+    "default_experiment_dir": "ajet_trainer.experiment_dir",
     "episode_advantages": "ajet_trainer.grpo",
     "episode_sequences": "ajet_trainer.samples",
-    "load_policy": "ajet_trainer.learner",
-    "make_serving": "ajet_trainer.serving",
-    "open_embedded_session": "ajet_trainer.embedded_session",
-    "open_session": "ajet_trainer.backends",
+    "finish_step": "ajet_trainer.step_record",
+    "load_policy": "ajet_trainer.policy",
+    "open_embedded_session": "ajet_trainer.embedded.session",
+    "open_session": "ajet_trainer.factory",
     "policy_loss": "ajet_trainer.grpo",
-    "reconcile_store": "ajet_trainer.steps",
-    "record_step": "ajet_trainer.steps",
+    "reconcile_store": "ajet_trainer.step_record",
     "resolve_model_path": "ajet_trainer.tiny_model",
     "sequence_logprobs": "ajet_trainer.grpo",
+    "start_engines": "ajet_trainer.engines",
 }
 """Public name -> the module that defines it."""
 
@@ -57,26 +56,29 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
-    from ajet_trainer.backends import open_session
     from ajet_trainer.daemon import TrainerDaemon
-    from ajet_trainer.embedded_session import Session, open_embedded_session
-    from ajet_trainer.engine import EmbeddedEngine
-    from ajet_trainer.engine.vllm import VllmEngine, VllmSettings
+    from ajet_trainer.embedded.engines import EmbeddedEngines
+    from ajet_trainer.embedded.learner import Learner
+    from ajet_trainer.embedded.server import EmbeddedEngine
+    from ajet_trainer.embedded.session import EmbeddedSession, open_embedded_session
+    from ajet_trainer.engines import start_engines
     from ajet_trainer.errors import (
         CheckpointError,
         ConfigurationError,
-        EngineRequestError,
         EngineStartError,
         GenerationFailed,
-        ModelNotFound,
+        ModelFolderNotFound,
         TrainerError,
     )
+    from ajet_trainer.experiment_dir import default_experiment_dir
+    from ajet_trainer.factory import open_session
     from ajet_trainer.grpo import collate, episode_advantages, policy_loss, sequence_logprobs
-    from ajet_trainer.learner import Learner, load_policy
-    from ajet_trainer.options import TrainerOptions, default_experiment_dir
-    from ajet_trainer.protocols import Serving, TrainingSession
+    from ajet_trainer.interfaces import Engines, TrainingSession
+    from ajet_trainer.options import TrainerOptions
+    from ajet_trainer.policy import load_policy
     from ajet_trainer.samples import assemble, episode_sequences
-    from ajet_trainer.serving import EmbeddedServing, VllmServing, make_serving
-    from ajet_trainer.steps import batch_reward_mean, reconcile_store, record_step
+    from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
     from ajet_trainer.tiny_model import builtin_model_path, resolve_model_path
     from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
+    from ajet_trainer.vllm.engines import VllmEngines
+    from ajet_trainer.vllm.server import VllmEngine, VllmSettings

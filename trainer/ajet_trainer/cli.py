@@ -30,31 +30,17 @@ def add_trainer_options(p: argparse.ArgumentParser) -> None:
         "--engine",
         choices=["auto", "embedded", "vllm", "hybrid"],
         help="what answers the agents' calls. embedded: this process's transformers engine. vllm: launch "
-        "vLLM's server; after each step it hot-loads the LoRA adapter, or reloads the full weights in "
-        "place. Environment: AJET_VLLM_SLEEP=1 (sleep during updates, CUDA only), AJET_VLLM_REPLICAS=N "
-        "and AJET_VLLM_GPU_GROUPS='0,1;2,3' (one replica per GPU group). hybrid (--backend verl): "
-        "verl launches vLLM replicas colocated with its actor and syncs them itself. auto: hybrid for "
-        "--backend verl on CUDA, else embedded",
+        "vLLM's server (--vllm-engines N of them); after each step it hot-loads the LoRA adapter, or reloads "
+        "the full weights in place. hybrid (--backend verl): verl launches vLLM engines colocated with its "
+        "actor and syncs them itself. auto: hybrid for --backend verl on CUDA, else embedded",
     )
-    p.add_argument(
-        "--vllm-python",
-        help="--engine vllm: the Python with vLLM installed (unset: .venv-vllm/bin/python, which "
-        "`make setup-vllm` builds on a CPU machine, when present; else this Python)",
-    )
-    p.add_argument(
-        "--vllm-arg",
-        action="append",
-        metavar="ARG",
-        help="--engine vllm: one more vLLM server argument, repeatable, written with '=': "
-        "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
-        "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)",
-    )
+    add_vllm_options(p)
     p.add_argument(
         "--backend",
         choices=["auto", "embedded", "verl"],
         help="verl: verl's FSDP actor workers on Ray train; with --engine embedded|vllm they train "
         "beside that engine (on CPU too: verl's CPU platform, gloo), with --engine hybrid verl "
-        "serves from its own vLLM replicas (CUDA). embedded: this process trains. auto: verl where "
+        "serves from its own vLLM engines (CUDA). embedded: this process trains. auto: verl where "
         "CUDA, verl and vLLM are present, else embedded",
     )
     p.add_argument("--ray-address", help="verl backend: Ray cluster to join (unset: $RAY_ADDRESS, else a local Ray)")
@@ -75,6 +61,38 @@ def add_trainer_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_vllm_options(p: argparse.ArgumentParser) -> None:
+    """The options of `--engine vllm`; defaults: configs/trainer.yaml."""
+    p.add_argument(
+        "--vllm-python",
+        help="--engine vllm: the Python with vLLM installed (unset: .venv-vllm/bin/python, which "
+        "`make setup-vllm` builds on a CPU machine, when present; else this Python)",
+    )
+    p.add_argument(
+        "--vllm-arg",
+        action="append",
+        metavar="ARG",
+        help="--engine vllm: one more vLLM server argument, repeatable, written with '=': "
+        "--vllm-arg=--tensor-parallel-size=2 --vllm-arg=--dtype=bfloat16; it replaces the trainer's "
+        "default of the same flag (tool parser hermes, memory share, dtype, max LoRA rank)",
+    )
+    p.add_argument("--vllm-engines", type=int, help="--engine vllm: how many vLLM engines to launch")
+    p.add_argument(
+        "--vllm-gpu-groups",
+        help="--engine vllm: CUDA_VISIBLE_DEVICES of each vLLM engine, ';'-separated ('0,1;2,3': two engines)",
+    )
+    p.add_argument(
+        "--vllm-sleep",
+        action="store_true",
+        help="--engine vllm on CUDA: vLLM sleeps during each update, freeing the GPU memory it shares with training",
+    )
+    p.add_argument(
+        "--vllm-command",
+        help="--engine vllm: a launch prefix replacing `python -m vllm.entrypoints.openai.api_server` (a "
+        "stand-in that speaks vLLM's HTTP API)",
+    )
+
+
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `ajet-trainer start`, with their defaults (configs/trainer.yaml, then AJET_DB)."""
     add_store_options(p)
@@ -90,16 +108,20 @@ def trainer_options(args: argparse.Namespace) -> "TrainerOptions":
 
     return TrainerOptions(
         db_url=args.db,
+        db_mode=args.db_mode,
         experiment_dir=args.experiment_dir,
         engine=args.engine,
+        backend=args.backend,
+        device=args.device,
         vllm_python=args.vllm_python,
         vllm_args=tuple(args.vllm_arg),
-        device=args.device,
-        backend=args.backend,
+        vllm_engines=args.vllm_engines,
+        vllm_gpu_groups=args.vllm_gpu_groups,
+        vllm_sleep=args.vllm_sleep,
+        vllm_command=args.vllm_command,
         ray_address=args.ray_address,
         nnodes=args.nnodes,
         verl_overrides=args.verl_overrides,
-        db_mode=args.db_mode,
     )
 
 
@@ -148,11 +170,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """What a user can cause (a bad store URL or schema, a bad job or option): one line, no traceback."""
-    from ajet_store import StoreError
-    from ajet_trainer.errors import TrainerError
-
-    return (StoreError, TrainerError, AjetError)
+    """What a user can cause (a bad store URL or schema, a bad job or option): one line, no traceback (every error
+    of the tree, the store's and the trainer's included, is an `AjetError`)."""
+    return (AjetError,)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

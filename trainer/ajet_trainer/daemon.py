@@ -25,20 +25,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ajet.types import EngineState
-from ajet_store import QUARANTINE_AFTER, Store, WrongState, redact_url, select_batch, split_stale
-from ajet_store.types import BOOT_FAILED, EngineRow, PoolEpisode
-from ajet_trainer.backends import open_session
+from ajet.errors import WrongState
+from ajet.types import ExperimentState
+from ajet_store import QUARANTINE_AFTER, Store, redact_url, select_batch, split_stale
+from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
+from ajet_trainer.factory import open_session
+from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
-from ajet_trainer.protocols import TrainingSession
-from ajet_trainer.steps import lost_call_metrics, staleness_metrics
+from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
 from ajet_trainer.template_check import check_template
 from ajet_trainer.types import Metrics
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
-_ACTIVE = (EngineState.BOOTING, EngineState.ROLLING, EngineState.ROLLING_POST, EngineState.WEIGHT_SYNCING)
+_ACTIVE = (
+    ExperimentState.BOOTING,
+    ExperimentState.ROLLING,
+    ExperimentState.ROLLING_POST,
+    ExperimentState.WEIGHT_SYNCING,
+)
 
 
 @dataclass
@@ -56,7 +62,7 @@ def preload_embedded() -> None:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
-        import ajet_trainer.embedded_session  # noqa: F401
+        import ajet_trainer.embedded.session  # noqa: F401
     except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
         logger.debug("preloading the embedded backend failed", exc_info=True)
 
@@ -74,8 +80,8 @@ class TrainerDaemon:
         """The job's template preflight (`ajet_trainer.template_check`), carried into every step's metrics."""
         self._pool_seen: Optional[tuple[object, ...]] = None
         """The pool's mark, the policy version and the batch mode when the batch policy last found no batch."""
-        self._state = EngineState.OFFLINE
-        """The engine state the last tick saw (a ROLLING trainer polls more often)."""
+        self._state = ExperimentState.OFFLINE
+        """The experiment's state the last tick saw (a ROLLING trainer polls more often)."""
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -91,7 +97,7 @@ class TrainerDaemon:
         try:
             while not stop.is_set():
                 if not self.tick():
-                    waiting_for_episodes = self._state in (EngineState.ROLLING, EngineState.ROLLING_POST)
+                    waiting_for_episodes = self._state in (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
                     stop.wait(self.opts.rolling_poll_s if waiting_for_episodes else self.opts.poll_s)
         finally:
             stop.set()
@@ -110,9 +116,9 @@ class TrainerDaemon:
 
     def tick(self) -> bool:
         """One pass of the state machine; True if it did work (poll again at once)."""
-        row = self.store.engine_row()
+        row = self.store.experiment()
         self._state = row.state
-        if row.state == EngineState.OFFLINE or row.job is None:
+        if row.state == ExperimentState.OFFLINE or row.job is None:
             if self.session is not None:
                 self.teardown(final_checkpoint=True)
             return False
@@ -120,15 +126,15 @@ class TrainerDaemon:
             self.teardown(final_checkpoint=True)  # another job was synced: start over with it
         session = self.session
         try:
-            if session is None or row.state == EngineState.BOOTING:
+            if session is None or row.state == ExperimentState.BOOTING:
                 return self._guarded(self.boot, row, self._boot_failed)
-            if row.state == EngineState.ROLLING and session.job.max_staleness > 0:
+            if row.state == ExperimentState.ROLLING and session.job.max_staleness > 0:
                 return self._guarded(lambda r: self.async_step(session, r), row, self._update_failed)
-            if row.state == EngineState.ROLLING:
+            if row.state == ExperimentState.ROLLING:
                 return self._guarded(lambda r: self.maybe_close_batch(session, r), row, self._poll_failed)
-            if row.state == EngineState.ROLLING_POST:
+            if row.state == ExperimentState.ROLLING_POST:
                 return self._guarded(lambda _r: self.drain(session), row, self._poll_failed)
-            if row.state == EngineState.WEIGHT_SYNCING:
+            if row.state == ExperimentState.WEIGHT_SYNCING:
                 return self._guarded(lambda r: self.train_step(session, r), row, self._update_failed)
         except WrongState as exc:  # a client stopped the engine under our feet
             logger.info("state changed during %s: %s", row.state.value, exc.detail)
@@ -136,7 +142,10 @@ class TrainerDaemon:
 
     # ------------------------------------------------------------------ failures
     def _guarded(
-        self, work: Callable[[EngineRow], object], row: EngineRow, on_failure: Callable[[EngineRow, Exception], None]
+        self,
+        work: Callable[[ExperimentRow], object],
+        row: ExperimentRow,
+        on_failure: Callable[[ExperimentRow, Exception], None],
     ) -> bool:
         """Run one state's work; a failure leaves the engine in a state clients can use, never stuck.
         Returns whether to poll again at once (the work's own answer when it gives one)."""
@@ -150,7 +159,7 @@ class TrainerDaemon:
             return False
         return did if isinstance(did, bool) else True
 
-    def _poll_failed(self, row: EngineRow, exc: Exception) -> None:
+    def _poll_failed(self, row: ExperimentRow, exc: Exception) -> None:
         """Waiting for a batch or for the drain failed (e.g. the store was busy): keep the state, say why,
         try again on the next tick."""
         try:
@@ -158,25 +167,25 @@ class TrainerDaemon:
         except Exception:  # noqa: BLE001 - the store itself may be what failed
             logger.exception("could not record the error")
 
-    def _boot_failed(self, _row: EngineRow, exc: Exception) -> None:
+    def _boot_failed(self, _row: ExperimentRow, exc: Exception) -> None:
         """A boot that failed will not succeed by itself (a bad model, a checkpoint of another store):
         back to OFFLINE with the reason, so clients stop waiting and see why."""
         self.teardown(final_checkpoint=False)
-        self.store.record_trainer_error(f"{BOOT_FAILED}{type(exc).__name__}: {exc}", to=EngineState.OFFLINE)
+        self.store.record_trainer_error(f"{BOOT_FAILED}{type(exc).__name__}: {exc}", to=ExperimentState.OFFLINE)
 
-    def _update_failed(self, row: EngineRow, exc: Exception) -> None:
+    def _update_failed(self, row: ExperimentRow, exc: Exception) -> None:
         """An update that raised: its weights are suspect, so the session reboots from its last checkpoint
         (BOOTING -> ROLLING); a batch failing `QUARANTINE_AFTER` times in a row is quarantined."""
         batch = self._batch(self.session, row) if self.session is not None else []
         self.teardown(final_checkpoint=False)
         quarantined = self.store.record_update_failure(
-            f"update failed: {type(exc).__name__}: {exc}", [p.uuid for p in batch], to=EngineState.BOOTING
+            f"update failed: {type(exc).__name__}: {exc}", [p.uuid for p in batch], to=ExperimentState.BOOTING
         )
         if quarantined:
             logger.error("quarantined a batch of %d episode(s) after %d failed updates", len(batch), QUARANTINE_AFTER)
 
     # ------------------------------------------------------------------ states
-    def boot(self, row: EngineRow) -> None:
+    def boot(self, row: ExperimentRow) -> None:
         """Load (or reuse) the session, register the engine, go ROLLING."""
         if self.session is None:
             assert row.job is not None, "boot without a synced job"  # `step` never boots without one
@@ -184,18 +193,18 @@ class TrainerDaemon:
                 # the imports it runs are the ones the boot needs; importing transformers from two threads at once
                 # can fail in its lazy module ("cannot import name 'PreTrainedTokenizer'"), so the boot waits for it
                 self._preload.join()
-            if row.state != EngineState.BOOTING:  # a restart after a crash: no new episodes until we serve
-                self.store.transition(EngineState.BOOTING, allowed_from=_ACTIVE)
+            if row.state != ExperimentState.BOOTING:  # a restart after a crash: no new episodes until we serve
+                self.store.transition(ExperimentState.BOOTING, allowed_from=_ACTIVE)
             self.session = open_session(row.job, row.run_id, self.store, self.opts)
             self.template = check_template(row.job.model)
         s = self.session
-        self.store.remove_deployments()
+        self.store.remove_engines()
         s.register()
-        self.store.transition(EngineState.ROLLING, allowed_from=_ACTIVE)
+        self.store.transition(ExperimentState.ROLLING, allowed_from=_ACTIVE)
         self.timers = _Timers()
         logger.info("ROLLING: policy v%d served at %s", s.policy_version, s.base_url)
 
-    def _batch(self, session: TrainingSession, row: EngineRow) -> list[PoolEpisode]:
+    def _batch(self, session: TrainingSession, row: ExperimentRow) -> list[PoolEpisode]:
         """The next step's episodes under the batch policy ([] if not ready). Asynchronous training first drops
         (for good, counted) the pool's episodes more than `max_staleness` versions behind the policy."""
         job = session.job
@@ -214,7 +223,7 @@ class TrainerDaemon:
         self._pool_seen = None if batch or job.max_staleness > 0 else seen
         return batch
 
-    def async_step(self, session: TrainingSession, row: EngineRow) -> bool:
+    def async_step(self, session: TrainingSession, row: ExperimentRow) -> bool:
         """ROLLING with `max_staleness >= 1`: once the batch policy is satisfied, train on the batch while
         rollouts go on (the store says `updating`); the state stays ROLLING throughout."""
         batch = self._batch(session, row)
@@ -246,11 +255,11 @@ class TrainerDaemon:
             pruned = self.store.prune_bodies(session.job.keep_call_bodies_steps)
             logger.info("retention: pruned the bodies of %d call(s)", pruned)
 
-    def maybe_close_batch(self, session: TrainingSession, row: EngineRow) -> bool:
+    def maybe_close_batch(self, session: TrainingSession, row: ExperimentRow) -> bool:
         """ROLLING -> ROLLING_POST once the batch policy is satisfied."""
         if not self._batch(session, row):
             return False
-        self.store.transition(EngineState.ROLLING_POST, allowed_from=[EngineState.ROLLING])
+        self.store.transition(ExperimentState.ROLLING_POST, allowed_from=[ExperimentState.ROLLING])
         now = time.monotonic()
         self.timers.wait_s, self.timers.drain_since = now - self.timers.rolling_since, now
         return True
@@ -265,11 +274,11 @@ class TrainerDaemon:
         expired = self.store.expire_episodes()
         if expired:
             logger.warning("drain timeout: expired %d open episode(s)", len(expired))
-        self.store.transition(EngineState.WEIGHT_SYNCING, allowed_from=[EngineState.ROLLING_POST])
+        self.store.transition(ExperimentState.WEIGHT_SYNCING, allowed_from=[ExperimentState.ROLLING_POST])
         self.timers.drain_s = time.monotonic() - self.timers.drain_since
         return True
 
-    def train_step(self, session: TrainingSession, row: EngineRow) -> None:
+    def train_step(self, session: TrainingSession, row: ExperimentRow) -> None:
         """WEIGHT_SYNCING: one GRPO step on the batch, then back to ROLLING."""
         batch = self._batch(session, row)
         if batch:
@@ -285,7 +294,9 @@ class TrainerDaemon:
             )
             self._retention(session)
         # recording the step already resumed ROLLING (`Store.record_step`); an empty batch recorded none
-        self.store.transition(EngineState.ROLLING, allowed_from=[EngineState.WEIGHT_SYNCING, EngineState.ROLLING])
+        self.store.transition(
+            ExperimentState.ROLLING, allowed_from=[ExperimentState.WEIGHT_SYNCING, ExperimentState.ROLLING]
+        )
         self.timers = _Timers()
 
     def teardown(self, final_checkpoint: bool) -> None:
@@ -298,7 +309,7 @@ class TrainerDaemon:
         finally:
             self.session = None  # only once the last checkpoint is written: `session is None` means torn down
         try:
-            self.store.remove_deployments([d.name for d in s.deployments()])
+            self.store.remove_engines([e.name for e in s.registered()])
         except Exception:  # noqa: BLE001 - the store may be gone at interpreter exit
-            logger.exception("could not unregister the session's deployments")
+            logger.exception("could not unregister the session's engines")
         logger.info("session closed at step %d", s.step)

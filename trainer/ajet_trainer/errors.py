@@ -1,16 +1,14 @@
-"""Trainer errors: one root class."""
+"""What only the trainer raises: `TrainerError` and below, a branch of the SDK's one error tree (`ajet.errors`).
+
+The embedded engine answers a request it cannot serve with the tree's wire errors (`InvalidRequest` naming the
+field, `ContextLengthExceeded`), as the proxy does.
+"""
+
+from ajet.errors import AjetError
 
 
-class TrainerError(Exception):
-    """Root of every trainer error."""
-
-
-class EngineRequestError(TrainerError, ValueError):
-    """A chat request the embedded engine cannot serve (answered with 400)."""
-
-
-class PromptTooLong(EngineRequestError):
-    """A prompt longer than the model's context or the job's `max_prompt_length` (400 `context_length_exceeded`)."""
+class TrainerError(AjetError):
+    """Root of what only the trainer raises."""
 
 
 class GenerationFailed(TrainerError):
@@ -21,7 +19,7 @@ class CheckpointError(TrainerError):
     """A checkpoint is missing, partial or of another model."""
 
 
-class ModelNotFound(TrainerError):
+class ModelFolderNotFound(TrainerError):
     """The job names a model that is neither a built-in one nor a local model folder."""
 
 

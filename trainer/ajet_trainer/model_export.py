@@ -49,7 +49,7 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
 
 def _export_verl(exp_dir: Path, out: Path, step: Optional[int], merge_lora: bool) -> Path:
     from ajet.job import AgentJetJob
-    from ajet_trainer.verl_backend.checkpoint_export import export_verl
+    from ajet_trainer.verl.checkpoint_export import export_verl
 
     _refuse_nonempty(out)
     base = str(resolve_model_path(AgentJetJob.from_yaml(str(exp_dir / "job.yaml")).model))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ajet_trainer.chat_templates import CHAR_TEMPLATE, QWEN3_STYLE, QWEN25_STYLE
-from ajet_trainer.errors import ModelNotFound
+from ajet_trainer.errors import ModelFolderNotFound
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def builtin_model_path(spec: str) -> Path:
     """The folder of a built-in model (`builtin:tiny`), created on first use."""
     name = spec[len(BUILTIN_PREFIX) :] if spec.startswith(BUILTIN_PREFIX) else spec
     if name not in BUILTINS:
-        raise ModelNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in BUILTINS]}")
+        raise ModelFolderNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in BUILTINS]}")
     dest = cache_root() / f"{name}-{_spec_hash(name)}"
     if not (dest / "config.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,10 @@ class EpisodeSample:
     """Its sequences (one per non-prefix turn boundary)."""
 
 
+MISSED = ("rendered", "unmatched")
+"""Causes of a sequence's start (beside `fallback:<reason>`) where a call might have continued its conversation."""
+
+
 @dataclass(frozen=True)
 class AssemblyStats:
     """What sample assembly dropped or cut, for the step's metrics."""
@@ -75,8 +79,6 @@ class AssemblyStats:
     """Sequences whose prompt was cut to `max_prompt_length` (from the left)."""
     response_truncated: int = 0
     """Sequences whose response was cut to `max_response_length`."""
-    turn_pairs: int = 0
-    """Pairs of consecutive trainable calls within an episode: the merges there could have been."""
     tokens: int = 0
     """Tokens of the kept sequences (prompt + response): what the update processes."""
     trained_tokens: int = 0
@@ -90,25 +92,38 @@ class AssemblyStats:
     overlong_zeroed_episodes: int = 0
     """Episodes the `zero_reward` rule gave reward 0.0."""
     labels: tuple[tuple[str, int], ...] = ()
-    """Calls by how the proxy built their prompt (`first`, `extended`, `rendered`, `fallback:<reason>`; calls
-    logged before the proxy labelled them count as `unlabelled`), sorted by label."""
+    """Calls by how the proxy built their prompt (`first`, `extended`, `rendered`, `segment:<cause>`,
+    `fallback:<reason>`; calls logged before the proxy labelled them count as `unlabelled`), sorted by label."""
+    starts: tuple[tuple[str, int], ...] = ()
+    """Sequences by why they started (`ajet_trainer.samples`: `first`, `segment:<cause>`, `branch`,
+    `fallback:<reason>`, `rendered`, `unmatched`), sorted."""
+
+    @property
+    def missed_merges(self) -> int:
+        """Sequences that started where a call might have continued its conversation: fallbacks, rendered
+        history, and calls whose ids did not continue the turn the proxy built them on."""
+        return sum(n for cause, n in self.starts if cause.startswith("fallback:") or cause in MISSED)
 
     def metrics(self) -> dict[str, float]:
-        """The step's metrics of the assembly: each count as `samples/<field>`, and the token history's figures as
-        `history/*`: `merge_rate` (merged calls over turn pairs; 1.0 without pairs), `sequences_per_episode`,
-        `tokens_per_episode`, `trained_tokens_per_episode`, `extended`, and `fallback/<reason>` per reason."""
-        out: dict[str, float] = {f"samples/{k}": float(v) for k, v in vars(self).items() if k != "labels"}
+        """The step's metrics of the assembly: each count as `samples/<field>`, and the trajectories' figures as
+        `history/*`: `merge_rate` (merged calls over merged + missed merges; 1.0 without either), `segments`,
+        `branches`, `sequences_per_episode`, `tokens_per_episode`, `trained_tokens_per_episode`, `extended`,
+        `fallbacks`, `fallback/<reason>` per reason (the proxy's labels) and `starts/<cause>` per cause."""
+        skip = ("labels", "starts")
+        out: dict[str, float] = {f"samples/{k}": float(v) for k, v in vars(self).items() if k not in skip}
         per = max(self.episodes, 1)
-        out["history/merge_rate"] = self.merged_calls / self.turn_pairs if self.turn_pairs else 1.0
+        chances = self.merged_calls + self.missed_merges
+        out["history/merge_rate"] = self.merged_calls / chances if chances else 1.0
         out["history/sequences_per_episode"] = self.sequences / per
         out["history/tokens_per_episode"] = self.tokens / per
         out["history/trained_tokens_per_episode"] = self.trained_tokens / per
-        out["history/extended"] = 0.0
-        out["history/fallbacks"] = 0.0
-        for label, n in self.labels:
-            if label.startswith("fallback:"):
-                out["history/fallback/" + label[len("fallback:") :]] = float(n)
-                out["history/fallbacks"] += n
-            elif label == "extended":
-                out["history/extended"] = float(n)
+        starts = dict(self.starts)
+        out["history/segments"] = float(sum(n for cause, n in starts.items() if cause.startswith("segment:")))
+        out["history/branches"] = float(starts.get("branch", 0))
+        out.update({f"history/starts/{cause}": float(n) for cause, n in starts.items()})
+        labels = dict(self.labels)
+        out["history/extended"] = float(labels.get("extended", 0))
+        fallbacks = {k[len("fallback:") :]: n for k, n in labels.items() if k.startswith("fallback:")}
+        out["history/fallbacks"] = float(sum(fallbacks.values()))
+        out.update({f"history/fallback/{reason}": float(n) for reason, n in fallbacks.items()})
         return out

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ajet import AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient
 from ajet.training_loop import rollout_episode
+from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_tiny_rl.agent_run import run_agent_and_compute_reward
 
 LETTERS = Path(__file__).resolve().parents[1] / "example_tiny_rl" / "letters.jsonl"
@@ -23,7 +24,7 @@ LETTERS = Path(__file__).resolve().parents[1] / "example_tiny_rl" / "letters.jso
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    add_swarm_url_option(ap)
     ap.add_argument("--mode", choices=["eval", "abort"], default="eval")
     ap.add_argument("--repeat", type=int, default=4)
     args = ap.parse_args()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ajet import AgentJetJob, AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp, RouterTaskReader, SwarmClient
 from ajet.training_loop import train_on_tasks
+from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_tiny_rl.agent_run import run_agent_and_compute_reward
 
 LETTERS = Path(__file__).resolve().parents[1] / "example_tiny_rl" / "letters.jsonl"
@@ -42,7 +43,7 @@ def job() -> AgentJetJob:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    add_swarm_url_option(ap)
     ap.add_argument("--client-index", type=int, default=0)
     ap.add_argument("--num-clients", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=1000)

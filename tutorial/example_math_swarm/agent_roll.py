@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ajet import AgentJetJob, AjetTaskReader, HuggingfaceDatRepo, RouterTaskReader, SwarmClient
 from ajet.training_loop import train_on_tasks
+from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_math_swarm.agent_run import run_agent_and_compute_reward
 
 HERE = Path(__file__).resolve().parent
@@ -20,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    add_swarm_url_option(ap)
     ap.add_argument("--dataset", default=str(HERE / "gsm8k_mini"), help="a gsm8k-layout folder (config main/)")
     ap.add_argument("--model", default="builtin:tiny")
     ap.add_argument("--grpo-n", type=int, default=4)

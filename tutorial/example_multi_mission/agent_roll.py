@@ -12,6 +12,7 @@ import argparse
 
 from ajet import AgentJetJob, SwarmClient
 from ajet.training_loop import train_on_tasks
+from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_multi_mission.missions import MISSIONS
 
 GRPO_N = 8
@@ -38,7 +39,7 @@ def shared_job() -> AgentJetJob:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mission", choices=sorted(MISSIONS), required=True)
-    ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    add_swarm_url_option(ap)
     ap.add_argument("--max-steps", type=int, default=50)
     args = ap.parse_args()
     mission = MISSIONS[args.mission]

@@ -31,6 +31,7 @@ from ajet import (
     run_episodes_async,
     wait_for_step_async,
 )
+from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_tiny_rl.agent_run import async_agent
 
 HERE = Path(__file__).resolve().parent
@@ -96,7 +97,7 @@ def training_tasks(letters: int = LETTERS) -> list[Task]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--swarm-url", default="http://127.0.0.1:10086")
+    add_swarm_url_option(ap)
     ap.add_argument("--model", default=MODEL, help="builtin:demo|tiny|small or a local Hugging Face folder")
     ap.add_argument("--letters", type=int, default=LETTERS, help="tasks (a, b, ...), each in every batch (1-8)")
     ap.add_argument("--target", type=float, default=0.8)

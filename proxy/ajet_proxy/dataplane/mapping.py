@@ -7,8 +7,8 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from ajet.chat_fields import ChatFieldError, check_chat_fields
-from ajet_proxy.errors import InvalidRequest
+from ajet.chat_request import validate_chat
+from ajet.errors import InvalidRequest
 from ajet_proxy.limits import InputLimits, check_chat_shape
 
 
@@ -79,8 +79,9 @@ def check_mapped_body(chat: dict[str, Any], limits: InputLimits, names: dict[str
     the client wrote it (`names`: chat field -> theirs). Returns the body as logged."""
     try:
         check_chat_shape(chat, limits)
-        check_chat_fields(chat)
-    except ChatFieldError as exc:
-        theirs = names.get(exc.param.split(".")[0], exc.param)
-        raise InvalidRequest(str(exc).replace(exc.param, theirs, 1), fields=[theirs]) from exc
+        validate_chat(chat)
+    except InvalidRequest as exc:
+        ours = exc.param or "body"
+        theirs = names.get(ours.split(".")[0], ours)
+        raise InvalidRequest(exc.detail.replace(ours, theirs, 1), fields=[theirs]) from exc
     return orjson.dumps(chat)

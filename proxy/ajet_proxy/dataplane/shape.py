@@ -22,7 +22,7 @@ def error_message(data: Optional[dict[str, Any]], status: int) -> str:
     err = (data or {}).get("error")
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         return err["message"]
-    return f"the policy backend answered {status}"
+    return f"the policy engine answered {status}"
 
 
 def json_response(data: dict[str, Any], status: int = 200) -> Response:

@@ -32,7 +32,7 @@ class SSESplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume bytes; the payloads of the events they complete (a partial event is kept for later)."""
         self._buf += chunk
-        out = []
+        out: list[bytes] = []
         while True:
             cut = self._buf.find(b"\n\n")
             if cut < 0:

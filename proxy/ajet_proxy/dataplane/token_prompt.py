@@ -1,132 +1,139 @@
 """Each call's prompt from its episode's token history (the rules: `ajet_proxy.token_history`).
 
-`TokenPrompts.build` labels every call (`first`, `extended`, `rendered`, `fallback:<reason>`; the label goes
-into the call log) and, for a call that extends its episode's last turn, returns the token prompt the engine
-is sent as `kv_transfer_params.prompt_token_ids`: vLLM 0.32's chat endpoint takes ids forwarded that way
-(decode-side reuse: it skips the template but still parses tool calls from the answer), and so does the
-embedded engine. The new messages are tokenized by the engine that answers, with its own chat template, through
-`POST /tokenize` (vLLM's, and the embedded engine's of the same shape); the template's end-of-turn token is
-probed once per engine.
+`TokenPrompts.build` labels every call (`first`, `extended`, `rendered`, `segment:<cause>`, `fallback:<reason>`;
+the label goes into the call log with the number of the turn it continues) and, for a call that continues an
+earlier turn, returns the token prompt the engine is sent as `kv_transfer_params.prompt_token_ids`: vLLM 0.32's
+chat endpoint takes ids forwarded that way (decode-side reuse: it skips the template but still parses tool calls
+from the answer), and so does the embedded engine. The new messages are tokenized by the engine the call is sent
+to, with its own chat template, through `POST /tokenize` (vLLM's, and the embedded engine's of the same shape); the
+template's end-of-turn token is probed once per engine.
 
-The episode's last turn lives with the open episode (`LiveEpisode.turn`). A proxy that did not see the
-episode's last call (it restarted, or another proxy served it) rebuilds the turn from that call in the store.
+The episode's turns live with the open episode (`OpenEpisode.history`); the turns of calls this proxy did not see
+(it restarted, or another proxy on the store served them) are read from the store first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import aiohttp
 import orjson
 
-from ajet.chat_fields import template_tools
+from ajet.chat_request import template_tools
+from ajet.errors import EngineUnavailable
 from ajet_proxy import token_history as h
-from ajet_proxy.dataplane.upstream import upstream_headers
-from ajet_proxy.open_episodes import LiveEpisode
-from ajet_proxy.state import ProxyState
-from ajet_store.types import CallRecord, Deployment
+from ajet_proxy.dataplane.engine_client import engine_headers
+from ajet_proxy.open_episodes import OpenEpisode
+from ajet_proxy.proxy import Proxy
+from ajet_store.types import RegisteredEngine
 
 logger = logging.getLogger(__name__)
 
+TEMPLATE_FIELDS = ("chat_template_kwargs",)
+"""Request fields the engine renders the chat template with (`enable_thinking`, ...): a call's new messages are
+tokenized with the call's own."""
 
-class TokenizeFailed(Exception):
-    """The engine's `/tokenize` could not render a conversation; `status` is its answer's (None: no answer)."""
 
-    def __init__(self, detail: str, status: Optional[int] = None):
+class TokenizeFailed(EngineUnavailable):
+    """The engine's `/tokenize` could not render a conversation; `answer_status` is its answer's (None: no answer)."""
+
+    def __init__(self, detail: str, answer_status: Optional[int] = None):
         super().__init__(detail)
-        self.status = status
+        self.answer_status = answer_status
 
 
-def turn_from_call(call: CallRecord) -> Optional[h.Turn]:
-    """The turn a logged call left (its request and answer as logged), or None when it cannot be read."""
-    if not call.trainable or not call.response:
-        return None
-    try:
-        body, answer = orjson.loads(call.request), orjson.loads(call.response)
-        message = answer["choices"][0]["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        return None
-    assert call.prompt_ids is not None and call.completion_ids is not None  # trainable
-    returned = h.answer_message(message.get("content"), message.get("tool_calls") or [])
-    return h.Turn(body.get("messages") or [], template_tools(body), call.prompt_ids, call.completion_ids, returned)
+@dataclass(frozen=True)
+class Prompt:
+    """How a call's prompt is built."""
+
+    ids: Optional[list[int]]
+    """The token prompt, or None: the engine renders the messages."""
+    label: str
+    """How (`ajet_proxy.token_history` labels)."""
+    extends: Optional[h.Extension] = None
+    """The turn it continues exactly, when `ids` is that turn's ids plus the new messages' tokens."""
 
 
 class TokenPrompts:
     """Builds and labels the prompts of one proxy's calls."""
 
-    def __init__(self, state: ProxyState):
-        self.state = state
+    def __init__(self, proxy: Proxy):
+        self.proxy = proxy
         self._close: dict[tuple[str, str], int] = {}
         """Each engine's end-of-turn token, by its base URL and the job's model (a port may be reused)."""
 
     def exact(self) -> bool:
         """Whether the job keeps token history (`AgentJetJob.token_history == "exact"`)."""
-        job = self.state.engine_row.job
+        job = self.proxy.experiment.job
         return job is None or job.token_history == "exact"
 
-    async def build(self, ep: LiveEpisode, body: dict[str, Any], dep: Deployment) -> tuple[Optional[list[int]], str]:
-        """(the token prompt, or None to render the messages; the call's label)."""
+    async def build(self, ep: OpenEpisode, seq: int, body: dict[str, Any], engine: RegisteredEngine) -> Prompt:
+        """The prompt of call `seq` of `ep`, sent to `engine` (which tokenizes its new messages)."""
         if not self.exact():
-            return None, h.RENDERED
-        prev = await self._last_turn(ep)
-        messages, tools = body["messages"], template_tools(body)
-        step = h.plan(prev, messages, tools)
+            return Prompt(None, h.RENDERED)
+        await self._read_missing(ep, seq)
+        step = h.plan(ep.history, body["messages"], template_tools(body))
         if isinstance(step, str):
-            return None, step
-        assert prev is not None  # an extension has a turn to extend
+            return Prompt(None, step)
         try:
-            close = await self._close_token(dep)
-            prefix = h.neutral_prefix(messages, prev)
-            before = await self.tokenize(dep, {"messages": prefix, "add_generation_prompt": False}, tools)
-            after = await self.tokenize(dep, {"messages": prefix + list(messages[step.start :])}, tools)
+            delta = await self._delta(engine, body, step)
         except TokenizeFailed as exc:
-            logger.warning("episode %s: token history falls back: %s", ep.uuid, exc)
-            return None, h.FALLBACK + "tokenize_failed"
+            logger.warning("episode %s: token history falls back: %s", ep.uuid, exc.detail)
+            return Prompt(None, h.FALLBACK + "tokenize_failed")
+        if isinstance(delta, str):
+            return Prompt(None, delta)
+        return Prompt([*step.parent.full_ids(), *delta], h.EXTENDED, step)
+
+    async def _delta(self, engine: RegisteredEngine, body: dict[str, Any], step: h.Extension) -> list[int] | str:
+        """The new messages' tokens after the parent's completion, or the fallback label saying why there are
+        none."""
+        close = await self._close_token(engine, body)
         if close is None:
-            return None, h.FALLBACK + "template_has_no_turn_close"
-        delta = h.delta_ids(before, after, close, prev.completion_ids)
-        if delta is None:
-            return None, h.FALLBACK + "template_not_prefix_stable"
-        return [*prev.prompt_ids, *prev.completion_ids, *delta], h.EXTENDED
+            return h.FALLBACK + "template_has_no_turn_close"
+        messages, tools = body["messages"], template_tools(body)
+        rendered = [
+            await self.tokenize(engine, {**_template_fields(body), "messages": conversation}, tools)
+            for conversation in (
+                h.neutral_prefix(messages, step.parent, text) + list(messages[step.start :]) for text in h.ANSWER_TEXTS
+            )
+        ]
+        delta = h.delta_ids(rendered[0], rendered[1], close, step.parent.completion_ids)
+        return h.FALLBACK + "template_not_prefix_stable" if delta is None else delta
 
-    async def _last_turn(self, ep: LiveEpisode) -> Optional[h.Turn]:
-        """The episode's last turn; rebuilt from the store when this proxy did not see the last call."""
-        if ep.turn is None and ep.turn_from_store:
-            ep.turn_from_store = False
-            last = await asyncio.to_thread(self.state.store.last_trainable_call, ep.uuid)
-            ep.turn = turn_from_call(last) if last is not None else None
-            ep.turn_seq = last.seq if last is not None else -1
-        return ep.turn
+    async def _read_missing(self, ep: OpenEpisode, seq: int) -> None:
+        """Take in the turns of the episode's earlier calls this proxy has not seen, from the store."""
+        missing = ep.history.missing(seq)
+        if missing:
+            calls = await asyncio.to_thread(self.proxy.store.calls_numbered, ep.uuid, missing)
+            ep.history.add_logged(calls)
 
-    async def _close_token(self, dep: Deployment) -> Optional[int]:
-        """The engine's end-of-turn token: probed once (a one-word answer rendered, and what follows it)."""
-        job = self.state.engine_row.job
-        key = (dep.base_url, job.model if job is not None else "")
+    async def _close_token(self, engine: RegisteredEngine, body: dict[str, Any]) -> Optional[int]:
+        """The engine's end-of-turn token: probed once (`token_history.close_token`)."""
+        job = self.proxy.experiment.job
+        key = (engine.base_url, job.model if job is not None else "")
         if key not in self._close:
-            question = [{"role": "user", "content": h.PLACEHOLDER}]
-            answer = {"role": "assistant", "content": h.PLACEHOLDER}
-            without = await self.tokenize(dep, {"messages": question})
-            with_answer = await self.tokenize(dep, {"messages": [*question, answer], "add_generation_prompt": False})
-            word = await self.tokenize(dep, {"prompt": h.PLACEHOLDER, "add_special_tokens": False})
-            close = h.close_token(without, with_answer, word)
+            fields = _template_fields(body)
+            a, b = [await self.tokenize(engine, {**fields, "messages": h.close_probe(t)}) for t in h.ANSWER_TEXTS]
+            close = h.close_token(a, b)
             if close is None:
                 return None
             self._close[key] = close
         return self._close[key]
 
     async def tokenize(
-        self, dep: Deployment, request: dict[str, Any], tools: Optional[list[dict[str, Any]]] = None
+        self, engine: RegisteredEngine, request: dict[str, Any], tools: Optional[list[dict[str, Any]]] = None
     ) -> list[int]:
         """The engine's `/tokenize` of a conversation (`messages`, with the generation prompt unless told) or of
         a text `prompt`; `TokenizeFailed` when it cannot answer."""
         body = {"add_generation_prompt": True, **request} if "messages" in request else dict(request)
         if tools:
             body["tools"] = tools
-        url = dep.base_url.removesuffix("/v1") + "/tokenize"
+        url = engine.base_url.removesuffix("/v1") + "/tokenize"
         try:
-            async with self.state.http.post(url, data=orjson.dumps(body), headers=upstream_headers(dep)) as resp:
+            async with self.proxy.http.post(url, data=orjson.dumps(body), headers=engine_headers(engine)) as resp:
                 data = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -138,3 +145,8 @@ class TokenPrompts:
         if not isinstance(tokens, list):
             raise TokenizeFailed(f"{url} answered {status}: {data[:200].decode(errors='replace')}", status)
         return tokens
+
+
+def _template_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The call's fields that change how the chat template renders (`TEMPLATE_FIELDS`)."""
+    return {k: body[k] for k in TEMPLATE_FIELDS if body.get(k) is not None}

@@ -32,6 +32,7 @@ ENV_DEFAULTS: Mapping[str, str] = {
     "db": "AJET_DB",
     "swarm_token": "AJET_SWARM_TOKEN",
     "threads": "AJET_TORCH_THREADS",
+    "vllm_python": "AJET_VLLM_PYTHON",
 }
 """Options whose default an environment variable overrides (dest -> variable)."""
 
@@ -62,6 +63,36 @@ def read_config(path: Union[str, Path]) -> dict[str, object]:
 def shipped(name: str) -> dict[str, object]:
     """The defaults of one command, `configs/NAME` (`proxy.yaml`, `trainer.yaml`, `swarm.yaml`)."""
     return read_config(config_dir() / name)
+
+
+def shipped_with_env(name: str, env: Optional[Mapping[str, str]] = None) -> dict[str, object]:
+    """The defaults of one command as it runs them: `configs/NAME`, then `ENV_DEFAULTS` from the environment (what a
+    process built in code, not from a command line, is configured with)."""
+    env = os.environ if env is None else env
+    values = shipped(name)
+    for dest, var in ENV_DEFAULTS.items():
+        if dest in values and env.get(var):
+            values[dest] = env[var]
+    return values
+
+
+SWARM_URL_ENV = "AJET_SWARM_URL"
+"""Where tutorials and tools find the swarm when no `--swarm-url` is given."""
+
+
+def default_swarm_url(env: Optional[Mapping[str, str]] = None) -> str:
+    """`$AJET_SWARM_URL`, else the proxy's default address (`port` of `configs/proxy.yaml`, on loopback)."""
+    env = os.environ if env is None else env
+    return env.get(SWARM_URL_ENV) or f"http://127.0.0.1:{shipped('proxy.yaml')['port']}"
+
+
+def add_swarm_url_option(parser: argparse.ArgumentParser) -> None:
+    """`--swarm-url`, the one option by which every client, tutorial and tool names the swarm."""
+    parser.add_argument(
+        "--swarm-url",
+        default=default_swarm_url(),
+        help=f"the proxy's base URL (environment: {SWARM_URL_ENV}; default: %(default)s)",
+    )
 
 
 def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -6,9 +6,9 @@ from typing import Any
 
 import orjson
 
-from ajet.chat_fields import ChatFieldError, check_chat_fields
+from ajet.chat_request import validate_chat
+from ajet.errors import InvalidRequest
 from ajet_proxy.dataplane.mapping import parse_json_object
-from ajet_proxy.errors import InvalidRequest
 from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape
 
 
@@ -25,10 +25,7 @@ def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> dict[st
         orjson.dumps(body)  # a lone surrogate (e.g. "\\udaa4") parses but cannot be sent on: refuse it here
     except orjson.JSONEncodeError as exc:
         raise InvalidRequest(f"body: a string cannot be encoded as UTF-8 ({exc})", fields=["body"]) from exc
-    try:
-        check_chat_fields(body)
-    except ChatFieldError as exc:
-        raise InvalidRequest(str(exc), fields=[exc.param]) from exc
+    validate_chat(body)
     return body
 
 

@@ -8,10 +8,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ajet_proxy.dataplane.calls import CallPath, calls
+from ajet.errors import ModelNotFound
 from ajet_proxy.dataplane.chat.protocol import model_object, parse_chat_body
 from ajet_proxy.dataplane.chat.shape import ChatShape
-from ajet_proxy.errors import ModelNotFound
+from ajet_proxy.dataplane.chat_path import chat_path
+from ajet_proxy.dataplane.request import Authenticated, OfEpisode
 from ajet_proxy.openapi import (
     CHAT_ROUTE_OPENAPI,
     DATA_PLANE_ERRORS,
@@ -29,20 +30,17 @@ router = APIRouter(tags=["data plane"])
     responses=DATA_PLANE_ERRORS,
     openapi_extra=CHAT_ROUTE_OPENAPI,
 )
-async def chat_completions(request: Request) -> Response:
+async def chat_completions(er: OfEpisode) -> Response:
     """`POST /v1/chat/completions`, plain or streamed."""
-    path = calls(request)
-    ep = await path.authenticate(request)
-    raw = await request.body()
-    body = parse_chat_body(raw, path.state.config.limits)
+    body = parse_chat_body(er.raw, er.path.proxy.config.limits)
     shape = ChatShape(bool(body.get("logprobs")), body.get("return_token_ids") is True)
-    return await path.serve(ep, body, raw, shape, request)
+    return await er.serve(body, shape)
 
 
-def model_ids(path: CallPath) -> list[str]:
-    """The names an episode may call: the policy group, then each deployment's model (no repeats)."""
-    deployments = path.state.router.deployments.values()
-    return list(dict.fromkeys(["policy"] + sorted({d.model for d in deployments})))
+def model_ids(request: Request) -> list[str]:
+    """The names an episode may call: the policy group, then each engine's model (no repeats)."""
+    engines = chat_path(request).proxy.router.engines.values()
+    return list(dict.fromkeys(["policy"] + sorted({e.model for e in engines})))
 
 
 @router.get(
@@ -51,11 +49,9 @@ def model_ids(path: CallPath) -> list[str]:
     responses=DATA_PLANE_ERRORS,
     openapi_extra=MODELS_ROUTE_OPENAPI,
 )
-async def models(request: Request) -> Response:
-    """`GET /v1/models`: the policy group and the deployments' model names."""
-    path = calls(request)
-    await path.authenticate(request)
-    data = {"object": "list", "data": [model_object(i) for i in model_ids(path)]}
+async def models(request: Request, _ep: Authenticated) -> Response:
+    """`GET /v1/models`: the policy group and the engines' model names."""
+    data = {"object": "list", "data": [model_object(i) for i in model_ids(request)]}
     return Response(orjson.dumps(data), media_type="application/json")
 
 
@@ -65,11 +61,9 @@ async def models(request: Request) -> Response:
     responses={**DATA_PLANE_ERRORS, 404: MODEL_NOT_FOUND_ERROR},
     openapi_extra=MODEL_ROUTE_OPENAPI,
 )
-async def model(request: Request) -> Response:
+async def model(request: Request, _ep: Authenticated) -> Response:
     """`GET /v1/models/{model}`: one model, or 404 naming it."""
-    path = calls(request)
-    await path.authenticate(request)
-    name, served = request.path_params["model"], model_ids(path)
+    name, served = request.path_params["model"], model_ids(request)
     if name not in served:
         raise ModelNotFound(
             f"model {name!r} is not served here; the policy is 'policy' (also: {', '.join(served[1:]) or 'none'})",

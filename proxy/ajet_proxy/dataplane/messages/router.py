@@ -4,17 +4,16 @@ Anthropic's error objects."""
 from __future__ import annotations
 
 from fastapi import APIRouter
-from starlette.requests import Request
 from starlette.responses import Response
 
-from ajet.chat_fields import template_tools
-from ajet_proxy.dataplane.calls import calls
+from ajet.chat_request import template_tools
+from ajet.errors import EngineUnavailable, InvalidRequest
 from ajet_proxy.dataplane.mapping import check_mapped_body, parse_json_object
 from ajet_proxy.dataplane.messages import protocol
 from ajet_proxy.dataplane.messages.shape import MessagesShape
+from ajet_proxy.dataplane.request import OfEpisode
 from ajet_proxy.dataplane.shape import json_response
 from ajet_proxy.dataplane.token_prompt import TokenizeFailed
-from ajet_proxy.errors import InvalidRequest, UpstreamUnavailable
 from ajet_proxy.openapi import COUNT_TOKENS_ROUTE_OPENAPI, MESSAGES_ERRORS, MESSAGES_ROUTE_OPENAPI
 
 router = APIRouter(tags=["data plane"])
@@ -26,15 +25,13 @@ router = APIRouter(tags=["data plane"])
     responses=MESSAGES_ERRORS,
     openapi_extra=MESSAGES_ROUTE_OPENAPI,
 )
-async def messages(request: Request) -> Response:
+async def messages(er: OfEpisode) -> Response:
     """`POST /v1/messages`, plain or streamed."""
-    path = calls(request)
-    ep = await path.authenticate(request)
-    body = parse_json_object(await request.body())
+    body = parse_json_object(er.raw)
     chat = protocol.chat_request(body)
-    raw = check_mapped_body(chat, path.state.config.limits, protocol.FIELD_NAMES)
+    logged = check_mapped_body(chat, er.path.proxy.config.limits, protocol.FIELD_NAMES)
     shape = MessagesShape(str(body.get("model") or "policy"), protocol.new_message_id())
-    return await path.serve(ep, chat, raw, shape, request)
+    return await er.serve(chat, shape, logged)
 
 
 @router.post(
@@ -43,22 +40,22 @@ async def messages(request: Request) -> Response:
     responses=MESSAGES_ERRORS,
     openapi_extra=COUNT_TOKENS_ROUTE_OPENAPI,
 )
-async def count_tokens(request: Request) -> Response:
+async def count_tokens(er: OfEpisode) -> Response:
     """`POST /v1/messages/count_tokens` (Claude Code asks it before requests): the request's system, messages and
     tools rendered as the policy engine renders a call's prompt (its `/tokenize`), counted. Not a call: nothing is
     logged or numbered."""
-    path = calls(request)
-    ep = await path.authenticate(request)
-    body = parse_json_object(await request.body())
+    body = parse_json_object(er.raw)
     body.pop("stream", None)
     chat = protocol.chat_request({**body, "max_tokens": 1})  # a count takes no max_tokens; the mapping needs one
-    check_mapped_body(chat, path.state.config.limits, protocol.FIELD_NAMES)
-    dep = path.state.router.pick(ep.deployment)
+    check_mapped_body(chat, er.path.proxy.config.limits, protocol.FIELD_NAMES)
+    engine = er.path.proxy.router.pick(er.ep.engine)
     try:
-        tokens = await path.prompts.tokenize(dep, {"messages": chat["messages"]}, template_tools(chat))
+        tokens = await er.path.prompts.tokenize(engine, {"messages": chat["messages"]}, template_tools(chat))
     except TokenizeFailed as exc:
-        if exc.status == 400:  # the template refused the conversation (e.g. roles out of order): the request's fault
-            why = f"messages: the policy's chat template refused them ({exc})"
-            raise InvalidRequest(why, fields=["messages"]) from exc
-        raise UpstreamUnavailable(f"the policy engine could not count the tokens: {exc}") from exc
+        if (
+            exc.answer_status == 400
+        ):  # the template refused the conversation (e.g. roles out of order): the request's fault
+            why = f"the policy's chat template refused them ({exc.detail})"
+            raise InvalidRequest.for_field("messages", why) from exc
+        raise EngineUnavailable(f"the policy engine could not count the tokens: {exc.detail}") from exc
     return json_response({"input_tokens": len(tokens)})

@@ -64,7 +64,7 @@ class MessagesShape:
         if data is None:
             return b""
         if "error" in data:
-            return self._failure(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(data, 502))
+            return self._failure(ErrorCode.ENGINE_UNAVAILABLE, error_message(data, 502))
         out = [self._start(data)]
         for choice in data.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -141,5 +141,5 @@ def _code(status: int) -> ErrorCode:
         400: ErrorCode.INVALID_REQUEST,
         401: ErrorCode.UNAUTHORIZED,
         404: ErrorCode.MODEL_NOT_FOUND,
-        503: ErrorCode.ENGINE_NOT_READY,
-    }.get(status, ErrorCode.UPSTREAM_UNAVAILABLE)
+        503: ErrorCode.NOT_READY,
+    }.get(status, ErrorCode.ENGINE_UNAVAILABLE)

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import orjson
 
 from ajet_proxy.dataplane.mapping import bad_field, carried, joined_text, with_tools
+from ajet_proxy.episode_history import LOGGED_INSTRUCTIONS
 
 Conversation = list[dict[str, Any]]
 """Chat messages, without the instructions (a later response does not inherit them)."""
@@ -288,11 +289,6 @@ def response_object(
         "reasoning": None,
         "user": body.get("user"),
     }
-
-
-LOGGED_INSTRUCTIONS = "ajet_instructions_first"
-"""Set in a Responses call's logged chat body when its first message is the request's `instructions` (not part
-of the conversation a later `previous_response_id` continues)."""
 
 
 def logged_conversation(request: str, response: str) -> Conversation:

@@ -15,8 +15,6 @@ from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
 from ajet_proxy.dataplane.responses.protocol import (
-    Conversation,
-    assistant_message,
     call_item,
     message_item,
     output_logprobs,
@@ -28,18 +26,11 @@ from ajet_proxy.errors import openai_error
 
 
 class ResponsesShape:
-    """One Responses call. `responses` is the episode's store of conversations by response id; the answer's
-    conversation is saved there under `rid` for a later `previous_response_id`."""
+    """One Responses call, answered as Response `rid` (which a later `previous_response_id` names: the call's turn
+    in the episode's history keeps its conversation)."""
 
-    def __init__(
-        self,
-        body: dict[str, Any],
-        conversation: Conversation,
-        responses: dict[str, Conversation],
-        rid: str,
-        want_logprobs: bool,
-    ):
-        self.body, self.conversation, self.responses, self.rid = body, conversation, responses, rid
+    def __init__(self, body: dict[str, Any], rid: str, want_logprobs: bool):
+        self.body, self.rid = body, rid
         self.response_id: Optional[str] = rid
         self.want_logprobs = want_logprobs
         self._seq = 0
@@ -53,7 +44,7 @@ class ResponsesShape:
         if status != 200 or parsed is None:
             if parsed is not None and "error" in parsed:  # the backend's own OpenAI error, passed on
                 return json_response(parsed, status)
-            return openai_error(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(parsed, status), status=status)
+            return openai_error(ErrorCode.ENGINE_UNAVAILABLE, error_message(parsed, status), status=status)
         choice = (parsed.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
         items = []
@@ -62,13 +53,9 @@ class ResponsesShape:
                 message_item(msg.get("content") or "", output_logprobs(choice) if self.want_logprobs else None)
             )
         items += [call_item(c) for c in msg.get("tool_calls") or []]
-        self._remember(choice)
         return json_response(
             response_object(self.rid, self.body, items, parsed.get("usage"), choice.get("finish_reason"))
         )
-
-    def _remember(self, choice: dict[str, Any]) -> None:
-        self.responses[self.rid] = self.conversation + [assistant_message(choice)]
 
     # ---------------------------------------------------------------- streamed
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -86,7 +73,7 @@ class ResponsesShape:
         if data is None:
             return b""
         if "error" in data:
-            return self._failure(ErrorCode.UPSTREAM_UNAVAILABLE, error_message(data, 502))
+            return self._failure(ErrorCode.ENGINE_UNAVAILABLE, error_message(data, 502))
         out = [self._start()]
         for choice in data.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -190,7 +177,6 @@ class ResponsesShape:
             out += self._text_delta("", [])
         out += self._close_text() + self._close_calls()
         choice = (assembled.get("choices") or [{}])[0]
-        self._remember(choice)
         final = response_object(self.rid, self.body, self._items, assembled.get("usage"), choice.get("finish_reason"))
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=final)

@@ -1,0 +1,132 @@
+"""`InFlightCall`: one call on the chat path, and everything that changes while it is served.
+
+It owns the call's number, its prompt's label and the turn it continues, the prompt-limit check (made once, where
+the prompt's ids are first known: before sending a token prompt, or in the engine's answer when the engine
+rendered the messages), its log record, and what it leaves behind: the episode's activity (`finish`) and, once
+committed, its turn in the episode's history (`remember`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from starlette.requests import Request
+
+from ajet.chat_request import cut_by_server, prompt_over_job
+from ajet.errors import ContextLengthExceeded
+from ajet.job import AgentJetJob
+from ajet_proxy.dataplane.shape import ApiShape
+from ajet_proxy.dataplane.token_prompt import Prompt
+from ajet_proxy.dataplane.tokens import Extracted
+from ajet_proxy.episode_history import new_turn
+from ajet_proxy.open_episodes import OpenEpisode
+from ajet_proxy.token_history import EXTENDED, answer_message
+from ajet_store.types import CallRecord, RegisteredEngine
+
+CLIENT_GONE_STREAM = "the client disconnected before [DONE]"
+"""The error of a stream whose client left before its end."""
+CLIENT_GONE_PLAIN = "the client disconnected before the answer"
+"""The error of a plain call whose client's connection closed before its answer was committed."""
+
+
+class InFlightCall:
+    """One call being served for `ep`: `raw` is the request as logged, `body` the chat body sent to the engine."""
+
+    def __init__(
+        self,
+        ep: OpenEpisode,
+        raw: bytes,
+        body: dict[str, Any],
+        shape: ApiShape,
+        request: Optional[Request],
+        instructions_first: bool = False,
+    ):
+        self.ep, self.raw, self.body, self.shape, self.request = ep, raw, body, shape, request
+        self.instructions_first = instructions_first
+        """A Responses call whose first message is the request's instructions."""
+        self.t0 = time.perf_counter()
+        self.stream = bool(body.get("stream"))
+        self.seq = -1
+        """Its number in the episode, taken as it goes to an engine (-1 until then)."""
+        self.prompt: Optional[Prompt] = None
+        """How its prompt was built, once it was."""
+        self.engine: Optional[RegisteredEngine] = None
+        """The engine it was sent to (the one that tokenized its token prompt)."""
+        self._checked = False
+        self._done = False
+        ep.call_started()
+
+    def refusal(self, job: Optional[AgentJetJob], prompt_ids: Optional[list[int]]) -> Optional[ContextLengthExceeded]:
+        """The refusal of a prompt over the job's `max_prompt_length` (what the trainer would cut), the first time
+        the call's prompt ids are known; None when they fit, are not known, or were checked already."""
+        if self._checked or prompt_ids is None:
+            return None
+        self._checked = True
+        if job is None or len(prompt_ids) <= job.max_prompt_length:
+            return None
+        return ContextLengthExceeded(prompt_over_job(len(prompt_ids), job.max_prompt_length), fields=["messages"])
+
+    def record(
+        self, response: Optional[str], ex: Extracted, version: int, error: Optional[str] = None, gone: bool = False
+    ) -> CallRecord:
+        """The call's log record: the engine's answer (`response`, its ids in `ex`) or why there is none."""
+        engine = self.engine
+        prompt = self.prompt
+        extends = prompt.extends if prompt is not None and prompt.label == EXTENDED else None
+        return CallRecord(
+            episode_uuid=self.ep.uuid,
+            seq=self.seq,
+            request=self.raw.decode(errors="replace"),
+            response=response,
+            prompt_ids=ex.prompt_ids,
+            completion_ids=ex.completion_ids,
+            logprobs=ex.logprobs,
+            finish_reason=ex.finish_reason,
+            policy_version=version,
+            engine=engine.name if engine else None,
+            latency_ms=(time.perf_counter() - self.t0) * 1000.0,
+            created_at=time.time(),
+            stream=self.stream,
+            error=error,
+            token_history=prompt.label if prompt is not None else None,
+            parent_seq=extends.parent.seq if extends is not None else None,
+            response_id=self.shape.response_id,
+            truncated=error is None and cut_by_server(self.body, ex.finish_reason, len(ex.completion_ids or ())),
+            client_gone=gone,
+        )
+
+    def remember(self, record: CallRecord, ex: Extracted) -> None:
+        """After the call is committed: its number is accounted for, and a trainable answer (`ex`: its content and
+        tool calls) becomes a turn later calls of the episode may continue."""
+        if not record.trainable:
+            self.ep.history.seen(record.seq)
+            return
+        assert record.prompt_ids is not None and record.completion_ids is not None
+        answer = answer_message(ex.content, ex.tool_calls)
+        turn = new_turn(
+            record.seq,
+            self.body,
+            record.prompt_ids,
+            record.completion_ids,
+            answer,
+            self.shape.response_id,
+            self.instructions_first,
+        )
+        prompt = self.prompt
+        self.ep.history.add(turn, prompt.extends if prompt is not None and prompt.label == EXTENDED else None)
+
+    def forget(self) -> None:
+        """A numbered call that left no answer (refused, failed, cut off): its number is accounted for."""
+        if self.seq >= 0:
+            self.ep.history.seen(self.seq)
+
+    async def client_gone(self) -> bool:
+        """Whether the client's connection has closed (False when the call has no request to ask)."""
+        return self.request is not None and await self.request.is_disconnected()
+
+    def finish(self) -> None:
+        """The call is over (answered, refused or cut off): the episode's activity is updated once."""
+        if not self._done:
+            self._done = True
+            self.ep.call_finished(time.time())

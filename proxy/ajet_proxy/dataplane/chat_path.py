@@ -1,0 +1,192 @@
+"""The one chat path every API's call takes: the episode key checked, the call numbered, its prompt built on the
+engine it is sent to (`token_prompt`), sent (`engine_client`, failing over to another engine, where the prompt is
+built again), logged with the exact ids the engine produced and committed (`ajet_proxy.call_writer`), then
+answered through the API's shape, plain or streamed event by event (`relay`).
+
+An answer leaves only after its call is committed (a streamed one at its last event), so every answered call is
+in the store; a stream that ends early (the client went away, the engine broke off) is logged as such.
+
+Two cuts are told apart and stored (`CallRecord.truncated`, `CallRecord.client_gone`):
+- An answer the server's limit ended (the job's per-turn cap, the model's context) where the client asked for no
+  smaller limit reaches the client as a finished turn (chat `stop`, Responses `completed`, Messages `end_turn`):
+  the agent never asked for a limit, and frameworks stop on a cut one (the Agents SDK raises on `incomplete`).
+  A limit the client set keeps the faithful answer (`length`, `incomplete`, `max_tokens`).
+- A client that went away before its answer: a stream it left before the end, or a plain call whose connection
+  closed before the answer was committed. Such a call is never trained. What cannot be seen: a client that leaves
+  after the last bytes were handed to the socket (it may never read them), which looks like one that read them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any, Optional
+
+import aiohttp
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from ajet.errors import EpisodeConflict, NotReady, Unauthorized
+from ajet.protocol import bearer_token
+from ajet.types import EpisodeStatus, ExperimentState
+from ajet_proxy.dataplane.call import CLIENT_GONE_PLAIN, InFlightCall
+from ajet_proxy.dataplane.engine_client import EngineClient, NoEngineReachable, Sent
+from ajet_proxy.dataplane.relay import as_finished, relay
+from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE
+from ajet_proxy.dataplane.token_prompt import TokenPrompts
+from ajet_proxy.dataplane.tokens import Extracted, extract_response
+from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
+from ajet_proxy.proxy import Proxy
+from ajet_store.types import EpisodeRow
+
+logger = logging.getLogger(__name__)
+
+_LIVE_STATES = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
+ANTHROPIC_KEY_HEADER = "x-api-key"
+"""Where the Anthropic SDK sends its API key (the episode key); `Authorization: Bearer` works as well."""
+
+
+class ChatPath:
+    """The chat path of one proxy (`chat_path(request)` finds it); it keeps no state of its own."""
+
+    def __init__(self, proxy: Proxy):
+        self.proxy = proxy
+        self.engines = EngineClient(proxy)
+        self.prompts = TokenPrompts(proxy)
+
+    async def authenticate(self, request: Request) -> OpenEpisode:
+        """The open episode of the request's key (Bearer, or Anthropic's `x-api-key`), or 401 saying why the key
+        does not work, or 503 outside ROLLING."""
+        key = bearer_token(request.headers.get("authorization", "")) or request.headers.get(ANTHROPIC_KEY_HEADER, "")
+        if not key:
+            raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
+        key_hash = hash_key(key)
+        ep = self.proxy.open_episodes.by_key_hash(key_hash)
+        if ep is None:  # begun at another proxy (or a mistake, or a late call): one indexed read says which
+            row = await asyncio.to_thread(self.proxy.store.episode_by_key_hash, key_hash)
+            if row is None or row.status != EpisodeStatus.OPEN:
+                raise Unauthorized(refused_key_reason(row))
+            ep = await self._take_up(row)
+        state = self.proxy.experiment.state
+        if state not in _LIVE_STATES:
+            raise NotReady(f"the experiment is {state.value}; episode calls resume in ROLLING", state=state.value)
+        return ep
+
+    async def _take_up(self, row: EpisodeRow) -> OpenEpisode:
+        """An open episode this proxy has not seen (begun at another proxy sharing the store, or just now): served
+        here from now on, numbered on from its stored calls."""
+        if not self.proxy.config.shared:  # one proxy: an open episode it does not know is one begun just now
+            next_seq = (await asyncio.to_thread(self.proxy.store.next_seqs, [row.uuid])).get(row.uuid, 0)
+            return self.proxy.open_episodes.add_row(row, next_seq=next_seq)
+        return self.proxy.open_episodes.add_row(row, next_seq=row.calls_reserved)
+
+    async def serve(self, call: InFlightCall) -> Response:
+        """Number, send, log and answer one call. A call refused before it goes to an engine (no engine registered)
+        takes no call number: a gap in an episode's numbers means a call was really lost."""
+        try:
+            sent = await self._send(call)
+            if isinstance(sent.answer, bytes):
+                return await self._answer(call, sent)
+            return StreamingResponse(relay(self.proxy, call, sent), media_type=SSE_MEDIA_TYPE)
+        except BaseException:
+            call.finish()
+            raise
+
+    async def _send(self, call: InFlightCall) -> Sent:
+        """Pick an engine, build the prompt there, send; on a connection failure cool that engine down and do it
+        again on the next, until none is left (`NoEngineReachable`, logged as the call's failure)."""
+        router, tried = self.proxy.router, list[str]()
+        if self.proxy.config.shared:  # numbered by the store before its history is read: other proxies number too
+            call.seq = await self._reserve(call.ep)
+        while True:
+            call.engine = engine = router.pick(call.ep.engine, exclude=tried)
+            call.ep.stick_to(engine.name)
+            call.prompt = await self.prompts.build(call.ep, _next_seq(call), call.body, engine)
+            if call.seq < 0:
+                call.seq = call.ep.take_number()  # numbered as it goes to an engine
+            self._refuse_long_prompt(call)
+            try:
+                return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+                router.mark_failed(engine.name)
+                tried.append(engine.name)
+                call.ep.stick_to(None)
+                if len(tried) >= len(router.engines):
+                    self._fail(call, NoEngineReachable(f"no engine reachable (tried {', '.join(tried)})", engine, exc))
+
+    def _fail(self, call: InFlightCall, exc: NoEngineReachable) -> None:
+        """Log the call as failed (no engine answered) and raise `exc`."""
+        why = f"{exc.detail}: {exc.cause!r}"
+        self.proxy.writer.submit(call.record(None, Extracted(), exc.engine.policy_version, why))
+        call.forget()
+        raise exc
+
+    async def _reserve(self, ep: OpenEpisode) -> int:
+        """The call's number, reserved in the episode's row (401 if another proxy ended it meanwhile)."""
+        try:
+            seq = await self.proxy.numbers.commit(ep.uuid)
+        except EpisodeConflict:
+            row = await asyncio.to_thread(self.proxy.store.get_episode, ep.uuid)
+            self.proxy.open_episodes.remove([ep.uuid])
+            raise Unauthorized(refused_key_reason(row)) from None
+        ep.numbered(seq)
+        return seq
+
+    def _refuse_long_prompt(self, call: InFlightCall) -> None:
+        """A token prompt (the episode's history) over the job's limit is refused before it is sent: logged as a
+        refused call, answered 400 `context_length_exceeded`."""
+        assert call.prompt is not None and call.engine is not None
+        refusal = call.refusal(self.proxy.experiment.job, call.prompt.ids)
+        if refusal is not None:
+            version = call.engine.policy_version
+            self.proxy.writer.submit(call.record(None, Extracted(prompt_ids=call.prompt.ids), version, refusal.detail))
+            call.forget()
+            raise refusal
+
+    async def _answer(self, call: InFlightCall, sent: Sent) -> Response:
+        """The engine's whole answer (a success, or an error of a plain or streamed call), logged and committed
+        before the client is answered through the call's shape."""
+        data = sent.answer
+        assert isinstance(data, bytes)
+        parsed = _json_object(data)
+        ex, refusal = Extracted(), None
+        if sent.status == 200 and parsed is not None:
+            ex = extract_response(parsed)
+            refusal = call.refusal(self.proxy.experiment.job, ex.prompt_ids)  # an engine that rendered the messages
+            record = call.record(data.decode(), ex, sent.version, refusal.detail if refusal else None)
+            if record.truncated:  # the client gets a finished turn; the store keeps `length`
+                data = orjson.dumps(as_finished(parsed))
+        else:
+            error = f"the engine answered {sent.status}: {data[:300].decode(errors='replace')}"
+            record = call.record(data.decode(errors="replace"), Extracted(), sent.version, error)
+        if await call.client_gone():
+            record = replace(record, error=CLIENT_GONE_PLAIN, client_gone=True)
+        try:
+            await self.proxy.writer.commit(record)  # durable before the agent sees the answer
+        finally:
+            call.finish()
+        call.remember(record, ex)
+        if refusal is not None:
+            raise refusal
+        return call.shape.answer(sent.status, data, parsed)
+
+
+def _next_seq(call: InFlightCall) -> int:
+    """The number the call has, or will take when it goes to an engine."""
+    return call.seq if call.seq >= 0 else call.ep.next_seq
+
+
+def chat_path(request: Request) -> ChatPath:
+    """The chat path of the app serving `request` (made once, with the app)."""
+    path: ChatPath = request.app.state.chat_path
+    return path
+
+
+def _json_object(data: bytes) -> Optional[dict[str, Any]]:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None

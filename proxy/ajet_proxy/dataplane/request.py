@@ -1,0 +1,56 @@
+"""The one preamble of every data-plane route, as a FastAPI dependency: the episode key authenticated (and the
+experiment's state checked) before the body is read, then the body's bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ajet_proxy.dataplane.call import InFlightCall
+from ajet_proxy.dataplane.chat_path import ChatPath, chat_path
+from ajet_proxy.dataplane.shape import ApiShape
+from ajet_proxy.open_episodes import OpenEpisode
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """A request of an open episode: its chat path, its episode, its body as sent."""
+
+    path: ChatPath
+    """The proxy's chat path."""
+    ep: OpenEpisode
+    """The episode whose key the request carries."""
+    raw: bytes
+    """The request body as the client sent it."""
+    request: Request
+    """The request itself (asked whether its client is still there)."""
+
+    async def serve(
+        self, body: dict[str, Any], shape: ApiShape, logged: bytes = b"", instructions_first: bool = False
+    ) -> Response:
+        """Serve `body` (a chat body, checked) on the chat path, answered through `shape`; `logged`: the request as
+        the call log keeps it (the raw body unless given)."""
+        call = InFlightCall(self.ep, logged or self.raw, body, shape, self.request, instructions_first)
+        return await self.path.serve(call)
+
+
+async def authenticated(request: Request) -> OpenEpisode:
+    """The open episode of the request's key (401 / 503 otherwise)."""
+    return await chat_path(request).authenticate(request)
+
+
+Authenticated = Annotated[OpenEpisode, Depends(authenticated)]
+"""A route parameter: the request's open episode."""
+
+
+async def episode_request(request: Request, ep: Authenticated) -> EpisodeRequest:
+    """The request's episode, then its body."""
+    return EpisodeRequest(chat_path(request), ep, await request.body(), request)
+
+
+OfEpisode = Annotated[EpisodeRequest, Depends(episode_request)]
+"""A route parameter: the request of an open episode (its key checked before its body is read)."""

@@ -1,0 +1,112 @@
+"""`EpisodeHistory`: the one cache of an episode's answered turns, kept by its `OpenEpisode`.
+
+It serves both what a later call may need of earlier ones: the token history (`token_history.plan` picks the turn
+a call continues) and Responses' `previous_response_id` (the conversation of an earlier response). A proxy that did
+not see some of the episode's calls (it restarted, or another proxy on the store served them) reads them from the
+store: `missing` says which call numbers it lacks, and `add_logged` takes them in (`turn_from_call`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional
+
+import orjson
+
+from ajet.chat_request import template_tools
+from ajet_proxy.token_history import Extension, Turn, answer_message
+from ajet_store.types import CallRecord
+
+LOGGED_INSTRUCTIONS = "ajet_instructions_first"
+"""Set in a Responses call's logged chat body when its first message is the request's `instructions` (not part of
+the conversation a later `previous_response_id` continues)."""
+
+
+class EpisodeHistory:
+    """The answered turns of one episode, by call number."""
+
+    def __init__(self, known_up_to: int = 0):
+        self._turns: dict[int, Turn] = {}
+        self._seen: set[int] = set()
+        """Call numbers this history has taken in (answered, refused or failed: only answered ones make turns)."""
+        self._known_up_to = known_up_to
+        """Every call numbered below this was taken in or is in the store (a history made for an episode with
+        stored calls starts at 0 and reads them when first needed)."""
+
+    def __iter__(self) -> Iterator[Turn]:
+        return iter(self._turns.values())
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def missing(self, before: int) -> list[int]:
+        """Call numbers below `before` this history has not taken in (read them from the store)."""
+        return [seq for seq in range(self._known_up_to, before) if seq not in self._seen]
+
+    def seen(self, seq: int) -> None:
+        """Call `seq` is accounted for (answered here, or read from the store, or refused)."""
+        self._seen.add(seq)
+        while self._known_up_to in self._seen:
+            self._seen.discard(self._known_up_to)
+            self._known_up_to += 1
+
+    def add(self, turn: Turn, extended: Optional[Extension] = None) -> None:
+        """Take in an answered call's turn; when it continued `extended` exactly, the parent shares its lists."""
+        if extended is not None:
+            extended.parent.rebase(turn.messages, turn.ids)
+        self._turns[turn.seq] = turn
+        self.seen(turn.seq)
+
+    def add_logged(self, calls: list[CallRecord]) -> None:
+        """Take in calls read from the store (their turns, where they left one)."""
+        for call in calls:
+            turn = turn_from_call(call)
+            if turn is not None:
+                self._turns[turn.seq] = turn
+            self.seen(call.seq)
+
+    def response(self, response_id: str) -> Optional[Turn]:
+        """The turn that answered as Responses id `response_id`, if this history has it."""
+        return next((t for t in self._turns.values() if t.response_id == response_id), None)
+
+
+def new_turn(
+    seq: int,
+    body: dict[str, Any],
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    answer: dict[str, Any],
+    response_id: Optional[str] = None,
+    instructions_first: bool = False,
+) -> Turn:
+    """The turn a call leaves: its chat body as sent to the engine, its ids, the answer it returned (and, for a
+    Responses call, its response id and whether its first message is the request's instructions)."""
+    messages = body["messages"]
+    return Turn(
+        seq=seq,
+        messages=messages,
+        n_messages=len(messages),
+        tools=template_tools(body),
+        ids=[*prompt_ids, *completion_ids],
+        n_prompt=len(prompt_ids),
+        n_ids=len(prompt_ids) + len(completion_ids),
+        answer=answer,
+        response_id=response_id,
+        instructions_first=instructions_first,
+    )
+
+
+def turn_from_call(call: CallRecord) -> Optional[Turn]:
+    """The turn a logged call left (its request and answer as logged), or None when it left none (an error, no
+    ids) or cannot be read."""
+    if not call.trainable or not call.response:
+        return None
+    try:
+        body, answer = orjson.loads(call.request), orjson.loads(call.response)
+        message = answer["choices"][0]["message"]
+        assert isinstance(body.get("messages"), list)
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AssertionError):
+        return None
+    assert call.prompt_ids is not None and call.completion_ids is not None  # trainable
+    returned = answer_message(message.get("content"), message.get("tool_calls") or [])
+    first = bool(body.get(LOGGED_INSTRUCTIONS))
+    return new_turn(call.seq, body, call.prompt_ids, call.completion_ids, returned, call.response_id, first)

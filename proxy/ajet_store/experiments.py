@@ -1,0 +1,169 @@
+"""The experiment's row: state transitions, the synced job, the batch mode and the trainer's heartbeat."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Optional, Sequence
+
+import sqlalchemy as sa
+
+from ajet.errors import WrongState
+from ajet.job import AgentJetJob
+from ajet.types import BatchMode, EpisodeStatus, ExperimentState
+from ajet_store import counters, rows
+from ajet_store import tables as t
+from ajet_store.db import Database
+from ajet_store.types import ExperimentRow
+
+QUARANTINE_AFTER = 2
+"""Failed updates of one batch in a row before its episodes are quarantined (never trained)."""
+
+
+class ExperimentOps(Database):
+    """What proxy and trainer read and change of the experiment's row."""
+
+    def experiment(self) -> ExperimentRow:
+        """The experiment's row."""
+        with self._read() as c:
+            return rows.experiment(c)
+
+    def transition(
+        self, to: ExperimentState, allowed_from: Optional[Iterable[ExperimentState]] = None
+    ) -> ExperimentRow:
+        """Move to `to` if the current state is in `allowed_from` (any state when None; else `WrongState`).
+
+        Moving to OFFLINE aborts every open episode (their keys stop working). Any state but ROLLING ends an
+        asynchronous update (`updating_since`): a trainer that reboots or stops is no longer updating.
+        """
+        with self._tx() as c:
+            cur = rows.locked_experiment(c)
+            if allowed_from is not None and cur.state not in set(allowed_from):
+                raise WrongState(f"cannot go to {to.value} from {cur.state.value}", state=cur.state.value)
+            now = time.time()
+            if cur.state != to:
+                c.execute(t.experiments.update().values(state=to.value, state_since=now))
+            if to != ExperimentState.ROLLING and cur.updating_since is not None:
+                c.execute(t.experiments.update().values(updating_since=None))
+            if to == ExperimentState.OFFLINE:
+                is_open = t.episodes.c.status == EpisodeStatus.OPEN.value
+                counters.bulk_move(c, is_open, EpisodeStatus.ABORTED.value)
+                c.execute(t.episodes.update().where(is_open).values(status=EpisodeStatus.ABORTED.value, ended_at=now))
+            return rows.experiment(c)
+
+    def set_updating(self, updating: bool) -> None:
+        """Say that an asynchronous update started (True) or ended (False); rollouts go on meanwhile."""
+        with self._tx() as c:
+            c.execute(t.experiments.update().values(updating_since=time.time() if updating else None))
+
+    def heartbeat(self) -> None:
+        """The trainer's sign of life (written every few seconds by the trainer daemon)."""
+        with self._tx() as c:
+            c.execute(t.experiments.update().values(trainer_heartbeat=time.time()))
+
+    def probe_write(self) -> None:
+        """Write one small row, as a heartbeat does (`StoreWriteFailed` if the store takes no writes): tells a
+        trainer that is down from a store that refuses the trainer's heartbeat (a full disk)."""
+        with self._tx() as c:
+            done = c.execute(t.meta.update().where(t.meta.c.key == "write_probe").values(value=repr(time.time())))
+            if done.rowcount == 0:
+                c.execute(t.meta.insert().values(key="write_probe", value=repr(time.time())))
+
+    def record_trainer_error(self, message: str, to: Optional[ExperimentState] = None) -> ExperimentRow:
+        """Keep the trainer's failure where clients see it (`last_error`); optionally move to `to`."""
+        with self._tx() as c:
+            now = time.time()
+            values: dict[str, Any] = {"last_error": message[:1024], "last_error_at": now}
+            if to is not None and rows.experiment(c).state != to:
+                values.update(state=to.value, state_since=now)
+            c.execute(t.experiments.update().values(**values))
+            return rows.experiment(c)
+
+    def record_update_failure(self, message: str, batch_uuids: Sequence[str], to: ExperimentState) -> bool:
+        """Count a failed update of this batch; at the `QUARANTINE_AFTER`-th failure in a row, mark its
+        episodes untrainable ("quarantined") so it is never tried again. Moves to `to`; True if quarantined."""
+        e = t.episodes.c
+        with self._tx() as c:
+            failures = rows.locked_experiment(c).update_failures + 1
+            quarantine = failures >= QUARANTINE_AFTER
+            if quarantine and batch_uuids:
+                c.execute(
+                    t.episodes.update()
+                    .where(e.uuid.in_(list(batch_uuids)), e.consumed_step.is_(None))
+                    .values(
+                        untrainable=True,
+                        untrainable_reason=f"quarantined: the update failed {failures} times: {message}"[:256],
+                    )
+                )
+            now = time.time()
+            c.execute(
+                t.experiments.update().values(
+                    last_error=message[:1024],
+                    last_error_at=now,
+                    update_failures=0 if quarantine else failures,
+                    state=to.value,
+                    state_since=now,
+                )
+            )
+            return quarantine
+
+    def sync_job(self, job: AgentJetJob) -> ExperimentRow:
+        """Store the job (only while OFFLINE); its collection method becomes the batch mode.
+
+        A job that differs from the stored one starts a new run: episodes rewarded under the old job
+        stay in the store but leave the rollout pool. Re-syncing the same job keeps the pool (resume).
+        """
+        with self._tx() as c:
+            cur = rows.locked_experiment(c)
+            if cur.state != ExperimentState.OFFLINE:
+                raise WrongState(
+                    f"config sync only in OFFLINE; the experiment is {cur.state.value}", state=cur.state.value
+                )
+            _write_job(c, cur, job)
+            return rows.experiment(c)
+
+    def sync_and_start(self, job: AgentJetJob) -> tuple[ExperimentRow, bool]:
+        """Atomically: if OFFLINE, store the job and go BOOTING; else leave the running job alone.
+
+        Returns (row, started). Two clients racing to start the same swarm cannot both sync.
+        """
+        with self._tx() as c:
+            cur = rows.locked_experiment(c)
+            if cur.state != ExperimentState.OFFLINE:
+                return cur, False
+            _write_job(c, cur, job)
+            _boot(c)
+            return rows.experiment(c), True
+
+    def start(self) -> ExperimentRow:
+        """OFFLINE -> BOOTING for the synced job (`WrongState` without one, or from another state)."""
+        with self._tx() as c:
+            cur = rows.locked_experiment(c)
+            if cur.job is None:
+                raise WrongState("no job synced; call sync_train_config first", state=cur.state.value)
+            if cur.state != ExperimentState.OFFLINE:
+                raise WrongState(
+                    f"cannot go to {ExperimentState.BOOTING.value} from {cur.state.value}", state=cur.state.value
+                )
+            _boot(c)
+            return rows.experiment(c)
+
+    def set_batch_mode(self, mode: BatchMode) -> ExperimentRow:
+        """Change the batch policy (applies to the next step)."""
+        with self._tx() as c:
+            c.execute(t.experiments.update().values(batch_mode=mode.value))
+            return rows.experiment(c)
+
+
+def _boot(c: sa.Connection) -> None:
+    """Go BOOTING for a (re)start: the last trainer error belongs to the run before it."""
+    c.execute(
+        t.experiments.update().values(
+            state=ExperimentState.BOOTING.value, state_since=time.time(), last_error=None, last_error_at=None
+        )
+    )
+
+
+def _write_job(c: sa.Connection, cur: ExperimentRow, job: AgentJetJob) -> None:
+    run_id = cur.run_id + (1 if cur.job != job else 0)
+    mode = job.swarm_mode_sample_collection_method
+    c.execute(t.experiments.update().values(job=job.to_wire(), batch_mode=mode.value, run_id=run_id))

@@ -1,0 +1,182 @@
+"""The embedded engine's batcher: requests are queued and micro-batched on one worker thread.
+
+The worker takes everything waiting (up to `max_batch`), and what arrives in the burst that follows
+(`gather_window`), and samples it in one left-padded batch (`generation.generate_batch`). The batcher owns the
+weights' lock and the policy version: a batch runs under the lock and stamps its answers with the version it ran
+under, and `paused(version)` is the one way to change weights (the trainer's update) and version together, between
+two batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from ajet_trainer.embedded.generation import GenRequest, GenResult, TokenOut, generate_batch
+from ajet_trainer.errors import GenerationFailed
+from ajet_trainer.types import PolicyModel, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+GATHER_GAP_SHARE = 0.05
+GATHER_CAP_SHARE = 0.25
+
+
+@dataclass
+class Pending:
+    """A request waiting for its batch, and where its results go (futures of the HTTP side's event loop)."""
+
+    req: GenRequest
+    """What to sample."""
+    loop: asyncio.AbstractEventLoop
+    """The event loop the request's handler waits on."""
+    done: asyncio.Future
+    """Its `GenResult` (or the `GenerationFailed` that ended it)."""
+    started: asyncio.Future
+    """The policy version its batch runs under, once it starts."""
+    tokens: Optional[asyncio.Queue] = None
+    """A streamed request's tokens, as they are sampled."""
+    emitted: int = 0
+    """Tokens already handed to the stream (counted in the batcher thread: a failed batch cannot retry them)."""
+
+    def emit(self, out: TokenOut) -> None:
+        """The streaming callback: count the token, queue it for the HTTP side."""
+        self.emitted += 1
+        tokens = self.tokens
+        assert tokens is not None  # only streamed requests emit
+        self.loop.call_soon_threadsafe(tokens.put_nowait, out)
+
+
+class Batcher:
+    """Micro-batches the engine's requests on one worker thread."""
+
+    def __init__(
+        self,
+        model: PolicyModel,
+        tokenizer: Tokenizer,
+        eos_ids: set[int],
+        max_batch: int,
+        window_s: float,
+        policy_version: int,
+    ):
+        self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
+        self.max_batch, self.window_s = max_batch, window_s
+        self.policy_version = policy_version
+        """The version of the weights batches now run under (changed only by `paused`)."""
+        self.weights_lock = threading.Lock()
+        """Held for each batch, and by `paused`: no batch sees half-updated weights."""
+        self.stats = {"batches": 0, "max_batch_seen": 0}
+        self.last_batch_s = 0.0
+        """How long batches take to generate, lately (the last one's time, or half the figure before if that is
+        more); `gather_window` scales the next batch's gathering by it."""
+        self._q: "queue.Queue[Optional[Pending]]" = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._worker.start()
+
+    def stop(self) -> None:
+        """End the worker after the batch it runs (queued requests are never started)."""
+        self._q.put(None)
+
+    def submit(self, pending: Pending) -> None:
+        """Queue a request for the next batch."""
+        self._q.put(pending)
+
+    @contextmanager
+    def paused(self, next_version: Optional[int] = None) -> Iterator[None]:
+        """Hold batches off (the trainer changes the weights meanwhile); on exit they run under `next_version`."""
+        with self.weights_lock:
+            yield
+            if next_version is not None:
+                self.policy_version = next_version
+
+    def _work(self) -> None:
+        while True:
+            batch = self._gather()
+            if batch is None:
+                return
+            t0 = time.monotonic()
+            self._run_batch(batch)
+            # a decaying max: one short batch (a step's stragglers) does not shrink the next burst's window
+            self.last_batch_s = max(time.monotonic() - t0, 0.5 * self.last_batch_s)
+
+    def _gather(self) -> Optional[list[Pending]]:
+        """The next batch: the first request waiting, and those that arrive in its burst (None: stopped)."""
+        first = self._q.get()
+        if first is None:
+            return None
+        batch = [first]
+        gap, cap = gather_window(self.window_s, self.last_batch_s)
+        start = last = time.monotonic()
+        while len(batch) < self.max_batch:
+            try:
+                item = self._q.get(timeout=max(0.0, min(start + cap, last + gap) - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is None:
+                self._q.put(None)
+                break
+            batch.append(item)
+            last = time.monotonic()
+        return batch
+
+    def _run_batch(self, batch: list[Pending]) -> None:
+        with self.weights_lock:
+            version = self.policy_version
+            for p in batch:
+                p.loop.call_soon_threadsafe(_set, p.started, version)
+            self.stats["batches"] += 1
+            self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
+            try:
+                results = generate_batch(self.model, self.tokenizer, [p.req for p in batch], self.eos_ids)
+            except Exception:  # noqa: BLE001 - find the request that fails; the others must not pay for it
+                logger.exception("generation failed for a batch of %d; serving its requests one by one", len(batch))
+                results = [self._alone(p) for p in batch]
+        for p, res in zip(batch, results):
+            if res is None:
+                continue
+            res.policy_version = version
+            if res.error is not None:
+                logger.warning("one request failed in its batch: %s", res.error)
+                p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(res.error))
+            else:
+                p.loop.call_soon_threadsafe(_set, p.done, res)
+
+    def _alone(self, p: Pending) -> Optional[GenResult]:
+        """Serve one request of a failed batch by itself (a stream that already sent tokens cannot restart)."""
+        if p.emitted:
+            p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed("its batch failed mid-stream"))
+            return None
+        try:
+            return generate_batch(self.model, self.tokenizer, [p.req], self.eos_ids)[0]
+        except Exception as exc:  # noqa: BLE001 - answer this request, keep serving
+            logger.exception("generation failed for one request")
+            p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(f"{type(exc).__name__}: {exc}"))
+            return None
+
+
+def gather_window(window_s: float, last_batch_s: float) -> tuple[float, float]:
+    """How a batch is gathered after its first request: (gap, cap). Requests join while each arrives within `gap`
+    of the one before, for at most `cap` in all. A batch runs to its end before the next starts, so a request just
+    missed waits a whole batch: when batches are long (64 tokens of a 4-layer model on a CPU: ~1.2 s for 128
+    answers), gaps of a twentieth of that (and at most a quarter in all) keep a burst of episodes in one batch;
+    when they are short (the demo's one token), `window_s` alone bounds both."""
+    return max(window_s, GATHER_GAP_SHARE * last_batch_s), max(window_s, GATHER_CAP_SHARE * last_batch_s)
+
+
+def _set(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

@@ -1,0 +1,320 @@
+"""Batched sampling with a KV cache: many requests, one left-padded batch, per-request settings.
+
+Each request keeps its own temperature, top_p, max_tokens, stop strings and seed (a per-request
+`torch.Generator`), so batching does not change a request's result beyond float noise, and the same
+seed gives the same tokens whether the answer is streamed or not. Position ids follow the attention
+mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the model's own
+(temperature-free, like vLLM's default) for the sampled tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
+from ajet_trainer.embedded.grammar import TokenConstraint
+from ajet_trainer.types import PolicyModel, Tokenizer
+
+
+@dataclass(frozen=True)
+class TokenOut:
+    """One sampled token, as a stream hands it on."""
+
+    id: int
+    """The token id."""
+    logprob: float
+    """The model's log-probability of it (temperature-free)."""
+    text: str
+    """The text it completes (incremental decoding; "" while a multi-byte character is partial, and for EOS)."""
+    top: list[tuple[int, float]]
+    """The `top_logprobs` most likely tokens at this position with their log-probabilities (empty unless asked)."""
+
+
+@dataclass
+class GenRequest:
+    """One sampling request."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    stop: list[str] = field(default_factory=list)
+    top_logprobs: int = 0
+    """How many most likely alternatives to report per token (0: none)."""
+    on_token: Optional[Callable[[TokenOut], None]] = None
+    """Called after each sampled token (streaming)."""
+    constraint: Optional[TokenConstraint] = None
+    """A grammar the answer must follow (`ajet_trainer.embedded.grammar`): tokens it cannot take are masked before
+    sampling, and the logged log-probability is that of the masked distribution (what was sampled from)."""
+
+
+@dataclass
+class GenResult:
+    """One request's outcome."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str
+    policy_version: int = 0
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Per token, the most likely alternatives (empty lists unless the request asked for them)."""
+    stop_reason: Optional[str] = None
+    """The stop string that ended the answer (vLLM's `stop_reason`); None for EOS, length or an error."""
+    error: Optional[str] = None
+    """Why this request alone failed (its batch went on without it); None when it completed."""
+
+
+def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, descending=True, dim=-1)
+        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+        keep[..., 0] = True
+        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
+    return probs
+
+
+def _sample_row(logits: torch.Tensor, req: GenRequest, gen: Optional[torch.Generator]) -> int:
+    if req.temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = _filtered_probs(logits.cpu() if gen is not None else logits, req.temperature, req.top_p)
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _sample(
+    logits: torch.Tensor,
+    requests: list[GenRequest],
+    gens: list[Optional[torch.Generator]],
+    live: list[int],
+    errors: dict[int, str],
+) -> torch.Tensor:
+    """One token for each live row. Rows without a seed and with the same settings are sampled together;
+    seeded rows draw from their own generator (on the CPU), so their result never depends on the batch.
+    A row whose sampling fails gets its reason in `errors` (and a dummy token); the other rows go on."""
+    out = torch.zeros(len(live), dtype=torch.long)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for k, i in enumerate(live):
+        req = requests[i]
+        if req.temperature > 0 and gens[i] is None:
+            groups.setdefault((req.temperature, req.top_p), []).append(k)
+            continue
+        try:
+            out[k] = _sample_row(logits[i], req, gens[i])
+        except RuntimeError as exc:
+            errors[i] = f"sampling failed: {exc}"
+    for (temperature, top_p), ks in groups.items():
+        rows = torch.tensor([live[k] for k in ks], device=logits.device)
+        try:
+            probs = _filtered_probs(logits[rows], temperature, top_p)
+            out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
+        except RuntimeError:  # one bad row spoils the group's draw: draw row by row, keep the failures apart
+            for k in ks:
+                try:
+                    out[k] = _sample_row(logits[live[k]], requests[live[k]], None)
+                except RuntimeError as exc:
+                    errors[live[k]] = f"sampling failed: {exc}"
+    return out
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def generate_batch(
+    model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]
+) -> list[GenResult]:
+    """Sample every request in one batch; returns results in request order."""
+    run = Decoding(model, tokenizer, requests, eos_ids)
+    while not run.finished():
+        run.step()
+    return run.results()
+
+
+class Decoding:
+    """One batch being sampled with a KV cache: prefilled when made, then one token for every live row per `step`.
+    A row ends on EOS, a stop string, its `max_tokens`, or its own failure (`errors`), which never ends the batch."""
+
+    @torch.no_grad()
+    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]):
+        self.model, self.tokenizer, self.requests, self.eos_ids = model, tokenizer, requests, eos_ids
+        self.device = next(model.parameters()).device
+        n = len(requests)
+        ids, self.mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
+        ids, self.mask = ids.to(self.device), self.mask.to(self.device)
+        pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
+        self.gens = [_generator(r.seed) for r in requests]
+        self.out_ids: list[list[int]] = [[] for _ in range(n)]
+        self.out_lps: list[list[float]] = [[] for _ in range(n)]
+        self.out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
+        self.texts = [IncrementalDecoder(tokenizer, eos_ids | {tokenizer.pad_token_id}) for _ in range(n)]
+        self.finish: list[Optional[str]] = [None] * n
+        self.errors: dict[int, str] = {}
+        self.cache_kw = _cache_keyword(model)
+        out = model(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True)
+        self.past, self.last_pos = _cache_of(out), pos[:, -1]
+        self.logits = out.logits[:, -1, :].float()
+
+    def finished(self) -> bool:
+        """Whether every row has ended."""
+        return all(f is not None for f in self.finish)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Sample one token for each live row and hand it on; then, unless every row ended, run the model on them."""
+        next_tok = self._sample_live()
+        if self.finished():
+            return
+        # A finished row's later tokens are never read (attention stays within a row), so they are left unmasked:
+        # a batch without padding keeps a mask of all ones, which transformers drops, and SDPA then reads the
+        # grouped KV heads as they are; a mask makes it copy them to every query head, each layer, each token
+        # (128 answers of up to 64 tokens on builtin:small: 2.07 s -> 1.28 s, as fast as `generate`;
+        # bench/engine_generate.py).
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.requests), 1)], dim=1)
+        self.last_pos = self.last_pos + 1
+        out = self.model(
+            input_ids=next_tok[:, None].to(self.device),
+            attention_mask=self.mask,
+            position_ids=self.last_pos[:, None],
+            use_cache=True,
+            **{self.cache_kw: self.past},
+        )
+        self.past, self.logits = _cache_of(out), out.logits[:, -1, :].float()
+
+    def _sample_live(self) -> torch.Tensor:
+        """One token for every live row (the pad for ended ones), each handed to its request."""
+        requests, logits, errors = self.requests, self.logits, self.errors
+        live = [i for i, f in enumerate(self.finish) if f is None]
+        _constrain(logits, requests, live, errors)
+        toks = _sample(logits, requests, self.gens, live, errors)
+        logp = torch.log_softmax(logits, dim=-1)
+        tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
+        next_tok = torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
+        for i, tok, lp in zip(live, toks.tolist(), tok_lp):
+            top = _top(logp[i], requests[i].top_logprobs) if i not in errors else []
+            if i in errors or not _accepted(requests[i].constraint, tok, i, errors):
+                self.finish[i] = "error"
+                continue
+            self.out_ids[i].append(tok)
+            self.out_lps[i].append(lp)
+            self.out_top[i].append(top)
+            next_tok[i] = tok
+            out = TokenOut(tok, lp, self.texts[i].push(tok), top)
+            self.finish[i] = _advance(i, out, self.out_ids[i], self.texts[i].text, requests[i], self.eos_ids, errors)
+        return next_tok
+
+    def results(self) -> list[GenResult]:
+        """Each request's outcome, in request order."""
+        return [
+            _result(self.out_ids[i], self.out_lps[i], self.out_top[i], self.finish[i] or "length",
+                    self.texts[i].text, req, self.errors.get(i))
+            for i, req in enumerate(self.requests)
+        ]  # fmt: skip
+
+
+def _constrain(logits: torch.Tensor, requests: list[GenRequest], live: list[int], errors: dict[int, str]) -> None:
+    """Mask, in place, what each constrained live row's grammar cannot take next (a failure is that row's error)."""
+    for i in live:
+        constraint = requests[i].constraint
+        if constraint is not None:
+            try:
+                constraint.mask_(logits[i])
+            except RuntimeError as exc:
+                errors[i] = f"grammar failed: {exc}"
+
+
+def _accepted(constraint: Optional[TokenConstraint], tok: int, i: int, errors: dict[int, str]) -> bool:
+    """Whether the row's grammar (if any) takes the sampled token; else the row's error is recorded."""
+    if constraint is None:
+        return True
+    try:
+        constraint.accept(tok)
+        return True
+    except RuntimeError as exc:
+        errors[i] = f"grammar failed: {exc}"
+        return False
+
+
+def _top(logp_row: torch.Tensor, k: int) -> list[tuple[int, float]]:
+    if k <= 0:
+        return []
+    vals, idx = torch.topk(logp_row, min(k, logp_row.shape[-1]))
+    return list(zip(idx.tolist(), vals.tolist()))
+
+
+def _advance(
+    i: int, out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int], errors: dict[int, str]
+) -> Optional[str]:
+    """Hand the new token to the request's stream and decide whether it is finished ("error" if either fails)."""
+    try:
+        if req.on_token is not None:
+            req.on_token(out)
+        return _finished(out, ids, text, req, eos_ids)
+    except Exception as exc:  # noqa: BLE001 - one request's failure must not end its batch
+        errors[i] = f"{type(exc).__name__}: {exc}"
+        return "error"
+
+
+def _cache_keyword(model: PolicyModel) -> str:
+    """`cache` (transformers >= 5.2x) or `past_key_values` (older releases)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
+    if seed is None:
+        return None
+    g = torch.Generator()
+    g.manual_seed(int(seed))
+    return g
+
+
+def _finished(out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int]) -> Optional[str]:
+    if out.id in eos_ids:
+        return "stop"
+    if req.stop and first_stop(text, req.stop, len(text) - len(out.text)) is not None:
+        return "stop"
+    if len(ids) >= req.max_tokens:
+        return "length"
+    return None
+
+
+def _result(
+    ids: list[int],
+    lps: list[float],
+    top: list[list[tuple[int, float]]],
+    finish: str,
+    text: str,
+    req: GenRequest,
+    error: Optional[str],
+) -> GenResult:
+    """The outcome; the text ends before the stop string that ended it, named in `stop_reason` (as vLLM)."""
+    at = first_stop(text, req.stop, 0)
+    stop_reason = None if at is None else next(s for s in req.stop if text.startswith(s, at))
+    return GenResult(
+        token_ids=ids,
+        logprobs=lps,
+        finish_reason=finish,
+        text=text if at is None else text[:at],
+        top_logprobs=top,
+        stop_reason=stop_reason,
+        error=error,
+    )

@@ -1,0 +1,187 @@
+"""The embedded backend's learner: one-process PyTorch (+ peft for LoRA) on CPU or one GPU.
+
+`Learner.update` runs one GRPO step on assembled samples: recompute old log-probs, then `ppo_epochs`
+passes over `mini_batch_num` mini-batches with verl's policy loss (and KL loss), AdamW, gradient
+clipping. The model it trains is the one the embedded engine serves, so new weights are live as soon
+as the step finishes; the caller holds the engine's `weights_lock` around it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ajet.job import AgentJetJob
+from ajet_trainer.grpo import (
+    Batch,
+    collate,
+    episode_advantages,
+    loss_config,
+    masked_max,
+    masked_mean,
+    policy_loss,
+    sequence_logprobs,
+    tis_weights,
+)
+from ajet_trainer.samples import canonical_order, flatten
+from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+ASYNC_TIS_CAP = 2.0
+"""The truncated importance-sampling cap of an asynchronous job that sets none (verl's usual threshold)."""
+
+
+def tis_cap(job: AgentJetJob) -> Optional[float]:
+    """The cap of the behaviour-policy correction: the job's, else `ASYNC_TIS_CAP` when it trains asynchronously
+    (its batches hold data of older policies), else None (off)."""
+    if job.tis_cap is not None:
+        return job.tis_cap
+    return ASYNC_TIS_CAP if job.max_staleness > 0 else None
+
+
+def _aggregated(agg: dict[str, list[float]]) -> dict[str, float]:
+    """The mini-batches' metrics averaged, and how many were skipped (a non-finite loss or gradient)."""
+    skipped = agg.pop("skipped", [])
+    out = {k: statistics.fmean(v) for k, v in agg.items() if v}
+    out["skipped_minibatches"] = float(len(skipped))
+    if skipped:
+        logger.warning(
+            "%d of %d mini-batch update(s) skipped: non-finite loss or gradient (weights kept)",
+            len(skipped),
+            len(skipped) + len(agg.get("loss", [])),
+        )
+    return out
+
+
+def reward_stats(rewards: Sequence[float]) -> tuple[float, float]:
+    """Mean and population std of the rewards, computed scaled so that huge values cannot overflow."""
+    scale = max((abs(r) for r in rewards), default=0.0) or 1.0
+    scaled = [r / scale for r in rewards]
+    return statistics.fmean(scaled) * scale, statistics.pstdev(scaled) * scale
+
+
+class Learner:
+    """Optimizer and update step for one policy model."""
+
+    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob):
+        self.model, self.tokenizer, self.job = model, tokenizer, job
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
+        self.cfg = loss_config(job.clip_ratio, job.clip_ratio_high)
+        self.lora = job.lora_rank > 0
+        self.ref_model: Optional[PolicyModel] = None
+        if job.use_kl_loss and not self.lora:  # LoRA's reference is the same model with the adapter off
+            self.ref_model = copy.deepcopy(model).requires_grad_(False)
+        self.device = next(model.parameters()).device
+
+    def _ref_logprobs(self, batch: Batch) -> Optional[torch.Tensor]:
+        if not self.job.use_kl_loss:
+            return None
+        with torch.no_grad():
+            if self.lora:
+                with self.model.disable_adapter():
+                    return sequence_logprobs(self.model, batch)[0]
+            return sequence_logprobs(self.ref_model, batch)[0]
+
+    def update(self, samples: Sequence[EpisodeSample], seed: int = 0) -> dict[str, float]:
+        """One GRPO step; returns its metrics."""
+        t0 = time.perf_counter()
+        samples = canonical_order(samples)  # arrival order must not change the update
+        adv = episode_advantages(samples)
+        items = flatten(samples, adv)
+        batch = collate(items, self.tokenizer.pad_token_id).to(self.device)
+        # Old log-probs: with one epoch and one mini-batch the policy has not moved when the loss is
+        # computed, so the training forward pass itself yields them (one pass saved, same numbers).
+        single_pass = self.job.ppo_epochs == 1 and self.job.mini_batch_num == 1
+        old_logp = None
+        if not single_pass:
+            with torch.no_grad():
+                old_logp, _ = sequence_logprobs(self.model, batch)
+        mean, std = reward_stats([s.reward for s in samples])
+        metrics: dict[str, Any] = {
+            "reward_mean": mean,
+            "reward_std": std,
+            "episodes": len(samples),
+            "sequences": len(items),
+            "tokens": int(batch.attention_mask.sum()),
+            "trained_tokens": int(batch.response_mask.sum()),
+        }
+        agg: dict[str, list[float]] = {}
+        old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg)
+        gap = (old_logp - batch.rollout_logprobs).abs()  # the engine's numbers vs the trainer's, same tokens
+        metrics["logprob_gap"] = masked_mean(gap, batch.response_mask)
+        metrics["logprob_gap_max"] = masked_max(gap, batch.response_mask)
+        metrics.update(_aggregated(agg))
+        metrics["update_s"] = time.perf_counter() - t0
+        return metrics
+
+    def _epochs(
+        self, batch: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor], seed: int, agg: Any
+    ) -> torch.Tensor:
+        """`ppo_epochs` passes over `mini_batch_num` mini-batches (a seeded shuffle); returns the old log-probs (the
+        first pass's, when there is one pass only)."""
+        single_pass = old_logp is None
+        gen = torch.Generator().manual_seed(seed)
+        for _epoch in range(self.job.ppo_epochs):
+            order = torch.arange(len(batch)) if single_pass else torch.randperm(len(batch), generator=gen)
+            for idx in torch.chunk(order, min(self.job.mini_batch_num, len(batch))):
+                idx_d = idx.to(self.device)
+                old = self._mini_step(
+                    batch.select(idx_d),
+                    None if single_pass or old_logp is None else old_logp[idx_d],
+                    None if ref_logp is None else ref_logp[idx_d],
+                    agg,
+                )
+                if single_pass:
+                    old_logp = old
+        assert old_logp is not None
+        return old_logp
+
+    def _mini_step(
+        self, mb: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor], agg: dict[str, list[float]]
+    ) -> torch.Tensor:
+        """One optimizer step; returns the log-probs it computed before stepping (detached)."""
+        logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
+        if old_logp is None:
+            old_logp = logp.detach()
+        is_w, is_m = None, {}
+        cap = tis_cap(self.job)
+        if cap is not None:
+            is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, cap)
+        loss, m = policy_loss(
+            old_logp,
+            logp,
+            mb,
+            self.cfg,
+            self.job.loss_agg_mode,
+            ref_logp,
+            self.job.kl_loss_coef,
+            self.job.kl_loss_type,
+            is_w,
+            entropy,
+            self.job.entropy_coeff,
+        )
+        m.update(is_m)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.job.grad_clip)
+        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):  # a poisoned batch must not reach the weights
+            self.optimizer.zero_grad(set_to_none=True)
+            agg.setdefault("skipped", []).append(1.0)
+            return logp.detach()
+        self.optimizer.step()
+        m.update(
+            loss=float(loss.detach()),
+            grad_norm=float(grad_norm),
+            entropy=masked_mean(entropy.detach(), mb.response_mask),
+        )
+        for k, v in m.items():
+            agg.setdefault(k, []).append(v)
+        return logp.detach()

@@ -1,0 +1,181 @@
+"""The embedded training session: one job's model, learner, engines, checkpoints and metrics.
+
+`open_embedded_session` loads the model (built-in or local folder), restores the newest checkpoint
+(unless `ensure_new_experiment`), reconciles the store with it, and starts the engine.
+`Session.train` runs one step: samples from the store's calls, the GRPO update while the engine
+holds still, the checkpoint when due, then the step record (episodes marked consumed) in one store
+transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ajet.job import AgentJetJob
+from ajet_store import Store
+from ajet_store.types import PoolEpisode, RegisteredEngine
+from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from ajet_trainer.embedded.learner import Learner
+from ajet_trainer.engines import start_engines
+from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
+from ajet_trainer.interfaces import Engines
+from ajet_trainer.metrics import MetricsLog
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.policy import load_policy, pick_device
+from ajet_trainer.samples import assemble, has_tokens
+from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
+from ajet_trainer.tiny_model import resolve_model_path
+from ajet_trainer.types import Metrics, PolicyModel, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+class EmbeddedSession:
+    """Everything one running job holds on the embedded backend (a `TrainingSession`)."""
+
+    def __init__(
+        self,
+        job: AgentJetJob,
+        run_id: int,
+        store: Store,
+        exp_dir: Path,
+        model: PolicyModel,
+        tokenizer: Tokenizer,
+        learner: Learner,
+        engines: Engines,
+        step: int,
+        keep_checkpoints: int,
+    ):
+        self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
+        self.model, self.tokenizer, self.learner, self.engines = model, tokenizer, learner, engines
+        self.step, self.keep_checkpoints = step, keep_checkpoints
+        self.last_checkpoint_step = step
+        self.metrics = MetricsLog(exp_dir, job)
+        self.registered_names: set[str] = set()
+        """Names of the engines this session registered in the store."""
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights now serving: one per training step."""
+        return self.step
+
+    @property
+    def base_url(self) -> str:
+        """Where the first engine serves."""
+        return self.engines.base_url
+
+    @property
+    def served_model(self) -> str:
+        """The model name the proxy sends to the engine (`policy`, or `policy@<N>` with vLLM)."""
+        return self.engines.served_model
+
+    def registered(self) -> list[RegisteredEngine]:
+        """What the store's engines table should say about this session's engines."""
+        return self.engines.registered(self.policy_version)
+
+    def register(self) -> None:
+        """Register the engines in the store (and withdraw those that left); the proxy reloads its router."""
+        engines = self.registered()
+        gone = self.registered_names - {e.name for e in engines}
+        if gone:
+            self.store.remove_engines(gone)
+        self.store.register_engines(engines)
+        self.registered_names = {e.name for e in engines}
+
+    def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:
+        """One GRPO step on `batch`; returns its metrics."""
+        t0 = time.perf_counter()
+        samples, stats = assemble(
+            self.store.rewarded_episodes(batch),
+            self.job.max_prompt_length,
+            self.job.max_response_length,
+            self.job.overlong,
+        )
+        metrics: Metrics = {**timers, **stats.metrics()}
+        t1 = time.perf_counter()
+        with self.engines.updating(self.step + 1):
+            if has_tokens(samples):
+                metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
+            self.step += 1
+        t_publish = time.perf_counter()
+        self.engines.publish(self.step)
+        self.register()  # the proxy routes new calls to the new weights
+        t2 = time.perf_counter()
+        metrics["train_s"] = t2 - t1
+        metrics["publish_s"] = t2 - t_publish
+        if self.job.save_freq and self.step % self.job.save_freq == 0:
+            self.checkpoint(pending={"episode_uuids": [p.uuid for p in batch], "reward_mean": batch_reward_mean(batch)})
+        metrics["sync_s"] = time.perf_counter() - t2
+        metrics["step_s"] = time.perf_counter() - t0 + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
+        finish_step(self.store, self.metrics, self.step, self.policy_version, batch, metrics)
+        return metrics
+
+    def checkpoint(self, pending: Optional[dict[str, Any]] = None) -> Path:
+        """Save weights + optimizer for the current step (`pending`: this step's record, if not yet in the store)."""
+        path = save_checkpoint(
+            self.exp_dir,
+            self.step,
+            self.model,
+            self.tokenizer,
+            self.learner.optimizer,
+            self.learner.lora,
+            {
+                "policy_version": self.policy_version,
+                "model": self.job.model,
+                "job_fingerprint": self.job.fingerprint(),
+                "pending_record": pending,
+            },
+        )
+        prune_checkpoints(self.exp_dir, self.keep_checkpoints)
+        self.last_checkpoint_step = self.step
+        return path
+
+    def close(self, final_checkpoint: bool) -> None:
+        """Stop the engines; checkpoint the last steps if any were not saved yet."""
+        self.engines.stop()
+        if final_checkpoint and self.step > self.last_checkpoint_step:
+            self.checkpoint()
+        self.metrics.close()
+
+
+def open_embedded_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> EmbeddedSession:
+    """Load, restore, reconcile the store, start the engine."""
+    torch.manual_seed(job.seed)
+    if job.verl:
+        logger.warning(
+            "the job's verl overrides (%s) apply to --backend verl only; the embedded trainer ignores them",
+            ", ".join(sorted(job.verl)),
+        )
+    device = pick_device(opts.device)
+    exp_dir = default_experiment_dir(job, opts.experiment_dir)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_job_yaml(job, exp_dir / "job.yaml")
+    model_path = str(resolve_model_path(job.model))
+    model, tokenizer = load_policy(model_path, job, device)
+    learner = Learner(model, tokenizer, job)
+    step = _restore(job, exp_dir, model, learner, store)
+    engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir)
+    session = EmbeddedSession(
+        job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints
+    )
+    if step > 0:
+        engines.publish(step)  # a restored adapter must be what vLLM serves
+    logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)
+    return session
+
+
+def _restore(job: AgentJetJob, exp_dir: Path, model: PolicyModel, learner: Learner, store: Store) -> int:
+    """Load the newest checkpoint and make the store agree with it; returns its step."""
+    ckpt = None if job.ensure_new_experiment else latest_checkpoint(exp_dir)
+    step, pending = 0, None
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, model, learner.optimizer)
+        step, pending = int(state["step"]), state.get("pending_record")
+        logger.info("restored checkpoint %s", ckpt)
+    reconcile_store(store, step, pending, str(ckpt or ""))
+    return step

@@ -1,0 +1,31 @@
+"""Where an experiment's files go (checkpoints, `job.yaml`, metrics, engine logs), and its `job.yaml`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from ajet.job import AgentJetJob
+
+
+def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
+    """`--experiment-dir`, else the job's `experiment_dir`, else `./experiments/<project>/<experiment>`."""
+    if override:
+        return Path(override)
+    if job.experiment_dir != "auto":
+        return Path(job.experiment_dir)
+    return Path("experiments") / job.project_name / job.experiment_name
+
+
+def write_job_yaml(job: AgentJetJob, path: Path, resolved: Optional[Mapping[str, Any]] = None) -> Path:
+    """The experiment's `job.yaml`: what `AgentJetJob.dump_job_as_yaml` writes (`ajet:` fields, `verl:` overrides,
+    both read back by `AgentJetJob.from_yaml`); with `resolved` (the verl backend's: the verl keys the job implies)
+    those under `verl_resolved:`, for reference (ignored when read: copy a key to `verl:` to change it)."""
+    job.dump_job_as_yaml(path)
+    if resolved is not None:
+        data = yaml.safe_load(path.read_text())
+        data["verl_resolved"] = dict(resolved)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,104 @@
+"""The backend factory: the one place that picks a `TrainingSession` implementation (`interfaces.py`); its
+`Engines` are picked by `engines.start_engines`.
+
+`embedded` trains in this process with PyTorch and serves with the engine `--engine` names; `verl`
+trains with verl's workers on Ray, either beside the engine `--engine` names (embedded or vllm: verl's
+actor only, its weights pulled into that engine after each step; on CPU too) or `--engine hybrid`
+(verl launches and syncs its own vLLM engines, GPU clusters). `auto` (the command's default) picks
+verl + vLLM where CUDA, verl and vLLM are present, else the embedded trainer (`choose_backend`). The
+verl backend is imported only when chosen: it loads verl's Ray trainer, which the embedded path does
+not need.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, replace
+
+from ajet.job import AgentJetJob
+from ajet_store import Store
+from ajet_trainer.errors import TrainerError
+from ajet_trainer.interfaces import TrainingSession
+from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
+
+logger = logging.getLogger(__name__)
+
+
+def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendKind, str]:
+    """`--backend auto`: verl (FSDP workers, vLLM engines) when it can run here, else embedded; and why."""
+    missing = [what for what, ok in (("a CUDA device", cuda), ("verl", has_verl), ("vLLM", has_vllm)) if not ok]
+    if not missing:
+        return "verl", "CUDA, verl and vLLM are present"
+    return "embedded", f"missing here: {', '.join(missing)} (the verl backend needs all three)"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the backend and engine choice depends on in the machine the trainer runs on."""
+
+    cuda: bool
+    """A CUDA device is visible to torch."""
+    has_verl: bool
+    """verl is importable."""
+    has_vllm: bool
+    """vLLM is importable (the verl backend's vLLM engines)."""
+
+
+def detect_machine() -> Machine:
+    """This machine's `Machine`."""
+    import torch
+
+    def has(module: str) -> bool:
+        return importlib.util.find_spec(module) is not None
+
+    return Machine(torch.cuda.is_available(), has("verl"), has("vllm"))
+
+
+def resolve_options(opts: TrainerOptions) -> tuple[TrainerOptions, str]:
+    """`opts` with `--backend auto` and `--engine auto` made concrete for this machine (`detect_machine`), and
+    why that backend (`TrainerError` for a combination that cannot run: `resolve_engine`)."""
+    machine = detect_machine()
+    why = f"--backend {opts.backend}"
+    if opts.backend == "auto":
+        backend, why = choose_backend(machine.cuda, machine.has_verl, machine.has_vllm)
+        opts = replace(opts, backend=backend)
+    return replace(opts, engine=resolve_engine(opts.backend, opts.engine, machine.cuda)), why
+
+
+def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> EngineKind:
+    """`--engine auto`: the embedded engine, except verl on CUDA, where verl's own vLLM engines serve (hybrid).
+    `TrainerError` for hybrid without the verl backend."""
+    if engine == "auto":
+        return "hybrid" if backend == "verl" and cuda else "embedded"
+    if engine == "hybrid" and backend != "verl":
+        raise TrainerError("--engine hybrid (verl's own vLLM engines) needs --backend verl")
+    return engine
+
+
+def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
+    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine: `TrainerError` naming
+    both otherwise, before any model is loaded."""
+    if job.max_staleness > 0 and (opts.backend, opts.engine) != ("embedded", "embedded"):
+        raise TrainerError(
+            f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend "
+            f"and the embedded engine only so far; with --backend {opts.backend} --engine "
+            f"{opts.engine} use max_staleness=0"
+        )
+
+
+def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:
+    """Open the session of `job` on the backend `opts.backend` names (`auto`: `resolve_options`, logged with why;
+    `TrainerError` for an unknown one, or for asynchronous training where it cannot run)."""
+    opts, why = resolve_options(opts)
+    logger.info("backend %s, engine %s (%s)", opts.backend, opts.engine, why)
+    refuse_unsupported_async(job, opts)
+    if opts.backend == "embedded":
+        from ajet_trainer.embedded.session import open_embedded_session
+
+        return open_embedded_session(job, run_id, store, opts)
+    if opts.backend == "verl":
+        from ajet_trainer.verl.session import open_verl_session
+
+        return open_verl_session(job, run_id, store, opts)
+    raise TrainerError(f"unknown backend '{opts.backend}'")

@@ -1,0 +1,42 @@
+"""Loading the policy: the model and tokenizer a session trains and its engines serve, on the device it runs on."""
+
+from __future__ import annotations
+
+import torch
+
+from ajet.job import AgentJetJob
+from ajet_trainer.progress import configure_hf_progress
+from ajet_trainer.types import PolicyModel, Tokenizer
+
+
+def pick_device(device: str) -> str:
+    """`auto` -> `cuda` when available, else `cpu`."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyModel, Tokenizer]:
+    """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    configure_hf_progress()  # transformers' loading bar at a terminal, none in logs
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+    if job.lora_rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        cfg = LoraConfig(
+            r=job.lora_rank,
+            lora_alpha=job.lora_alpha,
+            target_modules=job.lora_target_modules,
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, cfg)
+    model.eval()  # dropout off for generation and for the (deterministic) training forward passes
+    return model, tokenizer

@@ -1,0 +1,134 @@
+"""`VllmEngines`: vLLM server processes as a session's `Engines` (one per GPU group); after each step the LoRA
+adapter is saved and hot-loaded as `policy@<N>`, or with full fine-tuning the weights are saved and reloaded in
+place; with sleep mode the engines free the GPUs during the update.
+
+An engine whose process has exited is dropped at the next publish (its registration leaves the store, the proxy
+fails over to the others); when none is left, the step fails with the last engine's log tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ajet.job import AgentJetJob
+from ajet_store.types import RegisteredEngine
+from ajet_trainer.checkpoint import prune_step_folders, tied_names
+from ajet_trainer.errors import TrainerError
+from ajet_trainer.options import TrainerOptions
+from ajet_trainer.types import PolicyModel
+from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
+
+logger = logging.getLogger(__name__)
+
+
+class VllmEngines:
+    """vLLM engines; `publish` pushes the step's adapter (LoRA) or weights (full fine-tuning) into every one."""
+
+    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path, lora: bool):
+        self.model, self.exp_dir, self.lora = model, exp_dir, lora
+        self.by_name = {f"vllm-{i}": e for i, e in enumerate(engines)}
+        """The live engines by their registered name."""
+        for e in engines:
+            e.launch()
+        try:
+            self.base_url = [e.wait_ready() for e in engines][0]
+        except Exception:
+            self.stop()
+            raise
+
+    @property
+    def engines(self) -> list[VllmEngine]:
+        return list(self.by_name.values())
+
+    @property
+    def served_model(self) -> str:
+        return self.engines[0].served_model
+
+    def registered(self, version: int) -> list[RegisteredEngine]:
+        """One registration per live engine: the proxy balances episodes over them."""
+        return [RegisteredEngine(name, e.base_url, e.served_model, version) for name, e in self.by_name.items()]
+
+    def drop_exited(self) -> None:
+        """Forget engines whose process has exited; `TrainerError` when none is left."""
+        for name, e in list(self.by_name.items()):
+            if e.proc is not None and e.proc.poll() is not None:
+                if len(self.by_name) == 1:
+                    raise TrainerError(f"the last vLLM engine ({name}) exited; log tail:\n{e.log_tail()}")
+                left = len(self.by_name) - 1
+                logger.error("vLLM engine %s exited with %s; %d engine(s) left", name, e.proc.returncode, left)
+                del self.by_name[name]
+
+    @contextmanager
+    def updating(self, next_version: int) -> Iterator[None]:
+        for e in self.engines:
+            e.sleep(1)  # with --enable-sleep-mode: free the shared GPUs for the update
+        try:
+            yield
+        finally:
+            for e in self.engines:
+                e.wake_up()
+
+    def publish(self, version: int) -> str:
+        """LoRA: load `policy@<version>`. Full: save the weights, every engine reloads them as `policy`."""
+        self.drop_exited()
+        if self.lora:
+            path = self.exp_dir / "adapters" / f"step_{version}"
+            self.model.save_pretrained(str(path))
+            return [e.publish_adapter(version, path) for e in self.engines][0]
+        path = self.exp_dir / "weights" / f"step_{version}"
+        self.model.save_pretrained(str(path))
+        for e in self.engines:
+            e.reload_weights(path)
+        prune_step_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
+        return self.served_model
+
+    def stop(self) -> None:
+        for e in self.engines:
+            e.stop()
+
+
+def start_vllm_engines(
+    opts: TrainerOptions, job: AgentJetJob, model_path: str, model: PolicyModel, exp_dir: Path
+) -> VllmEngines:
+    """`opts.vllm_engines` vLLM engines serving `model_path` (full fine-tuning of a model with tied embeddings is
+    refused: `refuse_tied_full_reload`)."""
+    lora = job.lora_rank > 0
+    if not lora:
+        refuse_tied_full_reload(model, model_path)
+    settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
+    devices = engine_devices(opts.vllm_engines, opts.vllm_gpu_groups)
+    engines = [VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)]
+    return VllmEngines(engines, model, exp_dir, lora)
+
+
+def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSettings:
+    """How to launch vLLM for this job: the trainer's vLLM options, the job's lengths and LoRA rank."""
+    sleep = opts.vllm_sleep
+    if sleep and cpu:
+        logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
+        sleep = False
+    return VllmSettings(
+        python=find_vllm_python(opts.vllm_python),
+        command=tuple(shlex.split(opts.vllm_command or "")),
+        lora_rank=job.lora_rank,
+        max_model_len=job.max_model_len,
+        max_tokens_cap=job.max_response_length_in_one_turn,
+        gpu_memory_utilization=job.gpu_memory_utilization,
+        cpu=cpu,
+        enable_sleep_mode=sleep,
+        user_args=opts.vllm_args,
+    )
+
+
+def refuse_tied_full_reload(model: PolicyModel, model_path: str) -> None:
+    """Full fine-tuning reloads weights into vLLM in place, which vLLM 0.32 gets wrong for tied embeddings."""
+    if tied_names(model):  # the loaded model, so transformers' defaults for a config that does not say hold
+        raise TrainerError(
+            f"{model_path} ties its input and output embeddings: vLLM's in-place weight reload "
+            "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
+            "Train it with LoRA (lora_rank > 0), or with --engine embedded"
+        )

