@@ -1,5 +1,5 @@
 """The Responses API mapping, side by side in one run: the proxy's own
-(`ajet_proxy.dataplane.responses.protocol`) against LiteLLM's Responses<->chat transformation, for the request
+(`ajet_proxy.dataplane.responses.mapping`) against LiteLLM's Responses<->chat transformation, for the request
 and for the answer of one agent turn (a tool call's output fed back). One JSON line per (method, direction):
 microseconds per call; then the ratio.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from ajet_proxy.dataplane.responses import protocol as responses_api
+from ajet_proxy.dataplane.responses import mapping as responses_api
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
 
 TOOLS = [

@@ -139,11 +139,11 @@ def test_the_data_plane_is_one_folder_per_api():
 
 
 def test_the_crossing_finder_finds_a_crossing():
-    GRAPH["ajet_proxy.dataplane.chat.router"].add("ajet_proxy.dataplane.messages.protocol")
+    GRAPH["ajet_proxy.dataplane.chat.router"].add("ajet_proxy.dataplane.messages.mapping")
     try:
         assert _crossings(list(API_FOLDERS), list(API_FOLDERS))
     finally:
-        GRAPH["ajet_proxy.dataplane.chat.router"].discard("ajet_proxy.dataplane.messages.protocol")
+        GRAPH["ajet_proxy.dataplane.chat.router"].discard("ajet_proxy.dataplane.messages.mapping")
 
 
 def test_only_the_store_writes_sql():

@@ -13,6 +13,7 @@ from ajet import __version__
 from ajet.errors import SwarmError
 from ajet.protocol import ErrorCode
 from ajet_proxy import control
+from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import add_data_plane
 from ajet_proxy.errors import HttpError, error_response, http_error
@@ -64,7 +65,7 @@ async def handle_validation_error(request: Request, exc: Exception) -> Response:
 def create_app(config: ProxyConfig) -> FastAPI:
     """A proxy app bound to one store."""
     proxy = Proxy(config)
-    app = FastAPI(
+    app = DescribedApp(
         title="ajet-proxy",
         version=__version__,
         lifespan=proxy.lifespan,

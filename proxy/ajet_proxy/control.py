@@ -39,6 +39,7 @@ from ajet.types import (
     SetBatchModeRequest,
     SyncTrainConfigRequest,
 )
+from ajet_proxy.api_docs import CONTROL_ERRORS
 from ajet_proxy.open_episodes import (
     OpenEpisode,
     closed_reason,
@@ -47,7 +48,6 @@ from ajet_proxy.open_episodes import (
     open_from_row,
     refused_key_reason,
 )
-from ajet_proxy.openapi import CONTROL_ERRORS
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.stats import batch_shape, build_rollout_stat, episode_detail, experiment_status, mission_caps, step_info
 from ajet_store import BeginEpisode, EndEpisode, StoreWriteFailed

@@ -8,7 +8,7 @@ import openai
 import orjson
 import pytest
 
-from ajet_proxy.dataplane.responses import protocol as responses_api
+from ajet_proxy.dataplane.responses import mapping as responses_api
 
 TOOLS = [
     {

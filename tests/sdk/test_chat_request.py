@@ -54,7 +54,7 @@ def test_what_agent_frameworks_send_passes():
         ({"temperature": True}, "temperature"),
         ({"seed": 2**63}, "seed"),
         ({"stop": ["x"] * 17}, "stop"),
-        ({"tools": [1]}, "tools"),
+        ({"tools": [1]}, "tools.0"),  # the first tool that is not an object
         ({"stream": 1}, "stream"),
     ],
 )

@@ -9,26 +9,34 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ajet.errors import ModelNotFound
-from ajet_proxy.dataplane.chat.protocol import model_object, parse_chat_body
+from ajet.protocol import OpenAIErrorBody
+from ajet_proxy.api_docs import OPENAI_ERRORS, answer, errors_of, request_body
+from ajet_proxy.dataplane.chat.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelList,
+    ModelObject,
+    model_object,
+    parse_chat_body,
+)
 from ajet_proxy.dataplane.chat.shape import ChatShape
 from ajet_proxy.dataplane.chat_path import chat_path
 from ajet_proxy.dataplane.request import Authenticated, OfEpisode
-from ajet_proxy.openapi import (
-    CHAT_ROUTE_OPENAPI,
-    DATA_PLANE_ERRORS,
-    MODEL_NOT_FOUND_ERROR,
-    MODEL_ROUTE_OPENAPI,
-    MODELS_ROUTE_OPENAPI,
-)
 
 router = APIRouter(tags=["data plane"])
+
+MODEL_PARAMETER = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+"""`/v1/models/{model}`'s path parameter (read from the path: any string names a model, so none is refused 422)."""
 
 
 @router.post(
     "/v1/chat/completions",
     summary="OpenAI chat completions, authenticated by the episode key",
-    responses=DATA_PLANE_ERRORS,
-    openapi_extra=CHAT_ROUTE_OPENAPI,
+    responses=OPENAI_ERRORS,
+    openapi_extra={
+        **request_body(ChatCompletionRequest),
+        "responses": answer(ChatCompletion, "A chat completion", "`data:` a `chat.completion.chunk`, last `[DONE]`"),
+    },
 )
 async def chat_completions(er: OfEpisode) -> Response:
     """`POST /v1/chat/completions`, plain or streamed."""
@@ -46,8 +54,8 @@ def model_ids(request: Request) -> list[str]:
 @router.get(
     "/v1/models",
     summary="Models served to the episode",
-    responses=DATA_PLANE_ERRORS,
-    openapi_extra=MODELS_ROUTE_OPENAPI,
+    responses=OPENAI_ERRORS,
+    openapi_extra={"responses": answer(ModelList, "The models the episode may name")},
 )
 async def models(request: Request, _ep: Authenticated) -> Response:
     """`GET /v1/models`: the policy group and the engines' model names."""
@@ -58,8 +66,8 @@ async def models(request: Request, _ep: Authenticated) -> Response:
 @router.get(
     "/v1/models/{model}",
     summary="One model served to the episode",
-    responses={**DATA_PLANE_ERRORS, 404: MODEL_NOT_FOUND_ERROR},
-    openapi_extra=MODEL_ROUTE_OPENAPI,
+    responses={**OPENAI_ERRORS, **errors_of(OpenAIErrorBody, (404,))},
+    openapi_extra={"parameters": [MODEL_PARAMETER], "responses": answer(ModelObject, "The model")},
 )
 async def model(request: Request, _ep: Authenticated) -> Response:
     """`GET /v1/models/{model}`: one model, or 404 naming it."""

@@ -8,13 +8,20 @@ from starlette.responses import Response
 
 from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable, InvalidRequest
+from ajet_proxy.api_docs import ANTHROPIC_ERRORS, answer, request_body
 from ajet_proxy.dataplane.mapping import check_mapped_body, parse_json_object
-from ajet_proxy.dataplane.messages import protocol
+from ajet_proxy.dataplane.messages import mapping
+from ajet_proxy.dataplane.messages.protocol import (
+    CountTokensRequest,
+    MessageObject,
+    MessagesRequest,
+    TokenCount,
+    validate_messages_request,
+)
 from ajet_proxy.dataplane.messages.shape import MessagesShape
 from ajet_proxy.dataplane.request import OfEpisode
 from ajet_proxy.dataplane.shape import json_response
 from ajet_proxy.dataplane.token_prompt import TokenizeFailed
-from ajet_proxy.openapi import COUNT_TOKENS_ROUTE_OPENAPI, MESSAGES_ERRORS, MESSAGES_ROUTE_OPENAPI
 
 router = APIRouter(tags=["data plane"])
 
@@ -22,23 +29,27 @@ router = APIRouter(tags=["data plane"])
 @router.post(
     "/v1/messages",
     summary="Anthropic Messages API, on the chat path, authenticated by the episode key (x-api-key or Bearer)",
-    responses=MESSAGES_ERRORS,
-    openapi_extra=MESSAGES_ROUTE_OPENAPI,
+    responses=ANTHROPIC_ERRORS,
+    openapi_extra={
+        **request_body(MessagesRequest),
+        "responses": answer(MessageObject, "An Anthropic message", "Anthropic's events (`message_start` ...)"),
+    },
 )
 async def messages(er: OfEpisode) -> Response:
     """`POST /v1/messages`, plain or streamed."""
     body = parse_json_object(er.raw)
-    chat = protocol.chat_request(body)
-    logged = check_mapped_body(chat, er.path.proxy.config.limits, protocol.FIELD_NAMES)
-    shape = MessagesShape(str(body.get("model") or "policy"), protocol.new_message_id())
+    validate_messages_request(body)
+    chat = mapping.chat_request(body)
+    logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
+    shape = MessagesShape(str(body.get("model") or "policy"), mapping.new_message_id())
     return await er.serve(chat, shape, logged)
 
 
 @router.post(
     "/v1/messages/count_tokens",
     summary="Anthropic's token count of a Messages request, with the served model's tokenizer and chat template",
-    responses=MESSAGES_ERRORS,
-    openapi_extra=COUNT_TOKENS_ROUTE_OPENAPI,
+    responses=ANTHROPIC_ERRORS,
+    openapi_extra={**request_body(CountTokensRequest), "responses": answer(TokenCount, "The request's tokens")},
 )
 async def count_tokens(er: OfEpisode) -> Response:
     """`POST /v1/messages/count_tokens` (Claude Code asks it before requests): the request's system, messages and
@@ -46,15 +57,14 @@ async def count_tokens(er: OfEpisode) -> Response:
     logged or numbered."""
     body = parse_json_object(er.raw)
     body.pop("stream", None)
-    chat = protocol.chat_request({**body, "max_tokens": 1})  # a count takes no max_tokens; the mapping needs one
-    check_mapped_body(chat, er.path.proxy.config.limits, protocol.FIELD_NAMES)
+    validate_messages_request(body, counting=True)
+    chat = mapping.chat_request({**body, "max_tokens": 1})  # a count takes no max_tokens; the mapping needs one
+    check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
     engine = er.path.proxy.router.pick(er.ep.engine)
     try:
         tokens = await er.path.prompts.tokenize(engine, {"messages": chat["messages"]}, template_tools(chat))
     except TokenizeFailed as exc:
-        if (
-            exc.answer_status == 400
-        ):  # the template refused the conversation (e.g. roles out of order): the request's fault
+        if exc.answer_status == 400:  # the template refused the conversation (roles out of order): the request's fault
             why = f"the policy's chat template refused them ({exc.detail})"
             raise InvalidRequest.for_field("messages", why) from exc
         raise EngineUnavailable(f"the policy engine could not count the tokens: {exc.detail}") from exc

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, anthropic_error_body
-from ajet_proxy.dataplane.messages.protocol import message_object, stop_reason, tool_use_block
+from ajet_proxy.dataplane.messages.mapping import message_object, stop_reason, tool_use_block
 from ajet_proxy.dataplane.shape import error_message, json_response
 from ajet_proxy.dataplane.sse import sse
 from ajet_proxy.errors import anthropic_error

@@ -10,17 +10,18 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from ajet_proxy.api_docs import OPENAI_ERRORS, answer, request_body
 from ajet_proxy.dataplane.mapping import bad_field, check_mapped_body, parse_json_object
 from ajet_proxy.dataplane.request import EpisodeRequest, OfEpisode
-from ajet_proxy.dataplane.responses import protocol
+from ajet_proxy.dataplane.responses import mapping
+from ajet_proxy.dataplane.responses.protocol import ResponseObject, ResponsesRequest, validate_responses
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
 from ajet_proxy.episode_history import LOGGED_INSTRUCTIONS
-from ajet_proxy.openapi import DATA_PLANE_ERRORS, RESPONSES_ROUTE_OPENAPI
 
 router = APIRouter(tags=["data plane"])
 
 
-async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[protocol.Conversation]:
+async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[mapping.Conversation]:
     """The conversation of an earlier response of the episode: a turn of its history, or rebuilt from its logged
     call (another proxy on the store answered it, this one restarted since, or the call left no turn)."""
     if not isinstance(prev, str):
@@ -31,26 +32,32 @@ async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[protocol.Conv
     call = await asyncio.to_thread(er.path.proxy.store.response_call, er.ep.uuid, prev)
     if call is None or call.error is not None or call.response is None:
         return None
-    return protocol.logged_conversation(call.request, call.response)
+    return mapping.logged_conversation(call.request, call.response)
 
 
 @router.post(
     "/v1/responses",
     summary="OpenAI Responses API, on the chat path, authenticated by the episode key",
-    responses=DATA_PLANE_ERRORS,
-    openapi_extra=RESPONSES_ROUTE_OPENAPI,
+    responses=OPENAI_ERRORS,
+    openapi_extra={
+        **request_body(ResponsesRequest),
+        "responses": answer(
+            ResponseObject, "A Response", "Responses events (`response.created` ... `response.completed`)"
+        ),
+    },
 )
 async def responses(er: OfEpisode) -> Response:
     """`POST /v1/responses`, plain or streamed; `previous_response_id` continues a response of the episode."""
     body = parse_json_object(er.raw)
+    validate_responses(body)
     prev = body.get("previous_response_id")
     history = [] if prev is None else await _conversation(er, prev)
     if history is None:
         raise bad_field("previous_response_id", f"{prev!r} is not a response of this episode")
-    chat, conversation = protocol.chat_request(body, history)
-    logged = check_mapped_body(chat, er.path.proxy.config.limits, protocol.FIELD_NAMES)
+    chat, conversation = mapping.chat_request(body, history)
+    logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
     instructions_first = chat["messages"] is not conversation and len(chat["messages"]) > len(conversation)
     if instructions_first:
         logged = orjson.dumps({**chat, LOGGED_INSTRUCTIONS: True})
-    shape = ResponsesShape(body, protocol.new_response_id(), protocol.wants_logprobs(body))
+    shape = ResponsesShape(body, mapping.new_response_id(), mapping.wants_logprobs(body))
     return await er.serve(chat, shape, logged, instructions_first)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
-from ajet_proxy.dataplane.responses.protocol import (
+from ajet_proxy.dataplane.responses.mapping import (
     call_item,
     message_item,
     output_logprobs,
