@@ -26,11 +26,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 from ajet import SwarmClient
 from ajet.types import ExperimentState
-from ajet_store import Store, sqlite_url
+from ajet_store import sqlite_url
 from bench import proxy_overhead
 from bench.proxy_overhead import measure
 from tests.support.procs import Proc, free_port, offline_env, start_stub
-from tests.support.rolling import make_rolling, wait_state
+from tests.support.rolling import wait_state
 
 MESSAGES = proxy_overhead.BODY["messages"]
 BODIES = {
@@ -66,13 +66,28 @@ def start_proxy_from(tmp: Path, tree: Path, name: str) -> tuple[Proc, list[str]]
     return px, db
 
 
-def roll(px: Proc, db: str, backend: str, n_keys: int = 64) -> list[str]:
-    st = Store(db)
+ROLLING = """
+import sys
+import ajet.types as wire
+import ajet_store.types as rows
+from ajet_store import Store
+st = Store(sys.argv[1])
+engine = (getattr(rows, "RegisteredEngine", None) or rows.Deployment)("stub-0", sys.argv[2] + "/v1", "stub-model", 0)
+(getattr(st, "register_engines", None) or st.register_deployments)([engine])
+state = getattr(wire, "ExperimentState", None) or wire.EngineState
+st.transition(state.ROLLING, allowed_from=[state.BOOTING, state.ROLLING])
+"""
+"""What the trainer does at BOOTING, in a tree's own store code (a baseline's store is of its own schema); it
+speaks the words of this tree and of the trees before the glossary."""
+
+
+def roll(px: Proc, tree: Path, db: str, backend: str, n_keys: int = 64) -> list[str]:
     client = SwarmClient(px.url)
     # only the fields every version knows: a baseline proxy refuses job fields added after it
     httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()
     client.start_engine()
-    make_rolling(st, backend)
+    env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
+    subprocess.run([sys.executable, "-c", ROLLING, db, backend], check=True, env=env)
     wait_state(client, ExperimentState.ROLLING)
     return [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(n_keys)]
 
@@ -104,7 +119,7 @@ def main() -> None:
     proxies = {name: start_proxy_from(tmp, tree, name) for name, tree in trees.items()}
     rows = {}
     try:
-        keys = {name: roll(px, db, stub.url) for name, (px, db) in proxies.items()}
+        keys = {name: roll(px, trees[name], db, stub.url) for name, (px, db) in proxies.items()}
         time.sleep(1.0)
         for stream in (False, True):
             for name, (px, _db) in proxies.items():

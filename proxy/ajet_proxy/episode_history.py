@@ -8,12 +8,12 @@ store: `missing` says which call numbers it lacks, and `add_logged` takes them i
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import orjson
 
 from ajet.chat_request import template_tools
-from ajet_proxy.token_history import Extension, Turn, answer_message
+from ajet_proxy.token_history import Extension, Turn, Turns, answer_message
 from ajet_store.types import CallRecord
 
 LOGGED_INSTRUCTIONS = "ajet_instructions_first"
@@ -21,22 +21,26 @@ LOGGED_INSTRUCTIONS = "ajet_instructions_first"
 the conversation a later `previous_response_id` continues)."""
 
 
+MAX_TURNS = 256
+"""Turns kept per episode (the latest): a call that continues an older one is rendered whole, labelled as what it
+then looks like. Bounds a proxy's memory for an episode whose calls never continue each other exactly (a turn
+that was continued shares its child's lists and costs next to nothing)."""
+
+
 class EpisodeHistory:
-    """The answered turns of one episode, by call number."""
+    """The answered turns of one episode, by call number (the latest `MAX_TURNS`)."""
 
     def __init__(self, known_up_to: int = 0):
-        self._turns: dict[int, Turn] = {}
+        self.turns = Turns()
+        """The turns, indexed for `token_history.plan`."""
         self._seen: set[int] = set()
         """Call numbers this history has taken in (answered, refused or failed: only answered ones make turns)."""
         self._known_up_to = known_up_to
         """Every call numbered below this was taken in or is in the store (a history made for an episode with
         stored calls starts at 0 and reads them when first needed)."""
 
-    def __iter__(self) -> Iterator[Turn]:
-        return iter(self._turns.values())
-
     def __len__(self) -> int:
-        return len(self._turns)
+        return len(self.turns)
 
     def missing(self, before: int) -> list[int]:
         """Call numbers below `before` this history has not taken in (read them from the store)."""
@@ -53,20 +57,25 @@ class EpisodeHistory:
         """Take in an answered call's turn; when it continued `extended` exactly, the parent shares its lists."""
         if extended is not None:
             extended.parent.rebase(turn.messages, turn.ids)
-        self._turns[turn.seq] = turn
+        self._keep(turn)
         self.seen(turn.seq)
+
+    def _keep(self, turn: Turn) -> None:
+        self.turns.add(turn)
+        if len(self.turns) > MAX_TURNS:
+            self.turns.drop(min(t.seq for t in self.turns))
 
     def add_logged(self, calls: list[CallRecord]) -> None:
         """Take in calls read from the store (their turns, where they left one)."""
         for call in calls:
             turn = turn_from_call(call)
             if turn is not None:
-                self._turns[turn.seq] = turn
+                self._keep(turn)
             self.seen(call.seq)
 
     def response(self, response_id: str) -> Optional[Turn]:
         """The turn that answered as Responses id `response_id`, if this history has it."""
-        return next((t for t in self._turns.values() if t.response_id == response_id), None)
+        return next((t for t in self.turns if t.response_id == response_id), None)
 
 
 def new_turn(

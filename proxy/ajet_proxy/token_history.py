@@ -29,9 +29,10 @@ compared as they are first, so the canonical form is made only for a message tha
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import orjson
 
@@ -67,6 +68,10 @@ REASONS = {
     "template_not_prefix_stable": "the chat template renders the new messages differently after other history",
 }
 """Every fallback reason, and what it means (docs/design.md lists them)."""
+
+CLASSIFIED_TURNS = 16
+"""How many of an episode's latest turns a call that continues none is compared with to say why (a diagnosis: an
+episode of thousands of turns must not make each such call compare with all of them)."""
 
 PLACEHOLDER = "?"
 """The text of the neutral prefix's question."""
@@ -203,21 +208,61 @@ def system_head(messages: Sequence[dict[str, Any]]) -> int:
     return n
 
 
-def plan(turns: Iterable[Turn], messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
+class Turns:
+    """An episode's turns, indexed by how many messages each was sent (`plan` looks only at turns a call could
+    extend, longest first) and by call number (`latest`)."""
+
+    def __init__(self, turns: Iterable[Turn] = ()):
+        self._by_length: list[tuple[int, int, Turn]] = []
+        self._by_seq: dict[int, Turn] = {}
+        for turn in turns:
+            self.add(turn)
+
+    def __len__(self) -> int:
+        return len(self._by_seq)
+
+    def __iter__(self) -> Iterator[Turn]:
+        return iter(self._by_seq.values())
+
+    def add(self, turn: Turn) -> None:
+        """Index a turn (replacing one of the same number)."""
+        self.drop(turn.seq)
+        bisect.insort(self._by_length, (turn.n_messages, turn.seq, turn), key=lambda e: (e[0], e[1]))
+        self._by_seq[turn.seq] = turn
+
+    def drop(self, seq: int) -> None:
+        """Forget the turn of call `seq`, if any."""
+        turn = self._by_seq.pop(seq, None)
+        if turn is not None:
+            self._by_length.remove((turn.n_messages, turn.seq, turn))
+
+    def shorter_than(self, n_messages: int) -> Iterator[Turn]:
+        """The turns sent fewer than `n_messages` messages, the longest (then the latest) first."""
+        cut = bisect.bisect_left(self._by_length, n_messages, key=lambda e: e[0])
+        for _n, _seq, turn in reversed(self._by_length[:cut]):
+            yield turn
+
+    def latest(self, k: int) -> list[Turn]:
+        """The `k` turns of the highest call numbers."""
+        return [self._by_seq[seq] for seq in sorted(self._by_seq)[-k:]]
+
+
+def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
     """Which earlier turn a call continues (the longest it extends: its messages, its answer, then more), and where
     its new messages start; else the label it is rendered under (`classify`)."""
-    candidates = sorted(turns, key=lambda t: (t.n_messages, t.seq), reverse=True)
-    if not candidates:
+    if not len(turns):
         return FIRST
     tools_differ = None
-    for turn in candidates:
+    for turn in turns.shorter_than(len(messages) - 1):  # a turn it could extend: its messages, the answer, more
         n = turn.n_messages
-        if n + 1 >= len(messages) or shared_messages(messages, turn) != n + 1:
+        if shared_messages(messages, turn) != n + 1:
             continue
         if tools == turn.tools or canonical_tools(tools) == canonical_tools(turn.tools):
             return Extension(turn, n + 1)
         tools_differ = tools_differ or turn
-    return FALLBACK + "tools_changed" if tools_differ is not None else classify(candidates, messages)
+    if tools_differ is not None:
+        return FALLBACK + "tools_changed"
+    return classify(turns.latest(CLASSIFIED_TURNS), messages)
 
 
 def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:

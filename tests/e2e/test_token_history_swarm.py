@@ -9,7 +9,7 @@ agent gets back), non-canonical splits. Each framework runs a 3-turn conversatio
 the openai SDK (chat, plain and streamed; Responses with `previous_response_id`), the Agents SDK, LangGraph and
 the anthropic SDK. Every episode is one exact trajectory, and the trainer's log-probs of that one merged
 sequence match the engine's as for a single call. (Scripted tool calls with BPE quirks:
-tests/proxy/test_token_history_e2e.py.)
+tests/proxy/dataplane/test_token_prompt.py.)
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_openai_responses_with_previous_response_id(sw):
 def test_openai_agents_sdk(sw):
     """The chat-completions model: an untrained model stops only at the length cap, and the SDK's Responses model
     raises on an `incomplete` answer even when the cap is its own `max_tokens` (the default Responses model runs
-    on the embedded engine in tests/proxy/test_token_history_e2e.py)."""
+    on the embedded engine in tests/proxy/dataplane/test_token_prompt.py)."""
     from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 
     set_tracing_disabled(True)

@@ -31,19 +31,19 @@ def said(text):
 
 
 def test_the_first_call_has_nothing_to_extend():
-    assert h.plan([], ASKED, TOOLS) == h.FIRST
+    assert h.plan(h.Turns([]), ASKED, TOOLS) == h.FIRST
 
 
 def test_a_call_that_sends_back_the_answer_and_adds_messages_extends_it():
     """The framework re-serialised the arguments and added fields: the template reads the same, so it extends."""
     t = turn()
-    assert h.plan([t], [*ASKED, sent_back(), TOOL_RESULT], TOOLS) == h.Extension(t, 3)
+    assert h.plan(h.Turns([t]), [*ASKED, sent_back(), TOOL_RESULT], TOOLS) == h.Extension(t, 3)
 
 
 def test_content_parts_and_a_string_are_the_same_text():
     parts = [{"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]}]
     t = turn()
-    assert h.plan([t], [*parts, ASKED[1], sent_back(), TOOL_RESULT], TOOLS) == h.Extension(t, 3)
+    assert h.plan(h.Turns([t]), [*parts, ASKED[1], sent_back(), TOOL_RESULT], TOOLS) == h.Extension(t, 3)
 
 
 def test_the_longest_turn_extended_wins_not_the_last():
@@ -52,10 +52,10 @@ def test_the_longest_turn_extended_wins_not_the_last():
     a1 = turn([a_sys, {"role": "user", "content": "q"}], said("x=1"), None, seq=0)
     b1 = turn([b_sys, {"role": "user", "content": "x=1?"}], said("wrong"), None, seq=1)
     a2 = [a_sys, {"role": "user", "content": "q"}, said("x=1"), {"role": "user", "content": "wrong, retry"}]
-    assert h.plan([a1, b1], a2, None) == h.Extension(a1, 3)
+    assert h.plan(h.Turns([a1, b1]), a2, None) == h.Extension(a1, 3)
     a2_turn = turn(a2, said("x=2"), None, seq=2)
     a3 = [*a2, said("x=2"), {"role": "user", "content": "ok?"}]  # the longest of A1 and A2 that it extends: A2
-    assert h.plan([a1, b1, a2_turn], a3, None) == h.Extension(a2_turn, 5)
+    assert h.plan(h.Turns([a1, b1, a2_turn]), a3, None) == h.Extension(a2_turn, 5)
 
 
 def test_branches_continue_the_turn_they_share():
@@ -63,7 +63,7 @@ def test_branches_continue_the_turn_they_share():
     left = [{"role": "user", "content": "q"}, said("a"), {"role": "user", "content": "left?"}]
     right = [{"role": "user", "content": "q"}, said("a"), {"role": "user", "content": "right?"}]
     left_turn = turn(left, said("l"), None, seq=1)
-    assert h.plan([root, left_turn], right, None) == h.Extension(root, 2)
+    assert h.plan(h.Turns([root, left_turn]), right, None) == h.Extension(root, 2)
 
 
 @pytest.mark.parametrize(
@@ -93,16 +93,16 @@ def test_branches_continue_the_turn_they_share():
     ],
 )
 def test_a_call_that_continues_no_turn_says_why(messages, label):
-    assert h.plan([turn()], messages, TOOLS) == label
+    assert h.plan(h.Turns([turn()]), messages, TOOLS) == label
 
 
 def test_an_edited_earlier_message_and_changed_tools_fall_back_with_their_reason():
     two_turns = [ASKED[0], ASKED[1], sent_back(), TOOL_RESULT]
     t = turn(two_turns, said("5"))
     edited_result = [*ASKED, sent_back(), {**TOOL_RESULT, "content": "6"}, said("5"), {"role": "user", "content": "?"}]
-    assert h.plan([t], edited_result, TOOLS) == h.FALLBACK + "history_edited"
+    assert h.plan(h.Turns([t]), edited_result, TOOLS) == h.FALLBACK + "history_edited"
     edited_model_turn = [*ASKED, said("it is 5"), TOOL_RESULT, said("5"), {"role": "user", "content": "?"}]
-    assert h.plan([t], edited_model_turn, TOOLS) == h.FALLBACK + "history_edited"
+    assert h.plan(h.Turns([t]), edited_model_turn, TOOLS) == h.FALLBACK + "history_edited"
     first_question_edited = [
         ASKED[0],
         {"role": "user", "content": "2+3, briefly?"},
@@ -110,12 +110,12 @@ def test_an_edited_earlier_message_and_changed_tools_fall_back_with_their_reason
         TOOL_RESULT,
         said("5"),
     ]
-    assert h.plan([turn(), t], [*first_question_edited, {"role": "user", "content": "?"}], TOOLS) == (
+    assert h.plan(h.Turns([turn(), t]), [*first_question_edited, {"role": "user", "content": "?"}], TOOLS) == (
         h.FALLBACK + "history_edited"
     )  # the model's own turns sent back: an edit, not a new conversation
     compacted = [*ASKED, {"role": "user", "content": "summary so far: 5"}, {"role": "user", "content": "go on"}]
-    assert h.plan([t], compacted, TOOLS) == h.COMPACTED
-    assert h.plan([turn()], [*ASKED, sent_back(), TOOL_RESULT], None) == h.FALLBACK + "tools_changed"
+    assert h.plan(h.Turns([t]), compacted, TOOLS) == h.COMPACTED
+    assert h.plan(h.Turns([turn()]), [*ASKED, sent_back(), TOOL_RESULT], None) == h.FALLBACK + "tools_changed"
 
 
 def test_every_label_is_listed_with_its_meaning():
@@ -165,7 +165,7 @@ def test_a_continued_turn_shares_its_childs_lists():
     parent = new_turn(0, {"messages": ASKED, "tools": TOOLS}, [1, 2, 3], [4, 5], ANSWER)
     history.add(parent)
     messages = [*ASKED, sent_back(), TOOL_RESULT]
-    step = h.plan(history, messages, TOOLS)
+    step = h.plan(history.turns, messages, TOOLS)
     assert isinstance(step, h.Extension) and step.parent is parent
     child = new_turn(1, {"messages": messages, "tools": TOOLS}, [1, 2, 3, 4, 5, 7], [8], ANSWER)
     history.add(child, step)
@@ -176,7 +176,9 @@ def test_a_continued_turn_shares_its_childs_lists():
         [1, 2, 3, 4, 5],
     )
     # the child's answer sent back changed: a branch from the parent (the edited answer is new text, not trained)
-    assert h.plan(history, [*messages, said("x"), {"role": "user", "content": "?"}], TOOLS) == h.Extension(parent, 3)
+    assert h.plan(history.turns, [*messages, said("x"), {"role": "user", "content": "?"}], TOOLS) == h.Extension(
+        parent, 3
+    )
 
 
 def test_a_history_reads_only_the_calls_it_has_not_seen():

@@ -1,5 +1,5 @@
 """What the token-history tests check of an episode: one exact trajectory, and its log-probs as the trainer sees
-them. Shared by tests/proxy/test_token_history_e2e.py (scripted answers) and tests/e2e/test_token_history_swarm.py
+them. Shared by tests/proxy/dataplane/test_token_prompt.py (scripted answers) and tests/e2e/test_token_history_swarm.py
 (`ajet-swarm start`, embedded and real vLLM)."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""The one preamble of every data-plane route, as a FastAPI dependency: the episode key authenticated (and the
-experiment's state checked) before the body is read, then the body's bytes."""
+"""The one preamble of every data-plane route: the episode key authenticated (and the experiment's state checked)
+before the body is read, then the body's bytes. A plain call, not a FastAPI dependency: FastAPI's dependency
+solving costs each call more than the rest of the preamble (`bench/api_cost.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -43,14 +43,7 @@ async def authenticated(request: Request) -> OpenEpisode:
     return await chat_path(request).authenticate(request)
 
 
-Authenticated = Annotated[OpenEpisode, Depends(authenticated)]
-"""A route parameter: the request's open episode."""
-
-
-async def episode_request(request: Request, ep: Authenticated) -> EpisodeRequest:
-    """The request's episode, then its body."""
+async def episode_request(request: Request) -> EpisodeRequest:
+    """The request's episode (its key checked before the body is read), then its body."""
+    ep = await authenticated(request)
     return EpisodeRequest(chat_path(request), ep, await request.body(), request)
-
-
-OfEpisode = Annotated[EpisodeRequest, Depends(episode_request)]
-"""A route parameter: the request of an open episode (its key checked before its body is read)."""

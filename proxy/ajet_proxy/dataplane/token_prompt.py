@@ -75,7 +75,7 @@ class TokenPrompts:
         if not self.exact():
             return Prompt(None, h.RENDERED)
         await self._read_missing(ep, seq)
-        step = h.plan(ep.history, body["messages"], template_tools(body))
+        step = h.plan(ep.history.turns, body["messages"], template_tools(body))
         if isinstance(step, str):
             return Prompt(None, step)
         try:

@@ -21,7 +21,7 @@ from ajet_proxy.dataplane.chat.protocol import (
 )
 from ajet_proxy.dataplane.chat.shape import ChatShape
 from ajet_proxy.dataplane.chat_path import chat_path
-from ajet_proxy.dataplane.request import Authenticated, OfEpisode
+from ajet_proxy.dataplane.request import authenticated, episode_request
 
 router = APIRouter(tags=["data plane"])
 
@@ -38,8 +38,9 @@ MODEL_PARAMETER = {"name": "model", "in": "path", "required": True, "schema": {"
         "responses": answer(ChatCompletion, "A chat completion", "`data:` a `chat.completion.chunk`, last `[DONE]`"),
     },
 )
-async def chat_completions(er: OfEpisode) -> Response:
+async def chat_completions(request: Request) -> Response:
     """`POST /v1/chat/completions`, plain or streamed."""
+    er = await episode_request(request)
     body = parse_chat_body(er.raw, er.path.proxy.config.limits)
     shape = ChatShape(bool(body.get("logprobs")), body.get("return_token_ids") is True)
     return await er.serve(body, shape)
@@ -57,8 +58,9 @@ def model_ids(request: Request) -> list[str]:
     responses=OPENAI_ERRORS,
     openapi_extra={"responses": answer(ModelList, "The models the episode may name")},
 )
-async def models(request: Request, _ep: Authenticated) -> Response:
+async def models(request: Request) -> Response:
     """`GET /v1/models`: the policy group and the engines' model names."""
+    await authenticated(request)
     data = {"object": "list", "data": [model_object(i) for i in model_ids(request)]}
     return Response(orjson.dumps(data), media_type="application/json")
 
@@ -69,8 +71,9 @@ async def models(request: Request, _ep: Authenticated) -> Response:
     responses={**OPENAI_ERRORS, **errors_of(OpenAIErrorBody, (404,))},
     openapi_extra={"parameters": [MODEL_PARAMETER], "responses": answer(ModelObject, "The model")},
 )
-async def model(request: Request, _ep: Authenticated) -> Response:
+async def model(request: Request) -> Response:
     """`GET /v1/models/{model}`: one model, or 404 naming it."""
+    await authenticated(request)
     name, served = request.path_params["model"], model_ids(request)
     if name not in served:
         raise ModelNotFound(

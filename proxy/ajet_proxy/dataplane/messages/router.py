@@ -4,6 +4,7 @@ Anthropic's error objects."""
 from __future__ import annotations
 
 from fastapi import APIRouter
+from starlette.requests import Request
 from starlette.responses import Response
 
 from ajet.chat_request import template_tools
@@ -19,7 +20,7 @@ from ajet_proxy.dataplane.messages.protocol import (
     validate_messages_request,
 )
 from ajet_proxy.dataplane.messages.shape import MessagesShape
-from ajet_proxy.dataplane.request import OfEpisode
+from ajet_proxy.dataplane.request import episode_request
 from ajet_proxy.dataplane.shape import json_response
 from ajet_proxy.dataplane.token_prompt import TokenizeFailed
 
@@ -35,8 +36,9 @@ router = APIRouter(tags=["data plane"])
         "responses": answer(MessageObject, "An Anthropic message", "Anthropic's events (`message_start` ...)"),
     },
 )
-async def messages(er: OfEpisode) -> Response:
+async def messages(request: Request) -> Response:
     """`POST /v1/messages`, plain or streamed."""
+    er = await episode_request(request)
     body = parse_json_object(er.raw)
     validate_messages_request(body)
     chat = mapping.chat_request(body)
@@ -51,10 +53,11 @@ async def messages(er: OfEpisode) -> Response:
     responses=ANTHROPIC_ERRORS,
     openapi_extra={**request_body(CountTokensRequest), "responses": answer(TokenCount, "The request's tokens")},
 )
-async def count_tokens(er: OfEpisode) -> Response:
+async def count_tokens(request: Request) -> Response:
     """`POST /v1/messages/count_tokens` (Claude Code asks it before requests): the request's system, messages and
     tools rendered as the policy engine renders a call's prompt (its `/tokenize`), counted. Not a call: nothing is
     logged or numbered."""
+    er = await episode_request(request)
     body = parse_json_object(er.raw)
     body.pop("stream", None)
     validate_messages_request(body, counting=True)

@@ -8,11 +8,12 @@ from typing import Any, Optional
 
 import orjson
 from fastapi import APIRouter
+from starlette.requests import Request
 from starlette.responses import Response
 
 from ajet_proxy.api_docs import OPENAI_ERRORS, answer, request_body
 from ajet_proxy.dataplane.mapping import bad_field, check_mapped_body, parse_json_object
-from ajet_proxy.dataplane.request import EpisodeRequest, OfEpisode
+from ajet_proxy.dataplane.request import EpisodeRequest, episode_request
 from ajet_proxy.dataplane.responses import mapping
 from ajet_proxy.dataplane.responses.protocol import ResponseObject, ResponsesRequest, validate_responses
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
@@ -46,8 +47,9 @@ async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[mapping.Conve
         ),
     },
 )
-async def responses(er: OfEpisode) -> Response:
+async def responses(request: Request) -> Response:
     """`POST /v1/responses`, plain or streamed; `previous_response_id` continues a response of the episode."""
+    er = await episode_request(request)
     body = parse_json_object(er.raw)
     validate_responses(body)
     prev = body.get("previous_response_id")

@@ -275,7 +275,7 @@ def test_exact_history_keeps_the_engine_trainer_logprob_gap(swarm, episode):
 
 def test_count_tokens_counts_with_the_bpe_tokenizer_and_template(swarm):
     """Claude Code's `/v1/messages/count_tokens` on a BPE model: the count is the logged prompt's length."""
-    from tests.proxy.test_messages_api import assert_count_tokens_is_the_calls_prompt
+    from tests.proxy.dataplane.messages.test_messages_api import assert_count_tokens_is_the_calls_prompt
 
     assert_count_tokens_is_the_calls_prompt(swarm)
 
