@@ -3,8 +3,9 @@
 One vLLM-format stub backend; one ajet-proxy from this tree, and (with `--baseline REF`) one from commit
 REF, checked out in a temporary git worktree and run from it. Each proxy gets plain and streamed chat
 calls; this tree's also gets Responses (`/v1/responses`) and Anthropic Messages (`/v1/messages`) calls
-asking the same thing. One JSON line per (proxy, API, stream): CPU ms per call, req/s, p50/p99; then the
-ratios: this tree's chat over the baseline's, and each API's over chat's.
+asking the same thing, each run on 64 episodes of its own (so no run inherits another's history), the baseline's
+first. One JSON line per (proxy, API, stream): CPU ms per call, req/s, p50/p99; then the ratios: this tree's chat
+over the baseline's, and each API's over chat's. Rows are appended to `bench/results/api_cost.jsonl`.
 
 Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--baseline 78a54de]
 """
@@ -12,7 +13,6 @@ Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--baseline
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +29,7 @@ from ajet.types import ExperimentState
 from ajet_store import sqlite_url
 from bench import proxy_overhead
 from bench.proxy_overhead import measure
+from bench.results import Results
 from tests.support.procs import Proc, free_port, offline_env, start_stub
 from tests.support.rolling import wait_state
 
@@ -81,7 +82,8 @@ st.transition(state.ROLLING, allowed_from=[state.BOOTING, state.ROLLING])
 speaks the words of this tree and of the trees before the glossary."""
 
 
-def roll(px: Proc, tree: Path, db: str, backend: str, n_keys: int = 64) -> list[str]:
+def roll(px: Proc, tree: Path, db: str, backend: str) -> None:
+    """Bring a proxy to ROLLING on the stub backend."""
     client = SwarmClient(px.url)
     # only the fields every version knows: a baseline proxy refuses job fields added after it
     httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()
@@ -89,10 +91,16 @@ def roll(px: Proc, tree: Path, db: str, backend: str, n_keys: int = 64) -> list[
     env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
     subprocess.run([sys.executable, "-c", ROLLING, db, backend], check=True, env=env)
     wait_state(client, ExperimentState.ROLLING)
+
+
+def fresh_keys(px: Proc, n_keys: int = 64) -> list[str]:
+    """The keys of `n_keys` new episodes: each run starts from empty histories, whatever ran before it."""
+    client = SwarmClient(px.url)
     return [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(n_keys)]
 
 
-def run(px: Proc, keys: list[str], api: str, stream: bool, conc: int, n: int, name: str) -> dict:
+def run(px: Proc, api: str, stream: bool, conc: int, n: int, name: str) -> dict:
+    keys = fresh_keys(px)
     route, body = BODIES[api]
     proxy_overhead.BODY = body  # `load` sends this body
     row = measure(name, px.url + route, keys, px.pid, stream, conc, n)
@@ -117,16 +125,17 @@ def main() -> None:
         )
         trees["baseline"] = wt
     proxies = {name: start_proxy_from(tmp, tree, name) for name, tree in trees.items()}
-    rows = {}
+    rows, results = {}, Results("api_cost")
     try:
-        keys = {name: roll(px, trees[name], db, stub.url) for name, (px, db) in proxies.items()}
+        for name, (px, db) in proxies.items():
+            roll(px, trees[name], db, stub.url)
         time.sleep(1.0)
         for stream in (False, True):
-            for name, (px, _db) in proxies.items():
+            for name, (px, _db) in reversed(proxies.items()):  # the baseline's chat first, then this tree's
                 for api in ("chat", "responses", "messages") if name == "head" else ("chat",):
-                    row = run(px, keys[name], api, stream, args.concurrency, args.requests, name)
+                    row = run(px, api, stream, args.concurrency, args.requests, name)
                     rows[name, api, stream] = row
-                    print(json.dumps(row), flush=True)
+                    results.emit(row)
             head_chat = rows["head", "chat", stream]["proxy_cpu_ms_per_call"]
             ratios = {
                 f"{api}_over_chat": round(rows["head", api, stream]["proxy_cpu_ms_per_call"] / head_chat, 3)
@@ -136,7 +145,7 @@ def main() -> None:
                 ratios["head_chat_over_baseline_chat"] = round(
                     head_chat / rows["baseline", "chat", stream]["proxy_cpu_ms_per_call"], 3
                 )
-            print(json.dumps({"figure": "cpu_ratios", "stream": stream, **ratios}), flush=True)
+            results.emit({"figure": "cpu_ratios", "stream": stream, **ratios, "baseline": args.baseline})
     finally:
         for px, _db in proxies.values():
             px.close()

@@ -47,7 +47,10 @@ class EpisodeHistory:
         return [seq for seq in range(self._known_up_to, before) if seq not in self._seen]
 
     def seen(self, seq: int) -> None:
-        """Call `seq` is accounted for (answered here, or read from the store, or refused)."""
+        """Call `seq` is accounted for: numbered here (its turn, if it leaves one, comes when it is answered), or
+        read from the store."""
+        if seq < self._known_up_to:
+            return
         self._seen.add(seq)
         while self._known_up_to in self._seen:
             self._seen.discard(self._known_up_to)

@@ -215,6 +215,8 @@ class Turns:
     def __init__(self, turns: Iterable[Turn] = ()):
         self._by_length: list[tuple[int, int, Turn]] = []
         self._by_seq: dict[int, Turn] = {}
+        self._seqs: list[int] = []
+        """The turns' call numbers, in order."""
         for turn in turns:
             self.add(turn)
 
@@ -229,12 +231,14 @@ class Turns:
         self.drop(turn.seq)
         bisect.insort(self._by_length, (turn.n_messages, turn.seq, turn), key=lambda e: (e[0], e[1]))
         self._by_seq[turn.seq] = turn
+        bisect.insort(self._seqs, turn.seq)
 
     def drop(self, seq: int) -> None:
         """Forget the turn of call `seq`, if any."""
         turn = self._by_seq.pop(seq, None)
         if turn is not None:
             self._by_length.remove((turn.n_messages, turn.seq, turn))
+            del self._seqs[bisect.bisect_left(self._seqs, seq)]
 
     def shorter_than(self, n_messages: int) -> Iterator[Turn]:
         """The turns sent fewer than `n_messages` messages, the longest (then the latest) first."""
@@ -243,8 +247,8 @@ class Turns:
             yield turn
 
     def latest(self, k: int) -> list[Turn]:
-        """The `k` turns of the highest call numbers."""
-        return [self._by_seq[seq] for seq in sorted(self._by_seq)[-k:]]
+        """The `k` turns of the highest call numbers, the latest first."""
+        return [self._by_seq[seq] for seq in reversed(self._seqs[-k:])]
 
 
 def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
@@ -266,11 +270,11 @@ def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
 
 
 def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:
-    """Why a call continues none of `turns`: a new segment when it shares no history with them past its system
-    messages and sends back none of the model's turns (another agent, a fresh start, a summary), or keeps a
-    conversation's start and puts something else than a model turn where one was (a compaction); else a fallback
+    """Why a call continues none of `turns` (the latest first): a new segment when it shares no history with them
+    past its system messages and sends back none of the model's turns (another agent, a fresh start, a summary), or
+    keeps a conversation's start and puts something else than a model turn where one was (a compaction); else a fallback
     naming how it edited the history it shares."""
-    shared, turn = max(((shared_messages(messages, t), t) for t in turns), key=lambda st: (st[0], st[1].seq))
+    shared, turn = _closest(turns, messages)
     if shared <= system_head(messages):
         if any(_only_system_differs(messages, t) for t in turns):
             return FALLBACK + "system_changed"
@@ -286,6 +290,20 @@ def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:
             return COMPACTED  # a model turn replaced by a summary (or dropped, with what followed it)
         return FALLBACK + ("answer_edited" if shared == n else "history_edited")
     return FALLBACK + "history_edited"
+
+
+def _closest(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> tuple[int, Turn]:
+    """The turn sharing the most leading messages with a call, the latest on a tie (`turns` come latest first), and
+    how many it shares. A turn sharing all of them is the answer at once: a call repeated many times in an episode
+    costs one comparison, not one per turn."""
+    best, best_shared = turns[0], -1
+    for turn in turns:
+        shared = shared_messages(messages, turn)
+        if shared > best_shared:
+            best, best_shared = turn, shared
+            if shared == len(messages):
+                break
+    return best_shared, best
 
 
 def _only_system_differs(messages: Sequence[dict[str, Any]], turn: Turn) -> bool:

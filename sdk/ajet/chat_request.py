@@ -313,8 +313,10 @@ def max_tokens_asked(body: dict[str, Any]) -> Optional[int]:
 def cut_by_server(body: dict[str, Any], finish_reason: Optional[str], completion_tokens: int) -> bool:
     """Whether an answer ended by length was cut by the server's limit (the job's per-turn cap, the model's
     context), not by one the client set: it asked for none, or for more than it got."""
+    if finish_reason != "length":
+        return False
     asked = max_tokens_asked(body)
-    return finish_reason == "length" and (asked is None or completion_tokens < asked)
+    return asked is None or completion_tokens < asked
 
 
 def prompt_over_job(tokens: int, max_prompt: int) -> str:

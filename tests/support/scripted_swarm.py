@@ -1,5 +1,9 @@
 """A real proxy in front of a real embedded engine whose answers a test scripts.
 
+One of the two swarm harnesses (the other is `swarm.running_swarm`, with a real trainer): this one has no trainer
+and takes no step, so a test sets what the policy says and checks how each API, framework and the token history
+carry it, in seconds.
+
 The engine runs in this process on the built-in tiny model wrapped in `ScriptedModel`, so a test says
 what the policy will answer (text, a tool call) and checks how each API carries it: real HTTP, real
 batching, sampling, ids and logprobs, real streaming, the proxy a real process on its own store.

@@ -1,5 +1,11 @@
 """A whole running swarm for end-to-end tests: `ajet-proxy` + `ajet-trainer` on a fresh SQLite store.
 
+One of the two swarm harnesses, for what needs the real trainer (boots, training steps, checkpoints, restarts,
+vLLM and verl engines). The other, `scripted_swarm`, scripts what the policy says instead, for what depends on
+the answer's text (the APIs, the frameworks' tool loops, token history): no trainer, no step. A proxy alone is
+`stub_proxy.proxy_on_stub` (a stub engine whose flags a test sets) or `in_process.proxy_in_process` (no process:
+the unit lane).
+
     with running_swarm(tmp_path) as sw:
         sw.run_module("tutorial.example_tiny_rl.agent_roll", "--swarm-url", sw.url, "--max-steps", "1")
         assert sw.store().steps()

@@ -53,16 +53,17 @@ class InFlightCall:
         """How its prompt was built, once it was."""
         self.engine: Optional[RegisteredEngine] = None
         """The engine it was sent to (the one that tokenized its token prompt)."""
-        self._checked = False
+        self.prompt_checked = False
+        """Its prompt's length was held to the job's limit (once, when its ids were first known)."""
         self._done = False
         ep.call_started()
 
     def refusal(self, job: Optional[AgentJetJob], prompt_ids: Optional[list[int]]) -> Optional[ContextLengthExceeded]:
         """The refusal of a prompt over the job's `max_prompt_length` (what the trainer would cut), the first time
         the call's prompt ids are known; None when they fit, are not known, or were checked already."""
-        if self._checked or prompt_ids is None:
+        if self.prompt_checked or prompt_ids is None:
             return None
-        self._checked = True
+        self.prompt_checked = True
         if job is None or len(prompt_ids) <= job.max_prompt_length:
             return None
         return ContextLengthExceeded(prompt_over_job(len(prompt_ids), job.max_prompt_length), fields=["messages"])

@@ -106,6 +106,7 @@ class ChatPath:
             call.prompt = await self.prompts.build(call.ep, _next_seq(call), call.body, engine)
             if call.seq < 0:
                 call.seq = call.ep.take_number()  # numbered as it goes to an engine
+                call.ep.history.seen(call.seq)
             self._refuse_long_prompt(call)
             try:
                 return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
@@ -132,6 +133,7 @@ class ChatPath:
             self.proxy.open_episodes.remove([ep.uuid])
             raise Unauthorized(refused_key_reason(row)) from None
         ep.numbered(seq)
+        ep.history.seen(seq)  # this proxy's own call: its turn comes when it is answered, not from the store
         return seq
 
     def _refuse_long_prompt(self, call: InFlightCall) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any, AsyncIterator, Iterator, Optional, Union
+from typing import Any, AsyncIterator, Optional, Union
 
 import aiohttp
 import orjson
@@ -35,14 +35,9 @@ class _Relay:
         self.why: Optional[str] = None
         """Why the stream ended before its end: the client left, the engine broke off, the prompt was refused."""
 
-    def events_of(self, chunk: bytes) -> Iterator[tuple[bytes, Optional[dict[str, Any]]]]:
-        """The complete events a chunk finishes: their payloads, each parsed (and taken in) as it comes."""
-        for payload in self.events.feed(chunk):
-            yield payload, self.acc.add(payload)
-
     def refused(self) -> Optional[bytes]:
-        """The failure event of a prompt over the job's limit, once its ids arrived (nothing of the answer was
-        passed on yet); None otherwise."""
+        """The failure event of a prompt over the job's limit, the first time its ids are known (nothing of the
+        answer was passed on yet); None otherwise."""
         refusal = self.call.refusal(self.proxy.experiment.job, self.acc.out.prompt_ids)
         if refusal is None:
             return None
@@ -50,8 +45,9 @@ class _Relay:
         return self.call.shape.failed(ErrorCode.CONTEXT_LENGTH_EXCEEDED, refusal.detail)
 
     def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
-        """One event of the answer, as the client gets it."""
-        if data is not None and _cut_by_server(self.call, data, self.acc.completion_tokens):
+        """One event of the answer, as the client gets it. (Only an event that says "length" can end the answer by
+        the server's limit: the test in C on its bytes spares every other event the look at its choices.)"""
+        if data is not None and b'"length"' in payload and _cut_by_server(self.call, data, self.acc.completion_tokens):
             payload = orjson.dumps(data)
         return self.call.shape.event(payload, data)
 
@@ -89,8 +85,9 @@ async def relay(proxy: Proxy, call: InFlightCall, sent: Sent) -> AsyncIterator[b
                 r.why = f"the engine broke off the stream ({type(chunk).__name__}: {chunk})"
                 break
             out = []
-            for payload, data in r.events_of(chunk):
-                refused = r.refused()
+            for payload in r.events.feed(chunk):
+                data = r.acc.add(payload)
+                refused = r.refused() if not call.prompt_checked else None
                 if refused is not None:
                     yield refused
                     return

@@ -1,0 +1,47 @@
+"""Where a bench's figures go: each printed as one JSON line and appended to `bench/results/<bench>.jsonl`, with the
+commit it measured and the date, so every figure the docs quote can be traced to the row that holds it.
+
+A commit with uncommitted changes in tracked files is written `<sha>-dirty`: a row measured on a work in progress
+says so. `AJET_BENCH_RESULTS=0` prints without appending (a trial run that should leave no row).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""The folder of the results files, one per bench."""
+
+
+def commit() -> str:
+    """The short commit of the checkout the bench runs from, `-dirty` when tracked files differ from it."""
+    repo = RESULTS.parent.parent
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD"], capture_output=True).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
+
+
+class Results:
+    """The rows of one bench run: `emit` prints a figure and appends it, stamped with the run's commit and date."""
+
+    def __init__(self, bench: str):
+        self.path = RESULTS / f"{bench}.jsonl"
+        self.stamp = {"commit": commit(), "date": datetime.date.today().isoformat()}
+        self.record = os.environ.get("AJET_BENCH_RESULTS", "1") != "0"
+
+    def emit(self, row: dict[str, Any]) -> None:
+        """Print one figure's row; append it, with the commit and date, to the bench's results file."""
+        print(json.dumps(row), flush=True)
+        if self.record:
+            with self.path.open("a") as f:
+                f.write(json.dumps({**row, **self.stamp}) + "\n")
