@@ -5,15 +5,17 @@ REF, checked out in a temporary git worktree and run from it. Each proxy gets pl
 calls; this tree's also gets Responses (`/v1/responses`) and Anthropic Messages (`/v1/messages`) calls
 asking the same thing, each run on 64 episodes of its own (so no run inherits another's history), the baseline's
 first. One JSON line per (proxy, API, stream): CPU ms per call, req/s, p50/p99; then the ratios: this tree's chat
-over the baseline's, and each API's over chat's. Rows are appended to `bench/results/api_cost.jsonl`.
+over the baseline's, and each API's over chat's, medians of `--rounds` rounds. Rows are appended to
+`bench/results/api_cost.jsonl`.
 
-Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--baseline 78a54de]
+Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--rounds 3] [--baseline 78a54de]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,10 +109,40 @@ def run(px: Proc, api: str, stream: bool, conc: int, n: int, name: str) -> dict:
     return {**row, "api": api}
 
 
+Cpu = dict[tuple[str, str], list[float]]
+"""CPU ms per call of each (proxy, API), one per round."""
+
+
+def measure_rounds(proxies: dict[str, tuple[Proc, str]], stream: bool, args: argparse.Namespace, out: Results) -> Cpu:
+    """`args.rounds` rounds of every (proxy, API), the proxies taking turns within a round (the baseline's chat
+    first): one proxy measured on a busier moment of the machine than the other shows in one round, not in all."""
+    cpu: Cpu = {}
+    for _ in range(args.rounds):
+        for name, (px, _db) in reversed(proxies.items()):
+            for api in ("chat", "responses", "messages") if name == "head" else ("chat",):
+                row = run(px, api, stream, args.concurrency, args.requests, name)
+                cpu.setdefault((name, api), []).append(row["proxy_cpu_ms_per_call"])
+                out.emit(row)
+    return cpu
+
+
+def ratios(cpu: Cpu) -> dict[str, float]:
+    """Medians over the rounds: each API's CPU per call over chat's, and this tree's chat over the baseline's."""
+    med = {key: statistics.median(values) for key, values in cpu.items()}
+    head_chat = med["head", "chat"]
+    out = {f"{api}_over_chat": round(med["head", api] / head_chat, 3) for api in ("responses", "messages")}
+    out["head_chat_ms"] = round(head_chat, 3)
+    if ("baseline", "chat") in med:
+        out["baseline_chat_ms"] = round(med["baseline", "chat"], 3)
+        out["head_chat_over_baseline_chat"] = round(head_chat / med["baseline", "chat"], 3)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every (proxy, API); the ratios are medians")
     ap.add_argument("--baseline", default=None, help="a git ref whose proxy to compare chat calls with")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ajet-api-cost-"))
@@ -125,27 +157,14 @@ def main() -> None:
         )
         trees["baseline"] = wt
     proxies = {name: start_proxy_from(tmp, tree, name) for name, tree in trees.items()}
-    rows, results = {}, Results("api_cost")
+    results = Results("api_cost")
     try:
         for name, (px, db) in proxies.items():
             roll(px, trees[name], db, stub.url)
         time.sleep(1.0)
         for stream in (False, True):
-            for name, (px, _db) in reversed(proxies.items()):  # the baseline's chat first, then this tree's
-                for api in ("chat", "responses", "messages") if name == "head" else ("chat",):
-                    row = run(px, api, stream, args.concurrency, args.requests, name)
-                    rows[name, api, stream] = row
-                    results.emit(row)
-            head_chat = rows["head", "chat", stream]["proxy_cpu_ms_per_call"]
-            ratios = {
-                f"{api}_over_chat": round(rows["head", api, stream]["proxy_cpu_ms_per_call"] / head_chat, 3)
-                for api in ("responses", "messages")
-            }
-            if "baseline" in proxies:
-                ratios["head_chat_over_baseline_chat"] = round(
-                    head_chat / rows["baseline", "chat", stream]["proxy_cpu_ms_per_call"], 3
-                )
-            results.emit({"figure": "cpu_ratios", "stream": stream, **ratios, "baseline": args.baseline})
+            cpu = measure_rounds(proxies, stream, args, results)
+            results.emit({"figure": "cpu_ratios", "stream": stream, **ratios(cpu), "baseline": args.baseline})
     finally:
         for px, _db in proxies.values():
             px.close()
