@@ -3,12 +3,16 @@
 One vLLM-format stub backend; one ajet-proxy from this tree, and (with `--baseline REF`) one from commit
 REF, checked out in a temporary git worktree and run from it. Each proxy gets plain and streamed chat
 calls; this tree's also gets Responses (`/v1/responses`) and Anthropic Messages (`/v1/messages`) calls
-asking the same thing, each run on 64 episodes of its own (so no run inherits another's history), the baseline's
-first. One JSON line per (proxy, API, stream): CPU ms per call, req/s, p50/p99; then the ratios: this tree's chat
-over the baseline's, and each API's over chat's, medians of `--rounds` rounds. Rows are appended to
-`bench/results/api_cost.jsonl`.
+asking the same thing. Each run has 64 episodes of its own, ended after it (no run inherits another's history);
+the baseline's runs first; the proxies share one CPU, the stub and the load the others. One JSON line per
+(proxy, API, stream): CPU ms per call, req/s, p50/p99; then the ratios, medians of `--rounds` rounds: this
+tree's chat over the baseline's, and each API's over chat's. Rows are appended to `bench/results/api_cost.jsonl`.
+
+`--variant OPTIONS` adds a third proxy from this tree started with those options (say, the garbage collector's
+threshold at Python's default), compared on chat calls, to tell one change's share from the rest.
 
 Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--rounds 3] [--baseline 78a54de]
+       [--variant=--gc-young-threshold=700]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import httpx
 
@@ -54,13 +59,15 @@ BODIES = {
 }
 
 
-def start_proxy_from(tmp: Path, tree: Path, name: str) -> tuple[Proc, list[str]]:
-    """`ajet-proxy start` run from the packages of `tree` (this checkout, or a baseline worktree), ROLLING."""
+def start_proxy_from(tmp: Path, tree: Path, name: str, extra: Sequence[str] = ()) -> tuple[Proc, str]:
+    """`ajet-proxy start` (`extra`: more of its options) run from the packages of `tree` (this checkout, or a
+    baseline worktree); with the URL of its store."""
     db = sqlite_url(tmp / f"{name}.db")
     port = free_port()
     env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
     px = Proc(
-        [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db, "--log-level", "warning"],
+        [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db, "--log-level", "warning"]
+        + list(extra),
         f"http://127.0.0.1:{port}",
         "/health",
         tmp / f"{name}.log",
@@ -69,19 +76,8 @@ def start_proxy_from(tmp: Path, tree: Path, name: str) -> tuple[Proc, list[str]]
     return px, db
 
 
-ROLLING = """
-import sys
-import ajet.types as wire
-import ajet_store.types as rows
-from ajet_store import Store
-st = Store(sys.argv[1])
-engine = (getattr(rows, "RegisteredEngine", None) or rows.Deployment)("stub-0", sys.argv[2] + "/v1", "stub-model", 0)
-(getattr(st, "register_engines", None) or st.register_deployments)([engine])
-state = getattr(wire, "ExperimentState", None) or wire.EngineState
-st.transition(state.ROLLING, allowed_from=[state.BOOTING, state.ROLLING])
-"""
-"""What the trainer does at BOOTING, in a tree's own store code (a baseline's store is of its own schema); it
-speaks the words of this tree and of the trees before the glossary."""
+BASELINE_ROLLING = Path(__file__).resolve().parent / "baseline_rolling.py"
+"""The script that brings a tree's store to ROLLING in that tree's own store code."""
 
 
 def roll(px: Proc, tree: Path, db: str, backend: str) -> None:
@@ -91,22 +87,33 @@ def roll(px: Proc, tree: Path, db: str, backend: str) -> None:
     httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()
     client.start_engine()
     env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
-    subprocess.run([sys.executable, "-c", ROLLING, db, backend], check=True, env=env)
+    subprocess.run([sys.executable, str(BASELINE_ROLLING), db, backend], check=True, env=env)
     wait_state(client, ExperimentState.ROLLING)
 
 
-def fresh_keys(px: Proc, n_keys: int = 64) -> list[str]:
-    """The keys of `n_keys` new episodes: each run starts from empty histories, whatever ran before it."""
-    client = SwarmClient(px.url)
-    return [client.begin_episode(discard_episode_timeout=3600)[1].api_key for _ in range(n_keys)]
-
-
 def run(px: Proc, api: str, stream: bool, conc: int, n: int, name: str) -> dict:
-    keys = fresh_keys(px)
+    """One run: 64 new episodes (each run starts from empty histories) called `n` times, then ended, as a client
+    ends its episodes (a proxy holds an open episode's turns until it ends; runs left open would pile up)."""
+    client = SwarmClient(px.url)
+    episodes = [client.begin_episode(discard_episode_timeout=3600) for _ in range(64)]
     route, body = BODIES[api]
     proxy_overhead.BODY = body  # `load` sends this body
-    row = measure(name, px.url + route, keys, px.pid, stream, conc, n)
+    row = measure(name, px.url + route, [key.api_key for _uuid, key in episodes], px.pid, stream, conc, n)
+    for uuid, _key in episodes:
+        client.abort_episode(uuid)
     return {**row, "api": api}
+
+
+def pin(proxies: list[int], others: list[int]) -> None:
+    """The proxies on the first CPU, the stub and the load on the others (where there are others): a proxy's CPU
+    per call then varies less with where the scheduler put it next to the load (which shares its caches)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return
+    for pids, where in ((proxies, cpus[:1]), (others, cpus[1:])):
+        for pid in pids:
+            for thread in os.listdir(f"/proc/{pid}/task"):  # every thread a process has started so far
+                os.sched_setaffinity(int(thread), where)
 
 
 Cpu = dict[tuple[str, str], list[float]]
@@ -114,8 +121,9 @@ Cpu = dict[tuple[str, str], list[float]]
 
 
 def measure_rounds(proxies: dict[str, tuple[Proc, str]], stream: bool, args: argparse.Namespace, out: Results) -> Cpu:
-    """`args.rounds` rounds of every (proxy, API), the proxies taking turns within a round (the baseline's chat
-    first): one proxy measured on a busier moment of the machine than the other shows in one round, not in all."""
+    """`args.rounds` rounds of every (proxy, API), the proxies taking turns within a round (the others' chat first,
+    this tree's last): one proxy measured on a busier moment of the machine than another shows in one round, not
+    in all."""
     cpu: Cpu = {}
     for _ in range(args.rounds):
         for name, (px, _db) in reversed(proxies.items()):
@@ -132,9 +140,13 @@ def ratios(cpu: Cpu) -> dict[str, float]:
     head_chat = med["head", "chat"]
     out = {f"{api}_over_chat": round(med["head", api] / head_chat, 3) for api in ("responses", "messages")}
     out["head_chat_ms"] = round(head_chat, 3)
+    for other in ("variant", "baseline"):
+        if (other, "chat") in med:
+            out[f"{other}_chat_ms"] = round(med[other, "chat"], 3)
     if ("baseline", "chat") in med:
-        out["baseline_chat_ms"] = round(med["baseline", "chat"], 3)
-        out["head_chat_over_baseline_chat"] = round(head_chat / med["baseline", "chat"], 3)
+        for name in ("head", "variant"):
+            if (name, "chat") in med:
+                out[f"{name}_chat_over_baseline_chat"] = round(med[name, "chat"] / med["baseline", "chat"], 3)
     return out
 
 
@@ -144,6 +156,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every (proxy, API); the ratios are medians")
     ap.add_argument("--baseline", default=None, help="a git ref whose proxy to compare chat calls with")
+    ap.add_argument(
+        "--variant",
+        default=None,
+        help="options of a third proxy from this tree, compared on chat calls: '--gc-young-threshold=700'",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ajet-api-cost-"))
     stub = start_stub(tmp)
@@ -156,7 +173,11 @@ def main() -> None:
             capture_output=True,
         )
         trees["baseline"] = wt
-    proxies = {name: start_proxy_from(tmp, tree, name) for name, tree in trees.items()}
+    extra = {"variant": args.variant.split()} if args.variant else {}
+    if args.variant:
+        trees["variant"] = REPO
+    proxies = {name: start_proxy_from(tmp, tree, name, extra.get(name, ())) for name, tree in trees.items()}
+    pin([px.pid for px, _db in proxies.values()], [stub.pid, os.getpid()])
     results = Results("api_cost")
     try:
         for name, (px, db) in proxies.items():
@@ -164,7 +185,8 @@ def main() -> None:
         time.sleep(1.0)
         for stream in (False, True):
             cpu = measure_rounds(proxies, stream, args, results)
-            results.emit({"figure": "cpu_ratios", "stream": stream, **ratios(cpu), "baseline": args.baseline})
+            figure = {"figure": "cpu_ratios", "stream": stream, **ratios(cpu), "baseline": args.baseline}
+            results.emit({**figure, "variant": args.variant} if args.variant else figure)
     finally:
         for px, _db in proxies.values():
             px.close()

@@ -49,5 +49,5 @@ PYEOF
   wait "$proxy" "$trainer" 2>/dev/null || true
 }
 
-AJET_VLLM_SLEEP=1 run_swarm vllm-engine --engine vllm
+run_swarm vllm-engine --engine vllm --vllm-sleep
 run_swarm verl-backend --backend verl --engine hybrid

@@ -36,6 +36,7 @@ SUFFIXES = {".py", ".md", ".yaml", ".tmpl", ".sh", ".toml", ".txt"}
 SKIPPED = (
     "proxy/ajet_store/migrations/versions/000",  # earlier schemas, as they were
     "tests/test_vocabulary.py",
+    "bench/baseline_rolling.py",  # runs in a baseline tree's own store code, which may predate the glossary
     "tests/store/test_migrations.py",  # writes stores of earlier schemas, their tables as they were named
 )
 

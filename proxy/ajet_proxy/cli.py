@@ -60,6 +60,11 @@ def add_proxy_options(
         "waiting at once); an answer always waits for its commit",
     )
     p.add_argument(
+        "--gc-young-threshold",
+        type=int,
+        help="allocations between two young garbage-collector passes in the proxy (Python's default: 700)",
+    )
+    p.add_argument(
         "--transport",
         choices=["aiohttp", "litellm"],
         help="send agent calls to the engines through a pooled aiohttp session or litellm.Router",
@@ -128,6 +133,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
             transport=args.transport,
             limits=InputLimits(max_body_bytes=args.max_body_bytes),
             commit_window_s=args.commit_window_ms / 1000.0,
+            gc_young_threshold=args.gc_young_threshold,
             shared=args.shared_store or args.workers > 1,
         )
     )

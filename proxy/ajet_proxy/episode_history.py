@@ -8,6 +8,7 @@ store: `missing` says which call numbers it lacks, and `add_logged` takes them i
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Optional
 
 import orjson
@@ -66,7 +67,7 @@ class EpisodeHistory:
     def _keep(self, turn: Turn) -> None:
         self.turns.add(turn)
         if len(self.turns) > MAX_TURNS:
-            self.turns.drop(min(t.seq for t in self.turns))
+            self.turns.drop(self.turns.oldest())
 
     def add_logged(self, calls: list[CallRecord]) -> None:
         """Take in calls read from the store (their turns, where they left one)."""
@@ -89,22 +90,35 @@ def new_turn(
     answer: dict[str, Any],
     response_id: Optional[str] = None,
     instructions_first: bool = False,
-) -> Turn:
+) -> Optional[Turn]:
     """The turn a call leaves: its chat body as sent to the engine, its ids, the answer it returned (and, for a
-    Responses call, its response id and whether its first message is the request's instructions)."""
+    Responses call, its response id and whether its first message is the request's instructions); None when the
+    engine's ids are not 64-bit integers (then no later call continues it).
+
+    The ids are kept as a machine array, not a list of Python ints: a fraction of the memory, and nothing the
+    garbage collector walks (an episode's history is thousands of ids, an open episode's kept until it ends)."""
+    try:
+        ids = array(IDS_TYPECODE, prompt_ids)
+        ids.extend(completion_ids)
+    except (TypeError, OverflowError):
+        return None
     messages = body["messages"]
     return Turn(
         seq=seq,
         messages=messages,
         n_messages=len(messages),
         tools=template_tools(body),
-        ids=[*prompt_ids, *completion_ids],
+        ids=ids,
         n_prompt=len(prompt_ids),
-        n_ids=len(prompt_ids) + len(completion_ids),
+        n_ids=len(ids),
         answer=answer,
         response_id=response_id,
         instructions_first=instructions_first,
     )
+
+
+IDS_TYPECODE = "q"
+"""A turn's ids: signed 64-bit integers (any vocabulary's ids, with room to spare)."""
 
 
 def turn_from_call(call: CallRecord) -> Optional[Turn]:

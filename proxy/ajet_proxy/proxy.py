@@ -56,6 +56,10 @@ class ProxyConfig:
     commit_window_s: float
     """How long the call log gathers calls after the first before committing them together (0: commit
     whatever is waiting at once; a few ms trade latency for fewer transactions under load)."""
+    gc_young_threshold: int
+    """Allocations between two passes of Python's young-generation garbage collector in this process (its first
+    threshold; Python's default is 700). A call allocates thousands of short-lived objects, so at 700 the
+    collector runs several times per call and walks every object of the calls in flight each time."""
     shared: bool
     """Other proxies serve the same store (`--workers N`, `ajet-swarm start --proxies N`, or `--shared-store`):
     call numbers are reserved in the store, an episode begun elsewhere is taken up on its first call here, its
@@ -80,6 +84,7 @@ class ProxyConfig:
             "transport": v["transport"],
             "limits": InputLimits(max_body_bytes=int(str(v["max_body_bytes"]))),
             "commit_window_s": float(str(v["commit_window_ms"])) / 1000.0,
+            "gc_young_threshold": int(str(v["gc_young_threshold"])),
             "shared": bool(v["shared_store"]) or int(str(v["workers"])) > 1,
         }
         return cls(**{**fields, **overrides})
@@ -129,6 +134,8 @@ class Proxy:
         self._tasks = [asyncio.create_task(self._poll_experiment()), asyncio.create_task(self._housekeeping())]
         gc.collect()
         gc.freeze()  # start-up objects (pydantic, litellm when loaded) stay out of every later GC pass
+        thresholds = gc.get_threshold()
+        gc.set_threshold(self.config.gc_young_threshold, *thresholds[1:])
         logger.info("proxy ready: %d open episode(s), %s", len(self.open_episodes), self.experiment.state.value)
         try:
             yield
@@ -136,6 +143,7 @@ class Proxy:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            gc.set_threshold(*thresholds)
             await self.http.close()
             self.lifecycle.stop()
             self.numbers.stop()

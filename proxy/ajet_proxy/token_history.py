@@ -79,7 +79,7 @@ ANSWER_TEXTS = ("A", "B")
 """The two one-letter answers whose renderings differ only in the answer's text."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """An answered call, as a later call may continue it. `messages` and `ids` may be longer than this turn's:
     once a later call continues it exactly, the turn shares that call's lists (`rebase`), so an episode keeps its
@@ -180,8 +180,12 @@ def canonical_tools(tools: Any) -> bytes:
 
 
 def answer_message(content: Optional[str], tool_calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant message the proxy returned (the chat answer's choice 0)."""
-    return {"role": "assistant", "content": content or "", "tool_calls": list(tool_calls)}
+    """The assistant message the proxy returned (the chat answer's choice 0), as a client sends it back: its tool
+    calls only when it made some (a message of strings alone is also one the garbage collector does not track)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if tool_calls:
+        message["tool_calls"] = list(tool_calls)
+    return message
 
 
 def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -213,7 +217,8 @@ class Turns:
     extend, longest first) and by call number (`latest`)."""
 
     def __init__(self, turns: Iterable[Turn] = ()):
-        self._by_length: list[tuple[int, int, Turn]] = []
+        self._by_length: list[tuple[int, int]] = []
+        """(messages sent, call number) of each turn, in order (pairs of ints: nothing the garbage collector walks)."""
         self._by_seq: dict[int, Turn] = {}
         self._seqs: list[int] = []
         """The turns' call numbers, in order."""
@@ -229,7 +234,7 @@ class Turns:
     def add(self, turn: Turn) -> None:
         """Index a turn (replacing one of the same number)."""
         self.drop(turn.seq)
-        bisect.insort(self._by_length, (turn.n_messages, turn.seq, turn), key=lambda e: (e[0], e[1]))
+        bisect.insort(self._by_length, (turn.n_messages, turn.seq))
         self._by_seq[turn.seq] = turn
         bisect.insort(self._seqs, turn.seq)
 
@@ -237,14 +242,18 @@ class Turns:
         """Forget the turn of call `seq`, if any."""
         turn = self._by_seq.pop(seq, None)
         if turn is not None:
-            self._by_length.remove((turn.n_messages, turn.seq, turn))
+            del self._by_length[bisect.bisect_left(self._by_length, (turn.n_messages, seq))]
             del self._seqs[bisect.bisect_left(self._seqs, seq)]
 
     def shorter_than(self, n_messages: int) -> Iterator[Turn]:
         """The turns sent fewer than `n_messages` messages, the longest (then the latest) first."""
-        cut = bisect.bisect_left(self._by_length, n_messages, key=lambda e: e[0])
-        for _n, _seq, turn in reversed(self._by_length[:cut]):
-            yield turn
+        cut = bisect.bisect_left(self._by_length, (n_messages, -1))
+        for _n, seq in reversed(self._by_length[:cut]):
+            yield self._by_seq[seq]
+
+    def oldest(self) -> int:
+        """The lowest call number of the turns (there is at least one)."""
+        return self._seqs[0]
 
     def latest(self, k: int) -> list[Turn]:
         """The `k` turns of the highest call numbers, the latest first."""

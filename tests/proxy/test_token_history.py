@@ -1,7 +1,9 @@
 """The token history's pure rules (`ajet_proxy.token_history`) and an episode's turns (`EpisodeHistory`): which
 earlier turn a call continues (the longest, not only the last), every label a call that continues none gets (a
 test per cause), and the new messages' tokens between two renderings. The end-to-end runs are in
-`test_token_history_e2e.py` and `tests/e2e/test_trajectory_shapes.py`."""
+`tests/e2e/test_token_history_swarm.py` and `tests/e2e/test_trajectory_shapes.py`."""
+
+import gc
 
 import pytest
 
@@ -27,7 +29,8 @@ def sent_back(answer=None):
 
 
 def said(text):
-    return {"role": "assistant", "content": text, "tool_calls": []}
+    """A plain answer as the proxy keeps it (`answer_message`)."""
+    return {"role": "assistant", "content": text}
 
 
 def test_the_first_call_has_nothing_to_extend():
@@ -160,14 +163,42 @@ def test_renderings_that_do_not_line_up_give_no_delta():
     assert h.delta_ids([*head, A, 5, 6], [*head, B, 5, 6], CLOSE, [CLOSE]) is None  # no close after the answer
 
 
+def test_a_turns_ids_are_kept_out_of_the_garbage_collectors_walk():
+    """An open episode's ids stay in memory until it ends: kept as a machine array, a full collection never walks
+    them (a list of Python ints it would, id by id, on every full collection): the array refers to no object."""
+    turn = new_turn(0, {"messages": ASKED}, list(range(5000)), [7, 8], ANSWER)
+    assert turn is not None
+    assert not [r for r in gc.get_referents(turn.ids) if isinstance(r, int)]
+    assert len(gc.get_referents(list(turn.ids))) == 5002  # what a list would have the collector walk
+    assert (len(turn.prompt_ids), list(turn.completion_ids), turn.full_ids()[-3:]) == (5000, [7, 8], [4999, 7, 8])
+
+
+@pytest.mark.parametrize("bad", [[1, "2"], [1, 2.5], [1, 2**64]])
+def test_ids_that_are_not_integers_leave_no_turn(bad):
+    """An engine whose ids are not 64-bit integers: its call is answered and logged, and no later call continues
+    it (it is rendered instead)."""
+    assert new_turn(0, {"messages": ASKED}, [1, 2], bad, ANSWER) is None
+
+
+def test_an_answer_sent_back_with_an_empty_tool_call_list_is_the_same_answer():
+    """The proxy keeps a plain answer without `tool_calls`; a client that sends it back with `"tool_calls": []` (as
+    some SDKs serialise it) continues it all the same."""
+    parent = turn(ASKED, answer=h.answer_message("a", []))
+    assert parent.answer == said("a")
+    messages = [*ASKED, {**said("a"), "tool_calls": []}, {"role": "user", "content": "more"}]
+    assert h.plan(h.Turns([parent]), messages, TOOLS) == h.Extension(parent, 3)
+
+
 def test_a_continued_turn_shares_its_childs_lists():
     history = EpisodeHistory()
     parent = new_turn(0, {"messages": ASKED, "tools": TOOLS}, [1, 2, 3], [4, 5], ANSWER)
+    assert parent is not None
     history.add(parent)
     messages = [*ASKED, sent_back(), TOOL_RESULT]
     step = h.plan(history.turns, messages, TOOLS)
     assert isinstance(step, h.Extension) and step.parent is parent
     child = new_turn(1, {"messages": messages, "tools": TOOLS}, [1, 2, 3, 4, 5, 7], [8], ANSWER)
+    assert child is not None
     history.add(child, step)
     assert parent.messages is child.messages and parent.ids is child.ids  # kept once
     assert (list(parent.prompt_ids), list(parent.completion_ids), parent.full_ids()) == (

@@ -114,6 +114,9 @@ class InFlightCall:
             self.shape.response_id,
             self.instructions_first,
         )
+        if turn is None:  # ids no later call can continue
+            self.ep.history.seen(record.seq)
+            return
         prompt = self.prompt
         self.ep.history.add(turn, prompt.extends if prompt is not None and prompt.label == EXTENDED else None)
 
