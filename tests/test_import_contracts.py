@@ -138,6 +138,30 @@ def test_the_data_plane_is_one_folder_per_api():
     assert _crossings([m for m in outside if m != "ajet_proxy.app"], ["ajet_proxy.dataplane"], exact=True) == []
 
 
+IMPLEMENTATIONS = ("ajet_trainer.embedded", "ajet_trainer.vllm", "ajet_trainer.verl")
+
+
+def test_the_trainer_is_one_folder_per_implementation():
+    """The embedded, vLLM and verl implementations each live in their folder behind `ajet_trainer.interfaces`: none
+    imports another, and what they share (samples, GRPO, checkpoints, the daemon) imports none of them; only the
+    factory, which picks one, reaches in."""
+    assert all(any(_within(m, f) for m in MODULES) for f in IMPLEMENTATIONS)
+    assert _crossings(list(IMPLEMENTATIONS), list(IMPLEMENTATIONS)) == []
+    shared = [m for m in MODULES if _within(m, "ajet_trainer") and not any(_within(m, f) for f in IMPLEMENTATIONS)]
+    assert "ajet_trainer.daemon" in shared and "ajet_trainer.samples" in shared
+    reaching = {m for m in shared for dep in GRAPH[m] if any(_within(dep, f) for f in IMPLEMENTATIONS)}
+    assert reaching <= set(CHOOSERS), sorted(reaching - set(CHOOSERS))
+
+
+CHOOSERS = {
+    "ajet_trainer.factory": "picks the training session (and preloads the embedded one)",
+    "ajet_trainer.engines": "picks the engines",
+    "ajet_trainer.model_export": "reads a verl checkpoint when the experiment holds one",
+    "ajet_trainer": "the package's public names, imported lazily",
+}
+"""The shared trainer modules that may import an implementation, and why: each picks one."""
+
+
 def test_the_crossing_finder_finds_a_crossing():
     GRAPH["ajet_proxy.dataplane.chat.router"].add("ajet_proxy.dataplane.messages.mapping")
     try:

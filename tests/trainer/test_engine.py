@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ajet_proxy.dataplane.tokens import StreamAccumulator
-from ajet_trainer.embedded.chat import parse_tool_calls
+from ajet_trainer.chat_render import parse_tool_calls
 from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.grpo import collate, sequence_logprobs
 from ajet_trainer.types import TrainSequence
@@ -156,7 +156,7 @@ def test_hermes_tool_call_parser():
 def test_tokenize_renders_messages_or_text_as_vllm_does(engine, tiny):
     """`POST /tokenize` (vLLM's shape): the chat template's ids (with or without the generation prompt), or a
     text's; the proxy renders an episode's new messages with it."""
-    from ajet_trainer.embedded.chat import render_ids
+    from ajet_trainer.chat_render import render_ids
 
     eng, url = engine
     _model, tok = tiny

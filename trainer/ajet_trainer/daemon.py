@@ -29,7 +29,7 @@ from ajet.errors import WrongState
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, redact_url, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
-from ajet_trainer.factory import open_session
+from ajet_trainer.factory import open_session, preload_embedded
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
@@ -55,16 +55,6 @@ class _Timers:
     drain_s: float = 0.0
     dropped: int = 0
     """Episodes dropped as too old (asynchronous training) since the last step."""
-
-
-def preload_embedded() -> None:
-    """Import what the embedded backend's first boot needs (torch, transformers, verl's algorithms: seconds)."""
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
-
-        import ajet_trainer.embedded.session  # noqa: F401
-    except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
-        logger.debug("preloading the embedded backend failed", exc_info=True)
 
 
 class TrainerDaemon:

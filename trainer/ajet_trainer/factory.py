@@ -25,6 +25,16 @@ from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
 logger = logging.getLogger(__name__)
 
 
+def preload_embedded() -> None:
+    """Import what the embedded backend's first boot needs (torch, transformers, verl's algorithms: seconds)."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+        import ajet_trainer.embedded.session  # noqa: F401
+    except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
+        logger.debug("preloading the embedded backend failed", exc_info=True)
+
+
 def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendKind, str]:
     """`--backend auto`: verl (FSDP workers, vLLM engines) when it can run here, else embedded; and why."""
     missing = [what for what, ok in (("a CUDA device", cuda), ("verl", has_verl), ("vLLM", has_vllm)) if not ok]

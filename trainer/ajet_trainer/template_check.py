@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ajet_trainer.embedded.chat import parse_tool_calls, render_ids
+from ajet_trainer.chat_render import parse_tool_calls, render_ids
 from ajet_trainer.types import Metrics, Tokenizer
 
 TOOLS = [

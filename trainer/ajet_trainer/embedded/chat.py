@@ -1,74 +1,22 @@
 """Chat requests in, OpenAI/vLLM-format answers out (pure functions, no model).
 
-- `prompt_ids`: messages (+ tools) through the tokenizer's chat template, or the token prompt the proxy
-  forwards (`kv_transfer_params.prompt_token_ids`, as vLLM takes it); `render_ids` for `/tokenize`.
-- `parse_tool_calls`: Hermes-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks.
+- `prompt_ids`: messages (+ tools) through the tokenizer's chat template (`ajet_trainer.chat_render`), or the
+  token prompt the proxy forwards (`kv_transfer_params.prompt_token_ids`, as vLLM takes it).
 - `completion_body` / `chunk_body`: answers with `prompt_token_ids`, per-choice `token_ids` and
   `logprobs.content[j].logprob`, exactly where vLLM puts them.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import time
 import uuid
 from typing import Any, Optional
 
 from ajet.chat_request import content_text, max_tokens_asked, prompt_over_job, template_tools
 from ajet.errors import ContextLengthExceeded, InvalidRequest
+from ajet_trainer.chat_render import parse_tool_calls, render_ids
 from ajet_trainer.embedded.generation import GenRequest, GenResult
 from ajet_trainer.types import Tokenizer
-
-TOOL_CALL_OPEN = "<tool_call>"
-"""Where a Hermes-style tool call begins in the completion text (a stream holds back from here)."""
-TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
-
-
-def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as a chat template takes them: content parts joined to text, and tool-call arguments parsed
-    from their JSON string to an object (as vLLM does; a template then re-renders them, e.g. with `tojson`).
-    Arguments that are not a JSON object become `{}`, as in vLLM, so one bad turn cannot break the rest."""
-    out = []
-    for m in messages:
-        m = dict(m)
-        if not isinstance(m.get("content"), str):
-            m["content"] = content_text(m.get("content"))
-        if m.get("tool_calls"):
-            m["tool_calls"] = [_parsed_arguments(tc) for tc in m["tool_calls"]]
-        out.append(m)
-    return out
-
-
-def _parsed_arguments(tc: dict[str, Any]) -> dict[str, Any]:
-    fn = dict(tc.get("function") or {})
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            args = None
-    fn["arguments"] = args if isinstance(args, dict) else {}
-    return {**tc, "function": fn}
-
-
-def render_ids(
-    tokenizer: Any,
-    messages: list[dict[str, Any]],
-    tools: Optional[list[dict[str, Any]]] = None,
-    add_generation_prompt: bool = True,
-) -> list[int]:
-    """Token ids of `messages` (+ `tools`) through the tokenizer's chat template; `InvalidRequest` naming `messages`
-    when the template refuses them."""
-    kwargs = {"tools": tools} if tools else {}
-    try:
-        text = tokenizer.apply_chat_template(
-            _normalise(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
-        )
-    except Exception as exc:  # noqa: BLE001 - a template error is the request's fault (e.g. roles out of order)
-        why = f"the chat template refused them ({type(exc).__name__}: {exc})"
-        raise InvalidRequest.for_field("messages", why) from exc
-    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def forwarded_prompt(body: dict[str, Any], vocab_size: int) -> Optional[list[int]]:
@@ -186,27 +134,6 @@ def gen_request(
         stop=[stop] if isinstance(stop, str) else list(stop),
         top_logprobs=int(body.get("top_logprobs") or 0),
     )
-
-
-def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """Split completion text into (content, tool_calls); malformed blocks stay in the content."""
-    calls, kept = [], text
-    for match in TOOL_CALL_RE.finditer(text):
-        try:
-            obj = json.loads(match.group(1))
-            name, args = obj["name"], obj.get("arguments", {})
-        except (ValueError, KeyError, TypeError):
-            continue
-        arguments = args if isinstance(args, str) else json.dumps(args)
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:12]}",
-                "type": "function",
-                "function": {"name": str(name), "arguments": arguments},
-            }
-        )
-        kept = kept.replace(match.group(0), "", 1)
-    return (kept.strip() if calls else text), calls
 
 
 def logprob_item(tokenizer: Any, token_id: int, logprob: float, top: list[tuple[int, float]]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from aiohttp import web
 from ajet.chat_request import validate_chat, validate_messages
 from ajet.errors import InvalidRequest, SwarmError
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body, openai_status
+from ajet_trainer.chat_render import render_ids
 from ajet_trainer.embedded.batcher import Batcher, Pending
 from ajet_trainer.embedded.chat import (
     check_engine_support,
@@ -30,7 +31,6 @@ from ajet_trainer.embedded.chat import (
     gen_request,
     longest_token_chars,
     prompt_ids,
-    render_ids,
     uses_tools,
 )
 from ajet_trainer.embedded.generation import GenRequest, GenResult
