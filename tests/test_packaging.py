@@ -32,7 +32,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_carries_packages_and_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for pkg in ("ajet", "ajet_proxy", "ajet_store", "ajet_swarm", "ajet_trainer", "ajet_trainer/verl_backend"):
+    for pkg in (
+        "ajet",
+        "ajet_proxy",
+        "ajet_store",
+        "ajet_swarm",
+        "ajet_trainer",
+        "ajet_trainer/verl",
+        "ajet_trainer/vllm",
+        "ajet_trainer/embedded",
+    ):
         assert f"{pkg}/__init__.py" in names, pkg
     for name in ("proxy", "trainer", "swarm", "job", "verl_overrides"):
         assert f"ajet/configs/{name}.yaml" in names, name

@@ -193,31 +193,52 @@ def test_the_gather_window_scales_with_the_last_batch():
     assert gather_window(0.003, 1.2) == (pytest.approx(0.06), pytest.approx(0.3))
 
 
-def test_a_burst_after_a_long_batch_joins_one_batch(tiny):
+class _Arrivals:
+    """The batcher's queue on a simulated clock: each item arrives at its time; `get(timeout)` moves the clock to
+    the next arrival if it comes in time, else by the timeout (and raises Empty), as `queue.Queue` would."""
+
+    def __init__(self, times: list[float]):
+        self.now = 0.0
+        self.items: list[tuple[float, object]] = [(t, f"r{i}") for i, t in enumerate(times)]
+
+    def clock(self) -> float:
+        return self.now
+
+    def get(self, timeout: float | None = None):
+        import queue
+
+        at, item = self.items[0] if self.items else (float("inf"), None)
+        if timeout is not None and at > self.now + timeout:
+            self.now += timeout
+            raise queue.Empty
+        self.now = max(self.now, at)
+        self.items.pop(0)
+        return item
+
+    def put(self, item) -> None:
+        self.items.insert(0, (self.now, item))
+
+
+def _batches(last_batch_s: float, times: list[float], max_batch: int = 16) -> list[int]:
+    """The sizes of the batches `Batcher._gather` makes of requests arriving at `times`."""
+    from ajet_trainer.embedded.batcher import Batcher
+
+    b = Batcher(None, None, set(), max_batch=max_batch, window_s=0.003, policy_version=0)
+    arrivals = _Arrivals(times)
+    b._q, b._clock, b.last_batch_s = arrivals, arrivals.clock, last_batch_s
+    sizes = []
+    while arrivals.items:
+        sizes.append(len(b._gather() or []))
+    return sizes
+
+
+def test_a_burst_after_a_long_batch_joins_one_batch():
     """Six requests 15 ms apart: after a long batch (2 s: gaps up to 0.1 s) they share one batch; on a fresh engine
-    (the 3 ms window) each goes alone."""
-    import threading
-    import time
-
-    model, tok = tiny
-
-    def burst(last_batch_s: float) -> tuple[int, int]:
-        eng = EmbeddedEngine(model, tok, max_tokens_cap=4)
-        url = eng.start()
-        try:
-            eng.batcher.last_batch_s = last_batch_s
-            threads = [threading.Thread(target=chat, args=(url,), kwargs={"messages": MSGS, "max_tokens": 2})]
-            for _ in range(5):
-                threads.append(threading.Thread(target=chat, args=(url,), kwargs={"messages": MSGS, "max_tokens": 2}))
-            for t in threads:
-                t.start()
-                time.sleep(0.015)
-            for t in threads:
-                t.join()
-            return eng.batcher.stats["batches"], eng.batcher.stats["max_batch_seen"]
-        finally:
-            eng.stop()
-
-    assert burst(2.0) == (1, 6)
-    batches, biggest = burst(0.0)
-    assert batches >= 4 and biggest <= 2, (batches, biggest)
+    (the 3 ms window) each goes alone; the cap (a quarter of the last batch) ends a long trickle's batch, and
+    `max_batch` a big burst's. Run on a simulated clock: no thread timing decides the result."""
+    burst = [0.015 * i for i in range(6)]
+    assert _batches(2.0, burst) == [6]
+    assert _batches(0.0, burst) == [1, 1, 1, 1, 1, 1]
+    trickle = [0.04 * i for i in range(12)]  # after a 1.2 s batch: gap 0.06 s lets each in, cap 0.3 s ends it
+    assert _batches(1.2, trickle) == [8, 4]
+    assert _batches(2.0, [0.0] * 10, max_batch=4) == [4, 4, 2]

@@ -109,6 +109,6 @@ def test_verl_actor_trains_beside_real_vllm_with_lora_hot_loading(tmp_path):
         assert served(dep.base_url) == {"policy", "policy@1", "policy@2"}  # verl's adapters, hot-loaded
         steps = store.steps()
         assert [s.step for s in steps] == [1, 2] and all(s.metrics["grad_norm"] > 0 for s in steps)
-        assert "verl's actor on CPU beside the vllm engine" in sw.trainer.log_tail(10**6)
+        assert "verl's actor beside the vllm engine (cpu: True)" in sw.trainer.log_tail(10**6)
         calls = sorted((c for e in store.episodes() for c in store.calls(e.uuid)), key=lambda c: c.policy_version)
         assert [c.policy_version for c in calls] == [0] * 4 + [1] * 4  # each batch on the newest adapter

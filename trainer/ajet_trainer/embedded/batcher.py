@@ -76,6 +76,8 @@ class Batcher:
         """How long batches take to generate, lately (the last one's time, or half the figure before if that is
         more); `gather_window` scales the next batch's gathering by it."""
         self._q: "queue.Queue[Optional[Pending]]" = queue.Queue()
+        self._clock = time.monotonic
+        """The gathering's clock (a test's simulated one proves the window without waiting on threads)."""
         self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
 
     def start(self) -> None:
@@ -115,17 +117,17 @@ class Batcher:
             return None
         batch = [first]
         gap, cap = gather_window(self.window_s, self.last_batch_s)
-        start = last = time.monotonic()
+        start = last = self._clock()
         while len(batch) < self.max_batch:
             try:
-                item = self._q.get(timeout=max(0.0, min(start + cap, last + gap) - time.monotonic()))
+                item = self._q.get(timeout=max(0.0, min(start + cap, last + gap) - self._clock()))
             except queue.Empty:
                 break
             if item is None:
                 self._q.put(None)
                 break
             batch.append(item)
-            last = time.monotonic()
+            last = self._clock()
         return batch
 
     def _run_batch(self, batch: list[Pending]) -> None:
