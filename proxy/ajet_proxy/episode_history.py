@@ -15,6 +15,7 @@ import orjson
 
 from ajet.chat_request import template_tools
 from ajet_proxy.token_history import Extension, Turn, Turns, answer_message
+from ajet_proxy.turn_boundary import ended_on_token
 from ajet_store.types import CallRecord
 
 LOGGED_INSTRUCTIONS = "ajet_instructions_first"
@@ -90,10 +91,12 @@ def new_turn(
     answer: dict[str, Any],
     response_id: Optional[str] = None,
     instructions_first: bool = False,
+    stopped: bool = False,
 ) -> Optional[Turn]:
     """The turn a call leaves: its chat body as sent to the engine, its ids, the answer it returned (and, for a
-    Responses call, its response id and whether its first message is the request's instructions); None when the
-    engine's ids are not 64-bit integers (then no later call continues it).
+    Responses call, its response id and whether its first message is the request's instructions; `stopped`: its
+    completion ended on a token the engine stopped on, `token_history.ended_on_token`); None when the engine's ids
+    are not 64-bit integers (then no later call continues it).
 
     The ids are kept as a machine array, not a list of Python ints: a fraction of the memory, and nothing the
     garbage collector walks (an episode's history is thousands of ids, an open episode's kept until it ends)."""
@@ -114,6 +117,7 @@ def new_turn(
         answer=answer,
         response_id=response_id,
         instructions_first=instructions_first,
+        stop_id=int(completion_ids[-1]) if stopped and completion_ids else None,
     )
 
 
@@ -135,4 +139,5 @@ def turn_from_call(call: CallRecord) -> Optional[Turn]:
     assert call.prompt_ids is not None and call.completion_ids is not None  # trainable
     returned = answer_message(message.get("content"), message.get("tool_calls") or [])
     first = bool(body.get(LOGGED_INSTRUCTIONS))
-    return new_turn(call.seq, body, call.prompt_ids, call.completion_ids, returned, call.response_id, first)
+    stopped = ended_on_token(call.finish_reason, answer["choices"][0].get("stop_reason"))
+    return new_turn(call.seq, body, call.prompt_ids, call.completion_ids, returned, call.response_id, first, stopped)

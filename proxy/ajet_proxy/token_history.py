@@ -14,13 +14,7 @@ branches each continue their own conversation. A call that continues no turn sta
 (`segment:new_conversation`, `segment:compacted`), or is a fallback when it shares an earlier turn's history but
 edits it (`fallback:<reason>`); both are rendered whole.
 
-The new messages' tokens come from the chat template, through the engine's `/tokenize`, rendered after a neutral
-turn (`neutral_prefix`: the system message, a placeholder question and an answer with the real tool calls). That
-answer is never the conversation's last turn in any rendering used here, so templates that render the last
-assistant turn differently (Qwen3 as shipped adds an empty `<think>` block to it) cannot move the boundary. The
-boundary is found by rendering twice with two one-letter answers (`ANSWER_TEXTS`): everything after the answer's
-text is the same in both (`common_suffix`), and its first turn close (`close_token`, probed the same way) ends the
-answer's turn; the close is left out when the model's own completion already ended with it.
+The new messages' tokens, and where the continued turn ends, come from the chat template: `turn_boundary`.
 
 Messages compare by what the template reads: role, text, tool calls (name and arguments parsed from JSON, so a
 framework that re-serialises arguments still matches), the tool result's text; never ids or reasoning. Dicts are
@@ -65,18 +59,14 @@ REASONS = {
     "tools_changed": "an earlier turn's conversation with other tools",
     "tokenize_failed": "the engine could not render the new messages (/tokenize failed)",
     "template_has_no_turn_close": "the chat template renders no token that closes an assistant turn",
-    "template_not_prefix_stable": "the chat template renders the new messages differently after other history",
+    "template_not_prefix_stable": "the chat template renders the answer so that nothing after it is the same whatever "
+    "the answer (the new messages cannot be told apart from it)",
 }
 """Every fallback reason, and what it means (docs/design.md lists them)."""
 
 CLASSIFIED_TURNS = 16
 """How many of an episode's latest turns a call that continues none is compared with to say why (a diagnosis: an
 episode of thousands of turns must not make each such call compare with all of them)."""
-
-PLACEHOLDER = "?"
-"""The text of the neutral prefix's question."""
-ANSWER_TEXTS = ("A", "B")
-"""The two one-letter answers whose renderings differ only in the answer's text."""
 
 
 @dataclass(slots=True)
@@ -105,6 +95,9 @@ class Turn:
     """The Responses API's id of the answer, when the call came through `/v1/responses`."""
     instructions_first: bool = False
     """Its first message is a Responses request's `instructions` (not part of the conversation it continues)."""
+    stop_id: Optional[int] = None
+    """The completion's last id when the engine stopped on it (an end-of-sequence or stop token: `ended_on_token`);
+    None when the length cap, a stop string or an error ended it. It stands as the turn's close in a continuation."""
 
     @property
     def prompt_ids(self) -> Sequence[int]:
@@ -145,7 +138,8 @@ Plan = Union[Extension, str]
 """What a call's prompt will be: an `Extension`, or the label it is rendered under."""
 
 
-def _arguments(args: Any) -> Any:
+def parsed_arguments(args: Any) -> Any:
+    """Tool-call arguments as the template sees them: a JSON string parsed (kept as is when it is not JSON)."""
     if isinstance(args, str):
         try:
             return json.loads(args)
@@ -159,7 +153,7 @@ def _calls(tool_calls: Any) -> list[list[Any]]:
     for tc in tool_calls or ():
         fn = tc.get("function") if isinstance(tc, dict) else None
         if isinstance(fn, dict):
-            out.append([fn.get("name"), _arguments(fn.get("arguments"))])
+            out.append([fn.get("name"), parsed_arguments(fn.get("arguments"))])
     return out
 
 
@@ -330,61 +324,3 @@ def _repeats_a_model_turn(messages: Sequence[dict[str, Any]], turns: Sequence[Tu
     said = {canonical_message(t.answer) for t in turns}
     said |= {canonical_message(m) for t in turns for m in t.messages[: t.n_messages] if m.get("role") == "assistant"}
     return any(canonical_message(m) in said for m in messages if m.get("role") == "assistant")
-
-
-def neutral_prefix(messages: Sequence[dict[str, Any]], parent: Turn, text: str) -> list[dict[str, Any]]:
-    """The conversation the new messages are rendered after: the call's system messages, a placeholder question,
-    and an answer of `text` carrying the parent's tool calls (no reasoning)."""
-    head = [dict(m) for m in messages[: system_head(messages)]]
-    answer: dict[str, Any] = {"role": "assistant", "content": text}
-    if parent.answer.get("tool_calls"):
-        answer["tool_calls"] = list(parent.answer["tool_calls"])
-    return head + [{"role": "user", "content": PLACEHOLDER}, answer]
-
-
-def close_probe(text: str) -> list[dict[str, Any]]:
-    """The conversation whose rendering shows an assistant turn's close: a question, an answer of `text`, and a
-    question after it (so the answer is never the last turn)."""
-    question = {"role": "user", "content": PLACEHOLDER}
-    return [question, {"role": "assistant", "content": text}, question]
-
-
-def common_suffix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many trailing ids two renderings share."""
-    n = 0
-    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
-        n += 1
-    return n
-
-
-def after_answer(a: Sequence[int], b: Sequence[int]) -> Optional[list[int]]:
-    """What follows the answer's text in two renderings that differ only in a one-letter answer: their common
-    suffix, when they differ in exactly one token at the same place (else None: the letter merged with what is
-    around it, so the boundary is not clean)."""
-    if len(a) != len(b):
-        return None
-    suffix = common_suffix(a, b)
-    if list(a[: len(a) - suffix - 1]) != list(b[: len(b) - suffix - 1]):
-        return None
-    return list(a[len(a) - suffix :])
-
-
-def close_token(rendered_a: Sequence[int], rendered_b: Sequence[int]) -> Optional[int]:
-    """The template's end-of-turn token: the first token after the answer's text in the two `close_probe`
-    renderings; None when they do not line up."""
-    after = after_answer(rendered_a, rendered_b)
-    return after[0] if after else None
-
-
-def delta_ids(
-    rendered_a: Sequence[int], rendered_b: Sequence[int], close: int, completion_ids: Sequence[int]
-) -> Optional[list[int]]:
-    """The new messages' tokens (and the generation prompt): what follows the neutral answer's turn close in the
-    two renderings of `neutral_prefix` + the new messages. The close is left out when the model's completion
-    already ended with it. None when the renderings do not line up, or no close ends the answer's turn."""
-    after = after_answer(rendered_a, rendered_b)
-    if after is None or close not in after:
-        return None
-    at = after.index(close)
-    skip = 1 if completion_ids and completion_ids[-1] == close else 0
-    return after[at + skip :]

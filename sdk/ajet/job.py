@@ -126,14 +126,26 @@ class AgentJetJob(BaseModel):
     takes only episodes whose oldest call is at most k policy versions behind the policy being updated; older ones
     are dropped and counted (`stale`). The loss corrects for the lag with the logged behaviour log-probs
     (truncated importance sampling, cap `tis_cap`, 2.0 when unset). Embedded engine and backend only."""
+    leftovers: Literal["correct", "drop"] = "correct"
+    """A synchronous job's (`max_staleness` 0) episodes that ended while a step drained but did not fit its batch
+    are one policy version (or more) behind at the next step. `correct`: they train with truncated importance
+    sampling against their logged log-probs (token-level, cap `tis_cap`, 2.0 when unset) for the steps that hold
+    them; `drop`: they are dropped for good (kept in the store, flagged `stale: ...`). Counted either way in the
+    step's metrics (`leftovers`, `dropped_stale`). `--backend verl` sets its rollout correction once per run, so
+    it corrects them only when `tis_cap` is set, and drops them otherwise."""
     use_kl_loss: bool = False
     """Add verl's KL loss against the reference policy."""
     kl_loss_coef: float = Field(default=0.001, ge=0)
     """KL loss coefficient."""
     kl_loss_type: str = "low_var_kl"
     """verl's `kl_penalty` type."""
-    loss_agg_mode: str = "token-mean"
-    """verl's `agg_loss` mode."""
+    loss_agg_mode: Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
+                           "seq-mean-token-sum-norm"] = "token-mean"  # fmt: skip
+    """How the policy loss over a batch's tokens becomes one number (verl's `agg_loss`, the same in both
+    backends). `token-mean`: every trained token weighs the same, so an episode weighs by its trained tokens (a
+    long multi-turn episode, or one split into several sequences, counts more); `seq-mean-token-mean`: every
+    sequence weighs the same whatever its length; `seq-mean-token-sum`, `-norm`: sequences summed over their
+    tokens, then averaged (`-norm` divides by the longest response). docs/training.md compares them."""
     save_freq: int = Field(default=10, ge=0)
     """Checkpoint every N steps (0 = only at stop)."""
     drain_timeout: float = Field(default=120.0, gt=0)

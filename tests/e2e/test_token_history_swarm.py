@@ -15,22 +15,15 @@ tests/proxy/dataplane/test_token_prompt.py.)
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Iterator
 
 import httpx
 import openai
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
-from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
-from ajet.types import ExperimentState
-from ajet_store import Store, sqlite_url
-from ajet_swarm.launch import launched_swarm
-from ajet_trainer.tiny_model import builtin_model_path
+from ajet import Task, WorkflowOutput
+from tests.support.bpe_swarm import BpeSwarm
 from tests.support.real_vllm import vllm_python
-from tests.support.rolling import wait_state
 from tests.support.trajectory import ADD_TOOL, add, logprob_gaps, one_trajectory
 
 # a swarm per (engine, model); vLLM's CPU build starts in about a minute
@@ -38,39 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 MAX_TOKENS = 12
 QUESTIONS = ("What is 2+3?", "And naïve + 1?", "Thanks, café?")
-JOB = dict(
-    batch_size=1000,  # no step while the module runs: every call is answered by the model the test scores with
-    num_repeat=1,
-    max_prompt_length=768,
-    max_response_length=256,
-    max_model_len=1024,
-    max_response_length_in_one_turn=64,
-)
-
-
-class BpeSwarm:
-    """`ajet-swarm start` with one engine on one built-in BPE model, ROLLING; its store, and the model for
-    reference."""
-
-    def __init__(self, root: Path, engine: str, model_name: str):
-        self._swarm = launched_swarm(root, "--engine", engine, timeout=600)
-        url = self._swarm.__enter__()
-        self.store = Store(sqlite_url(root / "ajet-swarm.db"))
-        self.client = SwarmClient(url)
-        self.client.sync_train_config(AgentJetJob(model=model_name, **JOB))
-        self.client.start_engine()
-        wait_state(self.client, ExperimentState.ROLLING, timeout=600)
-        path = str(builtin_model_path(model_name))
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.pad_id = 0
-
-    def close(self) -> None:
-        self.client.stop_engine()
-        self.client.close()
-        self.store.close()
-        self._swarm.__exit__(None, None, None)
-
-
 ENGINES = [
     pytest.param(("embedded", "builtin:tiny-bpe"), id="embedded-qwen25"),
     pytest.param(("embedded", "builtin:tiny-bpe-think"), id="embedded-qwen3"),

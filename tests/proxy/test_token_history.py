@@ -8,6 +8,7 @@ import gc
 import pytest
 
 from ajet_proxy import token_history as h
+from ajet_proxy import turn_boundary as tb
 from ajet_proxy.episode_history import EpisodeHistory, new_turn, turn_from_call
 from ajet_store.types import CallRecord
 
@@ -129,11 +130,15 @@ def test_every_label_is_listed_with_its_meaning():
 
 
 def test_the_neutral_prefix_keeps_the_system_message_and_the_answers_tool_calls_only():
-    prefix = h.neutral_prefix([*ASKED, sent_back(), TOOL_RESULT], turn(), "A")
+    prefix = tb.neutral_prefix([*ASKED, sent_back(), TOOL_RESULT], turn(), "A")
     assert prefix[0] == ASKED[0]
     assert [m["role"] for m in prefix] == ["system", "user", "assistant"]
-    assert prefix[2]["content"] == "A" and prefix[2]["tool_calls"] == [CALL]
-    no_system = h.neutral_prefix([ASKED[1], sent_back(), TOOL_RESULT], turn(messages=ASKED[1:]), "B")
+    # the answer's text may be dropped by a template (Llama 3's tool-call turns): the letter goes in the arguments
+    probed = {**CALL, "function": {"name": "add", "arguments": '{"a": 2, "b": 3, "ajet_probe": "A"}'}}
+    assert prefix[2]["content"] == "" and prefix[2]["tool_calls"] == [probed]
+    plain = tb.neutral_prefix([*ASKED, said("5"), ASKED[1]], turn(answer=said("5")), "A")
+    assert plain[2] == {"role": "assistant", "content": "A"}
+    no_system = tb.neutral_prefix([ASKED[1], sent_back(), TOOL_RESULT], turn(messages=ASKED[1:]), "B")
     assert [m["role"] for m in no_system] == ["user", "assistant"]
 
 
@@ -142,25 +147,47 @@ CLOSE, NL, START, A, B = 99, 10, 98, 65, 66
 
 def test_the_close_token_is_what_follows_the_answer_that_is_not_the_last_turn():
     head, tail = [START, 7, CLOSE, NL, START, 8], [CLOSE, NL, START, 7, CLOSE, NL, START, 8]
-    assert h.close_token([*head, A, *tail], [*head, B, *tail]) == CLOSE
-    assert h.close_token([*head, A, *tail], [*head, B, B, *tail]) is None  # the letter did not stay one token
-    assert h.close_token([1, *head, A, *tail], [2, *head, B, *tail]) is None  # the prefixes differ
+    assert tb.close_token([*head, A, *tail], [*head, B, *tail]) == CLOSE
+    assert tb.close_token([*head, A, *tail], [*head, B, B, *tail]) == CLOSE  # a letter of two tokens, still one place
+    assert tb.close_token([1, *head, *head, A, *tail], [2, *head, *head, B, *tail]) is None  # in two places
+    assert tb.close_token([*head, A, *tail], [*head, A, *tail]) is None  # the template did not render the answer
+    long = list(range(200, 200 + tb.MAX_PROBE_SPAN))
+    assert tb.close_token([*head, A, *long, *tail], [*head, B, *tail]) is None  # over more than a letter's span
 
 
-def test_the_delta_starts_after_the_close_the_model_generated_itself():
+def _parent(completion, stop_id=None):
+    return h.Turn(0, ASKED, 2, None, [1, 2, *completion], 2, 2 + len(completion), said("x"), stop_id=stop_id)
+
+
+def test_the_turn_ends_where_the_model_stopped_else_at_the_templates_close():
+    END, CALLED = 97, 96  # gpt-oss: the model stops on <|return|> (END) or <|call|> (CALLED); history says <|end|>
     head, calls = [START, 1, 2, CLOSE, NL, START, 8], [70, 71]
     new = [NL, START, 20, 21, CLOSE, NL, START, 8]
     a, b = [*head, A, *calls, CLOSE, *new], [*head, B, *calls, CLOSE, *new]
-    # the completion ended with the close: the delta starts after it, with the template's newline
-    assert h.delta_ids(a, b, CLOSE, [60, 61, CLOSE]) == new
-    # it was cut (length) or ended with another end token (the pad): the template's close is inserted
-    assert h.delta_ids(a, b, CLOSE, [60, 61]) == [CLOSE, *new]
+    # it stopped on the close: the delta starts after it, with the template's newline
+    assert tb.delta_ids(a, b, CLOSE, _parent([60, 61, CLOSE], stop_id=CLOSE)) == new
+    assert tb.delta_ids(a, b, CLOSE, _parent([60, 61, CLOSE])) == new  # a turn logged before stop ids were kept
+    # it stopped on another token the template does not render there: that token stands as the close
+    assert tb.delta_ids(a, b, CLOSE, _parent([60, END], stop_id=END)) == new
+    # it stopped on a token the template renders after the answer (a tool call's <|call|>): the turn ends there
+    c, d = [*head, A, 72, CALLED, *new], [*head, B, 72, CALLED, *new]
+    assert tb.delta_ids(c, d, CLOSE, _parent([60, CALLED], stop_id=CALLED)) == new
+    # it was cut (length): the template's close is inserted
+    assert tb.delta_ids(a, b, CLOSE, _parent([60, 61])) == [CLOSE, *new]
 
 
 def test_renderings_that_do_not_line_up_give_no_delta():
     head = [START, 1, 2, CLOSE]
-    assert h.delta_ids([*head, A, CLOSE, 5], [*head, B, B, CLOSE, 5], CLOSE, [CLOSE]) is None  # lengths differ
-    assert h.delta_ids([*head, A, 5, 6], [*head, B, 5, 6], CLOSE, [CLOSE]) is None  # no close after the answer
+    assert tb.delta_ids([*head, A, CLOSE, 5], [*head, A, CLOSE, 5], CLOSE, _parent([CLOSE])) is None  # the same
+    assert tb.delta_ids([*head, A, 5, 6], [*head, B, 5, 6], CLOSE, _parent([4])) is None  # no close after the answer
+
+
+def test_an_answer_that_ended_on_a_stop_token_keeps_it_as_its_close():
+    assert tb.ended_on_token("stop", None) and tb.ended_on_token("stop", 151645)  # EOS, a stop token id
+    assert not tb.ended_on_token("stop", "\n\n") and not tb.ended_on_token("length", None)  # a stop string, the cap
+    stopped = new_turn(0, {"messages": ASKED}, [1, 2], [7, 8], ANSWER, stopped=True)
+    cut = new_turn(0, {"messages": ASKED}, [1, 2], [7, 8], ANSWER, stopped=False)
+    assert stopped is not None and stopped.stop_id == 8 and cut is not None and cut.stop_id is None
 
 
 def test_a_turns_ids_are_kept_out_of_the_garbage_collectors_walk():

@@ -1,17 +1,23 @@
-"""The built-in byte-level BPE tokenizer (`builtin:tiny-bpe`, `builtin:small-bpe`, `builtin:tiny-bpe-think`).
+"""The built-in byte-level BPE tokenizer (`builtin:tiny-bpe`, `builtin:tiny-bpe-<family>`, ...).
 
 Real chat models use byte-level BPE, where the ids a model samples need not be the tokenizer's own split of
 their text, a lone byte decodes to U+FFFD, and leading whitespace fuses with what the template put before it.
 The char-level built-in models hide all of that; these models show it, with no download: the tokenizer is
 trained at first use, deterministically, on text this module generates from a fixed seed (English-like
 sentences, numbers, JSON tool calls written compactly and pretty-printed, code, and non-ASCII words).
+
+One vocabulary serves every model family (`ajet_trainer.chat_templates.FAMILIES`): it holds all their special
+tokens, and a family sets the chat template, the end-of-sequence and the beginning-of-sequence tokens.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from functools import lru_cache
 from typing import Any, Iterator
+
+from ajet_trainer.chat_templates import ALL_SPECIALS, Family
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 """Special tokens (skipped when decoding with `skip_special_tokens`), as in Qwen's tokenizers."""
@@ -77,10 +83,10 @@ def corpus_lines(n: int = 6000, seed: int = CORPUS_SEED) -> Iterator[str]:
             yield "\n\n".join(_sentence(rng) for _ in range(2)) + "\n"
 
 
-def build_bpe_tokenizer(chat_template: str) -> Any:
-    """The byte-level BPE fast tokenizer with `chat_template` (trained here, the same every time)."""
+@lru_cache(maxsize=1)
+def _trained() -> str:
+    """The trained BPE tokenizer, serialised (training takes seconds; every family's tokenizer starts from it)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -93,12 +99,22 @@ def build_bpe_tokenizer(chat_template: str) -> Any:
     )
     tok.train_from_iterator(corpus_lines(), trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ALL_SPECIALS])
+    return tok.to_str()
+
+
+def build_bpe_tokenizer(family: Family) -> Any:
+    """The byte-level BPE fast tokenizer with a family's chat template and end (and beginning) of sequence."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
+        tokenizer_object=Tokenizer.from_str(_trained()),
+        eos_token=family.stops[0],
+        bos_token=family.bos or None,
         pad_token="<|endoftext|>",
         unk_token=None,
-        additional_special_tokens=SPECIAL[1:],
+        additional_special_tokens=[*SPECIAL[1:], *ALL_SPECIALS],
     )
-    fast.chat_template = chat_template
+    fast.chat_template = family.template
     return fast

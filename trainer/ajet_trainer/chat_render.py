@@ -48,15 +48,44 @@ def _parsed_arguments(tc: dict[str, Any]) -> dict[str, Any]:
     return {**tc, "function": fn}
 
 
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt", "tokenize"}
+)
+"""`chat_template_kwargs` keys a request may not set: `apply_chat_template`'s own parameters."""
+
+
+def template_options(body: dict[str, Any]) -> dict[str, Any]:
+    """The request's own chat template (`chat_template`) and template variables (`chat_template_kwargs`, e.g.
+    `enable_thinking`), as `apply_chat_template` keywords (vLLM's request fields of the same names);
+    `InvalidRequest` naming the field when one is malformed."""
+    out: dict[str, Any] = {}
+    template = body.get("chat_template")
+    if template is not None:
+        if not isinstance(template, str):
+            raise InvalidRequest.for_field("chat_template", "must be a string (a Jinja chat template)")
+        out["chat_template"] = template
+    extra = body.get("chat_template_kwargs")
+    if extra is not None:
+        if not isinstance(extra, dict) or not all(isinstance(k, str) for k in extra):
+            raise InvalidRequest.for_field("chat_template_kwargs", "must be an object of template variables")
+        clash = sorted(RESERVED_TEMPLATE_KWARGS & extra.keys())
+        if clash:
+            raise InvalidRequest.for_field("chat_template_kwargs", f"may not set {', '.join(clash)}")
+        out.update(extra)
+    return out
+
+
 def render_ids(
     tokenizer: Any,
     messages: list[dict[str, Any]],
     tools: Optional[list[dict[str, Any]]] = None,
     add_generation_prompt: bool = True,
+    options: Optional[dict[str, Any]] = None,
 ) -> list[int]:
-    """Token ids of `messages` (+ `tools`) through the tokenizer's chat template; `InvalidRequest` naming `messages`
-    when the template refuses them."""
+    """Token ids of `messages` (+ `tools`) through the tokenizer's chat template (or `options`' own, with its
+    variables: `template_options`); `InvalidRequest` naming `messages` when the template refuses them."""
     kwargs = {"tools": tools} if tools else {}
+    kwargs.update(options or {})
     try:
         text = tokenizer.apply_chat_template(
             _normalise(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs

@@ -54,7 +54,8 @@ class _Timers:
     wait_s: float = 0.0
     drain_s: float = 0.0
     dropped: int = 0
-    """Episodes dropped as too old (asynchronous training) since the last step."""
+    """Episodes dropped as too old since the last step (asynchronous training, or a synchronous job's leftovers the
+    session cannot correct or the job drops)."""
 
 
 class TrainerDaemon:
@@ -204,13 +205,16 @@ class TrainerDaemon:
         pool = self.store.pool_episodes()
         if job.max_staleness > 0:
             pool, stale = split_stale(pool, session.policy_version, job.max_staleness)
-            if stale:
-                self.timers.dropped += self.store.drop_stale(
-                    [p.uuid for p in stale],
-                    f"older than max_staleness={job.max_staleness} at policy v{session.policy_version}",
-                )
+            why = f"older than max_staleness={job.max_staleness} at policy v{session.policy_version}"
+        elif job.leftovers == "drop" or not session.corrects_lag:
+            pool, stale = split_stale(pool, session.policy_version, 0)
+            why = f"a leftover of an older policy at policy v{session.policy_version} (leftovers: drop)"
+        else:
+            stale = []
+        if stale:
+            self.timers.dropped += self.store.drop_stale([p.uuid for p in stale], why)
         batch = select_batch(pool, row.batch_mode, job.batch_size, job.num_repeat, job.mission_mix)
-        self._pool_seen = None if batch or job.max_staleness > 0 else seen
+        self._pool_seen = None if batch or stale or job.max_staleness > 0 else seen
         return batch
 
     def async_step(self, session: TrainingSession, row: ExperimentRow) -> bool:
@@ -278,7 +282,7 @@ class TrainerDaemon:
                     **self.template,
                     "wait_s": self.timers.wait_s,
                     "drain_s": self.timers.drain_s,
-                    **staleness_metrics(batch, session.policy_version, 0),
+                    **staleness_metrics(batch, session.policy_version, self.timers.dropped),
                     **self._lost_calls(),
                 },
             )

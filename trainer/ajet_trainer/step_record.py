@@ -30,10 +30,12 @@ def batch_reward_mean(batch: Sequence[PoolEpisode]) -> float:
 
 def staleness_metrics(batch: Sequence[PoolEpisode], version: int, dropped: int) -> Metrics:
     """How old a step's data is: `staleness/<k>` episodes whose oldest call is k versions behind `version` (the
-    policy being updated), their mean and max, and the episodes dropped as too old since the last step (count
-    and share of all the step saw)."""
+    policy being updated), their mean and max, `leftovers` (those behind at all: a synchronous job's episodes that
+    missed an earlier batch), and the episodes dropped as too old since the last step (count and share of all the
+    step saw)."""
     lags = [version - p.oldest_version for p in batch]
     out: Metrics = {f"staleness/{k}": float(n) for k, n in sorted(Counter(lags).items())}
+    out["leftovers"] = float(sum(1 for lag in lags if lag > 0))
     out["staleness_mean"] = sum(lags) / len(lags) if lags else 0.0
     out["staleness_max"] = float(max(lags, default=0))
     out["dropped_stale"] = float(dropped)

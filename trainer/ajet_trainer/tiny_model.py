@@ -10,12 +10,15 @@ through the same `from_pretrained` code as any model.
   Qwen2.5-style template (`ajet_trainer.chat_templates`). Here re-rendering does not give back what was
   sampled (non-canonical splits, cut multi-byte characters, tool-call JSON re-rendered with `tojson`), which is
   why the proxy keeps each episode's history as tokens.
-- `tiny-bpe-think`: `tiny-bpe` with a Qwen3-style template that drops earlier turns' `<think>` blocks.
+- `tiny-bpe-think`: `tiny-bpe` with Qwen3's template as shipped (earlier turns' reasoning dropped, an empty think
+  block on the last turn); `tiny-bpe-<family>` (qwen3-instruct, llama3, mistral, gemma3, deepseek-r1, gpt-oss):
+  the same vocabulary and weights with that family's template and stop tokens (`ajet_trainer.chat_templates`).
 - `demo`: `tiny` with its weights drawn at std 0.05 instead of 0.02, the demo's model: RL from it needs fewer
   episodes (exploratory runs of the demo's loop, four letters, 12 seeds: a median of 60 steps to 0.8 with every
   seed there, against 72 with one seed stuck at std 0.02); its first answers are as random (reward ~0.01).
-Every model ends an answer on `<|im_end|>` or on the pad token `<|endoftext|>` (as Qwen's generation configs
-do), so a sampled pad token never vanishes from the middle of an answer's text.
+Every model ends an answer on its family's stop tokens (`<|im_end|>` for ChatML) or on the pad token
+`<|endoftext|>` (as Qwen's generation configs do), so a sampled pad token never vanishes from the middle of an
+answer's text.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ajet_trainer.chat_templates import CHAR_TEMPLATE, QWEN3_STYLE, QWEN25_STYLE
+from ajet_trainer.chat_templates import CHAR_TEMPLATE, FAMILIES
 from ajet_trainer.errors import ModelFolderNotFound
 
 logger = logging.getLogger(__name__)
@@ -60,8 +63,8 @@ class BuiltinSpec:
     """The Qwen3 config's size fields."""
     tokenizer: str = "char"
     """`char` (one token per character) or `bpe` (byte-level BPE, `ajet_trainer.builtin_bpe`)."""
-    template: str = CHAR_TEMPLATE
-    """The chat template."""
+    family: str = ""
+    """A `bpe` model's family (`ajet_trainer.chat_templates.FAMILIES`): its chat template and stop tokens."""
     max_positions: int = 32768
     """`max_position_embeddings`: the context the model accepts (32k: real agents' prompts fit, e.g. smolagents'
     CodeAgent system prompt is ~8.7k characters). Rotary positions: the weights do not depend on it."""
@@ -72,9 +75,11 @@ class BuiltinSpec:
 BUILTINS: dict[str, BuiltinSpec] = {
     "tiny": BuiltinSpec(_TINY),
     "small": BuiltinSpec(_SMALL),
-    "tiny-bpe": BuiltinSpec(_TINY, "bpe", QWEN25_STYLE),
-    "small-bpe": BuiltinSpec(_SMALL, "bpe", QWEN25_STYLE),
-    "tiny-bpe-think": BuiltinSpec(_TINY, "bpe", QWEN3_STYLE),
+    "tiny-bpe": BuiltinSpec(_TINY, "bpe", "qwen2.5"),
+    "small-bpe": BuiltinSpec(_SMALL, "bpe", "qwen2.5"),
+    "tiny-bpe-think": BuiltinSpec(_TINY, "bpe", "qwen3"),
+    **{f"tiny-bpe-{name}": BuiltinSpec(_TINY, "bpe", name) for name in FAMILIES if not name.startswith("qwen")},
+    "tiny-bpe-qwen3-instruct": BuiltinSpec(_TINY, "bpe", "qwen3-instruct"),
     "demo": BuiltinSpec(_TINY, init_std=0.05),
 }
 SIZES: dict[str, dict[str, int]] = {name: spec.size for name, spec in BUILTINS.items()}
@@ -89,13 +94,16 @@ def cache_root() -> Path:
 
 def _spec_hash(name: str) -> str:
     spec = BUILTINS[name]
-    parts: dict[str, Any] = {"size": spec.size, "template": spec.template, "seed": SEED, "v": 5}
+    parts: dict[str, Any] = {"size": spec.size, "seed": SEED, "v": 5}
     if spec.tokenizer == "char":
-        parts.update(chars=CHARS, special=SPECIAL_TOKENS)
+        parts.update(chars=CHARS, special=SPECIAL_TOKENS, template=CHAR_TEMPLATE)
     else:
         from ajet_trainer import builtin_bpe
+        from ajet_trainer.chat_templates import ALL_SPECIALS
 
+        family = FAMILIES[spec.family]
         parts.update(bpe=[builtin_bpe.VOCAB_SIZE, builtin_bpe.CORPUS_SEED, builtin_bpe.SPECIAL, builtin_bpe.ADDED])
+        parts.update(specials=ALL_SPECIALS, template=family.template, stops=family.stops, bos=family.bos)
     parts.update(positions=spec.max_positions)
     if spec.init_std != DEFAULT_INIT_STD:  # the default stays out: the other models' folders keep their names
         parts.update(init_std=spec.init_std)
@@ -108,8 +116,8 @@ def build_tokenizer(name: str = "tiny") -> Any:
     if spec.tokenizer == "bpe":
         from ajet_trainer.builtin_bpe import build_bpe_tokenizer
 
-        return build_bpe_tokenizer(spec.template)
-    return build_char_tokenizer(spec.template)
+        return build_bpe_tokenizer(FAMILIES[spec.family])
+    return build_char_tokenizer()
 
 
 def build_char_tokenizer(template: str = CHAR_TEMPLATE) -> Any:
@@ -158,7 +166,8 @@ def _create(name: str, dest: Path) -> None:
     torch.manual_seed(SEED)
     model = Qwen3ForCausalLM(cfg)
     # The pad token ends an answer too: sampled mid-answer, engines dropped it from the text the agent gets back.
-    ends = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    stops = FAMILIES[spec.family].stops if spec.tokenizer == "bpe" else (tokenizer.eos_token,)
+    ends = [*tokenizer.convert_tokens_to_ids(list(stops)), tokenizer.pad_token_id]
     model.generation_config = GenerationConfig(
         eos_token_id=ends, pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0
     )

@@ -22,6 +22,7 @@ from ajet_proxy.dataplane.tokens import Extracted
 from ajet_proxy.episode_history import new_turn
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_proxy.token_history import EXTENDED, answer_message
+from ajet_proxy.turn_boundary import ended_on_token
 from ajet_store.types import CallRecord, RegisteredEngine
 
 CLIENT_GONE_STREAM = "the client disconnected before [DONE]"
@@ -113,6 +114,7 @@ class InFlightCall:
             answer,
             self.shape.response_id,
             self.instructions_first,
+            ended_on_token(ex.finish_reason, ex.stop_reason),
         )
         if turn is None:  # ids no later call can continue
             self.ep.history.seen(record.seq)

@@ -25,6 +25,7 @@ import orjson
 from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable
 from ajet_proxy import token_history as h
+from ajet_proxy import turn_boundary as tb
 from ajet_proxy.dataplane.engine_client import engine_headers
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_proxy.proxy import Proxy
@@ -32,9 +33,9 @@ from ajet_store.types import RegisteredEngine
 
 logger = logging.getLogger(__name__)
 
-TEMPLATE_FIELDS = ("chat_template_kwargs",)
-"""Request fields the engine renders the chat template with (`enable_thinking`, ...): a call's new messages are
-tokenized with the call's own."""
+TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
+"""Request fields the engine renders the chat template with (a template of the call's own; `enable_thinking`, ...):
+a call's new messages are tokenized, and the template's turn close probed, with the call's own."""
 
 
 class TokenizeFailed(EngineUnavailable):
@@ -62,8 +63,9 @@ class TokenPrompts:
 
     def __init__(self, proxy: Proxy):
         self.proxy = proxy
-        self._close: dict[tuple[str, str], int] = {}
-        """Each engine's end-of-turn token, by its base URL and the job's model (a port may be reused)."""
+        self._close: dict[tuple[str, str, bytes], int] = {}
+        """Each engine's end-of-turn token, by its base URL, the job's model (a port may be reused) and the call's
+        template fields."""
 
     def exact(self) -> bool:
         """Whether the job keeps token history (`AgentJetJob.token_history == "exact"`)."""
@@ -93,14 +95,11 @@ class TokenPrompts:
         close = await self._close_token(engine, body)
         if close is None:
             return h.FALLBACK + "template_has_no_turn_close"
-        messages, tools = body["messages"], template_tools(body)
-        rendered = [
-            await self.tokenize(engine, {**_template_fields(body), "messages": conversation}, tools)
-            for conversation in (
-                h.neutral_prefix(messages, step.parent, text) + list(messages[step.start :]) for text in h.ANSWER_TEXTS
-            )
-        ]
-        delta = h.delta_ids(rendered[0], rendered[1], close, step.parent.completion_ids)
+        messages, tools, fields = body["messages"], template_tools(body), _template_fields(body)
+        new = list(messages[step.start :])
+        conversations = [tb.neutral_prefix(messages, step.parent, text) + new for text in tb.ANSWER_TEXTS]
+        rendered = [await self.tokenize(engine, {**fields, "messages": c}, tools) for c in conversations]
+        delta = tb.delta_ids(rendered[0], rendered[1], close, step.parent)
         return h.FALLBACK + "template_not_prefix_stable" if delta is None else delta
 
     async def _read_missing(self, ep: OpenEpisode, seq: int) -> None:
@@ -113,11 +112,11 @@ class TokenPrompts:
     async def _close_token(self, engine: RegisteredEngine, body: dict[str, Any]) -> Optional[int]:
         """The engine's end-of-turn token: probed once (`token_history.close_token`)."""
         job = self.proxy.experiment.job
-        key = (engine.base_url, job.model if job is not None else "")
+        fields = _template_fields(body)
+        key = (engine.base_url, job.model if job is not None else "", orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
         if key not in self._close:
-            fields = _template_fields(body)
-            a, b = [await self.tokenize(engine, {**fields, "messages": h.close_probe(t)}) for t in h.ANSWER_TEXTS]
-            close = h.close_token(a, b)
+            a, b = [await self.tokenize(engine, {**fields, "messages": tb.close_probe(t)}) for t in tb.ANSWER_TEXTS]
+            close = tb.close_token(a, b)
             if close is None:
                 return None
             self._close[key] = close

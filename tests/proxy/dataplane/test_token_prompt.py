@@ -1,5 +1,5 @@
 """Token in, token out through a real proxy, on the built-in BPE models (Qwen2.5-style `tiny-bpe` and the
-Qwen3-style `tiny-bpe-think`, whose template drops earlier `<think>` blocks), with every framework's tool loop of
+`tiny-bpe-think`, Qwen3's template as shipped), with every framework's tool loop of
 3 or more turns: the openai SDK (chat, plain and streamed; Responses with `previous_response_id`), the OpenAI
 Agents SDK, LangGraph's ReAct agent and the anthropic SDK.
 

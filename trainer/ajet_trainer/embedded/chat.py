@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from ajet.chat_request import content_text, max_tokens_asked, prompt_over_job, template_tools
 from ajet.errors import ContextLengthExceeded, InvalidRequest
-from ajet_trainer.chat_render import parse_tool_calls, render_ids
+from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
 from ajet_trainer.embedded.generation import GenRequest, GenResult
 from ajet_trainer.types import Tokenizer
 
@@ -71,7 +71,7 @@ def prompt_ids(
         if max_context is not None and least >= max_context:
             why = f"the prompt is at least {least} tokens; this model's context is {max_context} tokens"
             raise ContextLengthExceeded.for_field("messages", why)
-        ids = render_ids(tokenizer, body["messages"], template_tools(body))
+        ids = render_ids(tokenizer, body["messages"], template_tools(body), options=template_options(body))
     if max_context is not None and len(ids) >= max_context:
         why = f"the prompt is {len(ids)} tokens; this model's context is {max_context} tokens"
         raise ContextLengthExceeded.for_field("messages", why)

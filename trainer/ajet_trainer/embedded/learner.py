@@ -38,12 +38,12 @@ ASYNC_TIS_CAP = 2.0
 """The truncated importance-sampling cap of an asynchronous job that sets none (verl's usual threshold)."""
 
 
-def tis_cap(job: AgentJetJob) -> Optional[float]:
+def tis_cap(job: AgentJetJob, lagged: bool = False) -> Optional[float]:
     """The cap of the behaviour-policy correction: the job's, else `ASYNC_TIS_CAP` when it trains asynchronously
-    (its batches hold data of older policies), else None (off)."""
+    or the batch holds a synchronous job's leftovers (`lagged`: data of older policies), else None (off)."""
     if job.tis_cap is not None:
         return job.tis_cap
-    return ASYNC_TIS_CAP if job.max_staleness > 0 else None
+    return ASYNC_TIS_CAP if job.max_staleness > 0 or lagged else None
 
 
 def _aggregated(agg: dict[str, list[float]]) -> dict[str, float]:
@@ -90,8 +90,9 @@ class Learner:
                     return sequence_logprobs(self.model, batch)[0]
             return sequence_logprobs(self.ref_model, batch)[0]
 
-    def update(self, samples: Sequence[EpisodeSample], seed: int = 0) -> dict[str, float]:
-        """One GRPO step; returns its metrics."""
+    def update(self, samples: Sequence[EpisodeSample], seed: int = 0, lagged: bool = False) -> dict[str, float]:
+        """One GRPO step; returns its metrics. `lagged`: some samples come from an older policy than the one being
+        updated (a synchronous job's leftovers): the loss corrects them as an asynchronous job's (`tis_cap`)."""
         t0 = time.perf_counter()
         samples = canonical_order(samples)  # arrival order must not change the update
         adv = episode_advantages(samples)
@@ -114,7 +115,8 @@ class Learner:
             "trained_tokens": int(batch.response_mask.sum()),
         }
         agg: dict[str, list[float]] = {}
-        old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg)
+        cap = tis_cap(self.job, lagged)
+        old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg, cap)
         gap = (old_logp - batch.rollout_logprobs).abs()  # the engine's numbers vs the trainer's, same tokens
         metrics["logprob_gap"] = masked_mean(gap, batch.response_mask)
         metrics["logprob_gap_max"] = masked_max(gap, batch.response_mask)
@@ -123,7 +125,13 @@ class Learner:
         return metrics
 
     def _epochs(
-        self, batch: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor], seed: int, agg: Any
+        self,
+        batch: Batch,
+        old_logp: Optional[torch.Tensor],
+        ref_logp: Optional[torch.Tensor],
+        seed: int,
+        agg: Any,
+        cap: Optional[float],
     ) -> torch.Tensor:
         """`ppo_epochs` passes over `mini_batch_num` mini-batches (a seeded shuffle); returns the old log-probs (the
         first pass's, when there is one pass only)."""
@@ -138,6 +146,7 @@ class Learner:
                     None if single_pass or old_logp is None else old_logp[idx_d],
                     None if ref_logp is None else ref_logp[idx_d],
                     agg,
+                    cap,
                 )
                 if single_pass:
                     old_logp = old
@@ -145,14 +154,19 @@ class Learner:
         return old_logp
 
     def _mini_step(
-        self, mb: Batch, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor], agg: dict[str, list[float]]
+        self,
+        mb: Batch,
+        old_logp: Optional[torch.Tensor],
+        ref_logp: Optional[torch.Tensor],
+        agg: dict[str, list[float]],
+        cap: Optional[float],
     ) -> torch.Tensor:
-        """One optimizer step; returns the log-probs it computed before stepping (detached)."""
+        """One optimizer step (`cap`: the behaviour-policy correction's, None: off); returns the log-probs it
+        computed before stepping (detached)."""
         logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
         if old_logp is None:
             old_logp = logp.detach()
         is_w, is_m = None, {}
-        cap = tis_cap(self.job)
         if cap is not None:
             is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, cap)
         loss, m = policy_loss(

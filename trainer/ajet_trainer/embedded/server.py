@@ -23,7 +23,7 @@ from aiohttp import web
 from ajet.chat_request import validate_chat, validate_messages
 from ajet.errors import InvalidRequest, SwarmError
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body, openai_status
-from ajet_trainer.chat_render import render_ids
+from ajet_trainer.chat_render import render_ids, template_options
 from ajet_trainer.embedded.batcher import Batcher, Pending
 from ajet_trainer.embedded.chat import (
     check_engine_support,
@@ -164,7 +164,8 @@ class EmbeddedEngine:
             tools = body.get("tools")
             if tools is not None and not isinstance(tools, list):
                 raise InvalidRequest.for_field("tools", "must be a list")
-            return render_ids(self.tokenizer, body["messages"], tools, bool(body.get("add_generation_prompt", True)))
+            generation = bool(body.get("add_generation_prompt", True))
+            return render_ids(self.tokenizer, body["messages"], tools, generation, template_options(body))
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise InvalidRequest.for_field("prompt", "required (a string), or give `messages`")

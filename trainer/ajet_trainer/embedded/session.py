@@ -70,6 +70,11 @@ class EmbeddedSession:
         return self.engines.base_url
 
     @property
+    def corrects_lag(self) -> bool:
+        """Always: the learner turns truncated importance sampling on for a batch holding older data."""
+        return True
+
+    @property
     def served_model(self) -> str:
         """The model name the proxy sends to the engine (`policy`, or `policy@<N>` with vLLM)."""
         return self.engines.served_model
@@ -100,7 +105,8 @@ class EmbeddedSession:
         t1 = time.perf_counter()
         with self.engines.updating(self.step + 1):
             if has_tokens(samples):
-                metrics.update(self.learner.update(samples, seed=self.job.seed + self.step))
+                lagged = any(p.oldest_version < self.policy_version for p in batch)
+                metrics.update(self.learner.update(samples, seed=self.job.seed + self.step, lagged=lagged))
             self.step += 1
         t_publish = time.perf_counter()
         self.engines.publish(self.step)

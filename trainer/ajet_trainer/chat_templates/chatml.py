@@ -1,12 +1,15 @@
-"""The chat templates of the built-in models (Jinja, rendered by transformers' `apply_chat_template` and vLLM).
+"""ChatML templates: the char-level models' and the Qwen family's (`<|im_start|>role ... <|im_end|>`).
 
 - `CHAR_TEMPLATE`: the char-level models' ChatML with tools and Hermes-style `<tool_call>` blocks.
 - `QWEN25_STYLE`: the shape of Qwen2.5's template: a default system prompt, the tools as JSON lines inside
   `<tools></tools>`, each tool call as `<tool_call>\\n{"name": ..., "arguments": <tojson>}\\n</tool_call>`, and
   consecutive tool results grouped in one `user` turn of `<tool_response>` blocks.
-- `QWEN3_STYLE`: the same plus Qwen3's reasoning: an assistant turn's `<think>...</think>` block (from
-  `reasoning_content`, or split off its content) is rendered only for the turns after the last user query, so
-  earlier turns lose their reasoning when a new user message arrives.
+- `QWEN3_STYLE`: Qwen3's template as shipped: no default system prompt; an assistant turn's reasoning (from
+  `reasoning_content`, or split off its content at `</think>`) is rendered only for the turns after the last user
+  query, so earlier turns lose it; the conversation's *last* assistant turn gets a `<think>` block even when it
+  has no reasoning (the branch `loop.last or reasoning_content`); `enable_thinking=false` puts an empty think block
+  in the generation prompt.
+- `QWEN3_INSTRUCT_STYLE`: a Qwen3-style instruct template (Qwen3-2507 Instruct's shape): no reasoning at all.
 
 Tool-call arguments reach a template as objects (the engines parse the wire's JSON strings first, as vLLM does),
 so the template re-renders them with `tojson`: compact JSON the model wrote comes back re-spaced, `1.50` as `1.5`.
@@ -40,25 +43,37 @@ CHAR_TEMPLATE = (
 
 _DEFAULT_SYSTEM = "You are a helpful assistant."
 
-_HEADER = (
-    "{%- if tools %}"
-    "<|im_start|>system\n"
-    "{%- if messages[0].role == 'system' %}{{ '\\n' + messages[0].content }}{% else %}{{ '\\n"
-    + _DEFAULT_SYSTEM
-    + "' }}"
-    "{% endif %}"
-    "{{ '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}"
+_TOOLS_BLOCK = (
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}"
     "{{- 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
     "{%- for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
     "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
     '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": '
     "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif messages[0].role == 'system' %}"
+)
+
+_HEADER = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}{{ '" + _DEFAULT_SYSTEM + "' }}"
+    "{% endif %}{{ '\\n\\n' }}" + _TOOLS_BLOCK + "{%- elif messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
     "{%- else %}"
     "{{- '<|im_start|>system\\n" + _DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
     "{%- endif %}"
 )
+"""Qwen2.5's system turn: the system message (or a default one), then the tools."""
+
+_HEADER_NO_DEFAULT = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{% endif %}"
+    + _TOOLS_BLOCK
+    + "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+)
+"""Qwen3's system turn: no default system message."""
 
 
 def _tool_calls(newline_first: str) -> str:
@@ -112,22 +127,34 @@ _ASSISTANT_WITH_THINKING = (
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
     "{%- endif %}"
     "{{- '<|im_start|>assistant\\n' }}"
-    "{%- if loop.index0 > ns.last_query_index and reasoning %}"
-    "{{- '<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' }}"
-    "{%- endif %}"
-    "{{- content }}"
+    "{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning) %}"
+    "{{- '<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
+    "{%- else %}{{- content }}{%- endif %}"
+)
+"""Qwen3's assistant turn: the reasoning only after the last user query, and always on the conversation's last
+turn (an empty think block when it has none)."""
+
+
+def _chatml(header: str, assistant: str, newline_first: str, generation: str) -> str:
+    """A Qwen-family template: `header`, then each message (`assistant` renders an assistant turn's text), then the
+    generation prompt followed by `generation`."""
+    return (
+        header + _LAST_QUERY + "{%- for message in messages %}"
+        "{%- set content = message.content or '' %}"
+        "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
+        "{%- elif message.role == 'assistant' %}" + assistant + _tool_calls(newline_first) + "{{- '<|im_end|>\\n' }}"
+        "{%- elif message.role == 'tool' %}" + _TOOL_RESULT + "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}" + generation + "{% endif %}"
+    )
+
+
+QWEN3_STYLE = _chatml(
+    _HEADER_NO_DEFAULT,
+    _ASSISTANT_WITH_THINKING,
+    "content",
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}",
 )
 
-QWEN3_STYLE = (
-    _HEADER + _LAST_QUERY + "{%- for message in messages %}"
-    "{%- set content = message.content or '' %}"
-    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'assistant' %}"
-    + _ASSISTANT_WITH_THINKING
-    + _tool_calls("content")
-    + "{{- '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}" + _TOOL_RESULT + "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+QWEN3_INSTRUCT_STYLE = _chatml(_HEADER_NO_DEFAULT, "{{- '<|im_start|>assistant\\n' + content }}", "content", "")
