@@ -216,3 +216,29 @@ def test_the_stop_string_that_ended_the_answer_is_named_as_vllm_does(scripted, s
     assert last["finish_reason"] == "stop" and last["stop_reason"] == "END"
     answer("ab")
     assert _post(url, temperature=1.0).json()["choices"][0]["stop_reason"] is None  # EOS
+
+
+def test_a_requests_own_template_and_variables_reach_the_chat_template():
+    """`chat_template` and `chat_template_kwargs` (vLLM's request fields): the engine renders with them; malformed
+    ones, or variables that would set `apply_chat_template`'s own parameters, are a 400 naming the field."""
+    from ajet.errors import InvalidRequest
+    from ajet_trainer.chat_render import render_ids, template_options
+    from ajet_trainer.chat_templates import FAMILIES
+    from ajet_trainer.tiny_model import build_tokenizer
+
+    tok = build_tokenizer("tiny-bpe")
+    msgs = [{"role": "user", "content": "Hi?"}]
+    llama = template_options({"chat_template": FAMILIES["llama3"].template})
+    assert "<|start_header_id|>user<|end_header_id|>" in tok.decode(render_ids(tok, msgs, options=llama))
+    qwen3 = template_options(
+        {"chat_template": FAMILIES["qwen3"].template, "chat_template_kwargs": {"enable_thinking": False}}
+    )
+    assert tok.decode(render_ids(tok, msgs, options=qwen3)).endswith("<think>\n\n</think>\n\n")
+    for body, field in (
+        ({"chat_template": 3}, "chat_template"),
+        ({"chat_template_kwargs": ["x"]}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs"),
+    ):
+        with pytest.raises(InvalidRequest) as err:
+            template_options(body)
+        assert err.value.fields == [field]
