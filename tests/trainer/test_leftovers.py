@@ -77,6 +77,7 @@ def test_a_session_that_cannot_correct_them_drops_them():
     """verl's rollout correction is set once per run: without `tis_cap` its session drops leftovers."""
     batch, pool, dropped = batch_after_a_step("correct", corrects_lag=False)
     assert [p.uuid for p in batch] == ["e2", "e3"] and set(pool.dropped) == {"e0", "e1"} and dropped == 2
+    assert all("only with tis_cap" in r for r in pool.dropped.values())
 
 
 def test_a_batch_holding_leftovers_is_corrected_with_truncated_importance_sampling(tiny):

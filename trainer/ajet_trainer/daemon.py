@@ -208,7 +208,8 @@ class TrainerDaemon:
             why = f"older than max_staleness={job.max_staleness} at policy v{session.policy_version}"
         elif job.leftovers == "drop" or not session.corrects_lag:
             pool, stale = split_stale(pool, session.policy_version, 0)
-            why = f"a leftover of an older policy at policy v{session.policy_version} (leftovers: drop)"
+            rule = "leftovers: drop" if job.leftovers == "drop" else "this backend corrects them only with tis_cap"
+            why = f"a leftover of an older policy at policy v{session.policy_version} ({rule})"
         else:
             stale = []
         if stale:
