@@ -132,7 +132,7 @@ class AgentJetJob(BaseModel):
     sampling against their logged log-probs (token-level, cap `tis_cap`, 2.0 when unset) for the steps that hold
     them; `drop`: they are dropped for good (kept in the store, flagged `stale: ...`). Counted either way in the
     step's metrics (`leftovers`, `dropped_stale`). `--backend verl` sets its rollout correction once per run, so
-    it corrects them only when `tis_cap` is set, and drops them otherwise."""
+    with `correct` every step of the run has it (on-policy tokens weigh about 1)."""
     use_kl_loss: bool = False
     """Add verl's KL loss against the reference policy."""
     kl_loss_coef: float = Field(default=0.001, ge=0)

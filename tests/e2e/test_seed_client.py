@@ -94,6 +94,10 @@ def test_demo1_job_with_its_gpu_count_trains_on_verl_on_a_cpu_box(tmp_path):
         assert st.experiment().job.n_gpu == 8  # the store keeps the job as sent; the trainer fits it to the box
         assert st.experiment().last_error is None
         assert all(s.metrics.get("loss") is not None for s in st.steps())  # verl's actor took each step
+        # leftovers (episodes that straddled step 1) train corrected by verl's rollout correction, never dropped: a
+        # dropped one would strand its group's sibling, and the second step would never come
+        assert all("verl/rollout_corr/rollout_is_mean" in s.metrics for s in st.steps())
+        assert not [e.untrainable_reason for e in st.episodes() if e.untrainable]
     finally:
         trainer.close()
         px.close()

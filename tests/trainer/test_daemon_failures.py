@@ -37,10 +37,6 @@ class FakeSession:
     def base_url(self) -> str:
         return "http://127.0.0.1:9/v1"
 
-    @property
-    def corrects_lag(self) -> bool:
-        return True
-
     def registered(self) -> list[RegisteredEngine]:
         return [RegisteredEngine("fake", self.base_url, "policy", self.step)]
 

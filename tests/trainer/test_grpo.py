@@ -208,7 +208,7 @@ def test_truncated_importance_sampling_is_a_no_op_without_a_gap_and_caps_a_gap(t
 
 
 def test_async_jobs_correct_for_the_behaviour_policy_by_default():
-    from ajet_trainer.embedded.learner import ASYNC_TIS_CAP, tis_cap
+    from ajet_trainer.correction import ASYNC_TIS_CAP, tis_cap
 
     assert tis_cap(AgentJetJob()) is None  # synchronous: off unless asked
     assert tis_cap(AgentJetJob(max_staleness=1)) == ASYNC_TIS_CAP

@@ -206,10 +206,9 @@ class TrainerDaemon:
         if job.max_staleness > 0:
             pool, stale = split_stale(pool, session.policy_version, job.max_staleness)
             why = f"older than max_staleness={job.max_staleness} at policy v{session.policy_version}"
-        elif job.leftovers == "drop" or not session.corrects_lag:
+        elif job.leftovers == "drop":
             pool, stale = split_stale(pool, session.policy_version, 0)
-            rule = "leftovers: drop" if job.leftovers == "drop" else "this backend corrects them only with tis_cap"
-            why = f"a leftover of an older policy at policy v{session.policy_version} ({rule})"
+            why = f"a leftover of an older policy at policy v{session.policy_version} (leftovers: drop)"
         else:
             stale = []
         if stale:

@@ -69,12 +69,6 @@ class TrainingSession(Protocol):
         """Where the first engine serves (for logs)."""
         ...
 
-    @property
-    def corrects_lag(self) -> bool:
-        """Whether a step can correct episodes of an older policy (truncated importance sampling against their
-        logged log-probs) when a batch holds some: else a synchronous job's leftovers are dropped."""
-        ...
-
     def registered(self) -> list[RegisteredEngine]:
         """The engines that serve the current policy, as the store registers them."""
         ...

@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ajet.job import AgentJetJob
+from ajet_trainer.correction import tis_cap
 from ajet_trainer.grpo import (
     Batch,
     collate,
@@ -32,18 +33,6 @@ from ajet_trainer.samples import canonical_order, flatten
 from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-ASYNC_TIS_CAP = 2.0
-"""The truncated importance-sampling cap of an asynchronous job that sets none (verl's usual threshold)."""
-
-
-def tis_cap(job: AgentJetJob, lagged: bool = False) -> Optional[float]:
-    """The cap of the behaviour-policy correction: the job's, else `ASYNC_TIS_CAP` when it trains asynchronously
-    or the batch holds a synchronous job's leftovers (`lagged`: data of older policies), else None (off)."""
-    if job.tis_cap is not None:
-        return job.tis_cap
-    return ASYNC_TIS_CAP if job.max_staleness > 0 or lagged else None
 
 
 def _aggregated(agg: dict[str, list[float]]) -> dict[str, float]:

@@ -70,11 +70,6 @@ class EmbeddedSession:
         return self.engines.base_url
 
     @property
-    def corrects_lag(self) -> bool:
-        """Always: the learner turns truncated importance sampling on for a batch holding older data."""
-        return True
-
-    @property
     def served_model(self) -> str:
         """The model name the proxy sends to the engine (`policy`, or `policy@<N>` with vLLM)."""
         return self.engines.served_model

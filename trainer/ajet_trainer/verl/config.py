@@ -17,6 +17,7 @@ import yaml
 
 from ajet.job import AgentJetJob, flatten_keys, unknown_key_error
 from ajet.utils.flags import config_dir
+from ajet_trainer.correction import run_tis_cap
 from ajet_trainer.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -76,11 +77,12 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
         "trainer.experiment_name": job.experiment_name,
         "trainer.save_freq": job.save_freq,
     }
-    if job.tis_cap is not None:  # the same truncated importance sampling, verl's rollout correction
+    cap = run_tis_cap(job)
+    if cap is not None:  # the same truncated importance sampling, verl's rollout correction
         out.update(
             {
                 "algorithm.rollout_correction.rollout_is": "token",
-                "algorithm.rollout_correction.rollout_is_threshold": job.tis_cap,
+                "algorithm.rollout_correction.rollout_is_threshold": cap,
             }
         )
     if job.lora_rank > 0:

@@ -120,11 +120,6 @@ class VerlSession:
         """Version of the weights now serving: one per training step."""
         return self.step
 
-    @property
-    def corrects_lag(self) -> bool:
-        """Only with the job's `tis_cap`: verl's rollout correction is set once per run, not per batch."""
-        return self.job.tis_cap is not None
-
     def registered(self) -> list[RegisteredEngine]:
         """The trainer's own engines (beside), or one per vLLM engine verl launched (hybrid)."""
         if self.engines is not None:
