@@ -1,8 +1,10 @@
 """The import rules of DESIGN.md, enforced on the source tree (every import, lazy ones included).
 
 tutorials -> sdk <- proxy -> store <- trainer (trainer -> sdk too); the store imports the SDK's wire types
-and nothing else of ours. `ajet_swarm` is the one composition root: it may start both proxy and trainer,
-and nothing imports it. No cycles anywhere. The proxy never imports torch, and neither does the SDK.
+and nothing else of ours. The token history's pure rules (`ajet_token_history`) sit on the SDK alone: the proxy
+applies them to live calls, the trainer's preflight proves a job's template against them. `ajet_swarm` is the one
+composition root: it may start both proxy and trainer, and nothing imports it. No cycles anywhere. The proxy never
+imports torch, and neither does the SDK.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ ROOTS = {
     "ajet": REPO / "sdk",
     "ajet_proxy": REPO / "proxy",
     "ajet_store": REPO / "proxy",
+    "ajet_token_history": REPO / "proxy",
     "ajet_swarm": REPO / "proxy",
     "ajet_trainer": REPO / "trainer",
 }
@@ -93,7 +96,8 @@ def test_the_graph_sees_every_package():
 @pytest.mark.parametrize(
     "package,forbidden",
     [
-        ("ajet", {"ajet_proxy", "ajet_store", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
+        ("ajet", {"ajet_proxy", "ajet_store", "ajet_token_history", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
+        ("ajet_token_history", {"ajet_proxy", "ajet_store", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
         ("ajet_store", {"ajet_proxy", "ajet_trainer", "ajet_swarm"} | HEAVY),
         ("ajet_proxy", {"ajet_trainer", "ajet_swarm"} | HEAVY),
         ("ajet_trainer", {"ajet_proxy", "ajet_swarm"}),

@@ -36,6 +36,7 @@ def test_wheel_carries_packages_and_data(wheel):
         "ajet",
         "ajet_proxy",
         "ajet_store",
+        "ajet_token_history",
         "ajet_swarm",
         "ajet_trainer",
         "ajet_trainer/verl",

@@ -17,7 +17,7 @@ CHECKED = [
     "proxy/ajet_proxy/errors.py",
     "proxy/ajet_proxy/app.py",
     "proxy/ajet_proxy/proxy.py",
-    "proxy/ajet_proxy/token_history.py",
+    "proxy/ajet_token_history",
     "proxy/ajet_proxy/episode_history.py",
     "proxy/ajet_proxy/open_episodes.py",
     "proxy/ajet_proxy/dataplane",

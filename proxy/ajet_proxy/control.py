@@ -49,8 +49,16 @@ from ajet_proxy.open_episodes import (
     refused_key_reason,
 )
 from ajet_proxy.proxy import Proxy
-from ajet_proxy.stats import batch_shape, build_rollout_stat, episode_detail, experiment_status, mission_caps, step_info
-from ajet_store import BeginEpisode, EndEpisode, StoreWriteFailed
+from ajet_proxy.stats import (
+    batch_shape,
+    build_rollout_stat,
+    episode_detail,
+    experiment_status,
+    mission_caps,
+    step_info,
+    template_verdict,
+)
+from ajet_store import TRAINER_TIMEOUT_S, BeginEpisode, EndEpisode, StoreWriteFailed
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
@@ -108,12 +116,25 @@ def _ok(s: Proxy) -> OkResponse:
     return OkResponse(state=s.refresh_experiment().state)
 
 
+async def _synced(s: Proxy) -> OkResponse:
+    """The answer of a sync: the state, and the trainer's template preflight of the job's model (which agent shapes
+    merge, which fall back and why), waited for up to `preflight_wait_s` while a trainer beats."""
+    deadline = time.monotonic() + s.config.preflight_wait_s
+    while True:
+        row = await asyncio.to_thread(s.refresh_experiment)
+        verdict = template_verdict(row)
+        beats = row.trainer_heartbeat is not None and time.time() - row.trainer_heartbeat < TRAINER_TIMEOUT_S
+        if verdict is not None or not beats or time.monotonic() >= deadline:
+            return OkResponse(state=row.state, template=verdict)
+        await asyncio.sleep(0.1)
+
+
 @router.post("/sync_train_config", response_model=OkResponse)
-def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
-    """Store the job; only while OFFLINE."""
+async def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
+    """Store the job (only while OFFLINE); the answer carries the trainer's template preflight of its model."""
     s = _proxy(request)
-    s.store.sync_job(_validate_job(body.job))
-    return _ok(s)
+    await asyncio.to_thread(s.store.sync_job, _validate_job(body.job))
+    return await _synced(s)
 
 
 @router.post("/start_engine", response_model=OkResponse)
@@ -135,19 +156,20 @@ def stop_engine(request: Request) -> OkResponse:
 
 
 @router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
-def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
-    """Sync + start when OFFLINE (or when forced); otherwise join the running job."""
+async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
+    """Sync + start when OFFLINE (or when forced); otherwise join the running job. The answer carries the trainer's
+    template preflight of the job's model."""
     s = _proxy(request)
     job = _validate_job(body.job)
     if body.force_restart:
-        stop_engine(request)
-    row, started = s.store.sync_and_start(job)  # atomic: racing clients cannot both sync
+        await asyncio.to_thread(stop_engine, request)
+    row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync
     if not started and row.job != job:
         logger.warning(
             "client %s joins the running job; its own job differs (use force_restart to replace it)",
             _client_id(request),
         )
-    return _ok(s)
+    return await _synced(s)
 
 
 @router.get("/get_engine_status", response_model=ExperimentStatus)

@@ -8,15 +8,13 @@ store: `missing` says which call numbers it lacks, and `add_logged` takes them i
 
 from __future__ import annotations
 
-from array import array
-from typing import Any, Optional
+from typing import Optional
 
 import orjson
 
-from ajet.chat_request import template_tools
-from ajet_proxy.token_history import Extension, Turn, Turns, answer_message
-from ajet_proxy.turn_boundary import ended_on_token
 from ajet_store.types import CallRecord
+from ajet_token_history.rules import Extension, Turn, Turns, answer_message, new_turn
+from ajet_token_history.turn_boundary import ended_on_token
 
 LOGGED_INSTRUCTIONS = "ajet_instructions_first"
 """Set in a Responses call's logged chat body when its first message is the request's `instructions` (not part of
@@ -81,48 +79,6 @@ class EpisodeHistory:
     def response(self, response_id: str) -> Optional[Turn]:
         """The turn that answered as Responses id `response_id`, if this history has it."""
         return next((t for t in self.turns if t.response_id == response_id), None)
-
-
-def new_turn(
-    seq: int,
-    body: dict[str, Any],
-    prompt_ids: list[int],
-    completion_ids: list[int],
-    answer: dict[str, Any],
-    response_id: Optional[str] = None,
-    instructions_first: bool = False,
-    stopped: bool = False,
-) -> Optional[Turn]:
-    """The turn a call leaves: its chat body as sent to the engine, its ids, the answer it returned (and, for a
-    Responses call, its response id and whether its first message is the request's instructions; `stopped`: its
-    completion ended on a token the engine stopped on, `token_history.ended_on_token`); None when the engine's ids
-    are not 64-bit integers (then no later call continues it).
-
-    The ids are kept as a machine array, not a list of Python ints: a fraction of the memory, and nothing the
-    garbage collector walks (an episode's history is thousands of ids, an open episode's kept until it ends)."""
-    try:
-        ids = array(IDS_TYPECODE, prompt_ids)
-        ids.extend(completion_ids)
-    except (TypeError, OverflowError):
-        return None
-    messages = body["messages"]
-    return Turn(
-        seq=seq,
-        messages=messages,
-        n_messages=len(messages),
-        tools=template_tools(body),
-        ids=ids,
-        n_prompt=len(prompt_ids),
-        n_ids=len(ids),
-        answer=answer,
-        response_id=response_id,
-        instructions_first=instructions_first,
-        stop_id=int(completion_ids[-1]) if stopped and completion_ids else None,
-    )
-
-
-IDS_TYPECODE = "q"
-"""A turn's ids: signed 64-bit integers (any vocabulary's ids, with room to spare)."""
 
 
 def turn_from_call(call: CallRecord) -> Optional[Turn]:

@@ -79,6 +79,9 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
         if e.last_error:
             out.append(f"\n   trainer error {e.last_error_age_s or 0:.0f}s ago: ", style="bold red")
             out.append(e.last_error[:300])
+        if e.template is not None:
+            out.append("\n   template: ", style="bold")
+            out.append(e.template.summary()[:400], style="" if e.template.merges else "yellow")
     return out
 
 

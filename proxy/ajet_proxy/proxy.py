@@ -71,6 +71,9 @@ class ProxyConfig:
     """Total time allowed for one call to an engine."""
     max_connections: int = 1024
     """Size of the connection pool to the engines."""
+    preflight_wait_s: float = 15.0
+    """How long `sync_train_config` waits for a beating trainer's template preflight of the job's model before it
+    answers without it (the status carries it once it comes)."""
 
     @classmethod
     def from_config(cls, **overrides: Any) -> "ProxyConfig":

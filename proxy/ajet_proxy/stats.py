@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from ajet.job import AgentJetJob
 from ajet.stat_types import (
@@ -16,6 +16,7 @@ from ajet.stat_types import (
     StepInfo,
     TaskStat,
 )
+from ajet.template_verdict import TemplateVerdict
 from ajet.types import ExperimentStatus
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
@@ -41,7 +42,14 @@ def experiment_status(row: ExperimentRow, now: float) -> ExperimentStatus:
         updating=row.updating_since is not None,
         updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since),
         trainer_silent_s=trainer_silence(row, now),
+        template=template_verdict(row),
     )
+
+
+def template_verdict(row: ExperimentRow) -> Optional[TemplateVerdict]:
+    """The trainer's template preflight of the synced job's model (None before it ran, or for another model)."""
+    verdict = row.template_verdict
+    return verdict if verdict is not None and row.job is not None and verdict.model == row.job.model else None
 
 
 def batch_shape(row: ExperimentRow) -> tuple[int, int]:

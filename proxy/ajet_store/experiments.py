@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from ajet.errors import WrongState
 from ajet.job import AgentJetJob
+from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import counters, rows
 from ajet_store import tables as t
@@ -59,6 +60,16 @@ class ExperimentOps(Database):
         """The trainer's sign of life (written every few seconds by the trainer daemon)."""
         with self._tx() as c:
             c.execute(t.experiments.update().values(trainer_heartbeat=time.time()))
+
+    def set_template_verdict(self, verdict: TemplateVerdict) -> bool:
+        """Store the trainer's template preflight, if the synced job is still of its model (False: another job was
+        synced meanwhile, and its own preflight follows)."""
+        with self._tx() as c:
+            cur = rows.locked_experiment(c)
+            if cur.job is None or cur.job.model != verdict.model:
+                return False
+            c.execute(t.experiments.update().values(template_verdict=verdict.model_dump(mode="json")))
+            return True
 
     def probe_write(self) -> None:
         """Write one small row, as a heartbeat does (`StoreWriteFailed` if the store takes no writes): tells a
@@ -166,4 +177,7 @@ def _boot(c: sa.Connection) -> None:
 def _write_job(c: sa.Connection, cur: ExperimentRow, job: AgentJetJob) -> None:
     run_id = cur.run_id + (1 if cur.job != job else 0)
     mode = job.swarm_mode_sample_collection_method
-    c.execute(t.experiments.update().values(job=job.to_wire(), batch_mode=mode.value, run_id=run_id))
+    values: dict[str, object] = {"job": job.to_wire(), "batch_mode": mode.value, "run_id": run_id}
+    if cur.template_verdict is not None and cur.template_verdict.model != job.model:
+        values["template_verdict"] = None  # the trainer's preflight of the new model replaces it
+    c.execute(t.experiments.update().values(**values))

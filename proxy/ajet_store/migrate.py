@@ -21,7 +21,18 @@ from ajet_store.errors import SchemaMismatch
 
 logger = logging.getLogger(__name__)
 
-REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 6: "0006", 7: "0007", 8: "0008", 9: "0009"}
+REVISIONS = {
+    1: "0001",
+    2: "0002",
+    3: "0003",
+    4: "0004",
+    5: "0005",
+    6: "0006",
+    7: "0007",
+    8: "0008",
+    9: "0009",
+    10: "0010",
+}
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]
 

@@ -10,6 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ajet.errors import EpisodeNotFound
 from ajet.job import AgentJetJob
+from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import tables as t
 from ajet_store.types import CallRecord, EpisodeRow, ExperimentRow, StepRow
@@ -52,6 +53,7 @@ def experiment(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> Expe
         m["last_error_at"],
         m["update_failures"] or 0,
         m["updating_since"],
+        None if m["template_verdict"] is None else TemplateVerdict.model_validate(m["template_verdict"]),
     )
 
 

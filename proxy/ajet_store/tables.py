@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 metadata = sa.MetaData()
 
@@ -40,6 +40,7 @@ experiments = sa.Table(
     sa.Column("last_error_at", sa.Float, nullable=True),
     sa.Column("update_failures", sa.Integer, nullable=False, default=0, server_default="0"),
     sa.Column("updating_since", sa.Float, nullable=True),
+    sa.Column("template_verdict", sa.JSON, nullable=True),
 )
 
 counters = sa.Table(

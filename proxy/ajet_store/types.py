@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ajet.job import AgentJetJob
+from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 
 BOOT_FAILED = "boot failed: "
@@ -47,6 +48,9 @@ class ExperimentRow:
     updating_since: Optional[float] = None
     """Unix time an asynchronous update (`max_staleness >= 1`) began while rollouts go on; None when no update
     runs beside ROLLING (a synchronous update shows as WEIGHT_SYNCING instead)."""
+    template_verdict: Optional[TemplateVerdict] = None
+    """The trainer's template preflight of the synced job's model (None until a trainer has run it; cleared when a
+    job of another model is synced)."""
 
     @property
     def boot_failed(self) -> bool:
@@ -202,7 +206,7 @@ class CallRecord:
     error: Optional[str] = None
     """Error text if the call failed."""
     token_history: Optional[str] = None
-    """How the proxy built the prompt (`ajet_proxy.token_history`): `first` (the episode's first call),
+    """How the proxy built the prompt (`ajet_token_history.rules`): `first` (the episode's first call),
     `extended` (an earlier turn's prompt + completion ids + the new messages' tokens: token in, token out),
     `rendered` (the job asked for rendered history), `segment:<cause>` (the call starts a new conversation in the
     episode: `new_conversation`, `compacted`), `fallback:<reason>` (the call shares an earlier turn's history but

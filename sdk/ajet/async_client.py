@@ -119,7 +119,7 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
     # ------------------------------------------------------------------ engine
     async def sync_train_config(self, job: AgentJetJob) -> ExperimentState:
         """Send the job to the proxy (only while OFFLINE)."""
-        return OkResponse.model_validate(await self._call("POST", "sync_train_config", {"job": job.to_wire()})).state
+        return self._synced(await self._call("POST", "sync_train_config", {"job": job.to_wire()}))
 
     async def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
@@ -135,14 +135,14 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
         answer = await self._call("POST", "auto_sync_train_config_and_start_engine", body)
-        state = OkResponse.model_validate(answer).state
+        state = self._synced(answer)
         if self.verbose:
             logger.info("engine %s at %s", state.value, self.server_url)
         return state
 
     async def get_engine_status(self) -> ExperimentStatus:
         """The experiment's state, step and policy version."""
-        return ExperimentStatus.model_validate(await self._call("GET", "get_engine_status"))
+        return self._status(await self._call("GET", "get_engine_status"))
 
     async def set_batch_mode(self, mode: BatchMode | str) -> ExperimentState:
         """Change the batch policy; it applies to the next training step."""

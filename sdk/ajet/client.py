@@ -87,7 +87,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
     # ------------------------------------------------------------------ engine
     def sync_train_config(self, job: AgentJetJob) -> ExperimentState:
         """Send the job to the proxy (only while OFFLINE)."""
-        return OkResponse.model_validate(self._call("POST", "sync_train_config", {"job": job.to_wire()})).state
+        return self._synced(self._call("POST", "sync_train_config", {"job": job.to_wire()}))
 
     def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
@@ -100,14 +100,14 @@ class SwarmClient(ClientSettings[httpx.Client]):
     def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> ExperimentState:
         """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
-        state = OkResponse.model_validate(self._call("POST", "auto_sync_train_config_and_start_engine", body)).state
+        state = self._synced(self._call("POST", "auto_sync_train_config_and_start_engine", body))
         if self.verbose:
             logger.info("engine %s at %s", state.value, self.server_url)
         return state
 
     def get_engine_status(self) -> ExperimentStatus:
         """The experiment's state, step and policy version."""
-        return ExperimentStatus.model_validate(self._call("GET", "get_engine_status"))
+        return self._status(self._call("GET", "get_engine_status"))
 
     def set_batch_mode(self, mode: BatchMode | str) -> ExperimentState:
         """Change the batch policy; it applies to the next training step."""

@@ -16,10 +16,14 @@ import httpx
 
 from ajet.errors import NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
 from ajet.protocol import CLIENT_HEADER
+from ajet.template_verdict import TemplateVerdict
 from ajet.types import (
     BeginEpisodeResponse,
     EpisodeContinuation,
     EpisodeResult,
+    ExperimentState,
+    ExperimentStatus,
+    OkResponse,
     OpenaiBaseUrlAndApiKey,
     Task,
     WorkflowOutput,
@@ -76,6 +80,8 @@ class ClientSettings(Generic[H]):
         self.mission = mission
         self.verbose = verbose
         self._warned_untrainable = False
+        self._told_templates: set[str] = set()
+        """The template preflights this client has logged (each once)."""
         self._given: Optional[H] = None
         """The `httpx` client lent by the caller (this client's headers added), used instead of its own."""
         if http_client is not None:
@@ -96,6 +102,29 @@ class ClientSettings(Generic[H]):
         return out
 
     # ------------------------------------------------------------------ bodies and answers
+    def _synced(self, data: Any) -> ExperimentState:
+        """The state a sync answered, its template preflight logged once (`_told`)."""
+        answer = OkResponse.model_validate(data)
+        self._told(answer.template)
+        return answer.state
+
+    def _status(self, data: Any) -> ExperimentStatus:
+        """The experiment's status, its template preflight logged once (`_told`)."""
+        status = ExperimentStatus.model_validate(data)
+        self._told(status.template)
+        return status
+
+    def _told(self, verdict: Optional[TemplateVerdict]) -> None:
+        """Log the trainer's template preflight of the job's model, once per verdict: a warning when some agent
+        shape falls back to re-rendered text (its calls then train as separate sequences), else a line of info."""
+        if verdict is None:
+            return
+        line = verdict.summary()
+        if line in self._told_templates:
+            return
+        self._told_templates.add(line)
+        (logger.info if verdict.merges else logger.warning)("%s", line)
+
     def _begin_body(self, discard_episode_timeout: float, episode_type: str, mission: Optional[str]) -> dict[str, Any]:
         return {
             "discard_episode_timeout": discard_episode_timeout,

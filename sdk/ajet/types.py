@@ -13,6 +13,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
+from ajet.template_verdict import TemplateVerdict
+from ajet.wire import AnswerModel, WireModel
+
 EpisodeType = Literal["train", "eval"]
 
 
@@ -76,19 +79,6 @@ class BatchMode(str, Enum):
     EPISODES = "rollout_until_finish_enough_episodes"
     TASKS = "rollout_until_finish_enough_tasks"
     NON_DUMMY_TASKS = "rollout_until_finish_enough_non_dummy_tasks"
-
-
-class WireModel(BaseModel):
-    """Base of the control API's request bodies: unknown fields are refused, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class AnswerModel(BaseModel):
-    """Base of what the server answers: fields a newer server adds are ignored, so an older SDK on a client
-    machine keeps working against an upgraded swarm; instances are immutable."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 # --------------------------------------------------------------------------- RL types
@@ -352,6 +342,8 @@ class ExperimentStatus(AnswerModel):
     trainer_silent_s: Optional[float] = None
     """Seconds since the trainer's last heartbeat, once that is over the store's timeout (30 s): the trainer is
     down or cannot write, and `begin_episode` answers `TrainerUnresponsive` (None while it beats)."""
+    template: Optional[TemplateVerdict] = None
+    """The trainer's template preflight of the synced job's model (None until a trainer has run it)."""
 
 
 class OkResponse(AnswerModel):
@@ -361,3 +353,7 @@ class OkResponse(AnswerModel):
     """Always true; failures are HTTP errors."""
     state: ExperimentState
     """The experiment's state after the call."""
+    template: Optional[TemplateVerdict] = None
+    """Answers of `sync_train_config` and `auto_sync_train_config_and_start_engine`: the trainer's template
+    preflight of the job's model (which agent shapes merge into one sequence, which fall back and why), once the
+    trainer has run it; None when no trainer answered within the proxy's `preflight_wait_s`."""

@@ -161,6 +161,28 @@ def test_the_trainers_last_error_is_shown(tmp_path):
     assert "checkpoint A does not match store B" in status and "engine OFFLINE" in status
 
 
+def test_the_template_preflight_is_shown(tmp_path):
+    """The trainer's verdict on the job's template: the header says which shapes fall back and why."""
+    from ajet.template_verdict import ShapeVerdict, TemplateVerdict
+    from ajet_store import Store
+
+    url = sqlite_url(tmp_path / "tpl.db")
+    st = Store(url)
+    st.sync_job(AgentJetJob(model="builtin:tiny-bpe-gemma3"))
+    shapes = [
+        ShapeVerdict(shape="linear", labels=["first", "extended"], expected=["first", "extended"]),
+        ShapeVerdict(shape="tool_loop", labels=[], expected=[], error="TemplateError: roles must alternate"),
+    ]
+    st.set_template_verdict(TemplateVerdict(model="builtin:tiny-bpe-gemma3", shapes=shapes))
+    px = start_proxy(tmp_path, url)
+    try:
+        status = header_once(px.url, "template:")
+    finally:
+        px.close()
+        st.close()
+    assert "merges linear" in status and "tool_loop (TemplateError: roles must alternate)" in status
+
+
 def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
     """The trainer says an asynchronous update runs; the header and the text summary show it beside ROLLING."""
     from ajet.rollout_summary import format_rollout_stat

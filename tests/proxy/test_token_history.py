@@ -1,4 +1,4 @@
-"""The token history's pure rules (`ajet_proxy.token_history`) and an episode's turns (`EpisodeHistory`): which
+"""The token history's pure rules (`ajet_token_history.rules`) and an episode's turns (`EpisodeHistory`): which
 earlier turn a call continues (the longest, not only the last), every label a call that continues none gets (a
 test per cause), and the new messages' tokens between two renderings. The end-to-end runs are in
 `tests/e2e/test_token_history_swarm.py` and `tests/e2e/test_trajectory_shapes.py`."""
@@ -7,10 +7,11 @@ import gc
 
 import pytest
 
-from ajet_proxy import token_history as h
-from ajet_proxy import turn_boundary as tb
-from ajet_proxy.episode_history import EpisodeHistory, new_turn, turn_from_call
+from ajet_proxy.episode_history import EpisodeHistory, turn_from_call
 from ajet_store.types import CallRecord
+from ajet_token_history import rules as h
+from ajet_token_history import turn_boundary as tb
+from ajet_token_history.rules import new_turn
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}

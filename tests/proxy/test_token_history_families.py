@@ -1,5 +1,5 @@
 """Token history on every model family's template (`ajet_trainer.chat_templates.FAMILIES`), with the built-in
-byte-level BPE tokenizers: the rules of `ajet_proxy.token_history` driven as the proxy drives them (`Sim`: the
+byte-level BPE tokenizers: the rules of `ajet_token_history.rules` driven as the proxy drives them (`Sim`: the
 tokenizer's `apply_chat_template` stands in for the engine's `/tokenize`, which is what both engines run).
 
 The model's completions are what the template itself renders for its answer as the conversation's last turn, ended
@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 import pytest
 
-from ajet_proxy import token_history as h
-from ajet_proxy import turn_boundary as tb
-from ajet_proxy.episode_history import new_turn
 from ajet_store.types import CallRecord
+from ajet_token_history import rules as h
+from ajet_token_history import turn_boundary as tb
+from ajet_token_history.rules import new_turn
 from ajet_trainer.chat_templates import FAMILIES
 from ajet_trainer.samples import BRANCH, episode_sequences
 from ajet_trainer.tiny_model import build_tokenizer

@@ -386,3 +386,19 @@ def test_prune_drops_old_bodies_keeps_ids_rewards_and_metrics(tmp_path):
         check=True,
     ).stdout
     assert "pruned the bodies of 1 call(s)" in out and (tmp_path / "p.db").stat().st_size < size / 3, out
+
+
+def test_the_template_verdict_belongs_to_the_synced_model(st):
+    """The trainer's preflight is stored only for the job's model; a job of another model clears it, the same
+    model (another batch size) keeps it."""
+    from ajet.template_verdict import TemplateVerdict
+
+    st.sync_job(AgentJetJob(model="builtin:tiny"))
+    assert not st.set_template_verdict(TemplateVerdict(model="builtin:other"))  # a job already replaced
+    assert st.experiment().template_verdict is None
+    assert st.set_template_verdict(TemplateVerdict(model="builtin:tiny", rendered_merges=False))
+    assert st.experiment().template_verdict == TemplateVerdict(model="builtin:tiny", rendered_merges=False)
+    st.sync_job(AgentJetJob(model="builtin:tiny", batch_size=3))
+    assert st.experiment().template_verdict is not None
+    st.sync_job(AgentJetJob(model="builtin:tiny-bpe"))
+    assert st.experiment().template_verdict is None

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ajet.errors import WrongState
+from ajet.errors import StoreError, WrongState
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, redact_url, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
@@ -33,7 +33,7 @@ from ajet_trainer.factory import open_session, preload_embedded
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
-from ajet_trainer.template_check import check_template
+from ajet_trainer.template_check import check_template, template_verdict
 from ajet_trainer.types import Metrics
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class TrainerDaemon:
         """The pool's mark, the policy version and the batch mode when the batch policy last found no batch."""
         self._state = ExperimentState.OFFLINE
         """The experiment's state the last tick saw (a ROLLING trainer polls more often)."""
+        self._judged: Optional[tuple[int, str]] = None
+        """The run and model the template preflight last ran on (`_judge_template`)."""
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -109,6 +111,7 @@ class TrainerDaemon:
         """One pass of the state machine; True if it did work (poll again at once)."""
         row = self.store.experiment()
         self._state = row.state
+        self._judge_template(row)
         if row.state == ExperimentState.OFFLINE or row.job is None:
             if self.session is not None:
                 self.teardown(final_checkpoint=True)
@@ -130,6 +133,26 @@ class TrainerDaemon:
         except WrongState as exc:  # a client stopped the engine under our feet
             logger.info("state changed during %s: %s", row.state.value, exc.detail)
         return False
+
+    def _judge_template(self, row: ExperimentRow) -> None:
+        """The template preflight of a newly synced job's model, stored for `sync_train_config` to answer (once
+        per run: a verdict the store did not take belongs to a job already replaced, whose run comes next)."""
+        job = row.job
+        if job is None or (row.template_verdict is not None and row.template_verdict.model == job.model):
+            return
+        if self._judged == (row.run_id, job.model):
+            return
+        if self._preload is not None:
+            self._preload.join()  # transformers imported from two threads at once can fail (see `boot`)
+        verdict = template_verdict(job.model)
+        self._judged = (row.run_id, job.model)
+        try:
+            stored = self.store.set_template_verdict(verdict)
+        except StoreError as exc:  # a preflight never stops the trainer: the job still boots without it
+            logger.warning("template preflight not stored: %s", exc)
+            return
+        if stored:
+            (logger.info if verdict.merges else logger.warning)("%s", verdict.summary())
 
     # ------------------------------------------------------------------ failures
     def _guarded(

@@ -12,6 +12,9 @@ answer as the model wrote it + its end-of-turn token. Where it does not, it name
 - `answer_rerendered`: the answer's text comes back otherwise changed (e.g. whitespace around it).
 With `token_history="exact"` (the default) none of these matter: the proxy keeps the ids the model generated.
 The trainer runs it when it boots a job: a warning in its log, and `history/template_*` in every step's metrics.
+
+`template_verdict` is the whole preflight of a synced job's model, the trainer's answer to `sync_train_config`: the
+shapes real agents take through the exact token history's rules (`ajet_token_history.shapes`), and this report.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ajet.template_verdict import TemplateVerdict
+from ajet_token_history.shapes import run_shapes
 from ajet_trainer.chat_render import parse_tool_calls, render_ids
 from ajet_trainer.types import Metrics, Tokenizer
 
@@ -146,3 +151,42 @@ def check_template(model: str) -> Metrics:
     else:
         logger.warning("template preflight of %s: %s", model, report.warning())
     return report.metrics()
+
+
+def stop_ids(model_path: str, tokenizer: Tokenizer) -> set[int]:
+    """The ids the model stops on: the tokenizer's EOS and the generation config's (as the engines stop)."""
+    from transformers import GenerationConfig
+
+    try:
+        extra = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        extra = None
+    extra = [] if extra is None else ([extra] if isinstance(extra, int) else list(extra))
+    return {tokenizer.eos_token_id, *extra} - {None, tokenizer.pad_token_id}
+
+
+def template_verdict(model: str) -> TemplateVerdict:
+    """The preflight of a job's model (`model`: its job field): every shape through the exact token history, and
+    the rendered-history report. A model whose tokenizer or template cannot be read gets a verdict that says so."""
+    from transformers import AutoTokenizer
+
+    from ajet_trainer.tiny_model import resolve_model_path
+
+    try:
+        path = str(resolve_model_path(model))
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        stops = stop_ids(path, tokenizer)
+    except Exception as exc:  # noqa: BLE001 - the verdict says what went wrong; it never stops a boot
+        return TemplateVerdict(model=model, error=f"{type(exc).__name__}: {exc}"[:500])
+
+    def render(messages: list[dict[str, Any]], tools: Any, generation: bool) -> list[int]:
+        return render_ids(tokenizer, messages, tools, add_generation_prompt=generation)
+
+    shapes = run_shapes(render, stops)
+    try:
+        report = preflight(tokenizer, tokenizer.eos_token_id)
+    except Exception as exc:  # noqa: BLE001 - a template without a tool turn refuses the rendered check's conversation
+        return TemplateVerdict(model=model, shapes=shapes, rendered_causes=[f"refused: {type(exc).__name__}"])
+    return TemplateVerdict(
+        model=model, shapes=shapes, rendered_merges=report.merges, rendered_causes=list(report.causes)
+    )

@@ -19,11 +19,10 @@ from ajet.job import AgentJetJob
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.token_prompt import Prompt
 from ajet_proxy.dataplane.tokens import Extracted
-from ajet_proxy.episode_history import new_turn
 from ajet_proxy.open_episodes import OpenEpisode
-from ajet_proxy.token_history import EXTENDED, answer_message
-from ajet_proxy.turn_boundary import ended_on_token
 from ajet_store.types import CallRecord, RegisteredEngine
+from ajet_token_history.rules import EXTENDED, answer_message, new_turn
+from ajet_token_history.turn_boundary import ended_on_token
 
 CLIENT_GONE_STREAM = "the client disconnected before [DONE]"
 """The error of a stream whose client left before its end."""

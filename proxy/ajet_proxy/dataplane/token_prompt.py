@@ -1,4 +1,4 @@
-"""Each call's prompt from its episode's token history (the rules: `ajet_proxy.token_history`).
+"""Each call's prompt from its episode's token history (the rules: `ajet_token_history.rules`).
 
 `TokenPrompts.build` labels every call (`first`, `extended`, `rendered`, `segment:<cause>`, `fallback:<reason>`;
 the label goes into the call log with the number of the turn it continues) and, for a call that continues an
@@ -24,12 +24,12 @@ import orjson
 
 from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable
-from ajet_proxy import token_history as h
-from ajet_proxy import turn_boundary as tb
 from ajet_proxy.dataplane.engine_client import engine_headers
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_proxy.proxy import Proxy
 from ajet_store.types import RegisteredEngine
+from ajet_token_history import rules as h
+from ajet_token_history import turn_boundary as tb
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Prompt:
     ids: Optional[list[int]]
     """The token prompt, or None: the engine renders the messages."""
     label: str
-    """How (`ajet_proxy.token_history` labels)."""
+    """How (`ajet_token_history.rules` labels)."""
     extends: Optional[h.Extension] = None
     """The turn it continues exactly, when `ids` is that turn's ids plus the new messages' tokens."""
 
@@ -94,13 +94,13 @@ class TokenPrompts:
         none."""
         close = await self._close_token(engine, body)
         if close is None:
-            return h.FALLBACK + "template_has_no_turn_close"
+            return h.NO_TURN_CLOSE
         messages, tools, fields = body["messages"], template_tools(body), _template_fields(body)
         new = list(messages[step.start :])
         conversations = [tb.neutral_prefix(messages, step.parent, text) + new for text in tb.ANSWER_TEXTS]
         rendered = [await self.tokenize(engine, {**fields, "messages": c}, tools) for c in conversations]
         delta = tb.delta_ids(rendered[0], rendered[1], close, step.parent)
-        return h.FALLBACK + "template_not_prefix_stable" if delta is None else delta
+        return h.NOT_PREFIX_STABLE if delta is None else delta
 
     async def _read_missing(self, ep: OpenEpisode, seq: int) -> None:
         """Take in the turns of the episode's earlier calls this proxy has not seen, from the store."""

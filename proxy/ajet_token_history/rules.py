@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import bisect
 import json
+from array import array
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import orjson
 
-from ajet.chat_request import content_text
+from ajet.chat_request import content_text, template_tools
 
 FIRST = "first"
 """The label of an episode's first call (nothing to extend)."""
@@ -49,6 +50,8 @@ the reason follows (`fallback:answer_edited`)."""
 
 NEW_CONVERSATION = SEGMENT + "new_conversation"
 COMPACTED = SEGMENT + "compacted"
+NO_TURN_CLOSE = FALLBACK + "template_has_no_turn_close"
+NOT_PREFIX_STABLE = FALLBACK + "template_not_prefix_stable"
 
 REASONS = {
     "system_changed": "an earlier turn's conversation and answer, under other system messages",
@@ -324,3 +327,45 @@ def _repeats_a_model_turn(messages: Sequence[dict[str, Any]], turns: Sequence[Tu
     said = {canonical_message(t.answer) for t in turns}
     said |= {canonical_message(m) for t in turns for m in t.messages[: t.n_messages] if m.get("role") == "assistant"}
     return any(canonical_message(m) in said for m in messages if m.get("role") == "assistant")
+
+
+def new_turn(
+    seq: int,
+    body: dict[str, Any],
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    answer: dict[str, Any],
+    response_id: Optional[str] = None,
+    instructions_first: bool = False,
+    stopped: bool = False,
+) -> Optional[Turn]:
+    """The turn a call leaves: its chat body as sent to the engine, its ids, the answer it returned (and, for a
+    Responses call, its response id and whether its first message is the request's instructions; `stopped`: its
+    completion ended on a token the engine stopped on, `token_history.ended_on_token`); None when the engine's ids
+    are not 64-bit integers (then no later call continues it).
+
+    The ids are kept as a machine array, not a list of Python ints: a fraction of the memory, and nothing the
+    garbage collector walks (an episode's history is thousands of ids, an open episode's kept until it ends)."""
+    try:
+        ids = array(IDS_TYPECODE, prompt_ids)
+        ids.extend(completion_ids)
+    except (TypeError, OverflowError):
+        return None
+    messages = body["messages"]
+    return Turn(
+        seq=seq,
+        messages=messages,
+        n_messages=len(messages),
+        tools=template_tools(body),
+        ids=ids,
+        n_prompt=len(prompt_ids),
+        n_ids=len(ids),
+        answer=answer,
+        response_id=response_id,
+        instructions_first=instructions_first,
+        stop_id=int(completion_ids[-1]) if stopped and completion_ids else None,
+    )
+
+
+IDS_TYPECODE = "q"
+"""A turn's ids: signed 64-bit integers (any vocabulary's ids, with room to spare)."""

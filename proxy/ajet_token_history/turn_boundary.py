@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional, Sequence
 
-from ajet_proxy.token_history import Turn, parsed_arguments, system_head
+from ajet_token_history.rules import Turn, parsed_arguments, system_head
 
 PLACEHOLDER = "?"
 """The text of the neutral prefix's question."""

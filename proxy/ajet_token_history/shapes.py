@@ -1,0 +1,181 @@
+"""The shapes real agents take, run through the token history's rules on one chat template (the preflight).
+
+`Episode` makes calls as the proxy does (`rules.plan`, then `turn_boundary` on two renderings of the new messages),
+with a `Render` of the job's template standing in for the engine's `/tokenize`. What the model "generates" for an
+answer is what the template itself renders for it as the conversation's last turn, up to the first stop token: so a
+template's own quirks (an empty think block on the last turn, a stop token history renders otherwise) reach the
+rules as they would from a real model. Each shape lists the labels a template that keeps every conversation one
+sequence gives; `run_shapes` says, per shape, what this template gives instead, or the error it raised.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional, Sequence
+
+from ajet.template_verdict import ShapeVerdict
+from ajet_token_history import rules as h
+from ajet_token_history import turn_boundary as tb
+
+Messages = list[dict[str, Any]]
+Tools = Optional[list[dict[str, Any]]]
+Render = Callable[[Messages, Tools, bool], list[int]]
+"""A conversation's token ids under the job's chat template: (messages, tools, add_generation_prompt) -> ids."""
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+        },
+    }
+]
+
+
+class Episode:
+    """One episode's calls through the token history's rules, as the proxy makes them."""
+
+    def __init__(self, render: Render, stops: set[int]):
+        self.render, self.stops = render, stops
+        self.turns = h.Turns()
+        self.labels: list[str] = []
+
+    def call(self, messages: Messages, answer: dict[str, Any], tools: Tools = None) -> str:
+        """Make one call the model answers with `answer`; returns its label."""
+        prompt, label, step = self._prompt(messages, tools)
+        body = {"messages": messages, **({"tools": tools} if tools else {})}
+        completion = self._completion(messages, answer, tools)
+        turn = h.new_turn(len(self.labels), body, prompt, completion, answer, stopped=True)
+        if turn is not None:
+            if step is not None:
+                step.parent.rebase(turn.messages, turn.ids)
+            self.turns.add(turn)
+        self.labels.append(label)
+        return label
+
+    def _prompt(self, messages: Messages, tools: Tools) -> tuple[list[int], str, Optional[h.Extension]]:
+        step = h.plan(self.turns, messages, tools)
+        if isinstance(step, str):
+            return self.render(messages, tools, True), step, None
+        close = tb.close_token(*[self.render(tb.close_probe(t), None, True) for t in tb.ANSWER_TEXTS])
+        if close is None:
+            return self.render(messages, tools, True), h.NO_TURN_CLOSE, None
+        new = messages[step.start :]
+        a, b = [self.render(tb.neutral_prefix(messages, step.parent, t) + new, tools, True) for t in tb.ANSWER_TEXTS]
+        delta = tb.delta_ids(a, b, close, step.parent)
+        if delta is None:
+            return self.render(messages, tools, True), h.NOT_PREFIX_STABLE, None
+        return [*step.parent.full_ids(), *delta], h.EXTENDED, step
+
+    def _completion(self, messages: Messages, answer: dict[str, Any], tools: Tools) -> list[int]:
+        """The template's rendering of `answer` as the last turn, after the generation prompt, to the first stop."""
+        head = self.render(messages, tools, True)
+        whole = self.render([*messages, answer], tools, False)
+        shared = 0  # a generation prompt may open what the rendered turn does not (DeepSeek-R1's `<think>\n`)
+        while shared < min(len(head), len(whole)) and head[shared] == whole[shared]:
+            shared += 1
+        rest = whole[shared:]
+        ends = [i for i, t in enumerate(rest) if t in self.stops]
+        return rest[: ends[0] + 1] if ends else rest
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def tool_call(a: int, b: int, call_id: str) -> dict[str, Any]:
+    function = {"name": "add", "arguments": json.dumps({"a": a, "b": b})}
+    call = {"id": call_id, "type": "function", "function": function}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+def tool_result(text: str, call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "content": text, "tool_call_id": call_id, "name": "add"}
+
+
+def linear(ep: Episode) -> list[str]:
+    """A chat that sends back what it got, three turns."""
+    messages: Messages = [{"role": "system", "content": "Be brief."}]
+    for question, answer in (("Hi?", "Hello there."), ("What is 2+3?", "It is 5."), ("Thanks!", "Bye, café.")):
+        messages.append(user(question))
+        ep.call(list(messages), say(answer))
+        messages.append(say(answer))
+    return [h.FIRST, h.EXTENDED, h.EXTENDED]
+
+
+def tool_loop(ep: Episode) -> list[str]:
+    """A tool call, its result, an answer, a new question, another tool call."""
+    messages: Messages = [{"role": "system", "content": "Use the tool."}, user("What is 2+3?")]
+    ep.call(list(messages), tool_call(2, 3, "call00001"), TOOLS)
+    messages += [tool_call(2, 3, "call00001"), tool_result("5", "call00001")]
+    ep.call(list(messages), say("It is 5."), TOOLS)
+    messages += [say("It is 5."), user("And 5+1?")]
+    ep.call(list(messages), tool_call(5, 1, "call00002"), TOOLS)
+    messages += [tool_call(5, 1, "call00002"), tool_result("6", "call00002")]
+    ep.call(list(messages), say("6."), TOOLS)
+    return [h.FIRST] + [h.EXTENDED] * 3
+
+
+def two_agents(ep: Episode) -> list[str]:
+    """A solver and a critic taking turns, each its own conversation: two sequences by design."""
+    convs = {"A": [{"role": "system", "content": "You solve."}], "B": [{"role": "system", "content": "You critique."}]}
+    for i in range(2):
+        for agent in "AB":
+            convs[agent].append(user(f"Round {i} for {agent}?"))
+            ep.call(list(convs[agent]), say(f"{agent} says {i}."))
+            convs[agent].append(say(f"{agent} says {i}."))
+    return [h.FIRST, h.NEW_CONVERSATION, h.EXTENDED, h.EXTENDED]
+
+
+def branches(ep: Episode) -> list[str]:
+    """Two branches off one answer (a tree search), each going on."""
+    root = [user("Plan a trip.")]
+    ep.call(list(root), say("Paris or Rome."))
+    for city in ("Paris", "Rome"):
+        conv = [*root, say("Paris or Rome."), user(f"Go with {city}?")]
+        ep.call(list(conv), say("Yes."))
+        ep.call([*conv, say("Yes."), user("How long?")], say("Three days."))
+    return [h.FIRST] + [h.EXTENDED] * 4
+
+
+def compaction(ep: Episode) -> list[str]:
+    """An agent replaces its history by a summary and goes on: a new segment, then it merges again."""
+    conv = [{"role": "system", "content": "Be brief."}, user("Task: count.")]
+    ep.call(list(conv), say("One."))
+    ep.call([*conv, say("One."), user("Go on.")], say("Two."))
+    compacted = [conv[0], user("Task: count. So far: one, two. Go on.")]
+    ep.call(list(compacted), say("Three."))
+    ep.call([*compacted, say("Three."), user("Go on.")], say("Four."))
+    return [h.FIRST, h.EXTENDED, h.NEW_CONVERSATION, h.EXTENDED]
+
+
+SHAPES: dict[str, Callable[[Episode], list[str]]] = {
+    "linear": linear,
+    "tool_loop": tool_loop,
+    "two_agents": two_agents,
+    "branches": branches,
+    "compaction": compaction,
+}
+"""Each shape, and the labels a template that keeps every conversation one sequence gives it."""
+
+
+def run_shape(name: str, render: Render, stops: set[int]) -> ShapeVerdict:
+    """One shape on the template (`stops`: the ids the model stops on)."""
+    ep = Episode(render, stops)
+    try:
+        expected = SHAPES[name](ep)
+    except Exception as exc:  # noqa: BLE001 - a template may refuse a shape (no tool turn): that is the verdict
+        line = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return ShapeVerdict(shape=name, labels=ep.labels, expected=[], error=line[:300])
+    return ShapeVerdict(shape=name, labels=ep.labels, expected=expected)
+
+
+def run_shapes(render: Render, stops: set[int], names: Sequence[str] = tuple(SHAPES)) -> list[ShapeVerdict]:
+    """Every shape on the template."""
+    return [run_shape(name, render, stops) for name in names]
