@@ -3,7 +3,9 @@
 One fixed batch (two GRPO groups of two episodes, rewards 0/1), trained twice (the second step is the
 first with a KL term that is not 0: LoRA's adapter starts as the identity), the same start weights (for
 LoRA: the adapter verl initialised, pulled into the embedded model), the same seed, learning rate and
-loss settings. verl's side is its own driver step (`StoreFedTrainer.fit_step`: old log-probs, advantages,
+loss settings, and the same truncated importance sampling against the batch's logged log-probs (`tis_cap`: verl
+sets it for the whole run, the embedded learner for each batch that needs it, so the job sets it for both). verl's
+side is its own driver step (`StoreFedTrainer.fit_step`: old log-probs, advantages,
 `update_actor` on its FSDP2 actor worker); the embedded side is `Learner.update`.
 
 Tolerances (fp32 on both sides; the two differ in kernels and reduction order only):
@@ -66,6 +68,7 @@ def _job(lora_rank: int, tmp_path, ranks: int = 1) -> AgentJetJob:
         lora_alpha=16,
         use_kl_loss=lora_rank > 0,
         kl_loss_coef=0.1,
+        tis_cap=2.0,
         save_freq=0,
         seed=0,
         max_prompt_length=32,
