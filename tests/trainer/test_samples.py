@@ -83,6 +83,16 @@ def test_a_compaction_is_a_new_segment_and_an_unmatched_extension_is_named():
     assert starts == {"first": 1, "segment:compacted": 1, "unmatched": 1}
 
 
+def test_calls_logged_before_labels_and_rendered_calls_start_with_their_cause():
+    """A store written before the proxy labelled calls (`token_history` NULL): a call that continues nothing starts
+    an `unlabelled` sequence, not a `first` one; under `token_history="rendered"` it is a `rendered` one."""
+    for label, cause in ((None, "unlabelled"), ("rendered", "rendered")):
+        calls = [call(0, [1, 2], [3], label=label), call(1, [1, 2, 3, 4], [5], label=label)]
+        calls.append(call(2, [1, 2, 9, 9], [6], label=label))  # re-rendered history: its ids continue nothing
+        seqs, merged, starts = episode_sequences(calls, "ep", "t")
+        assert len(seqs) == 2 and merged == 1 and starts == {"first": 1, cause: 1}, (label, starts)
+
+
 def test_calls_are_ordered_by_seq_and_bad_calls_skipped():
     calls = [call(1, [1, 2, 3, 4], [5]), call(0, [1, 2], [3]), call(2, [1], None), call(3, [9], [8], error="boom")]
     seqs, _, _ = episode_sequences(calls, "ep", "t")

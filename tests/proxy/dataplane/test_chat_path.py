@@ -43,6 +43,25 @@ def test_plain_call_logs_exact_ids(client, store, stub):
     assert orjson.loads(call.request)["model"] == "anything-at-all"  # the agent's request, as sent
 
 
+def test_an_engine_without_tokenize_falls_back_and_the_agent_never_notices(client, store, stub):
+    """An OpenAI-compatible engine that has no `/tokenize` (the stub, as an older server): a call that continues a
+    turn cannot have its new messages tokenized, so it is rendered whole, labelled `fallback:tokenize_failed`,
+    answered as ever, and its episode trains as two sequences."""
+    from ajet_trainer.samples import episode_sequences
+
+    uuid, creds = client.begin_episode()
+    oc = creds.as_openai_client()
+    first = oc.chat.completions.create(model="m", messages=MSGS, seed=1, max_tokens=8).choices[0].message
+    again = [*MSGS, {"role": "assistant", "content": first.content}, {"role": "user", "content": "and then?"}]
+    second = oc.chat.completions.create(model="m", messages=again, seed=2, max_tokens=8)
+    assert second.choices[0].message.content
+    calls = flushed_calls(store, uuid, 2)
+    assert [c.token_history for c in calls] == ["first", "fallback:tokenize_failed"]
+    assert calls[1].prompt_ids == direct(stub, messages=again, seed=2, max_tokens=8).prompt_ids  # rendered whole
+    _seqs, merged, starts = episode_sequences(calls, uuid, "t")
+    assert merged == 0 and starts == {"first": 1, "fallback:tokenize_failed": 1}
+
+
 def test_streamed_call_logs_exact_ids_and_streams(client, store, stub):
     uuid, creds = client.begin_episode()
     oc = creds.as_openai_client()
