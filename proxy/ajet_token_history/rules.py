@@ -160,13 +160,13 @@ def _calls(tool_calls: Any) -> list[list[Any]]:
     return out
 
 
-def canonical_message(m: dict[str, Any]) -> bytes:
-    """A message as the comparison sees it: role, text, tool calls (name, parsed arguments), a tool's name."""
+def canonical_message(m: dict[str, Any], named: bool = True) -> bytes:
+    """A message as the comparison sees it: role, text, tool calls (name, parsed arguments), its name (`named`)."""
     out: dict[str, Any] = {"role": m.get("role"), "content": content_text(m.get("content"))}
     calls = _calls(m.get("tool_calls"))
     if calls:
         out["tool_calls"] = calls
-    if isinstance(m.get("name"), str):
+    if named and isinstance(m.get("name"), str):
         out["name"] = m["name"]
     return orjson.dumps(out, option=orjson.OPT_SORT_KEYS)
 
@@ -190,13 +190,20 @@ def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a == b or canonical_message(a) == canonical_message(b)
 
 
+def sends_back(message: dict[str, Any], answer: dict[str, Any]) -> bool:
+    """Whether `message` is the turn's `answer` sent back: its text and tool calls. A name the agent puts on its
+    own answer (AgentScope's `name: "calc"`) is its bookkeeping: the model generated the answer without it, after a
+    generation prompt without it, and the token history keeps what the model saw."""
+    return message == answer or canonical_message(message, named=False) == canonical_message(answer, named=False)
+
+
 def shared_messages(messages: Sequence[dict[str, Any]], turn: Turn) -> int:
     """How many leading messages a call shares with a turn's messages followed by its answer."""
     n = 0
     limit = min(len(messages), turn.n_messages)
     while n < limit and same_message(messages[n], turn.messages[n]):
         n += 1
-    if n == turn.n_messages and len(messages) > n and same_message(messages[n], turn.answer):
+    if n == turn.n_messages and len(messages) > n and sends_back(messages[n], turn.answer):
         n += 1
     return n
 
@@ -315,18 +322,24 @@ def _closest(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> tuple
 def _only_system_differs(messages: Sequence[dict[str, Any]], turn: Turn) -> bool:
     """Whether a call would continue `turn` but for its system messages (a system prompt that changes each call)."""
     head, turn_head = system_head(messages), system_head(turn.messages[: turn.n_messages])
-    rest = [*turn.messages[turn_head : turn.n_messages], turn.answer]
-    if len(messages) - head <= len(rest):
+    rest = turn.messages[turn_head : turn.n_messages]
+    if len(messages) - head <= len(rest) + 1:
         return False
-    return all(same_message(messages[head + i], m) for i, m in enumerate(rest))
+    same = all(same_message(messages[head + i], m) for i, m in enumerate(rest))
+    return same and sends_back(messages[head + len(rest)], turn.answer)
 
 
 def _repeats_a_model_turn(messages: Sequence[dict[str, Any]], turns: Sequence[Turn]) -> bool:
     """Whether a call sends back, as the model's, a turn the model took in this episode: then it edits that history
     (the first question changed, say), where a new conversation (another agent, a summary) holds none of it."""
-    said = {canonical_message(t.answer) for t in turns}
-    said |= {canonical_message(m) for t in turns for m in t.messages[: t.n_messages] if m.get("role") == "assistant"}
-    return any(canonical_message(m) in said for m in messages if m.get("role") == "assistant")
+    said = {canonical_message(t.answer, named=False) for t in turns}
+    said |= {
+        canonical_message(m, named=False)
+        for t in turns
+        for m in t.messages[: t.n_messages]
+        if m.get("role") == "assistant"
+    }
+    return any(canonical_message(m, named=False) in said for m in messages if m.get("role") == "assistant")
 
 
 def new_turn(

@@ -217,6 +217,16 @@ def test_an_answer_sent_back_with_an_empty_tool_call_list_is_the_same_answer():
     assert h.plan(h.Turns([parent]), messages, TOOLS) == h.Extension(parent, 3)
 
 
+def test_an_answer_sent_back_under_the_agents_name_is_the_same_answer():
+    """AgentScope puts its agent's name on the answer it sends back: the model generated it without one, so it is
+    still the answer; a name changed on an earlier message is an edit of the history."""
+    parent = turn(ASKED, answer=h.answer_message("a", []))
+    messages = [*ASKED, {**said("a"), "name": "calc"}, {"role": "user", "content": "more"}]
+    assert h.plan(h.Turns([parent]), messages, TOOLS) == h.Extension(parent, 3)
+    renamed = [ASKED[0], {**ASKED[1], "name": "someone"}, said("a"), {"role": "user", "content": "more"}]
+    assert h.plan(h.Turns([parent]), renamed, TOOLS) == "fallback:history_edited"
+
+
 def test_a_continued_turn_shares_its_childs_lists():
     history = EpisodeHistory()
     parent = new_turn(0, {"messages": ASKED, "tools": TOOLS}, [1, 2, 3], [4, 5], ANSWER)

@@ -189,6 +189,35 @@ def test_anthropic_sdk_tool_loop(swarm, episode):
     assert_one_trajectory(swarm, uuid, 3)
 
 
+@pytest.mark.parametrize("name", ["pydantic-ai-chat", "pydantic-ai-responses", "agentscope"])
+def test_more_frameworks_own_history_is_one_trajectory(swarm, name):
+    """pydantic-ai's `message_history` (chat and Responses models) and AgentScope's memory, as their default agents
+    keep them: a tool call, its result, an answer, one exact sequence on both templates."""
+    from tests.support.framework_agents import AGENTS, play
+
+    uuid, calls = play(swarm, AGENTS[name])
+    assert [c.token_history for c in calls] == ["first", "extended"], [c.token_history for c in calls]
+    assert_one_trajectory(swarm, uuid, 2)
+
+
+def test_litellm_message_objects_sent_back_are_one_trajectory(swarm, episode):
+    """LiteLLM as a client SDK, its `Message` objects appended to the history as they come back."""
+    import litellm
+
+    uuid, creds = episode
+    swarm.answer(CALL_1, CALL_2, FINAL)
+    messages: list = [{"role": "user", "content": "2+3+1.5?"}]
+    for _ in range(3):
+        answer = litellm.completion(
+            model="openai/policy", api_base=creds.base_url, api_key=creds.api_key, messages=messages, tools=[ADD_TOOL]
+        ).choices[0].message
+        messages.append(answer)
+        for tc in answer.tool_calls or []:
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": add(**json.loads(tc.function.arguments))})
+    assert messages[-1].content.endswith("The sum is 6.5.")  # LiteLLM moves the think block to reasoning_content
+    assert_one_trajectory(swarm, uuid, 3)
+
+
 def test_an_agent_that_rewrites_its_history_falls_back_and_still_trains(swarm, episode):
     uuid, creds = episode
     oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
