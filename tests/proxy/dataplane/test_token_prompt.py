@@ -213,7 +213,8 @@ def test_litellm_message_objects_sent_back_are_one_trajectory(swarm, episode):
         ).choices[0].message
         messages.append(answer)
         for tc in answer.tool_calls or []:
-            messages.append({"role": "tool", "tool_call_id": tc.id, "content": add(**json.loads(tc.function.arguments))})
+            result = add(**json.loads(tc.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": result})
     assert messages[-1].content.endswith("The sum is 6.5.")  # LiteLLM moves the think block to reasoning_content
     assert_one_trajectory(swarm, uuid, 3)
 
