@@ -208,9 +208,17 @@ def test_litellm_message_objects_sent_back_are_one_trajectory(swarm, episode):
     swarm.answer(CALL_1, CALL_2, FINAL)
     messages: list = [{"role": "user", "content": "2+3+1.5?"}]
     for _ in range(3):
-        answer = litellm.completion(
-            model="openai/policy", api_base=creds.base_url, api_key=creds.api_key, messages=messages, tools=[ADD_TOOL]
-        ).choices[0].message
+        answer = (
+            litellm.completion(
+                model="openai/policy",
+                api_base=creds.base_url,
+                api_key=creds.api_key,
+                messages=messages,
+                tools=[ADD_TOOL],
+            )
+            .choices[0]
+            .message
+        )
         messages.append(answer)
         for tc in answer.tool_calls or []:
             result = add(**json.loads(tc.function.arguments))
