@@ -88,13 +88,15 @@ demo: setup
 	$(PY) scripts/run_demo.py
 
 # The four environments are set up side by side (mostly downloads and unpacking: about 10 min one after
-# another on CI's two cores). AJET_REQUIRE_VLLM / AJET_REQUIRE_FRAMEWORKS: the vllm_real and the framework-env
-# tests fail, rather than skip, without .venv-vllm / .venv-frameworks. Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
+# another on CI's two cores). AJET_REQUIRE_*: a test whose dependency is missing (PostgreSQL, .venv-vllm,
+# .venv-frameworks, a mountable tmpfs, .venv-client) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
+REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1
+
 test:
 	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks
 	$(MAKE) lint
-	AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+	$(REQUIRE_ALL) $(PY) -m pytest -q -n 2 --dist loadfile
 
 # ruff: lint (pyflakes, pycodestyle, import order, bugbear) and format, line length 120 (pyproject.toml)
 lint: setup

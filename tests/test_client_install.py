@@ -7,7 +7,6 @@ install line says; without it this test fails in CI and is skipped on a laptop t
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -16,16 +15,17 @@ import pytest
 
 from ajet_store import sqlite_url
 from tests.support.procs import REPO, Proc, free_port, offline_env
+from tests.support.require import need
 
 pytestmark = pytest.mark.slow
 
 VENV = REPO / ".venv-client"
 BIN = VENV / "bin"
 
-if not (BIN / "python").exists():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{VENV} is missing: `make test` builds it with `make setup-client`")
-    pytest.skip("no .venv-client (built by `make setup-client`)", allow_module_level=True)
+
+@pytest.fixture(autouse=True)
+def _client_venv() -> None:
+    need((BIN / "python").exists(), f"no {VENV}: `make setup-client` builds it", "AJET_REQUIRE_CLIENT")
 
 
 def client_run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -108,3 +108,29 @@ def test_several_workers_on_sqlite_are_refused_in_one_line(tmp_path):
     `--workers N` asks for PostgreSQL, before any port is bound."""
     res = run("ajet-proxy", "start", "--db", sqlite_url(tmp_path / "s.db"), "--workers", "2", "--port", "0")
     _one_line_error(res, "ajet-proxy", "--workers 2 needs a PostgreSQL store")
+
+
+def test_make_test_requires_every_optional_dependency():
+    """CI cannot pass by skipping: `make test` sets each `AJET_REQUIRE_*` the tests read, and under one a missing
+    dependency fails the test naming it, where elsewhere it skips."""
+    import re
+
+    import pytest
+
+    from tests.support.procs import REPO
+    from tests.support.require import REQUIRED, need
+
+    makefile = (REPO / "Makefile").read_text()
+    test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "$(REQUIRE_ALL)" in test_recipe
+    required = re.search(r"^REQUIRE_ALL := (.*)$", makefile, re.M)
+    assert required is not None and sorted(required.group(1).split()) == sorted(f"{v}=1" for v in REQUIRED)
+    used = {v for p in (REPO / "tests").rglob("*.py") for v in re.findall(r"AJET_REQUIRE_[A-Z]+", p.read_text())}
+    assert used == set(REQUIRED)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AJET_REQUIRE_PG", "1")
+        with pytest.raises(pytest.fail.Exception, match="no PostgreSQL here"):
+            need(False, "no PostgreSQL here", "AJET_REQUIRE_PG")
+        mp.delenv("AJET_REQUIRE_PG")
+        with pytest.raises(pytest.skip.Exception):
+            need(False, "no PostgreSQL here", "AJET_REQUIRE_PG")

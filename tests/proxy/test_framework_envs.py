@@ -5,21 +5,17 @@ proxy and a scripted embedded engine started here: each completes its tool loop,
 ids and logprobs, and the episode trains."""
 
 import json
-import os
 
 import pytest
 
 from tests.support.framework_agents import ENV_AGENTS, ENV_PYTHON, play
+from tests.support.require import need
 from tests.support.scripted_swarm import scripted_swarm
 
 
 def require_framework_env() -> None:
     """Skip without .venv-frameworks, or fail under `AJET_REQUIRE_FRAMEWORKS=1` (`make test`)."""
-    if not ENV_PYTHON.exists():
-        msg = f"no {ENV_PYTHON}: run `make setup-frameworks`"
-        if os.environ.get("AJET_REQUIRE_FRAMEWORKS") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need(ENV_PYTHON.exists(), f"no {ENV_PYTHON}: run `make setup-frameworks`", "AJET_REQUIRE_FRAMEWORKS")
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,16 @@ from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store
 from tests.support import postgres
 from tests.support.procs import Proc, Trainer, start_proxy, start_stub
+from tests.support.require import require_postgres
 from tests.support.rolling import ensure_rolling, wait_state
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries on this machine"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _postgres() -> None:
+    require_postgres()
+
 
 CLIENT = "tier-client"
 

@@ -26,11 +26,10 @@ from ajet_store import TRAINER_TIMEOUT_S, Store, StoreRefusedValue, sqlite_url
 from ajet_store.tables import experiments
 from tests.support import postgres
 from tests.support.procs import start_proxy, start_stub
+from tests.support.require import need, require_postgres
 from tests.support.rolling import ensure_rolling
 from tests.support.stores import a_call
 from tests.support.stub_proxy import proxy_on_stub
-
-needs_pg = pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries on this machine")
 
 
 def _end_body(uuid: str, task: dict, reward: float = 1.0) -> dict:
@@ -93,13 +92,11 @@ def test_non_finite_numbers_and_long_client_ids_are_refused(tmp_path: Path):
 # ------------------------------------------------------------------ PostgreSQL: one bad value, its neighbours commit
 @pytest.fixture(scope="module")
 def pg_url():
-    if not postgres.available():
-        pytest.skip("no PostgreSQL binaries on this machine")
+    require_postgres()
     with postgres.postgres_url() as url:
         yield url
 
 
-@needs_pg
 def test_a_value_postgresql_refuses_fails_only_its_own_call_record(pg_url: str):
     """The group commit's contract, at the database: a batch that PostgreSQL rolls back for one record's value is
     written again record by record, so the 20 healthy records commit and only the bad one is refused."""
@@ -123,7 +120,6 @@ def test_a_value_postgresql_refuses_fails_only_its_own_call_record(pg_url: str):
         store.close()
 
 
-@needs_pg
 def test_bursts_with_one_bad_request_leave_every_healthy_one_answered_on_postgresql(tmp_path: Path, pg_url: str):
     """Round two's three bursts (20 healthy + 1 bad, three times each): before, 22, 16 and 28 of 60 healthy
     requests got a plain 500 because the bad value rolled back their shared transaction."""
@@ -211,8 +207,7 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
 @pytest.fixture
 def small_disk(tmp_path: Path):
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "4m"):
-        pytest.skip("cannot mount a small tmpfs here (needs root and mount); the full-disk case is not run")
+    need(_mount_tmpfs(disk, "4m"), "cannot mount a small tmpfs here (needs root and mount)", "AJET_REQUIRE_TMPFS")
     try:
         yield disk
     finally:

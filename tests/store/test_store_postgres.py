@@ -16,8 +16,12 @@ from ajet_store.batch_policy import select_batch
 from ajet_store.connect import driver_url
 from ajet_store.types import BeginEpisode, CallRecord, RegisteredEngine
 from tests.support import postgres
+from tests.support.require import require_postgres
 
-pytestmark = pytest.mark.skipif(not postgres.available(), reason="no PostgreSQL binaries and no AJET_TEST_PG_URL")
+
+@pytest.fixture(autouse=True, scope="module")
+def _postgres() -> None:
+    require_postgres()
 
 
 @pytest.fixture(scope="module")

@@ -5,15 +5,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Optional
 
-import pytest
-
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.vllm.server import VllmEngine, VllmSettings, find_vllm_python
+from tests.support.require import need
 
 
 def vllm_python() -> str:
@@ -22,11 +20,7 @@ def vllm_python() -> str:
     probe = subprocess.run(
         [python, "-c", "import importlib.util as u; raise SystemExit(u.find_spec('vllm') is None)"], capture_output=True
     )
-    if probe.returncode != 0:
-        msg = f"no vLLM in {python}: run `make setup-vllm`"
-        if os.environ.get("AJET_REQUIRE_VLLM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need(probe.returncode == 0, f"no vLLM in {python}: run `make setup-vllm`", "AJET_REQUIRE_VLLM")
     return python
 
 

@@ -269,7 +269,6 @@ def test_the_engine_key_lives_only_in_the_store(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("tests.support.postgres").support.postgres.available(), reason="no PostgreSQL")
 def test_swarm_with_several_proxies_on_postgresql(tmp_path):
     """`ajet-swarm start --proxies 2` on a PostgreSQL store: two proxy workers on the one port beside the trainer;
     an episode runs through them; a worker killed is started again, and episodes go on meanwhile."""
@@ -283,6 +282,9 @@ def test_swarm_with_several_proxies_on_postgresql(tmp_path):
     from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
     from tests.support import postgres
     from tests.support.procs import Proc, free_port
+    from tests.support.require import require_postgres
+
+    require_postgres()
 
     def one_episode(client: SwarmClient) -> None:
         uuid, creds = client.begin_episode()
