@@ -81,6 +81,12 @@ def add_proxy_options(
         help="other proxies (on other machines) serve the same store: number calls and track episodes there "
         "(implied by more than one worker)",
     )
+    p.add_argument(
+        "--allow-absolute-experiment-dir",
+        action="store_true",
+        help="let a client's job name an absolute experiment_dir on the training box (refused by default: a job's "
+        "folders stay under the trainer's experiments/)",
+    )
 
 
 def add_start_arguments(p: argparse.ArgumentParser) -> None:
@@ -135,6 +141,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
             commit_window_s=args.commit_window_ms / 1000.0,
             gc_young_threshold=args.gc_young_threshold,
             shared=args.shared_store or args.workers > 1,
+            allow_absolute_experiment_dir=args.allow_absolute_experiment_dir,
         )
     )
     loop = "uvloop" if _has("uvloop") else "asyncio"

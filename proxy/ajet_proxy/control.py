@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import importlib.util
 import logging
+import os
 import time
 import uuid
 from typing import Optional
@@ -90,13 +91,20 @@ def _client_id(request: Request) -> str:
     return given or f"anonymous@{request.client.host if request.client else '?'}"
 
 
-def _validate_job(job: dict) -> AgentJetJob:
+def _validate_job(job: dict, s: Proxy) -> AgentJetJob:
     try:
         parsed = AgentJetJob.from_wire(job)  # the client merged its base YAML; its path may not exist here
     except ValidationError as exc:
         fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
         raise InvalidRequest(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
     _check_trackers(parsed)
+    if os.path.isabs(parsed.experiment_dir) and not s.config.allow_absolute_experiment_dir:
+        raise InvalidRequest(
+            f"invalid job: experiment_dir {parsed.experiment_dir!r} is an absolute path; a job's folders stay under "
+            "the trainer's experiments/ (a relative experiment_dir lands there) unless the proxy runs with "
+            "--allow-absolute-experiment-dir",
+            fields=["job.experiment_dir"],
+        )
     return parsed
 
 
@@ -133,7 +141,7 @@ async def _synced(s: Proxy) -> OkResponse:
 async def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
     """Store the job (only while OFFLINE); the answer carries the trainer's template preflight of its model."""
     s = _proxy(request)
-    await asyncio.to_thread(s.store.sync_job, _validate_job(body.job))
+    await asyncio.to_thread(s.store.sync_job, _validate_job(body.job, s))
     return await _synced(s)
 
 
@@ -160,7 +168,7 @@ async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request
     """Sync + start when OFFLINE (or when forced); otherwise join the running job. The answer carries the trainer's
     template preflight of the job's model."""
     s = _proxy(request)
-    job = _validate_job(body.job)
+    job = _validate_job(body.job, s)
     if body.force_restart:
         await asyncio.to_thread(stop_engine, request)
     row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync

@@ -65,6 +65,10 @@ class ProxyConfig:
     call numbers are reserved in the store, an episode begun elsewhere is taken up on its first call here, its
     history is read from the store when another proxy served its calls, and idleness is the store's. One proxy
     alone keeps all of that in memory (one write less per call)."""
+    allow_absolute_experiment_dir: bool
+    """A client's job may name an absolute `experiment_dir` on the training box (`--allow-absolute-experiment-dir`);
+    else `sync_train_config` refuses it with a 422 naming `job.experiment_dir`, so a job's folders stay under the
+    trainer's `experiments/` (names and relative paths cannot climb out: `AgentJetJob` refuses `/` and `..`)."""
     poll_s: float = 0.2
     """How often the experiment's row is re-read."""
     engine_timeout_s: float = 600.0
@@ -89,6 +93,7 @@ class ProxyConfig:
             "commit_window_s": float(str(v["commit_window_ms"])) / 1000.0,
             "gc_young_threshold": int(str(v["gc_young_threshold"])),
             "shared": bool(v["shared_store"]) or int(str(v["workers"])) > 1,
+            "allow_absolute_experiment_dir": bool(v["allow_absolute_experiment_dir"]),
         }
         return cls(**{**fields, **overrides})
 

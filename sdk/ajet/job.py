@@ -45,11 +45,14 @@ class AgentJetJob(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     project_name: str = "ajet-swarm"
-    """Project name (groups experiments)."""
+    """Project name (groups experiments); one folder name (no `/`, not `..`)."""
     experiment_name: str = "default"
-    """Experiment name; the experiment folder is named after it."""
+    """Experiment name; the experiment folder is named after it (one folder name: no `/`, not `..`)."""
     experiment_dir: str = "auto"
-    """Where checkpoints and logs go; `auto` = `./experiments/<project>/<experiment>`."""
+    """Where checkpoints and logs go, on the training box: `auto` = `experiments/<project>/<experiment>` under the
+    trainer's folder; a relative path (no `..`) lands under its `experiments/` too. An absolute path is refused at
+    `sync_train_config` unless the proxy runs with `allow_absolute_experiment_dir` (the client's job must not decide
+    where the server writes)."""
     n_gpu: int = Field(default=8, ge=0)
     """GPUs per node (scale-out backends); the embedded trainer uses at most one."""
     model: str = "builtin:tiny"
@@ -180,6 +183,20 @@ class AgentJetJob(BaseModel):
         if data.get("base_yaml_config"):
             data = {**_read_yaml_fields(data["base_yaml_config"]), **data}
         return _accept_backbone(data)
+
+    @field_validator("project_name", "experiment_name")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        if value in ("", ".", "..") or any(c in value for c in "/\\\x00"):
+            raise ValueError(f"{value!r} is not one folder name (no '/', '\\', NUL; not '.' or '..')")
+        return value
+
+    @field_validator("experiment_dir")
+    @classmethod
+    def _no_parent(cls, value: str) -> str:
+        if "\x00" in value or ".." in Path(value).parts:
+            raise ValueError(f"{value!r}: an experiment folder may not climb out with '..' (nor hold NUL)")
+        return value
 
     @field_validator("mission_mix")
     @classmethod

@@ -74,6 +74,55 @@ def test_a_logger_not_installed_on_the_training_box_is_refused_at_sync(proxy, cl
     client.sync_train_config(AgentJetJob(logging=["jsonl", "tensorboard"]))  # installed here: accepted
 
 
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        ({"experiment_dir": "/tmp/elsewhere"}, "job.experiment_dir"),
+        ({"experiment_dir": "../../../x"}, "job.experiment_dir"),
+        ({"experiment_dir": "runs/../../x"}, "job.experiment_dir"),
+        ({"experiment_name": "../up"}, "job.experiment_name"),
+        ({"experiment_name": ".."}, "job.experiment_name"),
+        ({"project_name": "a/b"}, "job.project_name"),
+        ({"project_name": "a\\b"}, "job.project_name"),
+    ],
+)
+def test_a_job_cannot_decide_where_the_server_writes(proxy, client, job, field):
+    """Round three: a job whose folders named an absolute path, or climbed out with `..`, made the trainer write
+    there. Each is a 422 naming the field; the stored job stays the one before."""
+    client.stop_engine()
+    client.sync_train_config(AgentJetJob(experiment_name="kept"))
+    r = httpx.post(proxy.url + "/swarm/sync_train_config", json={"job": job})
+    assert r.status_code == 422 and r.json()["fields"] == [field], r.text
+    status = client.get_engine_status()
+    assert status.experiment_name == "kept"
+
+
+def test_an_absolute_experiment_dir_is_taken_when_the_proxy_allows_it(tmp_path):
+    from ajet_store import Store, sqlite_url
+    from tests.support.procs import start_proxy
+
+    url = sqlite_url(tmp_path / "abs.db")
+    px = start_proxy(tmp_path, url, "--allow-absolute-experiment-dir")
+    try:
+        r = httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"experiment_dir": str(tmp_path / "x")}})
+        assert r.status_code == 200, r.text
+        r = httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"experiment_dir": "../x"}})
+        assert r.status_code == 422 and r.json()["fields"] == ["job.experiment_dir"]  # `..` never
+    finally:
+        px.close()
+    st = Store(url)
+    assert st.experiment().job.experiment_dir == str(tmp_path / "x")
+    st.close()
+
+
+def test_a_relative_experiment_dir_lands_under_the_trainers_experiments_root():
+    from ajet_trainer.experiment_dir import EXPERIMENTS, default_experiment_dir
+
+    assert default_experiment_dir(AgentJetJob(experiment_dir="runs/a"), None) == EXPERIMENTS / "runs" / "a"
+    assert default_experiment_dir(AgentJetJob(project_name="p", experiment_name="e"), None) == EXPERIMENTS / "p" / "e"
+    assert str(default_experiment_dir(AgentJetJob(), "/srv/exp")) == "/srv/exp"  # the operator's --experiment-dir
+
+
 def test_begin_outside_rolling_is_503_with_retry_after(proxy, client):
     client.stop_engine()
     r = httpx.post(proxy.url + "/swarm/begin_episode", json={})

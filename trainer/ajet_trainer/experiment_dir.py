@@ -10,13 +10,19 @@ import yaml
 from ajet.job import AgentJetJob
 
 
+EXPERIMENTS = Path("experiments")
+"""The trainer's experiment root, under its working folder: a job's folders land here."""
+
+
 def default_experiment_dir(job: AgentJetJob, override: Optional[str]) -> Path:
-    """`--experiment-dir`, else the job's `experiment_dir`, else `./experiments/<project>/<experiment>`."""
+    """`--experiment-dir` (the operator's), else the job's `experiment_dir` (a relative one under `experiments/`; an
+    absolute one only where the proxy allowed it), else `experiments/<project>/<experiment>`. The job's names and
+    relative paths cannot climb out (`AgentJetJob` refuses `/` in names and `..` anywhere)."""
     if override:
         return Path(override)
     if job.experiment_dir != "auto":
-        return Path(job.experiment_dir)
-    return Path("experiments") / job.project_name / job.experiment_name
+        return EXPERIMENTS / job.experiment_dir  # an absolute path replaces the root
+    return EXPERIMENTS / job.project_name / job.experiment_name
 
 
 def write_job_yaml(job: AgentJetJob, path: Path, resolved: Optional[Mapping[str, Any]] = None) -> Path:
