@@ -9,7 +9,6 @@ import yaml
 
 from ajet.job import AgentJetJob
 
-
 EXPERIMENTS = Path("experiments")
 """The trainer's experiment root, under its working folder: a job's folders land here."""
 
