@@ -163,10 +163,14 @@ class EpisodeOps(Database):
             return hit
 
     # ------------------------------------------------------------------ reads
-    def open_uuids(self) -> set[str]:
-        """Uuids of the open episodes."""
+    def open_uuids(self, trainable: bool = False) -> set[str]:
+        """Uuids of the open episodes (`trainable`: only those a step could take, train episodes of the current
+        run: the drain waits for these alone, so an eval episode left open never holds a step)."""
         with self._read() as c:
             q = sa.select(t.episodes.c.uuid).where(t.episodes.c.status == EpisodeStatus.OPEN.value)
+            if trainable:
+                run = sa.select(t.experiments.c.run_id).where(t.experiments.c.id == 1).scalar_subquery()
+                q = q.where(t.episodes.c.episode_type == "train", t.episodes.c.run_id == run)
             return {r[0] for r in c.execute(q)}
 
     def count_episodes(self, uuids: Sequence[str]) -> int:

@@ -196,3 +196,27 @@ def test_a_job_that_cannot_boot_stops_a_waiting_begin_episode_with_the_reason(tm
         client.start_engine()
         uuid, _creds = client.begin_episode()  # a start clears it: the new boot is waited for as ever
         assert uuid and not client.get_engine_status().boot_failed
+
+
+def test_an_open_eval_episode_never_holds_a_step(tmp_path):
+    """Round three: one eval episode left open (a debugging client) kept the swarm in ROLLING_POST until it expired.
+    The drain waits only for episodes that can train: steps go on, and the eval episode's next call is served by
+    the policy then live, its version logged."""
+    with running_swarm(tmp_path, name="evalopen") as sw:
+        client, store = sw.client(), sw.store()
+        client.sync_train_config(
+            tiny_job(experiment_name="evalopen").model_copy(update={"batch_size": 1, "num_repeat": 1})
+        )
+        client.start_engine()
+        eval_uuid, eval_creds = client.begin_episode(episode_type="eval", discard_episode_timeout=3600)
+        seed_agent(TASKS[0], eval_creds, seed=1)
+        for step in (1, 2):
+            uuid, creds = client.begin_episode()
+            client.end_episode(TASKS[0], uuid, seed_agent(TASKS[0], creds, seed=step))
+            wait_step(client, step)  # a held step would wait for the eval episode's hour
+        seed_agent(TASKS[0], eval_creds, seed=3)
+        calls = store.calls(eval_uuid)
+        assert [c.policy_version for c in calls] == [0, 2]
+        assert (
+            store.get_episode(eval_uuid).status == EpisodeStatus.OPEN and not store.get_episode(eval_uuid).consumed_step
+        )

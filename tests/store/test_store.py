@@ -128,6 +128,14 @@ def test_grouped_changes_commit_together_and_a_refused_one_writes_nothing(st):
     assert (client["client_id"], client["begun"], client["ended"]) == ("c", 3, 2)
 
 
+def test_the_drain_waits_only_for_open_episodes_that_can_train(st):
+    """An open eval episode never holds a step."""
+    rolling(st)
+    st.begin_episode("tr", "h1", "c", "train", 10)
+    st.begin_episode("ev", "h2", "c", "eval", 10)
+    assert st.open_uuids() == {"tr", "ev"} and st.open_uuids(trainable=True) == {"tr"}
+
+
 def test_stop_aborts_open_episodes(st):
     rolling(st)
     st.begin_episode("u1", "h1", "c", "train", 10)

@@ -282,13 +282,15 @@ class TrainerDaemon:
         return True
 
     def drain(self, session: TrainingSession) -> bool:
-        """ROLLING_POST -> WEIGHT_SYNCING once no episode is open (or the drain timeout passed)."""
+        """ROLLING_POST -> WEIGHT_SYNCING once no train episode of the run is open (or the drain timeout passed,
+        which expires them). Eval episodes never hold a step: they go on, served by whichever policy is live."""
         if self.timers.drain_since == 0.0:  # a restart found the engine in ROLLING_POST
             self.timers.drain_since = time.monotonic()
         waited = time.monotonic() - self.timers.drain_since
-        if self.store.open_uuids() and waited < session.job.drain_timeout:
+        holding = self.store.open_uuids(trainable=True)
+        if holding and waited < session.job.drain_timeout:
             return False
-        expired = self.store.expire_episodes()
+        expired = self.store.expire_episodes(holding) if holding else []
         if expired:
             logger.warning("drain timeout: expired %d open episode(s)", len(expired))
         self.store.transition(ExperimentState.WEIGHT_SYNCING, allowed_from=[ExperimentState.ROLLING_POST])
