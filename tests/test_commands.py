@@ -110,6 +110,29 @@ def test_several_workers_on_sqlite_are_refused_in_one_line(tmp_path):
     _one_line_error(res, "ajet-proxy", "--workers 2 needs a PostgreSQL store")
 
 
+def test_a_second_trainer_on_a_held_store_is_one_line(tmp_path):
+    """Round three: a second `ajet-trainer start` on the store of a training swarm ran beside it, and within seconds
+    a step failed and the swarm went OFFLINE. It is refused at start, naming the holder."""
+    import time
+
+    from tests.support.procs import Trainer
+
+    url = sqlite_url(tmp_path / "held.db")
+    first = Trainer(tmp_path, url, tmp_path / "exp")
+    try:
+        store, deadline = Store(url), time.monotonic() + 120
+        while store.experiment().trainer_pid is None:
+            assert time.monotonic() < deadline and first.proc.poll() is None, first.log_tail()
+            time.sleep(0.2)
+        holder = store.experiment().trainer_pid
+        store.close()
+        res = run("ajet-trainer", "start", "--db", url, "--device", "cpu")
+        _one_line_error(res, "ajet-trainer", "another trainer holds this store", f"pid {holder}", "heartbeat")
+        assert first.proc.poll() is None  # the holder trains on
+    finally:
+        first.close()
+
+
 def test_make_test_requires_every_optional_dependency():
     """CI cannot pass by skipping: `make test` sets each `AJET_REQUIRE_*` the tests read, and under one a missing
     dependency fails the test naming it, where elsewhere it skips."""

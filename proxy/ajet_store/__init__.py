@@ -26,6 +26,7 @@ from ajet_store.errors import (
     StoreRefusedValue,
     StoreUnavailable,
     StoreWriteFailed,
+    TrainerHolds,
 )
 from ajet_store.experiments import QUARANTINE_AFTER
 from ajet_store.store import Store
@@ -64,6 +65,7 @@ __all__ = [
     "StoreRefusedValue",
     "StoreUnavailable",
     "StoreWriteFailed",
+    "TrainerHolds",
     "all_progress",
     "group_by_task",
     "is_dummy",

@@ -19,6 +19,7 @@ __all__ = [
     "StoreRefusedValue",
     "StoreUnavailable",
     "StoreWriteFailed",
+    "TrainerHolds",
 ]
 
 
@@ -33,6 +34,11 @@ class StoreRefusedValue(StoreError):
     as an invalid request."""
 
     code = ErrorCode.INVALID_REQUEST
+
+
+class TrainerHolds(StoreError):
+    """Another live trainer holds the store (its heartbeat is recent): a second one would consume the same episodes
+    and stop everyone's training. The message names the holder's host, pid and heartbeat age."""
 
 
 class SchemaMismatch(StoreError):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import sqlalchemy as sa
 
@@ -14,6 +15,8 @@ from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database
+from ajet_store.episodes import TRAINER_TIMEOUT_S
+from ajet_store.errors import TrainerHolds
 from ajet_store.types import ExperimentRow
 
 QUARANTINE_AFTER = 2
@@ -56,10 +59,31 @@ class ExperimentOps(Database):
         with self._tx() as c:
             c.execute(t.experiments.update().values(updating_since=time.time() if updating else None))
 
-    def heartbeat(self) -> None:
-        """The trainer's sign of life (written every few seconds by the trainer daemon)."""
+    def heartbeat(self, pid: Optional[int] = None) -> bool:
+        """The trainer's sign of life (written every few seconds by the trainer daemon); with `pid`, only while that
+        trainer still holds the store (False: another took it over, after this one was silent past the timeout)."""
         with self._tx() as c:
-            c.execute(t.experiments.update().values(trainer_heartbeat=time.time()))
+            q = t.experiments.update().values(trainer_heartbeat=time.time())
+            if pid is not None:
+                q = q.where(t.experiments.c.trainer_pid == pid, t.experiments.c.trainer_host == socket.gethostname())
+            return c.execute(q).rowcount > 0
+
+    def claim_trainer(self, pid: int, alive: Callable[[int], bool]) -> None:
+        """Hold the store for the trainer `pid` of this host: `TrainerHolds` naming the holder when another trainer
+        beat within `TRAINER_TIMEOUT_S` and is not a process of this host that is gone (`alive`: a pid check)."""
+        host = socket.gethostname()
+        with self._tx() as c:
+            cur = rows.locked_experiment(c)
+            age = None if cur.trainer_heartbeat is None else time.time() - cur.trainer_heartbeat
+            mine = cur.trainer_host == host and cur.trainer_pid == pid
+            gone = cur.trainer_host == host and cur.trainer_pid is not None and not alive(cur.trainer_pid)
+            if cur.trainer_pid is not None and age is not None and age < TRAINER_TIMEOUT_S and not (mine or gone):
+                raise TrainerHolds(
+                    f"another trainer holds this store: host {cur.trainer_host}, pid {cur.trainer_pid}, heartbeat "
+                    f"{age:.0f}s ago; stop it first (or start this one {TRAINER_TIMEOUT_S:.0f}s after it stopped)"
+                )
+            now = time.time()
+            c.execute(t.experiments.update().values(trainer_host=host, trainer_pid=pid, trainer_heartbeat=now))
 
     def set_template_verdict(self, verdict: TemplateVerdict) -> bool:
         """Store the trainer's template preflight, if the synced job is still of its model (False: another job was

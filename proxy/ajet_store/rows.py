@@ -54,6 +54,8 @@ def experiment(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> Expe
         m["update_failures"] or 0,
         m["updating_since"],
         None if m["template_verdict"] is None else TemplateVerdict.model_validate(m["template_verdict"]),
+        m["trainer_host"],
+        m["trainer_pid"],
     )
 
 

@@ -41,6 +41,8 @@ experiments = sa.Table(
     sa.Column("update_failures", sa.Integer, nullable=False, default=0, server_default="0"),
     sa.Column("updating_since", sa.Float, nullable=True),
     sa.Column("template_verdict", sa.JSON, nullable=True),
+    sa.Column("trainer_host", sa.String(255), nullable=True),
+    sa.Column("trainer_pid", sa.Integer, nullable=True),
 )
 
 counters = sa.Table(

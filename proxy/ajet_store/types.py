@@ -51,6 +51,10 @@ class ExperimentRow:
     template_verdict: Optional[TemplateVerdict] = None
     """The trainer's template preflight of the synced job's model (None until a trainer has run it; cleared when a
     job of another model is synced)."""
+    trainer_host: Optional[str] = None
+    """The host of the trainer that holds the store (`Store.claim_trainer`): one trainer per store."""
+    trainer_pid: Optional[int] = None
+    """Its process id on that host."""
 
     @property
     def boot_failed(self) -> bool:

@@ -410,3 +410,24 @@ def test_the_template_verdict_belongs_to_the_synced_model(st):
     assert st.experiment().template_verdict is not None
     st.sync_job(AgentJetJob(model="builtin:tiny-bpe"))
     assert st.experiment().template_verdict is None
+
+
+def test_one_trainer_holds_the_store(st):
+    """A second trainer is refused while the holder beats, naming it; a holder of this host whose process is gone,
+    or one silent past the timeout, is taken over; the old holder's heartbeat then says it lost the store."""
+    import socket
+
+    from ajet_store import TRAINER_TIMEOUT_S, TrainerHolds
+    from ajet_store import tables as t
+
+    st.claim_trainer(100, alive=lambda pid: True)
+    assert st.heartbeat(100) and st.experiment().trainer_pid == 100
+    st.claim_trainer(100, alive=lambda pid: True)  # the holder itself, again (a restart in the same process)
+    with pytest.raises(TrainerHolds, match=f"host {socket.gethostname()}, pid 100, heartbeat 0s ago"):
+        st.claim_trainer(200, alive=lambda pid: True)
+    st.claim_trainer(200, alive=lambda pid: pid != 100)  # pid 100 is gone from this host
+    assert st.experiment().trainer_pid == 200 and not st.heartbeat(100) and st.heartbeat(200)
+    with st._tx() as c:  # the holder went silent past the timeout
+        c.execute(t.experiments.update().values(trainer_heartbeat=time.time() - TRAINER_TIMEOUT_S - 1))
+    st.claim_trainer(300, alive=lambda pid: True)
+    assert st.experiment().trainer_pid == 300

@@ -20,6 +20,7 @@ store (`last_error`), where `get_engine_status` and the monitor show it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,22 @@ from ajet_trainer.template_check import check_template, template_verdict
 from ajet_trainer.types import Metrics
 
 logger = logging.getLogger(__name__)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` runs on this host (another user's counts; a zombie, dead but not yet reaped, not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
 
 HEARTBEAT_S = 2.0
 _ACTIVE = (
@@ -78,7 +95,9 @@ class TrainerDaemon:
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
-        """Drive the state machine until `stop` is set; tears down cleanly on exit."""
+        """Hold the store (`TrainerHolds` when another live trainer does), then drive the state machine until `stop`
+        is set; tears down cleanly on exit."""
+        self.store.claim_trainer(os.getpid(), pid_alive)
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
         beat.start()
@@ -102,7 +121,9 @@ class TrainerDaemon:
         """Tell the proxy every few seconds that a trainer is alive (even in a long update)."""
         while not stop.is_set():
             try:
-                self.store.heartbeat()
+                if not self.store.heartbeat(os.getpid()):
+                    logger.error("another trainer took this store over while this one was silent: stopping")
+                    stop.set()
             except Exception:  # noqa: BLE001 - a busy store must not kill the trainer
                 logger.exception("heartbeat failed")
             stop.wait(HEARTBEAT_S)
