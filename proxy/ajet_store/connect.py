@@ -30,6 +30,12 @@ def sqlite_path(url: str) -> Optional[Path]:
     return None
 
 
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
+"""What a SQLite store's write-ahead log is cut back to once a checkpoint resets it (`journal_size_limit`): a long
+reader beside training (an export, a `sqlite3` shell) grows the log, which SQLite reuses but never shrinks on its
+own; with the limit it returns to this size once the reader lets go."""
+
+
 def _sqlite_handle(url: str, immediate: bool) -> sa.Engine:
     db = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
@@ -40,6 +46,7 @@ def _sqlite_handle(url: str, immediate: bool) -> sa.Engine:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
         cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute(f"PRAGMA journal_size_limit={int(WAL_LIMIT_BYTES)}")
         cur.close()
 
     @event.listens_for(db, "begin")

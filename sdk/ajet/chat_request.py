@@ -10,7 +10,9 @@ never used to rebuild the body: the proxy forwards the body it parsed, so vendor
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import (
@@ -135,13 +137,33 @@ class TextPart(_Part):
     """The text."""
 
 
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""A JSON escape of a UTF-16 surrogate (`\\ud800`): text that parses into a lone surrogate when unpaired."""
+
+
+def _arguments(v: str) -> str:
+    """Tool-call arguments the engines can render: the template reads them parsed, so JSON whose strings hold a lone
+    surrogate (`"\\ud800"`, valid ASCII text) would fail the engine's tokenizer; it is refused here instead."""
+    if not _ESCAPED_SURROGATE.search(v):
+        return v
+    try:
+        parsed = json.loads(v)
+    except ValueError:  # not JSON: the template gets the text as it is
+        return v
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("holds a lone UTF-16 surrogate escape (e.g. \\ud800) that cannot be encoded") from None
+    return v
+
+
 class FunctionCall(_Part):
     """What a tool call calls."""
 
     name: str
     """The function's name."""
-    arguments: str
-    """Its arguments, as the JSON text the model wrote."""
+    arguments: Annotated[str, AfterValidator(_arguments)]
+    """Its arguments, as the JSON text the model wrote (refused when they parse into a lone surrogate)."""
 
 
 class ToolCall(_Part):

@@ -431,3 +431,50 @@ def test_one_trainer_holds_the_store(st):
         c.execute(t.experiments.update().values(trainer_heartbeat=time.time() - TRAINER_TIMEOUT_S - 1))
     st.claim_trainer(300, alive=lambda pid: True)
     assert st.experiment().trainer_pid == 300
+
+
+def test_the_wal_returns_to_its_bound_once_a_long_reader_lets_go(tmp_path, monkeypatch):
+    """Round three: a 60 s reader beside training left a 305 MB WAL until the swarm stopped. SQLite reuses its log
+    but never shrinks it; `journal_size_limit` cuts it back once a checkpoint resets it."""
+    import os
+    import sqlite3
+
+    import ajet_store.connect
+
+    monkeypatch.setattr(ajet_store.connect, "WAL_LIMIT_BYTES", 1 << 20)
+    path = tmp_path / "wal.db"
+    store = Store(sqlite_url(path))
+    reader = sqlite3.connect(path)  # an export or a `sqlite3` shell, holding its snapshot
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM episodes").fetchall()
+
+    def write(episode: str, n: int) -> None:
+        store.write_calls(
+            [
+                CallRecord(
+                    episode,
+                    i,
+                    "{}",
+                    "x" * 2000,
+                    list(range(200)),
+                    list(range(50)),
+                    [0.0] * 50,
+                    "stop",
+                    0,
+                    "d",
+                    1.0,
+                    time.time(),
+                )
+                for i in range(n)
+            ]  # fmt: skip
+        )
+
+    for k in range(20):
+        write(f"e{k}", 100)
+    grown = os.path.getsize(f"{path}-wal")
+    reader.rollback()
+    reader.close()
+    for k in range(3):
+        write(f"after{k}", 10)
+    assert grown > 4 << 20 and os.path.getsize(f"{path}-wal") <= 1 << 20, (grown, os.path.getsize(f"{path}-wal"))
+    store.close()

@@ -144,6 +144,15 @@ _USER = '"messages": [{"role": "user", "content": "x"}]'
                 ('{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}', "messages.0.content.0.type"),
             ]
         ],
+        # a lone surrogate as text anywhere in the body, and escaped inside a tool call's JSON arguments (valid text,
+        # but the engine renders them parsed: round three's 500 from the embedded engine)
+        (b'{"messages": [{"role": "user", "content": "\\udaa4"}]}', "body"),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [{"id":'
+            b' "c", "type": "function", "function": {"name": "f", "arguments": "{\\"a\\": \\"\\\\ud800\\"}"}}]},'
+            b' {"role": "tool", "tool_call_id": "c", "content": "1"}]}',
+            "messages.1.tool_calls.0.function.arguments",
+        ),
     ],
 )
 def test_malformed_chat_bodies_are_400_naming_the_param(client, proxy, raw, field):
