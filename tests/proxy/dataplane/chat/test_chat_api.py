@@ -149,7 +149,8 @@ _USER = '"messages": [{"role": "user", "content": "x"}]'
         (b'{"messages": [{"role": "user", "content": "\\udaa4"}]}', "body"),
         (
             b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "",'
-            b' "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\\"a\\": \\"\\\\ud800\\"}"}}]},'
+            b' "tool_calls": [{"id": "c", "type": "function",'
+            b' "function": {"name": "f", "arguments": "{\\"a\\": \\"\\\\ud800\\"}"}}]},'
             b' {"role": "tool", "tool_call_id": "c", "content": "1"}]}',
             "messages.1.tool_calls.0.function.arguments",
         ),
