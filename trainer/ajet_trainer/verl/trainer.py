@@ -178,7 +178,10 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
             self.global_steps
         )  # the vLLM engines / the served model get these weights
         restored = self.global_steps
-        self.progress_bar = tqdm(total=self.total_training_steps, initial=restored, desc="verl steps")
+        # verl's fit_step updates this bar; a store-fed run has no known end (its total is UNBOUNDED_STEPS), so the
+        # bar would print "2/1000000 [72694:45:16 left]" into every log: it is kept silent, and each step is logged
+        # by the step record instead
+        self.progress_bar = tqdm(total=self.total_training_steps, initial=restored, disable=True)
         self.global_steps += 1  # verl counts steps from 1
         return restored
 
