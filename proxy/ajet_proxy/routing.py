@@ -116,7 +116,7 @@ class EngineRouter:
         name = (choice.get("model_info") or {}).get("id")
         return self.engines[name if name in candidates else candidates[0]]
 
-    def mark_failed(self, name: str) -> None:
-        """Cool an engine down after a connection failure."""
+    def mark_failed(self, name: str, reason: str = "") -> None:
+        """Cool an engine down after a connection failure (`reason`: what failed, logged)."""
         self._cooling[name] = time.monotonic() + self.cooldown_s
-        logger.warning("engine %s failed; cooling down for %.0fs", name, self.cooldown_s)
+        logger.warning("engine %s failed (%s); cooling down for %.0fs", name, reason or "no reason", self.cooldown_s)

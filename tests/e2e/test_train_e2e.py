@@ -14,7 +14,7 @@ from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.exports import assert_export_matches_the_served_policy
-from tests.support.faults import update_delay_env
+from tests.support.faults import GATE_HELD, update_gate_env
 from tests.support.swarm import running_swarm
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ def test_trains_and_serves_new_weights(swarm, lora_rank):
     wait_step(client, 2)
     status = client.get_engine_status()
     assert status.policy_version == 2 and status.global_step == 2, trainer.log_tail()
-    assert time.time() - store.experiment().trainer_heartbeat < 10  # the trainer says it is alive
+    assert status.trainer_silent_s is None and store.experiment().trainer_heartbeat  # the trainer says it is alive
     # the second batch's calls were answered by the weights of step 1
     assert {c.policy_version for u in batches[0] for c in store.calls(u)} == {0}
     assert {c.policy_version for u in batches[1] for c in store.calls(u)} == {1}
@@ -137,7 +137,9 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
     wait_step(client, 1)  # step 1 recorded, checkpoint step_1 on disk
     trainer.kill()  # killed after a checkpoint
     old_url = store.engines()[0].base_url
-    trainer = start_trainer(**update_delay_env(30))
+    gate = swarm.tmp / "update-gate"
+    gate.touch()
+    trainer = start_trainer(**update_gate_env(gate))
     deadline = time.monotonic() + 60
     while [d.base_url for d in store.engines()] in ([], [old_url]):  # until the new engine is registered
         assert time.monotonic() < deadline, trainer.log_tail()
@@ -154,11 +156,12 @@ def test_trainer_crash_after_checkpoint_and_mid_update(swarm):
     assert dep.api_key not in trainer.log_tail(10**7)  # the trainer logs at INFO: no key there
     all_ended += run_batch(client, 1)  # begin_episode waits while the new trainer boots
     deadline = time.monotonic() + 60
-    while client.get_engine_status().state != ExperimentState.WEIGHT_SYNCING:
+    while GATE_HELD not in trainer.log_tail(10**6):  # inside the update of step 2, held at its gate
         assert time.monotonic() < deadline, trainer.log_tail()
         time.sleep(0.1)
-    time.sleep(1.0)
+    assert client.get_engine_status().state == ExperimentState.WEIGHT_SYNCING
     trainer.kill()  # killed in the middle of the update of step 2
+    gate.unlink()
     assert client.get_engine_status().global_step == 1
     trainer = start_trainer()
     wait_step(client, 2)

@@ -26,6 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 INJECT = Path(__file__).resolve().parent / "inject"
 UPDATE_DELAY_VAR = "AJET_TEST_UPDATE_DELAY_S"
 """Seconds each training update sleeps first, in a process started with `update_delay_env`."""
+UPDATE_GATE_VAR = "AJET_TEST_UPDATE_GATE"
+"""A file each training update waits on while it exists, in a process started with `update_gate_env`: a test holds
+an update open for as long as it needs, then deletes the file (no timing window)."""
+GATE_HELD = "injected: the update waits at its gate"
+"""What a gated update logs once it is inside `Learner.update`, waiting (a test reads it from the trainer's log)."""
+GATE_MAX_S = 600.0
+"""The longest an update waits on its gate (a test that never opens it fails by its own timeout, not this)."""
 
 TARGET = "ajet_trainer.embedded.learner"
 POLICY_SCRIPT_VAR = "AJET_TEST_POLICY_SCRIPT"
@@ -40,6 +47,11 @@ def _inject_path() -> str:
 def update_delay_env(seconds: float) -> dict[str, str]:
     """Environment entries that make every training update of the started process sleep `seconds` first."""
     return {UPDATE_DELAY_VAR: str(seconds), "PYTHONPATH": _inject_path()}
+
+
+def update_gate_env(gate: Path) -> dict[str, str]:
+    """Environment entries that make every training update of the started process wait while `gate` exists."""
+    return {UPDATE_GATE_VAR: str(gate), "PYTHONPATH": _inject_path()}
 
 
 def scripted_policy_env(path: Path) -> dict[str, str]:
@@ -60,14 +72,21 @@ def script_engine(module: ModuleType, path: str) -> None:
     engine.__init__ = scripted_init
 
 
-def delay_updates(module: ModuleType, seconds: float) -> None:
-    """Make `module.Learner.update` sleep `seconds` before it updates."""
+def delay_updates(module: ModuleType, seconds: float, gate: Optional[str] = None) -> None:
+    """Make `module.Learner.update` sleep `seconds`, then wait while the file `gate` exists, before it updates."""
     learner = module.Learner
     update = learner.update
 
     def slow_update(self: Any, *args: Any, **kwargs: Any) -> Any:
-        logging.getLogger("tests.support.faults").warning("injected: sleeping %.1fs inside the update", seconds)
-        time.sleep(seconds)
+        log = logging.getLogger("tests.support.faults")
+        if seconds > 0:
+            log.warning("injected: sleeping %.1fs inside the update", seconds)
+            time.sleep(seconds)
+        deadline = time.monotonic() + GATE_MAX_S
+        if gate is not None and os.path.exists(gate):
+            log.warning("%s %s", GATE_HELD, gate)
+        while gate is not None and os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return update(self, *args, **kwargs)
 
     learner.update = slow_update
@@ -108,8 +127,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 def install_from_env() -> None:
     """What `inject/sitecustomize.py` calls: install the delay and the scripted policy the environment asks for."""
     seconds = float(os.environ.get(UPDATE_DELAY_VAR, "0") or 0)
-    if seconds > 0:
-        sys.meta_path.insert(0, _AfterImport(TARGET, lambda module: delay_updates(module, seconds)))
+    gate = os.environ.get(UPDATE_GATE_VAR) or None
+    if seconds > 0 or gate is not None:
+        sys.meta_path.insert(0, _AfterImport(TARGET, lambda module: delay_updates(module, seconds, gate)))
     script = os.environ.get(POLICY_SCRIPT_VAR)
     if script:
         sys.meta_path.insert(0, _AfterImport(ENGINE, lambda module: script_engine(module, script)))

@@ -39,9 +39,22 @@ from ajet_proxy.dataplane.token_prompt import TokenPrompts
 from ajet_proxy.dataplane.tokens import Extracted, extract_response
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
-from ajet_store.types import EpisodeRow
+from ajet_store.types import EpisodeRow, RegisteredEngine
 
 logger = logging.getLogger(__name__)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why an engine did not answer, in words: refused (down), dropped the connection (busy, restarting), or timed
+    out (slow past `engine_timeout_s`)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"refused or unreachable: {exc.os_error or exc}"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        return f"dropped the connection: {exc!r}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no answer within engine_timeout_s"
+    return repr(exc)
+
 
 _LIVE_STATES = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
 ANTHROPIC_KEY_HEADER = "x-api-key"
@@ -96,7 +109,9 @@ class ChatPath:
 
     async def _send(self, call: InFlightCall) -> Sent:
         """Pick an engine, build the prompt there, send; on a connection failure cool that engine down and do it
-        again on the next, until none is left (`NoEngineReachable`, logged as the call's failure)."""
+        again on the next, until none is left (`NoEngineReachable`, logged as the call's failure). A connection
+        the engine dropped (a pooled keep-alive it had closed, a reset under load) is tried once more on a fresh
+        one first: a busy engine is not a dead one."""
         router, tried = self.proxy.router, list[str]()
         if self.proxy.config.shared:  # numbered by the store before its history is read: other proxies number too
             call.seq = await self._reserve(call.ep)
@@ -109,13 +124,25 @@ class ChatPath:
                 call.ep.history.seen(call.seq)
             self._refuse_long_prompt(call)
             try:
-                return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
+                return await self._send_once_more_if_dropped(engine, call)
             except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
-                router.mark_failed(engine.name)
+                router.mark_failed(engine.name, failure_reason(exc))
                 tried.append(engine.name)
                 call.ep.stick_to(None)
                 if len(tried) >= len(router.engines):
                     self._fail(call, NoEngineReachable(f"no engine reachable (tried {', '.join(tried)})", engine, exc))
+
+    async def _send_once_more_if_dropped(self, engine: RegisteredEngine, call: InFlightCall) -> Sent:
+        """Send; a connection the engine dropped is retried once on a fresh connection (the engine is up: it took
+        the connection), a refused connection or a timeout is not."""
+        assert call.prompt is not None
+        try:
+            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):  # never connected: refused, unreachable
+                raise
+            logger.warning("engine %s dropped the connection (%s); sending once more", engine.name, failure_reason(exc))
+            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
 
     def _fail(self, call: InFlightCall, exc: NoEngineReachable) -> None:
         """Log the call as failed (no engine answered) and raise `exc`."""

@@ -287,3 +287,78 @@ def test_litellm_transport_switch(module_tmp, stub):
     finally:
         px.close()
         st.close()
+
+
+class DroppingForwarder:
+    """A TCP forwarder in front of an engine that drops its first `drops` connections once a request arrives on them
+    (an engine under load resetting a connection, a pooled keep-alive it closed), and forwards the rest."""
+
+    def __init__(self, target_port: int, drops: int):
+        import socket
+        import threading
+
+        self.target, self.drops, self.accepted = target_port, drops, 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drops:
+                conn.recv(65536)  # the request arrives, then the connection is gone
+                conn.close()
+                continue
+            up = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(2)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_an_engine_that_drops_a_connection_is_not_dead(tmp_path):
+    """Round three: a busy vLLM engine that dropped a connection answered 503 "no engine reachable" and was cooled
+    down. A connection the engine took and dropped is sent once more on a fresh one: the call is answered, once."""
+    from urllib.parse import urlparse
+
+    stub = start_stub(tmp_path)
+    fwd = DroppingForwarder(urlparse(stub.url).port, drops=1)
+    url = sqlite_url(tmp_path / "drops.db")
+    proxy, store = start_proxy(tmp_path, url), Store(url)
+    try:
+        client = SwarmClient(proxy.url)
+        ensure_rolling(client, store, f"http://127.0.0.1:{fwd.port}")
+        uuid, creds = client.begin_episode()
+        r = creds.as_openai_client(max_retries=0).chat.completions.create(model="m", messages=MSGS, max_tokens=4)
+        assert r.choices[0].message.content is not None
+        calls = flushed_calls(store, uuid, 1)
+        assert len(calls) == 1 and calls[0].error is None and fwd.accepted == 2
+        assert "dropped the connection" in proxy.log_tail() and "cooling down" not in proxy.log_tail()
+        client.close()
+    finally:
+        proxy.close()
+        store.close()
+        fwd.close()
+        stub.close()
