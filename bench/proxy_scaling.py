@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 from contextlib import ExitStack
@@ -28,6 +27,7 @@ from ajet.types import ExperimentState
 from ajet_store import Store, sqlite_url
 from bench.episode_plumbing import episode, load
 from bench.proxy_overhead import cpu_seconds
+from bench.results import Results
 from tests.support import postgres
 from tests.support.procs import Proc, start_proxy, start_stub
 from tests.support.rolling import make_rolling, wait_state
@@ -77,25 +77,23 @@ def measure(store: str, shape: str, proxies: list[Proc], n: int, concurrency: in
     }
 
 
-def run_store(store: str, url_for: Any, tmp: Path, stub: Proc, args: argparse.Namespace) -> None:
+def run_store(store: str, url_for: Any, tmp: Path, stub: Proc, args: argparse.Namespace, out: Results) -> None:
     rows = {}
     for shape, workers, extra in SHAPES:
         proxies = start_shape(store, url_for(shape), tmp, stub, workers, extra)
         try:
             rows[shape] = measure(store, shape, proxies, args.episodes, args.concurrency)
-            print(json.dumps(rows[shape]), flush=True)
+            out.emit(rows[shape])
         finally:
             for px in proxies:
                 px.close()
     one = rows["alone"]
     for shape, row in rows.items():
         if shape != "alone":
-            print(json.dumps({"bench": "proxy_scaling", "figure": "ratio_to_one_proxy", "store": store,
-                              "shape": shape,
-                              "episodes_per_s": round(row["episodes_per_s"] / one["episodes_per_s"], 2),
-                              "cpu_per_episode": round(row["proxy_cpu_ms_per_episode"]
-                                                       / one["proxy_cpu_ms_per_episode"], 2)}),
-                  flush=True)  # fmt: skip
+            out.emit({"bench": "proxy_scaling", "figure": "ratio_to_one_proxy", "store": store, "shape": shape,
+                      "episodes_per_s": round(row["episodes_per_s"] / one["episodes_per_s"], 2),
+                      "cpu_per_episode": round(row["proxy_cpu_ms_per_episode"]
+                                               / one["proxy_cpu_ms_per_episode"], 2)})  # fmt: skip
 
 
 def main() -> None:
@@ -104,6 +102,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
     args = ap.parse_args()
+    out = Results("proxy_scaling")
     tmp = Path(tempfile.mkdtemp(prefix="ajet-bench-"))
     with ExitStack() as stack:
         stub = start_stub(tmp, "--delay", "0")
@@ -111,9 +110,9 @@ def main() -> None:
         if args.store in ("postgresql", "both"):
             server = stack.enter_context(postgres.postgres_url())
             run_store("postgresql", lambda shape: postgres.fresh_database(server, f"bench_{shape.replace('-', '_')}"),
-                      tmp, stub, args)  # fmt: skip
+                      tmp, stub, args, out)  # fmt: skip
         if args.store in ("sqlite", "both"):
-            run_store("sqlite", lambda shape: sqlite_url(tmp / f"{shape}.db"), tmp, stub, args)
+            run_store("sqlite", lambda shape: sqlite_url(tmp / f"{shape}.db"), tmp, stub, args, out)
 
 
 if __name__ == "__main__":

@@ -360,7 +360,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
         s.refresh_experiment(),
         st.pool_episodes(),
         _open_episodes(s),
-        st.totals(),
+        {**st.totals(), "store_conflicts_retried": st.conflicts_retried},  # this proxy process's, since it started
         st.clients(),
         st.steps(last=50),
         time.time(),

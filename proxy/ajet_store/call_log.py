@@ -12,7 +12,7 @@ from ajet.errors import EpisodeConflict, SwarmError
 from ajet.types import EpisodeStatus
 from ajet_store import counters, rows
 from ajet_store import tables as t
-from ajet_store.db import Database
+from ajet_store.db import Database, retried
 from ajet_store.types import CallRecord, PoolEpisode, RewardedEpisode
 
 _E = t.episodes.c
@@ -53,16 +53,19 @@ class CallOps(Database):
         with self._read() as c:
             return {uuid: top + 1 for uuid, top in c.execute(q)}
 
+    @retried
     def reserve_calls(self, uuids: Sequence[str]) -> list[Union[int, SwarmError]]:
         """A call number for each of `uuids` (an episode may come more than once), in one transaction: its row's
         `calls_reserved` before the increment, so proxies that share a store never give two calls one number;
         `EpisodeConflict` in place of a number for an episode that is not open (ended, aborted or expired elsewhere)."""
-        out: list[Union[int, SwarmError]] = []
+        out: list[Union[int, SwarmError]] = [EpisodeConflict("unreserved")] * len(uuids)
         now = time.time()
         with self._tx() as c:
-            for uuid in uuids:
+            # rows locked in uuid order, the one order of every transaction (stable: an episode's calls keep theirs)
+            for i in sorted(range(len(uuids)), key=lambda i: uuids[i]):
+                uuid = uuids[i]
                 taken = c.execute(_RESERVE, {"b_uuid": uuid, "b_now": now}).scalar()
-                out.append(EpisodeConflict(f"episode {uuid} is not open") if taken is None else int(taken) - 1)
+                out[i] = EpisodeConflict(f"episode {uuid} is not open") if taken is None else int(taken) - 1
         return out
 
     def response_call(self, uuid: str, response_id: str) -> Optional[CallRecord]:
@@ -73,12 +76,13 @@ class CallOps(Database):
             row = c.execute(q).mappings().first()
         return None if row is None else rows.call_from(row)
 
+    @retried
     def write_calls(self, records: Sequence[CallRecord]) -> None:
         """Insert a batch of calls; refresh each episode's activity and flag untrainable ones."""
         if not records:
             return
         per_episode: dict[str, list[CallRecord]] = {}
-        for r in records:
+        for r in sorted(records, key=lambda r: r.episode_uuid):  # episode rows are locked in uuid order
             per_episode.setdefault(r.episode_uuid, []).append(r)
         e = t.episodes.c
         with self._tx() as c:

@@ -54,8 +54,10 @@ def mission_key(kind: str, mission: Optional[str]) -> str:
 
 def bump(c: sa.Connection, deltas: dict[str, float]) -> None:
     """Add each delta to its counter in the caller's transaction, in one statement (a new name starts at 0). An
-    upsert, not an update then an insert: two proxies that bump a new name at once on PostgreSQL both count."""
-    changes = [{"name": name, "value": delta} for name, delta in deltas.items() if delta]
+    upsert, not an update then an insert: two proxies that bump a new name at once on PostgreSQL both count. The
+    rows are locked in name order, the one order every transaction takes them in: two in another order deadlocked
+    (`bench.proxy_scaling`, 3 workers on PostgreSQL)."""
+    changes = [{"name": name, "value": deltas[name]} for name in sorted(deltas) if deltas[name]]
     if changes:
         rows.insert_or_add(c, t.counters, "name", changes, add=("value",))
 

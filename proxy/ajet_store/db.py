@@ -3,9 +3,12 @@ transaction per store method."""
 
 from __future__ import annotations
 
+import functools
+import logging
+import random
 import time
 from contextlib import contextmanager
-from typing import Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 import sqlalchemy as sa
 
@@ -16,6 +19,41 @@ from ajet_store.connect import DEFAULT_FILE_MODE, connect_database, redact_url
 from ajet_store.errors import StoreRefusedValue, StoreUnavailable, StoreWriteFailed
 
 _Self = TypeVar("_Self", bound="Database")
+F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger(__name__)
+
+RETRIED_SQLSTATES = frozenset({"40P01", "40001"})
+"""PostgreSQL's deadlock and serialization failure: the transaction was rolled back, and the database's contract is
+that the application runs it again."""
+CONFLICT_TRIES = 6
+"""Runs of a transaction PostgreSQL rolled back for a conflict, the first included, before `StoreWriteFailed`."""
+
+
+class TransactionConflict(StoreWriteFailed):
+    """PostgreSQL rolled the transaction back (a deadlock, a serialization failure): `retried` runs it again."""
+
+
+def retried(method: F) -> F:
+    """Run a store method's transaction again (a few times, with a short random backoff) when PostgreSQL rolled it
+    back for a conflict, as its contract asks; each retry is counted (`Database.conflicts_retried`) and logged."""
+
+    @functools.wraps(method)
+    def run(self: "Database", *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            try:
+                return method(self, *args, **kwargs)
+            except TransactionConflict as exc:
+                if attempt == CONFLICT_TRIES:
+                    raise
+                self.conflicts_retried += 1
+                logger.warning(
+                    "%s: %s; running it again (%d of %d)", method.__name__, exc.detail, attempt, CONFLICT_TRIES
+                )
+                time.sleep(random.uniform(0, 0.005 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    return cast(F, run)
+
 
 CREATE_LOCK = 0x616A6574
 """PostgreSQL advisory lock held while a store is created or checked ("ajet"): on SQLite, BEGIN IMMEDIATE."""
@@ -26,6 +64,8 @@ class Database:
 
     def __init__(self, url: str, file_mode: int = DEFAULT_FILE_MODE):
         self.url = url
+        self.conflicts_retried = 0
+        """Transactions PostgreSQL rolled back for a conflict and this process ran again (`retried`)."""
         try:
             self._writes, self._reads = connect_database(url, file_mode)
         except (sa.exc.ArgumentError, ImportError, OSError) as exc:  # a bad URL, a missing driver, a bad path
@@ -67,7 +107,8 @@ class Database:
         except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
             raise StoreRefusedValue(f"the store ({redact_url(self.url)}) refused a value: {_first_line(exc)}") from exc
         except sa.exc.DBAPIError as exc:
-            raise StoreWriteFailed(f"the store ({redact_url(self.url)}) refused the write: {_first_line(exc)}") from exc
+            kind = TransactionConflict if _sqlstate(exc) in RETRIED_SQLSTATES else StoreWriteFailed
+            raise kind(f"the store ({redact_url(self.url)}) refused the write: {_first_line(exc)}") from exc
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -104,3 +145,8 @@ class Database:
 def _first_line(exc: sa.exc.DBAPIError) -> str:
     """The database's own message, without SQLAlchemy's SQL text and parameters (they may hold client data)."""
     return str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+
+
+def _sqlstate(exc: sa.exc.DBAPIError) -> str:
+    """The SQLSTATE of a database error ("" when the driver gives none: SQLite)."""
+    return str(getattr(exc.orig, "sqlstate", "") or getattr(exc.orig, "pgcode", "") or "")

@@ -8,13 +8,14 @@ from typing import Iterable, Optional, Sequence
 import sqlalchemy as sa
 
 from ajet_store import tables as t
-from ajet_store.db import Database
+from ajet_store.db import Database, retried
 from ajet_store.types import RegisteredEngine
 
 
 class EngineOps(Database):
     """Registering engines; every change bumps the experiment's `engines_version`, which the proxy watches."""
 
+    @retried
     def register_engines(self, engines: Sequence[RegisteredEngine]) -> None:
         """Add or replace engines in one transaction (the proxy sees all of them change at once)."""
         now = time.time()
@@ -33,6 +34,7 @@ class EngineOps(Database):
                 )
             _bump_version(c)
 
+    @retried
     def remove_engines(self, names: Optional[Iterable[str]] = None) -> None:
         """Remove the named engines (all when None)."""
         with self._tx() as c:

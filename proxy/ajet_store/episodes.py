@@ -13,7 +13,7 @@ from ajet.errors import EpisodeConflict, NotReady, SwarmError, TrainerUnresponsi
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import counters, rows
 from ajet_store import tables as t
-from ajet_store.db import Database
+from ajet_store.db import Database, retried
 from ajet_store.types import (
     BeginEpisode,
     EndEpisode,
@@ -62,6 +62,7 @@ class EpisodeOps(Database):
     """Episode life cycle and reads."""
 
     # ------------------------------------------------------------------ life cycle
+    @retried
     def begin_episode(
         self,
         uuid: str,
@@ -84,6 +85,7 @@ class EpisodeOps(Database):
             tally.write(c, now)
             return row
 
+    @retried
     def end_episode(
         self,
         uuid: str,
@@ -100,6 +102,7 @@ class EpisodeOps(Database):
             tally.write(c, now)
             return row, changed
 
+    @retried
     def apply_changes(self, changes: Sequence[EpisodeChange]) -> list[Union[EpisodeRow, SwarmError]]:
         """Begin and end episodes in one transaction (group commit), in order; returns each change's episode row,
         or in its place the domain error that refused it (`NotReady`, `EpisodeNotFound`, `EpisodeConflict`: each is
@@ -121,6 +124,7 @@ class EpisodeOps(Database):
             tally.write(c, now)
         return out
 
+    @retried
     def abort_episode(self, uuid: str, client_id: str) -> tuple[EpisodeRow, bool]:
         """Discard an open episode; returns (row, changed). Aborting an aborted or expired one is harmless."""
         now = time.time()
@@ -143,6 +147,7 @@ class EpisodeOps(Database):
             rows.touch_client(c, client_id, now, "aborted")
             return rows.episode(c, uuid), True
 
+    @retried
     def expire_episodes(self, uuids: Optional[Iterable[str]] = None, idle_at: Optional[float] = None) -> list[str]:
         """Expire the given open episodes (all open ones when None); returns the uuids expired. With `idle_at`
         (a time), only those the store itself saw idle for their timeout by then (proxies sharing a store each
@@ -236,7 +241,7 @@ class _Tally:
 
     def write(self, c: sa.Connection, now: float) -> None:
         counters.bump(c, counters.merge(self.deltas))
-        for (client_id, counter), n in self.clients.items():
+        for (client_id, counter), n in sorted(self.clients.items()):  # the one order of client rows' locks
             rows.touch_client(c, client_id, now, counter, n)
 
 

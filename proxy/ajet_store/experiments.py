@@ -14,7 +14,7 @@ from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import counters, rows
 from ajet_store import tables as t
-from ajet_store.db import Database
+from ajet_store.db import Database, retried
 from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import TrainerHolds
 from ajet_store.types import ExperimentRow
@@ -31,6 +31,7 @@ class ExperimentOps(Database):
         with self._read() as c:
             return rows.experiment(c)
 
+    @retried
     def transition(
         self, to: ExperimentState, allowed_from: Optional[Iterable[ExperimentState]] = None
     ) -> ExperimentRow:
@@ -54,11 +55,13 @@ class ExperimentOps(Database):
                 c.execute(t.episodes.update().where(is_open).values(status=EpisodeStatus.ABORTED.value, ended_at=now))
             return rows.experiment(c)
 
+    @retried
     def set_updating(self, updating: bool) -> None:
         """Say that an asynchronous update started (True) or ended (False); rollouts go on meanwhile."""
         with self._tx() as c:
             c.execute(t.experiments.update().values(updating_since=time.time() if updating else None))
 
+    @retried
     def heartbeat(self, pid: Optional[int] = None) -> bool:
         """The trainer's sign of life (written every few seconds by the trainer daemon); with `pid`, only while that
         trainer still holds the store (False: another took it over, after this one was silent past the timeout)."""
@@ -68,6 +71,7 @@ class ExperimentOps(Database):
                 q = q.where(t.experiments.c.trainer_pid == pid, t.experiments.c.trainer_host == socket.gethostname())
             return c.execute(q).rowcount > 0
 
+    @retried
     def claim_trainer(self, pid: int, alive: Callable[[int], bool]) -> None:
         """Hold the store for the trainer `pid` of this host: `TrainerHolds` naming the holder when another trainer
         beat within `TRAINER_TIMEOUT_S` and is not a process of this host that is gone (`alive`: a pid check)."""
@@ -85,6 +89,7 @@ class ExperimentOps(Database):
             now = time.time()
             c.execute(t.experiments.update().values(trainer_host=host, trainer_pid=pid, trainer_heartbeat=now))
 
+    @retried
     def set_template_verdict(self, verdict: TemplateVerdict) -> bool:
         """Store the trainer's template preflight, if the synced job is still of its model (False: another job was
         synced meanwhile, and its own preflight follows)."""
@@ -95,6 +100,7 @@ class ExperimentOps(Database):
             c.execute(t.experiments.update().values(template_verdict=verdict.model_dump(mode="json")))
             return True
 
+    @retried
     def probe_write(self) -> None:
         """Write one small row, as a heartbeat does (`StoreWriteFailed` if the store takes no writes): tells a
         trainer that is down from a store that refuses the trainer's heartbeat (a full disk)."""
@@ -103,6 +109,7 @@ class ExperimentOps(Database):
             if done.rowcount == 0:
                 c.execute(t.meta.insert().values(key="write_probe", value=repr(time.time())))
 
+    @retried
     def record_trainer_error(self, message: str, to: Optional[ExperimentState] = None) -> ExperimentRow:
         """Keep the trainer's failure where clients see it (`last_error`); optionally move to `to`."""
         with self._tx() as c:
@@ -113,6 +120,7 @@ class ExperimentOps(Database):
             c.execute(t.experiments.update().values(**values))
             return rows.experiment(c)
 
+    @retried
     def record_update_failure(self, message: str, batch_uuids: Sequence[str], to: ExperimentState) -> bool:
         """Count a failed update of this batch; at the `QUARANTINE_AFTER`-th failure in a row, mark its
         episodes untrainable ("quarantined") so it is never tried again. Moves to `to`; True if quarantined."""
@@ -141,6 +149,7 @@ class ExperimentOps(Database):
             )
             return quarantine
 
+    @retried
     def sync_job(self, job: AgentJetJob) -> ExperimentRow:
         """Store the job (only while OFFLINE); its collection method becomes the batch mode.
 
@@ -156,6 +165,7 @@ class ExperimentOps(Database):
             _write_job(c, cur, job)
             return rows.experiment(c)
 
+    @retried
     def sync_and_start(self, job: AgentJetJob) -> tuple[ExperimentRow, bool]:
         """Atomically: if OFFLINE, store the job and go BOOTING; else leave the running job alone.
 
@@ -169,6 +179,7 @@ class ExperimentOps(Database):
             _boot(c)
             return rows.experiment(c), True
 
+    @retried
     def start(self) -> ExperimentRow:
         """OFFLINE -> BOOTING for the synced job (`WrongState` without one, or from another state)."""
         with self._tx() as c:
@@ -182,6 +193,7 @@ class ExperimentOps(Database):
             _boot(c)
             return rows.experiment(c)
 
+    @retried
     def set_batch_mode(self, mode: BatchMode) -> ExperimentRow:
         """Change the batch policy (applies to the next step)."""
         with self._tx() as c:

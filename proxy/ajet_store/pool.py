@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from ajet.types import EpisodeStatus
 from ajet_store import counters
 from ajet_store import tables as t
-from ajet_store.db import Database
+from ajet_store.db import Database, retried
 from ajet_store.types import PoolEpisode
 
 
@@ -65,6 +65,7 @@ class PoolOps(Database):
                 PoolEpisode(r.uuid, r.task_id, r.reward, r.ended_at, r.mission, int(r.oldest)) for r in c.execute(q)
             ]
 
+    @retried
     def drop_stale(self, uuids: Sequence[str], reason: str) -> int:
         """Take pool episodes too old to train out of the pool for good (kept, flagged untrainable with
         "stale: <reason>", counted as `episodes_stale`); returns how many were dropped."""

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import rows
 from ajet_store import tables as t
-from ajet_store.db import Database
+from ajet_store.db import Database, retried
 from ajet_store.errors import AlreadyConsumed
 from ajet_store.types import StepRow
 
@@ -22,6 +22,7 @@ class StepOps(Database):
     """The step log (exactly-once consumption of episodes)."""
 
     # ------------------------------------------------------------------ steps
+    @retried
     def record_step(
         self,
         step: int,
@@ -73,6 +74,7 @@ class StepOps(Database):
                 )
             )
 
+    @retried
     def prune_bodies(self, keep_steps: int) -> int:
         """Drop the request and response bodies of calls of episodes consumed more than `keep_steps` steps
         ago (token ids, logprobs, rewards, metrics and every id stay). Returns the number of calls pruned."""
@@ -102,6 +104,7 @@ class StepOps(Database):
                 driver.autocommit = False
             raw.close()
 
+    @retried
     def rollback_to_step(self, step: int, policy_version: int) -> list[str]:
         """Forget the steps after `step` (their weights were lost with a crashed trainer).
 

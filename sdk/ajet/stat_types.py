@@ -147,7 +147,9 @@ class RolloutStat(AnswerModel):
     missions: list[MissionStat] = Field(default_factory=list)
     """Per-mission counts."""
     totals: dict[str, int]
-    """Episodes by status, LLM calls and call errors since the store was created."""
+    """Episodes by status, LLM calls and call errors since the store was created; `store_conflicts_retried`: the
+    transactions PostgreSQL rolled back for a conflict (a deadlock) that the answering proxy ran again since it
+    started."""
     recent_steps: list[StepInfo]
     """The latest training steps, newest last."""
 

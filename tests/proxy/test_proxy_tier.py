@@ -182,3 +182,51 @@ def test_a_proxy_killed_under_load_costs_its_clients_a_retry_and_loses_no_answer
             p.close()
         stub.close()
         st.close()
+
+
+def test_three_workers_under_sustained_load_answer_no_5xx(tmp_path: Path, pg_url: str):
+    """Round three: `bench.proxy_scaling` (3 workers, 64 episodes in flight) ended with `end_episode` answering 503
+    "deadlock detected": two transactions upserted the same counters in another order. Counters (and clients and
+    episode rows) are now locked in one order, and a transaction PostgreSQL rolls back anyway is run again."""
+    db = postgres.fresh_database(pg_url, "tier_load")
+    stub = start_stub(tmp_path)
+    proxy = start_proxy(tmp_path, db, "--workers", "3")
+    store = Store(db)
+    statuses: Counter[int] = Counter()
+    try:
+        client = SwarmClient(proxy.url)
+        ensure_rolling(client, store, stub.url, job=AgentJetJob(batch_size=100_000, num_repeat=1))
+
+        async def episode(http: httpx.AsyncClient, i: int) -> None:
+            r = await http.post(proxy.url + "/swarm/begin_episode", json={}, headers={CLIENT_HEADER: f"c{i % 64}"})
+            statuses[r.status_code] += 1
+            if r.status_code != 200:
+                return
+            key, uuid = r.json()["api_key"], r.json()["episode_uuid"]
+            chat = {"model": "policy", "messages": [{"role": "user", "content": "a"}], "max_tokens": 1}
+            r = await http.post(
+                proxy.url + "/v1/chat/completions", json=chat, headers={"Authorization": f"Bearer {key}"}
+            )
+            statuses[r.status_code] += 1
+            end = {"episode_uuid": uuid, "task": {"task_id": f"t{i % 8}"}, "workflow_output": {"reward": float(i % 2)}}
+            r = await http.post(proxy.url + "/swarm/end_episode", json=end, headers={CLIENT_HEADER: f"c{i % 64}"})
+            statuses[r.status_code] += 1
+
+        async def load(n: int) -> None:
+            sem = asyncio.Semaphore(64)
+            async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as http:
+
+                async def one(i: int) -> None:
+                    async with sem:
+                        await episode(http, i)
+
+                await asyncio.gather(*(one(i) for i in range(n)))
+
+        asyncio.run(load(800))
+        assert statuses == Counter({200: 2400}), statuses
+        assert store.totals()["ended"] == 800 and store.totals()["calls"] == 800
+        client.close()
+    finally:
+        proxy.close()
+        stub.close()
+        store.close()

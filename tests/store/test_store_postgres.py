@@ -3,6 +3,7 @@ or the one AJET_TEST_PG_URL names. The URL is a plain `postgresql://` one, drive
 `postgres` extra); the store uses only portable SQLAlchemy Core.
 """
 
+import time
 import uuid
 
 import pytest
@@ -168,3 +169,52 @@ def test_a_retried_begin_rekeys_its_open_unused_episode_on_postgres(pg):
     assert pg.totals()["open"] == 1
     pg.write_calls([CallRecord("r1", 0, "{}", "{}", [1], [2], [-0.1], "stop", 0, "d", 1.0, 2e9)])
     assert isinstance(pg.apply_changes([retry])[0], EpisodeConflict)
+
+
+def _held_counter_then(pg, first: str, then: str) -> tuple[int, str]:
+    """Another session locks counter `first`; a store transaction (`write_calls`, which bumps `calls` and
+    `call_errors`) starts and waits on a lock; that session then locks counter `then` and commits. Returns the
+    store's retries and what the other session saw ("" when it got both locks)."""
+    import dataclasses
+    import threading
+
+    rec = CallRecord("e", 0, "{}", None, None, None, None, None, 0, "d", 1.0, 0.0, error="engine gone")
+    pg.write_calls([rec])  # both counters exist (a failed call counts in each)
+    other, seen = sa.create_engine(driver_url(pg.url)), ""
+    with other.connect() as x:
+        x.execute(sa.text("SET deadlock_timeout = '20s'"))  # the store's session, waiting first, detects a deadlock
+        x.commit()
+        tx = x.begin()
+        x.execute(sa.text("UPDATE counters SET value = value WHERE name = :n"), {"n": first})
+        writer = threading.Thread(target=pg.write_calls, args=([dataclasses.replace(rec, seq=1)],))
+        writer.start()
+        waiting = sa.text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        with other.connect() as watch:
+            deadline = time.monotonic() + 30
+            while watch.execute(waiting).scalar() == 0:  # the store's transaction waits on a counter
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        try:
+            x.execute(sa.text("UPDATE counters SET value = value WHERE name = :n"), {"n": then})
+            tx.commit()
+        except sa.exc.DBAPIError as exc:
+            seen = str(exc.orig)
+            tx.rollback()
+        writer.join(60)
+    other.dispose()
+    assert len(pg.calls("e")) == 2  # the store's write committed either way
+    return pg.conflicts_retried, seen
+
+
+def test_counters_are_locked_in_one_order_so_two_writers_never_deadlock(pg):
+    """Round three's deadlock: two transactions upserting the same counters in other orders. The store takes them
+    in name order (`call_errors` before `calls`): a session that does the same waits its turn, and no one is rolled
+    back (before: the store took `calls` first, and PostgreSQL rolled one of the two back)."""
+    assert _held_counter_then(pg, "call_errors", "calls") == (0, "")
+
+
+def test_a_transaction_postgresql_rolls_back_for_a_deadlock_is_run_again(pg):
+    """Against a session that takes the counters in the other order, the store's transaction is the deadlock's
+    victim: it is run again (counted), and commits."""
+    retried, seen = _held_counter_then(pg, "calls", "call_errors")
+    assert retried == 1 and seen == ""
