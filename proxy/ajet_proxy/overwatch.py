@@ -71,7 +71,8 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
             out.append(f"  stale {stat.totals['stale']} (dropped, never train)", style="yellow")
         if stat.totals.get("lost_call"):
             out.append(
-                f"  lost call {stat.totals['lost_call']} (in flight at a proxy crash, never train)", style="yellow"
+                f"  lost call {stat.totals['lost_call']} (in flight at a proxy crash: recorded as never answered)",
+                style="yellow",
             )
         if e.trainer_silent_s is not None:
             out.append(f"\n   no trainer heartbeat for {e.trainer_silent_s:.0f}s: ", style="bold red")

@@ -6,7 +6,8 @@ counts:
 - `calls`, `call_errors`: logged calls (`write_calls`);
 - `episodes_without_calls`: episodes ended without a single call (they never train);
 - `episodes_stale`: ended episodes dropped as older than an asynchronous job's `max_staleness`;
-- `episodes_lost_call`: ended episodes with a numbered call never stored (in flight when a proxy died);
+- `episodes_lost_call`: ended episodes with a numbered call never stored (in flight when a proxy died), its
+  number closed with a call recorded as never answered (the episode trains);
 - `episodes:<status>`: episodes by status (every status change);
 - `mission:<status>:<mission>` and `mission:reward_sum:<mission>`: train episodes of each mission by
   status, and the sum of their rewards once ended (the mission table of the monitor).
@@ -32,10 +33,11 @@ WITHOUT_CALLS = "episodes_without_calls"
 STALE = "episodes_stale"
 """The counter of ended episodes an asynchronous batch dropped as too old to train (`max_staleness`)."""
 LOST_CALL = "episodes_lost_call"
-"""The counter of ended episodes that never train because a call numbered for them was never stored (in flight
-when the proxy died): the trainer reports how many each step (`lost_call_episodes`)."""
-LOST_CALL_PREFIX = "calls numbered up to "
-"""How the `untrainable_reason` of such an episode starts."""
+"""The counter of ended episodes a call numbered for them was never stored (in flight when its proxy died): the
+number is closed with a call recorded as never answered, and the episode trains; the trainer reports how many each
+step (`lost_call_episodes`)."""
+NEVER_ANSWERED = "never answered: numbered, but its proxy stopped before logging it"
+"""The error of the call that closes such a gap (no ids: it trains nothing, and its neighbours train as ever)."""
 STALE_PREFIX = "stale: "
 """How the `untrainable_reason` of such an episode starts."""
 NO_MISSION = "-"
@@ -148,7 +150,7 @@ def backfill(c: sa.Connection) -> None:
             STALE: c.execute(sa.select(sa.func.count()).where(e.untrainable_reason.startswith(STALE_PREFIX))).scalar()
             or 0,
             LOST_CALL: c.execute(
-                sa.select(sa.func.count()).where(e.untrainable_reason.startswith(LOST_CALL_PREFIX))
+                sa.select(sa.func.count(sa.distinct(lc.episode_uuid))).where(lc.error == NEVER_ANSWERED)
             ).scalar()
             or 0,
         }

@@ -16,6 +16,7 @@ from ajet_store import tables as t
 from ajet_store.db import Database, retried
 from ajet_store.types import (
     BeginEpisode,
+    CallRecord,
     EndEpisode,
     EpisodeChange,
     EpisodeRow,
@@ -332,13 +333,14 @@ def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[Ep
     deltas = counters.status_deltas(
         row.mission, row.episode_type, row.status.value, EpisodeStatus.ENDED.value, reward=e.reward
     )
-    why = untrainable_at_end(*_call_numbers(c, e.uuid))
-    if why is not None:  # no calls, or a call numbered but never stored: record it, never train it
+    count, top = _call_numbers(c, e.uuid)
+    why = counters.NO_CALLS if top is None else None
+    if why is not None:  # no calls: recorded, never trained
         c.execute(_MARK_UNTRAINABLE, {"b_uuid": e.uuid, "b_reason": why})
-        if why == counters.NO_CALLS:
-            deltas[counters.WITHOUT_CALLS] = 1
-        else:
-            deltas[counters.LOST_CALL] = 1
+        deltas[counters.WITHOUT_CALLS] = 1
+    elif count != top + 1:  # a call numbered but never stored (its proxy died): the gap is closed, the episode trains
+        closed = _close_gaps(c, e.uuid, top, now)
+        deltas.update({counters.LOST_CALL: 1, "calls": closed, "call_errors": closed})
     tally.add(deltas, e.client_id, "ended")
     return replace(
         row,
@@ -359,12 +361,18 @@ def _call_numbers(c: sa.Connection, uuid: str) -> tuple[int, Optional[int]]:
     return int(count), top
 
 
-def untrainable_at_end(count: int, top: Optional[int]) -> Optional[str]:
-    """Why an ending episode cannot train, from its stored call numbers (None: it can)."""
-    if top is None:
-        return counters.NO_CALLS
-    if count != top + 1:
-        return (
-            f"{counters.LOST_CALL_PREFIX}{top} but only {count} stored: a call was lost (e.g. a proxy crash mid-call)"
-        )
-    return None
+def _close_gaps(c: sa.Connection, uuid: str, top: int, now: float) -> int:
+    """Record each call number below `top` that no call was stored under as a call never answered (`NEVER_ANSWERED`,
+    no ids). Its proxy died before the call's record was committed, so the agent never got its answer as an
+    acknowledged one (an answer waits for its commit; a stream the agent read whole continues in a later call's
+    messages, rendered as context there). Returns how many were closed."""
+    lc = t.llm_calls.c
+    stored = {s for (s,) in c.execute(sa.select(lc.seq).where(lc.episode_uuid == uuid))}
+    missing = [seq for seq in range(top) if seq not in stored]
+    records = [
+        CallRecord(uuid, seq, "{}", None, None, None, None, None, 0, None, 0.0, now, error=counters.NEVER_ANSWERED)
+        for seq in missing
+    ]
+    if records:
+        c.execute(t.llm_calls.insert(), [rows.call_row(r) for r in records])
+    return len(records)

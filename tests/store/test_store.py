@@ -218,7 +218,11 @@ def test_eval_and_untrainable_episodes_stay_out_of_the_pool(st):
     assert st.pool_episodes() == []
 
 
-def test_a_gap_in_call_numbers_keeps_an_episode_out_of_training(st):
+def test_a_gap_in_call_numbers_is_closed_at_the_end_and_the_episode_trains(st):
+    """Round three: an episode whose call 2 was lost with its proxy never trained. Its end records call 2 as never
+    answered (no ids), and the episode joins the pool."""
+    from ajet_store.counters import NEVER_ANSWERED
+
     rolling(st)
 
     def call(uuid: str, seq: int) -> CallRecord:
@@ -230,9 +234,11 @@ def test_a_gap_in_call_numbers_keeps_an_episode_out_of_training(st):
     assert st.next_seqs(["gap", "whole", "none"]) == {"gap": 4, "whole": 3}  # numbering never reuses a number
     for uuid in ("gap", "whole"):
         st.end_episode(uuid, "c", "t", 1.0, None, {})
-    gap = st.get_episode("gap")
-    assert gap.untrainable and "up to 3 but only 3 stored" in gap.untrainable_reason
-    assert [p.uuid for p in st.pool_episodes()] == ["whole"]
+    assert not st.get_episode("gap").untrainable
+    calls = st.calls("gap")
+    assert [(c.seq, c.error, c.prompt_ids) for c in calls][2] == (2, NEVER_ANSWERED, None)
+    assert [c.seq for c in calls] == [0, 1, 2, 3] and sorted(p.uuid for p in st.pool_episodes()) == ["gap", "whole"]
+    assert st.totals()["lost_call"] == 1 and st.totals()["calls"] == 7 and st.totals()["call_errors"] == 1
 
 
 def test_registered_engines_bump_version(st):
@@ -360,7 +366,8 @@ def test_kept_counters_equal_a_recount_of_the_rows(st):
     with st._tx() as c:
         counters.backfill(c)
     assert kept == (st.totals(), st.missions())
-    assert kept[0]["ended"] == 4 and kept[0]["calls"] == 4 and kept[0]["call_errors"] == 1 and kept[0]["open"] == 0
+    # e3's lost call 0 is recorded as never answered at its end: 5 calls, 2 of them errors
+    assert kept[0]["ended"] == 4 and kept[0]["calls"] == 5 and kept[0]["call_errors"] == 2 and kept[0]["open"] == 0
     assert kept[0]["lost_call"] == 1
     m1 = next(m for m in kept[1] if m["mission"] == "m1")
     assert m1 == {"mission": "m1", "open": 0, "ended": 1, "aborted": 2, "reward_mean": 0.75}

@@ -229,16 +229,17 @@ def test_the_first_boot_waits_for_the_preloading_imports(rig, monkeypatch):
     assert events == ["preloaded", "boot imports"] and st.experiment().state == ExperimentState.ROLLING
 
 
-def test_episodes_a_lost_call_kept_from_training_are_counted_in_the_steps_metrics(rig):
-    """An episode whose call was in flight when a proxy died (numbered, never stored) never trains; each step says
-    how many such episodes ended since the step before (the store's counter against the last step's total)."""
+def test_episodes_that_lost_a_call_are_counted_in_the_steps_metrics(rig):
+    """An episode whose call was in flight when a proxy died (numbered, never stored) has the gap closed at its end
+    and trains; each step says how many such episodes ended since the step before (the store's counter against the
+    last step's total)."""
     d, st, _plan = rig
     d.tick()
     for uuid in ("lost-1", "lost-2"):  # calls 0 and 2 stored, 1 lost with the proxy
         st.begin_episode(uuid, "h" + uuid, "c", "train", 60)
         st.write_calls([a_call(uuid, 0), a_call(uuid, 2)])
         st.end_episode(uuid, "c", "task", 1.0, None, {})
-        assert st.get_episode(uuid).untrainable_reason.startswith("calls numbered up to 2 but only 2 stored")
+        assert not st.get_episode(uuid).untrainable and [c.seq for c in st.calls(uuid)] == [0, 1, 2]
     assert st.totals()["lost_call"] == 2 and st.totals()["without_calls"] == 0
     fill_batch(st, "a")
     run_to(d, st, ExperimentState.ROLLING_POST), run_to(d, st, ExperimentState.ROLLING)
