@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar
 
 import aiohttp
 
-from ajet.errors import EngineUnavailable
+from ajet.errors import EngineUnavailable, StoreUnavailable
 from ajet.types import EpisodeStatus
 from ajet.utils.flags import shipped_with_env
 from ajet_proxy.call_writer import CallWriter
@@ -187,6 +187,7 @@ class Proxy:
 
     # ------------------------------------------------------------------ loops
     async def _poll_experiment(self) -> None:
+        away: Optional[float] = None  # since when the store refuses reads (a database restart): said once
         while True:
             try:
                 row = await asyncio.to_thread(self.store.experiment)
@@ -194,6 +195,13 @@ class Proxy:
                     engines = await asyncio.to_thread(self.store.engines)
                     await asyncio.to_thread(self.router.load, engines, row.engines_version)  # may import LiteLLM
                 self.experiment = row
+                if away is not None:
+                    logger.warning("the store is back after %.1fs", time.monotonic() - away)
+                    away = None
+            except StoreUnavailable as exc:  # calls and control routes answer 503 naming it meanwhile
+                if away is None:
+                    away = time.monotonic()
+                    logger.warning("the store is away (%s): answering 503 until it is back", exc.detail)
             except Exception:  # noqa: BLE001 - a transient store error must not kill the loop
                 logger.exception("reading the experiment failed")
             await asyncio.sleep(self.config.poll_s)

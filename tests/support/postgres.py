@@ -32,6 +32,43 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
+class PgServer:
+    """A throwaway PostgreSQL cluster on a free 127.0.0.1 port, which a test may stop and start again (a restart,
+    a failover) while its clients hold the URL."""
+
+    def __init__(self) -> None:
+        self.root = tempfile.mkdtemp(prefix="ajet-pg-")
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+        self.data, self.port = os.path.join(self.root, "data"), free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        subprocess.run(
+            _as_postgres([_bin("initdb"), "-D", self.data, "-A", "trust", "-U", "postgres"]),
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        self.start()
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(_as_postgres([_bin("pg_ctl"), "-D", self.data, *args]), check=True, capture_output=True,
+                       timeout=120)  # fmt: skip
+
+    def start(self) -> None:
+        """Start (again): the same port and data."""
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
+        self._ctl("-w", "-l", os.path.join(self.root, "log"), "-o", options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop it (`fast`: what `pg_ctl restart -m fast` and a managed database's failover do to its clients)."""
+        self._ctl("-m", mode, "stop")
+
+    def close(self) -> None:
+        subprocess.run(_as_postgres([_bin("pg_ctl"), "-D", self.data, "-m", "immediate", "stop"]),
+                       capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @contextmanager
 def postgres_url() -> Iterator[str]:
     """A `postgresql://` URL of a live server (plain scheme: the store picks psycopg 3)."""
@@ -39,40 +76,11 @@ def postgres_url() -> Iterator[str]:
     if given:
         yield given
         return
-    root = tempfile.mkdtemp(prefix="ajet-pg-")
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-    data, port = os.path.join(root, "data"), free_port()
-    pg_ctl = _bin("pg_ctl")
-    subprocess.run(
-        _as_postgres([_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres"]),
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    subprocess.run(
-        _as_postgres(
-            [
-                pg_ctl,
-                "-D",
-                data,
-                "-w",
-                "-l",
-                os.path.join(root, "log"),
-                "-o",
-                f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
-                "start",
-            ]
-        ),
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    server = PgServer()
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield server.url
     finally:
-        subprocess.run(_as_postgres([pg_ctl, "-D", data, "-m", "immediate", "stop"]), capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
+        server.close()
 
 
 def fresh_database(url: str, name: str) -> str:

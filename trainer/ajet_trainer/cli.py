@@ -46,6 +46,12 @@ def add_trainer_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", help="verl backend: Ray cluster to join (unset: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--nnodes", type=int, help="verl backend: nodes of the Ray cluster to train on")
     p.add_argument(
+        "--store-outage-s",
+        type=float,
+        help="how long to wait, retrying with backoff and keeping the model in memory, for a store that is away "
+        "(a database restart) before stopping",
+    )
+    p.add_argument(
         "--verl-overrides",
         metavar="FILE",
         help="verl backend: YAML of dotted verl config keys applied after the job's (unset: "
@@ -121,6 +127,7 @@ def trainer_options(args: argparse.Namespace) -> "TrainerOptions":
         vllm_command=args.vllm_command,
         ray_address=args.ray_address,
         nnodes=args.nnodes,
+        store_outage_s=args.store_outage_s,
         verl_overrides=args.verl_overrides,
     )
 

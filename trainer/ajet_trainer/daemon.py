@@ -26,13 +26,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ajet.errors import StoreError, WrongState
+from ajet.errors import StoreError, StoreUnavailable, WrongState
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, redact_url, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
 from ajet_trainer.factory import open_session, preload_embedded
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
+from ajet_trainer.outage import StoreOutage
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
 from ajet_trainer.template_check import check_template, template_verdict
 from ajet_trainer.types import Metrics
@@ -106,9 +107,16 @@ class TrainerDaemon:
         if self.opts.backend in ("embedded", "auto"):
             self._preload = threading.Thread(target=preload_embedded, name="ajet-trainer-preload", daemon=True)
             self._preload.start()
+        outage = StoreOutage(self.opts.store_outage_s)
         try:
             while not stop.is_set():
-                if not self.tick():
+                try:
+                    worked = self.tick()
+                except StoreUnavailable as exc:  # the store is away (a database restart): wait for it, bounded
+                    outage.wait(exc, stop)
+                    continue
+                outage.answered()
+                if not worked:
                     waiting_for_episodes = self._state in (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
                     stop.wait(self.opts.rolling_poll_s if waiting_for_episodes else self.opts.poll_s)
         finally:
@@ -124,6 +132,8 @@ class TrainerDaemon:
                 if not self.store.heartbeat(os.getpid()):
                     logger.error("another trainer took this store over while this one was silent: stopping")
                     stop.set()
+            except StoreUnavailable:  # the store is away: the run loop says so once, and waits for it
+                pass
             except Exception:  # noqa: BLE001 - a busy store must not kill the trainer
                 logger.exception("heartbeat failed")
             stop.wait(HEARTBEAT_S)
@@ -187,6 +197,10 @@ class TrainerDaemon:
         try:
             did = work(row)
         except WrongState:
+            raise
+        except StoreUnavailable:  # the store is away: the run loop waits for it (`StoreOutage`)
+            if on_failure == self._update_failed:  # an update the store did not record: redo it from a checkpoint,
+                self.teardown(final_checkpoint=False)  # as after a crash, once the store is back
             raise
         except Exception as exc:  # noqa: BLE001 - any failure: record it where clients see it, recover
             logger.exception("%s failed", row.state.value)

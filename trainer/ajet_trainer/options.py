@@ -59,6 +59,9 @@ class TrainerOptions:
     """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
     verl_overrides: Optional[str]
     """verl backend: YAML of dotted verl config keys applied over the job's; None: the packaged defaults."""
+    store_outage_s: float
+    """How long the trainer waits (backoff, the model kept in memory) for a store that is away (a database restart,
+    a failover) before it stops."""
     poll_s: float = 0.1
     """How often the store is read while waiting for a client (OFFLINE, BOOTING). Not an option of the command."""
     rolling_poll_s: float = 0.02
@@ -81,6 +84,7 @@ class TrainerOptions:
             vllm_args=tuple(str(a) for a in _listed(values.get("vllm_arg"))),
             vllm_engines=int(str(values["vllm_engines"])),
             nnodes=int(str(values["nnodes"])),
+            store_outage_s=float(str(values["store_outage_s"])),
         )
         return cls(**{**fields, **overrides})
 
