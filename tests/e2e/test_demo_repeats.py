@@ -36,3 +36,21 @@ def test_a_seeded_demo_run_repeats_on_a_quiet_and_a_loaded_machine(tmp_path):
         hog.kill()
         hog.wait()
     assert len(quiet) == STEPS and loaded == quiet
+
+
+def test_the_demos_reward_rises(tmp_path):
+    """What the README promises of `make demo`: on its own seed, the mean reward rises from about 0 to the target
+    (0.8) within the run (77 steps on this seed; a modest bound of 150, and a rise of 0.5 over the first steps)."""
+    import json
+
+    with running_swarm(tmp_path / "demo") as url:
+        out = run_tutorial(url, "--max-steps", "150", capture=True, timeout=500)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    store = Store(sqlite_url(tmp_path / "demo" / "ajet-swarm.db"))
+    try:
+        rewards = [s.reward_mean for s in store.steps()]
+    finally:
+        store.close()
+    assert summary["final_reward"] >= 0.8 and summary["steps"] == len(rewards) <= 150, summary
+    assert sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5 >= 0.5, rewards
