@@ -13,6 +13,7 @@ import argparse
 import json
 
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -47,9 +48,9 @@ def main() -> None:
     for n in args.prompt_tokens:
         before, after = answer_sizes(tok, n)
         for side, size in (("with_ids", before), ("as_asked", after)):
-            print(json.dumps({"figure": "answer_bytes", "side": side, "prompt_tokens": n, "bytes": size}))
+            emit("answer_bytes", {"figure": "answer_bytes", "side": side, "prompt_tokens": n, "bytes": size})
         ratio = round(before / after, 1)
-        print(json.dumps({"figure": "answer_bytes_ratio", "prompt_tokens": n, "with_ids_over_as_asked": ratio}))
+        emit("answer_bytes", {"figure": "answer_bytes_ratio", "prompt_tokens": n, "with_ids_over_as_asked": ratio})
 
 
 if __name__ == "__main__":

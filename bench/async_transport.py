@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from ajet.client_base import POOL_LIMITS
 from ajet_swarm.launch import free_port
+from bench.results import emit
 
 BODY = {"model": "policy", "messages": [{"role": "user", "content": "Say the letter: a"}], "max_tokens": 1}
 SERVER = """
@@ -126,11 +126,11 @@ def main() -> None:
             figures[name] = (cpu_s() - t0) / args.requests * 1000
             wall = round(time.monotonic() - w0, 2)
             line = {"bench": "async_transport", "client": name, "cpu_ms_per_request": round(figures[name], 3)}
-            print(json.dumps({**line, "wall_s": wall, "concurrency": args.concurrency}), flush=True)
+            emit("async_transport", {**line, "wall_s": wall, "concurrency": args.concurrency})
     finally:
         proc.terminate()
     ratios = {f"{name}_over_sync_threads": round(ms / figures["sync_threads"], 2) for name, ms in figures.items()}
-    print(json.dumps({"bench": "async_transport", "figure": "ratios", **ratios}))
+    emit("async_transport", {"bench": "async_transport", "figure": "ratios", **ratios})
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ waiting for a step). Then one line of ratios against k = 0 (time to target, idle
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.results import emit
 from scripts.run_demo import tutorial_summary
 from tests.support.faults import update_delay_env
 
@@ -46,17 +46,15 @@ def main() -> None:
     runs = {}
     for k in args.staleness:
         runs[k] = one_run(k, args.update_s, args.target, args.max_steps, args.seed)
-        print(
-            json.dumps(
-                {
-                    "bench": "async_vs_sync",
-                    "max_staleness": k,
-                    "update_s": args.update_s,
-                    "target": args.target,
-                    **runs[k],
-                }
-            ),
-            flush=True,
+        emit(
+            "async_vs_sync",
+            {
+                "bench": "async_vs_sync",
+                "max_staleness": k,
+                "update_s": args.update_s,
+                "target": args.target,
+                **runs[k],
+            },
         )
     base = runs.get(0)
     if base is None:
@@ -64,20 +62,18 @@ def main() -> None:
     for k, r in runs.items():
         if k == 0:
             continue
-        print(
-            json.dumps(
-                {
-                    "bench": "async_vs_sync",
-                    "figure": "ratio_vs_sync",
-                    "max_staleness": k,
-                    "time_to_target_sync_over_async": round(base["seconds"] / r["seconds"], 2),
-                    "episodes_per_s_async_over_sync": round(r["episodes_per_s"] / base["episodes_per_s"], 2),
-                    "client_idle_s": r["client_idle_s"],
-                    "client_idle_s_sync": base["client_idle_s"],
-                    "both_reached": bool(base["reached"] and r["reached"]),
-                }
-            ),
-            flush=True,
+        emit(
+            "async_vs_sync",
+            {
+                "bench": "async_vs_sync",
+                "figure": "ratio_vs_sync",
+                "max_staleness": k,
+                "time_to_target_sync_over_async": round(base["seconds"] / r["seconds"], 2),
+                "episodes_per_s_async_over_sync": round(r["episodes_per_s"] / base["episodes_per_s"], 2),
+                "client_idle_s": r["client_idle_s"],
+                "client_idle_s_sync": base["client_idle_s"],
+                "both_reached": bool(base["reached"] and r["reached"]),
+            },
         )
 
 

@@ -15,12 +15,12 @@ Usage: python -m bench.constrained_decoding [--steps 2000]
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from typing import Any, Optional
 
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -153,8 +153,14 @@ def main() -> None:
         free = min(engine_ms_per_token(model, tok, None) for _ in range(5))
         forced = min(engine_ms_per_token(model, tok, grammars) for _ in range(5))
         for side, ms in (("unconstrained", free), ("xgrammar", forced)):
-            print(json.dumps({"model": name, "figure": "engine_ms_per_token", "side": side, "ms": round(ms, 3)}))
-        print(json.dumps({"model": name, "figure": "engine_ratio", "constrained_over_free": round(forced / free, 2)}))
+            emit(
+                "constrained_decoding",
+                {"model": name, "figure": "engine_ms_per_token", "side": side, "ms": round(ms, 3)},
+            )
+        emit(
+            "constrained_decoding",
+            {"model": name, "figure": "engine_ratio", "constrained_over_free": round(forced / free, 2)},
+        )
         for gname, body in GRAMMARS.items():
             spec = grammar_spec(body)
             assert spec is not None
@@ -169,10 +175,12 @@ def main() -> None:
             o_mask = walk_outlines(index, tok.eos_token_id, vocab, args.steps)
             base = {"model": name, "grammar": gname, "vocab": vocab}
             for lib, ms, us in (("xgrammar", x_compile, x_mask), ("outlines_core", o_compile, o_mask)):
-                print(json.dumps({**base, "figure": "compile_ms", "library": lib, "ms": round(ms, 2)}))
-                print(json.dumps({**base, "figure": "mask_us_per_token", "library": lib, "us": round(us, 1)}))
+                emit("constrained_decoding", {**base, "figure": "compile_ms", "library": lib, "ms": round(ms, 2)})
+                emit(
+                    "constrained_decoding", {**base, "figure": "mask_us_per_token", "library": lib, "us": round(us, 1)}
+                )
             ratio = {"outlines_over_xgrammar_mask": round(o_mask / x_mask, 2)}
-            print(json.dumps({**base, "figure": "mask_ratio", **ratio}))
+            emit("constrained_decoding", {**base, "figure": "mask_ratio", **ratio})
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.results import emit
 from scripts.run_demo import run_tutorial, running_swarm
 from tutorial.example_tiny_rl.agent_roll import BATCH_SIZE, GRPO_N
 
@@ -73,26 +74,21 @@ def main() -> None:
     for name in ("client", "proxy", "trainer"):
         ms = 1000.0 * (long[name] - short[name]) / episodes
         total += ms
-        print(
-            json.dumps(
-                {"bench": "demo_cpu", "process": name, "cpu_ms_per_episode": round(ms, 2), "episodes": episodes}
-            ),
-            flush=True,
+        emit(
+            "demo_cpu", {"bench": "demo_cpu", "process": name, "cpu_ms_per_episode": round(ms, 2), "episodes": episodes}
         )
     cores = os.cpu_count() or 1
-    print(
-        json.dumps(
-            {
-                "bench": "demo_cpu",
-                "figure": "total",
-                "cpu_ms_per_episode": round(total, 2),
-                "cores": cores,
-                "episodes_per_s_at_most": round(1000.0 * cores / total, 1),
-                "demo_seconds_at_least": round(DEMO_STEPS * EPISODES_PER_STEP * total / 1000.0 / cores, 1),
-                "demo_steps": DEMO_STEPS,
-            }
-        ),
-        flush=True,
+    emit(
+        "demo_cpu",
+        {
+            "bench": "demo_cpu",
+            "figure": "total",
+            "cpu_ms_per_episode": round(total, 2),
+            "cores": cores,
+            "episodes_per_s_at_most": round(1000.0 * cores / total, 1),
+            "demo_seconds_at_least": round(DEMO_STEPS * EPISODES_PER_STEP * total / 1000.0 / cores, 1),
+            "demo_steps": DEMO_STEPS,
+        },
     )
 
 

@@ -15,7 +15,6 @@ episodes), then the ratio of the median episodes. A seed that never reaches the 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 from multiprocessing import Pool
@@ -24,6 +23,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -112,10 +112,10 @@ def main() -> None:
         line = {"bench": "demo_learning_sim", "setting": name, **setting, "seeds": args.seeds}
         line["steps"] = steps
         line.update(reached=sum(s < args.max_steps for s in steps), median_steps=statistics.median(steps))
-        print(json.dumps({**line, "median_episodes": episodes[name]}), flush=True)
+        emit("demo_learning_sim", {**line, "median_episodes": episodes[name]})
     old, new = episodes.values()
     ratio = {"bench": "demo_learning_sim", "figure": "ratio", "median_episodes_new_over_old": round(new / old, 2)}
-    print(json.dumps(ratio))
+    emit("demo_learning_sim", ratio)
 
 
 if __name__ == "__main__":

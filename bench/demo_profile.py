@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import collections
 import collections.abc
-import json
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 from bench.demo_cpu import swarm_processes
+from bench.results import emit
 from scripts.run_demo import ENV, running_swarm
 
 LIBRARIES = ["xgrammar", "torch", "transformers", "sqlalchemy", "sqlite3", "litellm", "openai", "pydantic",
@@ -107,7 +107,7 @@ def main() -> None:
         for view in (owner, library):
             top = list(shares(root / f"{role}.txt", view).items())[: args.top]
             line = {"bench": "demo_profile", "process": role, "view": view.__name__}
-            print(json.dumps({**line, "shares": dict(top)}))
+            emit("demo_profile", {**line, "shares": dict(top)})
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ each run starts a fresh swarm, store and experiment.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.results import emit
 from scripts.run_demo import tutorial_summary
 
 
@@ -41,19 +41,18 @@ def main() -> None:
     runs = []
     for i in range(args.runs):
         runs.append(one_run(i, args.max_steps, args.target, args.max_staleness))
-        print(json.dumps({"bench": "demo_runs", "max_staleness": args.max_staleness, "run": i, **runs[-1]}), flush=True)
-    print(
-        json.dumps(
-            {
-                "bench": "demo_runs",
-                "max_staleness": args.max_staleness,
-                "figure": "median",
-                "runs": len(runs),
-                "reached": int(sum(r["reached"] for r in runs)),
-                "median_steps": statistics.median(r["steps"] for r in runs),
-                "median_seconds": statistics.median(r["seconds"] for r in runs),
-            }
-        )
+        emit("demo_runs", {"bench": "demo_runs", "max_staleness": args.max_staleness, "run": i, **runs[-1]})
+    emit(
+        "demo_runs",
+        {
+            "bench": "demo_runs",
+            "max_staleness": args.max_staleness,
+            "figure": "median",
+            "runs": len(runs),
+            "reached": int(sum(r["reached"] for r in runs)),
+            "median_steps": statistics.median(r["steps"] for r in runs),
+            "median_seconds": statistics.median(r["seconds"] for r in runs),
+        },
     )
 
 

@@ -11,7 +11,6 @@ Usage: python -m bench.demo_vs_trl [--max-steps 300] [--seed 0]
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -88,13 +88,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     swarm = run_swarm(args.max_steps, args.seed)
-    print(json.dumps({"bench": "demo_vs_trl", "side": "swarm", **swarm}), flush=True)
+    emit("demo_vs_trl", {"bench": "demo_vs_trl", "side": "swarm", **swarm})
     trl = run_trl(args.max_steps, args.seed, Path(tempfile.mkdtemp(prefix="ajet-demo-vs-trl-")))
-    print(json.dumps({"bench": "demo_vs_trl", "side": "trl", **trl}), flush=True)
+    emit("demo_vs_trl", {"bench": "demo_vs_trl", "side": "trl", **trl})
     both = swarm["final_reward"] >= TARGET and trl["final_reward"] >= TARGET
     ratio = round(swarm["seconds"] / trl["seconds"], 2) if both else None
     figure = {"bench": "demo_vs_trl", "figure": "ratio", "swarm_over_trl_seconds": ratio, "both_reached": both}
-    print(json.dumps(figure))
+    emit("demo_vs_trl", figure)
 
 
 if __name__ == "__main__":

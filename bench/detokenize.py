@@ -9,7 +9,6 @@ Usage: python -m bench.detokenize [--lengths 512 2048 4096] [--model builtin:tin
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.tiny_model import resolve_model_path
+from bench.results import emit
 
 STOP = ["</answer>"]
 
@@ -53,9 +53,10 @@ def main() -> None:
         ids = tok.encode(words * (n // 8 + 1), add_special_tokens=False)[:n]
         old, new = full_redecode(tok, ids), incremental(tok, ids)
         for method, ms in (("full_redecode", old), ("incremental", new)):
-            print(json.dumps({"figure": "stream_detokenize_ms", "method": method, "tokens": n, "ms": round(ms, 2)}))
-        print(
-            json.dumps({"figure": "stream_detokenize_ratio", "tokens": n, "full_over_incremental": round(old / new, 1)})
+            emit("detokenize", {"figure": "stream_detokenize_ms", "method": method, "tokens": n, "ms": round(ms, 2)})
+        emit(
+            "detokenize",
+            {"figure": "stream_detokenize_ratio", "tokens": n, "full_over_incremental": round(old / new, 1)},
         )
 
 

@@ -12,12 +12,12 @@ side (the median seconds of `--repeats` batches, the first untimed), then the ra
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Callable
 
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -68,9 +68,9 @@ def main() -> None:
     figures = {name: timed(fn, args.repeats) for name, fn in (("engine", engine), ("generate", generate))}
     for name, seconds in figures.items():
         line = {"bench": "engine_generate", "side": name, "model": args.model, "batch": args.batch}
-        print(json.dumps({**line, "tokens": args.tokens, "seconds": round(seconds, 3)}))
+        emit("engine_generate", {**line, "tokens": args.tokens, "seconds": round(seconds, 3)})
     ratio = round(figures["engine"] / figures["generate"], 2)
-    print(json.dumps({"bench": "engine_generate", "figure": "ratio", "engine_over_generate": ratio}))
+    emit("engine_generate", {"bench": "engine_generate", "figure": "ratio", "engine_over_generate": ratio})
 
 
 if __name__ == "__main__":

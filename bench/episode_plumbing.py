@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
@@ -28,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 from ajet.protocol import CLIENT_HEADER
 from bench.proxy_overhead import cpu_seconds, start_middle
+from bench.results import emit
 from tests.support.procs import start_stub
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "Say the letter: a"}], "max_tokens": 1}
@@ -109,20 +109,18 @@ def main() -> None:
     try:
         base = px.url
         ep = measure("episode", px.pid, args.episodes, args.concurrency, lambda s, i: episode(s, base, i))
-        print(json.dumps(ep), flush=True)
+        emit("episode_plumbing", ep)
         one_call = measure("call", px.pid, args.episodes, args.concurrency, lambda s, i: call(s, base, keys[0]))
-        print(json.dumps(one_call), flush=True)
-        print(
-            json.dumps(
-                {
-                    "bench": "episode_plumbing",
-                    "figure": "ratio",
-                    "concurrency": args.concurrency,
-                    "episode_cpu_over_call_cpu": round(ep["proxy_cpu_ms"] / one_call["proxy_cpu_ms"], 2),
-                    "target_proxy_cpu_ms_per_episode": 3.0,
-                }
-            ),
-            flush=True,
+        emit("episode_plumbing", one_call)
+        emit(
+            "episode_plumbing",
+            {
+                "bench": "episode_plumbing",
+                "figure": "ratio",
+                "concurrency": args.concurrency,
+                "episode_cpu_over_call_cpu": round(ep["proxy_cpu_ms"] / one_call["proxy_cpu_ms"], 2),
+                "target_proxy_cpu_ms_per_episode": 3.0,
+            },
         )
     finally:
         px.close()

@@ -10,13 +10,13 @@ Usage: python -m bench.group_commit [--requests 2000] [--concurrency 32 256] [--
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 from bench.proxy_overhead import measure, start_middle
+from bench.results import emit
 from tests.support.procs import start_stub
 
 
@@ -40,18 +40,16 @@ def main() -> None:
                     rows[w] = measure(
                         "ajet", px.url + "/v1/chat/completions", keys, px.pid, stream, conc, args.requests
                     )
-                    print(json.dumps({**rows[w], "commit_window_ms": w}), flush=True)
+                    emit("group_commit", {**rows[w], "commit_window_ms": w})
                 base = rows[args.windows_ms[0]]["proxy_cpu_ms_per_call"]
-                print(
-                    json.dumps(
-                        {
-                            "figure": "cpu_ratio_vs_first_window",
-                            "stream": stream,
-                            "concurrency": conc,
-                            **{f"window_{w:g}ms": round(r["proxy_cpu_ms_per_call"] / base, 3) for w, r in rows.items()},
-                        }
-                    ),
-                    flush=True,
+                emit(
+                    "group_commit",
+                    {
+                        "figure": "cpu_ratio_vs_first_window",
+                        "stream": stream,
+                        "concurrency": conc,
+                        **{f"window_{w:g}ms": round(r["proxy_cpu_ms_per_call"] / base, 3) for w, r in rows.items()},
+                    },
                 )
     finally:
         for px, _keys, st in proxies.values():

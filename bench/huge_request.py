@@ -15,7 +15,6 @@ and its status), then the ratio line (max latency beside the huge requests / p50
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import statistics
 import threading
@@ -23,6 +22,8 @@ import time
 from typing import Any
 
 import httpx
+
+from bench.results import emit
 
 
 def _serve(model: str, out: "mp.Queue[str]") -> None:
@@ -94,12 +95,12 @@ def main() -> None:
         text = ("The quick brown fox jumps over the lazy dog 1234. " * 100_000)[: int(args.mib * 2**20) - 200]
         huge = [{"model": "policy", "messages": [{"role": "user", "content": text}], "max_tokens": 4}] * args.huge
         alone = {"phase": "alone", "model": args.model, **_phase(url, args.seconds, [])}
-        print(json.dumps(alone), flush=True)
+        emit("huge_request", alone)
         beside = {"phase": "beside_huge", "model": args.model, "mib": args.mib, "huge": args.huge,
                   **_phase(url, args.seconds, huge)}  # fmt: skip
-        print(json.dumps(beside), flush=True)
+        emit("huge_request", beside)
         ratio = beside["healthy_max_ms"] / alone["healthy_p50_ms"]
-        print(json.dumps({"ratio": "healthy_max_beside_huge / healthy_p50_alone", "value": round(ratio, 1)}))
+        emit("huge_request", {"ratio": "healthy_max_beside_huge / healthy_p50_alone", "value": round(ratio, 1)})
     finally:
         proc.kill()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
@@ -31,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 from ajet import AgentJetJob, SwarmClient
 from ajet.types import ExperimentState
 from ajet_store import Store, sqlite_url
+from bench.results import emit
 from tests.support.procs import Proc, start_proxy, start_stub
 from tests.support.rolling import make_rolling, wait_state
 
@@ -153,7 +153,7 @@ def main() -> None:
                     run_group(stub, middles, delay, stream, conc, n)
         for transport, (px, _keys, st) in middles.items():
             px.close()  # a clean shutdown flushes the call log
-            print(json.dumps({"figure": "calls_logged", "transport": transport, "calls": st.totals()["calls"]}))
+            emit("proxy_overhead", {"figure": "calls_logged", "transport": transport, "calls": st.totals()["calls"]})
     finally:
         for px, _k, _s in middles.values():
             px.close()
@@ -170,20 +170,18 @@ def run_group(stub: Proc, middles: dict, delay: float, stream: bool, conc: int, 
         count = n if path == "ajet" else max(conc * 2, n // 4)
         group.append(measure(path, px.url + "/v1/chat/completions", keys, px.pid, stream, conc, count))
     for row in group:
-        print(json.dumps({**row, "backend_delay_ms": delay}), flush=True)
+        emit("proxy_overhead", {**row, "backend_delay_ms": delay})
     d, a, lr = group
-    print(
-        json.dumps(
-            {
-                "figure": "ratios",
-                "stream": stream,
-                "concurrency": conc,
-                "backend_delay_ms": delay,
-                "ajet_throughput_vs_direct": round(a["req_s"] / d["req_s"], 3),
-                "litellm_cpu_over_ajet_cpu": round(lr["proxy_cpu_ms_per_call"] / a["proxy_cpu_ms_per_call"], 2),
-            }
-        ),
-        flush=True,
+    emit(
+        "proxy_overhead",
+        {
+            "figure": "ratios",
+            "stream": stream,
+            "concurrency": conc,
+            "backend_delay_ms": delay,
+            "ajet_throughput_vs_direct": round(a["req_s"] / d["req_s"], 3),
+            "litellm_cpu_over_ajet_cpu": round(lr["proxy_cpu_ms_per_call"] / a["proxy_cpu_ms_per_call"], 2),
+        },
     )
 
 

@@ -9,7 +9,6 @@ Usage: python -m bench.responses_mapping [--iterations 2000]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from ajet_proxy.dataplane.responses import mapping as responses_api
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
+from bench.results import emit
 
 TOOLS = [
     {
@@ -85,25 +85,23 @@ def main() -> None:
     us = {}
     for (method, direction), fn in figures.items():
         us[method, direction] = per_call_us(fn, n)
-        print(
-            json.dumps(
-                {
-                    "figure": "responses_mapping_us",
-                    "method": method,
-                    "direction": direction,
-                    "us_per_call": round(us[method, direction], 1),
-                }
-            )
+        emit(
+            "responses_mapping",
+            {
+                "figure": "responses_mapping_us",
+                "method": method,
+                "direction": direction,
+                "us_per_call": round(us[method, direction], 1),
+            },
         )
     for direction in ("request", "answer"):
-        print(
-            json.dumps(
-                {
-                    "figure": "responses_mapping_ratio",
-                    "direction": direction,
-                    "litellm_over_ajet": round(us["litellm", direction] / us["ajet", direction], 1),
-                }
-            )
+        emit(
+            "responses_mapping",
+            {
+                "figure": "responses_mapping_ratio",
+                "direction": direction,
+                "litellm_over_ajet": round(us["litellm", direction] / us["ajet", direction], 1),
+            },
         )
 
 

@@ -45,3 +45,13 @@ class Results:
         if self.record:
             with self.path.open("a") as f:
                 f.write(json.dumps({**row, **self.stamp}) + "\n")
+
+
+_RUNS: dict[str, Results] = {}
+
+
+def emit(bench: str, row: dict[str, Any]) -> None:
+    """Print and append one figure's row of `bench` (one `Results`, so one commit and date, per bench and run)."""
+    if bench not in _RUNS:
+        _RUNS[bench] = Results(bench)
+    _RUNS[bench].emit(row)

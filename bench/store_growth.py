@@ -36,11 +36,12 @@ from ajet.types import BatchMode, ExperimentState
 from ajet_store import Store, select_batch, sqlite_url
 from ajet_store import tables as t
 from ajet_store.types import CallRecord
+from bench.results import emit as emit_row
 from tests.support.procs import start_proxy
 
 
 def emit(**row: Any) -> None:
-    print(json.dumps(row), flush=True)
+    emit_row("store_growth", row)
 
 
 def timed(fn: Callable[[], Any], reps: int) -> float:

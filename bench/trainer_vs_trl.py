@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -235,19 +235,17 @@ def main() -> None:
             "steps": args.steps,
         }
         ours = run_ajet(cfg["model"], cfg["new_tokens"], args.steps, batch, args.group, tmp)
-        print(json.dumps({"side": "ajet", **common, **ours}), flush=True)
+        emit("trainer_vs_trl", {"side": "ajet", **common, **ours})
         trl = run_trl(cfg["model"], cfg["new_tokens"], args.steps, batch, args.group, tmp)
-        print(json.dumps({"side": "trl", **common, **trl}), flush=True)
-        print(
-            json.dumps(
-                {
-                    "figure": "ratios",
-                    "model": cfg["model"],
-                    "update_ajet_over_trl": round(ours["update_s"] / trl["update_s"], 3),
-                    "step_ajet_over_trl": round(ours["step_s"] / trl["step_s"], 3),
-                }
-            ),
-            flush=True,
+        emit("trainer_vs_trl", {"side": "trl", **common, **trl})
+        emit(
+            "trainer_vs_trl",
+            {
+                "figure": "ratios",
+                "model": cfg["model"],
+                "update_ajet_over_trl": round(ours["update_s"] / trl["update_s"], 3),
+                "step_ajet_over_trl": round(ours["step_s"] / trl["step_s"], 3),
+            },
         )
 
 

@@ -13,7 +13,6 @@ Usage: python -m bench.verl_actor_vs_embedded [--model builtin:tiny] [--lora 0] 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 from ajet.utils.runtime import apply_offline_env
+from bench.results import emit
 
 apply_offline_env()
 
@@ -130,20 +130,18 @@ def main() -> None:
     med = {}
     for side, rows in sides.items():
         med[side] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "loss"}
-        print(
-            json.dumps({**common, "side": side, **{f"median_{k}": round(v, 4) for k, v in med[side].items()}}),
-            flush=True,
+        emit(
+            "verl_actor_vs_embedded",
+            {**common, "side": side, **{f"median_{k}": round(v, 4) for k, v in med[side].items()}},
         )
-    print(
-        json.dumps(
-            {
-                **common,
-                "figure": "ratio_verl_over_embedded",
-                "step_s": round(med["verl_actor_cpu"]["step_s"] / med["embedded"]["step_s"], 2),
-                "update_s": round(med["verl_actor_cpu"]["update_s"] / med["embedded"]["update_s"], 2),
-            }
-        ),
-        flush=True,
+    emit(
+        "verl_actor_vs_embedded",
+        {
+            **common,
+            "figure": "ratio_verl_over_embedded",
+            "step_s": round(med["verl_actor_cpu"]["step_s"] / med["embedded"]["step_s"], 2),
+            "update_s": round(med["verl_actor_cpu"]["update_s"] / med["embedded"]["update_s"], 2),
+        },
     )
 
 

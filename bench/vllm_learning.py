@@ -19,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.results import emit
 from scripts.run_demo import run_tutorial, running_swarm
 
 MODES = {"full": ("vllm", 0), "lora": ("vllm", 8), "embedded": ("embedded", 0)}
@@ -74,21 +75,19 @@ def main() -> None:
     results = {}
     for mode in args.modes.split(","):
         results[mode] = run_mode(mode, args.steps, args.lr_full, args.lr_lora)
-        print(json.dumps(results[mode]), flush=True)
+        emit("vllm_learning", results[mode])
     if "embedded" in results:
         for mode in ("full", "lora"):
             if mode in results:
                 ratio = results[mode]["step_s_mean"] / results["embedded"]["step_s_mean"]
-                print(
-                    json.dumps(
-                        {
-                            "bench": "vllm_learning",
-                            "figure": "step_time_ratio_vs_embedded",
-                            "mode": mode,
-                            "ratio": round(ratio, 3),
-                        }
-                    ),
-                    flush=True,
+                emit(
+                    "vllm_learning",
+                    {
+                        "bench": "vllm_learning",
+                        "figure": "step_time_ratio_vs_embedded",
+                        "mode": mode,
+                        "ratio": round(ratio, 3),
+                    },
                 )
 
 
