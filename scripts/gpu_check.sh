@@ -13,7 +13,8 @@
 # 3. The embedded trainer's GPU step, where it can run: it needs verl's `core_algos`, which imports Ray; on a box
 #    without Ray one JSON line says so instead (what it would take: the advantage and loss functions vendored, or
 #    verl's module importable without Ray).
-# One JSON line per figure, also appended to --out. Budget: 8 minutes, so that one rerun fits in 15.
+# One JSON line per figure, also appended to --out, and last a verdict line ({"figure": "verdict", "pass": ...}):
+# any step that fails fails the script. Budget: 8 minutes, so that one rerun fits in 15.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -29,6 +30,12 @@ while [ $# -gt 0 ]; do
 done
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 export PYTHONPATH="$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+verdict() {
+  local rc=$?
+  local line="{\"bench\": \"gpu_check\", \"figure\": \"verdict\", \"pass\": $([ $rc -eq 0 ] && echo true || echo false), \"exit\": $rc}"
+  echo "$line"; echo "$line" >> "$OUT"
+}
+trap verdict EXIT
 
 # 1. the missing packages, from the wheels given (no network)
 if ! $PY -c "import fastapi, uvicorn, sqlalchemy, alembic, aiohttp, orjson, httpx, pydantic" 2>/dev/null; then

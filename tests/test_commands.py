@@ -149,7 +149,8 @@ def test_make_test_requires_every_optional_dependency():
     required = re.search(r"^REQUIRE_ALL := (.*)$", makefile, re.M)
     assert required is not None and sorted(required.group(1).split()) == sorted(f"{v}=1" for v in REQUIRED)
     used = {v for p in (REPO / "tests").rglob("*.py") for v in re.findall(r"AJET_REQUIRE_[A-Z]+", p.read_text())}
-    assert used == set(REQUIRED)
+    assert used == set(REQUIRED) | {"AJET_REQUIRE_GPU"}  # the GPU's only where `nvidia-smi` is (REQUIRE_GPU)
+    assert re.search(r"^REQUIRE_GPU := .*AJET_REQUIRE_GPU=1", makefile, re.M) and "$(REQUIRE_GPU)" in test_recipe
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AJET_REQUIRE_PG", "1")
         with pytest.raises(pytest.fail.Exception, match="no PostgreSQL here"):

@@ -90,3 +90,37 @@ def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
     ), lines
     assert figures["direct"]["tokens_per_s"] > 0 and figures["through_proxy"]["calls_logged"] == 16
     assert 0.0 <= figures["proxy_share"]["value"] < 1.0
+    assert lines[-1] == {"bench": "gpu_check", "figure": "verdict", "pass": True, "exit": 0}
+    assert json.loads(res.stdout.strip().splitlines()[-1])["pass"] is True
+
+
+def test_a_failing_step_fails_the_check_with_its_verdict(tmp_path: Path):
+    """Round three: the GPU scripts swallowed failures. A step that fails (a model that does not exist) fails the
+    script, and its last line says so."""
+    out = tmp_path / "gpu_check.jsonl"
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--model", str(tmp_path / "no-model"),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PY": sys.executable}, cwd=REPO,
+    )  # fmt: skip
+    assert res.returncode != 0
+    verdict = json.loads(res.stdout.strip().splitlines()[-1])
+    assert verdict["pass"] is False and verdict["exit"] == res.returncode
+
+
+@pytest.mark.gpu
+def test_the_gpu_check_on_the_gpu(tmp_path: Path):
+    """On a GPU box (`scripts/gpu_test.sh`, `make test` where `nvidia-smi` is): the check itself, on CUDA."""
+    import torch
+
+    from tests.support.require import need
+
+    need(torch.cuda.is_available(), "no CUDA device", "AJET_REQUIRE_GPU")
+    out = tmp_path / "gpu_check.jsonl"
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cuda", "--model", "builtin:small",
+         "--agents", "16", "--calls", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "PY": sys.executable}, cwd=REPO,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert json.loads(out.read_text().splitlines()[-1])["pass"] is True
