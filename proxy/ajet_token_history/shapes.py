@@ -37,14 +37,14 @@ TOOLS = [
 class Episode:
     """One episode's calls through the token history's rules, as the proxy makes them."""
 
-    def __init__(self, render: Render, stops: set[int]):
+    def __init__(self, render: Render, stops: set[int], turns: Optional[h.Turns] = None):
         self.render, self.stops = render, stops
-        self.turns = h.Turns()
+        self.turns = turns if turns is not None else h.Turns()
         self.labels: list[str] = []
 
     def call(self, messages: Messages, answer: dict[str, Any], tools: Tools = None) -> str:
         """Make one call the model answers with `answer`; returns its label."""
-        prompt, label, step = self._prompt(messages, tools)
+        prompt, label, step = self.prompt(messages, tools)
         body = {"messages": messages, **({"tools": tools} if tools else {})}
         completion = self._completion(messages, answer, tools)
         turn = h.new_turn(len(self.labels), body, prompt, completion, answer, stopped=True)
@@ -55,7 +55,9 @@ class Episode:
         self.labels.append(label)
         return label
 
-    def _prompt(self, messages: Messages, tools: Tools) -> tuple[list[int], str, Optional[h.Extension]]:
+    def prompt(self, messages: Messages, tools: Tools) -> tuple[list[int], str, Optional[h.Extension]]:
+        """A call's prompt ids, its label, and the turn it continues (None unless `extended`), as the proxy builds
+        them (`ajet_proxy.dataplane.token_prompt`)."""
         step = h.plan(self.turns, messages, tools)
         if isinstance(step, str):
             return self.render(messages, tools, True), step, None

@@ -12,7 +12,6 @@ conversation: an oracle the token history did not compute.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -22,20 +21,11 @@ from ajet_store.types import CallRecord
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 from ajet_token_history.rules import new_turn
+from ajet_token_history.shapes import TOOLS, Episode, say, tool_call, tool_result, user
 from ajet_trainer.chat_templates import FAMILIES
 from ajet_trainer.samples import BRANCH, episode_sequences
 from ajet_trainer.tiny_model import build_tokenizer
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two numbers.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
-        },
-    }
-]
 WITH_TOOLS = [name for name in FAMILIES if name != "gemma3"]  # Gemma 3's template has no tool turn
 RERENDER_STABLE = {"qwen2.5", "qwen3-instruct", "llama3", "gemma3"}
 """Families whose template renders a plain answer in history as the model generated it: the token prompt is the
@@ -69,17 +59,8 @@ class Sim:
         return self.tok.encode(text, add_special_tokens=False)
 
     def prompt(self, messages: list[dict], tools: Optional[list]) -> tuple[list[int], str, Optional[h.Extension]]:
-        step = h.plan(self.turns, messages, tools)
-        if isinstance(step, str):
-            return self.render(messages, tools), step, None
-        a, b = [self.render(tb.close_probe(t)) for t in tb.ANSWER_TEXTS]
-        close = tb.close_token(a, b)
-        assert close is not None
-        new = messages[step.start :]
-        ra, rb = [self.render(tb.neutral_prefix(messages, step.parent, t) + new, tools) for t in tb.ANSWER_TEXTS]
-        delta = tb.delta_ids(ra, rb, close, step.parent)
-        assert delta is not None, self.family
-        return [*step.parent.full_ids(), *delta], h.EXTENDED, step
+        """The proxy's prompt and label (`shapes.Episode.prompt`, the rules the preflight runs too)."""
+        return Episode(self.render, self.stop_ids(), self.turns).prompt(messages, tools)
 
     def completion(self, messages: list[dict], answer: dict, tools: Optional[list]) -> list[int]:
         """What the model generates for `answer`: the template's rendering of it as the last turn, to the stop."""
@@ -132,27 +113,6 @@ def _record(seq: int, prompt: list[int], completion: list[int], label: str) -> C
         created_at=0.0,
         token_history=label,
     )
-
-
-def say(text: str) -> dict:
-    return {"role": "assistant", "content": text}
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": text}
-
-
-def tool_call(a: int, b: int, call_id: str) -> dict:
-    args = json.dumps({"a": a, "b": b})
-    return {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "add", "arguments": args}}],
-    }
-
-
-def tool_result(text: str, call_id: str) -> dict:
-    return {"role": "tool", "content": text, "tool_call_id": call_id, "name": "add"}
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
