@@ -138,8 +138,17 @@ def test_openai_responses_with_previous_response_id(swarm, episode):
     assert_one_trajectory(swarm, uuid, 3)
 
 
-def test_openai_agents_sdk_default_model(swarm, episode):
-    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+@pytest.mark.parametrize("responses", [True, False], ids=["responses-model", "chat-model"])
+def test_openai_agents_sdk_default_model(swarm, episode, responses):
+    """The Agents SDK's Responses model (its default) and its chat model, each keeping its own history."""
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
 
     set_tracing_disabled(True)
     uuid, creds = episode
@@ -147,7 +156,8 @@ def test_openai_agents_sdk_default_model(swarm, episode):
 
     async def run() -> str:
         async with openai.AsyncOpenAI(base_url=creds.base_url, api_key=creds.api_key) as client:
-            model = OpenAIResponsesModel(model="policy", openai_client=client)
+            kind = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
+            model = kind(model="policy", openai_client=client)
             agent = Agent(name="calc", instructions="Use the add tool.", tools=[function_tool(add)], model=model)
             return (await Runner.run(agent, "What is 2+3+1.5?")).final_output
 
