@@ -96,13 +96,14 @@ demo: setup
 # .venv-frameworks, a mountable tmpfs, .venv-client) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
 REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1
-# on a GPU box the `gpu` tests run, and fail without CUDA
+# on a GPU box the `gpu` tests run, and fail without CUDA; elsewhere they are not selected (never skipped)
 REQUIRE_GPU := $(if $(shell command -v nvidia-smi 2>/dev/null),AJET_REQUIRE_GPU=1,)
+GPU_TESTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-m "not gpu")
 
 test:
 	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks
 	$(MAKE) lint
-	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile
+	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile $(GPU_TESTS)
 
 # ruff: lint (pyflakes, pycodestyle, import order, bugbear) and format, line length 120 (pyproject.toml)
 lint: setup

@@ -151,6 +151,7 @@ def test_make_test_requires_every_optional_dependency():
     used = {v for p in (REPO / "tests").rglob("*.py") for v in re.findall(r"AJET_REQUIRE_[A-Z]+", p.read_text())}
     assert used == set(REQUIRED) | {"AJET_REQUIRE_GPU"}  # the GPU's only where `nvidia-smi` is (REQUIRE_GPU)
     assert re.search(r"^REQUIRE_GPU := .*AJET_REQUIRE_GPU=1", makefile, re.M) and "$(REQUIRE_GPU)" in test_recipe
+    assert re.search(r'^GPU_TESTS := .*-m "not gpu"', makefile, re.M) and "$(GPU_TESTS)" in test_recipe
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AJET_REQUIRE_PG", "1")
         with pytest.raises(pytest.fail.Exception, match="no PostgreSQL here"):

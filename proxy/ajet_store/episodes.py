@@ -334,8 +334,9 @@ def _end(c: sa.Connection, now: float, e: EndEpisode, tally: _Tally) -> tuple[Ep
         row.mission, row.episode_type, row.status.value, EpisodeStatus.ENDED.value, reward=e.reward
     )
     count, top = _call_numbers(c, e.uuid)
-    why = counters.NO_CALLS if top is None else None
-    if why is not None:  # no calls: recorded, never trained
+    why = None
+    if top is None:  # no calls: recorded, never trained
+        why = counters.NO_CALLS
         c.execute(_MARK_UNTRAINABLE, {"b_uuid": e.uuid, "b_reason": why})
         deltas[counters.WITHOUT_CALLS] = 1
     elif count != top + 1:  # a call numbered but never stored (its proxy died): the gap is closed, the episode trains

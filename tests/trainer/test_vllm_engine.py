@@ -77,6 +77,7 @@ def test_vllm_launch_arguments_defaults_and_overrides():
     args = launch_args("/m", cpu, 1)
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.15"  # a share of host RAM on CPU
     assert "--enforce-eager" in args and "--enable-lora" not in args  # full fine-tuning: no LoRA in vLLM
+    assert "--no-enable-chunked-prefill" in args  # the CPU build's worker dies discarding a seeded chunk's sample
     assert args.count("--tool-call-parser") == 1 and "hermes" not in args  # a --vllm-arg replaces the default
     assert "float32" not in args and args[-5:] == ["--dtype=bfloat16", "--tool-call-parser", "qwen3_xml", "--seed", "1"]
     env = launch_env()
