@@ -11,7 +11,7 @@ from ajet_store import QUARANTINE_AFTER, Store, sqlite_url
 from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer import daemon as daemon_mod
 from ajet_trainer.daemon import TrainerDaemon
-from ajet_trainer.errors import CheckpointError
+from ajet_trainer.errors import CheckpointError, EngineLost
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.step_record import checkpoint_mismatch, reconcile_store
 from tests.support.stores import a_call, end_with_a_call
@@ -28,6 +28,9 @@ class FakeSession:
     store: Store
     failures: list[str] = field(default_factory=list)
     step: int = 0
+    lost: list[str] = field(default_factory=list)
+    """Engines that exited: the next `check_engines` raises `EngineLost` naming the first."""
+    closed_with: Optional[bool] = None
 
     @property
     def policy_version(self) -> int:
@@ -43,6 +46,10 @@ class FakeSession:
     def register(self) -> None:
         self.store.register_engines(self.registered())
 
+    def check_engines(self) -> None:
+        if self.lost:
+            raise EngineLost(f"the last vLLM engine ({self.lost.pop(0)}) exited with -9")
+
     def train(self, batch: Sequence[PoolEpisode], timers: dict) -> dict:
         if self.failures:
             raise RuntimeError(self.failures.pop(0))
@@ -51,7 +58,7 @@ class FakeSession:
         return dict(timers)
 
     def close(self, final_checkpoint: bool) -> None:
-        pass
+        self.closed_with = final_checkpoint
 
 
 @pytest.fixture
@@ -90,6 +97,24 @@ def run_to(d: TrainerDaemon, st: Store, state: ExperimentState, ticks: int = 8) 
             return
         d.tick()
     assert st.experiment().state == state
+
+
+def test_an_engine_that_exits_while_rolling_reboots_the_session(rig, monkeypatch):
+    """Round three: the vLLM engine died under a waiting trainer, which waited on; every call was a 503 until the test
+    timed out. The trainer sees it while it waits for episodes, checkpoints its last step, says why, and boots a new
+    session (new engines); clients then go on."""
+    d, st, _plan = rig
+    d.tick()
+    assert st.experiment().state == ExperimentState.ROLLING
+    first = d.session
+    assert isinstance(first, FakeSession)
+    first.lost.append("vllm-0")
+    d.tick()
+    row = st.experiment()
+    assert row.state == ExperimentState.BOOTING and "vllm-0" in row.last_error and "EngineLost" in row.last_error
+    assert first.closed_with is True and d.session is None
+    run_to(d, st, ExperimentState.ROLLING)
+    assert d.session is not first
 
 
 def test_an_update_that_raises_reboots_and_a_batch_failing_twice_is_quarantined(rig):

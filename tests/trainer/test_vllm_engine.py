@@ -218,3 +218,32 @@ def test_vllm_full_fine_tuning_reloads_the_weights_each_step(tmp_path):
         ]
         assert [p.name for p in weights.iterdir()] == ["step_3"]  # older folders pruned once vLLM read them
         assert (weights / "step_3" / "model.safetensors").is_file()
+
+
+def test_a_vllm_engine_that_dies_while_rolling_is_relaunched(tmp_path):
+    """Round three: a vLLM engine died under a waiting trainer, and every call was a 503 from then on. The trainer
+    sees its engine exit while it waits for episodes, boots a new one (the last step's weights), and the run goes on."""
+    import psutil
+
+    from ajet.types import ExperimentState
+
+    with running_swarm(tmp_path, name="d", engine="vllm", trainer_args=("--vllm-command", STAND_IN)) as sw:
+        client, store = sw.client(), sw.store()
+        _train_three_batches(sw, AgentJetJob(lora_rank=0, **{**JOB, "save_freq": 1}))
+        (old,) = store.engines()
+        port = int(old.base_url.rsplit(":", 1)[1].split("/")[0])
+        (engine,) = [p for p in psutil.process_iter(["cmdline"]) if str(port) in " ".join(p.info["cmdline"] or [])]
+        engine.kill()
+        deadline = time.monotonic() + 120
+        while not (store.engines() and store.engines()[0].base_url != old.base_url):
+            assert time.monotonic() < deadline, sw.logs()
+            time.sleep(0.2)
+        assert "EngineLost" in (store.experiment().last_error or "") and "exited" in store.experiment().last_error
+        while client.get_engine_status().state != ExperimentState.ROLLING:
+            assert time.monotonic() < deadline, sw.logs()
+            time.sleep(0.2)
+        assert client.get_engine_status().policy_version == 3  # the new engine serves the last step's weights
+        play_batch(client, 3)
+        while client.get_engine_status().global_step < 4:
+            assert time.monotonic() < deadline, sw.logs()
+            time.sleep(0.2)

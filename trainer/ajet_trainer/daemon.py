@@ -30,6 +30,7 @@ from ajet.errors import StoreError, StoreUnavailable, WrongState
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, redact_url, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
+from ajet_trainer.errors import EngineLost
 from ajet_trainer.factory import open_session, preload_embedded
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
@@ -210,7 +211,11 @@ class TrainerDaemon:
 
     def _poll_failed(self, row: ExperimentRow, exc: Exception) -> None:
         """Waiting for a batch or for the drain failed (e.g. the store was busy): keep the state, say why,
-        try again on the next tick."""
+        try again on the next tick. The session's last engine gone: reboot it (BOOTING launches new engines)."""
+        if isinstance(exc, EngineLost):
+            self.teardown(final_checkpoint=True)  # the weights are the last step's: checkpoint them
+            self.store.record_trainer_error(f"{type(exc).__name__}: {exc}"[:1000], to=ExperimentState.BOOTING)
+            return
         try:
             self.store.record_trainer_error(f"{row.state.value}: {type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001 - the store itself may be what failed
@@ -308,7 +313,8 @@ class TrainerDaemon:
             logger.info("retention: pruned the bodies of %d call(s)", pruned)
 
     def maybe_close_batch(self, session: TrainingSession, row: ExperimentRow) -> bool:
-        """ROLLING -> ROLLING_POST once the batch policy is satisfied."""
+        """ROLLING -> ROLLING_POST once the batch policy is satisfied (an engine that exited meanwhile withdrawn)."""
+        session.check_engines()
         if not self._batch(session, row):
             return False
         self.store.transition(ExperimentState.ROLLING_POST, allowed_from=[ExperimentState.ROLLING])

@@ -27,5 +27,9 @@ class EngineStartError(TrainerError):
     """An inference engine did not come up (its log tail says why)."""
 
 
+class EngineLost(TrainerError):
+    """The last engine of a session exited while it served (its log tail says why): the session reboots."""
+
+
 class ConfigurationError(TrainerError):
     """The trainer's configuration (options, overrides, composed backend config) is invalid."""

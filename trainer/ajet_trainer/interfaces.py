@@ -48,6 +48,10 @@ class Engines(Protocol):
         """Stop the engines and release their resources."""
         ...
 
+    def drop_exited(self) -> bool:
+        """Forget engines whose process exited (True when any was); `EngineLost` when none is left."""
+        ...
+
 
 class TrainingSession(Protocol):
     """One job being trained: its weights, its engines, its step counter."""
@@ -75,6 +79,11 @@ class TrainingSession(Protocol):
 
     def register(self) -> None:
         """Register the engines in the store; the proxy reloads its router."""
+        ...
+
+    def check_engines(self) -> None:
+        """While it waits for episodes: withdraw engines that exited (the proxy stops routing to them);
+        `EngineLost` when none is left."""
         ...
 
     def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:

@@ -87,6 +87,11 @@ class EmbeddedSession:
         self.store.register_engines(engines)
         self.registered_names = {e.name for e in engines}
 
+    def check_engines(self) -> None:
+        """Withdraw engines whose process exited (vLLM) and register the rest; `EngineLost` when none is left."""
+        if self.engines.drop_exited():
+            self.register()
+
     def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:
         """One GRPO step on `batch`; returns its metrics."""
         t0 = time.perf_counter()

@@ -130,6 +130,11 @@ class VerlSession:
         """Register the engines in the store; the proxy reloads its router."""
         self.store.register_engines(self.registered())
 
+    def check_engines(self) -> None:
+        """The trainer's own engines (beside verl) withdrawn when they exit; verl watches the servers it launched."""
+        if self.engines is not None and self.engines.drop_exited():
+            self.register()
+
     def train(self, batch: Sequence[PoolEpisode], timers: Metrics) -> Metrics:
         """One verl step on `batch` (weights synced into verl's vLLM engines, or pulled into the served model), then
         the step's record."""

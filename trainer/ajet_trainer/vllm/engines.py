@@ -17,7 +17,7 @@ from typing import Iterator
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.checkpoint import prune_step_folders, tied_names
-from ajet_trainer.errors import TrainerError
+from ajet_trainer.errors import EngineLost, TrainerError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.types import PolicyModel
 from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
@@ -52,15 +52,20 @@ class VllmEngines:
         """One registration per live engine: the proxy balances episodes over them."""
         return [RegisteredEngine(name, e.base_url, e.served_model, version) for name, e in self.by_name.items()]
 
-    def drop_exited(self) -> None:
-        """Forget engines whose process has exited; `TrainerError` when none is left."""
+    def drop_exited(self) -> bool:
+        """Forget engines whose process has exited (True when any was); `EngineLost` when none is left."""
+        dropped = False
         for name, e in list(self.by_name.items()):
             if e.proc is not None and e.proc.poll() is not None:
                 if len(self.by_name) == 1:
-                    raise TrainerError(f"the last vLLM engine ({name}) exited; log tail:\n{e.log_tail()}")
+                    raise EngineLost(
+                        f"the last vLLM engine ({name}) exited with {e.proc.returncode}; log tail:\n{e.log_tail(1500)}"
+                    )
                 left = len(self.by_name) - 1
                 logger.error("vLLM engine %s exited with %s; %d engine(s) left", name, e.proc.returncode, left)
                 del self.by_name[name]
+                dropped = True
+        return dropped
 
     @contextmanager
     def updating(self, next_version: int) -> Iterator[None]:
