@@ -2,7 +2,7 @@
 
 from transformers import AutoTokenizer
 
-from ajet_trainer.template_check import check_template, preflight
+from ajet_trainer.template_check import preflight, template_verdict, verdict_metrics
 from ajet_trainer.tiny_model import build_tokenizer, builtin_model_path
 
 
@@ -41,7 +41,9 @@ def test_a_template_that_keeps_answers_as_written_breaks_only_at_the_tool_call()
     assert (report.turns, report.merged, report.causes) == (2, 1, ("tool_rerendering",))
 
 
-def test_check_template_reads_the_jobs_model_and_never_fails_a_boot():
-    assert check_template("builtin:tiny-bpe-think")["history/template_breaks/think_stripping"] == 1.0
-    assert check_template("/no/such/model") == {}
+def test_the_verdict_reads_the_jobs_model_and_never_fails_a_boot():
+    metrics = verdict_metrics(template_verdict("builtin:tiny-bpe-think"))
+    assert metrics["history/template_breaks/think_stripping"] == 1.0
+    assert metrics["history/template_rendered_merges"] == 0.0
+    assert verdict_metrics(template_verdict("/no/such/model")) == {} and verdict_metrics(None) == {}
     assert AutoTokenizer.from_pretrained(builtin_model_path("builtin:tiny-bpe"))  # the folder is a normal HF one

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ajet.errors import StoreError, StoreUnavailable, WrongState
+from ajet.template_verdict import TemplateVerdict
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, redact_url, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
@@ -36,7 +37,7 @@ from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StoreOutage
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
-from ajet_trainer.template_check import check_template, template_verdict
+from ajet_trainer.template_check import template_verdict, verdict_metrics
 from ajet_trainer.types import Metrics
 
 logger = logging.getLogger(__name__)
@@ -73,8 +74,8 @@ class _Timers:
     wait_s: float = 0.0
     drain_s: float = 0.0
     dropped: int = 0
-    """Episodes dropped as too old since the last step (asynchronous training, or a synchronous job's leftovers the
-    session cannot correct or the job drops)."""
+    """Episodes dropped as too old since the last step (asynchronous training, or a synchronous job's leftovers under
+    `leftovers: drop`)."""
 
 
 class TrainerDaemon:
@@ -87,13 +88,15 @@ class TrainerDaemon:
         self.timers = _Timers()
         self._preload: Optional[threading.Thread] = None
         self.template: Metrics = {}
-        """The job's template preflight (`ajet_trainer.template_check`), carried into every step's metrics."""
+        """The job's rendered-history check (`template_check.verdict_metrics`), carried into every step's metrics."""
         self._pool_seen: Optional[tuple[object, ...]] = None
         """The pool's mark, the policy version and the batch mode when the batch policy last found no batch."""
         self._state = ExperimentState.OFFLINE
         """The experiment's state the last tick saw (a ROLLING trainer polls more often)."""
         self._judged: Optional[tuple[int, str]] = None
         """The run and model the template preflight last ran on (`_judge_template`)."""
+        self._verdict: Optional[TemplateVerdict] = None
+        """The synced job's preflight, stored or just run: a boot takes its metrics (`template`) from it."""
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -170,13 +173,14 @@ class TrainerDaemon:
         """The template preflight of a newly synced job's model, stored for `sync_train_config` to answer (once
         per run: a verdict the store did not take belongs to a job already replaced, whose run comes next)."""
         job = row.job
-        if job is None or (row.template_verdict is not None and row.template_verdict.model == job.model):
+        if job is not None and row.template_verdict is not None and row.template_verdict.model == job.model:
+            self._verdict = row.template_verdict
             return
-        if self._judged == (row.run_id, job.model):
+        if job is None or self._judged == (row.run_id, job.model):
             return
         if self._preload is not None:
             self._preload.join()  # transformers imported from two threads at once can fail (see `boot`)
-        verdict = template_verdict(job.model)
+        verdict = self._verdict = template_verdict(job.model)
         self._judged = (row.run_id, job.model)
         try:
             stored = self.store.set_template_verdict(verdict)
@@ -250,7 +254,8 @@ class TrainerDaemon:
             if row.state != ExperimentState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(ExperimentState.BOOTING, allowed_from=_ACTIVE)
             self.session = open_session(row.job, row.run_id, self.store, self.opts)
-            self.template = check_template(row.job.model)
+            verdict = self._verdict if self._verdict is not None and self._verdict.model == row.job.model else None
+            self.template = verdict_metrics(verdict)
         s = self.session
         self.store.remove_engines()
         s.register()

@@ -11,7 +11,7 @@ answer as the model wrote it + its end-of-turn token. Where it does not, it name
 - `think_stripping`: an earlier turn's `<think>` block is gone once a new user message arrives;
 - `answer_rerendered`: the answer's text comes back otherwise changed (e.g. whitespace around it).
 With `token_history="exact"` (the default) none of these matter: the proxy keeps the ids the model generated.
-The trainer runs it when it boots a job: a warning in its log, and `history/template_*` in every step's metrics.
+The trainer runs it with the rest of a synced job's preflight: `history/template_*` in every step's metrics.
 
 `template_verdict` is the whole preflight of a synced job's model, the trainer's answer to `sync_train_config`: the
 shapes real agents take through the exact token history's rules (`ajet_token_history.shapes`), and this report.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from ajet.template_verdict import TemplateVerdict
 from ajet_token_history.shapes import run_shapes
@@ -64,9 +64,7 @@ class TemplateReport:
 
     def metrics(self) -> Metrics:
         """`history/template_rendered_merges` (1.0 or 0.0) and `history/template_breaks/<cause>` = 1.0 each."""
-        out: Metrics = {"history/template_rendered_merges": float(self.merges)}
-        out.update({f"history/template_breaks/{c}": 1.0 for c in self.causes})
-        return out
+        return rendered_metrics(self.merges, self.causes)
 
     def warning(self) -> str:
         """One line for the log ("" when rendered history would merge)."""
@@ -132,25 +130,19 @@ def describe(report: TemplateReport) -> str:
     return json.dumps({"turns": report.turns, "merged": report.merged, "causes": list(report.causes)})
 
 
-def check_template(model: str) -> Metrics:
-    """Run the preflight on a job's model (`model`: its job field) when the trainer boots it: a warning in the log
-    when rendered history would not merge; the report's metrics ({} when the template cannot be checked, e.g. a
-    tokenizer without a chat template: that is logged, never a failed boot)."""
-    from transformers import AutoTokenizer
+def rendered_metrics(merges: bool, causes: Sequence[str]) -> Metrics:
+    """The rendered-history check as every step's metrics: `history/template_rendered_merges` (1.0 or 0.0) and
+    `history/template_breaks/<cause>` = 1.0 each."""
+    out: Metrics = {"history/template_rendered_merges": float(merges)}
+    out.update({f"history/template_breaks/{c}": 1.0 for c in causes})
+    return out
 
-    from ajet_trainer.tiny_model import resolve_model_path
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(model)))
-        report = preflight(tokenizer, tokenizer.eos_token_id)
-    except Exception as exc:  # noqa: BLE001 - a preflight must never stop a boot
-        logger.warning("template preflight of %s could not run: %s: %s", model, type(exc).__name__, exc)
+def verdict_metrics(verdict: Optional[TemplateVerdict]) -> Metrics:
+    """A job's preflight (`template_verdict`) as every step's metrics ({} when the rendered check could not run)."""
+    if verdict is None or verdict.rendered_merges is None:
         return {}
-    if report.merges:
-        logger.info("template preflight of %s: rendered history would merge every turn", model)
-    else:
-        logger.warning("template preflight of %s: %s", model, report.warning())
-    return report.metrics()
+    return rendered_metrics(verdict.rendered_merges, verdict.rendered_causes)
 
 
 def stop_ids(model_path: str, tokenizer: Tokenizer) -> set[int]:
