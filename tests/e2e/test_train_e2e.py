@@ -220,6 +220,7 @@ def test_an_open_eval_episode_never_holds_a_step(tmp_path):
         seed_agent(TASKS[0], eval_creds, seed=3)
         calls = store.calls(eval_uuid)
         assert [c.policy_version for c in calls] == [0, 2]
+        assert all("history/template_rendered_merges" in s.metrics for s in store.steps())  # the preflight's check
         assert (
             store.get_episode(eval_uuid).status == EpisodeStatus.OPEN and not store.get_episode(eval_uuid).consumed_step
         )
