@@ -1,8 +1,9 @@
-"""Constrained decoding on the embedded engine (xgrammar): forced tool calls (`tool_choice` "required" and a named
-function) and structured output (`response_format` json_object / json_schema), on the untrained built-in models,
-char-level and BPE: what the policy samples under the grammar is what the client gets and what is logged. The
-logged log-probability is that of the masked distribution; the trainer's (unmasked) is lower by log(allowed mass),
-and truncated importance sampling weighs each such token by exactly that mass."""
+"""Constrained decoding on the embedded engine, through each backend (xgrammar, outlines-core): forced tool calls
+(`tool_choice` "required" and a named function) and structured output (`response_format` json_object /
+json_schema), on the untrained built-in models, char-level and BPE: what the policy samples under the grammar is
+what the client gets and what is logged. The logged log-probability is that of the masked distribution; the
+trainer's (unmasked) is lower by log(allowed mass), and truncated importance sampling weighs each such token by
+exactly that mass."""
 
 import json
 
@@ -12,7 +13,7 @@ import torch
 
 from ajet import AgentJetJob
 from ajet.errors import InvalidRequest
-from ajet_trainer.embedded.grammar import GrammarSpec, grammar_spec
+from ajet_trainer.embedded.grammar import BACKENDS, GrammarSpec, grammar_spec
 from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.grpo import collate, sequence_logprobs, tis_weights
 from ajet_trainer.policy import load_policy
@@ -44,10 +45,15 @@ def test_grammar_spec_reads_tool_choice_and_response_format():
     assert err.value.param == "tool_choice"
 
 
-@pytest.fixture(scope="module", params=["builtin:tiny", "builtin:tiny-bpe"], ids=["char", "bpe"])
+MODELS_AND_BACKENDS = [(m, b) for m in ("builtin:tiny", "builtin:tiny-bpe") for b in BACKENDS]
+
+
+@pytest.fixture(scope="module", params=MODELS_AND_BACKENDS, ids=[f"{m[8:]}-{b}" for m, b in MODELS_AND_BACKENDS])
 def engine(request):
-    model, tok = load_policy(str(builtin_model_path(request.param)), AgentJetJob(), "cpu")
+    name, backend = request.param
+    model, tok = load_policy(str(builtin_model_path(name)), AgentJetJob(), "cpu")
     eng = EmbeddedEngine(model, tok, max_tokens_cap=200)
+    eng.grammar_backends = (backend,)
     url = eng.start()
     yield url, model, tok
     eng.stop()
@@ -113,7 +119,8 @@ def test_logged_logprobs_are_the_masked_distributions_and_tis_weighs_by_the_allo
     assert torch.allclose(weights, gap.exp().clamp(max=2.0), atol=1e-4) and m["tis_weight_mean"] < 1.0
 
 
-def test_a_forced_call_writes_its_name_first_and_follows_the_script_it_may(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forced_call_writes_its_name_first_and_follows_the_script_it_may(backend):
     """The call's JSON follows the schema's property order (the Hermes format: `name`, then `arguments`); a
     scripted policy that says a valid call is not bent by the mask."""
     from tests.support.scripted_model import ScriptedModel
@@ -121,6 +128,7 @@ def test_a_forced_call_writes_its_name_first_and_follows_the_script_it_may(tmp_p
     model, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
     wrapped = ScriptedModel(model, [])
     eng = EmbeddedEngine(wrapped, tok, max_tokens_cap=200)
+    eng.grammar_backends = (backend,)
     url = eng.start()
     try:
         call = json.dumps({"name": "pick", "arguments": {"c": "blue"}})  # the grammar's layout: `, ` and `: `

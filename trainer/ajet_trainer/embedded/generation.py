@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
-from ajet_trainer.embedded.grammar import TokenConstraint
+from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 

@@ -34,7 +34,7 @@ from ajet_trainer.embedded.chat import (
     uses_tools,
 )
 from ajet_trainer.embedded.generation import GenRequest, GenResult
-from ajet_trainer.embedded.grammar import Grammars, GrammarSpec, grammar_spec
+from ajet_trainer.embedded.grammar import BACKENDS, Grammars, GrammarSpec, grammar_spec, load_grammars
 from ajet_trainer.embedded.stream import StreamedAnswer
 from ajet_trainer.errors import EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
@@ -82,6 +82,8 @@ class EmbeddedEngine:
         """The longest prompt served (the job's `max_prompt_length`: what it trains); longer is refused, 400
         `context_length_exceeded`. None: the model's context alone bounds it."""
         self._grammar_compiler: Optional[Grammars] = None
+        self.grammar_backends: tuple[str, ...] = tuple(BACKENDS)
+        """The constrained-decoding backends tried, in order, at the first constrained request."""
         self._grammar_lock = threading.Lock()
         self.token_chars = longest_token_chars(tokenizer)
         """The most characters one token stands for: bounds a prompt's tokens before it is rendered."""
@@ -183,12 +185,12 @@ class EmbeddedEngine:
 
     def _grammars(self, spec: GrammarSpec) -> Grammars:
         """The engine's grammar compiler, made at the first constrained request (on a parse thread);
-        `InvalidRequest` naming the field when xgrammar is not installed."""
+        `InvalidRequest` naming the field when no backend is installed."""
         with self._grammar_lock:
             if self._grammar_compiler is None:
                 try:
                     vocab = int(self.model.config.vocab_size)  # the logits' width
-                    self._grammar_compiler = Grammars(self.tokenizer, vocab, self.eos_ids)
+                    self._grammar_compiler = load_grammars(self.tokenizer, vocab, self.eos_ids, self.grammar_backends)
                 except ImportError as exc:
                     raise InvalidRequest.for_field(
                         spec.field, f"this engine cannot constrain its answers: {exc}"
