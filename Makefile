@@ -21,7 +21,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-client setup-vllm setup-frameworks demo lint test test-fast bench gpu-wheels clean
+.PHONY: setup setup-client setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -55,6 +55,11 @@ $(CLIENT_STAMP): pyproject.toml Makefile $(CLIENT_SRC)
 	$(CLIENT)/bin/python -c "import ajet, ajet_proxy.app, ajet_store, ajet_swarm.cli; print('client setup ok')"
 	! $(CLIENT)/bin/python -c "import torch" 2>/dev/null
 	touch $(CLIENT_STAMP)
+
+# Each install line of docs/usage.md run as written in a fresh venv (.venv-install/N), for
+# tests/test_install_lines.py; a venv is rebuilt only when its line or pyproject.toml changed.
+setup-installs:
+	$(PYTHON) scripts/install_lines.py
 
 setup-vllm: $(VLLM_STAMP)
 
@@ -93,15 +98,15 @@ demo: setup
 
 # The four environments are set up side by side (mostly downloads and unpacking: about 10 min one after
 # another on CI's two cores). AJET_REQUIRE_*: a test whose dependency is missing (PostgreSQL, .venv-vllm,
-# .venv-frameworks, a mountable tmpfs, .venv-client) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
+# .venv-frameworks, a mountable tmpfs, .venv-client, .venv-install) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
-REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1
+REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1 AJET_REQUIRE_INSTALLS=1
 # on a GPU box the `gpu` tests run, and fail without CUDA; elsewhere they are not selected (never skipped)
 REQUIRE_GPU := $(if $(shell command -v nvidia-smi 2>/dev/null),AJET_REQUIRE_GPU=1,)
 GPU_TESTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-m "not gpu")
 
 test:
-	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks
+	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks setup-installs
 	$(MAKE) lint
 	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile $(GPU_TESTS)
 
@@ -126,4 +131,4 @@ gpu-wheels: setup
 	$(PIP) download --no-deps --only-binary=:all: -d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
 
 clean:
-	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) $(FW_VENV) experiments .pytest_cache
+	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) $(FW_VENV) .venv-install experiments .pytest_cache

@@ -1,6 +1,6 @@
 """What a test needs that a machine may lack (PostgreSQL, vLLM's CPU build, the frameworks' environment, a tmpfs,
-the client venv): without it the test skips, or fails naming it when its `AJET_REQUIRE_*` variable is 1. `make test`
-sets every one, so CI cannot pass by skipping."""
+the client venv, the install lines' venvs): without it the test skips, or fails naming it when its
+`AJET_REQUIRE_*` variable is 1. `make test` sets every one, so CI cannot pass by skipping."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ REQUIRED = (
     "AJET_REQUIRE_FRAMEWORKS",
     "AJET_REQUIRE_TMPFS",
     "AJET_REQUIRE_CLIENT",
+    "AJET_REQUIRE_INSTALLS",
 )
 """The variables `make test` sets (tests/test_commands.py checks the Makefile sets each)."""
 
