@@ -283,3 +283,23 @@ class StepRow:
     """Other metrics."""
     finished_at: float
     """Unix time recorded."""
+
+
+@dataclass(frozen=True)
+class TrainSequence:
+    """One training sequence: a prompt and a response built from one or more merged LLM calls."""
+
+    episode_uuid: str
+    """The episode it came from."""
+    task_id: str
+    """GRPO group of its episode."""
+    prompt_ids: tuple[int, ...]
+    """Prompt token ids of the first merged call (as the engine tokenised them)."""
+    response_ids: tuple[int, ...]
+    """Completions and the tokens inserted between them, in order."""
+    response_mask: tuple[int, ...]
+    """1 for tokens the policy sampled (trained), 0 for inserted ones (tool output, user turns)."""
+    rollout_logprobs: tuple[float, ...]
+    """The engine's log-prob of each response token (0.0 where the mask is 0)."""
+    num_calls: int = 1
+    """How many LLM calls were merged into it."""

@@ -21,9 +21,9 @@ import openai
 import pytest
 
 from ajet import Task, WorkflowOutput
+from ajet_store.sequences import BRANCH, episode_sequences
 from ajet_store.types import CallRecord
 from ajet_trainer.chat_templates import FAMILIES
-from ajet_trainer.samples import BRANCH, episode_sequences
 from ajet_trainer.tiny_model import build_tokenizer
 from tests.support.bpe_swarm import BpeSwarm
 from tests.support.real_vllm import vllm_python

@@ -17,13 +17,13 @@ from typing import Any, Optional
 
 import pytest
 
+from ajet_store.sequences import BRANCH, episode_sequences
 from ajet_store.types import CallRecord
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 from ajet_token_history.rules import new_turn
 from ajet_token_history.shapes import TOOLS, Episode, say, tool_call, tool_result, user
 from ajet_trainer.chat_templates import FAMILIES
-from ajet_trainer.samples import BRANCH, episode_sequences
 from ajet_trainer.tiny_model import build_tokenizer
 
 WITH_TOOLS = [name for name in FAMILIES if name != "gemma3"]  # Gemma 3's template has no tool turn

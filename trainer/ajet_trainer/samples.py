@@ -1,11 +1,9 @@
-"""Episode -> training sequences (pure functions, tested alone).
+"""Episode -> training samples (pure functions, tested alone).
 
-Rules (DESIGN.md): an episode is all its LLM calls, and they form a tree: a call joins the sequence whose prompt +
-completion ids its prompt starts with (the longest such), so several conversations in one episode (two agents taking
-turns, parallel calls, branches, a compacted history) each train as their own sequence; otherwise a new sequence
-starts, counted with its cause (`episode_sequences`). Completion tokens are trained (mask 1); tokens the agent or
-tools inserted are not (mask 0). Only the engine's token ids are used — text is never re-tokenised. Truncation is
-explicit and counted.
+Rules (DESIGN.md): an episode is all its LLM calls, and they form a tree of sequences (`ajet_store.sequences`,
+shared with the explorer, which shows what was trained): completion tokens are trained (mask 1), tokens the agent
+or tools inserted are not (mask 0), each sequence's start counted with its cause. Truncation is explicit and
+counted.
 
 A turn the server's cap cut (`CallRecord.truncated`) trains by the job's `overlong` rule: `keep` (as any turn),
 `mask` (its tokens get mask 0; its episode keeps its reward in the GRPO group, with no sequence of its own when
@@ -19,99 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from ajet.job import Overlong
-from ajet_store.types import CallRecord, RewardedEpisode
+from ajet_store.sequences import UNLABELLED, episode_sequences
+from ajet_store.types import RewardedEpisode
 from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
-
-FIRST = "first"
-"""The cause of an episode's first sequence."""
-BRANCH = "branch"
-"""The cause of a sequence whose first call continues an earlier call that another call continued already (parallel
-calls, branches): its prompt holds that turn, untrained here (it is trained once, in the other sequence)."""
-UNMATCHED = "unmatched"
-"""The cause of a sequence whose first call the proxy built on an earlier turn, but whose ids do not continue it (a
-store written by an older proxy, or a cut)."""
-UNLABELLED = "unlabelled"
-"""The label of calls logged before the proxy labelled them."""
-
-
-class _Builder:
-    """A sequence being grown by the calls that continue its last one."""
-
-    def __init__(self, call: CallRecord, mask_truncated: bool):
-        self.prompt = list(call.prompt_ids or [])
-        self.resp: list[int] = []
-        self.mask: list[int] = []
-        self.lps: list[float] = []
-        self.calls = 0
-        self.mask_truncated = mask_truncated
-        self.add_completion(call)
-
-    def full(self) -> list[int]:
-        return self.prompt + self.resp
-
-    def add_completion(self, call: CallRecord) -> None:
-        ids = list(call.completion_ids or [])
-        lps = list(call.logprobs) if call.logprobs is not None and len(call.logprobs) == len(ids) else [0.0] * len(ids)
-        self.resp += ids
-        self.mask += [0 if call.truncated and self.mask_truncated else 1] * len(ids)
-        self.lps += lps
-        self.calls += 1
-
-    def extend(self, call: CallRecord, at: int) -> None:
-        """Add `call`, whose prompt continues this sequence's ids up to `at`: the tokens in between are masked."""
-        inserted = list(call.prompt_ids or [])[at:]
-        self.resp += inserted
-        self.mask += [0] * len(inserted)
-        self.lps += [0.0] * len(inserted)
-        self.add_completion(call)
-
-    def build(self, episode_uuid: str, task_id: str) -> TrainSequence:
-        return TrainSequence(
-            episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask), tuple(self.lps), self.calls
-        )
-
-
-def _continues(prompt: Sequence[int], full: Sequence[int]) -> bool:
-    """Whether a prompt starts with a call's prompt + completion ids."""
-    return len(prompt) >= len(full) and list(prompt[: len(full)]) == list(full)
-
-
-def _start_cause(call: CallRecord, continued_earlier: bool, first: bool) -> str:
-    """Why a call starts a new sequence: a branch from a turn already continued, else the proxy's label (what it
-    did with the call's history), else `first`; `unmatched` when the proxy built it on a turn its ids do not
-    continue."""
-    if continued_earlier:
-        return BRANCH
-    label = call.token_history or UNLABELLED
-    if label == "extended":
-        return UNMATCHED
-    return FIRST if first and label in (FIRST, UNLABELLED, "rendered") else label
-
-
-def episode_sequences(
-    calls: Sequence[CallRecord], episode_uuid: str, task_id: str, mask_truncated: bool = False
-) -> tuple[list[TrainSequence], int, Counter[str]]:
-    """The sequences of one episode's calls (in `seq` order), along the tree of its conversations: a call joins the
-    sequence whose ids its prompt continues (the longest), else it starts one. Returns (sequences, calls merged,
-    why each sequence started). `mask_truncated`: a truncated call's completion tokens get mask 0."""
-    builders: list[_Builder] = []
-    fulls: list[list[int]] = []
-    merged, starts = 0, Counter[str]()
-    for call in sorted(calls, key=lambda c: c.seq):
-        if not call.trainable:
-            continue
-        prompt = call.prompt_ids or []
-        open_ends = [(len(f), b) for b in builders if _continues(prompt, f := b.full())]
-        if open_ends:
-            at, builder = max(open_ends, key=lambda end: end[0])
-            builder.extend(call, at)
-            merged += 1
-        else:
-            continued = any(_continues(prompt, f) for f in fulls)
-            starts[_start_cause(call, continued, not builders)] += 1
-            builders.append(_Builder(call, mask_truncated))
-        fulls.append([*prompt, *(call.completion_ids or [])])
-    return [b.build(episode_uuid, task_id) for b in builders], merged, starts
 
 
 def truncate(seq: TrainSequence, max_prompt: int, max_response: int) -> tuple[TrainSequence, bool, bool]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, Union
 
+from ajet_store.types import TrainSequence
+
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -19,26 +21,6 @@ Tokenizer: TypeAlias = "PreTrainedTokenizerBase"
 """The policy's tokenizer."""
 Metrics: TypeAlias = dict[str, float]
 """A step's metrics by name (counts are ints, flags bools; both are floats to a type checker)."""
-
-
-@dataclass(frozen=True)
-class TrainSequence:
-    """One training sequence: a prompt and a response built from one or more merged LLM calls."""
-
-    episode_uuid: str
-    """The episode it came from."""
-    task_id: str
-    """GRPO group of its episode."""
-    prompt_ids: tuple[int, ...]
-    """Prompt token ids of the first merged call (as the engine tokenised them)."""
-    response_ids: tuple[int, ...]
-    """Completions and the tokens inserted between them, in order."""
-    response_mask: tuple[int, ...]
-    """1 for tokens the policy sampled (trained), 0 for inserted ones (tool output, user turns)."""
-    rollout_logprobs: tuple[float, ...]
-    """The engine's log-prob of each response token (0.0 where the mask is 0)."""
-    num_calls: int = 1
-    """How many LLM calls were merged into it."""
 
 
 @dataclass(frozen=True)
