@@ -17,6 +17,7 @@ from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import add_data_plane
 from ajet_proxy.errors import HttpError, error_response, http_error
+from ajet_proxy.explore import explore_app
 from ajet_proxy.limits import BodySizeMiddleware
 from ajet_proxy.proxy import Proxy, ProxyConfig
 
@@ -80,6 +81,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
     add_data_plane(app, proxy)
+    app.mount("/explore", explore_app(lambda: proxy.store, None, config.swarm_token))  # tokenizer: the job's model
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:

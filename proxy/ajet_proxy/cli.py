@@ -314,7 +314,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
     )
     prn.add_argument("--keep-steps", type=int, required=True, help="keep the bodies of the last N steps' episodes")
     prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
-    for p in (lst, show, exp, upg, plt, prn):
+    xpl = sub.add_parser("explore", help="a web explorer of runs, episodes and trained tokens over the store")
+    _explore_module().add_explore_arguments(xpl)
+    for p in (lst, show, exp, upg, plt, prn, xpl):
         p.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
         apply_defaults(p, "proxy.yaml")
     args = parse_with_config(parser, argv)
@@ -332,7 +334,15 @@ def _main(argv: Optional[list[str]] = None) -> int:
         plot(args)
     elif args.command == "prune":
         prune(args)
+    elif args.command == "explore":
+        return _explore_module().run_explore(args)
     return 0
+
+
+def _explore_module():  # noqa: ANN202 - imported when used: its templates and Starlette app
+    from ajet_proxy.explore import serve
+
+    return serve
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

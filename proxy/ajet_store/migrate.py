@@ -32,6 +32,7 @@ REVISIONS = {
     8: "0008",
     9: "0009",
     10: "0010",
+    11: "0011",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = sa.MetaData()
 
@@ -80,6 +80,7 @@ episodes = sa.Table(
     # the statistics and the trainer's pool query read only these indexes, never the wide rows
     sa.Index("ix_episodes_pool", "consumed_step", "status", "episode_type", "untrainable", "ended_at"),
     sa.Index("ix_episodes_missions", "episode_type", "mission", "status", "reward"),
+    sa.Index("ix_episodes_created", "created_at", "uuid"),  # the explorer's newest-first list
 )
 
 llm_calls = sa.Table(

@@ -1,0 +1,131 @@
+"""The explorer's pages: server-rendered HTML over the store, read-only.
+
+Each handler reads what its page shows through the store's paged, indexed reads (`ajet_store.explore_reads`) and
+renders one Jinja2 template with autoescaping on, so model text (HTML, `<script>`, escapes) always shows as text.
+Handlers are plain functions: Starlette runs them in its thread pool, off the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from ajet.errors import EpisodeNotFound
+from ajet_proxy.explore.advantages import group_advantages
+from ajet_proxy.explore.charts import charts
+from ajet_proxy.explore.tokens import load_token_text, token_cells, tokenizer_folder
+from ajet_proxy.stats import answer_text, request_messages
+from ajet_store import Store
+from ajet_store.explore_reads import SORTS, EpisodeFilter
+from ajet_store.sequences import built_sequences
+
+PAGE = 50
+"""Episodes per page of a list."""
+HERE = Path(__file__).parent
+TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+
+
+class Pages:
+    """The page handlers of one explorer, bound to a store (`store()`: the proxy's, or the command's own)."""
+
+    def __init__(self, store: Callable[[], Store], tokenizer: Optional[str] = None):
+        self.store, self.tokenizer = store, tokenizer
+
+    def _render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(TEMPLATES.get_template(name).render(**context), status_code=status)
+
+    def runs(self, request: Request) -> Response:
+        """The run: its job and state, each metric as a chart over the steps, the newest steps."""
+        store = self.store()
+        exp, steps = store.experiment(), store.steps(last=500)
+        name = "runs_body.html" if request.query_params.get("fragment") == "1" else "runs.html"
+        latest = steps[-1].step if steps else 0
+        return self._render(name, exp=exp, steps=steps[::-1][:PAGE], charts=charts(steps), latest=latest)
+
+    def live(self, request: Request) -> Response:
+        """The newest step and the state (what the runs page polls to redraw itself)."""
+        store = self.store()
+        exp, newest = store.experiment(), store.steps(last=1)
+        return JSONResponse({"step": newest[0].step if newest else 0, "state": exp.state.value})
+
+    def step(self, request: Request) -> Response:
+        """One step: its metrics and its GRPO groups."""
+        n = _int(request.path_params["step"])
+        row = self.store().step_row(n)
+        if row is None:
+            return self._render("missing.html", 404, what=f"step {n}")
+        return self._render("step.html", step=row, tasks=self.store().step_tasks(n),
+                            metrics=sorted(row.metrics.items()))  # fmt: skip
+
+    def episodes(self, request: Request) -> Response:
+        """Episodes filtered by step, task, status, client, mission and reward, sorted, a page at a time."""
+        q = request.query_params
+        f = EpisodeFilter(step=_opt_int(q.get("step")), task_id=q.get("task") or None, status=q.get("status") or None,
+                          client_id=q.get("client") or None, mission=q.get("mission") or None,
+                          reward_min=_opt_float(q.get("min")), reward_max=_opt_float(q.get("max")),
+                          sort=q.get("sort") if q.get("sort") in SORTS else "newest")  # fmt: skip
+        page = max(0, _opt_int(q.get("page")) or 0)
+        found = self.store().episode_page(f, PAGE + 1, page * PAGE)
+        return self._render("episodes.html", episodes=found[:PAGE], more=len(found) > PAGE, page=page, f=f,
+                            sorts=list(SORTS), query=dict(q))  # fmt: skip
+
+    def group(self, request: Request) -> Response:
+        """One GRPO group side by side: the task's episodes of one step, their rewards, advantages and answers."""
+        n, task = _int(request.path_params["step"]), request.path_params["task"]
+        store = self.store()
+        members = store.group(n, task)
+        if not members:
+            return self._render("missing.html", 404, what=f"group {task!r} of step {n}")
+        advantages = group_advantages([float(e.reward or 0.0) for e in members])
+        answers = [_final_answer(store, e.uuid) for e in members]
+        return self._render("group.html", step=n, task=task, rows=list(zip(members, advantages, answers)))
+
+    def episode(self, request: Request) -> Response:
+        """One episode: each call's messages and answer, and each trained sequence token by token."""
+        store, uuid = self.store(), request.path_params["uuid"]
+        try:
+            ep = store.get_episode(uuid)
+        except EpisodeNotFound:
+            return self._render("missing.html", 404, what=f"episode {uuid!r}")
+        calls = store.calls(uuid)
+        job = store.experiment().job
+        text = load_token_text(tokenizer_folder(job.model if job else None, self.tokenizer))
+        built, merged = built_sequences(calls, ep.uuid, ep.task_id or "")
+        sequences = [(b, token_cells(b, text), sum(b.sequence.response_mask)) for b in built]
+        shown = [(c, request_messages(c.request), answer_text(c.response), _pretty(c.request)) for c in calls]
+        return self._render("episode.html", ep=ep, calls=shown, sequences=sequences, merged=merged,
+                            ids_only=text(0).startswith("<0>"))  # fmt: skip
+
+
+def _final_answer(store: Store, uuid: str) -> str:
+    calls = store.calls(uuid)
+    return answer_text(calls[-1].response) if calls else ""
+
+
+def _pretty(body: str) -> str:
+    try:
+        return json.dumps(json.loads(body), indent=1, ensure_ascii=False)[:20000]
+    except ValueError:
+        return body[:20000]
+
+
+def _int(value: str) -> int:
+    return int(value) if value.lstrip("-").isdigit() else -1
+
+
+def _opt_int(value: Optional[str]) -> Optional[int]:
+    return int(value) if value and value.lstrip("-").isdigit() else None
+
+
+def _opt_float(value: Optional[str]) -> Optional[float]:
+    try:
+        x = float(value) if value else None
+    except ValueError:
+        return None
+    return x if x is None or math.isfinite(x) else None
