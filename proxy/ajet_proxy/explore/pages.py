@@ -29,6 +29,9 @@ PAGE = 50
 """Episodes per page of a list."""
 HERE = Path(__file__).parent
 TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+CONTROL_PICTURES = {c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"} | {127: 0x2421}
+"""Control characters (an ANSI escape's ESC among them) drawn as their Unicode pictures: seen, never obeyed."""
+TEMPLATES.filters["visible"] = lambda text: str(text).translate(CONTROL_PICTURES)
 
 
 class Pages:
