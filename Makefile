@@ -98,9 +98,9 @@ demo: setup
 
 # The four environments are set up side by side (mostly downloads and unpacking: about 10 min one after
 # another on CI's two cores). AJET_REQUIRE_*: a test whose dependency is missing (PostgreSQL, .venv-vllm,
-# .venv-frameworks, a mountable tmpfs, .venv-client, .venv-install) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
+# .venv-frameworks, a mountable tmpfs, .venv-client, .venv-install, Debian's chromium) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
-REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1 AJET_REQUIRE_INSTALLS=1
+REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1 AJET_REQUIRE_INSTALLS=1 AJET_REQUIRE_BROWSER=1
 # on a GPU box the `gpu` tests run, and fail without CUDA; elsewhere they are not selected (never skipped)
 REQUIRE_GPU := $(if $(shell command -v nvidia-smi 2>/dev/null),AJET_REQUIRE_GPU=1,)
 GPU_TESTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-m "not gpu")

@@ -123,13 +123,16 @@ def history_text(m: dict[str, Any]) -> str:
 
 
 class EpisodeScreen(ModalScreen[None]):
-    """One episode's calls: messages, token counts, finish reasons, latency."""
+    """One episode's calls: messages, token counts, finish reasons, latency; and a link to its explorer page (its
+    trained tokens, in a browser)."""
 
     BINDINGS = [Binding("escape,q", "app.pop_screen", "close")]
 
-    def __init__(self, detail: EpisodeDetail):
+    def __init__(self, detail: EpisodeDetail, page_url: str):
         super().__init__()
         self.detail = detail
+        self.page_url = page_url
+        """The episode's page in the explorer the proxy serves (`/explore/episodes/UUID`)."""
 
     def compose(self) -> ComposeResult:
         d = self.detail
@@ -137,8 +140,11 @@ class EpisodeScreen(ModalScreen[None]):
             f"episode {d.episode_uuid}  client {d.client_id}  {d.status.value}  task {d.task_id or '-'}  "
             f"reward {d.reward if d.reward is not None else '-'}  calls {len(d.calls)}"
         )
+        link = Text("explorer: ")
+        link.append(self.page_url, style=f"link {self.page_url} underline")
         with VerticalScroll(id="episode-view"):
             yield Static(head, id="episode-head")
+            yield Static(link, id="episode-link")
             for c in d.calls:
                 body = Text(
                     f"#{c.seq}  prompt {c.prompt_tokens}  completion {c.completion_tokens} tokens  "
@@ -359,7 +365,7 @@ class Overwatch(App[None]):
         except AjetError as exc:
             self.notify(f"episode {uuid[:8]}: {exc}", severity="error")
             return
-        self.push_screen(EpisodeScreen(detail))
+        self.push_screen(EpisodeScreen(detail, f"{self.swarm_url.rstrip('/')}/explore/episodes/{uuid}"))
 
 
 def run(swarm_url: str, refresh: float = 1.0, swarm_token: Optional[str] = None) -> None:

@@ -500,3 +500,21 @@ def test_begin_episode_waits_while_no_engine_is_registered(tmp_path):
         assert time.monotonic() - t0 >= 0.5
         assert creds.as_openai_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         later.join()
+
+
+def test_the_proxys_explorer_needs_the_swarm_token_and_no_episode_key_opens_it(token_proxy):
+    url = token_proxy.url
+    for path in (
+        "/explore/",
+        "/explore",
+        "/explore//live",
+        "/explore/./episodes",
+        "/explore/%2e/live",
+        "/explore/live/",
+    ):
+        r = httpx.get(url + path)
+        assert r.status_code == 401 and 'name="token"' in r.text, path
+    assert httpx.get(url + "/explore/live", headers={"Authorization": "Bearer episode-key"}).status_code == 401
+    r = httpx.get(url + "/explore/live", headers={"X-Swarm-Token": "s3cret"})
+    assert r.status_code == 200 and r.json()["state"] in ("OFFLINE", "ROLLING", "BOOTING")
+    assert httpx.get(url + "/explore/login").status_code == 200  # the form itself is open

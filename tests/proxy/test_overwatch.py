@@ -100,6 +100,8 @@ def test_panels_show_the_store_and_mode_switch_reaches_the_server(proxy, store, 
             await settle(pilot, lambda: isinstance(app.screen, EpisodeScreen))
             assert app.screen.detail.episode_uuid == open_uuid and len(app.screen.detail.calls) == 1
             assert app.screen.detail.calls[0].messages[0]["content"] == "still here"
+            link = str(app.screen.query_one("#episode-link").content)
+            assert link.endswith(f"/explore/episodes/{open_uuid}") and app.screen.page_url in link
             await pilot.press("escape")
 
     asyncio.run(scenario())
