@@ -29,7 +29,7 @@ UNLABELLED = "unlabelled"
 
 
 @dataclass(frozen=True)
-class Segment:
+class Span:
     """A run of a sequence's response tokens from one call: its answer (trained) or what was inserted before it."""
 
     start: int
@@ -52,7 +52,7 @@ class BuiltSequence:
     """The tokens, mask and logprobs the trainer gets (before its length limits cut them)."""
     cause: str
     """Why it started (`first`, `branch`, `unmatched`, or the proxy's token-history label: a fallback reason)."""
-    segments: tuple[Segment, ...]
+    spans: tuple[Span, ...]
     """Its response in runs, each from one call, in order."""
 
 
@@ -64,7 +64,7 @@ class _Builder:
         self.resp: list[int] = []
         self.mask: list[int] = []
         self.lps: list[float] = []
-        self.segments: list[Segment] = []
+        self.spans: list[Span] = []
         self.calls = 0
         self.mask_truncated, self.cause = mask_truncated, cause
         self.add_completion(call)
@@ -76,7 +76,7 @@ class _Builder:
         ids = list(call.completion_ids or [])
         lps = list(call.logprobs) if call.logprobs is not None and len(call.logprobs) == len(ids) else [0.0] * len(ids)
         trained = not (call.truncated and self.mask_truncated)
-        self._segment(call, len(ids), trained)
+        self._span(call, len(ids), trained)
         self.resp += ids
         self.mask += [1 if trained else 0] * len(ids)
         self.lps += lps
@@ -85,22 +85,22 @@ class _Builder:
     def extend(self, call: CallRecord, at: int) -> None:
         """Add `call`, whose prompt continues this sequence's ids up to `at`: the tokens in between are masked."""
         inserted = list(call.prompt_ids or [])[at:]
-        self._segment(call, len(inserted), False)
+        self._span(call, len(inserted), False)
         self.resp += inserted
         self.mask += [0] * len(inserted)
         self.lps += [0.0] * len(inserted)
         self.add_completion(call)
 
-    def _segment(self, call: CallRecord, n: int, trained: bool) -> None:
+    def _span(self, call: CallRecord, n: int, trained: bool) -> None:
         if n:
             start = len(self.resp)
-            self.segments.append(Segment(start, start + n, call.seq, trained, call.policy_version))
+            self.spans.append(Span(start, start + n, call.seq, trained, call.policy_version))
 
     def build(self, episode_uuid: str, task_id: str) -> BuiltSequence:
         seq = TrainSequence(
             episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask), tuple(self.lps), self.calls
         )
-        return BuiltSequence(seq, self.cause, tuple(self.segments))
+        return BuiltSequence(seq, self.cause, tuple(self.spans))
 
 
 def _continues(prompt: Sequence[int], full: Sequence[int]) -> bool:

@@ -1,9 +1,9 @@
-"""The sequence tree's segments: which call each run of response tokens came from, trained or inserted, and each
+"""The sequence tree's spans: which call each run of response tokens came from, trained or inserted, and each
 sequence's cause (what the explorer draws beside the trainer's sequences)."""
 
 from __future__ import annotations
 
-from ajet_store.sequences import BRANCH, FIRST, Segment, built_sequences, episode_sequences
+from ajet_store.sequences import BRANCH, FIRST, Span, built_sequences, episode_sequences
 from ajet_store.types import CallRecord
 
 
@@ -12,11 +12,11 @@ def call(seq: int, prompt: list[int], answer: list[int], version: int = 0, trunc
                       token_history="first", truncated=truncated)  # fmt: skip
 
 
-def test_segments_follow_the_calls_and_the_inserted_tokens():
+def test_spans_follow_the_calls_and_the_inserted_tokens():
     calls = [call(0, [1, 2], [3, 4]), call(1, [1, 2, 3, 4, 9, 9], [5], version=1)]
     (built,), merged = built_sequences(calls, "e", "t")
     assert merged == 1 and built.cause == FIRST
-    assert built.segments == (Segment(0, 2, 0, True, 0), Segment(2, 4, 1, False, 1), Segment(4, 5, 1, True, 1))
+    assert built.spans == (Span(0, 2, 0, True, 0), Span(2, 4, 1, False, 1), Span(4, 5, 1, True, 1))
     assert built.sequence.response_mask == (1, 1, 0, 0, 1)
 
 
@@ -24,6 +24,6 @@ def test_a_branch_is_its_own_sequence_with_its_cause_and_a_masked_cut_turn_is_un
     calls = [call(0, [1], [2]), call(1, [1, 2, 7], [3]), call(2, [1, 2, 8], [4], truncated=True)]
     built, _ = built_sequences(calls, "e", "t", mask_truncated=True)
     assert [b.cause for b in built] == [FIRST, BRANCH]
-    assert built[1].segments == (Segment(0, 1, 2, False, 0),) and built[1].sequence.response_mask == (0,)
+    assert built[1].spans == (Span(0, 1, 2, False, 0),) and built[1].sequence.response_mask == (0,)
     seqs, merged, starts = episode_sequences(calls, "e", "t", mask_truncated=True)
     assert [s.response_ids for s in seqs] == [b.sequence.response_ids for b in built] and starts[BRANCH] == 1

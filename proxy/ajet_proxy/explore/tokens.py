@@ -83,12 +83,12 @@ def hue(logprob: float) -> int:
 
 
 def token_cells(built: BuiltSequence, text: TokenText) -> list[TokenCell]:
-    """The sequence's response tokens, in order, each with its segment's call and policy version."""
+    """The sequence's response tokens, in order, each with its span's call and policy version."""
     seq, cells = built.sequence, []
-    for seg in built.segments:
-        for i in range(seg.start, seg.end):
+    for span in built.spans:
+        for i in range(span.start, span.end):
             trained = bool(seq.response_mask[i])
-            lp = seq.rollout_logprobs[i] if seg.trained else None
+            lp = seq.rollout_logprobs[i] if span.trained else None
             cells.append(TokenCell(text(seq.response_ids[i]), seq.response_ids[i], trained, lp,
-                                   hue(lp) if lp is not None else -1, seg.call_seq, seg.policy_version))  # fmt: skip
+                                   hue(lp) if lp is not None else -1, span.call_seq, span.policy_version))  # fmt: skip
     return cells

@@ -56,7 +56,7 @@ def test_episodes_filter_and_sort(explored):
     page = client.get("/explore/episodes", params={"step": 2, "task": "task-a", "sort": "reward"}).text
     listed = re.findall(r'href="/explore/episodes/([^"]+)"', page)
     expected = sorted((u for u in filled.rewards if filled.steps[u] == 2 and filled.tasks[u] == "task-a"),
-                      key=lambda u: -filled.rewards[u])  # fmt: skip
+                      key=lambda u: (filled.rewards[u], u), reverse=True)  # fmt: skip
     assert listed == expected
     high = client.get("/explore/episodes", params={"min": 1.0}).text
     assert set(re.findall(r'href="/explore/episodes/([^"]+)"', high)) == {
@@ -120,3 +120,26 @@ def test_the_swarm_token_guards_every_page(tmp_path):
         assert r.status_code == 303 and "ajet_swarm_token" in r.headers["set-cookie"]
         assert client.get("/explore/live").json()["step"] == 2  # the cookie the form set
     st.close()
+
+
+@pytest.mark.slow
+def test_the_pages_read_a_postgresql_store_alike():
+    """The same store written on PostgreSQL: each page answers and shows the same numbers."""
+    from tests.support import postgres
+    from tests.support.require import require_postgres
+
+    require_postgres()
+    with postgres.postgres_url() as server:
+        st = Store(postgres.fresh_database(server, "ajet_explore"))
+        filled = fill(st, "builtin:tiny")
+        with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny")))) as client:
+            live = client.get("/explore/live").json()
+            page = client.get("/explore/episodes", params={"step": 1, "sort": "reward"}).text
+            token_view = client.get(f"/explore/episodes/{filled.two_calls}").text
+            group = client.get("/explore/groups/2/task-a")
+        st.close()
+    assert live == {"step": 2, "state": "ROLLING"}
+    listed = re.findall(r'href="/explore/episodes/([^"]+)"', page)
+    step_1 = [u for u in filled.rewards if filled.steps[u] == 1]
+    assert listed == sorted(step_1, key=lambda u: (filled.rewards[u], u), reverse=True)  # reward, then uuid, down
+    assert '<section class="sequence" data-trained="5" data-masked="3">' in token_view and group.status_code == 200
