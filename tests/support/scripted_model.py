@@ -4,6 +4,8 @@ goes through real batched sampling, decoding, logprobs and streaming."""
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 BOOST = 60.0
@@ -66,3 +68,21 @@ def _take(path: str) -> list[list[int]]:
         json.dump(scripts[1:], f)
     os.replace(path + ".tmp", path)
     return [scripts[0]]
+
+
+class GatedModel(torch.nn.Module):
+    """The wrapped model, whose `stop_at`-th forward pass waits until the test opens `gate` (`reached` says it is
+    waiting): a test holds a batch between two tokens, does something (a client leaves), then lets it go on."""
+
+    def __init__(self, model: torch.nn.Module, stop_at: int):
+        super().__init__()
+        self.inner, self.stop_at, self.calls = model, stop_at, 0
+        self.reached, self.gate = threading.Event(), threading.Event()
+        self.config, self.generation_config = model.config, model.generation_config
+
+    def forward(self, input_ids: torch.Tensor, **kw):  # noqa: ANN003 - the model's own keywords
+        self.calls += 1
+        if self.calls == self.stop_at:
+            self.reached.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        return self.inner(input_ids=input_ids, **kw)

@@ -323,3 +323,35 @@ def test_smolagents_code_agent_runs_on_real_vllm(client, store):
     assert CodeAgent(tools=[], model=model).run("What is 2+3?") == 5
     call = logged_call(store, uuid)
     assert call.error is None and len(call.prompt_ids) > 8_000 and call.completion_ids
+
+
+def _counter(metrics: str, name: str, **labels: str) -> float:
+    """The sum of a Prometheus counter's samples whose labels include `labels`."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head, _, value = line.rpartition(" ")
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                total += float(value)
+    return total
+
+
+def test_vllm_frees_the_row_of_a_client_that_leaves(vllm):
+    """vLLM's side of an agent that leaves (the proxy closes its connection to the engine then:
+    tests/trainer/test_engine_abort.py): a stream of 4,000 tokens whose client leaves after its first chunk is
+    aborted, having generated a small share of them."""
+    url = vllm.base_url.removesuffix("/v1") + "/metrics"
+    before = httpx.get(url, timeout=30).text
+    body = {"model": "policy", "messages": MSGS, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", vllm.base_url + "/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        next(r.iter_lines())  # the first chunk: generating
+    deadline = time.monotonic() + 60
+    while _counter(httpx.get(url, timeout=30).text, "vllm:request_success_total", finished_reason="abort") <= (
+        _counter(before, "vllm:request_success_total", finished_reason="abort")
+    ):
+        assert time.monotonic() < deadline, "vLLM never aborted the request"
+        time.sleep(0.1)
+    after = httpx.get(url, timeout=30).text
+    generated = _counter(after, "vllm:generation_tokens_total") - _counter(before, "vllm:generation_tokens_total")
+    assert generated < 2000, generated

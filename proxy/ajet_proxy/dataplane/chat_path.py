@@ -19,6 +19,7 @@ Two cuts are told apart and stored (`CallRecord.truncated`, `CallRecord.client_g
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any, Optional
@@ -99,13 +100,39 @@ class ChatPath:
         """Number, send, log and answer one call. A call refused before it goes to an engine (no engine registered)
         takes no call number: a gap in an episode's numbers means a call was really lost."""
         try:
-            sent = await self._send(call)
+            sent = await (self._send(call) if call.stream else self._send_unless_gone(call))
+            if sent is None:  # the client left before the engine answered: its request there was cancelled
+                return Response(status_code=499)
             if isinstance(sent.answer, bytes):
                 return await self._answer(call, sent)
             return StreamingResponse(relay(self.proxy, call, sent), media_type=SSE_MEDIA_TYPE)
         except BaseException:
             call.finish()
             raise
+
+    async def _send_unless_gone(self, call: InFlightCall) -> Optional[Sent]:
+        """`_send` a plain call while watching its client: one that leaves first cancels the engine's request (its
+        connection closes, so the engine frees the row at the next token) and the call is logged as cut off by
+        its client (None). A stream needs no watch: Starlette cancels it, and the relay closes the engine's."""
+        if call.request is None:
+            return await self._send(call)
+        sending, gone = asyncio.ensure_future(self._send(call)), asyncio.ensure_future(_disconnect(call.request))
+        try:
+            await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sending, gone) if not sending.done() else (gone,):
+                task.cancel()
+        if sending.done():
+            return sending.result()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending
+        version = call.engine.policy_version if call.engine is not None else 0
+        record = call.record(
+            None, Extracted(prompt_ids=call.prompt.ids if call.prompt else None), version, CLIENT_GONE_PLAIN
+        )
+        self.proxy.writer.submit(replace(record, client_gone=True))
+        call.forget()
+        return None
 
     async def _send(self, call: InFlightCall) -> Sent:
         """Pick an engine, build the prompt there, send; on a connection failure cool that engine down and do it
@@ -200,6 +227,12 @@ class ChatPath:
         if refusal is not None:
             raise refusal
         return call.shape.answer(sent.status, data, parsed)
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client's connection closes (the body was read already: what comes next is its end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _next_seq(call: InFlightCall) -> int:

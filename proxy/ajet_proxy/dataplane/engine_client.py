@@ -150,11 +150,15 @@ class EngineClient:
 
 
 async def _released(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The engine's stream; left before its end (the agent went away), its connection is closed, not pooled: the
+    engine sees its client go and frees the row."""
+    whole = False
     try:
         async for chunk in resp.content.iter_any():
             yield chunk
+        whole = True
     finally:
-        resp.release()
+        resp.release() if whole else resp.close()
 
 
 async def _litellm_chunks(it: Any) -> AsyncIterator[bytes]:

@@ -8,6 +8,7 @@ broke off) is logged as such, without waiting, since nobody is there to answer. 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from typing import Any, AsyncIterator, Optional, Union
 
@@ -110,6 +111,15 @@ async def relay(proxy: Proxy, call: InFlightCall, sent: Sent) -> AsyncIterator[b
             proxy.writer.submit(r.record(CLIENT_GONE_STREAM if disconnected else r.why))
             call.forget()
         call.finish()
+        await _close(sent.answer)  # left early: the engine's connection closes, and it frees the row
+
+
+async def _close(stream: Any) -> None:
+    """Close the engine's stream now (not when the collector gets to it); one already ended is left alone."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(RuntimeError):  # still running: the cancellation is closing it already
+            await aclose()
 
 
 def as_finished(data: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from ajet_trainer.embedded.generation import GenRequest, GenResult, TokenOut, generate_batch
+from ajet_trainer.embedded.generation import ABORT, GenRequest, GenResult, TokenOut, generate_batch
 from ajet_trainer.errors import GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 
@@ -71,10 +71,14 @@ class Batcher:
         """The version of the weights batches now run under (changed only by `paused`)."""
         self.weights_lock = threading.Lock()
         """Held for each batch, and by `paused`: no batch sees half-updated weights."""
-        self.stats = {"batches": 0, "max_batch_seen": 0}
+        self.stats = {"batches": 0, "max_batch_seen": 0, "aborted": 0, "aborted_late_tokens_max": 0}
+        """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
+        tokens any of them sampled after its client left (the one in flight at most)."""
         self.last_batch_s = 0.0
         """How long batches take to generate, lately (the last one's time, or half the figure before if that is
         more); `gather_window` scales the next batch's gathering by it."""
+        self.running: list[Pending] = []
+        """The batch being sampled now (empty between batches)."""
         self._q: "queue.Queue[Optional[Pending]]" = queue.Queue()
         self._clock = time.monotonic
         """The gathering's clock (a test's simulated one proves the window without waiting on threads)."""
@@ -131,26 +135,47 @@ class Batcher:
         return batch
 
     def _run_batch(self, batch: list[Pending]) -> None:
+        batch = self._without_the_gone(batch)
+        if not batch:
+            return
         with self.weights_lock:
             version = self.policy_version
             for p in batch:
                 p.loop.call_soon_threadsafe(_set, p.started, version)
             self.stats["batches"] += 1
             self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
+            self.running = batch
             try:
                 results = generate_batch(self.model, self.tokenizer, [p.req for p in batch], self.eos_ids)
             except Exception:  # noqa: BLE001 - find the request that fails; the others must not pay for it
                 logger.exception("generation failed for a batch of %d; serving its requests one by one", len(batch))
                 results = [self._alone(p) for p in batch]
+            finally:
+                self.running = []
         for p, res in zip(batch, results):
             if res is None:
                 continue
             res.policy_version = version
+            if res.finish_reason == ABORT:
+                self._count_abort(p.req)
             if res.error is not None:
                 logger.warning("one request failed in its batch: %s", res.error)
                 p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(res.error))
             else:
                 p.loop.call_soon_threadsafe(_set, p.done, res)
+
+    def _without_the_gone(self, batch: list[Pending]) -> list[Pending]:
+        """The batch without the requests whose client left while they waited (never started)."""
+        for p in batch:
+            if p.req.cancelled.is_set():
+                self._count_abort(p.req)
+                p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed("the client went away"))
+        return [p for p in batch if not p.req.cancelled.is_set()]
+
+    def _count_abort(self, req: GenRequest) -> None:
+        late = req.generated - (req.generated_at_cancel or 0)
+        self.stats["aborted"] += 1
+        self.stats["aborted_late_tokens_max"] = max(self.stats["aborted_late_tokens_max"], late)
 
     def _alone(self, p: Pending) -> Optional[GenResult]:
         """Serve one request of a failed batch by itself (a stream that already sent tokens cannot restart)."""

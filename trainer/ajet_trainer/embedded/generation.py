@@ -9,6 +9,7 @@ mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -17,6 +18,9 @@ import torch
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
 from ajet_trainer.types import PolicyModel, Tokenizer
+
+ABORT = "abort"
+"""The finish of a row whose client went away (its result reaches no one; vLLM names it the same)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,18 @@ class GenRequest:
     constraint: Optional[TokenConstraint] = None
     """A grammar the answer must follow (`ajet_trainer.embedded.grammar`): tokens it cannot take are masked before
     sampling, and the logged log-probability is that of the masked distribution (what was sampled from)."""
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    """Set (by `cancel`, from the HTTP side) when the client went away: the row ends before its next token."""
+    generated: int = 0
+    """Tokens sampled so far (written by the decoding thread only)."""
+    generated_at_cancel: Optional[int] = None
+    """`generated` when `cancel` was called: how far the answer had got when its client left."""
+
+    def cancel(self) -> None:
+        """The client left: stop sampling for this request at the next token boundary."""
+        if not self.cancelled.is_set():
+            self.generated_at_cancel = self.generated
+            self.cancelled.set()
 
 
 @dataclass
@@ -193,9 +209,15 @@ class Decoding:
         self.past, self.logits = _cache_of(out), out.logits[:, -1, :].float()
 
     def _sample_live(self) -> torch.Tensor:
-        """One token for every live row (the pad for ended ones), each handed to its request."""
+        """One token for every live row (the pad for ended ones), each handed to its request; a row whose client
+        left ends here, before its next token (`abort`)."""
         requests, logits, errors = self.requests, self.logits, self.errors
+        for i, f in enumerate(self.finish):
+            if f is None and requests[i].cancelled.is_set():
+                self.finish[i] = ABORT
         live = [i for i, f in enumerate(self.finish) if f is None]
+        if not live:  # every row's client left
+            return torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
         _constrain(logits, requests, live, errors)
         toks = _sample(logits, requests, self.gens, live, errors)
         logp = torch.log_softmax(logits, dim=-1)
@@ -207,6 +229,7 @@ class Decoding:
                 self.finish[i] = "error"
                 continue
             self.out_ids[i].append(tok)
+            requests[i].generated += 1
             self.out_lps[i].append(lp)
             self.out_top[i].append(top)
             next_tok[i] = tok

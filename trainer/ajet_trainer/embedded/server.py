@@ -125,7 +125,8 @@ class EmbeddedEngine:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
+        # a client that disconnects cancels its handler, which cancels its request in the batcher (`_chat`)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, self.host, self.port)
         loop.run_until_complete(site.start())
@@ -209,11 +210,14 @@ class EmbeddedEngine:
         if body.get("stream"):
             pending.tokens = asyncio.Queue()
             req.on_token = pending.emit
-            self.batcher.submit(pending)
-            return await StreamedAnswer(pending, prompt, body, tools, model, self.tokenizer).write(request)
         self.batcher.submit(pending)
         try:
+            if body.get("stream"):
+                return await StreamedAnswer(pending, prompt, body, tools, model, self.tokenizer).write(request)
             res: GenResult = await pending.done
+        except (asyncio.CancelledError, ConnectionError):  # the client went away: free its row at the next token
+            req.cancel()
+            raise
         except GenerationFailed as exc:
             return _error(500, ErrorCode.ENGINE_UNAVAILABLE, f"generation failed for this request: {exc}", None)
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))

@@ -72,9 +72,12 @@ class StreamedAnswer:
         assert tokens is not None  # streamed requests are queued with a token queue
         while True:
             get_tok = asyncio.ensure_future(tokens.get())
-            finished, _ = await asyncio.wait({get_tok, p.done}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                finished, _ = await asyncio.wait({get_tok, p.done}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # the client left (the handler is cancelled): the wait for the next token goes too
+                if not get_tok.done():
+                    get_tok.cancel()
             if get_tok not in finished:
-                get_tok.cancel()
                 if tokens.empty():
                     return text, sent
                 continue
