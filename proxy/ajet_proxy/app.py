@@ -17,7 +17,7 @@ from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.dataplane import add_data_plane
 from ajet_proxy.errors import HttpError, error_response, http_error
-from ajet_proxy.explore import explore_app
+from ajet_proxy.explore import explore_app, login_page
 from ajet_proxy.limits import BodySizeMiddleware
 from ajet_proxy.proxy import Proxy, ProxyConfig
 
@@ -74,7 +74,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     )
     app.state.ajet = proxy
     if config.swarm_token:
-        app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token)
+        app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token, login=lambda: login_page(401))
     app.add_middleware(BodySizeMiddleware, max_bytes=config.limits.max_body_bytes)  # outermost: first to run
     app.add_exception_handler(SwarmError, handle_swarm_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)

@@ -10,6 +10,7 @@ the token is wrong: the body is never parsed for someone who may not call. Episo
 from __future__ import annotations
 
 import hmac
+from typing import Callable, Optional
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
@@ -56,23 +57,22 @@ def _cookie(header: str, name: str) -> str:
 class SwarmTokenMiddleware:
     """Answers 401 to a request that needs the token and lacks it; passes everything else through untouched."""
 
-    def __init__(self, app: ASGIApp, token: str):
+    def __init__(self, app: ASGIApp, token: str, login: Optional[Callable[[], Response]] = None):
         self.app = app
         self.token = token
+        self.login = login
+        """The explorer's 401 (its login form); None: the API's error body there too."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_token(scope["path"]):
             explore = _canonical(scope["path"]).startswith(EXPLORE)
             if not token_matches(Headers(scope=scope), self.token, cookie=explore):
-                await _refusal(explore)(scope, receive, send)
+                await self._refusal(explore)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
-
-def _refusal(explore: bool) -> Response:
-    """401: the explorer's login form to a browser, the API's error body to anyone else."""
-    if explore:
-        from ajet_proxy.explore.app import login_page
-
-        return login_page(401)
-    return error_response(HttpError(ErrorCode.UNAUTHORIZED, "control calls need the swarm token"))
+    def _refusal(self, explore: bool) -> Response:
+        """401: the explorer's login form to a browser, the API's error body to anyone else."""
+        if explore and self.login is not None:
+            return self.login()
+        return error_response(HttpError(ErrorCode.UNAUTHORIZED, "control calls need the swarm token"))

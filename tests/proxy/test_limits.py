@@ -157,7 +157,9 @@ def test_a_client_that_leaves_a_fast_stream_after_two_events_is_never_trained(pr
 
 
 def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy, store, episode):
-    """The client's timeout fired while the backend was still answering: the answer it never got is stored as such."""
+    """The client's timeout fired while the backend was still answering: the proxy stops waiting (it closes its
+    request to the engine, which frees the row: tests/trainer/test_engine_abort.py) and stores the call as cut
+    off by its client, with no answer."""
     client, uuid, auth = episode
     body = {"messages": MSGS, "stub_delay": 1.0}
     with pytest.raises(httpx.ReadTimeout):
@@ -168,7 +170,7 @@ def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy
         time.sleep(0.2)
     (call,) = store.calls(uuid)
     assert call.client_gone and call.error == "the client disconnected before the answer" and not call.trainable
-    assert call.completion_ids  # what the backend answered is kept, for the record
+    assert call.completion_ids is None and call.response is None  # never waited for
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])

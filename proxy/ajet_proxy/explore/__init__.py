@@ -2,6 +2,6 @@
 store (`ajet-proxy explore --db URL`, or `/explore` on a running proxy). Server-rendered; its one script and
 style ship in `static/`, nothing comes from a CDN."""
 
-from ajet_proxy.explore.app import LOGIN_PATH, TOKEN_COOKIE, explore_app
+from ajet_proxy.explore.app import LOGIN_PATH, TOKEN_COOKIE, explore_app, login_page
 
-__all__ = ["LOGIN_PATH", "TOKEN_COOKIE", "explore_app"]
+__all__ = ["LOGIN_PATH", "TOKEN_COOKIE", "explore_app", "login_page"]

@@ -13,7 +13,7 @@ from starlette.routing import Mount, Route
 
 from ajet.utils.runtime import apply_offline_env, listening_socket
 from ajet_proxy.auth import SwarmTokenMiddleware
-from ajet_proxy.explore.app import explore_app
+from ajet_proxy.explore.app import explore_app, login_page
 from ajet_store import Store
 
 
@@ -26,7 +26,7 @@ def standalone_app(store: Store, tokenizer: Optional[str] = None, token: Optiona
         ]
     )
     if token:
-        app.add_middleware(SwarmTokenMiddleware, token=token)
+        app.add_middleware(SwarmTokenMiddleware, token=token, login=lambda: login_page(401))
     return app
 
 
