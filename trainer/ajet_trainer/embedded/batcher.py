@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from ajet_trainer.embedded.generation import ABORT, GenRequest, GenResult, TokenOut, generate_batch
+from ajet_trainer.embedded.generation import ABORT, Decoding, GenRequest, GenResult, TokenOut, generate_batch
 from ajet_trainer.errors import GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 
@@ -71,9 +71,19 @@ class Batcher:
         """The version of the weights batches now run under (changed only by `paused`)."""
         self.weights_lock = threading.Lock()
         """Held for each batch, and by `paused`: no batch sees half-updated weights."""
-        self.stats = {"batches": 0, "max_batch_seen": 0, "aborted": 0, "aborted_late_tokens_max": 0}
+        self.partial_rollouts = False
+        """On: an update no longer waits for the running batch. Its rows stop at a token boundary, the update runs,
+        and they go on under the new weights (re-prefilled; `GenResult.version_spans` says which token came from
+        which version). Off: an update waits for the batch to end."""
+        self._update_wanted = threading.Event()
+        """Set while an update waits for the weights (`paused`): a batch with partial rollouts yields to it."""
+        self._handoff = threading.Event()
+        """Set by `paused` once it holds the weights: the yielding batch waits for it before taking them back."""
+        self.stats = {"batches": 0, "max_batch_seen": 0, "aborted": 0, "aborted_late_tokens_max": 0,
+                      "suspended": 0, "reprefilled_tokens": 0}  # fmt: skip
         """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
-        tokens any of them sampled after its client left (the one in flight at most)."""
+        tokens any of them sampled after its client left (the one in flight at most); `suspended`: batches that
+        yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights."""
         self.last_batch_s = 0.0
         """How long batches take to generate, lately (the last one's time, or half the figure before if that is
         more); `gather_window` scales the next batch's gathering by it."""
@@ -98,8 +108,13 @@ class Batcher:
 
     @contextmanager
     def paused(self, next_version: Optional[int] = None) -> Iterator[None]:
-        """Hold batches off (the trainer changes the weights meanwhile); on exit they run under `next_version`."""
+        """Hold batches off (the trainer changes the weights meanwhile); on exit they run under `next_version`.
+        With partial rollouts a running batch yields at its next token boundary, else it ends first."""
+        self._handoff.clear()
+        self._update_wanted.set()
         with self.weights_lock:
+            self._update_wanted.clear()
+            self._handoff.set()
             yield
             if next_version is not None:
                 self.policy_version = next_version
@@ -146,7 +161,7 @@ class Batcher:
             self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
             self.running = batch
             try:
-                results = generate_batch(self.model, self.tokenizer, [p.req for p in batch], self.eos_ids)
+                results = self._generate([p.req for p in batch], version)
             except Exception:  # noqa: BLE001 - find the request that fails; the others must not pay for it
                 logger.exception("generation failed for a batch of %d; serving its requests one by one", len(batch))
                 results = [self._alone(p) for p in batch]
@@ -163,6 +178,22 @@ class Batcher:
                 p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(res.error))
             else:
                 p.loop.call_soon_threadsafe(_set, p.done, res)
+
+    def _generate(self, requests: list[GenRequest], version: int) -> list[GenResult]:
+        """Sample one batch under the weights' lock (held by the caller), yielding it to an update between two
+        tokens when partial rollouts are on."""
+        run = Decoding(self.model, self.tokenizer, requests, self.eos_ids, version)
+        while not run.finished():
+            if self.partial_rollouts and self._update_wanted.is_set():
+                self.weights_lock.release()
+                try:
+                    self._handoff.wait()  # the update holds the weights now
+                finally:
+                    self.weights_lock.acquire()
+                self.stats["suspended"] += 1
+                self.stats["reprefilled_tokens"] += run.reprefill(self.policy_version)
+            run.step()
+        return run.results()
 
     def _without_the_gone(self, batch: list[Pending]) -> list[Pending]:
         """The batch without the requests whose client left while they waited (never started)."""

@@ -190,6 +190,8 @@ def completion_body(
     }
     if want_ids:
         body["prompt_token_ids"] = prompt
+    if len(res.version_spans) > 1:  # an update came mid-answer: which tokens each version sampled
+        body["policy_version_spans"] = [list(span) for span in res.version_spans]
     return body
 
 

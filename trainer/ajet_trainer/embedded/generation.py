@@ -10,7 +10,7 @@ mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -83,6 +83,9 @@ class GenResult:
     """The stop string that ended the answer (vLLM's `stop_reason`); None for EOS, length or an error."""
     error: Optional[str] = None
     """Why this request alone failed (its batch went on without it); None when it completed."""
+    version_spans: list[tuple[int, int]] = field(default_factory=list)
+    """(offset of the first token, policy version) of each run of the answer sampled under one version: one run
+    unless an update came mid-answer (partial rollouts, `Batcher.partial_rollouts`)."""
 
 
 def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -163,8 +166,12 @@ class Decoding:
     A row ends on EOS, a stop string, its `max_tokens`, or its own failure (`errors`), which never ends the batch."""
 
     @torch.no_grad()
-    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]):
+    def __init__(
+        self, model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int], version: int = 0
+    ):
         self.model, self.tokenizer, self.requests, self.eos_ids = model, tokenizer, requests, eos_ids
+        self.spans: list[list[tuple[int, int]]] = [[(0, version)] for _ in requests]
+        """Each row's runs of tokens by the policy version that sampled them."""
         self.device = next(model.parameters()).device
         n = len(requests)
         ids, self.mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
@@ -178,9 +185,28 @@ class Decoding:
         self.finish: list[Optional[str]] = [None] * n
         self.errors: dict[int, str] = {}
         self.cache_kw = _cache_keyword(model)
-        out = model(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True)
+        self._prefill(ids, pos)
+
+    def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True)
         self.past, self.last_pos = _cache_of(out), pos[:, -1]
         self.logits = out.logits[:, -1, :].float()
+
+    @torch.no_grad()
+    def reprefill(self, version: int) -> int:
+        """Go on under new weights (`version`): each live row's prompt + answer so far is run again, the next token
+        drawn from the new policy; sampling state, grammar and stream are the row's own and go on. Returns the
+        tokens re-prefilled."""
+        pad = self.tokenizer.pad_token_id
+        live = [f is None for f in self.finish]
+        seqs = [r.prompt_ids + self.out_ids[i] if live[i] else [pad] for i, r in enumerate(self.requests)]
+        ids, self.mask = _left_pad(seqs, pad)
+        ids, self.mask = ids.to(self.device), self.mask.to(self.device)
+        self._prefill(ids, (self.mask.cumsum(-1) - 1).clamp(min=0))
+        for i, spans in enumerate(self.spans):
+            if live[i] and spans[-1][1] != version:
+                spans.append((len(self.out_ids[i]), version))
+        return sum(len(seq) for seq, alive in zip(seqs, live) if alive)
 
     def finished(self) -> bool:
         """Whether every row has ended."""
@@ -240,8 +266,8 @@ class Decoding:
     def results(self) -> list[GenResult]:
         """Each request's outcome, in request order."""
         return [
-            _result(self.out_ids[i], self.out_lps[i], self.out_top[i], self.finish[i] or "length",
-                    self.texts[i].text, req, self.errors.get(i))
+            replace(_result(self.out_ids[i], self.out_lps[i], self.out_top[i], self.finish[i] or "length",
+                            self.texts[i].text, req, self.errors.get(i)), version_spans=self.spans[i])
             for i, req in enumerate(self.requests)
         ]  # fmt: skip
 

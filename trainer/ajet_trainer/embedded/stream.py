@@ -100,7 +100,10 @@ class StreamedAnswer:
         if calls:
             final_delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
             finish = "tool_calls"
-        await send(chunk_body(cid, self.model, final_delta, finish=finish, stop_reason=res.stop_reason))
+        last = chunk_body(cid, self.model, final_delta, finish=finish, stop_reason=res.stop_reason)
+        if len(res.version_spans) > 1:  # an update came mid-answer: which tokens each version sampled
+            last["policy_version_spans"] = [list(span) for span in res.version_spans]
+        await send(last)
         if (self.body.get("stream_options") or {}).get("include_usage"):
             n_prompt, n_answer = len(self.prompt), len(res.token_ids)
             usage = {"prompt_tokens": n_prompt, "completion_tokens": n_answer, "total_tokens": n_prompt + n_answer}

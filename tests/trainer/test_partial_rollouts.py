@@ -1,0 +1,135 @@
+"""Partial rollouts in the embedded engine: an update that comes mid-answer no longer waits for the batch. The
+batch is held between two tokens (a gated forward pass), an update asks for the weights and loads different
+ones; the rows stop at the token boundary, go on under the new weights (their prompt and answer so far run
+again), and each token's logged log-prob is that of the version that sampled it, as the trainer computes it.
+The client gets one answer, streamed or plain. With the option off the update waits for the batch to end."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+import torch
+
+from ajet import AgentJetJob
+from ajet_trainer.embedded.server import EmbeddedEngine
+from ajet_trainer.grpo import collate, sequence_logprobs
+from ajet_trainer.policy import load_policy
+from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.types import TrainSequence
+from tests.support.scripted_model import GatedModel
+
+ANSWER = 24
+"""Tokens per answer (no end of turn is scripted: the tiny model may end early; the gate comes first)."""
+
+
+@pytest.fixture
+def engine():
+    model, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
+    gated = GatedModel(model, stop_at=4)  # the prefill, then held before the 4th pass
+    eng = EmbeddedEngine(gated, tok, max_tokens_cap=ANSWER)
+    url = eng.start()
+    yield eng, gated, model, tok, url
+    gated.gate.set()
+    eng.stop()
+
+
+def _new_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    return {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in model.state_dict().items()}
+
+
+def _update_when_asked(eng: EmbeddedEngine, model: torch.nn.Module, weights: dict) -> threading.Thread:
+    def update() -> None:
+        with eng.batcher.paused(next_version=1):
+            model.load_state_dict(weights)
+
+    t = threading.Thread(target=update)
+    t.start()
+    return t
+
+
+def _ask(url: str, stream: bool) -> dict:
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": ANSWER, "seed": 3, "temperature": 1.0,
+            "logprobs": True, "return_token_ids": True, "stream": stream}  # fmt: skip
+    if not stream:
+        return httpx.post(url + "/chat/completions", json=body, timeout=120).json()
+    chunks = []
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    return {"chunks": chunks}
+
+
+def _flat(answer: dict, stream: bool) -> tuple[list[int], list[int], list[float], list, str]:
+    """(prompt ids, answer ids, logprobs, version spans, text) of a plain answer or a stream's chunks."""
+    if not stream:
+        ch = answer["choices"][0]
+        lps = [c["logprob"] for c in ch["logprobs"]["content"]]
+        return (
+            answer["prompt_token_ids"],
+            ch["token_ids"],
+            lps,
+            answer.get("policy_version_spans"),
+            ch["message"]["content"],
+        )
+    chunks = answer["chunks"]
+    prompt = chunks[0]["prompt_token_ids"]
+    ids = [t for c in chunks for t in c["choices"][0].get("token_ids", [])]
+    lps = [x["logprob"] for c in chunks for x in (c["choices"][0].get("logprobs") or {}).get("content", [])]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    return prompt, ids, lps, chunks[-1].get("policy_version_spans"), text
+
+
+def _trainer_logprobs(model: torch.nn.Module, tok, prompt: list[int], ids: list[int]) -> torch.Tensor:
+    seq = TrainSequence("e", "t", tuple(prompt), tuple(ids), (1,) * len(ids), (0.0,) * len(ids))
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(model, collate([(seq, 1.0)], tok.pad_token_id))
+    return lp[0, : len(ids)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_an_answer_that_straddles_an_update_is_sampled_by_both_versions(engine, stream):
+    eng, gated, model, tok, url = engine
+    eng.batcher.partial_rollouts = True
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    new = _new_weights(model)
+    answer: dict = {}
+    asking = threading.Thread(target=lambda: answer.update(_ask(url, stream)))
+    asking.start()
+    assert gated.reached.wait(60)  # 3 tokens in, the batch held
+    updating = _update_when_asked(eng, model, new)
+    while not eng.batcher._update_wanted.is_set():
+        updating.join(0.01)
+    gated.gate.set()  # the batch goes on: at the next boundary it yields to the update
+    updating.join(60)
+    asking.join(120)
+    prompt, ids, lps, spans, text = _flat(answer, stream)
+    assert spans == [[0, 0], [3, 1]], spans  # 3 tokens of version 0, the rest of version 1
+    assert len(ids) > 3 and tok.decode(ids, skip_special_tokens=True).startswith(text) and text
+    model.load_state_dict(old)
+    before = _trainer_logprobs(model, tok, prompt, ids)[:3]
+    model.load_state_dict(new)
+    after = _trainer_logprobs(model, tok, prompt, ids)[3:]
+    logged = torch.tensor(lps)
+    assert torch.allclose(logged[:3], before, atol=1e-4) and torch.allclose(logged[3:], after, atol=1e-4)
+    assert eng.batcher.stats["suspended"] == 1 and eng.batcher.stats["reprefilled_tokens"] == len(prompt) + 3
+
+
+def test_without_partial_rollouts_an_update_waits_for_the_batch(engine):
+    eng, gated, model, tok, url = engine
+    answer: dict = {}
+    asking = threading.Thread(target=lambda: answer.update(_ask(url, False)))
+    asking.start()
+    assert gated.reached.wait(60)
+    updating = _update_when_asked(eng, model, _new_weights(model))
+    while not eng.batcher._update_wanted.is_set():
+        updating.join(0.01)
+    gated.gate.set()
+    asking.join(120)
+    updating.join(60)
+    assert "policy_version_spans" not in answer and answer["policy_version"] == 0
+    assert eng.batcher.stats["suspended"] == 0 and eng.batcher.policy_version == 1
