@@ -33,6 +33,7 @@ REVISIONS = {
     9: "0009",
     10: "0010",
     11: "0011",
+    12: "0012",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

@@ -121,6 +121,7 @@ def call_from(m: Any) -> CallRecord:
         response_id=m["response_id"],
         truncated=bool(m["truncated"]),
         client_gone=bool(m["client_gone"]),
+        version_spans=[(int(a), int(b)) for a, b in m["version_spans"]] if m["version_spans"] else None,
     )
 
 
@@ -146,6 +147,7 @@ def call_row(r: CallRecord) -> dict[str, Any]:
         "response_id": r.response_id,
         "truncated": r.truncated,
         "client_gone": r.client_gone,
+        "version_spans": [list(span) for span in r.version_spans] if r.version_spans else None,
     }
 
 

@@ -41,7 +41,7 @@ class Span:
     trained: bool
     """True for the call's completion (mask 1, unless a truncated turn was masked); False for inserted tokens."""
     policy_version: int
-    """The policy version that served the call."""
+    """The policy version that sampled these tokens (an inserted run: the version that served its call)."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,14 @@ class _Builder:
         self.add_completion(call)
 
     def _span(self, call: CallRecord, n: int, trained: bool) -> None:
-        if n:
-            start = len(self.resp)
-            self.spans.append(Span(start, start + n, call.seq, trained, call.policy_version))
+        """The next `n` response tokens, from `call`: its inserted turn (one span) or its answer, one span per
+        policy version that sampled it (an update mid-answer splits it)."""
+        start = len(self.resp)
+        cuts = [a for a, _ in call.version_spans or () if 0 < a < n] if trained else []
+        for a, b in zip([0, *cuts], [*cuts, n]):
+            if b > a:
+                version = call.version_at(a) if trained else call.policy_version
+                self.spans.append(Span(start + a, start + b, call.seq, trained, version))
 
     def build(self, episode_uuid: str, task_id: str) -> BuiltSequence:
         seq = TrainSequence(

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 metadata = sa.MetaData()
 
@@ -106,6 +106,7 @@ llm_calls = sa.Table(
     sa.Column("response_id", sa.String(64), nullable=True, index=True),
     sa.Column("truncated", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     sa.Column("client_gone", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    sa.Column("version_spans", sa.JSON, nullable=True),
 )
 
 engines = sa.Table(

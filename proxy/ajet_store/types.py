@@ -227,6 +227,17 @@ class CallRecord:
     client_gone: bool = False
     """The client went away before the answer reached it (a stream left before its end, or a plain call whose
     connection closed before the answer was written); its `error` says so, and it is never trained."""
+    version_spans: Optional[list[tuple[int, int]]] = None
+    """(offset of the first completion token, policy version) of each run of the answer one version sampled, when
+    an update came mid-answer (partial rollouts); None: `policy_version` sampled it all."""
+
+    def version_at(self, offset: int) -> int:
+        """The policy version that sampled completion token `offset`."""
+        version = self.policy_version
+        for start, v in self.version_spans or ():
+            if start <= offset:
+                version = v
+        return version
 
     @property
     def trainable(self) -> bool:

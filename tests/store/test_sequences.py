@@ -27,3 +27,11 @@ def test_a_branch_is_its_own_sequence_with_its_cause_and_a_masked_cut_turn_is_un
     assert built[1].spans == (Span(0, 1, 2, False, 0),) and built[1].sequence.response_mask == (0,)
     seqs, merged, starts = episode_sequences(calls, "e", "t", mask_truncated=True)
     assert [s.response_ids for s in seqs] == [b.sequence.response_ids for b in built] and starts[BRANCH] == 1
+
+
+def test_an_answer_two_versions_sampled_is_two_spans():
+    straddled = CallRecord("e", 0, "{}", "{}", [1], [5, 6, 7, 8], [-1.0] * 4, "stop", 3, "x", 1.0, 0.0,
+                           version_spans=[(0, 3), (2, 4)])  # fmt: skip
+    (built,), _ = built_sequences([straddled], "e", "t")
+    assert built.spans == (Span(0, 2, 0, True, 3), Span(2, 4, 0, True, 4))
+    assert [straddled.version_at(i) for i in range(4)] == [3, 3, 4, 4]

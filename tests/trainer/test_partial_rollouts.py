@@ -19,7 +19,7 @@ from ajet_trainer.grpo import collate, sequence_logprobs
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import TrainSequence
-from tests.support.scripted_model import GatedModel
+from tests.support.scripted_model import GatedModel, ScriptedModel
 
 ANSWER = 24
 """Tokens per answer (no end of turn is scripted: the tiny model may end early; the gate comes first)."""
@@ -133,3 +133,80 @@ def test_without_partial_rollouts_an_update_waits_for_the_batch(engine):
     updating.join(60)
     assert "policy_version_spans" not in answer and answer["policy_version"] == 0
     assert eng.batcher.stats["suspended"] == 0 and eng.batcher.policy_version == 1
+
+
+@pytest.fixture
+def scripted_engine():
+    """The engine whose answers are scripted to `a`s (no end of turn), before and after the update's re-prefill."""
+    model, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
+    scripted = ScriptedModel(model, [])
+    gated = GatedModel(scripted, stop_at=4)
+    letter = tok.encode("a", add_special_tokens=False)[0]
+    scripted.reset([letter] * ANSWER, [letter] * ANSWER)  # the prefill's script, then the re-prefill's
+    eng = EmbeddedEngine(gated, tok, max_tokens_cap=ANSWER)
+    url = eng.start()
+    yield eng, gated, model, tok, url
+    gated.gate.set()
+    eng.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("api", ["chat", "chat-stream", "responses", "messages"])
+def test_through_the_proxy_the_store_says_which_version_sampled_which_token(scripted_engine, tmp_path, api):
+    """The same behind a real proxy, for each API: the agent gets one well-formed answer, and the stored call
+    holds the version of each run of tokens (the trainer corrects such a call: its oldest version is older)."""
+    from ajet import SwarmClient
+    from ajet_store import Store, sqlite_url
+    from tests.support.procs import start_proxy
+    from tests.support.rolling import ensure_rolling
+
+    eng, gated, model, tok, url = scripted_engine
+    eng.batcher.partial_rollouts = True
+    db = sqlite_url(tmp_path / "s.db")
+    proxy, store = start_proxy(tmp_path, db), Store(db)
+    try:
+        client = SwarmClient(proxy.url, verbose=False)
+        ensure_rolling(client, store, url.removesuffix("/v1"), AgentJetJob(batch_size=1, num_repeat=1))
+        uuid, creds = client.begin_episode()
+        result: dict = {}
+        asking = threading.Thread(target=lambda: result.update(_ask_proxy(proxy.url, creds.api_key, api)))
+        asking.start()
+        assert gated.reached.wait(60)
+        updating = _update_when_asked(eng, model, _new_weights(model))
+        while not eng.batcher._update_wanted.is_set():
+            updating.join(0.01)
+        gated.gate.set()
+        updating.join(60)
+        asking.join(120)
+        assert result["ok"], result
+        (call,) = store.calls(uuid)
+        assert call.version_spans == [(0, 0), (3, 1)] and call.policy_version == 0 and call.trainable
+        assert len(call.completion_ids) == ANSWER  # the one answer, whole: 3 tokens before the update, the rest after
+        client.close()
+    finally:
+        proxy.close()
+        store.close()
+
+
+def _ask_proxy(base: str, key: str, api: str) -> dict:
+    """One call of `api` through the proxy; `ok`: the answer is well formed for that API."""
+    head = {"Authorization": f"Bearer {key}", "x-api-key": key}
+    user = [{"role": "user", "content": "hi"}]
+    if api == "responses":
+        r = httpx.post(base + "/v1/responses", json={"model": "x", "input": "hi", "max_output_tokens": ANSWER},
+                       headers=head, timeout=120)  # fmt: skip
+        out = r.json()
+        return {"ok": r.status_code == 200 and out["output"][0]["content"][0]["text"] != "", "body": out}
+    if api == "messages":
+        r = httpx.post(base + "/v1/messages", json={"model": "x", "messages": user, "max_tokens": ANSWER},
+                       headers=head, timeout=120)  # fmt: skip
+        out = r.json()
+        return {"ok": r.status_code == 200 and out["content"][0]["text"] != "", "body": out}
+    body = {"model": "x", "messages": user, "max_tokens": ANSWER, "stream": api == "chat-stream"}
+    if api == "chat":
+        r = httpx.post(base + "/v1/chat/completions", json=body, headers=head, timeout=120)
+        return {"ok": r.status_code == 200 and r.json()["choices"][0]["message"]["content"], "body": r.json()}
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, headers=head, timeout=120) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    finishes = [json.loads(x[6:])["choices"][0]["finish_reason"] for x in lines[:-1] if json.loads(x[6:])["choices"]]
+    return {"ok": lines[-1] == "data: [DONE]" and finishes[-1] is not None, "lines": lines[-3:]}

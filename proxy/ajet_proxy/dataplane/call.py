@@ -95,6 +95,7 @@ class InFlightCall:
             response_id=self.shape.response_id,
             truncated=error is None and cut_by_server(self.body, ex.finish_reason, len(ex.completion_ids or ())),
             client_gone=gone,
+            version_spans=ex.version_spans,
         )
 
     def remember(self, record: CallRecord, ex: Extracted) -> None:

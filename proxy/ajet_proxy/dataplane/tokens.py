@@ -28,6 +28,8 @@ class Extracted:
     content: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: Optional[dict[str, Any]] = None
+    version_spans: Optional[list[tuple[int, int]]] = None
+    """The engine's `policy_version_spans`: which policy version sampled which tokens (an update mid-answer)."""
 
 
 def _logprob_values(logprobs: Any) -> Optional[list[float]]:
@@ -36,9 +38,20 @@ def _logprob_values(logprobs: Any) -> Optional[list[float]]:
     return [float(item["logprob"]) for item in logprobs["content"]]
 
 
+def version_spans(raw: Any) -> Optional[list[tuple[int, int]]]:
+    """An engine's `policy_version_spans` (`[[offset, version], ...]`), or None when absent or malformed."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    try:
+        return [(int(offset), int(version)) for offset, version in raw]
+    except (TypeError, ValueError):
+        return None
+
+
 def extract_response(data: dict[str, Any]) -> Extracted:
     """Token ids, logprobs and finish reason of a non-streamed chat completion."""
     out = Extracted(prompt_ids=data.get("prompt_token_ids"), usage=data.get("usage"))
+    out.version_spans = version_spans(data.get("policy_version_spans"))
     choices = data.get("choices") or []
     if choices:
         ch = choices[0]
@@ -94,6 +107,8 @@ class StreamAccumulator:
             self.out.prompt_ids = data["prompt_token_ids"]
         if data.get("usage"):
             self.out.usage = data["usage"]
+        if data.get("policy_version_spans") is not None:  # the last chunk of an answer an update straddled
+            self.out.version_spans = version_spans(data["policy_version_spans"])
         for ch in data.get("choices") or []:
             if ch.get("index", 0) == 0:
                 self._choice(ch)

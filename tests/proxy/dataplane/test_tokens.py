@@ -96,3 +96,16 @@ def test_extract_plain():
     ex = extract_response(data)
     assert (ex.prompt_ids, ex.completion_ids, ex.logprobs, ex.finish_reason) == ([5, 6], [8, 9], [-1.0, -2.0], "length")
     assert extract_response({"choices": [{"message": {"content": "x"}}]}).completion_ids is None
+
+
+def test_an_engines_version_spans_are_read_from_a_plain_answer_and_a_streams_last_chunk():
+    from ajet_proxy.dataplane.tokens import StreamAccumulator, extract_response, version_spans
+
+    plain = {"choices": [{"message": {"content": "ab"}, "token_ids": [1, 2]}], "policy_version_spans": [[0, 4], [1, 5]]}
+    assert extract_response(plain).version_spans == [(0, 4), (1, 5)]
+    assert extract_response({"choices": []}).version_spans is None
+    acc = StreamAccumulator()
+    acc.add(b'{"choices": [{"delta": {"content": "a"}, "token_ids": [1]}]}')
+    acc.add(b'{"choices": [{"delta": {}, "finish_reason": "stop"}], "policy_version_spans": [[0, 4], [1, 5]]}')
+    assert acc.result().version_spans == [(0, 4), (1, 5)]
+    assert version_spans([["x", 1]]) is None and version_spans("no") is None and version_spans([]) is None
