@@ -129,6 +129,13 @@ class AgentJetJob(BaseModel):
     takes only episodes whose oldest call is at most k policy versions behind the policy being updated; older ones
     are dropped and counted (`stale`). The loss corrects for the lag with the logged behaviour log-probs
     (truncated importance sampling, cap `tis_cap`, 2.0 when unset). Embedded engine and backend only."""
+    partial_rollouts: bool = False
+    """Long answers never hold a step. Off (the default): a synchronous update waits for every open episode
+    (ROLLING_POST) and for the engine's running batch. On: the update starts once the batch policy is met; open
+    episodes go on into a later batch, an answer being generated stops at a token boundary and goes on under the
+    new weights (each token's policy version and log-prob logged: `llm_calls.version_spans`), and calls made while
+    the weights change are held by the engine, not refused. Tokens of older versions train with the behaviour
+    correction (`leftovers`, `tis_cap`). Embedded backend and engine only."""
     leftovers: Literal["correct", "drop"] = "correct"
     """A synchronous job's (`max_staleness` 0) episodes that ended while a step drained but did not fit its batch
     are one policy version (or more) behind at the next step. `correct`: they train with truncated importance

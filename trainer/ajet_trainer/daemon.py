@@ -329,11 +329,13 @@ class TrainerDaemon:
 
     def drain(self, session: TrainingSession) -> bool:
         """ROLLING_POST -> WEIGHT_SYNCING once no train episode of the run is open (or the drain timeout passed,
-        which expires them). Eval episodes never hold a step: they go on, served by whichever policy is live."""
+        which expires them); at once with partial rollouts. Eval episodes never hold a step: they go on, served by
+        whichever policy is live."""
         if self.timers.drain_since == 0.0:  # a restart found the engine in ROLLING_POST
             self.timers.drain_since = time.monotonic()
         waited = time.monotonic() - self.timers.drain_since
-        holding = self.store.open_uuids(trainable=True)
+        # partial rollouts: open episodes go on into a later batch, their answers across the update
+        holding = set() if session.job.partial_rollouts else self.store.open_uuids(trainable=True)
         if holding and waited < session.job.drain_timeout:
             return False
         expired = self.store.expire_episodes(holding) if holding else []

@@ -87,13 +87,21 @@ def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> Engi
 
 
 def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
-    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine: `TrainerError` naming
-    both otherwise, before any model is loaded."""
-    if job.max_staleness > 0 and (opts.backend, opts.engine) != ("embedded", "embedded"):
+    """Asynchronous training (`max_staleness >= 1`) and partial rollouts need the embedded backend and engine:
+    `TrainerError` naming both otherwise, before any model is loaded."""
+    if (opts.backend, opts.engine) == ("embedded", "embedded"):
+        return
+    if job.max_staleness > 0:
         raise TrainerError(
             f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend "
             f"and the embedded engine only so far; with --backend {opts.backend} --engine "
             f"{opts.engine} use max_staleness=0"
+        )
+    if job.partial_rollouts:
+        raise TrainerError(
+            f"partial_rollouts runs on the embedded backend and the embedded engine only so far (vLLM's pause and "
+            f"in-place adapter reload are not wired yet); with --backend {opts.backend} --engine {opts.engine} "
+            "use partial_rollouts=False"
         )
 
 

@@ -83,8 +83,10 @@ class ChatPath:
             if row is None or row.status != EpisodeStatus.OPEN:
                 raise Unauthorized(refused_key_reason(row))
             ep = await self._take_up(row)
-        state = self.proxy.experiment.state
-        if state not in _LIVE_STATES:
+        exp = self.proxy.experiment
+        state = exp.state
+        held = state == ExperimentState.WEIGHT_SYNCING and exp.job is not None and exp.job.partial_rollouts
+        if state not in _LIVE_STATES and not held:  # partial rollouts: the engine holds calls while weights change
             raise NotReady(f"the experiment is {state.value}; episode calls resume in ROLLING", state=state.value)
         return ep
 

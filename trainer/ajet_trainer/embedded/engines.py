@@ -76,4 +76,5 @@ def start_embedded_engines(
         policy_version=step,
         api_key=secrets.token_urlsafe(32),
     )
+    engine.batcher.partial_rollouts = job.partial_rollouts
     return EmbeddedEngines(engine, trained=model if served is not model else None)
