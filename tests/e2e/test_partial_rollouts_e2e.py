@@ -88,4 +88,8 @@ def test_an_open_episode_never_holds_a_step_and_calls_during_an_update_are_held(
         assert store.get_episode(open_uuid).consumed_step == 2  # it went on into a later batch
         step2 = {s.step: s for s in store.steps()}[2]
         assert "tis_weight_mean" in step2.metrics  # its v0 tokens train with the behaviour correction
+        assert step2.metrics["partial/generated_answers"] >= 2  # the engine's answers since step 1, and their length
+        assert (
+            step2.metrics["partial/trained_answer_tokens_mean"] > 0 and "partial/mixed_version_share" in step2.metrics
+        )
         client.close()

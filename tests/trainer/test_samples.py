@@ -203,3 +203,14 @@ def test_a_call_whose_client_left_is_not_trained_and_is_counted():
     (sample,), stats = assemble([_episode("a", 1.0, call(0, [1], [2, 3]), gone)], 100, 100)
     assert [s.response_ids for s in sample.sequences] == [(2, 3)]
     assert stats.client_gone_calls == 1 and stats.failed_calls == 1
+
+
+def test_answers_two_versions_sampled_and_the_trained_answers_length_are_counted():
+    from dataclasses import replace
+
+    straddled = replace(call(0, [1, 2], [3, 4, 5, 6]), version_spans=[(0, 0), (2, 1)])
+    eps = [RewardedEpisode("e1", "t", 1.0, (straddled,)), RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2, 3]),))]
+    _, stats = assemble(eps, 100, 100)
+    m = stats.metrics()
+    assert stats.mixed_version_calls == 1 and stats.answer_tokens == 6
+    assert m["partial/mixed_version_share"] == 0.5 and m["partial/trained_answer_tokens_mean"] == 3.0

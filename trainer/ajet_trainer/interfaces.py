@@ -52,6 +52,11 @@ class Engines(Protocol):
         """Forget engines whose process exited (True when any was); `EngineLost` when none is left."""
         ...
 
+    def generated(self) -> tuple[int, int]:
+        """Answers finished and their tokens, since the engines started (aborted ones left out): a step's
+        difference is the generated answers' length, beside the trained ones' (`partial/*` metrics)."""
+        ...
+
 
 class TrainingSession(Protocol):
     """One job being trained: its weights, its engines, its step counter."""

@@ -58,6 +58,8 @@ class _Counts:
     gone: int = 0
     masked: int = 0
     zeroed: int = 0
+    answer_tokens: int = 0
+    mixed: int = 0
     labels: Counter[str] = field(default_factory=Counter)
     starts: Counter[str] = field(default_factory=Counter)
 
@@ -79,6 +81,8 @@ class _Counts:
             client_gone_calls=self.gone,
             overlong_masked_episodes=self.masked,
             overlong_zeroed_episodes=self.zeroed,
+            answer_tokens=self.answer_tokens,
+            mixed_version_calls=self.mixed,
         )
 
 
@@ -110,6 +114,8 @@ def _episode_sample(
     n.failed += sum(1 for c in calls if c.error is not None)
     n.gone += sum(1 for c in calls if c.client_gone)
     n.labels.update(c.token_history or UNLABELLED for c in calls if c.trainable)
+    n.answer_tokens += sum(len(c.completion_ids or ()) for c in calls if c.trainable)
+    n.mixed += sum(1 for c in calls if c.trainable and len(c.version_spans or ()) > 1)
     truncated = sum(1 for c in calls if c.trainable and c.truncated)
     n.truncated += truncated
     if truncated and overlong == "zero_reward":

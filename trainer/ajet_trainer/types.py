@@ -73,6 +73,12 @@ class AssemblyStats:
     """Episodes the `mask` rule left with nothing to train (kept, without sequences, for their group's statistics)."""
     overlong_zeroed_episodes: int = 0
     """Episodes the `zero_reward` rule gave reward 0.0."""
+    answer_tokens: int = 0
+    """Completion tokens of the trainable calls read: over `calls`, the trained answers' length (beside the
+    generated answers' length the engine reports, a length bias shows)."""
+    mixed_version_calls: int = 0
+    """Trainable calls whose answer two or more policy versions sampled (an update came mid-answer: partial
+    rollouts)."""
     labels: tuple[tuple[str, int], ...] = ()
     """Calls by how the proxy built their prompt (`first`, `extended`, `rendered`, `segment:<cause>`,
     `fallback:<reason>`; calls logged before the proxy labelled them count as `unlabelled`), sorted by label."""
@@ -99,6 +105,9 @@ class AssemblyStats:
         out["history/sequences_per_episode"] = self.sequences / per
         out["history/tokens_per_episode"] = self.tokens / per
         out["history/trained_tokens_per_episode"] = self.trained_tokens / per
+        trainable = sum(n for _, n in self.labels) or 1
+        out["partial/mixed_version_share"] = self.mixed_version_calls / trainable
+        out["partial/trained_answer_tokens_mean"] = self.answer_tokens / trainable
         starts = dict(self.starts)
         out["history/segments"] = float(sum(n for cause, n in starts.items() if cause.startswith("segment:")))
         out["history/branches"] = float(starts.get("branch", 0))

@@ -80,7 +80,7 @@ class Batcher:
         self._handoff = threading.Event()
         """Set by `paused` once it holds the weights: the yielding batch waits for it before taking them back."""
         self.stats = {"batches": 0, "max_batch_seen": 0, "aborted": 0, "aborted_late_tokens_max": 0,
-                      "suspended": 0, "reprefilled_tokens": 0}  # fmt: skip
+                      "suspended": 0, "reprefilled_tokens": 0, "answers": 0, "answer_tokens": 0}  # fmt: skip
         """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
         tokens any of them sampled after its client left (the one in flight at most); `suspended`: batches that
         yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights."""
@@ -173,6 +173,9 @@ class Batcher:
             res.policy_version = version
             if res.finish_reason == ABORT:
                 self._count_abort(p.req)
+            elif res.error is None:
+                self.stats["answers"] += 1
+                self.stats["answer_tokens"] += len(res.token_ids)
             if res.error is not None:
                 logger.warning("one request failed in its batch: %s", res.error)
                 p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(res.error))

@@ -51,6 +51,10 @@ class EmbeddedEngines:
     def publish(self, version: int) -> str:
         return self.served_model
 
+    def generated(self) -> tuple[int, int]:
+        stats = self.engine.batcher.stats
+        return stats["answers"], stats["answer_tokens"]
+
     def drop_exited(self) -> bool:
         """Never: the embedded engine runs in the trainer's own process."""
         return False

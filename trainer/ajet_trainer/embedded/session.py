@@ -53,6 +53,8 @@ class EmbeddedSession:
     ):
         self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
         self.model, self.tokenizer, self.learner, self.engines = model, tokenizer, learner, engines
+        self._generated_seen = (0, 0)
+        """The engines' answers and tokens at the last step (`_generated`)."""
         self.step, self.keep_checkpoints = step, keep_checkpoints
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(exp_dir, job)
@@ -101,7 +103,7 @@ class EmbeddedSession:
             self.job.max_response_length,
             self.job.overlong,
         )
-        metrics: Metrics = {**timers, **stats.metrics()}
+        metrics: Metrics = {**timers, **stats.metrics(), **self._generated()}
         t1 = time.perf_counter()
         with self.engines.updating(self.step + 1):
             if has_tokens(samples):
@@ -120,6 +122,14 @@ class EmbeddedSession:
         metrics["step_s"] = time.perf_counter() - t0 + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
         finish_step(self.store, self.metrics, self.step, self.policy_version, batch, metrics)
         return metrics
+
+    def _generated(self) -> Metrics:
+        """The answers the engines generated since the last step: how many, and their mean length (beside the
+        trained ones' `partial/trained_answer_tokens_mean`: a bias towards short answers shows)."""
+        answers, tokens = self.engines.generated()
+        before, self._generated_seen = self._generated_seen, (answers, tokens)
+        n, t = answers - before[0], tokens - before[1]
+        return {"partial/generated_answers": float(n), "partial/generated_answer_tokens_mean": t / n if n else 0.0}
 
     def checkpoint(self, pending: Optional[dict[str, Any]] = None) -> Path:
         """Save weights + optimizer for the current step (`pending`: this step's record, if not yet in the store)."""

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import httpx
+
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.checkpoint import prune_step_folders, tied_names
@@ -91,6 +93,15 @@ class VllmEngines:
         prune_step_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
         return self.served_model
 
+    def generated(self) -> tuple[int, int]:
+        """From each server's Prometheus counters: requests finished but aborted ones, and generated tokens."""
+        answers = tokens = 0
+        for e in self.engines:
+            text = httpx.get(e.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+            answers += int(_counter(text, "vllm:request_success_total", exclude='finished_reason="abort"'))
+            tokens += int(_counter(text, "vllm:generation_tokens_total"))
+        return answers, tokens
+
     def stop(self) -> None:
         for e in self.engines:
             e.stop()
@@ -137,3 +148,12 @@ def refuse_tied_full_reload(model: PolicyModel, model_path: str) -> None:
             "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
             "Train it with LoRA (lora_rank > 0), or with --engine embedded"
         )
+
+
+def _counter(metrics: str, name: str, exclude: str = "") -> float:
+    """The sum of a Prometheus counter's samples (those whose labels hold `exclude` left out)."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith((name + "{", name + " ")) and not (exclude and exclude in line):
+            total += float(line.rpartition(" ")[2])
+    return total
