@@ -209,6 +209,8 @@ class ChatCompletionRequest(_Part):
     """Most tokens of the answer (the job's per-turn cap applies below it)."""
     max_completion_tokens: Optional[MaxTokens] = None
     """The same, by its newer name (it wins over `max_tokens`)."""
+    min_tokens: Optional[Annotated[int, Field(ge=0)]] = None
+    """vLLM's: no end of turn or stop string before this many answer tokens (benchmarks use it to fix lengths)."""
     temperature: Optional[Temperature] = None
     """Sampling temperature in [0, 2] (0: greedy); the job's when absent."""
     top_p: Optional[TopP] = None

@@ -242,3 +242,27 @@ def test_a_requests_own_template_and_variables_reach_the_chat_template():
         with pytest.raises(InvalidRequest) as err:
             template_options(body)
         assert err.value.fields == [field]
+
+
+def test_min_tokens_holds_the_end_of_turn_back(tmp_path):
+    """vLLM's `min_tokens`: no end of turn before that many tokens (the partial-rollouts bench fixes lengths so)."""
+    import httpx
+
+    from ajet import AgentJetJob
+    from ajet_trainer.embedded.server import EmbeddedEngine
+    from ajet_trainer.policy import load_policy
+    from ajet_trainer.tiny_model import builtin_model_path
+
+    model, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
+    eng = EmbeddedEngine(model, tok, max_tokens_cap=64)
+    url = eng.start()
+    try:
+        for seed in range(4):
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, "min_tokens": 30, "seed": seed}
+            answer = httpx.post(url + "/chat/completions", json=body, timeout=60).json()
+            assert answer["usage"]["completion_tokens"] == 30 and answer["choices"][0]["finish_reason"] == "length"
+        free = [httpx.post(url + "/chat/completions", json={**body, "min_tokens": 0, "seed": s}, timeout=60).json()
+                for s in range(8)]  # fmt: skip
+        assert any(a["usage"]["completion_tokens"] < 30 for a in free)  # the tiny model does end early unheld
+    finally:
+        eng.stop()

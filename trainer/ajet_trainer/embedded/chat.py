@@ -133,6 +133,7 @@ def gen_request(
         seed=body.get("seed"),
         stop=[stop] if isinstance(stop, str) else list(stop),
         top_logprobs=int(body.get("top_logprobs") or 0),
+        min_tokens=int(body.get("min_tokens") or 0),
     )
 
 

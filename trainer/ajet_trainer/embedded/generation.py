@@ -49,6 +49,8 @@ class GenRequest:
     stop: list[str] = field(default_factory=list)
     top_logprobs: int = 0
     """How many most likely alternatives to report per token (0: none)."""
+    min_tokens: int = 0
+    """No end of turn before this many tokens (vLLM's `min_tokens`: its EOS ids are masked until then)."""
     on_token: Optional[Callable[[TokenOut], None]] = None
     """Called after each sampled token (streaming)."""
     constraint: Optional[TokenConstraint] = None
@@ -245,6 +247,7 @@ class Decoding:
         if not live:  # every row's client left
             return torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
         _constrain(logits, requests, live, errors)
+        _hold_the_end(logits, requests, live, self.eos_ids)
         toks = _sample(logits, requests, self.gens, live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
@@ -281,6 +284,14 @@ def _constrain(logits: torch.Tensor, requests: list[GenRequest], live: list[int]
                 constraint.mask_(logits[i])
             except RuntimeError as exc:
                 errors[i] = f"grammar failed: {exc}"
+
+
+def _hold_the_end(logits: torch.Tensor, requests: list[GenRequest], live: list[int], eos_ids: set[int]) -> None:
+    """Mask the end-of-turn tokens of rows that have not reached their `min_tokens` yet."""
+    short = [i for i in live if requests[i].generated < requests[i].min_tokens]
+    if short:
+        ends = torch.tensor(sorted(eos_ids), device=logits.device)
+        logits[torch.tensor(short, device=logits.device)[:, None], ends[None, :]] = float("-inf")
 
 
 def _accepted(constraint: Optional[TokenConstraint], tok: int, i: int, errors: dict[int, str]) -> bool:
