@@ -31,6 +31,8 @@ from bench.results import emit
 
 apply_offline_env()
 
+import openai  # noqa: E402
+
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput  # noqa: E402
 from ajet.errors import AjetError  # noqa: E402
 from tests.support.swarm import running_swarm  # noqa: E402
@@ -75,7 +77,7 @@ def client_loop(url: str, stop: threading.Event, rng: Lengths, k: int, answered:
                 )  # fmt: skip
                 client.end_episode(Task(task_id=f"t{rng.randrange(4)}"), uuid, WorkflowOutput(reward=rng.random()))
                 answered.append(n)
-            except AjetError:  # refused while the trainer updates (a drain, WEIGHT_SYNCING): try again shortly
+            except (AjetError, openai.APIError):  # refused while the trainer updates, or the arm stopped the swarm
                 if stop.is_set():
                     return
                 time.sleep(0.05)

@@ -151,6 +151,8 @@ def test_a_steps_episodes_and_its_group(browser, run):
     assert rewards == sorted(rewards, reverse=True)
     shot(page, "episodes")
     page.goto(f"{run.url}/explore/steps/{step.step}")
+    assert page.locator("b.reward").first.inner_text() == f"{step.reward_mean:.4f}"
+    shot(page, "step")
     page.locator("#groups a").first.click()
     members = page.locator("article.member")
     assert members.count() >= 1
