@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 from ajet.types import ExperimentState
 from ajet_store import Store
 from ajet_store.types import RegisteredEngine
+
+if TYPE_CHECKING:
+    from ajet import SwarmClient
 
 
 def make_rolling(
@@ -36,3 +42,23 @@ def wait_state(client, state: ExperimentState, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"engine not {state.value}")
         time.sleep(0.05)
+
+
+@contextmanager
+def rolling_proxy(tmp: Path, engine_base: str, job=None) -> Iterator[tuple["SwarmClient", Store, str]]:
+    """A real proxy on a fresh store in front of the engine at `engine_base`, ROLLING with `job` (one episode per
+    step by default): (client, store, proxy URL); all closed on exit."""
+    from ajet import AgentJetJob, SwarmClient
+    from ajet_store import sqlite_url
+    from tests.support.procs import start_proxy
+
+    db = sqlite_url(tmp / "proxy.db")
+    proxy, store = start_proxy(tmp, db), Store(db)
+    client = SwarmClient(proxy.url, verbose=False)
+    try:
+        ensure_rolling(client, store, engine_base, job or AgentJetJob(batch_size=1, num_repeat=1))
+        yield client, store, proxy.url
+    finally:
+        client.close()
+        proxy.close()
+        store.close()

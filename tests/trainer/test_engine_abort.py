@@ -84,21 +84,14 @@ def test_an_agent_that_leaves_the_proxy_frees_the_engine_row_and_is_logged_as_go
     """The same through a real proxy: the agent's connection to the proxy closes; the proxy closes its own to
     the engine (a plain call's wait is watched, a stream is cancelled), the engine frees the row at the next
     token, and the call is in the store as cut off by its client (never trained)."""
-    from ajet import AgentJetJob, SwarmClient
-    from ajet_store import Store, sqlite_url
-    from tests.support.procs import start_proxy
-    from tests.support.rolling import ensure_rolling
+    from tests.support.rolling import rolling_proxy
 
     eng, gate, url, start_batching = gated
     start_batching()
-    db = sqlite_url(tmp_path / "s.db")
-    proxy, store = start_proxy(tmp_path, db), Store(db)
-    try:
-        client = SwarmClient(proxy.url, verbose=False)
-        ensure_rolling(client, store, url.removesuffix("/v1"), AgentJetJob(batch_size=1, num_repeat=1))
+    with rolling_proxy(tmp_path, url.removesuffix("/v1")) as (client, store, proxy_url):
         uuid, creds = client.begin_episode()
         body = {"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": LONG, "stream": stream}
-        leaving = _raw_request(proxy.url + "/v1", body, creds.api_key)
+        leaving = _raw_request(proxy_url + "/v1", body, creds.api_key)
         assert gate.reached.wait(60)
         leaving.close()
         _wait(lambda: any(p.req.cancelled.is_set() for p in eng.batcher.running), "the engine never saw the proxy go")
@@ -108,7 +101,3 @@ def test_an_agent_that_leaves_the_proxy_frees_the_engine_row_and_is_logged_as_go
         _wait(lambda: store.calls(uuid), "the call was not logged")
         (call,) = store.calls(uuid)
         assert call.client_gone and not call.trainable
-        client.close()
-    finally:
-        proxy.close()
-        store.close()

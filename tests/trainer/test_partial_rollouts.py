@@ -41,14 +41,23 @@ def _new_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in model.state_dict().items()}
 
 
-def _update_when_asked(eng: EmbeddedEngine, model: torch.nn.Module, weights: dict) -> threading.Thread:
+def _update_mid_answer(
+    eng: EmbeddedEngine, gated: GatedModel, model: torch.nn.Module, weights: dict
+) -> threading.Thread:
+    """With the batch held at the gate: an update asks for the weights (to load `weights` as version 1), then the
+    gate opens and the batch goes on to its next token boundary. Returns the update's thread."""
+
     def update() -> None:
         with eng.batcher.paused(next_version=1):
             model.load_state_dict(weights)
 
-    t = threading.Thread(target=update)
-    t.start()
-    return t
+    assert gated.reached.wait(60)  # 3 tokens in, the batch held
+    updating = threading.Thread(target=update)
+    updating.start()
+    while not eng.batcher._update_wanted.is_set():
+        updating.join(0.01)
+    gated.gate.set()
+    return updating
 
 
 def _ask(url: str, stream: bool) -> dict:
@@ -100,12 +109,7 @@ def test_an_answer_that_straddles_an_update_is_sampled_by_both_versions(engine, 
     answer: dict = {}
     asking = threading.Thread(target=lambda: answer.update(_ask(url, stream)))
     asking.start()
-    assert gated.reached.wait(60)  # 3 tokens in, the batch held
-    updating = _update_when_asked(eng, model, new)
-    while not eng.batcher._update_wanted.is_set():
-        updating.join(0.01)
-    gated.gate.set()  # the batch goes on: at the next boundary it yields to the update
-    updating.join(60)
+    _update_mid_answer(eng, gated, model, new).join(60)
     asking.join(120)
     prompt, ids, lps, spans, text = _flat(answer, stream)
     assert spans == [[0, 0], [3, 1]], spans  # 3 tokens of version 0, the rest of version 1
@@ -124,11 +128,7 @@ def test_without_partial_rollouts_an_update_waits_for_the_batch(engine):
     answer: dict = {}
     asking = threading.Thread(target=lambda: answer.update(_ask(url, False)))
     asking.start()
-    assert gated.reached.wait(60)
-    updating = _update_when_asked(eng, model, _new_weights(model))
-    while not eng.batcher._update_wanted.is_set():
-        updating.join(0.01)
-    gated.gate.set()
+    updating = _update_mid_answer(eng, gated, model, _new_weights(model))
     asking.join(120)
     updating.join(60)
     assert "policy_version_spans" not in answer and answer["policy_version"] == 0
@@ -155,37 +155,21 @@ def scripted_engine():
 def test_through_the_proxy_the_store_says_which_version_sampled_which_token(scripted_engine, tmp_path, api):
     """The same behind a real proxy, for each API: the agent gets one well-formed answer, and the stored call
     holds the version of each run of tokens (the trainer corrects such a call: its oldest version is older)."""
-    from ajet import SwarmClient
-    from ajet_store import Store, sqlite_url
-    from tests.support.procs import start_proxy
-    from tests.support.rolling import ensure_rolling
+    from tests.support.rolling import rolling_proxy
 
     eng, gated, model, tok, url = scripted_engine
     eng.batcher.partial_rollouts = True
-    db = sqlite_url(tmp_path / "s.db")
-    proxy, store = start_proxy(tmp_path, db), Store(db)
-    try:
-        client = SwarmClient(proxy.url, verbose=False)
-        ensure_rolling(client, store, url.removesuffix("/v1"), AgentJetJob(batch_size=1, num_repeat=1))
+    with rolling_proxy(tmp_path, url.removesuffix("/v1")) as (client, store, proxy_url):
         uuid, creds = client.begin_episode()
         result: dict = {}
-        asking = threading.Thread(target=lambda: result.update(_ask_proxy(proxy.url, creds.api_key, api)))
+        asking = threading.Thread(target=lambda: result.update(_ask_proxy(proxy_url, creds.api_key, api)))
         asking.start()
-        assert gated.reached.wait(60)
-        updating = _update_when_asked(eng, model, _new_weights(model))
-        while not eng.batcher._update_wanted.is_set():
-            updating.join(0.01)
-        gated.gate.set()
-        updating.join(60)
+        _update_mid_answer(eng, gated, model, _new_weights(model)).join(60)
         asking.join(120)
         assert result["ok"], result
         (call,) = store.calls(uuid)
         assert call.version_spans == [(0, 0), (3, 1)] and call.policy_version == 0 and call.trainable
         assert len(call.completion_ids) == ANSWER  # the one answer, whole: 3 tokens before the update, the rest after
-        client.close()
-    finally:
-        proxy.close()
-        store.close()
 
 
 def _ask_proxy(base: str, key: str, api: str) -> dict:
