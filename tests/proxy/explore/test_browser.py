@@ -154,7 +154,9 @@ def test_a_steps_episodes_and_its_group(browser, run):
     assert page.locator("b.reward").first.inner_text() == f"{step.reward_mean:.4f}"
     shot(page, "step")
     page.locator("#groups a").first.click()
+    page.wait_for_url("**/explore/groups/**")  # the click navigates: read the group's page, not the step's
     members = page.locator("article.member")
+    members.first.wait_for()
     assert members.count() >= 1
     advantages = [float(a) for a in page.locator("b.advantage").all_inner_texts()]
     assert abs(sum(advantages)) < 1e-3 * len(advantages) + 1e-6  # GRPO advantages of a group sum to zero
@@ -196,7 +198,7 @@ def test_the_explore_command_refuses_a_wrong_token(browser, run, tmp_path):
         assert response is not None and response.status == 401
         page.fill("input[name=token]", "wrong")
         page.click("button")
-        assert "not the swarm token" in page.inner_text("main")
+        page.wait_for_selector("text=That is not the swarm token.")  # the form answered 401, again the form
         page.fill("input[name=token]", "tok-1")
         page.click("button")
         page.wait_for_selector("svg.chart")
