@@ -25,6 +25,7 @@ from ajet import SwarmClient
 from ajet_trainer.checkpoint import save_checkpoint
 from ajet_trainer.errors import EngineStartError
 from ajet_trainer.model_export import export_model
+from ajet_trainer.vllm.engines import prometheus_counter
 from ajet_trainer.vllm.server import VllmEngine
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import start_vllm, tiny_path
@@ -325,17 +326,6 @@ def test_smolagents_code_agent_runs_on_real_vllm(client, store):
     assert call.error is None and len(call.prompt_ids) > 8_000 and call.completion_ids
 
 
-def _counter(metrics: str, name: str, **labels: str) -> float:
-    """The sum of a Prometheus counter's samples whose labels include `labels`."""
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            head, _, value = line.rpartition(" ")
-            if all(f'{k}="{v}"' in head for k, v in labels.items()):
-                total += float(value)
-    return total
-
-
 def test_vllm_frees_the_row_of_a_client_that_leaves(tmp_path):
     """vLLM's side of an agent that leaves (the proxy closes its connection to the engine then:
     tests/trainer/test_engine_abort.py): a stream of 4,000 tokens whose client leaves after its first chunks
@@ -352,7 +342,7 @@ def _left_stream_is_aborted(vllm: VllmEngine) -> None:
     url = vllm.base_url.removesuffix("/v1") + "/metrics"
 
     def running() -> float:
-        return _counter(httpx.get(url, timeout=30).text, "vllm:num_requests_running")
+        return prometheus_counter(httpx.get(url, timeout=30).text, "vllm:num_requests_running")
 
     def wait(cond, what: str) -> None:
         deadline = time.monotonic() + 60
@@ -360,7 +350,7 @@ def _left_stream_is_aborted(vllm: VllmEngine) -> None:
             assert time.monotonic() < deadline, what
             time.sleep(0.05)
 
-    before = _counter(httpx.get(url, timeout=30).text, "vllm:generation_tokens_total")
+    before = prometheus_counter(httpx.get(url, timeout=30).text, "vllm:generation_tokens_total")
     body = {"model": "policy", "messages": MSGS, "max_tokens": 4000, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", vllm.base_url + "/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
@@ -368,5 +358,5 @@ def _left_stream_is_aborted(vllm: VllmEngine) -> None:
         next(lines)
         wait(lambda: running() == 1, "the request never showed as running")  # the gauge is live for it
     wait(lambda: running() == 0, "vLLM kept the request running after its client left")
-    generated = _counter(httpx.get(url, timeout=30).text, "vllm:generation_tokens_total") - before
+    generated = prometheus_counter(httpx.get(url, timeout=30).text, "vllm:generation_tokens_total") - before
     assert generated < 2000, generated

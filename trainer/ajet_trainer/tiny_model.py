@@ -26,13 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ajet.utils.runtime import model_cache_root
 from ajet_trainer.chat_templates import CHAR_TEMPLATE, FAMILIES
 from ajet_trainer.errors import ModelFolderNotFound
 
@@ -88,8 +88,8 @@ SEED = 1234
 
 
 def cache_root() -> Path:
-    """Where built-in models are saved (`AJET_MODEL_CACHE`, else `~/.cache/agentjet/models`)."""
-    return Path(os.environ.get("AJET_MODEL_CACHE", Path.home() / ".cache" / "agentjet" / "models"))
+    """Where built-in models are saved (`ajet.utils.runtime.model_cache_root`)."""
+    return model_cache_root()
 
 
 def _spec_hash(name: str) -> str:

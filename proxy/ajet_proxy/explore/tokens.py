@@ -8,12 +8,12 @@ cache (`AJET_MODEL_CACHE`, else `~/.cache/agentjet/models`). Without one a token
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Protocol
 
+from ajet.utils.runtime import model_cache_root
 from ajet_store.sequences import BuiltSequence
 
 BUILTIN = "builtin:"
@@ -37,8 +37,7 @@ def tokenizer_folder(model: Optional[str], given: Optional[str]) -> Optional[Pat
     if not model:
         return None
     if model.startswith(BUILTIN):
-        root = Path(os.environ.get("AJET_MODEL_CACHE", Path.home() / ".cache" / "agentjet" / "models"))
-        found = sorted(root.glob(f"{model[len(BUILTIN) :]}-*/tokenizer.json"))
+        found = sorted(model_cache_root().glob(f"{model[len(BUILTIN) :]}-*/tokenizer.json"))
         return found[-1].parent if found else None
     return Path(model).expanduser()
 

@@ -15,6 +15,7 @@ import errno
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from ajet.errors import CannotListen
@@ -76,3 +77,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
             raise CannotListen(f"{host}:{port} is in use: stop the server there, or choose another port") from exc
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return sock
+
+
+def model_cache_root() -> Path:
+    """Where the built-in models are saved (`AJET_MODEL_CACHE`, else `~/.cache/agentjet/models`): the trainer
+    creates them there, the explorer reads their tokenizers there."""
+    return Path(os.environ.get("AJET_MODEL_CACHE", Path.home() / ".cache" / "agentjet" / "models"))

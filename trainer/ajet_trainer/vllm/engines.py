@@ -98,8 +98,8 @@ class VllmEngines:
         answers = tokens = 0
         for e in self.engines:
             text = httpx.get(e.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
-            answers += int(_counter(text, "vllm:request_success_total", exclude='finished_reason="abort"'))
-            tokens += int(_counter(text, "vllm:generation_tokens_total"))
+            answers += int(prometheus_counter(text, "vllm:request_success_total", exclude='finished_reason="abort"'))
+            tokens += int(prometheus_counter(text, "vllm:generation_tokens_total"))
         return answers, tokens
 
     def stop(self) -> None:
@@ -150,7 +150,7 @@ def refuse_tied_full_reload(model: PolicyModel, model_path: str) -> None:
         )
 
 
-def _counter(metrics: str, name: str, exclude: str = "") -> float:
+def prometheus_counter(metrics: str, name: str, exclude: str = "") -> float:
     """The sum of a Prometheus counter's samples (those whose labels hold `exclude` left out)."""
     total = 0.0
     for line in metrics.splitlines():
