@@ -159,3 +159,16 @@ def test_make_test_requires_every_optional_dependency():
         mp.delenv("AJET_REQUIRE_PG")
         with pytest.raises(pytest.skip.Exception):
             need(False, "no PostgreSQL here", "AJET_REQUIRE_PG")
+
+
+def test_ci_entry_point_is_valid_bash_that_runs_make_test():
+    """`.ci/run` is what CI executes: it must parse (a broken line fails CI in zero seconds, before any test runs)
+    and end by running the user's own `make test`."""
+    from tests.support.procs import REPO
+
+    script = REPO / ".ci" / "run"
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    lines = [ln.strip() for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines[-1] == "make test"
+    assert all(ln.count('"') % 2 == 0 for ln in lines)  # each message closes on its own line
