@@ -11,7 +11,12 @@ the answers' generated and trained mean lengths, the share of trained calls two 
 engine re-prefilled, the answered tokens per second, and the reward at the end. Then per sigma and seed the ratio
 of sync-partial's step period to sync-drain's.
 
+With `--demo-runs N`, also `make demo`'s job N times per arm (synchronous and max_staleness 1, each without and
+with partial rollouts): the median steps and seconds to its 0.8 target, and per mode the ratio of the seconds with
+partial rollouts to those without.
+
 Usage: python -m bench.partial_rollouts [--sigmas 0.5 1 1.5] [--seeds 0 1 2] [--steps 8] [--clients 12]
+                                        [--demo-runs 3]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from ajet.utils.runtime import apply_offline_env
 from bench.results import emit
+from scripts.run_demo import tutorial_summary
 
 apply_offline_env()
 
@@ -65,7 +71,9 @@ class Lengths(random.Random):
 
 
 def client_loop(url: str, stop: threading.Event, rng: Lengths, k: int, answered: list[int]) -> None:
-    client = SwarmClient(url, verbose=False, max_retries=0)  # fails fast once the arm stops the swarm
+    # fails fast once the arm stops the swarm: no retries, and a begin waits at most 5 s for ROLLING (it rolls
+    # again within a step while the arm runs; after the arm's stop_engine it never does)
+    client = SwarmClient(url, verbose=False, max_retries=0, begin_episode_max_wait=5.0)
     try:
         while not stop.is_set():
             try:
@@ -93,7 +101,7 @@ def one_arm(arm: str, sigma: float, seed: int, args: argparse.Namespace) -> dict
         rng = Lengths(sigma, args.median, args.max_len, seed)
         threads = [threading.Thread(target=client_loop, args=(sw.url, stop, rng, k, answered))
                    for k in range(args.clients)]  # fmt: skip
-        t0 = time.monotonic()
+        t0, started = time.monotonic(), time.time()
         for t in threads:
             t.start()
         while len(store.steps()) < args.steps and time.monotonic() - t0 < args.timeout:
@@ -105,10 +113,12 @@ def one_arm(arm: str, sigma: float, seed: int, args: argparse.Namespace) -> dict
         for t in threads:
             t.join(60)
         boot.close()
-    return summary(arm, sigma, seed, steps, wall, answered)
+    return summary(arm, sigma, seed, steps, wall, answered, started)
 
 
-def summary(arm: str, sigma: float, seed: int, steps: list[Any], wall: float, answered: list[int]) -> dict[str, Any]:
+def summary(
+    arm: str, sigma: float, seed: int, steps: list[Any], wall: float, answered: list[int], started: float
+) -> dict[str, Any]:
     def mean(key: str) -> float:
         values = [s.metrics.get(key, 0.0) for s in steps]
         return round(statistics.mean(values), 3) if values else 0.0
@@ -119,9 +129,30 @@ def summary(arm: str, sigma: float, seed: int, steps: list[Any], wall: float, an
         "training_s": mean("train_s"), "generated_answer_tokens": mean("partial/generated_answer_tokens_mean"),
         "trained_answer_tokens": mean("partial/trained_answer_tokens_mean"),
         "mixed_version_share": mean("partial/mixed_version_share"),
+        "reprefilled_tokens_per_step": mean("partial/reprefilled_tokens"),
+        "engine_busy_share": mean("engine/busy_share"),
         "answered_tokens_per_s": round(sum(answered) / wall, 1) if wall else 0.0,
         "final_reward": round(steps[-1].reward_mean or 0.0, 3) if steps else None,
+        "reward_by_step": [[s.step, round(s.finished_at - started, 2), round(s.reward_mean or 0.0, 3)] for s in steps],
     }  # fmt: skip
+
+
+def demo_arms(runs: int) -> None:
+    """`make demo`'s job `runs` times per arm: median steps and seconds to the target, and the ratio per mode."""
+    medians: dict[tuple[int, bool], float] = {}
+    for staleness in (0, 1):
+        for partial in (False, True):
+            flags = ["--max-staleness", str(staleness)] + (["--partial-rollouts"] if partial else [])
+            with tempfile.TemporaryDirectory(prefix="ajet-partial-demo-") as tmp:
+                rows = [tutorial_summary(Path(tmp) / f"run_{i}", 0.8, "--seed", str(i), *flags) for i in range(runs)]
+            medians[staleness, partial] = statistics.median(r["seconds"] for r in rows)
+            emit("partial_rollouts", {"figure": "demo", "max_staleness": staleness, "partial_rollouts": partial,
+                                      "runs": runs, "reached": int(sum(r["reached"] for r in rows)),
+                                      "median_steps": statistics.median(r["steps"] for r in rows),
+                                      "median_seconds": medians[staleness, partial]})  # fmt: skip
+        emit("partial_rollouts", {"figure": "demo_ratio", "max_staleness": staleness,
+                                  "partial_over_without_seconds": round(medians[staleness, True]
+                                                                        / medians[staleness, False], 3)})  # fmt: skip
 
 
 def main() -> None:
@@ -134,7 +165,10 @@ def main() -> None:
     ap.add_argument("--median", type=float, default=12.0, help="the answers' median length (tokens)")
     ap.add_argument("--max-len", type=int, default=192)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--demo-runs", type=int, default=0, help="also time make demo's job to its target, N runs an arm")
     args = ap.parse_args()
+    if args.demo_runs:
+        demo_arms(args.demo_runs)
     for sigma in args.sigmas:
         for seed in args.seeds:
             rows = {arm: one_arm(arm, sigma, seed, args) for arm in args.arms}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -42,14 +43,16 @@ def _new_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _update_mid_answer(
-    eng: EmbeddedEngine, gated: GatedModel, model: torch.nn.Module, weights: dict
+    eng: EmbeddedEngine, gated: GatedModel, model: torch.nn.Module, weights: dict, hold_s: float = 0.0
 ) -> threading.Thread:
-    """With the batch held at the gate: an update asks for the weights (to load `weights` as version 1), then the
-    gate opens and the batch goes on to its next token boundary. Returns the update's thread."""
+    """With the batch held at the gate: an update asks for the weights (to load `weights` as version 1, holding
+    them `hold_s` more), then the gate opens and the batch goes on to its next token boundary. Returns the update's
+    thread."""
 
     def update() -> None:
         with eng.batcher.paused(next_version=1):
             model.load_state_dict(weights)
+            time.sleep(hold_s)
 
     assert gated.reached.wait(60)  # 3 tokens in, the batch held
     updating = threading.Thread(target=update)
@@ -108,10 +111,13 @@ def test_an_answer_that_straddles_an_update_is_sampled_by_both_versions(engine, 
     new = _new_weights(model)
     answer: dict = {}
     asking = threading.Thread(target=lambda: answer.update(_ask(url, stream)))
+    t0 = time.monotonic()
     asking.start()
-    _update_mid_answer(eng, gated, model, new).join(60)
+    _update_mid_answer(eng, gated, model, new, hold_s=0.5).join(60)
     asking.join(120)
+    wall = time.monotonic() - t0
     prompt, ids, lps, spans, text = _flat(answer, stream)
+    assert 0 < eng.batcher.busy_s < wall - 0.5  # the batch's wait for the update is not busy time
     assert spans == [[0, 0], [3, 1]], spans  # 3 tokens of version 0, the rest of version 1
     assert len(ids) > 3 and tok.decode(ids, skip_special_tokens=True).startswith(text) and text
     model.load_state_dict(old)

@@ -16,7 +16,7 @@ from typing import Protocol, Sequence
 
 from ajet.job import AgentJetJob
 from ajet_store.types import PoolEpisode, RegisteredEngine
-from ajet_trainer.types import Metrics
+from ajet_trainer.types import EngineCounters, Metrics
 
 
 class Engines(Protocol):
@@ -52,9 +52,8 @@ class Engines(Protocol):
         """Forget engines whose process exited (True when any was); `EngineLost` when none is left."""
         ...
 
-    def generated(self) -> tuple[int, int]:
-        """Answers finished and their tokens, since the engines started (aborted ones left out): a step's
-        difference is the generated answers' length, beside the trained ones' (`partial/*` metrics)."""
+    def counters(self) -> EngineCounters:
+        """What the engines did since they started (answers, tokens, busy time): a step reports the difference."""
         ...
 
 

@@ -7,7 +7,7 @@ imported for type checking only, so importing this module loads neither).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, Union
+from typing import TYPE_CHECKING, Optional, TypeAlias, Union
 
 from ajet_store.types import TrainSequence
 
@@ -118,3 +118,32 @@ class AssemblyStats:
         out["history/fallbacks"] = float(sum(fallbacks.values()))
         out.update({f"history/fallback/{reason}": float(n) for reason, n in fallbacks.items()})
         return out
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    """What the engines did since they started, as running totals: a step reports the difference from the last."""
+
+    answers: int = 0
+    """Answers finished, those of clients that left not counted."""
+    answer_tokens: int = 0
+    """The tokens of those answers."""
+    busy_s: Optional[float] = None
+    """Seconds spent sampling (the embedded engine's batches, their waits for an update left out); None where the
+    engine does not count it (vLLM)."""
+    reprefilled_tokens: Optional[int] = None
+    """Tokens run again under new weights after an update cut into answers (the embedded engine re-prefills them;
+    vLLM keeps its KV cache: None)."""
+
+
+def engine_metrics(before: EngineCounters, now: EngineCounters, seconds: float) -> dict[str, float]:
+    """A step's engine figures from two readings `seconds` apart: the generated answers and their mean length
+    (beside `partial/trained_answer_tokens_mean`: a bias towards short answers shows), and where the engine counts
+    them its busy share of the step and the tokens it re-prefilled."""
+    n, t = now.answers - before.answers, now.answer_tokens - before.answer_tokens
+    out = {"partial/generated_answers": float(n), "partial/generated_answer_tokens_mean": t / n if n else 0.0}
+    if now.busy_s is not None and seconds > 0:
+        out["engine/busy_share"] = min(1.0, (now.busy_s - (before.busy_s or 0.0)) / seconds)
+    if now.reprefilled_tokens is not None:
+        out["partial/reprefilled_tokens"] = float(now.reprefilled_tokens - (before.reprefilled_tokens or 0))
+    return out

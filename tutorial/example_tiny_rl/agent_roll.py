@@ -79,6 +79,7 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
         seed=args.seed,
         logging=["jsonl", "tensorboard"],
         max_staleness=args.max_staleness,
+        partial_rollouts=args.partial_rollouts,
         entropy_coeff=args.entropy_coeff,
         use_kl_loss=args.kl_coef > 0,
         kl_loss_coef=args.kl_coef,
@@ -123,6 +124,11 @@ def main() -> None:
         type=int,
         default=0,
         help="0: synchronous; k >= 1: roll out while the trainer updates, on data at most k versions old",
+    )
+    ap.add_argument(
+        "--partial-rollouts",
+        action="store_true",
+        help="an update does not wait for answers begun before it: they go on under the new weights",
     )
     ap.add_argument("--max-parallel", type=int, default=64, help="episodes in flight at once")
     ap.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")

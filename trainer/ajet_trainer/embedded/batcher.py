@@ -84,6 +84,8 @@ class Batcher:
         """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
         tokens any of them sampled after its client left (the one in flight at most); `suspended`: batches that
         yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights."""
+        self.busy_s = 0.0
+        """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
         self.last_batch_s = 0.0
         """How long batches take to generate, lately (the last one's time, or half the figure before if that is
         more); `gather_window` scales the next batch's gathering by it."""
@@ -185,17 +187,21 @@ class Batcher:
     def _generate(self, requests: list[GenRequest], version: int) -> list[GenResult]:
         """Sample one batch under the weights' lock (held by the caller), yielding it to an update between two
         tokens when partial rollouts are on."""
+        t0 = time.monotonic()
         run = Decoding(self.model, self.tokenizer, requests, self.eos_ids, version)
         while not run.finished():
             if self.partial_rollouts and self._update_wanted.is_set():
+                self.busy_s += time.monotonic() - t0
                 self.weights_lock.release()
                 try:
                     self._handoff.wait()  # the update holds the weights now
                 finally:
                     self.weights_lock.acquire()
+                t0 = time.monotonic()
                 self.stats["suspended"] += 1
                 self.stats["reprefilled_tokens"] += run.reprefill(self.policy_version)
             run.step()
+        self.busy_s += time.monotonic() - t0
         return run.results()
 
     def _without_the_gone(self, batch: list[Pending]) -> list[Pending]:

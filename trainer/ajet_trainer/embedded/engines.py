@@ -18,7 +18,7 @@ import torch
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.embedded.server import EmbeddedEngine
-from ajet_trainer.types import PolicyModel, Tokenizer
+from ajet_trainer.types import EngineCounters, PolicyModel, Tokenizer
 
 ENGINE_NAME = "embedded-0"
 """The name the embedded engine is registered under in the store."""
@@ -51,9 +51,9 @@ class EmbeddedEngines:
     def publish(self, version: int) -> str:
         return self.served_model
 
-    def generated(self) -> tuple[int, int]:
-        stats = self.engine.batcher.stats
-        return stats["answers"], stats["answer_tokens"]
+    def counters(self) -> EngineCounters:
+        b = self.engine.batcher
+        return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"])
 
     def drop_exited(self) -> bool:
         """Never: the embedded engine runs in the trainer's own process."""

@@ -30,7 +30,7 @@ from ajet_trainer.policy import load_policy, pick_device
 from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
-from ajet_trainer.types import Metrics, PolicyModel, Tokenizer
+from ajet_trainer.types import EngineCounters, Metrics, PolicyModel, Tokenizer, engine_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ class EmbeddedSession:
     ):
         self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
         self.model, self.tokenizer, self.learner, self.engines = model, tokenizer, learner, engines
-        self._generated_seen = (0, 0)
-        """The engines' answers and tokens at the last step (`_generated`)."""
+        self._engines_seen = (time.monotonic(), EngineCounters())
+        """When the engines' counters were last read, and what they said (`_engine_metrics`)."""
         self.step, self.keep_checkpoints = step, keep_checkpoints
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(exp_dir, job)
@@ -103,7 +103,7 @@ class EmbeddedSession:
             self.job.max_response_length,
             self.job.overlong,
         )
-        metrics: Metrics = {**timers, **stats.metrics(), **self._generated()}
+        metrics: Metrics = {**timers, **stats.metrics(), **self._engine_metrics()}
         t1 = time.perf_counter()
         with self.engines.updating(self.step + 1):
             if has_tokens(samples):
@@ -123,13 +123,11 @@ class EmbeddedSession:
         finish_step(self.store, self.metrics, self.step, self.policy_version, batch, metrics)
         return metrics
 
-    def _generated(self) -> Metrics:
-        """The answers the engines generated since the last step: how many, and their mean length (beside the
-        trained ones' `partial/trained_answer_tokens_mean`: a bias towards short answers shows)."""
-        answers, tokens = self.engines.generated()
-        before, self._generated_seen = self._generated_seen, (answers, tokens)
-        n, t = answers - before[0], tokens - before[1]
-        return {"partial/generated_answers": float(n), "partial/generated_answer_tokens_mean": t / n if n else 0.0}
+    def _engine_metrics(self) -> Metrics:
+        """What the engines did since the last step (`engine_metrics`)."""
+        (then, before), now = self._engines_seen, (time.monotonic(), self.engines.counters())
+        self._engines_seen = now
+        return engine_metrics(before, now[1], now[0] - then)
 
     def checkpoint(self, pending: Optional[dict[str, Any]] = None) -> Path:
         """Save weights + optimizer for the current step (`pending`: this step's record, if not yet in the store)."""

@@ -21,7 +21,7 @@ from ajet_store.types import RegisteredEngine
 from ajet_trainer.checkpoint import prune_step_folders, tied_names
 from ajet_trainer.errors import EngineLost, TrainerError
 from ajet_trainer.options import TrainerOptions
-from ajet_trainer.types import PolicyModel
+from ajet_trainer.types import EngineCounters, PolicyModel
 from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
 
 logger = logging.getLogger(__name__)
@@ -93,14 +93,14 @@ class VllmEngines:
         prune_step_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
         return self.served_model
 
-    def generated(self) -> tuple[int, int]:
+    def counters(self) -> EngineCounters:
         """From each server's Prometheus counters: requests finished but aborted ones, and generated tokens."""
         answers = tokens = 0
         for e in self.engines:
             text = httpx.get(e.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
             answers += int(prometheus_counter(text, "vllm:request_success_total", exclude='finished_reason="abort"'))
             tokens += int(prometheus_counter(text, "vllm:generation_tokens_total"))
-        return answers, tokens
+        return EngineCounters(answers, tokens)
 
     def stop(self) -> None:
         for e in self.engines:
