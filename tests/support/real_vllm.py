@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.vllm.server import VllmEngine, VllmSettings, find_vllm_python
 from tests.support.require import need
+
+if TYPE_CHECKING:
+    import torch
 
 
 def vllm_python() -> str:
@@ -51,3 +54,28 @@ def start_vllm(
     engine = VllmEngine(model_path or tiny_path(), settings, tmp / "vllm.log")
     engine.start()
     return engine
+
+
+def random_adapter(base: str | Path, tmp: Path, seed: int) -> Path:
+    """A peft adapter (rank 8, every linear layer) of the model at `base` with non-zero weights, a trained one's
+    shape, saved under `tmp/adapter_<seed>`."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    peft = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False),
+    )
+    path = tmp / f"adapter_{seed}"
+    peft.save_pretrained(str(path))
+    return path
+
+
+def adapter_model(base: str | Path, adapter: Path) -> "torch.nn.Module":
+    """The model at `base` with the peft adapter saved at `adapter`, in eval mode: what vLLM serving it computes."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).eval()

@@ -229,6 +229,9 @@ class Stub:
         self.journal.append({"op": "load_lora_adapter", "name": name, "path": path})
         if not name or not os.path.isfile(os.path.join(path, "adapter_config.json")):
             return web.json_response({"error": {"message": f"no LoRA adapter at {path}"}}, status=400)
+        if name in self.adapters and not body.get("load_inplace"):  # vLLM's own refusal
+            return web.json_response({"error": {"message": f"The lora adapter '{name}' has already been loaded."}},
+                                     status=400)  # fmt: skip
         self.adapters[name] = path
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
@@ -254,9 +257,15 @@ class Stub:
         self.journal.append({"op": body.get("method"), "kwargs": body.get("kwargs", {})})
         return web.json_response({"results": [None]})
 
-    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
-        self.journal.append({"op": "reset_prefix_cache"})
-        return web.Response(text="")
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        self.journal.append({"op": "reset_prefix_cache", **dict(request.query)})
+        return web.json_response({"success": True})
+
+    async def weights_control(self, request: web.Request) -> web.Response:
+        """`/pause`, `/resume`, `/update_weight_version`: journalled with their query and body."""
+        body = await request.json() if request.can_read_body else {}
+        self.journal.append({"op": request.path.lstrip("/"), **dict(request.query), **body})
+        return web.json_response({"status": "ok"})
 
     async def get_journal(self, _request: web.Request) -> web.Response:
         return web.json_response(self.journal)
@@ -277,6 +286,8 @@ def make_app(
     app.router.add_post("/wake_up", stub.wake_up)
     app.router.add_post("/collective_rpc", stub.collective_rpc)
     app.router.add_post("/reset_prefix_cache", stub.reset_prefix_cache)
+    for path in ("/pause", "/resume", "/update_weight_version"):
+        app.router.add_post(path, stub.weights_control)
     app.router.add_get("/stub/journal", stub.get_journal)
     return app
 

@@ -247,3 +247,65 @@ def test_a_vllm_engine_that_dies_while_rolling_is_relaunched(tmp_path):
         while client.get_engine_status().global_step < 4:
             assert time.monotonic() < deadline, sw.logs()
             time.sleep(0.2)
+
+
+def _options(*argv: str):
+    import argparse
+
+    from ajet_trainer.cli import add_trainer_arguments, trainer_options
+
+    p = argparse.ArgumentParser()
+    add_trainer_arguments(p)
+    return trainer_options(p.parse_args(list(argv)))
+
+
+def test_partial_rollouts_run_on_vllm_but_not_beside_sleep_mode_or_verl():
+    """vLLM keeps its running requests across a partial-rollouts update (`versioned_server.py` launched, one
+    adapter name); sleep mode would drop them with their KV cache, and verl's engines have no such update: both
+    refused in one line before any model loads."""
+    from ajet_trainer.factory import refuse_unsupported_async
+    from ajet_trainer.vllm.engines import vllm_settings
+    from ajet_trainer.vllm.server import VERSIONED_SERVER
+
+    job = AgentJetJob(partial_rollouts=True)
+    on_vllm = _options("--engine", "vllm", "--backend", "embedded")
+    refuse_unsupported_async(job, on_vllm)  # allowed
+    settings = vllm_settings(on_vllm, job, cpu=True)
+    assert settings.partial_rollouts and launch_args("/m", settings, 1)[1] == str(VERSIONED_SERVER)
+    assert VERSIONED_SERVER.is_file()
+    with pytest.raises(TrainerError, match="sleep mode would drop with their KV cache: leave out --vllm-sleep"):
+        vllm_settings(_options("--engine", "vllm", "--vllm-sleep"), job, cpu=False)
+    with pytest.raises(TrainerError, match="partial_rollouts runs on the embedded backend"):
+        refuse_unsupported_async(job, _options("--engine", "vllm", "--backend", "verl"))
+    with pytest.raises(TrainerError, match="max_staleness=1"):
+        refuse_unsupported_async(AgentJetJob(partial_rollouts=True, max_staleness=1), on_vllm)
+    assert launch_args("/m", vllm_settings(on_vllm, AgentJetJob(), cpu=True), 1)[1:3] == list(
+        ("-m", "vllm.entrypoints.openai.api_server")
+    )
+
+
+@pytest.mark.slow
+def test_partial_rollouts_update_vllm_in_place_across_a_pause_that_keeps_requests(tmp_path):
+    """The trainer's side of partial rollouts on vLLM: the starting adapter and each step's loaded under one name,
+    in place, between a pause that keeps the running requests and a resume, the KV cache dropped (the running
+    requests' too: vLLM computes them again under the new weights) and the tokens to come labelled the version."""
+    with running_swarm(tmp_path, name="p", engine="vllm", trainer_args=("--vllm-command", STAND_IN)) as sw:
+        _train_three_batches(sw, AgentJetJob(lora_rank=8, partial_rollouts=True, **JOB))
+        deps = sw.store().engines()
+        assert [(d.name, d.model, d.policy_version) for d in deps] == [("vllm-0", "policy@live", 3)]
+        journal = httpx.get(deps[0].base_url.removesuffix("/v1") + "/stub/journal").json()
+        control = [j for j in journal if j["op"] != "chat"]
+        adapters = sw.exp_dir / "adapters"
+        assert control == [
+            op
+            for n in (0, 1, 2, 3)
+            for op in (
+                {"op": "pause", "mode": "keep"},
+                {"op": "load_lora_adapter", "name": "policy@live", "path": str(adapters / f"step_{n}")},
+                {"op": "reset_prefix_cache", "reset_running_requests": "true"},
+                {"op": "update_weight_version", "new_version": str(n)},
+                {"op": "resume"},
+            )
+        ]
+        assert {j["model"] for j in journal if j["op"] == "chat"} == {"policy@live"}
+        assert [p.name for p in adapters.iterdir()] == ["step_3"]

@@ -28,7 +28,7 @@ from ajet_trainer.model_export import export_model
 from ajet_trainer.vllm.engines import prometheus_counter
 from ajet_trainer.vllm.server import VllmEngine
 from tests.support.logprobs import completion_logprobs
-from tests.support.real_vllm import start_vllm, tiny_path
+from tests.support.real_vllm import random_adapter, start_vllm, tiny_path
 from tests.support.rolling import make_rolling
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]  # the server starts in minutes
@@ -226,22 +226,10 @@ def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, stor
         assert min(diffs) > -EXACT and max(diffs) > 0.01, diffs
 
 
-def _adapter(base: Path, tmp: Path, seed: int) -> Path:
-    """A peft adapter of the served model with non-zero weights (a trained one's shape)."""
-    torch.manual_seed(seed)
-    peft = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base),
-        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False),
-    )
-    path = tmp / f"adapter_{seed}"
-    peft.save_pretrained(str(path))
-    return path
-
-
 def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, trained, tmp_path):
     model, _tok = hf
     for step in (1, 2, 3):
-        assert vllm.publish_adapter(step, _adapter(trained[1], tmp_path, step)) == f"policy@{step}"
+        assert vllm.publish_adapter(step, random_adapter(trained[1], tmp_path, step)) == f"policy@{step}"
     served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
     assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
     assert chat(vllm, "policy@1").status_code == 404

@@ -29,5 +29,5 @@ def start_engines(
     if opts.engine == "vllm":
         from ajet_trainer.vllm.engines import start_vllm_engines
 
-        return start_vllm_engines(opts, job, model_path, model, exp_dir)
+        return start_vllm_engines(opts, job, model_path, model, exp_dir, step)
     raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")

@@ -87,9 +87,9 @@ def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> Engi
 
 
 def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
-    """Asynchronous training (`max_staleness >= 1`) and partial rollouts need the embedded backend and engine:
-    `TrainerError` naming both otherwise, before any model is loaded."""
-    if (opts.backend, opts.engine) == ("embedded", "embedded"):
+    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine, partial rollouts the
+    embedded backend (either engine): `TrainerError` naming what to change otherwise, before any model is loaded."""
+    if opts.backend == "embedded" and (opts.engine == "embedded" or not job.max_staleness):
         return
     if job.max_staleness > 0:
         raise TrainerError(
@@ -99,9 +99,8 @@ def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
         )
     if job.partial_rollouts:
         raise TrainerError(
-            f"partial_rollouts runs on the embedded backend and the embedded engine only so far (vLLM's pause and "
-            f"in-place adapter reload are not wired yet); with --backend {opts.backend} --engine {opts.engine} "
-            "use partial_rollouts=False"
+            f"partial_rollouts runs on the embedded backend (with the embedded engine or vLLM) only so far; with "
+            f"--backend {opts.backend} --engine {opts.engine} use partial_rollouts=False"
         )
 
 

@@ -30,8 +30,8 @@ logger = logging.getLogger(__name__)
 class VllmEngines:
     """vLLM engines; `publish` pushes the step's adapter (LoRA) or weights (full fine-tuning) into every one."""
 
-    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path, lora: bool):
-        self.model, self.exp_dir, self.lora = model, exp_dir, lora
+    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path, lora: bool, partial: bool = False):
+        self.model, self.exp_dir, self.lora, self.partial = model, exp_dir, lora, partial
         self.by_name = {f"vllm-{i}": e for i, e in enumerate(engines)}
         """The live engines by their registered name."""
         for e in engines:
@@ -79,9 +79,23 @@ class VllmEngines:
             for e in self.engines:
                 e.wake_up()
 
+    def begin(self, version: int) -> None:
+        """With partial rollouts: serve the starting weights under the names and version label updates keep (the
+        LoRA adapter of `version` loaded as `LIVE_ADAPTER`; the base weights, as loaded, labelled `version`)."""
+        if not self.partial:
+            return
+        if self.lora:
+            self.publish(version)
+            return
+        for e in self.engines:
+            e.label_version(version)
+
     def publish(self, version: int) -> str:
-        """LoRA: load `policy@<version>`. Full: save the weights, every engine reloads them as `policy`."""
+        """LoRA: load `policy@<version>`. Full: save the weights, every engine reloads them as `policy`. With partial
+        rollouts, both in place across a pause that keeps the running requests (`VllmEngine.publish_in_place`)."""
         self.drop_exited()
+        if self.partial:
+            return self._publish_in_place(version)
         if self.lora:
             path = self.exp_dir / "adapters" / f"step_{version}"
             self.model.save_pretrained(str(path))
@@ -92,6 +106,14 @@ class VllmEngines:
             e.reload_weights(path)
         prune_step_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
         return self.served_model
+
+    def _publish_in_place(self, version: int) -> str:
+        folder = self.exp_dir / ("adapters" if self.lora else "weights")
+        path = folder / f"step_{version}"
+        self.model.save_pretrained(str(path))
+        served = [e.publish_in_place(version, path, adapter=self.lora) for e in self.engines][0]
+        prune_step_folders(folder, keep=1)  # vLLM has read it; a restart loads the checkpoint instead
+        return served
 
     def counters(self) -> EngineCounters:
         """From each server's Prometheus counters: requests finished but aborted ones, and generated tokens."""
@@ -108,22 +130,33 @@ class VllmEngines:
 
 
 def start_vllm_engines(
-    opts: TrainerOptions, job: AgentJetJob, model_path: str, model: PolicyModel, exp_dir: Path
+    opts: TrainerOptions, job: AgentJetJob, model_path: str, model: PolicyModel, exp_dir: Path, step: int
 ) -> VllmEngines:
-    """`opts.vllm_engines` vLLM engines serving `model_path` (full fine-tuning of a model with tied embeddings is
-    refused: `refuse_tied_full_reload`)."""
+    """`opts.vllm_engines` vLLM engines serving `model_path`, the weights of `step` (full fine-tuning of a model with
+    tied embeddings is refused: `refuse_tied_full_reload`)."""
     lora = job.lora_rank > 0
     if not lora:
         refuse_tied_full_reload(model, model_path)
     settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
     devices = engine_devices(opts.vllm_engines, opts.vllm_gpu_groups)
     engines = [VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)]
-    return VllmEngines(engines, model, exp_dir, lora)
+    serving = VllmEngines(engines, model, exp_dir, lora, partial=job.partial_rollouts)
+    try:
+        serving.begin(step)
+    except Exception:
+        serving.stop()
+        raise
+    return serving
 
 
 def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSettings:
     """How to launch vLLM for this job: the trainer's vLLM options, the job's lengths and LoRA rank."""
     sleep = opts.vllm_sleep
+    if sleep and job.partial_rollouts:
+        raise TrainerError(
+            "partial_rollouts keeps vLLM's running requests across each update, which sleep mode would drop with "
+            "their KV cache: leave out --vllm-sleep, or use partial_rollouts=False"
+        )
     if sleep and cpu:
         logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
         sleep = False
@@ -136,6 +169,7 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
         gpu_memory_utilization=job.gpu_memory_utilization,
         cpu=cpu,
         enable_sleep_mode=sleep,
+        partial_rollouts=job.partial_rollouts,
         user_args=opts.vllm_args,
     )
 

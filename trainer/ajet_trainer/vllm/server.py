@@ -39,6 +39,11 @@ logger = logging.getLogger(__name__)
 
 SERVED_NAME = "policy"
 ENTRY_POINT = ("-m", "vllm.entrypoints.openai.api_server")
+VERSIONED_SERVER = Path(__file__).with_name("versioned_server.py")
+"""vLLM's server whose answers carry `policy_version_spans` (partial rollouts), run as a script by vLLM's Python."""
+LIVE_ADAPTER = f"{SERVED_NAME}@live"
+"""With partial rollouts: the one adapter name every step's adapter is loaded under, in place (a paused request
+goes on with the adapter it started on, so the name must not change under it)."""
 VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"
 REPO = Path(__file__).resolve().parents[3]
 
@@ -69,6 +74,9 @@ class VllmSettings:
     """`--enable-sleep-mode`; the trainer then sleeps vLLM during updates (CUDA only)."""
     keep_adapters: int = 2
     """Adapters kept loaded (older ones are unloaded)."""
+    partial_rollouts: bool = False
+    """The job's `partial_rollouts`: vLLM runs as `versioned_server.py` (its answers say which version sampled which
+    token), each update pauses it keeping its requests, and a LoRA adapter is loaded in place under one name."""
     health_timeout_s: float = 900.0
     """How long to wait for `/health` at start."""
     user_args: tuple[str, ...] = ()
@@ -119,7 +127,8 @@ def user_flags(user_args: tuple[str, ...]) -> set[str]:
 
 def launch_args(model_path: str, s: VllmSettings, port: int) -> list[str]:
     """The full launch command line."""
-    prefix = list(s.command) if s.command else [s.python, *ENTRY_POINT]
+    entry = [str(VERSIONED_SERVER)] if s.partial_rollouts else list(ENTRY_POINT)
+    prefix = list(s.command) if s.command else [s.python, *entry]
     taken = user_flags(s.user_args)
     defaults = [part for flag in default_args(s) if flag[0] not in taken for part in flag]
     return [
@@ -252,6 +261,28 @@ class VllmEngine:
             self._post("/v1/unload_lora_adapter", {"lora_name": old})
         self.served_model = name
         return name
+
+    def publish_in_place(self, version: int, path: Path, adapter: bool) -> str:
+        """Partial rollouts: pause keeping the running requests, load the adapter in place under `LIVE_ADAPTER` (or
+        the full weights), drop every cached KV (the running requests' too: vLLM computes them again under the new
+        weights, as the embedded engine does), label the tokens to come `version`, resume. Returns the served name."""
+        self._post("/pause?mode=keep")
+        try:
+            if adapter:
+                self._post("/v1/load_lora_adapter", {"lora_name": LIVE_ADAPTER, "lora_path": str(path),
+                                                     "load_inplace": True})  # fmt: skip
+                self.served_model = LIVE_ADAPTER
+            else:
+                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+            self._post("/reset_prefix_cache?reset_running_requests=true")
+            self._post("/update_weight_version", {"new_version": str(version)})
+        finally:
+            self._post("/resume")
+        return self.served_model
+
+    def label_version(self, version: int) -> None:
+        """Label the tokens vLLM samples from now on `version` (their spans: `versioned_server.py`)."""
+        self._post("/update_weight_version", {"new_version": str(version)})
 
     def reload_weights(self, path: Path) -> None:
         """Serve the full weights saved in `path` (same architecture), dropping prefixes cached by the old ones."""
