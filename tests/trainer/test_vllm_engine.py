@@ -309,3 +309,15 @@ def test_partial_rollouts_update_vllm_in_place_across_a_pause_that_keeps_request
         ]
         assert {j["model"] for j in journal if j["op"] == "chat"} == {"policy@live"}
         assert [p.name for p in adapters.iterdir()] == ["step_3"]
+
+
+def test_the_lora_rank_vllm_boots_with_is_one_it_takes():
+    """vLLM takes only 1, 8, 16, 32, 64, 128, 256, 320 or 512 as --max-lora-rank: lora_rank=12 used to pass 12, and
+    vLLM refused to boot."""
+    from ajet_trainer.vllm.server import vllm_lora_rank
+
+    assert [vllm_lora_rank(r) for r in (1, 2, 8, 12, 16, 17, 300, 320, 500)] == [1, 8, 8, 16, 16, 32, 320, 320, 512]
+    with pytest.raises(TrainerError, match="above vLLM's largest"):
+        vllm_lora_rank(513)
+    args = launch_args("/m", VllmSettings(lora_rank=12), 1)
+    assert args[args.index("--max-lora-rank") + 1] == "16"

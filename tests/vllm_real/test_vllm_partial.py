@@ -3,8 +3,7 @@
 answer, loads the next adapter in place, and the answer goes on to its end. Its tokens say which version sampled
 them, and each token's log-prob is its own version's model's (the trainer's forward pass through peft).
 
-What only a GPU can prove is in docs/partial_rollouts.md: the same under CUDA graphs and bf16, with sleep mode
-refused, and the full-weights path at a real model's size.
+What only a GPU can prove is listed in docs/training.md (partial rollouts, on vLLM).
 """
 
 from __future__ import annotations

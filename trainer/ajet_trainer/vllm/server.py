@@ -109,7 +109,7 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
     if s.max_tokens_cap is not None:
         args.append(("--override-generation-config", json.dumps({"max_new_tokens": s.max_tokens_cap})))
     if s.lora_rank > 0:
-        args += [("--enable-lora",), ("--max-lora-rank", str(max(s.lora_rank, 8)))]
+        args += [("--enable-lora",), ("--max-lora-rank", str(vllm_lora_rank(s.lora_rank)))]
     if s.cpu:
         # no chunked prefill: vLLM's CPU build kills its worker when it discards the sample of a seeded request
         # whose prefill was chunked ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync), and
@@ -118,6 +118,19 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
     if s.enable_sleep_mode:
         args.append(("--enable-sleep-mode",))
     return args
+
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM 0.32 takes for `--max-lora-rank` (`vllm.config.lora.MaxLoRARanks`); any other fails its boot."""
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest `--max-lora-rank` vLLM takes that holds an adapter of `rank` (12 -> 16); `TrainerError` above
+    vLLM's largest."""
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise TrainerError(f"lora_rank={rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]})")
+    return fits[0]
 
 
 def user_flags(user_args: tuple[str, ...]) -> set[str]:
