@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ajet_trainer.embedded.adapters import adapter_names
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
 from ajet_trainer.types import PolicyModel, Tokenizer
@@ -56,6 +57,9 @@ class GenRequest:
     constraint: Optional[TokenConstraint] = None
     """A grammar the answer must follow (`ajet_trainer.embedded.grammar`): tokens it cannot take are masked before
     sampling, and the logged log-probability is that of the masked distribution (what was sampled from)."""
+    adapter: Optional[str] = None
+    """The LoRA adapter that answers (a name the peft model holds); None: the model as it is. Rows of different
+    adapters share one batch and one forward (peft's mixed-adapter batches), each as its adapter alone."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set (by `cancel`, from the HTTP side) when the client went away: the row ends before its next token."""
     generated: int = 0
@@ -187,10 +191,12 @@ class Decoding:
         self.finish: list[Optional[str]] = [None] * n
         self.errors: dict[int, str] = {}
         self.cache_kw = _cache_keyword(model)
+        self.adapters = adapter_names(model, [r.adapter for r in requests])
+        """Each row's adapter, passed to every forward (`adapter_names`), or {} when no row names one."""
         self._prefill(ids, pos)
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **self.adapters)
         self.past, self.last_pos = _cache_of(out), pos[:, -1]
         self.logits = out.logits[:, -1, :].float()
 
@@ -233,6 +239,7 @@ class Decoding:
             position_ids=self.last_pos[:, None],
             use_cache=True,
             **{self.cache_kw: self.past},
+            **self.adapters,
         )
         self.past, self.logits = _cache_of(out), out.logits[:, -1, :].float()
 

@@ -24,6 +24,7 @@ from ajet.chat_request import validate_chat, validate_messages
 from ajet.errors import InvalidRequest, SwarmError
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body, openai_status
 from ajet_trainer.chat_render import render_ids, template_options
+from ajet_trainer.embedded.adapters import requested_adapter, served_names
 from ajet_trainer.embedded.batcher import Batcher, Pending
 from ajet_trainer.embedded.chat import (
     check_engine_support,
@@ -150,7 +151,8 @@ class EmbeddedEngine:
         return web.Response(text="ok")
 
     async def _models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+        names = served_names(self.model, self.model_name)
+        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"} for name in names]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         """`POST /tokenize`, as vLLM serves it: `messages` (+ `tools`, `add_generation_prompt`) through the chat
@@ -180,6 +182,7 @@ class EmbeddedEngine:
         spec = grammar_spec(body)
         prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, self.max_prompt_tokens)
         req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
+        req.adapter = requested_adapter(self.model, self.model_name, body.get("model"))
         if spec is not None:
             req.constraint = self._grammars(spec).constraint(spec)
         return body, prompt, req
