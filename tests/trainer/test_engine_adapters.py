@@ -18,13 +18,13 @@ PROMPTS = [[5, 17, 42, 8], [9, 3], [5, 17, 42, 8], [11, 12, 13]]
 
 @pytest.fixture(scope="module")
 def two_adapters():
-    """builtin:tiny with adapters `a` and `b` (random, non-zero: trained ones' shape), in eval mode."""
+    """builtin:tiny with adapters `red` and `blue` (random, non-zero: trained ones' shape), in eval mode."""
     base, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
     config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
     torch.manual_seed(1)
-    model = get_peft_model(base, config, adapter_name="a")
+    model = get_peft_model(base, config, adapter_name="red")
     torch.manual_seed(2)
-    model.add_adapter("b", config)
+    model.add_adapter("blue", config)
     return model.eval(), tok
 
 
@@ -35,35 +35,37 @@ def _requests(names: list) -> list[GenRequest]:
 def test_rows_of_two_adapters_in_one_batch_are_each_as_their_adapter_alone(two_adapters):
     model, tok = two_adapters
     eos = eos_token_ids(model, tok)
-    names = ["a", "b", "b", "a"]
+    names = ["red", "blue", "blue", "red"]
     mixed = generate_batch(model, tok, _requests(names), eos)
-    for name in ("a", "b"):
+    for name in ("red", "blue"):
         model.set_adapter(name)
         rows = [i for i, n in enumerate(names) if n == name]
         alone = generate_batch(model, tok, [_requests([None] * 4)[i] for i in rows], eos)
         for i, res in zip(rows, alone):
             assert mixed[i].token_ids == res.token_ids
             assert max(abs(x - y) for x, y in zip(mixed[i].logprobs, res.logprobs)) < 1e-5
-    model.set_adapter("a")
+    model.set_adapter("red")
     # rows 0 and 2 share a prompt; their adapters differ, and so do their first token's distributions
-    first = [generate_batch(model, tok, [GenRequest(PROMPTS[0], 1, seed=3, adapter=n)], eos)[0] for n in ("a", "b")]
+    first = [
+        generate_batch(model, tok, [GenRequest(PROMPTS[0], 1, seed=3, adapter=n)], eos)[0] for n in ("red", "blue")
+    ]
     assert abs(first[0].logprobs[0] - first[1].logprobs[0]) > 1e-3 or first[0].token_ids != first[1].token_ids
 
 
 def test_a_row_without_an_adapter_takes_the_active_one_and_an_unknown_name_is_refused(two_adapters):
     model, tok = two_adapters
     eos = eos_token_ids(model, tok)
-    model.set_adapter("b")
-    mixed = generate_batch(model, tok, _requests([None, "a", None, "a"]), eos)
-    same = generate_batch(model, tok, _requests(["b", "a", "b", "a"]), eos)
+    model.set_adapter("blue")
+    mixed = generate_batch(model, tok, _requests([None, "red", None, "red"]), eos)
+    same = generate_batch(model, tok, _requests(["blue", "red", "blue", "red"]), eos)
     assert [r.token_ids for r in mixed] == [r.token_ids for r in same]
-    with pytest.raises(ValueError, match="no LoRA adapter named c"):
-        generate_batch(model, tok, _requests(["a", "c", None, None]), eos)
-    model.set_adapter("a")
+    with pytest.raises(ValueError, match="no LoRA adapter named green"):
+        generate_batch(model, tok, _requests(["red", "green", None, None]), eos)
+    model.set_adapter("red")
 
 
 def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
-    """Over HTTP: `/v1/models` lists `policy@a` and `policy@b`; calls naming them, sent together, are batched and
+    """Over HTTP: `/v1/models` lists `policy@blue` and `policy@red`; calls naming them, sent together, are batched and
     answered each by its adapter (the ids of a plain answer equal the adapter alone's); an adapter the engine does not
     hold is a 404 `model_not_found`, as vLLM answers it."""
     import asyncio
@@ -76,7 +78,7 @@ def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
     eng = EmbeddedEngine(model, tok, max_tokens_cap=8, batch_window_s=0.25)  # a wide window: one batch
     url = eng.start()
     try:
-        assert [m["id"] for m in httpx.get(url + "/models").json()["data"]] == ["policy", "policy@a", "policy@b"]
+        assert [m["id"] for m in httpx.get(url + "/models").json()["data"]] == ["policy", "policy@blue", "policy@red"]
 
         async def ask(name: str) -> dict:
             body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "seed": 4,
@@ -85,17 +87,17 @@ def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
                 return (await c.post(url + "/chat/completions", json=body)).json()
 
         async def both() -> list[dict]:
-            return await asyncio.gather(ask("policy@a"), ask("policy@b"))
+            return await asyncio.gather(ask("policy@red"), ask("policy@blue"))
 
         answers = asyncio.run(both())
         assert eng.batcher.stats["max_batch_seen"] == 2
-        for name, answer in zip("ab", answers):
+        for name, answer in zip(("red", "blue"), answers):
             model.set_adapter(name)
             req = GenRequest(answer["prompt_token_ids"], max_tokens=8, seed=4)
             alone = generate_batch(model, tok, [req], eos_token_ids(model, tok))[0]
             assert answer["choices"][0]["token_ids"] == alone.token_ids
-        model.set_adapter("a")
-        missing = httpx.post(url + "/chat/completions", json={"model": "policy@c", "messages": [{"role": "user",
+        model.set_adapter("red")
+        missing = httpx.post(url + "/chat/completions", json={"model": "policy@green", "messages": [{"role": "user",
                              "content": "hi"}]})  # fmt: skip
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     finally:

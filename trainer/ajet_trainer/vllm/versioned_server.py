@@ -8,6 +8,13 @@ as the embedded engine does, as `policy_version_spans` (`[[offset, version], ...
 stream's chunk that ends the answer (its `finish_reason`); only when an update came mid-answer (two spans or more).
 The proxy reads that field from either engine alike (`ajet_proxy.dataplane.tokens`).
 
+It also keeps an adapter loaded in place from being read again at every step. vLLM 0.32 hands each request the
+`LoRARequest` its name was last loaded with; one loaded with `load_inplace` makes the worker load the adapter from
+that request's folder again at each step it runs in (`LRUCacheWorkerLoRAManager.add_adapter`). A request kept across
+an update (`/pause?mode=keep`) so went on reading the previous step's folder: the old weights, token after token
+(found by tests/vllm_real/test_vllm_partial.py). Here the name's request is stored without `load_inplace` once the
+load is done: the worker holds the new weights under the same id, and every request, kept or new, runs on them.
+
 This file imports nothing of AgentJet: vLLM's interpreter has only vLLM.
 """
 
@@ -71,13 +78,31 @@ def _stream(original: Any) -> Any:
     return stream
 
 
+def _loaded_once(original: Any) -> Any:
+    @functools.wraps(original)
+    async def load(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        import msgspec
+
+        out = await original(self, request, *args, **kwargs)
+        held = self.lora_requests.get(request.lora_name)
+        if held is not None and held.load_inplace:  # loaded now: later requests must not load it again each step
+            self.lora_requests[request.lora_name] = msgspec.structs.replace(held, load_inplace=False)
+        return out
+
+    return load
+
+
 def patch() -> None:
-    """Wrap vLLM's chat answer builders (plain and streamed) to add `policy_version_spans`."""
+    """Wrap vLLM's chat answer builders (plain and streamed) to add `policy_version_spans`, and its adapter loading
+    to store an in-place load's request without `load_inplace`."""
     from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.entrypoints.openai.models.serving import OpenAIServingModels
 
     serving: Any = OpenAIServingChat
     serving.chat_completion_full_generator = _full(serving.chat_completion_full_generator)
     serving.chat_completion_stream_generator = _stream(serving.chat_completion_stream_generator)
+    models: Any = OpenAIServingModels
+    models.load_lora_adapter = _loaded_once(models.load_lora_adapter)
 
 
 if __name__ == "__main__":
