@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+import torch
 
 from ajet_trainer.vllm.engines import prometheus_counter
 from ajet_trainer.vllm.server import LIVE_ADAPTER, VllmEngine, VllmSettings
@@ -46,8 +47,8 @@ def _generated(vllm: VllmEngine) -> float:
     return prometheus_counter(text, "vllm:generation_tokens_total")
 
 
-def _body(stream: bool) -> dict[str, Any]:
-    return {"model": LIVE_ADAPTER, "messages": [{"role": "user", "content": "count"}], "max_tokens": ANSWER,
+def _body(stream: bool, model: str = LIVE_ADAPTER) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "count"}], "max_tokens": ANSWER,
             "ignore_eos": True, "logprobs": True, "return_token_ids": True, "seed": 5, "temperature": 1.0,
             "stream": stream}  # fmt: skip
 
@@ -74,11 +75,11 @@ def _streamed(vllm: VllmEngine, update) -> dict[str, Any]:
     return {**out, "ids": ids, "lps": lps}
 
 
-def _plain(vllm: VllmEngine, update) -> dict[str, Any]:
-    """A plain answer, the update made once vLLM counts `BEFORE` generated tokens more than before it."""
+def _plain(vllm: VllmEngine, update, model: str = LIVE_ADAPTER) -> dict[str, Any]:
+    """A plain answer of `model`, the update made once vLLM counts `BEFORE` generated tokens more than before it."""
     start, got = _generated(vllm), {}
     url = vllm.base_url + "/chat/completions"
-    asking = threading.Thread(target=lambda: got.update(httpx.post(url, json=_body(False), timeout=300).json()))
+    asking = threading.Thread(target=lambda: got.update(httpx.post(url, json=_body(False, model), timeout=300).json()))
     asking.start()
     deadline = time.monotonic() + 120
     while _generated(vllm) - start < BEFORE:
@@ -115,3 +116,29 @@ def test_an_answer_within_one_version_carries_no_spans(vllm, tmp_path):
     body = {**_body(False), "max_tokens": 8}
     answer = httpx.post(vllm.base_url + "/chat/completions", json=body, timeout=120).json()
     assert len(answer["choices"][0]["token_ids"]) == 8 and "policy_version_spans" not in answer
+
+
+def test_full_weights_reloaded_mid_answer_go_on_from_the_cut(vllm, tmp_path):
+    """Full fine-tuning's update mid-answer: the weights reloaded in place (`collective_rpc reload_weights`) between
+    the pause and the resume; the base model answers before the cut, the new weights after it. Last in the module:
+    it puts the served weights back after."""
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_path()).eval()
+    changed = AutoModelForCausalLM.from_pretrained(tiny_path())
+    torch.manual_seed(9)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    changed.save_pretrained(str(tmp_path / "step_1"))
+    vllm.label_version(0)
+    try:
+        answer = _plain(vllm, lambda: vllm.publish_in_place(1, tmp_path / "step_1", adapter=False), model="policy")
+        cut = answer["spans"][1][0]
+        assert [v for _, v in answer["spans"]] == [0, 1] and BEFORE <= cut < ANSWER, answer["spans"]
+        old = completion_logprobs(base, answer["prompt"], answer["ids"])
+        new = completion_logprobs(changed.eval(), answer["prompt"], answer["ids"])
+        assert max(abs(a - b) for a, b in zip(answer["lps"][:cut], old[:cut])) < EXACT
+        assert max(abs(a - b) for a, b in zip(answer["lps"][cut:], new[cut:])) < EXACT
+    finally:
+        vllm.reload_weights(Path(tiny_path()))

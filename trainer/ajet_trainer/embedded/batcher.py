@@ -86,6 +86,8 @@ class Batcher:
         yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights."""
         self.busy_s = 0.0
         """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
+        self._busy_since = 0.0
+        """When the running batch last started sampling (its start, or its return from an update)."""
         self.last_batch_s = 0.0
         """How long batches take to generate, lately (the last one's time, or half the figure before if that is
         more); `gather_window` scales the next batch's gathering by it."""
@@ -187,22 +189,25 @@ class Batcher:
     def _generate(self, requests: list[GenRequest], version: int) -> list[GenResult]:
         """Sample one batch under the weights' lock (held by the caller), yielding it to an update between two
         tokens when partial rollouts are on."""
-        t0 = time.monotonic()
-        run = Decoding(self.model, self.tokenizer, requests, self.eos_ids, version)
-        while not run.finished():
-            if self.partial_rollouts and self._update_wanted.is_set():
-                self.busy_s += time.monotonic() - t0
-                self.weights_lock.release()
-                try:
-                    self._handoff.wait()  # the update holds the weights now
-                finally:
-                    self.weights_lock.acquire()
-                t0 = time.monotonic()
-                self.stats["suspended"] += 1
-                self.stats["reprefilled_tokens"] += run.reprefill(self.policy_version)
-            run.step()
-        self.busy_s += time.monotonic() - t0
-        return run.results()
+        self._busy_since = time.monotonic()
+        results = generate_batch(self.model, self.tokenizer, requests, self.eos_ids, version, self._yield_if_wanted)
+        self.busy_s += time.monotonic() - self._busy_since
+        return results
+
+    def _yield_if_wanted(self, run: Decoding) -> None:
+        """With partial rollouts and an update waiting: hand it the weights, then go on under the new ones (the
+        batch's rows re-prefilled). The wait is not busy time."""
+        if not (self.partial_rollouts and self._update_wanted.is_set()):
+            return
+        self.busy_s += time.monotonic() - self._busy_since
+        self.weights_lock.release()
+        try:
+            self._handoff.wait()  # the update holds the weights now
+        finally:
+            self.weights_lock.acquire()
+        self._busy_since = time.monotonic()
+        self.stats["suspended"] += 1
+        self.stats["reprefilled_tokens"] += run.reprefill(self.policy_version)
 
     def _without_the_gone(self, batch: list[Pending]) -> list[Pending]:
         """The batch without the requests whose client left while they waited (never started)."""

@@ -158,11 +158,19 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
 
 @torch.no_grad()
 def generate_batch(
-    model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int]
+    model: PolicyModel,
+    tokenizer: Tokenizer,
+    requests: list[GenRequest],
+    eos_ids: set[int],
+    version: int = 0,
+    between: Optional[Callable[["Decoding"], None]] = None,
 ) -> list[GenResult]:
-    """Sample every request in one batch; returns results in request order."""
-    run = Decoding(model, tokenizer, requests, eos_ids)
+    """Sample every request in one batch under policy `version`; returns results in request order. `between` is
+    called with the batch before each token (the batcher yields it to an update there, with partial rollouts)."""
+    run = Decoding(model, tokenizer, requests, eos_ids, version)
     while not run.finished():
+        if between is not None:
+            between(run)
         run.step()
     return run.results()
 
