@@ -4,14 +4,13 @@ Rollouts go on while the trainer updates; a batch takes episodes at most k versi
 (counted, never trained); a SIGKILL mid-update loses nothing and trains nothing twice.
 """
 
-import time
-
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import EpisodeStatus, ExperimentState
 from tests.support.faults import update_delay_env, update_gate_env
 from tests.support.swarm import running_swarm
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,14 +57,6 @@ def play(client: SwarmClient, tag: str, tasks: str = "ab") -> list[str]:
 def versions(store, uuids) -> set[int]:
     """The policy versions that answered the episodes' calls (as the proxy logged them)."""
     return {c.policy_version for u in uuids for c in store.calls(u)}
-
-
-def wait_for(pred, what: str, timeout: float = 120, poll: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while not (got := pred()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll)
-    return got
 
 
 def test_rollouts_go_on_during_updates_and_stale_episodes_are_dropped(tmp_path):

@@ -10,7 +10,6 @@ its older tokens train with the behaviour correction.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import ExperimentState
 from tests.support.faults import GATE_HELD, update_gate_env
 from tests.support.swarm import running_swarm
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -48,14 +48,6 @@ def group(client: SwarmClient, task: str) -> list[str]:
 def _numbered(client: SwarmClient, uuid: str) -> int:
     """Calls of an open episode numbered so far (a call is numbered as it goes to the engine)."""
     return next((e.num_calls for e in client.get_rollout_stat().open_episodes if e.episode_uuid == uuid), 0)
-
-
-def wait_for(pred, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while not (got := pred()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return got
 
 
 def test_an_open_episode_never_holds_a_step_and_calls_during_an_update_are_held(tmp_path):
