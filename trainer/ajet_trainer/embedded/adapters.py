@@ -2,12 +2,19 @@
 
 peft's mixed-adapter batches (`adapter_names=`, one name per row) run each row through its own adapter in the same
 forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/test_engine_adapters.py).
-peft refuses them while the model is in training mode.
+peft refuses them while the model is in training mode (the trainer keeps it in eval mode: dropout off).
+
+Training one adapter of several (`Learner(adapter=...)`): its own parameters and optimizer, the model's active
+adapter switched to it for the update (peft's `set_adapter` is global to the model object, so the update holds
+the model as every update holds the weights: the engine's batches wait), then switched back.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+import torch
 
 from ajet.errors import ModelNotFound
 from ajet_trainer.types import PolicyModel
@@ -50,3 +57,26 @@ def requested_adapter(model: PolicyModel, served: str, asked: Optional[str]) -> 
     if name not in held_adapters(model):
         raise ModelNotFound(f"the model `{asked}` does not exist (served: {', '.join(served_names(model, served))})")
     return name
+
+
+def adapter_parameters(model: PolicyModel, adapter: str) -> list[torch.nn.Parameter]:
+    """The LoRA parameters of one adapter (`...lora_A.<adapter>.weight`, ...); `ValueError` for one not held."""
+    if adapter not in held_adapters(model):
+        raise ValueError(f"no LoRA adapter named {adapter} (held: {', '.join(held_adapters(model))})")
+    return [p for n, p in model.named_parameters() if "lora_" in n and f".{adapter}." in n]
+
+
+@contextmanager
+def training(model: PolicyModel, adapter: Optional[str]) -> Iterator[None]:
+    """`adapter` active (and alone trainable) for the block, the adapter active before restored after; a no-op for
+    None (the model trains as it is)."""
+    if adapter is None:
+        yield
+        return
+    before = getattr(model, "active_adapter", None)
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        if before is not None and before != adapter:
+            model.set_adapter(before)

@@ -18,6 +18,7 @@ import torch
 
 from ajet.job import AgentJetJob
 from ajet_trainer.correction import tis_cap
+from ajet_trainer.embedded.adapters import adapter_parameters, training
 from ajet_trainer.grpo import (
     Batch,
     collate,
@@ -57,11 +58,15 @@ def reward_stats(rewards: Sequence[float]) -> tuple[float, float]:
 
 
 class Learner:
-    """Optimizer and update step for one policy model."""
+    """Optimizer and update step for one policy model, or for one LoRA adapter of several on a model (`adapter`:
+    its parameters alone, its own optimizer; the other adapters' weights and optimizers are not touched)."""
 
-    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob):
-        self.model, self.tokenizer, self.job = model, tokenizer, job
-        self.params = [p for p in model.parameters() if p.requires_grad]
+    def __init__(self, model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob, adapter: Optional[str] = None):
+        self.model, self.tokenizer, self.job, self.adapter = model, tokenizer, job, adapter
+        if adapter is None:
+            self.params = [p for p in model.parameters() if p.requires_grad]
+        else:
+            self.params = adapter_parameters(model, adapter)
         self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
         self.cfg = loss_config(job.clip_ratio, job.clip_ratio_high)
         self.lora = job.lora_rank > 0
@@ -82,6 +87,10 @@ class Learner:
     def update(self, samples: Sequence[EpisodeSample], seed: int = 0, lagged: bool = False) -> dict[str, float]:
         """One GRPO step; returns its metrics. `lagged`: some samples come from an older policy than the one being
         updated (a synchronous job's leftovers): the loss corrects them as an asynchronous job's (`tis_cap`)."""
+        with training(self.model, self.adapter):
+            return self._update(samples, seed, lagged)
+
+    def _update(self, samples: Sequence[EpisodeSample], seed: int, lagged: bool) -> dict[str, float]:
         t0 = time.perf_counter()
         samples = canonical_order(samples)  # arrival order must not change the update
         adv = episode_advantages(samples)

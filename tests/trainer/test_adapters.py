@@ -1,5 +1,6 @@
-"""Several LoRA adapters on one base model in the embedded engine (`ajet_trainer.embedded.adapters`): rows of
-different adapters sampled in one batch are each what their adapter alone samples, token for token."""
+"""Several LoRA adapters on one base model (`ajet_trainer.embedded.adapters`): rows of different adapters sampled in
+one batch by the embedded engine are each what their adapter alone samples, token for token; a learner trains one
+adapter as if it were alone, leaving the others as they were."""
 
 from __future__ import annotations
 
@@ -16,16 +17,27 @@ from ajet_trainer.tiny_model import builtin_model_path
 PROMPTS = [[5, 17, 42, 8], [9, 3], [5, 17, 42, 8], [11, 12, 13]]
 
 
+CONFIG = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
+
+
+def with_adapters(*names: str):
+    """builtin:tiny with the named adapters (random, non-zero: trained ones' shape; the i-th drawn from seed i + 1),
+    in eval mode as the trainer keeps it; the first active."""
+    base, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
+    model = None
+    for i, name in enumerate(names):
+        torch.manual_seed(i + 1)
+        if model is None:
+            model = get_peft_model(base, CONFIG, adapter_name=name)
+        else:
+            model.add_adapter(name, CONFIG)
+    model.set_adapter(names[0])
+    return model.eval(), tok
+
+
 @pytest.fixture(scope="module")
 def two_adapters():
-    """builtin:tiny with adapters `red` and `blue` (random, non-zero: trained ones' shape), in eval mode."""
-    base, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
-    config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
-    torch.manual_seed(1)
-    model = get_peft_model(base, config, adapter_name="red")
-    torch.manual_seed(2)
-    model.add_adapter("blue", config)
-    return model.eval(), tok
+    return with_adapters("red", "blue")
 
 
 def _requests(names: list) -> list[GenRequest]:
@@ -102,3 +114,30 @@ def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     finally:
         eng.stop()
+
+
+def test_a_learner_trains_its_adapter_as_if_alone_and_leaves_the_others_as_they_were():
+    from ajet_trainer.embedded.learner import Learner
+    from ajet_trainer.types import EpisodeSample, TrainSequence
+
+    def sample(uuid: str, reward: float, resp: tuple[int, ...]) -> EpisodeSample:
+        seq = TrainSequence(uuid, "t", (1, 2), resp, (1,) * len(resp), (0.0,) * len(resp))
+        return EpisodeSample(uuid, "t", reward, (seq,))
+
+    samples = [sample("a", 1.0, (40, 41)), sample("b", 0.0, (50, 51))]
+    job = AgentJetJob(lr=1e-2, lora_rank=8, max_prompt_length=64, max_response_length=16, max_model_len=128)
+    model, tok = with_adapters("blue", "red")  # red drawn from seed 2, as `alone` below draws it
+    blue_before = {n: p.clone() for n, p in model.named_parameters() if ".blue." in n}
+    red_learner, blue_learner = Learner(model, tok, job, adapter="red"), Learner(model, tok, job, adapter="blue")
+    red_learner.update(samples)
+    assert all(torch.equal(p, blue_before[n]) for n, p in model.named_parameters() if ".blue." in n)
+    assert not blue_learner.optimizer.state and model.active_adapter == "blue"  # switched back after the update
+    alone, _ = with_adapters("green", "red")  # the same red weights, on a model where red is trained alone
+    alone.set_adapter("red")
+    Learner(alone, tok, job, adapter="red").update(samples)
+    trained = dict(model.named_parameters())
+    untrained = dict(with_adapters("green", "red")[0].named_parameters())
+    red = [n for n, _ in alone.named_parameters() if ".red." in n]
+    alone_params = dict(alone.named_parameters())
+    assert red and all(torch.allclose(trained[n], alone_params[n], atol=1e-6) for n in red)
+    assert max(float((trained[n] - untrained[n]).detach().abs().max()) for n in red) > 1e-4  # the update moved red
