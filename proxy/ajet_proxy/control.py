@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from ajet.errors import BootFailed, EpisodeNotFound, InvalidRequest, NotReady, TrainerUnresponsive
 from ajet.job import TRACKERS, AgentJetJob
 from ajet.protocol import CLIENT_HEADER
+from ajet.sharing import job_conflict
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
 from ajet.types import (
     AutoSyncRequest,
@@ -165,18 +166,17 @@ def stop_engine(request: Request) -> OkResponse:
 
 @router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
 async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
-    """Sync + start when OFFLINE (or when forced); otherwise join the running job. The answer carries the trainer's
-    template preflight of the job's model."""
+    """Sync + start when OFFLINE (or when forced); otherwise join the running job when it is the same job, else 409
+    `JobConflict` naming the fields that differ. The answer carries the trainer's template preflight of the job's
+    model."""
     s = _proxy(request)
     job = _validate_job(body.job, s)
     if body.force_restart:
         await asyncio.to_thread(stop_engine, request)
     row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync
-    if not started and row.job != job:
-        logger.warning(
-            "client %s joins the running job; its own job differs (use force_restart to replace it)",
-            _client_id(request),
-        )
+    conflict = None if started or row.job is None else job_conflict(row.job, job)
+    if conflict is not None:  # never a silent join to another job
+        raise conflict
     return await _synced(s)
 
 

@@ -132,7 +132,8 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
     async def auto_sync_train_config_and_start_engine(
         self, job: AgentJetJob, force_restart: bool = False
     ) -> ExperimentState:
-        """Sync and start if OFFLINE; join the running job otherwise (or restart it with `force_restart`)."""
+        """Sync and start if OFFLINE; join the running job if it is this job (or restart it with `force_restart`);
+        `JobConflict` (409, naming the fields) when the swarm trains another job."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
         answer = await self._call("POST", "auto_sync_train_config_and_start_engine", body)
         state = self._synced(answer)

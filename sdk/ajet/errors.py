@@ -98,6 +98,13 @@ class EpisodeConflict(Conflict):
     code = ErrorCode.EPISODE_CONFLICT
 
 
+class JobConflict(Conflict):
+    """409: the client's job differs from the one the swarm trains (`detail` names the fields); the swarm never
+    joins a client to another job silently."""
+
+    code = ErrorCode.JOB_CONFLICT
+
+
 class BootFailed(Conflict):
     """409: the trainer failed to boot the synced job (`detail` has its reason); retrying cannot help until a
     client fixes the job and starts the engine again, so `begin_episode` raises it at once."""
@@ -203,6 +210,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmError]] = {
         EpisodeNotFound,
         WrongState,
         EpisodeConflict,
+        JobConflict,
         BootFailed,
         InvalidRequest,
         RequestTooLarge,

@@ -35,6 +35,7 @@ class ErrorCode(str, Enum):
     EPISODE_NOT_FOUND = "EpisodeNotFound"
     WRONG_STATE = "WrongState"
     EPISODE_CONFLICT = "EpisodeConflict"
+    JOB_CONFLICT = "JobConflict"
     INVALID_REQUEST = "InvalidRequest"
     REQUEST_TOO_LARGE = "RequestTooLarge"
     NOT_READY = "NotReady"
@@ -65,6 +66,7 @@ _STATUS = {
     ErrorCode.EPISODE_NOT_FOUND: 404,
     ErrorCode.WRONG_STATE: 409,
     ErrorCode.EPISODE_CONFLICT: 409,
+    ErrorCode.JOB_CONFLICT: 409,
     ErrorCode.INVALID_REQUEST: 422,
     ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.NOT_READY: 503,

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from ajet import AgentJetJob, Conflict, EpisodeNotFound, SwarmClient, SwarmTimeout, Task, Unauthorized, WorkflowOutput
+from ajet.errors import JobConflict
 from ajet.protocol import CLIENT_HEADER
 from ajet.rollout_summary import format_rollout_stat
 from ajet.types import EpisodeStatus, ExperimentState
@@ -152,9 +153,13 @@ def test_auto_sync_starts_or_joins(client, store, stub):
     assert client.auto_sync_train_config_and_start_engine(job) == ExperimentState.BOOTING
     make_rolling(store, stub.url)
     wait_state(client, ExperimentState.ROLLING)
-    other = AgentJetJob(batch_size=5)
-    assert client.auto_sync_train_config_and_start_engine(other) == ExperimentState.ROLLING  # joins
-    assert store.experiment().job.batch_size == 2
+    assert client.auto_sync_train_config_and_start_engine(job) == ExperimentState.ROLLING  # the same job joins
+    other = AgentJetJob(batch_size=5, model="builtin:small")
+    with pytest.raises(JobConflict) as refused:  # another job never joins silently
+        client.auto_sync_train_config_and_start_engine(other)
+    assert refused.value.status == 409 and "shared by every job on this swarm: model (" in refused.value.detail
+    assert "the job's own: experiment_name, num_repeat, batch_size" in refused.value.detail
+    assert store.experiment().job.batch_size == 2 and store.experiment().state == ExperimentState.ROLLING
     assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == ExperimentState.BOOTING
     assert store.experiment().job.batch_size == 5
 
