@@ -65,6 +65,8 @@ def test_vllm_launch_arguments_defaults_and_overrides():
         "--enable-lora",
         "--max-lora-rank",
         "16",
+        "--max-loras",  # the adapters kept loaded: the step before's and the new one's share a batch
+        "2",
         "--enable-sleep-mode",
     ]
     cpu = VllmSettings(

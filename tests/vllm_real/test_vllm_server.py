@@ -28,7 +28,7 @@ from ajet_trainer.model_export import export_model
 from ajet_trainer.vllm.engines import prometheus_counter
 from ajet_trainer.vllm.server import VllmEngine
 from tests.support.logprobs import completion_logprobs
-from tests.support.real_vllm import random_adapter, start_vllm, tiny_path
+from tests.support.real_vllm import adapter_model, random_adapter, start_vllm, tiny_path
 from tests.support.rolling import make_rolling
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(900)]  # the server starts in minutes
@@ -241,6 +241,35 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
     gap = answer_gaps(got, peft_model.eval())
     assert max(gap) < EXACT, gap
     assert max(answer_gaps(got, model)) > 0.01  # the adapter, not the base model, answered
+
+
+def test_two_adapters_served_at_once_each_answer_as_their_peft_model(vllm, trained, tmp_path):
+    """vLLM serving several adapters of one base at once (`--max-loras`, loaded and unloaded at runtime under names
+    of our choosing, as experiments will be): calls to both, sent together, each answer as their own adapter."""
+    import asyncio
+
+    paths = {name: random_adapter(trained[1], tmp_path, seed) for name, seed in (("red", 11), ("blue", 12))}
+    for name, path in paths.items():
+        vllm.load_adapter(f"policy@{name}", path)
+    try:
+        served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
+        assert {"policy@red", "policy@blue"} <= served
+
+        async def ask(model: str) -> dict:
+            body = {"model": model, "messages": MSGS, "max_tokens": 6, "logprobs": True, "return_token_ids": True,
+                    "seed": 1}  # fmt: skip
+            async with httpx.AsyncClient(timeout=120) as c:
+                return (await c.post(vllm.base_url + "/chat/completions", json=body)).json()
+
+        async def both() -> list[dict]:
+            return await asyncio.gather(ask("policy@red"), ask("policy@blue"))
+
+        for name, answer in zip(paths, asyncio.run(both())):
+            assert max(answer_gaps(answer, adapter_model(trained[1], paths[name]))) < EXACT, name
+    finally:
+        for name in paths:
+            vllm.unload_adapter(f"policy@{name}")
+    assert chat(vllm, "policy@red").status_code == 404
 
 
 def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):

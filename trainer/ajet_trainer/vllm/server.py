@@ -73,7 +73,8 @@ class VllmSettings:
     enable_sleep_mode: bool = False
     """`--enable-sleep-mode`; the trainer then sleeps vLLM during updates (CUDA only)."""
     keep_adapters: int = 2
-    """Adapters kept loaded (older ones are unloaded)."""
+    """Adapters kept loaded (older ones are unloaded), and so the adapters one batch may mix (`--max-loras`: a call
+    to the step before's adapter shares a batch with the new one's)."""
     partial_rollouts: bool = False
     """The job's `partial_rollouts`: vLLM runs as `versioned_server.py` (its answers say which version sampled which
     token), each update pauses it keeping its requests, and a LoRA adapter is loaded in place under one name."""
@@ -109,7 +110,8 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
     if s.max_tokens_cap is not None:
         args.append(("--override-generation-config", json.dumps({"max_new_tokens": s.max_tokens_cap})))
     if s.lora_rank > 0:
-        args += [("--enable-lora",), ("--max-lora-rank", str(vllm_lora_rank(s.lora_rank)))]
+        args += [("--enable-lora",), ("--max-lora-rank", str(vllm_lora_rank(s.lora_rank))),
+                 ("--max-loras", str(s.keep_adapters))]  # fmt: skip
     if s.cpu:
         # no chunked prefill: vLLM's CPU build kills its worker when it discards the sample of a seeded request
         # whose prefill was chunked ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync), and
@@ -264,14 +266,22 @@ class VllmEngine:
         if self.settings.enable_sleep_mode:
             self._post("/wake_up")
 
+    def load_adapter(self, name: str, path: Path, in_place: bool = False) -> None:
+        """Serve the adapter saved in `path` as `name` (`in_place`: replace the one loaded under that name)."""
+        body: dict[str, object] = {"lora_name": name, "lora_path": str(path)}
+        self._post("/v1/load_lora_adapter", {**body, "load_inplace": True} if in_place else body)
+
+    def unload_adapter(self, name: str) -> None:
+        """Stop serving the adapter `name` (its calls are then 404 `model_not_found`)."""
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
     def publish_adapter(self, step: int, path: Path) -> str:
         """Load step N's adapter as `policy@N`, unload the old ones; returns the new served name."""
         name = adapter_name(step)
-        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self.load_adapter(name, path)
         self.loaded.append(name)
         while len(self.loaded) > self.settings.keep_adapters:
-            old = self.loaded.pop(0)
-            self._post("/v1/unload_lora_adapter", {"lora_name": old})
+            self.unload_adapter(self.loaded.pop(0))
         self.served_model = name
         return name
 
@@ -282,8 +292,7 @@ class VllmEngine:
         self._post("/pause?mode=keep")
         try:
             if adapter:
-                self._post("/v1/load_lora_adapter", {"lora_name": LIVE_ADAPTER, "lora_path": str(path),
-                                                     "load_inplace": True})  # fmt: skip
+                self.load_adapter(LIVE_ADAPTER, path, in_place=True)
                 self.served_model = LIVE_ADAPTER
             else:
                 self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
