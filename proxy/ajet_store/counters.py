@@ -100,6 +100,12 @@ def bulk_move(c: sa.Connection, where: Any, new: str) -> None:
     bump(c, merge(status_deltas(m, kind, old, new, n) for m, kind, old, n in c.execute(q)))
 
 
+def value(c: sa.Connection, name: str) -> float:
+    """One counter (0 before its first change)."""
+    got = c.execute(sa.select(t.counters.c.value).where(t.counters.c.name == name)).scalar()
+    return float(got or 0)
+
+
 def read(c: sa.Connection) -> dict[str, float]:
     """Every counter."""
     return {name: float(value) for name, value in c.execute(sa.select(t.counters.c.name, t.counters.c.value))}

@@ -246,6 +246,20 @@ class _Tally:
             rows.touch_client(c, client_id, now, counter, n)
 
 
+def _admit(c: sa.Connection, exp: ExperimentRow) -> None:
+    """`NotReady` (retry later) when the experiment has as many episodes open as its job's `max_open_episodes`."""
+    cap = exp.job.max_open_episodes if exp.job is not None else None
+    if cap is None:
+        return
+    open_now = int(counters.value(c, counters.episodes_key(EpisodeStatus.OPEN.value)))
+    if open_now >= cap:
+        raise NotReady(
+            f"the experiment has {open_now} episodes open, its job's cap (max_open_episodes={cap}); retry when one "
+            "ends",
+            state=exp.state.value,
+        )
+
+
 def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, tally: _Tally) -> EpisodeRow:
     """Insert an open episode in the caller's transaction (`NotReady`, before any write, unless ROLLING with a
     live trainer). A retried begin whose episode exists already is answered with it (`_rekey`)."""
@@ -262,6 +276,7 @@ def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, ta
             state=exp.state.value,
             silent_s=silent,
         )
+    _admit(c, exp)
     c.execute(
         _INSERT_EPISODE,
         {

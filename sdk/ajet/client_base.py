@@ -219,8 +219,9 @@ class StoreWait:
 
 
 class BeginWait:
-    """Delays of `begin_episode` while the engine is not ROLLING (`SwarmTimeout` past `max_wait`), and while the
-    trainer is silent (`TrainerUnresponsive` past `max_silence`)."""
+    """Delays of `begin_episode` while the swarm cannot take it (not ROLLING, a mission's share or the job's
+    `max_open_episodes` reached: `SwarmTimeout` past `max_wait`), and while the trainer is silent
+    (`TrainerUnresponsive` past `max_silence`)."""
 
     def __init__(self, max_wait: float, max_silence: float):
         self.max_wait, self.max_silence = max_wait, max_silence
@@ -230,7 +231,9 @@ class BeginWait:
     def next(self, exc: NotReady) -> float:
         self._silence(exc)
         if time.monotonic() + self.delay > self.deadline:
-            raise SwarmTimeout(f"the experiment is not ROLLING after {self.max_wait}s: {exc}") from exc
+            raise SwarmTimeout(
+                f"begin_episode waited {self.max_wait}s and the swarm still cannot take it: {exc}"
+            ) from exc
         logger.debug("begin_episode: %s; waiting %.1fs", exc.state, self.delay)
         delay, self.delay = self.delay * (0.75 + random.random() / 2), min(self.delay * 1.5, 5.0)
         return delay

@@ -67,6 +67,10 @@ class AgentJetJob(BaseModel):
     """When the rollout pool is full enough for a step."""
     max_env_worker: int = Field(default=128, ge=1)
     """Parallel agent workers a client should run (advisory)."""
+    max_open_episodes: Optional[int] = Field(default=None, ge=1)
+    """Admission: at most this many episodes open at once in the experiment; a `begin_episode` beyond it is 503
+    `NotReady` with Retry-After (the SDK waits it out, as during an update) until one ends. On a swarm several
+    experiments share, it keeps one from flooding the engines. None: no cap."""
     max_prompt_length: int = Field(default=3000, ge=1)
     """Longest prompt kept for training (tokens); longer sequences are truncated and counted."""
     max_response_length: int = Field(default=15000, ge=1)

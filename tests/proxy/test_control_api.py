@@ -523,3 +523,20 @@ def test_the_proxys_explorer_needs_the_swarm_token_and_no_episode_key_opens_it(t
     r = httpx.get(url + "/explore/live", headers={"X-Swarm-Token": "s3cret"})
     assert r.status_code == 200 and r.json()["state"] in ("OFFLINE", "ROLLING", "BOOTING")
     assert httpx.get(url + "/explore/login").status_code == 200  # the form itself is open
+
+
+def test_a_job_caps_its_open_episodes_and_a_begin_beyond_waits_for_one_to_end(client, store, stub):
+    """Admission: with `max_open_episodes=2` a third episode is 503 NotReady naming the cap (the SDK waits it out,
+    here for at most 1 s), and begins once one of the two ends."""
+    ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=2, num_repeat=2, max_open_episodes=2))
+    first, _ = client.begin_episode()
+    second, _ = client.begin_episode()
+    impatient = SwarmClient(client.server_url, begin_episode_max_wait=1)
+    with pytest.raises(SwarmTimeout, match=r"2 episodes open, its job's cap \(max_open_episodes=2\)") as waited:
+        impatient.begin_episode()
+    assert waited.value.__cause__.status == 503  # NotReady, waited out until begin_episode_max_wait
+    client.abort_episode(first)
+    third, _ = impatient.begin_episode()
+    client.abort_episode(second)
+    impatient.abort_episode(third)
+    impatient.close()

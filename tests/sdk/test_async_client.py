@@ -88,7 +88,7 @@ def test_a_waiting_begin_never_blocks_the_loop(tmp_path: Path):
 
                 ticker = asyncio.create_task(tick())
                 t0 = time.monotonic()
-                with pytest.raises(SwarmTimeout, match="not ROLLING"):
+                with pytest.raises(SwarmTimeout, match="begin only in ROLLING; the experiment is OFFLINE"):
                     await client.begin_episode()
                 ticker.cancel()
                 return ticks, time.monotonic() - t0
