@@ -69,7 +69,7 @@ class ClientSettings(Generic[H]):
         self.max_retries = max_retries
         """Retries of a control call on a transport error (refused connection, timeout), with backoff."""
         self.begin_episode_max_wait = begin_episode_max_wait
-        """Seconds `begin_episode` waits (with backoff) while the engine is not ROLLING."""
+        """Seconds `begin_episode` waits (with backoff) while the swarm cannot take an episode (`NotReady`)."""
         self.trainer_max_silence = trainer_max_silence
         """Seconds `begin_episode` waits for a trainer that writes no heartbeat (`TrainerUnresponsive`) before it
         raises; a restarting trainer is back well within it."""

@@ -139,7 +139,8 @@ class ContextLengthExceeded(InvalidRequest):
 
 class NotReady(SwarmError):
     """503 with Retry-After: the swarm cannot take the call now but will later (the experiment is not ROLLING, no
-    engine is registered yet, a mission has its share of the batch in flight); retry."""
+    engine is registered yet, a mission has its share of the batch in flight, the job's `max_open_episodes` are
+    open); retry."""
 
     code = ErrorCode.NOT_READY
 
