@@ -143,23 +143,6 @@ def test_a_learner_trains_its_adapter_as_if_alone_and_leaves_the_others_as_they_
     assert max(float((trained[n] - untrained[n]).detach().abs().max()) for n in red) > 1e-4  # the update moved red
 
 
-LETTER_HEAD = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                             "up_proj", "down_proj", "lm_head"])  # fmt: skip
-"""LoRA on every linear layer and the output layer: on a random base an adapter without `lm_head` stalls near 0.2
-(the final norm bounds how far the hidden state can push one letter's logit); with it, it learns."""
-
-
-def _letter_samples(tok, prompt, results, letter: str, step: int, name: str):
-    from ajet_trainer.types import EpisodeSample, TrainSequence
-
-    out = []
-    for i, r in enumerate(results):
-        reward = 1.0 if tok.decode(r.token_ids)[:1] == letter else 0.0
-        seq = TrainSequence(f"{name}{step}-{i}", name, tuple(prompt), tuple(r.token_ids), (1,), tuple(r.logprobs))
-        out.append(EpisodeSample(seq.episode_uuid, name, reward, (seq,)))
-    return out
-
-
 def test_three_adapters_with_conflicting_rewards_each_learn_their_own_letter_sharing_every_batch(tmp_path):
     """Three experiments' adapters on one base (builtin:demo), the same prompt, rewards that conflict (one wants
     `a`, one `b`, one `c`): every step samples all three in one mixed batch and updates each with its own learner.
@@ -167,34 +150,16 @@ def test_three_adapters_with_conflicting_rewards_each_learn_their_own_letter_sha
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from ajet_trainer.embedded.learner import Learner
+    from tests.support.adapter_letters import BASE, letter_model, letter_prompt, train_letters
 
-    path = str(builtin_model_path("builtin:demo"))
-    base, tok = load_policy(path, AgentJetJob(), "cpu")
     letters = {"ea": "a", "eb": "b", "ec": "c"}
-    torch.manual_seed(0)
-    model = get_peft_model(base, LETTER_HEAD, adapter_name="ea")
-    for name in ("eb", "ec"):
-        model.add_adapter(name, LETTER_HEAD)
-    model.eval()
-    job = AgentJetJob(lr=1e-2, lora_rank=8, max_prompt_length=64, max_response_length=16, max_model_len=128)
-    learners = {name: Learner(model, tok, job, adapter=name) for name in letters}
-    text = tok.apply_chat_template([{"role": "user", "content": "Say a letter"}], add_generation_prompt=True,
-                                   tokenize=False)  # fmt: skip
-    prompt = tok(text, add_special_tokens=False)["input_ids"]
-    eos, group, recent = eos_token_ids(model, tok), 8, {name: [] for name in letters}
-    for step in range(150):
-        reqs = [GenRequest(prompt, 1, seed=step * 100 + i, adapter=n) for n in letters for i in range(group)]
-        results = generate_batch(model, tok, reqs, eos)
-        for k, (name, letter) in enumerate(letters.items()):
-            samples = _letter_samples(tok, prompt, results[k * group : (k + 1) * group], letter, step, name)
-            recent[name] = (recent[name] + [sum(s.reward for s in samples) / group])[-5:]
-            learners[name].update(samples, seed=step)
-        if step >= 5 and all(sum(r) / len(r) >= 0.8 for r in recent.values()):
-            break
-    assert all(sum(r) / len(r) >= 0.8 for r in recent.values()), recent
+    model, tok = letter_model(list(letters))
+    run = train_letters(model, tok, letters, max_steps=150)
+    assert run.reached(0.8), run.recent
+    prompt, eos = letter_prompt(tok), eos_token_ids(model, tok)
     for name, letter in letters.items():
         model.save_pretrained(str(tmp_path / name), selected_adapters=[name], save_embedding_layers=False)
-        alone = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(path), str(tmp_path / name / name))
-        said = generate_batch(alone.eval(), tok, [GenRequest(prompt, 1, temperature=0.0)], eos)[0]
+        base = AutoModelForCausalLM.from_pretrained(str(builtin_model_path(BASE)))
+        alone = PeftModel.from_pretrained(base, str(tmp_path / name / name)).eval()
+        said = generate_batch(alone, tok, [GenRequest(prompt, 1, temperature=0.0)], eos)[0]
         assert tok.decode(said.token_ids) == letter, (name, tok.decode(said.token_ids))
