@@ -52,9 +52,8 @@ def main() -> None:
             rows[arm] = seconds
             emit("shared_adapters", {"figure": "arm", "arm": arm, "seed": seed, "seconds": round(seconds, 2),
                                      "steps": steps, "all_reached_0_8": reached})  # fmt: skip
-        emit("shared_adapters", {"figure": "ratio", "seed": seed,
-                                 "together_over_one_after_another_seconds": round(rows["together"]
-                                                                                  / rows["one_after_another"], 3)})  # fmt: skip
+        ratio = round(rows["together"] / rows["one_after_another"], 3)
+        emit("shared_adapters", {"figure": "ratio", "seed": seed, "together_over_one_after_another_seconds": ratio})
 
 
 if __name__ == "__main__":
