@@ -272,6 +272,23 @@ def test_two_adapters_served_at_once_each_answer_as_their_peft_model(vllm, train
     assert chat(vllm, "policy@red").status_code == 404
 
 
+def test_an_adapter_on_the_output_layer_answers_as_its_peft_model(vllm, trained, tmp_path):
+    """LoRA on `lm_head` too (what makes an adapter learn on a random base: docs/experiments.md) is served by vLLM
+    exactly as peft computes it."""
+    from tests.support.adapter_letters import LETTER_HEAD
+
+    torch.manual_seed(5)
+    config = LoraConfig(**{**LETTER_HEAD.to_dict(), "init_lora_weights": False})
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(trained[1]), config)
+    peft.save_pretrained(str(tmp_path / "head"), save_embedding_layers=False)
+    vllm.load_adapter("policy@head", tmp_path / "head")
+    try:
+        answer = chat(vllm, "policy@head").json()
+        assert max(answer_gaps(answer, adapter_model(trained[1], tmp_path / "head"))) < EXACT
+    finally:
+        vllm.unload_adapter("policy@head")
+
+
 def test_full_weights_reload_in_place(vllm, hf, trained, tmp_path):
     model, _tok = hf
     changed = AutoModelForCausalLM.from_pretrained(trained[1])
