@@ -132,8 +132,8 @@ class EngineCounters:
     """Seconds spent sampling (the embedded engine's batches, their waits for an update left out); None where the
     engine does not count it (vLLM)."""
     reprefilled_tokens: Optional[int] = None
-    """Tokens run again under new weights after an update cut into answers (the embedded engine re-prefills them;
-    vLLM keeps its KV cache: None)."""
+    """Tokens run again under new weights after an update cut into answers (the embedded engine counts those it
+    re-prefills; vLLM computes its kept requests again too but does not count them: None)."""
 
 
 def engine_metrics(before: EngineCounters, now: EngineCounters, seconds: float) -> dict[str, float]:

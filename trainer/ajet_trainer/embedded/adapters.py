@@ -1,7 +1,7 @@
 """Several LoRA adapters on one base model in the embedded engine: rows of different adapters decode in one batch.
 
 peft's mixed-adapter batches (`adapter_names=`, one name per row) run each row through its own adapter in the same
-forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/test_engine_adapters.py).
+forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/test_adapters.py).
 peft refuses them while the model is in training mode (the trainer keeps it in eval mode: dropout off).
 
 Training one adapter of several (`Learner(adapter=...)`): its own parameters and optimizer, the model's active
@@ -28,18 +28,23 @@ def adapter_names(model: PolicyModel, wanted: list[Optional[str]]) -> dict[str, 
     that names none: the model's active adapter), else {}; `ValueError` for a name the model does not hold."""
     if not any(wanted):
         return {}
-    held = set(getattr(model, "peft_config", {}))
     active = getattr(model, "active_adapter", None)
-    names = [w or active for w in wanted]
-    unknown = sorted({n for n in names if n not in held})
-    if unknown:
-        raise ValueError(f"no LoRA adapter named {', '.join(map(str, unknown))} (held: {', '.join(sorted(held))})")
-    return {"adapter_names": [str(n) for n in names]}
+    names = [str(w or active) for w in wanted]
+    _require_held(model, names)
+    return {"adapter_names": names}
 
 
 def held_adapters(model: PolicyModel) -> list[str]:
     """The LoRA adapters `model` holds, by name (none for a model without peft)."""
     return sorted(getattr(model, "peft_config", {}) or {})
+
+
+def _require_held(model: PolicyModel, names: list[str]) -> None:
+    """`ValueError` naming those of `names` the model does not hold."""
+    held = held_adapters(model)
+    unknown = sorted(set(names) - set(held))
+    if unknown:
+        raise ValueError(f"no LoRA adapter named {', '.join(unknown)} (held: {', '.join(held)})")
 
 
 def served_names(model: PolicyModel, served: str) -> list[str]:
@@ -61,8 +66,7 @@ def requested_adapter(model: PolicyModel, served: str, asked: Optional[str]) -> 
 
 def adapter_parameters(model: PolicyModel, adapter: str) -> list[torch.nn.Parameter]:
     """The LoRA parameters of one adapter (`...lora_A.<adapter>.weight`, ...); `ValueError` for one not held."""
-    if adapter not in held_adapters(model):
-        raise ValueError(f"no LoRA adapter named {adapter} (held: {', '.join(held_adapters(model))})")
+    _require_held(model, [adapter])
     return [p for n, p in model.named_parameters() if "lora_" in n and f".{adapter}." in n]
 
 

@@ -295,9 +295,9 @@ class VllmEngine:
                 self.load_adapter(LIVE_ADAPTER, path, in_place=True)
                 self.served_model = LIVE_ADAPTER
             else:
-                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+                self._load_weights(path)
             self._post("/reset_prefix_cache?reset_running_requests=true")
-            self._post("/update_weight_version", {"new_version": str(version)})
+            self.label_version(version)
         finally:
             self._post("/resume")
         return self.served_model
@@ -308,8 +308,12 @@ class VllmEngine:
 
     def reload_weights(self, path: Path) -> None:
         """Serve the full weights saved in `path` (same architecture), dropping prefixes cached by the old ones."""
-        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        self._load_weights(path)
         self._post("/reset_prefix_cache")
+
+    def _load_weights(self, path: Path) -> None:
+        """vLLM reads the full weights saved in `path` into the model it serves, in place."""
+        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
 
     def stop(self) -> None:
         """Terminate vLLM."""
