@@ -5,7 +5,9 @@ Three LoRA adapters on builtin:demo, one prompt, conflicting rewards (`a`, `b`, 
 Together: each step samples all three in one mixed-adapter batch and updates each with its own learner. One after
 another: the same three on the same kind of model, each trained alone to the target before the next starts (one
 adapter's rows per batch). Per seed one JSON line per arm (steps each adapter took, wall seconds until all three
-reached 0.8), then the ratio of together's seconds to one-after-another's.
+reached 0.8), then the ratio of together's seconds to one-after-another's. Then, trained together with LoRA on every
+linear layer but the output layer (peft's "all-linear", the job's default targets), each adapter's best five-step
+mean reward in `--max-steps` steps: on this random base it stalls far below the target.
 
 Usage: python -m bench.shared_adapters [--seeds 0 1 2] [--max-steps 200]
 """
@@ -19,7 +21,7 @@ from bench.results import emit
 
 apply_offline_env()
 
-from tests.support.adapter_letters import letter_model, train_letters  # noqa: E402
+from tests.support.adapter_letters import ALL_LINEAR, letter_model, train_letters  # noqa: E402
 
 LETTERS = {"ea": "a", "eb": "b", "ec": "c"}
 
@@ -40,6 +42,13 @@ def one_after_another(seed: int, max_steps: int) -> tuple[float, dict[str, int],
     return seconds, steps, reached
 
 
+def without_output_layer(seed: int, max_steps: int) -> dict[str, float]:
+    """Each adapter's best five-step mean reward, trained together with peft's "all-linear" targets."""
+    model, tok = letter_model(list(LETTERS), seed, ALL_LINEAR)
+    run = train_letters(model, tok, LETTERS, max_steps)
+    return {name: round(value, 3) for name, value in run.best.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -54,6 +63,8 @@ def main() -> None:
                                      "steps": steps, "all_reached_0_8": reached})  # fmt: skip
         ratio = round(rows["together"] / rows["one_after_another"], 3)
         emit("shared_adapters", {"figure": "ratio", "seed": seed, "together_over_one_after_another_seconds": ratio})
+        emit("shared_adapters", {"figure": "all_linear_without_lm_head", "seed": seed, "steps": args.max_steps,
+                                 "best_5_step_reward": without_output_layer(seed, args.max_steps)})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ class Run:
     """Steps each adapter took to its target (or the most allowed)."""
     recent: dict[str, list[float]] = field(default_factory=dict)
     """Each adapter's last five steps' mean rewards."""
+    best: dict[str, float] = field(default_factory=dict)
+    """Each adapter's best five-step mean reward."""
     seconds: float = 0.0
     """Wall time of the whole run."""
 
@@ -42,13 +44,17 @@ class Run:
         return all(r and sum(r) / len(r) >= target for r in self.recent.values())
 
 
-def letter_model(names: list[str], seed: int = 0):
+ALL_LINEAR = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
+"""peft's "all-linear": every linear layer but the output layer (the job's default `lora_target_modules`)."""
+
+
+def letter_model(names: list[str], seed: int = 0, config: LoraConfig = LETTER_HEAD):
     """The base with one adapter per name (the first active), in eval mode, and its tokenizer."""
     base, tok = load_policy(str(builtin_model_path(BASE)), AgentJetJob(), "cpu")
     torch.manual_seed(seed)
-    model = get_peft_model(base, LETTER_HEAD, adapter_name=names[0])
+    model = get_peft_model(base, config, adapter_name=names[0])
     for name in names[1:]:
-        model.add_adapter(name, LETTER_HEAD)
+        model.add_adapter(name, config)
     return model.eval(), tok
 
 
@@ -81,7 +87,9 @@ def train_letters(model, tok, letters: dict[str, str], max_steps: int, target: f
             samples = _samples(tok, prompt, results[k * GROUP : (k + 1) * GROUP], letters[name], step, name)
             run.recent[name] = (run.recent[name] + [sum(s.reward for s in samples) / GROUP])[-5:]
             learners[name].update(samples, seed=step)
-            if step >= 4 and sum(run.recent[name]) / 5 >= target:
+            if step >= 4:
+                run.best[name] = max(run.best.get(name, 0.0), sum(run.recent[name]) / 5)
+            if run.best.get(name, 0.0) >= target:
                 run.steps[name] = step + 1
         if len(run.steps) == len(letters):
             break
