@@ -29,7 +29,7 @@ from ajet_store.errors import (
     TrainerHolds,
 )
 from ajet_store.experiments import QUARANTINE_AFTER
-from ajet_store.store import Store
+from ajet_store.store import Store, experiment_store
 from ajet_store.tables import SCHEMA_VERSION
 from ajet_store.types import (
     BeginEpisode,
@@ -37,6 +37,7 @@ from ajet_store.types import (
     EndEpisode,
     EpisodeChange,
     EpisodeRow,
+    ExperimentEntry,
     ExperimentRow,
     PoolEpisode,
     RegisteredEngine,
@@ -52,6 +53,7 @@ __all__ = [
     "BeginEpisode",
     "CallRecord",
     "EndEpisode",
+    "ExperimentEntry",
     "ExperimentRow",
     "EpisodeChange",
     "EpisodeRow",
@@ -61,6 +63,7 @@ __all__ = [
     "SchemaMismatch",
     "StepRow",
     "Store",
+    "experiment_store",
     "StoreError",
     "StoreRefusedValue",
     "StoreUnavailable",

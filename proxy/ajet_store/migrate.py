@@ -5,7 +5,8 @@ Each schema version is one Alembic revision (`0001`, `0002`, ...; `migrations/ve
 that predates Alembic (no `alembic_version` table) is stamped at its `schema_version` first. A new store
 is created from the tables and stamped at the head. The proxy and the trainer never migrate on their
 own: an older store is refused with the command that upgrades it (`ajet-proxy db upgrade --db URL`),
-so two processes starting on one store never race to alter it.
+so two processes starting on one store never race to alter it. Upgrading a swarm's first store upgrades the
+stores of the experiments it lists too (`catalog.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 from ajet_store import tables as t
 from ajet_store.connect import connect_database, redact_url
 from ajet_store.errors import SchemaMismatch
+from ajet_store.placement import experiment_url
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ REVISIONS = {
     10: "0010",
     11: "0011",
     12: "0012",
+    13: "0013",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]
@@ -98,4 +101,19 @@ def upgrade(url: str, revision: str = "head") -> tuple[Optional[int], int]:
         reads.dispose()
     assert after is not None
     logger.info("store %s: schema %s -> %d", redact_url(url), before, after)
+    for slug in listed_experiments(url):  # the swarm's other experiments keep their stores at the same schema
+        upgrade(experiment_url(url, slug), revision)
     return before, after
+
+
+def listed_experiments(url: str) -> list[str]:
+    """The slugs the first store at `url` lists (`catalog.py`; none before schema 13)."""
+    writes, reads = connect_database(url)
+    try:
+        with reads.begin() as conn:
+            if not sa.inspect(conn).has_table(t.swarm_experiments.name):
+                return []
+            return list(conn.execute(sa.select(t.swarm_experiments.c.slug)).scalars())
+    finally:
+        writes.dispose()
+        reads.dispose()

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = sa.MetaData()
 
@@ -44,6 +44,16 @@ experiments = sa.Table(
     sa.Column("trainer_host", sa.String(255), nullable=True),
     sa.Column("trainer_pid", sa.Integer, nullable=True),
 )
+
+swarm_experiments = sa.Table(
+    "swarm_experiments",
+    metadata,
+    sa.Column("slug", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(512), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+"""The swarm's experiments beyond the first (`ajet_store.catalog`), each with a store of its own; only the first
+store's table is read."""
 
 counters = sa.Table(
     "counters",

@@ -70,6 +70,18 @@ class ExperimentRow:
 
 
 @dataclass(frozen=True)
+class ExperimentEntry:
+    """An experiment of the swarm beyond the first, as the first store lists it (`ajet_store.catalog`)."""
+
+    name: str
+    """`project_name/experiment_name` of its job: what names the experiment to clients."""
+    slug: str
+    """The name made safe for a file or schema name, with a hash of the whole name: where its store lives."""
+    created_at: float
+    """Unix time the experiment was first listed."""
+
+
+@dataclass(frozen=True)
 class RegisteredEngine:
     """An inference engine as the trainer registered it in the store: where the proxy sends calls."""
 
