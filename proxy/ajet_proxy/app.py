@@ -81,10 +81,11 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
     add_data_plane(app, proxy)
-    app.mount("/explore", explore_app(lambda: proxy.store, None, config.swarm_token))  # tokenizer: the job's model
+    # the first experiment's pages; the tokenizer is its job's model
+    app.mount("/explore", explore_app(lambda: proxy.first.store, None, config.swarm_token))
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:
-        return {"status": "ok", "state": proxy.experiment.state.value}
+        return {"status": "ok", "state": proxy.first.experiment.state.value}
 
     return app

@@ -2,7 +2,7 @@
 
 Handlers are plain `def`s (FastAPI runs them in its thread pool), so store transactions never block
 the event loop that serves the data plane; the episode life cycle (begin, end, abort), the hot path,
-runs its store work on the proxy's one episode thread instead (`Proxy.in_episode_thread`). With a
+runs its store work on the proxy's one episode thread instead (`ExperimentHost.in_episode_thread`). With a
 swarm token configured, every route here needs it (checked by `auth.SwarmTokenMiddleware` before the body
 is read); an episode key never grants control.
 """
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ajet.errors import BootFailed, EpisodeNotFound, InvalidRequest, NotReady, TrainerUnresponsive
 from ajet.job import TRACKERS, AgentJetJob
-from ajet.protocol import CLIENT_HEADER
+from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
 from ajet.sharing import job_conflict
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
 from ajet.types import (
@@ -42,6 +42,7 @@ from ajet.types import (
     SyncTrainConfigRequest,
 )
 from ajet_proxy.api_docs import CONTROL_ERRORS
+from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import (
     OpenEpisode,
     closed_reason,
@@ -68,8 +69,11 @@ from ajet_store.types import EpisodeRow
 logger = logging.getLogger(__name__)
 
 
-def _proxy(request: Request) -> Proxy:
-    return request.app.state.ajet
+def _proxy(request: Request) -> ExperimentHost:
+    """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
+    (404 `ExperimentNotFound` for a name the swarm does not have)."""
+    proxy: Proxy = request.app.state.ajet
+    return proxy.host_named(request.headers.get(EXPERIMENT_HEADER))
 
 
 router = APIRouter(
@@ -92,7 +96,7 @@ def _client_id(request: Request) -> str:
     return given or f"anonymous@{request.client.host if request.client else '?'}"
 
 
-def _validate_job(job: dict, s: Proxy) -> AgentJetJob:
+def _validate_job(job: dict, s: ExperimentHost) -> AgentJetJob:
     try:
         parsed = AgentJetJob.from_wire(job)  # the client merged its base YAML; its path may not exist here
     except ValidationError as exc:
@@ -121,11 +125,11 @@ def _check_trackers(job: AgentJetJob) -> None:
             )
 
 
-def _ok(s: Proxy) -> OkResponse:
+def _ok(s: ExperimentHost) -> OkResponse:
     return OkResponse(state=s.refresh_experiment().state)
 
 
-async def _synced(s: Proxy) -> OkResponse:
+async def _synced(s: ExperimentHost) -> OkResponse:
     """The answer of a sync: the state, and the trainer's template preflight of the job's model (which agent shapes
     merge, which fall back and why), waited for up to `preflight_wait_s` while a trainer beats."""
     deadline = time.monotonic() + s.config.preflight_wait_s
@@ -263,7 +267,7 @@ def _episode_uuid(client_id: str, request_id: Optional[str]) -> str:
     return hashlib.sha256(f"{client_id}\0{request_id}".encode()).hexdigest()[:32]
 
 
-def _open_episodes(s: Proxy) -> list[OpenEpisode]:
+def _open_episodes(s: ExperimentHost) -> list[OpenEpisode]:
     """The swarm's open episodes: this proxy's own, or with a shared store every proxy's (the store's rows), so
     the statistics and the monitor show one swarm whichever proxy they ask."""
     if not s.config.shared:
@@ -271,7 +275,7 @@ def _open_episodes(s: Proxy) -> list[OpenEpisode]:
     return [open_from_row(row, row.calls_reserved) for row in s.store.episodes(status=EpisodeStatus.OPEN)]
 
 
-def _blame_the_store(s: Proxy, silent: TrainerUnresponsive) -> None:
+def _blame_the_store(s: ExperimentHost, silent: TrainerUnresponsive) -> None:
     """Raise `StoreWriteFailed` (naming the store, not the trainer) when the store refuses a small write: then the
     trainer's heartbeat is old because it could not be written (a full disk), not because the trainer died."""
     try:
@@ -282,7 +286,7 @@ def _blame_the_store(s: Proxy, silent: TrainerUnresponsive) -> None:
         ) from exc
 
 
-def _admit_mission(s: Proxy, body: BeginEpisodeRequest) -> None:
+def _admit_mission(s: ExperimentHost, body: BeginEpisodeRequest) -> None:
     """A capped mission with its share of the batch in flight (open, or waiting in the pool) waits for a step:
     503 with Retry-After, which `begin_episode` in the SDK waits out."""
     share = mission_caps(s.experiment).get(body.mission) if body.mission else None
@@ -327,7 +331,7 @@ async def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeRe
     return await s.in_episode_thread(_abort_episode, s, body.episode_uuid, _client_id(request))
 
 
-def _abort_episode(s: Proxy, episode_uuid: str, client_id: str) -> EpisodeResult:
+def _abort_episode(s: ExperimentHost, episode_uuid: str, client_id: str) -> EpisodeResult:
     row, _changed = s.store.abort_episode(episode_uuid, client_id)
     s.open_episodes.remove([row.uuid])
     return EpisodeResult(episode_uuid=row.uuid, status=row.status, reward=row.reward)

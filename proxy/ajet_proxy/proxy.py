@@ -1,10 +1,11 @@
 """One proxy process: what its routes share, and its background loops.
 
-`Proxy` owns the store, the call writer, the open episodes, the engine router and the HTTP client to the engines.
-Its loops (on the event loop, with store reads in a thread):
-- every `poll_s`: read the experiment's row (the trainer moves its state) and reload the router when the engines
+`Proxy` owns the HTTP client to the engines and one host per experiment of the swarm (`experiment_host.py`: its
+store, call writer, open episodes, engine router). Its loops (on the event loop, with store reads in a thread):
+- every `poll_s`: read each experiment's row (the trainer moves its state) and reload its router when its engines
   version changes;
-- every second: expire idle episodes, and forget episodes the store no longer has open.
+- every second: take up experiments the first store newly lists, expire idle episodes, and forget episodes the
+  store no longer has open.
 """
 
 from __future__ import annotations
@@ -15,21 +16,18 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar
+from typing import Any, AsyncIterator, Literal, Optional, TypeVar
 
 import aiohttp
 
-from ajet.errors import EngineUnavailable, StoreUnavailable
-from ajet.types import EpisodeStatus
+from ajet.errors import EngineUnavailable, ExperimentNotFound, StoreUnavailable
+from ajet.job import AgentJetJob
 from ajet.utils.flags import shipped_with_env
-from ajet_proxy.call_writer import CallWriter
-from ajet_proxy.group_commit import GroupCommitter
-from ajet_proxy.lifecycle import EpisodeCommitter
+from ajet_proxy.experiment_host import FIRST, ExperimentHost
 from ajet_proxy.limits import InputLimits
-from ajet_proxy.open_episodes import OpenEpisodes
-from ajet_proxy.routing import EngineRouter
+from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store import Store
-from ajet_store.types import ExperimentRow
+from ajet_store.placement import experiment_slug, experiment_url, file_mode_of
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,53 +96,64 @@ class ProxyConfig:
         return cls(**{**fields, **overrides})
 
 
+def job_name(job: Optional[AgentJetJob]) -> Optional[str]:
+    """The experiment's name a job gives (`project_name/experiment_name`); None before a job is synced."""
+    return None if job is None else f"{job.project_name}/{job.experiment_name}"
+
+
 class Proxy:
-    """Everything the routes share; created once per app."""
+    """Everything the routes share; created once per app. Each experiment of the swarm has its host here
+    (`hosts`: the first store's under `FIRST`, then each one it lists, taken up as they appear)."""
 
     def __init__(self, config: ProxyConfig):
         self.config = config
-        self.store = Store(config.db_url, file_mode=config.db_mode)
-        self.writer = CallWriter(self.store, interval=config.commit_window_s)
-        self.open_episodes = OpenEpisodes()
-        self.router = EngineRouter(always_build=config.transport == "litellm")
-        self.experiment: ExperimentRow = self.store.experiment()
+        self.hosts: dict[str, ExperimentHost] = {
+            FIRST: ExperimentHost(FIRST, Store(config.db_url, config.db_mode), config)
+        }
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
-        # One thread for the episode life cycle's store writes (begin, end, abort): queued there, they never
-        # contend for SQLite's write lock with each other (whose busy wait sleeps up to 100 ms a try) nor for
-        # the GIL as dozens of pool threads would; the event loop never blocks on them.
-        self.lifecycle = EpisodeCommitter(self.store)
-        """Begins and ends, group-committed on the episode thread."""
-        self.numbers: GroupCommitter[str, int] = GroupCommitter(self.store.reserve_calls, "ajet-call-numbers")
-        """Shared store: call numbers reserved in the episodes' rows, group-committed on a thread of their own."""
+
+    @property
+    def first(self) -> ExperimentHost:
+        """The host of the swarm's first experiment (the one `--db` names)."""
+        return self.hosts[FIRST]
+
+    def host_of(self, ep: OpenEpisode) -> ExperimentHost:
+        """The host of an open episode's experiment."""
+        return self.hosts[ep.experiment]
+
+    def host_named(self, name: Optional[str]) -> ExperimentHost:
+        """The host of the experiment called `name` (its job's `project_name/experiment_name`; None or the first
+        experiment's own name: the first); one the first store lists but this proxy has not taken up yet is taken
+        up now; `ExperimentNotFound` for a name the swarm does not have."""
+        if not name or name == job_name(self.first.experiment.job):
+            return self.first
+        host = self.hosts.get(experiment_slug(name))
+        if host is None and experiment_slug(name) in self.take_up_experiments():
+            host = self.hosts[experiment_slug(name)]
+        if host is None:
+            raise ExperimentNotFound(f"this swarm has no experiment {name!r}")
+        return host
 
     # ------------------------------------------------------------------ life cycle
     @asynccontextmanager
     async def lifespan(self, _app: Any) -> AsyncIterator[None]:
-        """Start the writer, load open episodes and registered engines, run the loops; flush on exit."""
-        self.writer.start()
-        self.lifecycle.start()
-        if self.config.shared:
-            self.numbers.start()
-        open_rows = self.store.episodes(status=EpisodeStatus.OPEN)
-        next_seqs = self.store.next_seqs([row.uuid for row in open_rows])
-        for row in open_rows:  # numbering goes on after the highest stored call (shared: the store numbers)
-            self.open_episodes.add_row(
-                row, next_seq=row.calls_reserved if self.config.shared else next_seqs.get(row.uuid, 0)
-            )
-        self._load_router(self.store.experiment())
+        """Start each experiment's host, run the loops; flush on exit."""
+        self.first.start()
+        self.take_up_experiments()
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=self.config.engine_timeout_s),
             auto_decompress=False,
         )
-        self._tasks = [asyncio.create_task(self._poll_experiment()), asyncio.create_task(self._housekeeping())]
+        self._tasks = [asyncio.create_task(self._poll_experiments()), asyncio.create_task(self._housekeeping())]
         gc.collect()
         gc.freeze()  # start-up objects (pydantic, litellm when loaded) stay out of every later GC pass
         thresholds = gc.get_threshold()
         gc.set_threshold(self.config.gc_young_threshold, *thresholds[1:])
-        logger.info("proxy ready: %d open episode(s), %s", len(self.open_episodes), self.experiment.state.value)
+        opened = sum(len(h.open_episodes) for h in self.hosts.values())
+        logger.info("proxy ready: %d experiment(s), %d open episode(s)", len(self.hosts), opened)
         try:
             yield
         finally:
@@ -153,15 +162,20 @@ class Proxy:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             gc.set_threshold(*thresholds)
             await self.http.close()
-            self.lifecycle.stop()
-            self.numbers.stop()
-            self.writer.stop()
-            self.store.close()
-            logger.info("proxy stopped; %d calls written", self.writer.written)
+            for host in self.hosts.values():
+                host.stop()
+            logger.info("proxy stopped; %d calls written", sum(h.writer.written for h in self.hosts.values()))
 
-    async def in_episode_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` (an episode life-cycle change: store writes) on the one episode thread."""
-        return await self.lifecycle.run(fn, *args)
+    def take_up_experiments(self) -> list[str]:
+        """Start a host for each experiment the first store lists that this proxy does not serve yet; their slugs."""
+        new = [e for e in self.first.store.experiment_entries() if e.slug not in self.hosts]
+        for entry in new:
+            url = experiment_url(self.config.db_url, entry.slug)
+            host = ExperimentHost(entry.slug, Store(url, file_mode_of(self.config.db_url)), self.config)
+            host.start()
+            self.hosts[entry.slug] = host
+            logger.info("serving experiment %s", entry.name)
+        return [e.slug for e in new]
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -170,31 +184,13 @@ class Proxy:
             raise EngineUnavailable("the proxy is not serving yet")
         return self._http
 
-    def _load_router(self, row: ExperimentRow) -> None:
-        if row.engines_version != self.router.version:
-            self.router.load(self.store.engines(), row.engines_version)
-
-    def refresh_experiment(self) -> ExperimentRow:
-        """Re-read the experiment's row now (control routes call this after changing it).
-
-        The router is reloaded before the new row is published, so a call never sees ROLLING
-        without the engines that came with it.
-        """
-        row = self.store.experiment()
-        self._load_router(row)
-        self.experiment = row
-        return row
-
     # ------------------------------------------------------------------ loops
-    async def _poll_experiment(self) -> None:
+    async def _poll_experiments(self) -> None:
         away: Optional[float] = None  # since when the store refuses reads (a database restart): said once
         while True:
             try:
-                row = await asyncio.to_thread(self.store.experiment)
-                if row.engines_version != self.router.version:
-                    engines = await asyncio.to_thread(self.store.engines)
-                    await asyncio.to_thread(self.router.load, engines, row.engines_version)  # may import LiteLLM
-                self.experiment = row
+                for host in list(self.hosts.values()):
+                    await host.poll()
                 if away is not None:
                     logger.warning("the store is back after %.1fs", time.monotonic() - away)
                     away = None
@@ -210,21 +206,8 @@ class Proxy:
         while True:
             await asyncio.sleep(1.0)
             try:
-                await self.expire_idle()
-                read_at = time.time()
-                open_uuids = await asyncio.to_thread(self.store.open_uuids)
-                self.open_episodes.reconcile(open_uuids, read_at)
+                await asyncio.to_thread(self.take_up_experiments)
+                for host in list(self.hosts.values()):
+                    await host.tidy()
             except Exception:  # noqa: BLE001
                 logger.exception("housekeeping failed")
-
-    async def expire_idle(self) -> list[str]:
-        """Expire episodes idle longer than their timeout; their keys stop working."""
-        idle = self.open_episodes.idle_expired()
-        if not idle:
-            return []
-        # shared: another proxy may be serving it; the store's activity (every proxy's calls) decides
-        expired = await asyncio.to_thread(self.store.expire_episodes, idle, time.time() if self.config.shared else None)
-        self.open_episodes.remove(idle)
-        if expired:
-            logger.info("expired %d idle episode(s)", len(expired))
-        return expired

@@ -15,7 +15,7 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import httpx
 
 from ajet.errors import NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
-from ajet.protocol import CLIENT_HEADER
+from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import (
     BeginEpisodeResponse,
@@ -60,6 +60,7 @@ class ClientSettings(Generic[H]):
         store_max_wait: float = 60.0,
         client_id: Optional[str] = None,
         mission: Optional[str] = None,
+        experiment: Optional[str] = None,
         verbose: bool = True,
         http_client: Optional[H] = None,
     ):
@@ -78,6 +79,9 @@ class ClientSettings(Generic[H]):
         disk, a database down); nothing of a refused call was committed, so the retry is safe."""
         self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.mission = mission
+        self.experiment = experiment
+        """The experiment this client's control calls act on (`project_name/experiment_name` of its job, sent as
+        `X-Ajet-Experiment`); None: the swarm's first."""
         self.verbose = verbose
         self._warned_untrainable = False
         self._told_templates: set[str] = set()
@@ -95,8 +99,10 @@ class ClientSettings(Generic[H]):
 
     @property
     def _headers(self) -> dict[str, str]:
-        """Every control call's headers: the client id, and the swarm token when there is one."""
+        """Every control call's headers: the client id, the experiment and the swarm token when there are."""
         out = {CLIENT_HEADER: self.client_id}
+        if self.experiment:
+            out[EXPERIMENT_HEADER] = self.experiment
         if self.swarm_token:
             out["Authorization"] = f"Bearer {self.swarm_token}"
         return out

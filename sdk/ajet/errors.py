@@ -80,6 +80,12 @@ class EpisodeNotFound(SwarmError):
     code = ErrorCode.EPISODE_NOT_FOUND
 
 
+class ExperimentNotFound(SwarmError):
+    """404: the swarm has no experiment of the name a control call gave (`ajet.protocol.EXPERIMENT_HEADER`)."""
+
+    code = ErrorCode.EXPERIMENT_NOT_FOUND
+
+
 class Conflict(SwarmError):
     """409: the call does not fit the experiment's state or the episode's status."""
 
@@ -209,6 +215,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmError]] = {
         SwarmError,
         Unauthorized,
         EpisodeNotFound,
+        ExperimentNotFound,
         WrongState,
         EpisodeConflict,
         JobConflict,

@@ -19,6 +19,9 @@ CLIENT_HEADER = "X-Ajet-Client"
 """Names the client that sends a control call (episodes are owned by the client that began them)."""
 SWARM_TOKEN_HEADER = "X-Swarm-Token"
 """Carries the swarm token on control calls (an `Authorization: Bearer` header works as well)."""
+EXPERIMENT_HEADER = "X-Ajet-Experiment"
+"""Names the experiment a control call acts on (`project_name/experiment_name` of its job); without it, the swarm's
+first experiment."""
 POLICY_VERSION_HEADER = "X-Ajet-Policy-Version"
 """Set by an inference engine on each answer: the weights version that produced it."""
 
@@ -33,6 +36,7 @@ class ErrorCode(str, Enum):
 
     UNAUTHORIZED = "Unauthorized"
     EPISODE_NOT_FOUND = "EpisodeNotFound"
+    EXPERIMENT_NOT_FOUND = "ExperimentNotFound"
     WRONG_STATE = "WrongState"
     EPISODE_CONFLICT = "EpisodeConflict"
     JOB_CONFLICT = "JobConflict"
@@ -64,6 +68,7 @@ class ErrorCode(str, Enum):
 _STATUS = {
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.EPISODE_NOT_FOUND: 404,
+    ErrorCode.EXPERIMENT_NOT_FOUND: 404,
     ErrorCode.WRONG_STATE: 409,
     ErrorCode.EPISODE_CONFLICT: 409,
     ErrorCode.JOB_CONFLICT: 409,

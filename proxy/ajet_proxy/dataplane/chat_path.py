@@ -40,6 +40,7 @@ from ajet_proxy.dataplane.token_prompt import TokenPrompts
 from ajet_proxy.dataplane.tokens import Extracted, extract_response
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
+from ajet_proxy.routing import EngineRouter
 from ajet_store.types import EpisodeRow, RegisteredEngine
 
 logger = logging.getLogger(__name__)
@@ -77,26 +78,39 @@ class ChatPath:
         if not key:
             raise Unauthorized("no episode key: send `Authorization: Bearer <the api_key begin_episode gave>`")
         key_hash = hash_key(key)
-        ep = self.proxy.open_episodes.by_key_hash(key_hash)
+        ep = self._open_by_key_hash(key_hash)
         if ep is None:  # begun at another proxy (or a mistake, or a late call): one indexed read says which
-            row = await asyncio.to_thread(self.proxy.store.episode_by_key_hash, key_hash)
-            if row is None or row.status != EpisodeStatus.OPEN:
-                raise Unauthorized(refused_key_reason(row))
-            ep = await self._take_up(row)
-        exp = self.proxy.experiment
+            ep = await self._take_up(key_hash)
+        exp = self.proxy.host_of(ep).experiment
         state = exp.state
         held = state == ExperimentState.WEIGHT_SYNCING and exp.job is not None and exp.job.partial_rollouts
         if state not in _LIVE_STATES and not held:  # partial rollouts: the engine holds calls while weights change
             raise NotReady(f"the experiment is {state.value}; episode calls resume in ROLLING", state=state.value)
         return ep
 
-    async def _take_up(self, row: EpisodeRow) -> OpenEpisode:
-        """An open episode this proxy has not seen (begun at another proxy sharing the store, or just now): served
-        here from now on, numbered on from its stored calls."""
+    def _open_by_key_hash(self, key_hash: str) -> Optional[OpenEpisode]:
+        """The open episode this proxy serves under a key hash, in whichever experiment (dict lookups)."""
+        for host in self.proxy.hosts.values():
+            ep = host.open_episodes.by_key_hash(key_hash)
+            if ep is not None:
+                return ep
+        return None
+
+    async def _take_up(self, key_hash: str) -> OpenEpisode:
+        """The open episode of a key this proxy has not seen (begun at another proxy sharing the store, or just
+        now), read from its experiment's store: served here from now on, numbered on from its stored calls; 401
+        saying why when no experiment has it open."""
+        row: Optional[EpisodeRow] = None
+        for host in list(self.proxy.hosts.values()):
+            row = await asyncio.to_thread(host.store.episode_by_key_hash, key_hash)
+            if row is not None:
+                break
+        if row is None or row.status != EpisodeStatus.OPEN:
+            raise Unauthorized(refused_key_reason(row))
         if not self.proxy.config.shared:  # one proxy: an open episode it does not know is one begun just now
-            next_seq = (await asyncio.to_thread(self.proxy.store.next_seqs, [row.uuid])).get(row.uuid, 0)
-            return self.proxy.open_episodes.add_row(row, next_seq=next_seq)
-        return self.proxy.open_episodes.add_row(row, next_seq=row.calls_reserved)
+            next_seq = (await asyncio.to_thread(host.store.next_seqs, [row.uuid])).get(row.uuid, 0)
+            return host.open_episodes.add_row(row, next_seq=next_seq)
+        return host.open_episodes.add_row(row, next_seq=row.calls_reserved)
 
     async def serve(self, call: InFlightCall) -> Response:
         """Number, send, log and answer one call. A call refused before it goes to an engine (no engine registered)
@@ -132,7 +146,7 @@ class ChatPath:
         record = call.record(
             None, Extracted(prompt_ids=call.prompt.ids if call.prompt else None), version, CLIENT_GONE_PLAIN
         )
-        self.proxy.writer.submit(replace(record, client_gone=True))
+        self.proxy.host_of(call.ep).writer.submit(replace(record, client_gone=True))
         call.forget()
         return None
 
@@ -141,7 +155,7 @@ class ChatPath:
         again on the next, until none is left (`NoEngineReachable`, logged as the call's failure). A connection
         the engine dropped (a pooled keep-alive it had closed, a reset under load) is tried once more on a fresh
         one first: a busy engine is not a dead one."""
-        router, tried = self.proxy.router, list[str]()
+        router, tried = self.proxy.host_of(call.ep).router, list[str]()
         if self.proxy.config.shared:  # numbered by the store before its history is read: other proxies number too
             call.seq = await self._reserve(call.ep)
         while True:
@@ -166,27 +180,32 @@ class ChatPath:
         the connection), a refused connection or a timeout is not."""
         assert call.prompt is not None
         try:
-            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
+            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids, self._router(call))
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if isinstance(exc, aiohttp.ClientConnectorError):  # never connected: refused, unreachable
                 raise
             logger.warning("engine %s dropped the connection (%s); sending once more", engine.name, failure_reason(exc))
-            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids)
+            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids, self._router(call))
+
+    def _router(self, call: InFlightCall) -> EngineRouter:
+        """The engines of the call's experiment."""
+        return self.proxy.host_of(call.ep).router
 
     def _fail(self, call: InFlightCall, exc: NoEngineReachable) -> None:
         """Log the call as failed (no engine answered) and raise `exc`."""
         why = f"{exc.detail}: {exc.cause!r}"
-        self.proxy.writer.submit(call.record(None, Extracted(), exc.engine.policy_version, why))
+        self.proxy.host_of(call.ep).writer.submit(call.record(None, Extracted(), exc.engine.policy_version, why))
         call.forget()
         raise exc
 
     async def _reserve(self, ep: OpenEpisode) -> int:
         """The call's number, reserved in the episode's row (401 if another proxy ended it meanwhile)."""
+        host = self.proxy.host_of(ep)
         try:
-            seq = await self.proxy.numbers.commit(ep.uuid)
+            seq = await host.numbers.commit(ep.uuid)
         except EpisodeConflict:
-            row = await asyncio.to_thread(self.proxy.store.get_episode, ep.uuid)
-            self.proxy.open_episodes.remove([ep.uuid])
+            row = await asyncio.to_thread(host.store.get_episode, ep.uuid)
+            host.open_episodes.remove([ep.uuid])
             raise Unauthorized(refused_key_reason(row)) from None
         ep.numbered(seq)
         ep.history.seen(seq)  # this proxy's own call: its turn comes when it is answered, not from the store
@@ -196,23 +215,24 @@ class ChatPath:
         """A token prompt (the episode's history) over the job's limit is refused before it is sent: logged as a
         refused call, answered 400 `context_length_exceeded`."""
         assert call.prompt is not None and call.engine is not None
-        refusal = call.refusal(self.proxy.experiment.job, call.prompt.ids)
+        host = self.proxy.host_of(call.ep)
+        refusal = call.refusal(host.experiment.job, call.prompt.ids)
         if refusal is not None:
             version = call.engine.policy_version
-            self.proxy.writer.submit(call.record(None, Extracted(prompt_ids=call.prompt.ids), version, refusal.detail))
+            host.writer.submit(call.record(None, Extracted(prompt_ids=call.prompt.ids), version, refusal.detail))
             call.forget()
             raise refusal
 
     async def _answer(self, call: InFlightCall, sent: Sent) -> Response:
         """The engine's whole answer (a success, or an error of a plain or streamed call), logged and committed
         before the client is answered through the call's shape."""
-        data = sent.answer
+        data, host = sent.answer, self.proxy.host_of(call.ep)
         assert isinstance(data, bytes)
         parsed = _json_object(data)
         ex, refusal = Extracted(), None
         if sent.status == 200 and parsed is not None:
             ex = extract_response(parsed)
-            refusal = call.refusal(self.proxy.experiment.job, ex.prompt_ids)  # an engine that rendered the messages
+            refusal = call.refusal(host.experiment.job, ex.prompt_ids)  # an engine that rendered the messages
             record = call.record(data.decode(), ex, sent.version, refusal.detail if refusal else None)
             if record.truncated:  # the client gets a finished turn; the store keeps `length`
                 data = orjson.dumps(as_finished(parsed))
@@ -222,7 +242,7 @@ class ChatPath:
         if await call.client_gone():
             record = replace(record, error=CLIENT_GONE_PLAIN, client_gone=True)
         try:
-            await self.proxy.writer.commit(record)  # durable before the agent sees the answer
+            await host.writer.commit(record)  # durable before the agent sees the answer
         finally:
             call.finish()
         call.remember(record, ex)

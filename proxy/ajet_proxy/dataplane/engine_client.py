@@ -21,6 +21,7 @@ from ajet.errors import EngineUnavailable
 from ajet.protocol import POLICY_VERSION_HEADER
 from ajet_proxy.dataplane.sse import sse_payload
 from ajet_proxy.proxy import Proxy
+from ajet_proxy.routing import EngineRouter
 from ajet_store.types import RegisteredEngine
 
 _JSON = {"Content-Type": "application/json"}
@@ -78,9 +79,15 @@ class Transport(Protocol):
     `aiohttp.ClientConnectionError` or `asyncio.TimeoutError` (the failover's cue)."""
 
     async def send(
-        self, engine: RegisteredEngine, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+        self,
+        engine: RegisteredEngine,
+        body: dict[str, Any],
+        stream: bool,
+        prompt_ids: Optional[list[int]],
+        router: EngineRouter,
     ) -> tuple[int, Answer, int]:
-        """(status, body or byte stream, policy version); `prompt_ids`: the token prompt, if any."""
+        """(status, body or byte stream, policy version); `prompt_ids`: the token prompt, if any; `router`: the
+        engines of the call's experiment (`engine` among them)."""
         ...
 
 
@@ -91,7 +98,12 @@ class AiohttpTransport:
         self.proxy = proxy
 
     async def send(
-        self, engine: RegisteredEngine, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+        self,
+        engine: RegisteredEngine,
+        body: dict[str, Any],
+        stream: bool,
+        prompt_ids: Optional[list[int]],
+        router: EngineRouter,
     ) -> tuple[int, Answer, int]:
         resp = await self.proxy.http.post(
             engine.base_url + "/chat/completions",
@@ -114,13 +126,18 @@ class LitellmTransport:
         self.proxy = proxy
 
     async def send(
-        self, engine: RegisteredEngine, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+        self,
+        engine: RegisteredEngine,
+        body: dict[str, Any],
+        stream: bool,
+        prompt_ids: Optional[list[int]],
+        router: EngineRouter,
     ) -> tuple[int, Answer, int]:
         import litellm
 
         kwargs = _litellm_kwargs(body, engine, prompt_ids)
         try:
-            resp = await self.proxy.router.router.acompletion(**kwargs, stream=stream)
+            resp = await router.router.acompletion(**kwargs, stream=stream)
         except litellm.APIConnectionError as exc:
             raise aiohttp.ClientConnectionError(str(exc)) from exc
         except litellm.APIError as exc:  # the engine answered with an error status
@@ -141,11 +158,17 @@ class EngineClient:
         )
 
     async def send(
-        self, engine: RegisteredEngine, body: dict[str, Any], stream: bool, prompt_ids: Optional[list[int]]
+        self,
+        engine: RegisteredEngine,
+        body: dict[str, Any],
+        stream: bool,
+        prompt_ids: Optional[list[int]],
+        router: EngineRouter,
     ) -> Sent:
-        """Send to `engine` (`prompt_ids`: the episode's token prompt, tokenized by this same engine); a connection
-        failure raises `aiohttp.ClientConnectionError` or `asyncio.TimeoutError`, the caller's cue to fail over."""
-        status, answer, version = await self.transport.send(engine, body, stream, prompt_ids)
+        """Send to `engine` of `router` (`prompt_ids`: the episode's token prompt, tokenized by this same engine); a
+        connection failure raises `aiohttp.ClientConnectionError` or `asyncio.TimeoutError`, the caller's cue to
+        fail over."""
+        status, answer, version = await self.transport.send(engine, body, stream, prompt_ids, router)
         return Sent(status, answer, engine, version)
 
 

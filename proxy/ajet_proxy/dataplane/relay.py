@@ -39,7 +39,7 @@ class _Relay:
     def refused(self) -> Optional[bytes]:
         """The failure event of a prompt over the job's limit, the first time its ids are known (nothing of the
         answer was passed on yet); None otherwise."""
-        refusal = self.call.refusal(self.proxy.experiment.job, self.acc.out.prompt_ids)
+        refusal = self.call.refusal(self.proxy.host_of(self.call.ep).experiment.job, self.acc.out.prompt_ids)
         if refusal is None:
             return None
         self.why = refusal.detail
@@ -57,7 +57,7 @@ class _Relay:
         self.committed = True
         record = self.record()
         try:
-            await self.proxy.writer.commit(record)
+            await self.proxy.host_of(self.call.ep).writer.commit(record)
         except StoreError as exc:
             return self.call.shape.failed(ErrorCode.STORE_ERROR, exc.detail)
         self.call.remember(record, self.acc.out)
@@ -108,7 +108,7 @@ async def relay(proxy: Proxy, call: InFlightCall, sent: Sent) -> AsyncIterator[b
         raise
     finally:
         if not r.committed:
-            proxy.writer.submit(r.record(CLIENT_GONE_STREAM if disconnected else r.why))
+            proxy.host_of(call.ep).writer.submit(r.record(CLIENT_GONE_STREAM if disconnected else r.why))
             call.forget()
         call.finish()
         await _close(sent.answer)  # left early: the engine's connection closes, and it frees the row

@@ -24,6 +24,7 @@ import orjson
 
 from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable
+from ajet.job import AgentJetJob
 from ajet_proxy.dataplane.engine_client import engine_headers
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_proxy.proxy import Proxy
@@ -67,21 +68,21 @@ class TokenPrompts:
         """Each engine's end-of-turn token, by its base URL, the job's model (a port may be reused) and the call's
         template fields."""
 
-    def exact(self) -> bool:
-        """Whether the job keeps token history (`AgentJetJob.token_history == "exact"`)."""
-        job = self.proxy.experiment.job
-        return job is None or job.token_history == "exact"
+    def _job(self, ep: OpenEpisode) -> Optional[AgentJetJob]:
+        """The job of the episode's experiment (None before one is synced)."""
+        return self.proxy.host_of(ep).experiment.job
 
     async def build(self, ep: OpenEpisode, seq: int, body: dict[str, Any], engine: RegisteredEngine) -> Prompt:
         """The prompt of call `seq` of `ep`, sent to `engine` (which tokenizes its new messages)."""
-        if not self.exact():
+        job = self._job(ep)
+        if job is not None and job.token_history != "exact":  # the job keeps no token history
             return Prompt(None, h.RENDERED)
         await self._read_missing(ep, seq)
         step = h.plan(ep.history.turns, body["messages"], template_tools(body))
         if isinstance(step, str):
             return Prompt(None, step)
         try:
-            delta = await self._delta(engine, body, step)
+            delta = await self._delta(engine, body, step, job)
         except TokenizeFailed as exc:
             logger.warning("episode %s: token history falls back: %s", ep.uuid, exc.detail)
             return Prompt(None, h.FALLBACK + "tokenize_failed")
@@ -89,10 +90,12 @@ class TokenPrompts:
             return Prompt(None, delta)
         return Prompt([*step.parent.full_ids(), *delta], h.EXTENDED, step)
 
-    async def _delta(self, engine: RegisteredEngine, body: dict[str, Any], step: h.Extension) -> list[int] | str:
+    async def _delta(
+        self, engine: RegisteredEngine, body: dict[str, Any], step: h.Extension, job: Optional[AgentJetJob]
+    ) -> list[int] | str:
         """The new messages' tokens after the parent's completion, or the fallback label saying why there are
         none."""
-        close = await self._close_token(engine, body)
+        close = await self._close_token(engine, body, job)
         if close is None:
             return h.NO_TURN_CLOSE
         messages, tools, fields = body["messages"], template_tools(body), _template_fields(body)
@@ -106,12 +109,13 @@ class TokenPrompts:
         """Take in the turns of the episode's earlier calls this proxy has not seen, from the store."""
         missing = ep.history.missing(seq)
         if missing:
-            calls = await asyncio.to_thread(self.proxy.store.calls_numbered, ep.uuid, missing)
+            calls = await asyncio.to_thread(self.proxy.host_of(ep).store.calls_numbered, ep.uuid, missing)
             ep.history.add_logged(calls)
 
-    async def _close_token(self, engine: RegisteredEngine, body: dict[str, Any]) -> Optional[int]:
-        """The engine's end-of-turn token: probed once (`token_history.close_token`)."""
-        job = self.proxy.experiment.job
+    async def _close_token(
+        self, engine: RegisteredEngine, body: dict[str, Any], job: Optional[AgentJetJob]
+    ) -> Optional[int]:
+        """The engine's end-of-turn token under `job`'s model: probed once (`token_history.close_token`)."""
         fields = _template_fields(body)
         key = (engine.base_url, job.model if job is not None else "", orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
         if key not in self._close:

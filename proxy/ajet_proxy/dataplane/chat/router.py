@@ -22,6 +22,7 @@ from ajet_proxy.dataplane.chat.protocol import (
 from ajet_proxy.dataplane.chat.shape import ChatShape
 from ajet_proxy.dataplane.chat_path import chat_path
 from ajet_proxy.dataplane.request import authenticated, episode_request
+from ajet_proxy.open_episodes import OpenEpisode
 
 router = APIRouter(tags=["data plane"])
 
@@ -46,9 +47,10 @@ async def chat_completions(request: Request) -> Response:
     return await er.serve(body, shape)
 
 
-def model_ids(request: Request) -> list[str]:
-    """The names an episode may call: the policy group, then each engine's model (no repeats)."""
-    engines = chat_path(request).proxy.router.engines.values()
+def model_ids(request: Request, ep: OpenEpisode) -> list[str]:
+    """The names an episode may call: the policy group, then each of its experiment's engines' model (no
+    repeats)."""
+    engines = chat_path(request).proxy.host_of(ep).router.engines.values()
     return list(dict.fromkeys(["policy"] + sorted({e.model for e in engines})))
 
 
@@ -60,8 +62,8 @@ def model_ids(request: Request) -> list[str]:
 )
 async def models(request: Request) -> Response:
     """`GET /v1/models`: the policy group and the engines' model names."""
-    await authenticated(request)
-    data = {"object": "list", "data": [model_object(i) for i in model_ids(request)]}
+    ep = await authenticated(request)
+    data = {"object": "list", "data": [model_object(i) for i in model_ids(request, ep)]}
     return Response(orjson.dumps(data), media_type="application/json")
 
 
@@ -73,8 +75,8 @@ async def models(request: Request) -> Response:
 )
 async def model(request: Request) -> Response:
     """`GET /v1/models/{model}`: one model, or 404 naming it."""
-    await authenticated(request)
-    name, served = request.path_params["model"], model_ids(request)
+    ep = await authenticated(request)
+    name, served = request.path_params["model"], model_ids(request, ep)
     if name not in served:
         raise ModelNotFound(
             f"model {name!r} is not served here; the policy is 'policy' (also: {', '.join(served[1:]) or 'none'})",

@@ -63,7 +63,7 @@ async def count_tokens(request: Request) -> Response:
     validate_messages_request(body, counting=True)
     chat = mapping.chat_request({**body, "max_tokens": 1})  # a count takes no max_tokens; the mapping needs one
     check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
-    engine = er.path.proxy.router.pick(er.ep.engine)
+    engine = er.path.proxy.host_of(er.ep).router.pick(er.ep.engine)
     try:
         tokens = await er.path.prompts.tokenize(engine, {"messages": chat["messages"]}, template_tools(chat))
     except TokenizeFailed as exc:

@@ -30,7 +30,7 @@ async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[mapping.Conve
     turn = er.ep.history.response(prev)
     if turn is not None:
         return turn.conversation()
-    call = await asyncio.to_thread(er.path.proxy.store.response_call, er.ep.uuid, prev)
+    call = await asyncio.to_thread(er.path.proxy.host_of(er.ep).store.response_call, er.ep.uuid, prev)
     if call is None or call.error is not None or call.response is None:
         return None
     return mapping.logged_conversation(call.request, call.response)

@@ -1,0 +1,96 @@
+"""One proxy serves each experiment of its swarm (`experiment_host.py`): an experiment the first store lists is
+taken up, a control call acts on the experiment its `X-Ajet-Experiment` header names, an episode's calls go to its
+experiment's engines under its adapter's name and into its store, and one experiment's stop leaves the others
+rolling. The second experiment is made as the trainer makes one: its store beside the first, booted there."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import httpx
+import pytest
+
+from ajet import AgentJetJob, ExperimentNotFound, SwarmClient, Task, WorkflowOutput
+from ajet.types import EpisodeStatus, ExperimentState
+from ajet_store import Store, experiment_store, sqlite_url
+from tests.support.procs import start_proxy, start_stub
+from tests.support.rolling import ensure_rolling, make_rolling, wait_state
+
+ASK = [{"role": "user", "content": "say a"}]
+
+
+@pytest.fixture(scope="module")
+def swarm(module_tmp) -> Iterator[tuple[str, str, Store, Store]]:
+    """(proxy URL, stub URL, the first store, experiment p/b's store): both experiments ROLLING on one stub."""
+    stub = start_stub(module_tmp)
+    url = sqlite_url(module_tmp / "swarm.db")
+    first = Store(url)
+    proxy = start_proxy(module_tmp, url)
+    client = SwarmClient(proxy.url, verbose=False)
+    ensure_rolling(client, first, stub.url)
+    second = experiment_store(first, "p/b")
+    second.sync_job(AgentJetJob(project_name="p", experiment_name="b", batch_size=1, num_repeat=1))
+    second.transition(ExperimentState.BOOTING)
+    make_rolling(second, stub.url, model="policy@b")
+    try:
+        yield proxy.url, stub.url, first, second
+    finally:
+        client.close()
+        proxy.close()
+        stub.close()
+        second.close()
+        first.close()
+
+
+def models_sent(stub_url: str) -> list[str]:
+    journal = httpx.get(stub_url + "/stub/journal").json()
+    return [e["model"] for e in journal if e["op"] == "chat"]
+
+
+def test_each_experiments_calls_go_to_its_adapter_and_into_its_store(swarm):
+    proxy_url, stub_url, first, second = swarm
+    a, b = SwarmClient(proxy_url, verbose=False), SwarmClient(proxy_url, experiment="p/b", verbose=False)
+    try:
+        wait_state(b, ExperimentState.ROLLING)
+        uuid_a, creds_a = a.begin_episode()
+        uuid_b, creds_b = b.begin_episode()
+        before = len(models_sent(stub_url))
+        creds_b.as_openai_client().chat.completions.create(model="x", messages=ASK, max_tokens=4)
+        creds_a.as_openai_client().chat.completions.create(model="x", messages=ASK, max_tokens=4)
+        assert models_sent(stub_url)[before:] == ["policy@b", "stub-model"]
+        assert [c.seq for c in second.calls(uuid_b)] == [0] and first.calls(uuid_b) == []
+        assert [c.seq for c in first.calls(uuid_a)] == [0] and second.calls(uuid_a) == []
+        served = creds_b.as_openai_client().models.list()
+        assert [m.id for m in served.data] == ["policy", "policy@b"]
+        b.end_episode(Task(task_id="t"), uuid_b, WorkflowOutput(reward=1.0))
+        a.end_episode(Task(task_id="t"), uuid_a, WorkflowOutput(reward=0.0))
+        assert second.get_episode(uuid_b).status is EpisodeStatus.ENDED and second.get_episode(uuid_b).reward == 1.0
+        assert first.get_episode(uuid_a).reward == 0.0
+        assert b.get_rollout_stat().totals["ended"] == 1 and b.get_engine_status().experiment_name == "b"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_key_works_only_in_its_own_experiment_and_a_stop_is_the_callers(swarm):
+    proxy_url, _stub_url, first, second = swarm
+    a, b = SwarmClient(proxy_url, verbose=False), SwarmClient(proxy_url, experiment="p/b", verbose=False)
+    try:
+        uuid_b, _creds = b.begin_episode()
+        assert a.can_continue_episode(uuid_b) is False  # the first experiment has no such episode
+        assert b.can_continue_episode(uuid_b) is True
+        b.stop_engine()
+        assert second.experiment().state is ExperimentState.OFFLINE
+        assert second.get_episode(uuid_b).status is EpisodeStatus.ABORTED
+        assert a.get_engine_status().state is ExperimentState.ROLLING
+        assert first.experiment().state is ExperimentState.ROLLING
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_experiment_the_swarm_does_not_have_is_404_naming_it(swarm):
+    proxy_url = swarm[0]
+    with SwarmClient(proxy_url, experiment="p/nope", verbose=False) as c:
+        with pytest.raises(ExperimentNotFound, match="p/nope"):
+            c.get_engine_status()
