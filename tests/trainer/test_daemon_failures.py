@@ -1,64 +1,22 @@
 """A trainer failure never leaves the engine stuck: the state machine with a session that fails on demand."""
 
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import pytest
 
 from ajet import AgentJetJob
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, sqlite_url
-from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer import daemon as daemon_mod
+from ajet_trainer import driver as driver_mod
 from ajet_trainer.daemon import TrainerDaemon
-from ajet_trainer.errors import CheckpointError, EngineLost
+from ajet_trainer.errors import CheckpointError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.step_record import checkpoint_mismatch, reconcile_store
-from tests.support.stores import a_call, end_with_a_call
+from tests.support.fake_session import FakeSession, fill_batch
+from tests.support.stores import a_call
 
 JOB = AgentJetJob(batch_size=1, num_repeat=2)
-
-
-@dataclass
-class FakeSession:
-    """A `TrainingSession` whose `train` raises while `failures` says so."""
-
-    job: AgentJetJob
-    run_id: int
-    store: Store
-    failures: list[str] = field(default_factory=list)
-    step: int = 0
-    lost: list[str] = field(default_factory=list)
-    """Engines that exited: the next `check_engines` raises `EngineLost` naming the first."""
-    closed_with: Optional[bool] = None
-
-    @property
-    def policy_version(self) -> int:
-        return self.step
-
-    @property
-    def base_url(self) -> str:
-        return "http://127.0.0.1:9/v1"
-
-    def registered(self) -> list[RegisteredEngine]:
-        return [RegisteredEngine("fake", self.base_url, "policy", self.step)]
-
-    def register(self) -> None:
-        self.store.register_engines(self.registered())
-
-    def check_engines(self) -> None:
-        if self.lost:
-            raise EngineLost(f"the last vLLM engine ({self.lost.pop(0)}) exited with -9")
-
-    def train(self, batch: Sequence[PoolEpisode], timers: dict) -> dict:
-        if self.failures:
-            raise RuntimeError(self.failures.pop(0))
-        self.step += 1
-        self.store.record_step(self.step, self.step, [p.uuid for p in batch], 0.5, dict(timers))  # as sessions do
-        return dict(timers)
-
-    def close(self, final_checkpoint: bool) -> None:
-        self.closed_with = final_checkpoint
 
 
 @pytest.fixture
@@ -71,7 +29,7 @@ def rig(tmp_path, monkeypatch):
             raise CheckpointError(plan["boot_error"])
         return FakeSession(job, run_id, store, failures=plan["train_failures"])
 
-    monkeypatch.setattr(daemon_mod, "open_session", open_session)
+    monkeypatch.setattr(driver_mod, "open_session", open_session)
     d = TrainerDaemon(TrainerOptions.from_config(db_url=st.url, experiment_dir=str(tmp_path / "exp")))
     st.sync_job(JOB)
     st.start()
@@ -79,16 +37,6 @@ def rig(tmp_path, monkeypatch):
     d.teardown(final_checkpoint=False)
     d.store.close()
     st.close()
-
-
-def fill_batch(st: Store, tag: str) -> list[str]:
-    uuids = []
-    for i in range(2):
-        uuid = f"{tag}{i}"
-        st.begin_episode(uuid, "h" + uuid, "c", "train", 60)
-        end_with_a_call(st, uuid, float(i), task_id="task")
-        uuids.append(uuid)
-    return uuids
 
 
 def run_to(d: TrainerDaemon, st: Store, state: ExperimentState, ticks: int = 8) -> None:
@@ -237,7 +185,7 @@ def test_the_first_boot_waits_for_the_preloading_imports(rig, monkeypatch):
 
     d, st, _plan = rig
     events: list[str] = []
-    real_open = daemon_mod.open_session
+    real_open = driver_mod.open_session
 
     def slow_preload():
         time.sleep(0.5)
@@ -247,7 +195,7 @@ def test_the_first_boot_waits_for_the_preloading_imports(rig, monkeypatch):
         events.append("boot imports")
         return real_open(*args)
 
-    monkeypatch.setattr(daemon_mod, "open_session", open_session)
+    monkeypatch.setattr(driver_mod, "open_session", open_session)
     d._preload = threading.Thread(target=slow_preload)
     d._preload.start()
     d.tick()

@@ -13,7 +13,7 @@ from ajet import AgentJetJob
 from ajet.types import BatchMode
 from ajet_store.types import PoolEpisode
 from ajet_trainer.correction import ASYNC_TIS_CAP, run_tis_cap, tis_cap
-from ajet_trainer.daemon import TrainerDaemon, _Timers
+from ajet_trainer.driver import ExperimentDriver, _Timers
 from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.step_record import staleness_metrics
 from ajet_trainer.types import EpisodeSample, TrainSequence
@@ -51,7 +51,7 @@ class Row:
 def batch_after_a_step(leftovers: str) -> tuple[list[PoolEpisode], Pool, int]:
     """Two episodes of policy v1 left over, two of v2; the daemon picks a batch of four at v2."""
     pool = Pool([PoolEpisode(f"e{i}", f"t{i}", 1.0, float(i), oldest_version=v) for i, v in enumerate([1, 1, 2, 2])])
-    daemon = TrainerDaemon.__new__(TrainerDaemon)
+    daemon = ExperimentDriver.__new__(ExperimentDriver)
     daemon.store, daemon.timers, daemon._pool_seen = pool, _Timers(), None
     job = AgentJetJob(batch_size=2, num_repeat=1, leftovers=leftovers)
     batch = daemon._batch(Session(job, 2), Row())
