@@ -51,7 +51,7 @@ from ajet_proxy.open_episodes import (
     open_from_row,
     refused_key_reason,
 )
-from ajet_proxy.proxy import Proxy
+from ajet_proxy.proxy import Proxy, ProxyConfig
 from ajet_proxy.stats import (
     batch_shape,
     build_rollout_stat,
@@ -96,14 +96,14 @@ def _client_id(request: Request) -> str:
     return given or f"anonymous@{request.client.host if request.client else '?'}"
 
 
-def _validate_job(job: dict, s: ExperimentHost) -> AgentJetJob:
+def _validate_job(job: dict, config: ProxyConfig) -> AgentJetJob:
     try:
         parsed = AgentJetJob.from_wire(job)  # the client merged its base YAML; its path may not exist here
     except ValidationError as exc:
         fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
         raise InvalidRequest(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
     _check_trackers(parsed)
-    if os.path.isabs(parsed.experiment_dir) and not s.config.allow_absolute_experiment_dir:
+    if os.path.isabs(parsed.experiment_dir) and not config.allow_absolute_experiment_dir:
         raise InvalidRequest(
             f"invalid job: experiment_dir {parsed.experiment_dir!r} is an absolute path; a job's folders stay under "
             "the trainer's experiments/ (a relative experiment_dir lands there) unless the proxy runs with "
@@ -145,8 +145,9 @@ async def _synced(s: ExperimentHost) -> OkResponse:
 @router.post("/sync_train_config", response_model=OkResponse)
 async def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
     """Store the job (only while OFFLINE); the answer carries the trainer's template preflight of its model."""
-    s = _proxy(request)
-    await asyncio.to_thread(s.store.sync_job, _validate_job(body.job, s))
+    job = _validate_job(body.job, request.app.state.ajet.config)
+    s = await asyncio.to_thread(_host_for_job, request, job)
+    await asyncio.to_thread(s.store.sync_job, job)
     return await _synced(s)
 
 
@@ -161,11 +162,21 @@ def start_engine(request: Request) -> OkResponse:
 @router.post("/stop_engine", response_model=OkResponse)
 def stop_engine(request: Request) -> OkResponse:
     """Any state -> OFFLINE; open episodes are aborted and their keys stop working."""
-    s = _proxy(request)
+    return _stop(_proxy(request))
+
+
+def _stop(s: ExperimentHost) -> OkResponse:
+    """The experiment to OFFLINE: its calls flushed, its open episodes aborted."""
     s.writer.flush()
     s.store.transition(ExperimentState.OFFLINE)
     s.open_episodes.clear()
     return _ok(s)
+
+
+def _host_for_job(request: Request, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
+    """The experiment a sync of `job` acts on (`Proxy.host_for_job`)."""
+    proxy: Proxy = request.app.state.ajet
+    return proxy.host_for_job(job, replace)
 
 
 @router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
@@ -173,10 +184,10 @@ async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request
     """Sync + start when OFFLINE (or when forced); otherwise join the running job when it is the same job, else 409
     `JobConflict` naming the fields that differ. The answer carries the trainer's template preflight of the job's
     model."""
-    s = _proxy(request)
-    job = _validate_job(body.job, s)
+    job = _validate_job(body.job, request.app.state.ajet.config)
+    s = await asyncio.to_thread(_host_for_job, request, job, body.force_restart)
     if body.force_restart:
-        await asyncio.to_thread(stop_engine, request)
+        await asyncio.to_thread(_stop, s)
     row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync
     conflict = None if started or row.job is None else job_conflict(row.job, job)
     if conflict is not None:  # never a silent join to another job

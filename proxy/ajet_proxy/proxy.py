@@ -22,11 +22,13 @@ import aiohttp
 
 from ajet.errors import EngineUnavailable, ExperimentNotFound, StoreUnavailable
 from ajet.job import AgentJetJob
+from ajet.sharing import beside_conflict, experiment_of
+from ajet.types import ExperimentState
 from ajet.utils.flags import shipped_with_env
 from ajet_proxy.experiment_host import FIRST, ExperimentHost
 from ajet_proxy.limits import InputLimits
 from ajet_proxy.open_episodes import OpenEpisode
-from ajet_store import Store
+from ajet_store import Store, experiment_store
 from ajet_store.placement import experiment_slug, experiment_url, file_mode_of
 
 logger = logging.getLogger(__name__)
@@ -96,11 +98,6 @@ class ProxyConfig:
         return cls(**{**fields, **overrides})
 
 
-def job_name(job: Optional[AgentJetJob]) -> Optional[str]:
-    """The experiment's name a job gives (`project_name/experiment_name`); None before a job is synced."""
-    return None if job is None else f"{job.project_name}/{job.experiment_name}"
-
-
 class Proxy:
     """Everything the routes share; created once per app. Each experiment of the swarm has its host here
     (`hosts`: the first store's under `FIRST`, then each one it lists, taken up as they appear)."""
@@ -127,7 +124,8 @@ class Proxy:
         """The host of the experiment called `name` (its job's `project_name/experiment_name`; None or the first
         experiment's own name: the first); one the first store lists but this proxy has not taken up yet is taken
         up now; `ExperimentNotFound` for a name the swarm does not have."""
-        if not name or name == job_name(self.first.experiment.job):
+        job = self.first.experiment.job
+        if not name or (job is not None and name == experiment_of(job)):
             return self.first
         host = self.hosts.get(experiment_slug(name))
         if host is None and experiment_slug(name) in self.take_up_experiments():
@@ -135,6 +133,30 @@ class Proxy:
         if host is None:
             raise ExperimentNotFound(f"this swarm has no experiment {name!r}")
         return host
+
+    def host_for_job(self, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
+        """The host of the experiment a sync of `job` acts on (blocking: it may make a store). By the job's name: an
+        experiment of that name; else the first experiment while it is OFFLINE or has no job (it takes the job, as a
+        swarm of one experiment always did); else a new experiment beside the others, when what the swarm shares
+        agrees with the first experiment's job; else, with `replace` (a forced restart), the first experiment, whose
+        job it replaces; else `JobConflict` naming why it cannot run beside."""
+        name, first = experiment_of(job), self.first
+        if first.experiment.job is not None and name == experiment_of(first.experiment.job):
+            return first
+        slug = experiment_slug(name)
+        if slug in self.hosts or slug in self.take_up_experiments():
+            return self.hosts[slug]
+        row = first.refresh_experiment()
+        if row.job is None or row.state == ExperimentState.OFFLINE:
+            return first
+        conflict = beside_conflict(row.job, job)
+        if conflict is not None and replace:
+            return first
+        if conflict is not None:
+            raise conflict
+        experiment_store(first.store, name).close()
+        self.take_up_experiments()
+        return self.hosts[slug]
 
     # ------------------------------------------------------------------ life cycle
     @asynccontextmanager

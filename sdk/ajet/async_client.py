@@ -108,7 +108,8 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         backoff = TransportBackoff(f"{self.server_url}/swarm/{route}", self.max_retries)
         while True:
             try:
-                resp = await self._http.request(method, f"/swarm/{route}", json=body)
+                headers = self._experiment_headers()
+                resp = await self._http.request(method, f"/swarm/{route}", json=body, headers=headers)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 await asyncio.sleep(backoff.next(exc))
                 continue
@@ -118,8 +119,11 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
 
     # ------------------------------------------------------------------ engine
     async def sync_train_config(self, job: AgentJetJob) -> ExperimentState:
-        """Send the job to the proxy (only while OFFLINE)."""
-        return self._synced(await self._call("POST", "sync_train_config", {"job": job.to_wire()}))
+        """Send the job to the proxy (only while OFFLINE); its experiment is this client's from then on (a new name
+        beside a running experiment: an experiment of its own, docs/experiments.md)."""
+        state = self._synced(await self._call("POST", "sync_train_config", {"job": job.to_wire()}))
+        self._name_experiment(job)
+        return state
 
     async def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
@@ -132,11 +136,13 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
     async def auto_sync_train_config_and_start_engine(
         self, job: AgentJetJob, force_restart: bool = False
     ) -> ExperimentState:
-        """Sync and start if OFFLINE; join the running job if it is this job (or restart it with `force_restart`);
-        `JobConflict` (409, naming the fields) when the swarm trains another job."""
+        """Sync and start the job's experiment if OFFLINE (a new name beside a running experiment: an experiment of
+        its own); join it if it runs this job (or restart it with `force_restart`); `JobConflict` (409, naming the
+        fields) when it runs another job, or when the job cannot run beside the swarm's experiments."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
         answer = await self._call("POST", "auto_sync_train_config_and_start_engine", body)
         state = self._synced(answer)
+        self._name_experiment(job)
         if self.verbose:
             logger.info("engine %s at %s", state.value, self.server_url)
         return state

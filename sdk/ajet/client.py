@@ -76,7 +76,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         backoff = TransportBackoff(f"{self.server_url}/swarm/{route}", self.max_retries)
         while True:
             try:
-                resp = self._http.request(method, f"/swarm/{route}", json=body)
+                resp = self._http.request(method, f"/swarm/{route}", json=body, headers=self._experiment_headers())
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 time.sleep(backoff.next(exc))
                 continue
@@ -86,8 +86,11 @@ class SwarmClient(ClientSettings[httpx.Client]):
 
     # ------------------------------------------------------------------ engine
     def sync_train_config(self, job: AgentJetJob) -> ExperimentState:
-        """Send the job to the proxy (only while OFFLINE)."""
-        return self._synced(self._call("POST", "sync_train_config", {"job": job.to_wire()}))
+        """Send the job to the proxy (only while OFFLINE); its experiment is this client's from then on (a new name
+        beside a running experiment: an experiment of its own, docs/experiments.md)."""
+        state = self._synced(self._call("POST", "sync_train_config", {"job": job.to_wire()}))
+        self._name_experiment(job)
+        return state
 
     def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
@@ -98,10 +101,12 @@ class SwarmClient(ClientSettings[httpx.Client]):
         return OkResponse.model_validate(self._call("POST", "stop_engine")).state
 
     def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> ExperimentState:
-        """Sync and start if OFFLINE; join the running job if it is this job (or restart it with `force_restart`);
-        `JobConflict` (409, naming the fields) when the swarm trains another job."""
+        """Sync and start the job's experiment if OFFLINE (a new name beside a running experiment: an experiment of
+        its own); join it if it runs this job (or restart it with `force_restart`); `JobConflict` (409, naming the
+        fields) when it runs another job, or when the job cannot run beside the swarm's experiments."""
         body = {"job": job.to_wire(), "force_restart": force_restart}
         state = self._synced(self._call("POST", "auto_sync_train_config_and_start_engine", body))
+        self._name_experiment(job)
         if self.verbose:
             logger.info("engine %s at %s", state.value, self.server_url)
         return state

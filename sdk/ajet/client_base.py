@@ -15,7 +15,9 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import httpx
 
 from ajet.errors import NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
+from ajet.job import AgentJetJob
 from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
+from ajet.sharing import experiment_of
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import (
     BeginEpisodeResponse,
@@ -80,8 +82,8 @@ class ClientSettings(Generic[H]):
         self.client_id = client_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.mission = mission
         self.experiment = experiment
-        """The experiment this client's control calls act on (`project_name/experiment_name` of its job, sent as
-        `X-Ajet-Experiment`); None: the swarm's first."""
+        """The experiment this client's control calls act on (`project_name/experiment_name` of a job, sent as
+        `X-Ajet-Experiment`); a sync sets it to the synced job's; None: the swarm's first."""
         self.verbose = verbose
         self._warned_untrainable = False
         self._told_templates: set[str] = set()
@@ -99,13 +101,19 @@ class ClientSettings(Generic[H]):
 
     @property
     def _headers(self) -> dict[str, str]:
-        """Every control call's headers: the client id, the experiment and the swarm token when there are."""
+        """Every control call's headers: the client id, and the swarm token when there is one."""
         out = {CLIENT_HEADER: self.client_id}
-        if self.experiment:
-            out[EXPERIMENT_HEADER] = self.experiment
         if self.swarm_token:
             out["Authorization"] = f"Bearer {self.swarm_token}"
         return out
+
+    def _experiment_headers(self) -> dict[str, str]:
+        """The experiment a control call acts on, when this client names one (it names its job's once it synced)."""
+        return {EXPERIMENT_HEADER: self.experiment} if self.experiment else {}
+
+    def _name_experiment(self, job: AgentJetJob) -> None:
+        """From a sync on, act on the synced job's experiment."""
+        self.experiment = experiment_of(job)
 
     # ------------------------------------------------------------------ bodies and answers
     def _synced(self, data: Any) -> ExperimentState:

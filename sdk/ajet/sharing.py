@@ -1,9 +1,10 @@
 """Which settings of two jobs must agree for them to run on one swarm, and how two jobs differ.
 
 A swarm serves one base model from its engines. What an engine is launched with, or what every adapter on one base
-must have in common, is shared by every job on the swarm (`SHARED`); the rest belongs to a job alone. Today a swarm
-trains one job at a time: a client whose job differs from the running one gets a 409 naming the fields, never a
-silent join (`JobConflict`, `job_conflict`).
+must have in common, is shared by every job on the swarm (`SHARED`); the rest belongs to a job alone. A job names
+its experiment (`experiment_of`); a job of a new name runs beside the others as an experiment of its own when what
+is shared agrees (`beside_conflict`); a job of a running experiment's name that differs from its job gets a 409
+naming the fields, never a silent join (`JobConflict`, `job_conflict`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,30 @@ SHARED: dict[str, str] = {
 }
 """Settings every job on one swarm shares, with why. With vLLM the LoRA rank is shared too (it sizes the engine's
 slots: `--max-lora-rank`), and full fine-tuning (`lora_rank=0`) owns the whole model: one job per swarm."""
+
+
+def experiment_of(job: AgentJetJob) -> str:
+    """The experiment a job names (`project_name/experiment_name`): jobs of one name are one experiment."""
+    return f"{job.project_name}/{job.experiment_name}"
+
+
+def beside_conflict(running: AgentJetJob, other: AgentJetJob) -> Optional[JobConflict]:
+    """Why `other` cannot run beside `running` as an experiment of its own (None when it can): what the swarm shares
+    differs, or either job fine-tunes the whole model (which owns the box)."""
+    shared = [f for f in job_differences(running, other) if f in SHARED]
+    full = [experiment_of(j) for j in (running, other) if j.lora_rank == 0]
+    if not shared and not full:
+        return None
+    parts = []
+    if shared:
+        named = ", ".join(f"{f} ({SHARED[f]})" for f in shared)
+        parts.append(f"it differs in what every experiment on a swarm shares: {named}")
+    if full:
+        whole = ", ".join(full)
+        parts.append(f"full fine-tuning (lora_rank=0: {whole}) owns the whole model, one experiment per swarm")
+    return JobConflict(
+        f"{experiment_of(other)} cannot run beside {experiment_of(running)} on this swarm: " + "; ".join(parts)
+    )
 
 
 def job_differences(running: AgentJetJob, other: AgentJetJob) -> list[str]:
@@ -46,6 +71,6 @@ def job_conflict(running: AgentJetJob, other: AgentJetJob) -> Optional[JobConfli
     return JobConflict(
         f"the swarm trains {running.project_name}/{running.experiment_name}, and this job differs from it in "
         + "; ".join(parts)
-        + ". This swarm trains one job at a time: sync the running job to join it, or pass force_restart=True to "
-        "replace it"
+        + ". Sync the running job to join it, pass force_restart=True to replace it, or give the job another "
+        "experiment_name to run it beside as an experiment of its own"
     )

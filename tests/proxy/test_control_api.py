@@ -28,9 +28,11 @@ def test_state_machine_through_the_api(client, store, stub):
     client.stop_engine()  # harmless twice
     client.sync_train_config(AgentJetJob(batch_size=3, num_repeat=2, experiment_name="exp-a"))
     assert client.start_engine() == ExperimentState.BOOTING
-    with pytest.raises(Conflict) as e:
-        client.sync_train_config(AgentJetJob())
+    with pytest.raises(Conflict) as e:  # the experiment's job changes only while OFFLINE
+        client.sync_train_config(AgentJetJob(experiment_name="exp-a"))
     assert e.value.state == "BOOTING"
+    with pytest.raises(JobConflict, match="full fine-tuning"):  # another name: beside it only with LoRA
+        client.sync_train_config(AgentJetJob())
     with pytest.raises(Conflict, match="BOOTING"):
         client.start_engine()
     with pytest.raises(SwarmTimeout):  # begin waits while BOOTING, bounded by begin_episode_max_wait
@@ -154,14 +156,21 @@ def test_auto_sync_starts_or_joins(client, store, stub):
     make_rolling(store, stub.url)
     wait_state(client, ExperimentState.ROLLING)
     assert client.auto_sync_train_config_and_start_engine(job) == ExperimentState.ROLLING  # the same job joins
-    other = AgentJetJob(batch_size=5, model="builtin:small")
-    with pytest.raises(JobConflict) as refused:  # another job never joins silently
+    other = AgentJetJob(batch_size=5, model="builtin:small", experiment_name="auto")
+    with pytest.raises(JobConflict) as refused:  # another job of the experiment never joins silently
         client.auto_sync_train_config_and_start_engine(other)
     assert refused.value.status == 409 and "shared by every job on this swarm: model (" in refused.value.detail
-    assert "the job's own: experiment_name, num_repeat, batch_size" in refused.value.detail
+    assert "the job's own: num_repeat, batch_size" in refused.value.detail
+    elsewhere = other.model_copy(update={"experiment_name": "beside"})
+    with pytest.raises(JobConflict, match="cannot run beside ajet-swarm/auto"):  # nor runs beside it (full FT)
+        client.auto_sync_train_config_and_start_engine(elsewhere)
     assert store.experiment().job.batch_size == 2 and store.experiment().state == ExperimentState.ROLLING
+    assert store.experiment_entries() == []
     assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == ExperimentState.BOOTING
     assert store.experiment().job.batch_size == 5
+    # forced, a job that cannot run beside replaces the first experiment's, as on a swarm of one experiment
+    assert client.auto_sync_train_config_and_start_engine(elsewhere, force_restart=True) == ExperimentState.BOOTING
+    assert store.experiment().job.experiment_name == "beside" and store.experiment_entries() == []
 
 
 def test_episode_life_cycle_and_idempotence(client, store, stub):

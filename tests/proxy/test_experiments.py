@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from ajet import AgentJetJob, ExperimentNotFound, SwarmClient, Task, WorkflowOutput
+from ajet.errors import JobConflict
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store, experiment_store, sqlite_url
 from tests.support.procs import start_proxy, start_stub
@@ -94,3 +95,35 @@ def test_an_experiment_the_swarm_does_not_have_is_404_naming_it(swarm):
     with SwarmClient(proxy_url, experiment="p/nope", verbose=False) as c:
         with pytest.raises(ExperimentNotFound, match="p/nope"):
             c.get_engine_status()
+
+
+def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(tmp_path):
+    """A LoRA job of another name syncs into an experiment of its own while the first runs; a job that differs in
+    what the swarm shares, or fine-tunes the whole model, gets a 409 naming why, and nothing is listed."""
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    first, proxy = Store(url), start_proxy(tmp_path, url)
+    lora = AgentJetJob(project_name="p", experiment_name="a", lora_rank=8, batch_size=1, num_repeat=1)
+    a, c = SwarmClient(proxy.url, verbose=False), SwarmClient(proxy.url, verbose=False)
+    try:
+        ensure_rolling(a, first, stub.url, lora)
+        share = lora.model_copy(update={"experiment_name": "c", "gpu_memory_utilization": 0.5})
+        with pytest.raises(JobConflict, match=r"gpu_memory_utilization \(the engines' share"):
+            c.auto_sync_train_config_and_start_engine(share)
+        with pytest.raises(JobConflict, match="full fine-tuning"):
+            c.auto_sync_train_config_and_start_engine(lora.model_copy(update={"experiment_name": "c", "lora_rank": 0}))
+        assert first.experiment_entries() == [] and c.experiment is None
+        job_c = lora.model_copy(update={"experiment_name": "c", "lora_rank": 16, "batch_size": 4})
+        assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING
+        assert [e.name for e in first.experiment_entries()] == ["p/c"] and c.experiment == "p/c"
+        assert c.get_engine_status().experiment_name == "c" and a.get_engine_status().experiment_name == "a"
+        assert first.experiment().state == ExperimentState.ROLLING  # the first runs on, untouched
+        with experiment_store(first, "p/c") as store_c:
+            assert store_c.experiment().job.batch_size == 4 and store_c.experiment().state == ExperimentState.BOOTING
+        assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING  # joins its own
+    finally:
+        a.close()
+        c.close()
+        proxy.close()
+        stub.close()
+        first.close()
