@@ -15,7 +15,7 @@ from ajet import AgentJetJob
 from ajet.errors import ConfigError
 from ajet.utils import flags
 from ajet_proxy import cli as proxy_cli
-from ajet_proxy.proxy import ProxyConfig
+from ajet_proxy.config import ProxyConfig
 from ajet_swarm.cli import build_parser, child_commands, parse_args
 from ajet_trainer import cli as trainer_cli
 from ajet_trainer.options import TrainerOptions

@@ -15,11 +15,12 @@ from ajet.protocol import ErrorCode
 from ajet_proxy import control
 from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
+from ajet_proxy.config import ProxyConfig
 from ajet_proxy.dataplane import add_data_plane
 from ajet_proxy.errors import HttpError, error_response, http_error
 from ajet_proxy.explore import explore_app, login_page
 from ajet_proxy.limits import BodySizeMiddleware
-from ajet_proxy.proxy import Proxy, ProxyConfig
+from ajet_proxy.proxy import Proxy
 
 logger = logging.getLogger(__name__)
 

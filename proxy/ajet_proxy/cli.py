@@ -128,8 +128,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     import uvicorn
 
     from ajet_proxy.app import create_app
+    from ajet_proxy.config import ProxyConfig
     from ajet_proxy.limits import InputLimits
-    from ajet_proxy.proxy import ProxyConfig
 
     app = create_app(
         ProxyConfig(

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ajet.errors import BootFailed, EpisodeNotFound, InvalidRequest, NotReady, TrainerUnresponsive
 from ajet.job import TRACKERS, AgentJetJob
 from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
-from ajet.sharing import job_conflict
+from ajet.sharing import experiment_of, job_conflict
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
 from ajet.types import (
     AutoSyncRequest,
@@ -42,6 +42,7 @@ from ajet.types import (
     SyncTrainConfigRequest,
 )
 from ajet_proxy.api_docs import CONTROL_ERRORS
+from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import (
     OpenEpisode,
@@ -51,7 +52,7 @@ from ajet_proxy.open_episodes import (
     open_from_row,
     refused_key_reason,
 )
-from ajet_proxy.proxy import Proxy, ProxyConfig
+from ajet_proxy.proxy import Proxy
 from ajet_proxy.stats import (
     batch_shape,
     build_rollout_stat,
@@ -69,11 +70,15 @@ from ajet_store.types import EpisodeRow
 logger = logging.getLogger(__name__)
 
 
+def _swarm(request: Request) -> Proxy:
+    proxy: Proxy = request.app.state.ajet
+    return proxy
+
+
 def _proxy(request: Request) -> ExperimentHost:
     """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
-    (404 `ExperimentNotFound` for a name the swarm does not have)."""
-    proxy: Proxy = request.app.state.ajet
-    return proxy.host_named(request.headers.get(EXPERIMENT_HEADER))
+    (404 `ExperimentNotFound` for a name the swarm does not have); a sync acts on its job's (`Proxy.host_for_job`)."""
+    return _swarm(request).host_named(request.headers.get(EXPERIMENT_HEADER))
 
 
 router = APIRouter(
@@ -145,8 +150,8 @@ async def _synced(s: ExperimentHost) -> OkResponse:
 @router.post("/sync_train_config", response_model=OkResponse)
 async def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
     """Store the job (only while OFFLINE); the answer carries the trainer's template preflight of its model."""
-    job = _validate_job(body.job, request.app.state.ajet.config)
-    s = await asyncio.to_thread(_host_for_job, request, job)
+    job = _validate_job(body.job, _swarm(request).config)
+    s = await asyncio.to_thread(_swarm(request).host_for_job, job)
     await asyncio.to_thread(s.store.sync_job, job)
     return await _synced(s)
 
@@ -173,22 +178,19 @@ def _stop(s: ExperimentHost) -> OkResponse:
     return _ok(s)
 
 
-def _host_for_job(request: Request, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
-    """The experiment a sync of `job` acts on (`Proxy.host_for_job`)."""
-    proxy: Proxy = request.app.state.ajet
-    return proxy.host_for_job(job, replace)
-
-
 @router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
 async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
     """Sync + start when OFFLINE (or when forced); otherwise join the running job when it is the same job, else 409
     `JobConflict` naming the fields that differ. The answer carries the trainer's template preflight of the job's
     model."""
-    job = _validate_job(body.job, request.app.state.ajet.config)
-    s = await asyncio.to_thread(_host_for_job, request, job, body.force_restart)
+    job = _validate_job(body.job, _swarm(request).config)
+    s = await asyncio.to_thread(_swarm(request).host_for_job, job, body.force_restart)
     if body.force_restart:
         await asyncio.to_thread(_stop, s)
     row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync
+    if not started and row.job is not None and experiment_of(row.job) != experiment_of(job):
+        s = await asyncio.to_thread(_swarm(request).host_for_job, job, body.force_restart)  # another's came first
+        row, started = await asyncio.to_thread(s.store.sync_and_start, job)
     conflict = None if started or row.job is None else job_conflict(row.job, job)
     if conflict is not None:  # never a silent join to another job
         raise conflict

@@ -11,19 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ajet.types import EpisodeStatus
 from ajet_proxy.call_writer import CallWriter
+from ajet_proxy.config import ProxyConfig
 from ajet_proxy.group_commit import GroupCommitter
 from ajet_proxy.lifecycle import EpisodeCommitter
 from ajet_proxy.open_episodes import OpenEpisodes
 from ajet_proxy.routing import EngineRouter
 from ajet_store import Store
 from ajet_store.types import ExperimentRow
-
-if TYPE_CHECKING:
-    from ajet_proxy.proxy import ProxyConfig
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,7 +33,7 @@ FIRST = ""
 class ExperimentHost:
     """One experiment as one proxy serves it; created and closed by the proxy's life cycle."""
 
-    def __init__(self, slug: str, store: Store, config: "ProxyConfig"):
+    def __init__(self, slug: str, store: Store, config: ProxyConfig):
         self.slug = slug
         """`FIRST`, or the slug the first store lists the experiment under."""
         self.config = config

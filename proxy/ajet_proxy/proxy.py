@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Literal, Optional, TypeVar
+from typing import Any, AsyncIterator, Optional, TypeVar
 
 import aiohttp
 
@@ -24,78 +24,14 @@ from ajet.errors import EngineUnavailable, ExperimentNotFound, StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet.sharing import beside_conflict, experiment_of
 from ajet.types import ExperimentState
-from ajet.utils.flags import shipped_with_env
+from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import FIRST, ExperimentHost
-from ajet_proxy.limits import InputLimits
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store import Store, experiment_store
 from ajet_store.placement import experiment_slug, experiment_url, file_mode_of
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-CONFIG_FILE = "proxy.yaml"
-"""The file in `configs/` that holds the proxy's defaults."""
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    """Settings of one proxy process. `from_config` fills what `ajet-proxy start` takes from `configs/proxy.yaml`
-    (the only source of those defaults); the rest are this class's own."""
-
-    db_url: str
-    """SQLAlchemy URL of the store (`db`)."""
-    db_mode: int
-    """Permissions of the SQLite store file when this process creates it."""
-    swarm_token: Optional[str]
-    """Required on control calls when set."""
-    transport: Literal["aiohttp", "litellm"]
-    """How calls reach the engines: a pooled aiohttp session, or `litellm.Router.acompletion`."""
-    limits: InputLimits
-    """Bounds on request size and shape."""
-    commit_window_s: float
-    """How long the call log gathers calls after the first before committing them together (0: commit
-    whatever is waiting at once; a few ms trade latency for fewer transactions under load)."""
-    gc_young_threshold: int
-    """Allocations between two passes of Python's young-generation garbage collector in this process (its first
-    threshold; Python's default is 700). A call allocates thousands of short-lived objects, so at 700 the
-    collector runs several times per call and walks every object of the calls in flight each time."""
-    shared: bool
-    """Other proxies serve the same store (`--workers N`, `ajet-swarm start --proxies N`, or `--shared-store`):
-    call numbers are reserved in the store, an episode begun elsewhere is taken up on its first call here, its
-    history is read from the store when another proxy served its calls, and idleness is the store's. One proxy
-    alone keeps all of that in memory (one write less per call)."""
-    allow_absolute_experiment_dir: bool
-    """A client's job may name an absolute `experiment_dir` on the training box (`--allow-absolute-experiment-dir`);
-    else `sync_train_config` refuses it with a 422 naming `job.experiment_dir`, so a job's folders stay under the
-    trainer's `experiments/` (names and relative paths cannot climb out: `AgentJetJob` refuses `/` and `..`)."""
-    poll_s: float = 0.2
-    """How often the experiment's row is re-read."""
-    engine_timeout_s: float = 600.0
-    """Total time allowed for one call to an engine."""
-    max_connections: int = 1024
-    """Size of the connection pool to the engines."""
-    preflight_wait_s: float = 15.0
-    """How long `sync_train_config` waits for a beating trainer's template preflight of the job's model before it
-    answers without it (the status carries it once it comes)."""
-
-    @classmethod
-    def from_config(cls, **overrides: Any) -> "ProxyConfig":
-        """The settings `ajet-proxy start` would run with (`configs/proxy.yaml`, then the environment), with
-        `overrides` (field names) on top."""
-        v = shipped_with_env(CONFIG_FILE)
-        fields: dict[str, Any] = {
-            "db_url": v["db"],
-            "db_mode": int(str(v["db_mode"]), 8),
-            "swarm_token": v["swarm_token"],
-            "transport": v["transport"],
-            "limits": InputLimits(max_body_bytes=int(str(v["max_body_bytes"]))),
-            "commit_window_s": float(str(v["commit_window_ms"])) / 1000.0,
-            "gc_young_threshold": int(str(v["gc_young_threshold"])),
-            "shared": bool(v["shared_store"]) or int(str(v["workers"])) > 1,
-            "allow_absolute_experiment_dir": bool(v["allow_absolute_experiment_dir"]),
-        }
-        return cls(**{**fields, **overrides})
 
 
 class Proxy:
@@ -110,6 +46,7 @@ class Proxy:
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
+        self._taking_up = threading.Lock()
 
     @property
     def first(self) -> ExperimentHost:
@@ -141,12 +78,12 @@ class Proxy:
         agrees with the first experiment's job; else, with `replace` (a forced restart), the first experiment, whose
         job it replaces; else `JobConflict` naming why it cannot run beside."""
         name, first = experiment_of(job), self.first
-        if first.experiment.job is not None and name == experiment_of(first.experiment.job):
+        row = first.refresh_experiment()  # the newest: another client's sync may have just named the first
+        if row.job is not None and name == experiment_of(row.job):
             return first
         slug = experiment_slug(name)
         if slug in self.hosts or slug in self.take_up_experiments():
             return self.hosts[slug]
-        row = first.refresh_experiment()
         if row.job is None or row.state == ExperimentState.OFFLINE:
             return first
         conflict = beside_conflict(row.job, job)
@@ -190,6 +127,10 @@ class Proxy:
 
     def take_up_experiments(self) -> list[str]:
         """Start a host for each experiment the first store lists that this proxy does not serve yet; their slugs."""
+        with self._taking_up:  # a control call's thread and the housekeeping loop may both find one
+            return self._take_up_new()
+
+    def _take_up_new(self) -> list[str]:
         new = [e for e in self.first.store.experiment_entries() if e.slug not in self.hosts]
         for entry in new:
             url = experiment_url(self.config.db_url, entry.slug)

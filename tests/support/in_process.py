@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from ajet import SwarmClient
 from ajet_proxy.app import create_app
-from ajet_proxy.proxy import ProxyConfig
+from ajet_proxy.config import ProxyConfig
 from ajet_store import Store, sqlite_url
 
 URL = "http://127.0.0.1"

@@ -18,6 +18,8 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Optional
 
 from ajet.errors import StoreUnavailable
@@ -55,6 +57,13 @@ HEARTBEAT_S = 2.0
 CATALOG_POLL_S = 1.0
 """How often the trainer reads which experiments the first store lists."""
 _WAITING = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
+
+
+def experiment_folder(first: Optional[str], slug: str) -> Optional[str]:
+    """The folder of the experiment `slug` under `--experiment-dir` `first` (the first experiment's, as always):
+    beside it, `<first>.exp-<slug>`, as its store lies beside the first store; None without the flag (each job's
+    own `experiments/<project>/<experiment>`, which differ by name)."""
+    return None if not first else str(Path(first).with_name(f"{Path(first).name}.exp-{slug}"))
 
 
 class TrainerDaemon:
@@ -174,6 +183,7 @@ class TrainerDaemon:
         for entry in new:
             store = Store(experiment_url(self.opts.db_url, entry.slug), file_mode_of(self.opts.db_url))
             store.claim_trainer(os.getpid(), pid_alive)
-            self.drivers[entry.slug] = ExperimentDriver(store, self.opts, self._imports_ready, second=True)
+            opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, entry.slug))
+            self.drivers[entry.slug] = ExperimentDriver(store, opts, self._imports_ready, second=True)
             logger.info("trainer drives experiment %s", entry.name)
         return [e.slug for e in new]
