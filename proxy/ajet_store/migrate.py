@@ -12,6 +12,7 @@ stores of the experiments it lists too (`catalog.py`).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Optional
 
 import sqlalchemy as sa
@@ -69,6 +70,11 @@ def check_version(version: int, url: str) -> None:
         )
 
 
+_ALEMBIC = threading.Lock()
+"""Alembic keeps the running migration's context in module globals (`alembic.context`): two threads of one process
+creating stores at once (two experiments made together) broke each other's (`KeyError: 'script'`)."""
+
+
 def _run(conn: sa.Connection, command: str, revision: str) -> None:
     from alembic import command as alembic_command
     from alembic.config import Config
@@ -76,7 +82,8 @@ def _run(conn: sa.Connection, command: str, revision: str) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", "ajet_store:migrations")
     cfg.attributes["connection"] = conn
-    getattr(alembic_command, command)(cfg, revision)
+    with _ALEMBIC:
+        getattr(alembic_command, command)(cfg, revision)
 
 
 def stamp_head(conn: sa.Connection) -> None:

@@ -144,3 +144,19 @@ def test_an_experiments_sqlite_file_takes_the_first_files_permissions(tmp_path):
         experiment_store(first, "p/b").close()
     path = tmp_path / f"swarm.exp-{experiment_slug('p/b')}.db"
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_experiments_made_at_once_by_threads_each_get_their_store(tmp_path):
+    """Two clients' syncs made two experiments at once in one proxy: alembic's module-global context broke one of
+    the two new stores' creation (`KeyError: 'script'`, a 500) until creation took a process-wide lock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Store(sqlite_url(tmp_path / "swarm.db")) as first:
+
+        def make(i: int) -> str:
+            with experiment_store(first, f"p/e{i}") as st:
+                return st.experiment().state.value
+
+        with ThreadPoolExecutor(6) as pool:
+            assert list(pool.map(make, range(6))) == ["OFFLINE"] * 6
+        assert len(first.experiment_entries()) == 6
