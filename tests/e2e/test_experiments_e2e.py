@@ -13,91 +13,24 @@ import threading
 import time
 from pathlib import Path
 
-import openai
 import pytest
 import torch
 from peft import PeftModel
 
-from ajet import AgentJetJob, Conflict, SwarmClient, Task, Unauthorized, WorkflowOutput
+from ajet import AgentJetJob
 from ajet_store import experiment_store
 from ajet_store.placement import experiment_slug
 from ajet_trainer.daemon import experiment_folder
 from ajet_trainer.model_export import export_model
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
-from tests.support.adapter_letters import BASE, LETTER_HEAD, letter_prompt
+from tests.support.adapter_letters import BASE, letter_prompt
+from tests.support.letters_clients import LETTERS, Experiment
 from tests.support.swarm import Swarm, running_swarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
-LETTERS = {"ea": "a", "eb": "b", "ec": "c"}
-GROUP = 8
-TARGET = 0.8
-MAX_STEPS = 80
 KILL_AT_STEP = 6
 """Every experiment past this step (a checkpoint at 5 behind it) when the trainer is killed."""
-
-
-def letters_job(name: str) -> AgentJetJob:
-    return AgentJetJob(
-        project_name="letters",
-        experiment_name=name,
-        model=BASE,
-        lr=1e-2,
-        lora_rank=8,
-        lora_alpha=16,
-        lora_target_modules=sorted(LETTER_HEAD.target_modules),
-        batch_size=1,
-        num_repeat=GROUP,
-        max_prompt_length=64,
-        max_response_length=16,
-        max_model_len=128,
-        max_response_length_in_one_turn=2,
-        save_freq=5,
-        n_gpu=1,
-    )
-
-
-class Experiment:
-    """One client's loop: GROUP answers a step to "Say a letter", each rewarded 1 when it starts with the letter."""
-
-    def __init__(self, url: str, name: str):
-        self.name, self.letter = name, LETTERS[name]
-        self.client = SwarmClient(url, verbose=False)
-        self.rewards: list[float] = []
-        self.error: BaseException | None = None
-        self.retried = 0
-        """Episodes played again because the killed trainer's engine broke them off."""
-
-    def reached(self) -> bool:
-        return len(self.rewards) >= 5 and sum(self.rewards[-5:]) / 5 >= TARGET
-
-    def run(self) -> None:
-        try:
-            self.client.auto_sync_train_config_and_start_engine(letters_job(self.name))
-            while not self.reached() and len(self.rewards) < MAX_STEPS:
-                self.rewards.append(self._step())
-        except BaseException as exc:  # noqa: BLE001 - the test reports it
-            self.error = exc
-
-    def _step(self) -> float:
-        rewards: list[float] = []
-        while len(rewards) < GROUP:
-            uuid, creds = self.client.begin_episode()
-            try:
-                answer = creds.as_openai_client().chat.completions.create(
-                    model="policy", messages=[{"role": "user", "content": "Say a letter"}], max_tokens=1
-                )
-            except openai.APIError:  # the trainer was killed under the call (its engine with it): play it again
-                self.retried += 1
-                continue
-            reward = float((answer.choices[0].message.content or "")[:1] == self.letter)
-            try:
-                self.client.end_episode(Task(task_id="say"), uuid, WorkflowOutput(reward=reward))
-            except (Conflict, Unauthorized):  # aborted by the restart (its key no longer works): play it again
-                self.retried += 1
-                continue
-            rewards.append(reward)
-        return sum(rewards) / GROUP
 
 
 def says(adapter: Path) -> str:

@@ -1,0 +1,84 @@
+"""Clients of a swarm training several experiments, each its own LoRA job on one base (`builtin:demo`) rewarded for
+its own letter (tests/support/adapter_letters.py's task through a whole swarm). Shared by
+tests/e2e/test_experiments_e2e.py and `bench/experiments.py`."""
+
+from __future__ import annotations
+
+import time
+
+import openai
+
+from ajet import AgentJetJob, Conflict, SwarmClient, Task, Unauthorized, WorkflowOutput
+from tests.support.adapter_letters import BASE, LETTER_HEAD
+
+LETTERS = {"ea": "a", "eb": "b", "ec": "c"}
+GROUP = 8
+TARGET = 0.8
+MAX_STEPS = 80
+
+
+def letters_job(name: str) -> AgentJetJob:
+    return AgentJetJob(
+        project_name="letters",
+        experiment_name=name,
+        model=BASE,
+        lr=1e-2,
+        lora_rank=8,
+        lora_alpha=16,
+        lora_target_modules=sorted(LETTER_HEAD.target_modules),
+        batch_size=1,
+        num_repeat=GROUP,
+        max_prompt_length=64,
+        max_response_length=16,
+        max_model_len=128,
+        max_response_length_in_one_turn=2,
+        save_freq=5,
+        n_gpu=1,
+    )
+
+
+class Experiment:
+    """One client's loop: GROUP answers a step to "Say a letter", each rewarded 1 when it starts with the letter."""
+
+    def __init__(self, url: str, name: str):
+        self.name, self.letter = name, LETTERS[name]
+        self.client = SwarmClient(url, verbose=False)
+        self.rewards: list[float] = []
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        """Wall seconds from the sync to the target (or to the last step)."""
+        self.retried = 0
+        """Episodes played again because the killed trainer's engine broke them off."""
+
+    def reached(self) -> bool:
+        return len(self.rewards) >= 5 and sum(self.rewards[-5:]) / 5 >= TARGET
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self.client.auto_sync_train_config_and_start_engine(letters_job(self.name))
+            while not self.reached() and len(self.rewards) < MAX_STEPS:
+                self.rewards.append(self._step())
+            self.seconds = time.monotonic() - t0
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            self.error = exc
+
+    def _step(self) -> float:
+        rewards: list[float] = []
+        while len(rewards) < GROUP:
+            uuid, creds = self.client.begin_episode()
+            try:
+                answer = creds.as_openai_client().chat.completions.create(
+                    model="policy", messages=[{"role": "user", "content": "Say a letter"}], max_tokens=1
+                )
+            except openai.APIError:  # the trainer was killed under the call (its engine with it): play it again
+                self.retried += 1
+                continue
+            reward = float((answer.choices[0].message.content or "")[:1] == self.letter)
+            try:
+                self.client.end_episode(Task(task_id="say"), uuid, WorkflowOutput(reward=reward))
+            except (Conflict, Unauthorized):  # aborted by the restart (its key no longer works): play it again
+                self.retried += 1
+                continue
+            rewards.append(reward)
+        return sum(rewards) / GROUP
