@@ -180,9 +180,23 @@ def run_monitor(args: argparse.Namespace) -> None:
 
 
 def _store(args: argparse.Namespace) -> "Store":
-    from ajet_store import Store
+    """The store `--db` names, or with `--experiment NAME` that experiment's store beside it (`ExperimentNotFound`
+    for a name the swarm does not list)."""
+    from ajet.errors import ExperimentNotFound
+    from ajet_store import Store, experiment_store
 
-    return Store(args.db)
+    first = Store(args.db)
+    name = getattr(args, "experiment", None)
+    job = first.experiment().job if name else None
+    if not name or (job is not None and name == f"{job.project_name}/{job.experiment_name}"):
+        return first
+    listed = [e.name for e in first.experiment_entries()]
+    try:
+        if name not in listed:
+            raise ExperimentNotFound(f"this swarm has no experiment {name!r} (listed: {', '.join(listed) or 'none'})")
+        return experiment_store(first, name)
+    finally:
+        first.close()
 
 
 def episodes_list(args: argparse.Namespace) -> None:
@@ -319,6 +333,8 @@ def _main(argv: Optional[list[str]] = None) -> int:
     for p in (lst, show, exp, upg, plt, prn, xpl):
         p.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
         apply_defaults(p, "proxy.yaml")
+    for p in (lst, show, exp, plt):
+        p.add_argument("--experiment", help="project/experiment: one of the swarm's experiments (default: its first)")
     args = parse_with_config(parser, argv)
     if args.command == "start":
         return run_proxy(args)

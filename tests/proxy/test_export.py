@@ -78,3 +78,31 @@ def test_inspection_commands(filled):
     assert "ep0001" in listing and "ep0000" not in listing
     shown = run("episodes", "show", "ep0004")
     assert "[user] q4" in shown and "[answer] a4" in shown and "prompt 3 / completion 2 tokens" in shown
+
+
+def test_export_and_inspection_take_one_experiment_of_the_swarm(filled):
+    """`--experiment NAME` reads that experiment's store beside the first; a name the swarm does not list is one
+    clear line and exit 1."""
+    from ajet_store import experiment_store
+
+    st, url, tmp = filled
+    with experiment_store(st, "p/b") as other:
+        other.sync_job(AgentJetJob(project_name="p", experiment_name="b"))
+        other.transition(ExperimentState.ROLLING)
+        other.begin_episode("b0", "hb0", "c", "train", 60)
+        other.write_calls([CallRecord("b0", 0, "{}", "{}", [1], [2], [-0.5], "stop", 0, "d", 1.0, 1.0)])
+        other.end_episode("b0", "c", "t", 1.0, None, {})
+
+    def run(*a: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "ajet_proxy.cli", *a, "--db", url]
+        return subprocess.run(cmd, capture_output=True, text=True, env=offline_env())
+
+    out = tmp / "b.jsonl"
+    done = run("export", "--experiment", "p/b", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["episode_uuid"] for line in out.read_text().splitlines()] == ["b0"]
+    assert "b0" in run("episodes", "list", "--experiment", "p/b").stdout
+    assert "b0" not in run("episodes", "list").stdout  # the first experiment's own
+    missing = run("export", "--experiment", "p/nope")
+    assert missing.returncode == 1 and "no experiment 'p/nope' (listed: p/b)" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
