@@ -302,6 +302,18 @@ def db_upgrade(args: argparse.Namespace) -> None:
         print(f"store {args.db} upgraded from schema {before if before is not None else '(empty)'} to {after}")
 
 
+def _store_options(
+    reading: tuple[argparse.ArgumentParser, ...], per_experiment: tuple[argparse.ArgumentParser, ...]
+) -> None:
+    """`--db` (and its defaults) on the commands that read a store; `--experiment` on those that read one
+    experiment's."""
+    for p in reading:
+        p.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
+        apply_defaults(p, "proxy.yaml")
+    for p in per_experiment:
+        p.add_argument("--experiment", help="project/experiment: one of the swarm's experiments (default: its first)")
+
+
 def _main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ajet-proxy", description="AgentJet Swarm proxy")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -330,11 +342,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
     xpl = sub.add_parser("explore", help="a web explorer of runs, episodes and trained tokens over the store")
     _explore_module().add_explore_arguments(xpl)
-    for p in (lst, show, exp, upg, plt, prn, xpl):
-        p.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
-        apply_defaults(p, "proxy.yaml")
-    for p in (lst, show, exp, plt):
-        p.add_argument("--experiment", help="project/experiment: one of the swarm's experiments (default: its first)")
+    _store_options((lst, show, exp, upg, plt, prn, xpl), (lst, show, exp, plt))
     args = parse_with_config(parser, argv)
     if args.command == "start":
         return run_proxy(args)
