@@ -171,6 +171,11 @@ def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy
     (call,) = store.calls(uuid)
     assert call.client_gone and call.error == "the client disconnected before the answer" and not call.trainable
     assert call.completion_ids is None and call.response is None  # never waited for
+    # the call is over: the episode idles again, so it expires on its timeout (it stayed in flight forever, and a
+    # drain waited on it: the distributed tutorial's killed clients held a step for minutes)
+    time.sleep(0.5)
+    (ep,) = [e for e in client.get_rollout_stat().open_episodes if e.episode_uuid == uuid]
+    assert ep.idle_s >= 0.4, ep
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])

@@ -118,6 +118,7 @@ class ChatPath:
         try:
             sent = await (self._send(call) if call.stream else self._send_unless_gone(call))
             if sent is None:  # the client left before the engine answered: its request there was cancelled
+                call.finish()  # the episode idles again (else it never expires, and a drain waits on it)
                 return Response(status_code=499)
             if isinstance(sent.answer, bytes):
                 return await self._answer(call, sent)
