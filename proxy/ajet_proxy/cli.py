@@ -183,12 +183,13 @@ def _store(args: argparse.Namespace) -> "Store":
     """The store `--db` names, or with `--experiment NAME` that experiment's store beside it (`ExperimentNotFound`
     for a name the swarm does not list)."""
     from ajet.errors import ExperimentNotFound
+    from ajet.sharing import experiment_of
     from ajet_store import Store, experiment_store
 
     first = Store(args.db)
     name = getattr(args, "experiment", None)
     job = first.experiment().job if name else None
-    if not name or (job is not None and name == f"{job.project_name}/{job.experiment_name}"):
+    if not name or (job is not None and name == experiment_of(job)):
         return first
     listed = [e.name for e in first.experiment_entries()]
     try:
@@ -263,6 +264,7 @@ def plot(args: argparse.Namespace) -> None:
     """The run's curves (reward, entropy, log-prob gap, episodes per step) as a PNG."""
     from pathlib import Path
 
+    from ajet.sharing import experiment_of
     from ajet_proxy.plot import plot_steps
 
     store = _store(args)
@@ -271,7 +273,7 @@ def plot(args: argparse.Namespace) -> None:
         job = store.experiment().job
     finally:
         store.close()
-    title = "ajet-swarm/default" if job is None else f"{job.project_name}/{job.experiment_name}"
+    title = "ajet-swarm/default" if job is None else experiment_of(job)
     print(f"plotted {len(steps)} steps to {plot_steps(steps, Path(args.out), title)}")
 
 
