@@ -126,9 +126,13 @@ bench: setup
 	$(PY) -m bench.proxy_overhead
 	$(PY) -m bench.trainer_vs_trl
 
-# The wheels scripts/gpu_check.sh installs on a bare GPU box (no network there): downloaded here, carried there.
+# The wheels scripts/gpu_check.sh installs on a bare GPU box (no network there): downloaded here, carried there,
+# built for the box's Python (GPU_PYTHON, 3.12 on the lent H200 image), whatever this machine's is.
+GPU_PYTHON ?= 3.12
+GPU_PLATFORMS := $(foreach p,manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux1,--platform $(p)_x86_64)
 gpu-wheels: setup
-	$(PIP) download --no-deps --only-binary=:all: -d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
+	$(PIP) download --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp $(GPU_PLATFORMS) \
+		-d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
 
 clean:
 	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) $(FW_VENV) .venv-install experiments .pytest_cache

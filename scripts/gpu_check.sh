@@ -38,7 +38,7 @@ verdict() {
 trap verdict EXIT
 
 # 1. the missing packages, from the wheels given (no network)
-if ! $PY -c "import fastapi, uvicorn, sqlalchemy, alembic, aiohttp, orjson, httpx, pydantic" 2>/dev/null; then
+if ! $PY -c "import fastapi, uvicorn, sqlalchemy, alembic, aiohttp, orjson, httpx, httpx_aiohttp, python_multipart, pydantic" 2>/dev/null; then
   [ -n "$WHEELS" ] || { echo "gpu_check: packages are missing and no --wheels DIR was given" >&2; exit 2; }
   $PY -m pip install --no-index --no-deps --find-links "$WHEELS" \
     $(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//' | grep -v '^$')

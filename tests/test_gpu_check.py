@@ -61,7 +61,8 @@ def test_the_wheel_list_is_pinned_to_this_environment_and_under_64_mib():
     assert sum(mib for _v, mib in listed.values()) < 64  # installed sizes: a bound of the wheels' sizes
 
 
-ROOTS = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "aiohttp", "orjson", "httpx", "pydantic", "pyyaml")
+ROOTS = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "aiohttp", "orjson", "httpx", "httpx-aiohttp", "pydantic")
+ROOTS += ("python-multipart", "pyyaml")
 """What the proxy, the store and the embedded engine import themselves (the rest comes with these)."""
 
 
