@@ -53,6 +53,20 @@ def folder_and_steps(sw: Swarm, name: str) -> tuple[Path, list[int]]:
         return Path(experiment_folder(str(sw.exp_dir), slug)), [s.step for s in st.steps()]
 
 
+def served_by(sw: Swarm) -> dict[str, tuple[str, str]]:
+    """Each experiment's registered engine: (base URL, served model name)."""
+    out = {}
+    first = sw.store()
+    for name in LETTERS:
+        if first.experiment().job.experiment_name == name:
+            (engine,) = first.engines()
+        else:
+            with experiment_store(first, f"letters/{name}") as st:
+                (engine,) = st.engines()
+        out[name] = (engine.base_url, engine.model)
+    return out
+
+
 def test_three_experiments_learn_their_own_letters_on_one_swarm(tmp_path):
     with running_swarm(tmp_path) as sw:
         runs = [Experiment(sw.url, name) for name in LETTERS]
@@ -63,6 +77,9 @@ def test_three_experiments_learn_their_own_letters_on_one_swarm(tmp_path):
         while min(len(r.rewards) for r in runs) < KILL_AT_STEP and time.monotonic() < deadline:
             assert all(r.error is None for r in runs), [r.error for r in runs]
             time.sleep(0.2)
+        served = served_by(sw)  # one base model, one engine: each experiment's adapter by its own name
+        assert len({url for url, _ in served.values()}) == 1, served
+        assert len({model for _, model in served.values()}) == 3, served
         sw.trainer.kill()  # SIGKILL mid-run: each experiment resumes from its own last checkpoint
         sw.start_trainer()
         for t in threads:

@@ -28,7 +28,9 @@ def swarm(tmp_path, monkeypatch) -> Iterator[tuple[Store, Store, dict[str, list[
     second = experiment_store(first, "p/b")
     failures: dict[str, list[str]] = {first.url: [], second.url: []}
     monkeypatch.setattr(
-        driver_mod, "open_session", lambda job, run, store, opts: FakeSession(job, run, store, failures[store.url])
+        driver_mod,
+        "open_session",
+        lambda job, run, store, opts, shared=None: FakeSession(job, run, store, failures[store.url]),
     )
     for st, name in ((first, "a"), (second, "b")):
         st.sync_job(JOB.model_copy(update={"experiment_name": name}))

@@ -24,7 +24,7 @@ def rig(tmp_path, monkeypatch):
     st = Store(sqlite_url(tmp_path / "d.db"))
     plan: dict[str, Optional[list[str]]] = {"train_failures": [], "boot_error": None}
 
-    def open_session(job, run_id, store, opts):
+    def open_session(job, run_id, store, opts, shared=None):
         if plan["boot_error"]:
             raise CheckpointError(plan["boot_error"])
         return FakeSession(job, run_id, store, failures=plan["train_failures"])

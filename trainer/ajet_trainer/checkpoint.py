@@ -40,8 +40,10 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     lora: bool,
     meta: dict[str, Any],
+    adapter: Optional[str] = None,
 ) -> Path:
-    """Write checkpoint `step`; returns its folder. The previous checkpoint stays valid until done."""
+    """Write checkpoint `step`; returns its folder. The previous checkpoint stays valid until done. `adapter`: the
+    one LoRA adapter saved, of several on the model (a shared base), in the same layout as a model's only one."""
     ckpt_dir = root / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step_{step}"
@@ -49,7 +51,10 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     folder = tmp / (ADAPTER_DIR if lora else MODEL_DIR)
-    model.save_pretrained(str(folder), safe_serialization=True)  # tied embeddings are saved once
+    if adapter is None:
+        model.save_pretrained(str(folder), safe_serialization=True)  # tied embeddings are saved once
+    else:
+        _save_adapter(model, adapter, folder)
     tokenizer.save_pretrained(str(folder))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, "lora": lora, **meta}, indent=1))
@@ -61,6 +66,16 @@ def save_checkpoint(
     os.replace(pointer, ckpt_dir / "latest")
     _fsync_dir(ckpt_dir)
     return final
+
+
+def _save_adapter(model: PolicyModel, adapter: str, folder: Path) -> None:
+    """peft's adapter folder of `adapter` alone (peft writes an adapter not named `default` one folder down)."""
+    model.save_pretrained(str(folder), safe_serialization=True, selected_adapters=[adapter])
+    below = folder / adapter
+    if adapter != "default" and below.is_dir():
+        for item in below.iterdir():
+            os.replace(item, folder / item.name)
+        below.rmdir()
 
 
 def latest_checkpoint(root: Path) -> Optional[Path]:
@@ -94,8 +109,11 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def load_checkpoint(path: Path, model: PolicyModel, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights and optimizer from `path`; returns its state (step, policy version, ...)."""
+def load_checkpoint(
+    path: Path, model: PolicyModel, optimizer: torch.optim.Optimizer, adapter: Optional[str] = None
+) -> dict[str, Any]:
+    """Restore weights and optimizer from `path` (a LoRA checkpoint into `adapter`, peft's `default` when None);
+    returns its state (step, policy version, ...)."""
     state = read_state(path)
     device = str(next(model.parameters()).device)
     if state["lora"]:
@@ -105,7 +123,7 @@ def load_checkpoint(path: Path, model: PolicyModel, optimizer: torch.optim.Optim
         weights = load_file(
             str(legacy if legacy.is_file() else path / ADAPTER_DIR / "adapter_model.safetensors"), device=device
         )
-        set_peft_model_state_dict(model, weights)
+        set_peft_model_state_dict(model, weights, adapter_name=adapter or "default")
     else:
         missing, unexpected = model.load_state_dict(_model_weights(path, device), strict=False)
         real_missing = [k for k in missing if k not in tied_names(model)]

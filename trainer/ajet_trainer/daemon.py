@@ -27,7 +27,7 @@ from ajet.types import ExperimentState
 from ajet_store import Store, redact_url
 from ajet_store.placement import experiment_url, file_mode_of
 from ajet_trainer.driver import ExperimentDriver
-from ajet_trainer.factory import preload_embedded
+from ajet_trainer.factory import preload_embedded, shared_bases, sharing
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StoreOutage
@@ -72,7 +72,9 @@ class TrainerDaemon:
     def __init__(self, opts: TrainerOptions):
         self.opts = opts
         first = Store(opts.db_url, file_mode=opts.db_mode)
-        self.drivers: dict[str, ExperimentDriver] = {FIRST: ExperimentDriver(first, opts, self._imports_ready)}
+        self.bases = shared_bases()
+        """The base models the experiments' LoRA adapters share, with their engines (one owner: this trainer)."""
+        self.drivers = {FIRST: ExperimentDriver(first, opts, self._imports_ready, shared=sharing(self.bases, FIRST))}
         """Each experiment's driver: the first store's under `FIRST`, the others under their slugs."""
         self.candidates: dict[str, Candidate] = {}
         """Each experiment as the scheduler sees it (its device-time clock, whether its update is due)."""
@@ -184,6 +186,7 @@ class TrainerDaemon:
             store = Store(experiment_url(self.opts.db_url, entry.slug), file_mode_of(self.opts.db_url))
             store.claim_trainer(os.getpid(), pid_alive)
             opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, entry.slug))
-            self.drivers[entry.slug] = ExperimentDriver(store, opts, self._imports_ready, second=True)
+            shared = sharing(self.bases, entry.slug)
+            self.drivers[entry.slug] = ExperimentDriver(store, opts, self._imports_ready, second=True, shared=shared)
             logger.info("trainer drives experiment %s", entry.name)
         return [e.slug for e in new]

@@ -35,7 +35,7 @@ from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
 from ajet_trainer.errors import EngineLost, TrainerError
-from ajet_trainer.factory import open_session, resolve_options
+from ajet_trainer.factory import Shared, open_session, resolve_options
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
@@ -52,7 +52,7 @@ ONE_ENGINE_ONLY = (
 
 def several_can_train(opts: TrainerOptions) -> bool:
     """Whether this trainer can train a second experiment: its backend and engine, as they resolve here, are the
-    embedded ones (each experiment's session then holds a model and an engine of its own)."""
+    embedded ones (LoRA experiments then share one base model and engine, `embedded/shared_base.py`)."""
     resolved, _why = resolve_options(opts)
     return resolved.backend == "embedded" and resolved.engine == "embedded"
 
@@ -85,10 +85,13 @@ class ExperimentDriver:
         opts: TrainerOptions,
         imports_ready: Callable[[], None] = lambda: None,
         second: bool = False,
+        shared: Optional[Shared] = None,
     ):
         self.store = store
         self.second = second
         """Not the swarm's first experiment: it boots only where several experiments can train (`ONE_ENGINE_ONLY`)."""
+        self.shared = shared
+        """The trainer's shared bases and this experiment's adapter name (`embedded/shared_base.py`)."""
         self.opts = opts
         self.imports_ready = imports_ready
         """Returns once the trainer's preloading imports are done (importing transformers from two threads at once
@@ -222,7 +225,7 @@ class ExperimentDriver:
             self.imports_ready()  # the preload's imports are the ones the boot needs
             if row.state != ExperimentState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(ExperimentState.BOOTING, allowed_from=_ACTIVE)
-            self.session = open_session(row.job, row.run_id, self.store, self.opts)
+            self.session = open_session(row.job, row.run_id, self.store, self.opts, self.shared)
             verdict = self._verdict if self._verdict is not None and self._verdict.model == row.job.model else None
             self.template = verdict_metrics(verdict)
         s = self.session

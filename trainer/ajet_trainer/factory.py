@@ -15,9 +15,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from ajet.job import AgentJetJob
 from ajet_store import Store
+from ajet_trainer.embedded.bases import Shared, SharedBases, adapter_name
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
@@ -33,6 +35,16 @@ def preload_embedded() -> None:
         import ajet_trainer.embedded.session  # noqa: F401
     except Exception:  # noqa: BLE001 - the boot imports them again and reports a failure where clients see it
         logger.debug("preloading the embedded backend failed", exc_info=True)
+
+
+def shared_bases() -> SharedBases:
+    """The trainer's registry of shared base models (one per trainer; `embedded/shared_base.py`)."""
+    return SharedBases()
+
+
+def sharing(bases: SharedBases, experiment_slug: str) -> Shared:
+    """What an experiment's driver opens its session with to attach to a shared base: the registry, its adapter."""
+    return bases, adapter_name(experiment_slug)
 
 
 def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendKind, str]:
@@ -104,16 +116,19 @@ def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
         )
 
 
-def open_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> TrainingSession:
+def open_session(
+    job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions, shared: Optional[Shared] = None
+) -> TrainingSession:
     """Open the session of `job` on the backend `opts.backend` names (`auto`: `resolve_options`, logged with why;
-    `TrainerError` for an unknown one, or for asynchronous training where it cannot run)."""
+    `TrainerError` for an unknown one, or for asynchronous training where it cannot run). `shared`: the trainer's
+    shared bases and the experiment's adapter name, where a LoRA job on the embedded engine attaches to one."""
     opts, why = resolve_options(opts)
     logger.info("backend %s, engine %s (%s)", opts.backend, opts.engine, why)
     refuse_unsupported_async(job, opts)
     if opts.backend == "embedded":
         from ajet_trainer.embedded.session import open_embedded_session
 
-        return open_embedded_session(job, run_id, store, opts)
+        return open_embedded_session(job, run_id, store, opts, shared)
     if opts.backend == "verl":
         from ajet_trainer.verl.session import open_verl_session
 

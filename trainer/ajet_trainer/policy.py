@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ajet.job import AgentJetJob
 from ajet_trainer.progress import configure_hf_progress
 from ajet_trainer.types import PolicyModel, Tokenizer
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 
 def pick_device(device: str) -> str:
@@ -16,8 +21,23 @@ def pick_device(device: str) -> str:
     return device
 
 
-def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyModel, Tokenizer]:
-    """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0`."""
+def lora_config(job: AgentJetJob) -> "LoraConfig":
+    """The peft configuration of the job's LoRA adapter."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=job.lora_rank,
+        lora_alpha=job.lora_alpha,
+        target_modules=job.lora_target_modules,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+
+
+def load_policy(
+    model_path: str, job: AgentJetJob, device: str, adapter: str = "default"
+) -> tuple[PolicyModel, Tokenizer]:
+    """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0` (the adapter named `adapter`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     configure_hf_progress()  # transformers' loading bar at a terminal, none in logs
@@ -28,15 +48,8 @@ def load_policy(model_path: str, job: AgentJetJob, device: str) -> tuple[PolicyM
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
     if job.lora_rank > 0:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        cfg = LoraConfig(
-            r=job.lora_rank,
-            lora_alpha=job.lora_alpha,
-            target_modules=job.lora_target_modules,
-            lora_dropout=0.0,
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, cfg)
+        model = get_peft_model(model, lora_config(job), adapter_name=adapter)
     model.eval()  # dropout off for generation and for the (deterministic) training forward passes
     return model, tokenizer

@@ -12,12 +12,17 @@ the model as every update holds the weights: the engine's batches wait), then sw
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional
-
-import torch
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from ajet.errors import ModelNotFound
 from ajet_trainer.types import PolicyModel
+
+if TYPE_CHECKING:  # light to import: the trainer's registry of shared bases names adapters before torch loads
+    import torch
+
+FIRST_ADAPTER = "default"
+"""peft's own default adapter name: a model's only adapter, and the swarm's first experiment's on a shared base
+(its checkpoints read as they always have)."""
 
 ADAPTER_MARK = "@"
 """`<served name>@<adapter>` names an adapter the engine holds (vLLM's `policy@<step>` names read the same way)."""

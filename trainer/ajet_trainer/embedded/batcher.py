@@ -69,6 +69,9 @@ class Batcher:
         self.max_batch, self.window_s = max_batch, window_s
         self.policy_version = policy_version
         """The version of the weights batches now run under (changed only by `paused`)."""
+        self.versions: dict[str, int] = {}
+        """The version of each adapter that has one of its own (experiments sharing this base: `shared_base.py`);
+        a row of another adapter, or of none, runs under `policy_version`."""
         self.weights_lock = threading.Lock()
         """Held for each batch, and by `paused`: no batch sees half-updated weights."""
         self.partial_rollouts = False
@@ -110,17 +113,24 @@ class Batcher:
         """Queue a request for the next batch."""
         self._q.put(pending)
 
+    def version_of(self, adapter: Optional[str]) -> int:
+        """The version a row of `adapter` runs under now."""
+        return self.versions.get(adapter, self.policy_version) if adapter else self.policy_version
+
     @contextmanager
-    def paused(self, next_version: Optional[int] = None) -> Iterator[None]:
-        """Hold batches off (the trainer changes the weights meanwhile); on exit they run under `next_version`.
-        With partial rollouts a running batch yields at its next token boundary, else it ends first."""
+    def paused(self, next_version: Optional[int] = None, adapter: Optional[str] = None) -> Iterator[None]:
+        """Hold batches off (the trainer changes the weights meanwhile); on exit they run under `next_version` (the
+        version of `adapter` alone, when named). With partial rollouts a running batch yields at its next token
+        boundary, else it ends first."""
         self._handoff.clear()
         self._update_wanted.set()
         with self.weights_lock:
             self._update_wanted.clear()
             self._handoff.set()
             yield
-            if next_version is not None:
+            if next_version is not None and adapter:
+                self.versions[adapter] = next_version
+            elif next_version is not None:
                 self.policy_version = next_version
 
     def _work(self) -> None:
@@ -158,20 +168,20 @@ class Batcher:
         if not batch:
             return
         with self.weights_lock:
-            version = self.policy_version
-            for p in batch:
+            versions = [self.version_of(p.req.adapter) for p in batch]
+            for p, version in zip(batch, versions):
                 p.loop.call_soon_threadsafe(_set, p.started, version)
             self.stats["batches"] += 1
             self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
             self.running = batch
             try:
-                results = self._generate([p.req for p in batch], version)
+                results = self._generate([p.req for p in batch], versions)
             except Exception:  # noqa: BLE001 - find the request that fails; the others must not pay for it
                 logger.exception("generation failed for a batch of %d; serving its requests one by one", len(batch))
                 results = [self._alone(p) for p in batch]
             finally:
                 self.running = []
-        for p, res in zip(batch, results):
+        for p, res, version in zip(batch, results, versions):
             if res is None:
                 continue
             res.policy_version = version
@@ -186,7 +196,7 @@ class Batcher:
             else:
                 p.loop.call_soon_threadsafe(_set, p.done, res)
 
-    def _generate(self, requests: list[GenRequest], version: int) -> list[GenResult]:
+    def _generate(self, requests: list[GenRequest], version: list[int]) -> list[GenResult]:
         """Sample one batch under the weights' lock (held by the caller), yielding it to an update between two
         tokens when partial rollouts are on."""
         self._busy_since = time.monotonic()
@@ -207,7 +217,7 @@ class Batcher:
             self.weights_lock.acquire()
         self._busy_since = time.monotonic()
         self.stats["suspended"] += 1
-        self.stats["reprefilled_tokens"] += run.reprefill(self.policy_version)
+        self.stats["reprefilled_tokens"] += run.reprefill([self.version_of(r.adapter) for r in run.requests])
 
     def _without_the_gone(self, batch: list[Pending]) -> list[Pending]:
         """The batch without the requests whose client left while they waited (never started)."""
@@ -228,7 +238,7 @@ class Batcher:
             p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed("its batch failed mid-stream"))
             return None
         try:
-            return generate_batch(self.model, self.tokenizer, [p.req], self.eos_ids)[0]
+            return generate_batch(self.model, self.tokenizer, [p.req], self.eos_ids, self.version_of(p.req.adapter))[0]
         except Exception as exc:  # noqa: BLE001 - answer this request, keep serving
             logger.exception("generation failed for one request")
             p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(f"{type(exc).__name__}: {exc}"))

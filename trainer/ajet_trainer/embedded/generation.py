@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
 from ajet_trainer.embedded.adapters import adapter_names
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
+from ajet_trainer.embedded.sampling import sample_tokens
 from ajet_trainer.types import PolicyModel, Tokenizer
 
 ABORT = "abort"
@@ -94,58 +95,6 @@ class GenResult:
     unless an update came mid-answer (partial rollouts, `Batcher.partial_rollouts`)."""
 
 
-def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, descending=True, dim=-1)
-        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
-        keep[..., 0] = True
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p * keep)
-    return probs
-
-
-def _sample_row(logits: torch.Tensor, req: GenRequest, gen: Optional[torch.Generator]) -> int:
-    if req.temperature <= 0:
-        return int(torch.argmax(logits))
-    probs = _filtered_probs(logits.cpu() if gen is not None else logits, req.temperature, req.top_p)
-    return int(torch.multinomial(probs, 1, generator=gen))
-
-
-def _sample(
-    logits: torch.Tensor,
-    requests: list[GenRequest],
-    gens: list[Optional[torch.Generator]],
-    live: list[int],
-    errors: dict[int, str],
-) -> torch.Tensor:
-    """One token for each live row. Rows without a seed and with the same settings are sampled together;
-    seeded rows draw from their own generator (on the CPU), so their result never depends on the batch.
-    A row whose sampling fails gets its reason in `errors` (and a dummy token); the other rows go on."""
-    out = torch.zeros(len(live), dtype=torch.long)
-    groups: dict[tuple[float, float], list[int]] = {}
-    for k, i in enumerate(live):
-        req = requests[i]
-        if req.temperature > 0 and gens[i] is None:
-            groups.setdefault((req.temperature, req.top_p), []).append(k)
-            continue
-        try:
-            out[k] = _sample_row(logits[i], req, gens[i])
-        except RuntimeError as exc:
-            errors[i] = f"sampling failed: {exc}"
-    for (temperature, top_p), ks in groups.items():
-        rows = torch.tensor([live[k] for k in ks], device=logits.device)
-        try:
-            probs = _filtered_probs(logits[rows], temperature, top_p)
-            out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
-        except RuntimeError:  # one bad row spoils the group's draw: draw row by row, keep the failures apart
-            for k in ks:
-                try:
-                    out[k] = _sample_row(logits[live[k]], requests[live[k]], None)
-                except RuntimeError as exc:
-                    errors[live[k]] = f"sampling failed: {exc}"
-    return out
-
-
 def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -156,17 +105,31 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
+Versions = Union[int, Sequence[int]]
+"""The policy version a batch samples under: one for every row, or one per row."""
+
+
+def per_row(version: Versions, n: int) -> list[int]:
+    """`version` as one version per row of `n`."""
+    if isinstance(version, int):
+        return [version] * n
+    if len(version) != n:
+        raise ValueError(f"{len(version)} versions for {n} rows")
+    return list(version)
+
+
 @torch.no_grad()
 def generate_batch(
     model: PolicyModel,
     tokenizer: Tokenizer,
     requests: list[GenRequest],
     eos_ids: set[int],
-    version: int = 0,
+    version: Versions = 0,
     between: Optional[Callable[["Decoding"], None]] = None,
 ) -> list[GenResult]:
-    """Sample every request in one batch under policy `version`; returns results in request order. `between` is
-    called with the batch before each token (the batcher yields it to an update there, with partial rollouts)."""
+    """Sample every request in one batch under policy `version` (one for all rows, or one per row: rows of several
+    experiments' adapters); returns results in request order. `between` is called with the batch before each token
+    (the batcher yields it to an update there, with partial rollouts)."""
     run = Decoding(model, tokenizer, requests, eos_ids, version)
     while not run.finished():
         if between is not None:
@@ -181,10 +144,15 @@ class Decoding:
 
     @torch.no_grad()
     def __init__(
-        self, model: PolicyModel, tokenizer: Tokenizer, requests: list[GenRequest], eos_ids: set[int], version: int = 0
+        self,
+        model: PolicyModel,
+        tokenizer: Tokenizer,
+        requests: list[GenRequest],
+        eos_ids: set[int],
+        version: Versions = 0,
     ):
         self.model, self.tokenizer, self.requests, self.eos_ids = model, tokenizer, requests, eos_ids
-        self.spans: list[list[tuple[int, int]]] = [[(0, version)] for _ in requests]
+        self.spans: list[list[tuple[int, int]]] = [[(0, v)] for v in per_row(version, len(requests))]
         """Each row's runs of tokens by the policy version that sampled them."""
         self.device = next(model.parameters()).device
         n = len(requests)
@@ -209,19 +177,19 @@ class Decoding:
         self.logits = out.logits[:, -1, :].float()
 
     @torch.no_grad()
-    def reprefill(self, version: int) -> int:
-        """Go on under new weights (`version`): each live row's prompt + answer so far is run again, the next token
-        drawn from the new policy; sampling state, grammar and stream are the row's own and go on. Returns the
-        tokens re-prefilled."""
+    def reprefill(self, version: Versions) -> int:
+        """Go on under new weights (`version`, for all rows or per row): each live row's prompt + answer so far is
+        run again, the next token drawn from the new policy; sampling state, grammar and stream are the row's own
+        and go on. Returns the tokens re-prefilled."""
         pad = self.tokenizer.pad_token_id
         live = [f is None for f in self.finish]
         seqs = [r.prompt_ids + self.out_ids[i] if live[i] else [pad] for i, r in enumerate(self.requests)]
         ids, self.mask = _left_pad(seqs, pad)
         ids, self.mask = ids.to(self.device), self.mask.to(self.device)
         self._prefill(ids, (self.mask.cumsum(-1) - 1).clamp(min=0))
-        for i, spans in enumerate(self.spans):
-            if live[i] and spans[-1][1] != version:
-                spans.append((len(self.out_ids[i]), version))
+        for i, (spans, now) in enumerate(zip(self.spans, per_row(version, len(self.requests)))):
+            if live[i] and spans[-1][1] != now:
+                spans.append((len(self.out_ids[i]), now))
         return sum(len(seq) for seq, alive in zip(seqs, live) if alive)
 
     def finished(self) -> bool:
@@ -263,7 +231,7 @@ class Decoding:
             return torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
         _constrain(logits, requests, live, errors)
         _hold_the_end(logits, requests, live, self.eos_ids)
-        toks = _sample(logits, requests, self.gens, live, errors)
+        toks = sample_tokens(logits, requests, self.gens, live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
         next_tok = torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)

@@ -82,6 +82,9 @@ class EmbeddedEngine:
         self.max_prompt_tokens = max_prompt_tokens
         """The longest prompt served (the job's `max_prompt_length`: what it trains); longer is refused, 400
         `context_length_exceeded`. None: the model's context alone bounds it."""
+        self.limits: dict[Optional[str], tuple[float, Optional[int]]] = {}
+        """Per adapter (None: a request that names none), its job's default temperature and longest prompt, where
+        experiments share this engine (`shared_base.py`); the engine's own otherwise."""
         self._grammar_compiler: Optional[Grammars] = None
         self.grammar_backends: tuple[str, ...] = tuple(BACKENDS)
         """The constrained-decoding backends tried, in order, at the first constrained request."""
@@ -180,9 +183,11 @@ class EmbeddedEngine:
         validate_chat(body)
         check_engine_support(body)
         spec = grammar_spec(body)
-        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, self.max_prompt_tokens)
-        req = gen_request(body, prompt, self.default_temperature, self.max_tokens_cap, self.max_context)
-        req.adapter = requested_adapter(self.model, self.model_name, body.get("model"))
+        adapter = requested_adapter(self.model, self.model_name, body.get("model"))
+        temperature, max_prompt = self.limits.get(adapter, (self.default_temperature, self.max_prompt_tokens))
+        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, max_prompt)
+        req = gen_request(body, prompt, temperature, self.max_tokens_cap, self.max_context)
+        req.adapter = adapter
         if spec is not None:
             req.constraint = self._grammars(spec).constraint(spec)
         return body, prompt, req

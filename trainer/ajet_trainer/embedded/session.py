@@ -20,6 +20,7 @@ from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from ajet_trainer.embedded.bases import Shared, shares_base
 from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.engines import start_engines
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
@@ -144,6 +145,7 @@ class EmbeddedSession:
                 "job_fingerprint": self.job.fingerprint(),
                 "pending_record": pending,
             },
+            adapter=self.learner.adapter,
         )
         prune_checkpoints(self.exp_dir, self.keep_checkpoints)
         self.last_checkpoint_step = self.step
@@ -157,8 +159,11 @@ class EmbeddedSession:
         self.metrics.close()
 
 
-def open_embedded_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> EmbeddedSession:
-    """Load, restore, reconcile the store, start the engine."""
+def open_embedded_session(
+    job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions, shared: Optional[Shared] = None
+) -> EmbeddedSession:
+    """Load (or attach to a shared base: `shared`, the trainer's bases and this experiment's adapter name), restore,
+    reconcile the store, start the engine."""
     torch.manual_seed(job.seed)
     if job.verl:
         logger.warning(
@@ -170,15 +175,29 @@ def open_embedded_session(job: AgentJetJob, run_id: int, store: Store, opts: Tra
     exp_dir.mkdir(parents=True, exist_ok=True)
     write_job_yaml(job, exp_dir / "job.yaml")
     model_path = str(resolve_model_path(job.model))
-    model, tokenizer = load_policy(model_path, job, device)
-    learner = Learner(model, tokenizer, job)
-    step = _restore(job, exp_dir, model, learner, store)
-    engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir)
+    engines: Optional[Engines] = None
+    attached = None
+    if shared is not None and shares_base(job, opts):
+        attached = shared[0].attach(shared[1], job, model_path, device, opts.engine_host)
+    if attached is not None:
+        model, tokenizer, engines = attached
+        learner = Learner(model, tokenizer, job, adapter=shared[1] if shared else None)
+        try:
+            step = _restore(job, exp_dir, model, learner, store)
+        except BaseException:
+            engines.stop()  # the adapter leaves the base again
+            raise
+    else:
+        model, tokenizer = load_policy(model_path, job, device)
+        learner = Learner(model, tokenizer, job)
+        step = _restore(job, exp_dir, model, learner, store)
+        engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir)
+    assert engines is not None
     session = EmbeddedSession(
         job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints
     )
-    if step > 0:
-        engines.publish(step)  # a restored adapter must be what vLLM serves
+    if step > 0 or attached is not None:
+        engines.publish(step)  # a restored adapter must be what vLLM serves, at its version
     logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)
     return session
 
@@ -188,7 +207,7 @@ def _restore(job: AgentJetJob, exp_dir: Path, model: PolicyModel, learner: Learn
     ckpt = None if job.ensure_new_experiment else latest_checkpoint(exp_dir)
     step, pending = 0, None
     if ckpt is not None:
-        state = load_checkpoint(ckpt, model, learner.optimizer)
+        state = load_checkpoint(ckpt, model, learner.optimizer, adapter=learner.adapter)
         step, pending = int(state["step"]), state.get("pending_record")
         logger.info("restored checkpoint %s", ckpt)
     reconcile_store(store, step, pending, str(ckpt or ""))
