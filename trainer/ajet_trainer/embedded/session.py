@@ -164,7 +164,6 @@ def open_embedded_session(
 ) -> EmbeddedSession:
     """Load (or attach to a shared base: `shared`, the trainer's bases and this experiment's adapter name), restore,
     reconcile the store, start the engine."""
-    torch.manual_seed(job.seed)
     if job.verl:
         logger.warning(
             "the job's verl overrides (%s) apply to --backend verl only; the embedded trainer ignores them",
@@ -188,6 +187,7 @@ def open_embedded_session(
             engines.stop()  # the adapter leaves the base again
             raise
     else:
+        torch.manual_seed(job.seed)
         model, tokenizer = load_policy(model_path, job, device)
         learner = Learner(model, tokenizer, job)
         step = _restore(job, exp_dir, model, learner, store)

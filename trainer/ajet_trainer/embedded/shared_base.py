@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
+import torch
+
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.embedded.adapters import ADAPTER_MARK, FIRST_ADAPTER, held_adapters
@@ -49,7 +51,8 @@ class SharedBase:
     def attach(self, name: str, job: AgentJetJob) -> None:
         """Add adapter `name` (fresh weights: a restore loads its checkpoint after; the base's first adapter is
         made with the model), at version 0, with the job's default temperature and prompt bound for its calls."""
-        with self.engine.batcher.paused():
+        with self.engine.batcher.paused(), torch.random.fork_rng():
+            torch.manual_seed(job.seed)  # the adapter's init is the job's; the engine's sampling stream is not reset
             if name not in held_adapters(self.model):
                 self.model.add_adapter(name, lora_config(job))
             if name == FIRST_ADAPTER:  # a call that names no adapter is the first experiment's
@@ -124,6 +127,7 @@ class AdapterEngines:
 def open_base(name: str, job: AgentJetJob, model_path: str, device: str, host: str) -> SharedBase:
     """Load the base model with its first adapter, `name`, and start its engine with the settings every sharer has
     in common (`ajet.sharing.SHARED`)."""
+    torch.manual_seed(job.seed)
     model, tokenizer = load_policy(model_path, job, device, adapter=name)
     engine = EmbeddedEngine(
         model,
