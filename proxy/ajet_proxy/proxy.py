@@ -27,8 +27,9 @@ from ajet.types import ExperimentState
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import FIRST, ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
-from ajet_store import Store, experiment_store
+from ajet_store import TRAINER_TIMEOUT_S, Store, experiment_store
 from ajet_store.placement import experiment_slug, experiment_url, file_mode_of
+from ajet_store.types import ExperimentRow
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,7 +87,7 @@ class Proxy:
             return self.hosts[slug]
         if row.job is None or row.state == ExperimentState.OFFLINE:
             return first
-        conflict = beside_conflict(row.job, job)
+        conflict = beside_conflict(row.job, job, trainer_alone(row))
         if conflict is not None and replace:
             return first
         if conflict is not None:
@@ -174,3 +175,10 @@ class Proxy:
                     await host.tidy()
             except Exception:  # noqa: BLE001
                 logger.exception("housekeeping failed")
+
+
+def trainer_alone(row: ExperimentRow) -> Optional[str]:
+    """Why the trainer holding the first store trains one experiment only, while it is alive (its heartbeat within
+    `TRAINER_TIMEOUT_S`); None when it trains several, or no trainer is there (one that comes refuses at boot)."""
+    beat = row.trainer_heartbeat
+    return row.trainer_alone if beat is not None and time.time() - beat < TRAINER_TIMEOUT_S else None

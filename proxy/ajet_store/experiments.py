@@ -72,9 +72,10 @@ class ExperimentOps(Database):
             return c.execute(q).rowcount > 0
 
     @retried
-    def claim_trainer(self, pid: int, alive: Callable[[int], bool]) -> None:
+    def claim_trainer(self, pid: int, alive: Callable[[int], bool], alone: Optional[str] = None) -> None:
         """Hold the store for the trainer `pid` of this host: `TrainerHolds` naming the holder when another trainer
-        beat within `TRAINER_TIMEOUT_S` and is not a process of this host that is gone (`alive`: a pid check)."""
+        beat within `TRAINER_TIMEOUT_S` and is not a process of this host that is gone (`alive`: a pid check).
+        `alone`: why this trainer trains one experiment only (None: it can train several)."""
         host = socket.gethostname()
         with self._tx() as c:
             cur = rows.locked_experiment(c)
@@ -87,7 +88,11 @@ class ExperimentOps(Database):
                     f"{age:.0f}s ago; stop it first (or start this one {TRAINER_TIMEOUT_S:.0f}s after it stopped)"
                 )
             now = time.time()
-            c.execute(t.experiments.update().values(trainer_host=host, trainer_pid=pid, trainer_heartbeat=now))
+            c.execute(
+                t.experiments.update().values(
+                    trainer_host=host, trainer_pid=pid, trainer_heartbeat=now, trainer_alone=alone
+                )
+            )
 
     @retried
     def set_template_verdict(self, verdict: TemplateVerdict) -> bool:

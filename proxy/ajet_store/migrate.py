@@ -38,6 +38,7 @@ REVISIONS = {
     11: "0011",
     12: "0012",
     13: "0013",
+    14: "0014",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

@@ -56,6 +56,7 @@ def experiment(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> Expe
         None if m["template_verdict"] is None else TemplateVerdict.model_validate(m["template_verdict"]),
         m["trainer_host"],
         m["trainer_pid"],
+        m["trainer_alone"],
     )
 
 

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 metadata = sa.MetaData()
 
@@ -43,6 +43,7 @@ experiments = sa.Table(
     sa.Column("template_verdict", sa.JSON, nullable=True),
     sa.Column("trainer_host", sa.String(255), nullable=True),
     sa.Column("trainer_pid", sa.Integer, nullable=True),
+    sa.Column("trainer_alone", sa.String(1024), nullable=True),
 )
 
 swarm_experiments = sa.Table(

@@ -55,6 +55,9 @@ class ExperimentRow:
     """The host of the trainer that holds the store (`Store.claim_trainer`): one trainer per store."""
     trainer_pid: Optional[int] = None
     """Its process id on that host."""
+    trainer_alone: Optional[str] = None
+    """Why that trainer trains one experiment only (its backend or engine: a sync that would start a second
+    experiment is refused with this reason); None when it can train several, or before a trainer claimed the store."""
 
     @property
     def boot_failed(self) -> bool:

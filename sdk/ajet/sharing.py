@@ -30,12 +30,15 @@ def experiment_of(job: AgentJetJob) -> str:
     return f"{job.project_name}/{job.experiment_name}"
 
 
-def beside_conflict(running: AgentJetJob, other: AgentJetJob) -> Optional[JobConflict]:
+def beside_conflict(
+    running: AgentJetJob, other: AgentJetJob, trainer_alone: Optional[str] = None
+) -> Optional[JobConflict]:
     """Why `other` cannot run beside `running` as an experiment of its own (None when it can): what the swarm shares
-    differs, or either job fine-tunes the whole model (which owns the box)."""
+    differs, either job fine-tunes the whole model (which owns the box), or the swarm's trainer trains one experiment
+    only (`trainer_alone`, its reason)."""
     shared = [f for f in job_differences(running, other) if f in SHARED]
     full = [experiment_of(j) for j in (running, other) if j.lora_rank == 0]
-    if not shared and not full:
+    if not shared and not full and trainer_alone is None:
         return None
     parts = []
     if shared:
@@ -44,6 +47,8 @@ def beside_conflict(running: AgentJetJob, other: AgentJetJob) -> Optional[JobCon
     if full:
         whole = ", ".join(full)
         parts.append(f"full fine-tuning (lora_rank=0: {whole}) owns the whole model, one experiment per swarm")
+    if trainer_alone is not None:
+        parts.append(trainer_alone)
     return JobConflict(
         f"{experiment_of(other)} cannot run beside {experiment_of(running)} on this swarm: " + "; ".join(parts)
     )

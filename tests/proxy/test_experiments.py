@@ -5,6 +5,7 @@ rolling. The second experiment is made as the trainer makes one: its store besid
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import httpx
@@ -14,6 +15,8 @@ from ajet import AgentJetJob, ExperimentNotFound, SwarmClient, Task, WorkflowOut
 from ajet.errors import JobConflict
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store, experiment_store, sqlite_url
+from ajet_trainer.factory import trains_alone
+from ajet_trainer.options import TrainerOptions
 from tests.support.procs import start_proxy, start_stub
 from tests.support.rolling import ensure_rolling, make_rolling, wait_state
 
@@ -121,6 +124,35 @@ def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(tmp_path):
         with experiment_store(first, "p/c") as store_c:
             assert store_c.experiment().job.batch_size == 4 and store_c.experiment().state == ExperimentState.BOOTING
         assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING  # joins its own
+    finally:
+        a.close()
+        c.close()
+        proxy.close()
+        stub.close()
+        first.close()
+
+
+def test_a_sync_that_would_start_a_second_experiment_is_refused_where_the_trainer_trains_one(tmp_path):
+    """A trainer on verl (or vLLM) says at its claim of the store that it trains one experiment, and why; a sync that
+    would start a second gets a 409 naming that reason, and nothing is listed. A trainer that trains several (the
+    embedded one) claiming the store after it lets the same sync through."""
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    first, proxy = Store(url), start_proxy(tmp_path, url)
+    lora = AgentJetJob(project_name="p", experiment_name="a", lora_rank=8, batch_size=1, num_repeat=1)
+    a, c = SwarmClient(proxy.url, verbose=False), SwarmClient(proxy.url, verbose=False)
+    try:
+        ensure_rolling(a, first, stub.url, lora)
+        verl = trains_alone(TrainerOptions.from_config(db_url=url, backend="verl"))
+        assert verl is not None and "verl #7909" in verl
+        first.claim_trainer(os.getpid(), lambda _pid: True, verl)
+        job_c = lora.model_copy(update={"experiment_name": "c"})
+        with pytest.raises(JobConflict, match=r"p/c cannot run beside p/a .*--backend verl, which trains one adapter"):
+            c.auto_sync_train_config_and_start_engine(job_c)
+        assert first.experiment_entries() == [] and first.experiment().state == ExperimentState.ROLLING
+        first.claim_trainer(os.getpid(), lambda _pid: True, trains_alone(TrainerOptions.from_config(db_url=url)))
+        assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING
+        assert [e.name for e in first.experiment_entries()] == ["p/c"]
     finally:
         a.close()
         c.close()

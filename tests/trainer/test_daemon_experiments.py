@@ -14,7 +14,7 @@ from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, experiment_store, sqlite_url
 from ajet_trainer import driver as driver_mod
 from ajet_trainer.daemon import TrainerDaemon
-from ajet_trainer.driver import ONE_ENGINE_ONLY
+from ajet_trainer.driver import ONE_EXPERIMENT
 from ajet_trainer.options import TrainerOptions
 from tests.support.fake_session import FakeSession, fill_batch
 
@@ -98,7 +98,8 @@ def test_a_trainer_on_vllm_refuses_a_second_experiment_in_its_store(swarm, tmp_p
             d.tick()
         assert first.experiment().state == ExperimentState.ROLLING
         row = second.experiment()
-        assert row.state == ExperimentState.OFFLINE and row.boot_failed and ONE_ENGINE_ONLY in row.last_error
+        assert row.state == ExperimentState.OFFLINE and row.boot_failed and ONE_EXPERIMENT in row.last_error
+        assert "--engine vllm" in row.last_error
     finally:
         d.teardown(final_checkpoint=False)
         d.store.close()

@@ -27,7 +27,7 @@ from ajet.types import ExperimentState
 from ajet_store import Store, redact_url
 from ajet_store.placement import experiment_url, file_mode_of
 from ajet_trainer.driver import ExperimentDriver
-from ajet_trainer.factory import preload_embedded, shared_bases, sharing
+from ajet_trainer.factory import preload_embedded, shared_bases, sharing, trains_alone
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StoreOutage
@@ -102,7 +102,7 @@ class TrainerDaemon:
     def run(self, stop: threading.Event) -> None:
         """Hold the stores (`TrainerHolds` when another live trainer does), then drive each experiment until `stop`
         is set; tears down cleanly on exit."""
-        self.store.claim_trainer(os.getpid(), pid_alive)
+        self.store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
         beat.start()
@@ -184,7 +184,7 @@ class TrainerDaemon:
         new = [e for e in self.store.experiment_entries() if e.slug not in self.drivers]
         for entry in new:
             store = Store(experiment_url(self.opts.db_url, entry.slug), file_mode_of(self.opts.db_url))
-            store.claim_trainer(os.getpid(), pid_alive)
+            store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
             opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, entry.slug))
             shared = sharing(self.bases, entry.slug)
             self.drivers[entry.slug] = ExperimentDriver(store, opts, self._imports_ready, second=True, shared=shared)

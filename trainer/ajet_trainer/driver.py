@@ -35,7 +35,7 @@ from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, select_batch, split_stale
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
 from ajet_trainer.errors import EngineLost, TrainerError
-from ajet_trainer.factory import Shared, open_session, resolve_options
+from ajet_trainer.factory import Shared, open_session, trains_alone
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
@@ -44,17 +44,9 @@ from ajet_trainer.types import Metrics
 
 logger = logging.getLogger(__name__)
 
-ONE_ENGINE_ONLY = (
-    "a second experiment trains only on the embedded engine for now (--engine embedded, --backend embedded): "
-    "on vLLM and verl the experiments must share one base model and engine, which is not built yet"
-)
-
-
-def several_can_train(opts: TrainerOptions) -> bool:
-    """Whether this trainer can train a second experiment: its backend and engine, as they resolve here, are the
-    embedded ones (LoRA experiments then share one base model and engine, `embedded/shared_base.py`)."""
-    resolved, _why = resolve_options(opts)
-    return resolved.backend == "embedded" and resolved.engine == "embedded"
+ONE_EXPERIMENT = "a second experiment cannot train on this swarm: "
+"""What a second experiment's boot fails with where the trainer trains one only (`trains_alone` says why). A sync
+is refused first where the trainer said so when it claimed the store (`ajet.sharing.beside_conflict`)."""
 
 
 _ACTIVE = (
@@ -89,7 +81,7 @@ class ExperimentDriver:
     ):
         self.store = store
         self.second = second
-        """Not the swarm's first experiment: it boots only where several experiments can train (`ONE_ENGINE_ONLY`)."""
+        """Not the swarm's first experiment: it boots only where several experiments can train (`trains_alone`)."""
         self.shared = shared
         """The trainer's shared bases and this experiment's adapter name (`embedded/shared_base.py`)."""
         self.opts = opts
@@ -220,8 +212,9 @@ class ExperimentDriver:
         """Load (or reuse) the session, register the engine, go ROLLING."""
         if self.session is None:
             assert row.job is not None, "boot without a synced job"  # `step` never boots without one
-            if self.second and not several_can_train(self.opts):
-                raise TrainerError(ONE_ENGINE_ONLY)
+            alone = trains_alone(self.opts) if self.second else None
+            if alone is not None:
+                raise TrainerError(ONE_EXPERIMENT + alone)
             self.imports_ready()  # the preload's imports are the ones the boot needs
             if row.state != ExperimentState.BOOTING:  # a restart after a crash: no new episodes until we serve
                 self.store.transition(ExperimentState.BOOTING, allowed_from=_ACTIVE)

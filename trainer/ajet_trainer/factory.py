@@ -47,6 +47,24 @@ def sharing(bases: SharedBases, experiment_slug: str) -> Shared:
     return bases, adapter_name(experiment_slug)
 
 
+def trains_alone(opts: TrainerOptions) -> Optional[str]:
+    """Why a trainer with `opts` trains one experiment only, None when it trains several (the embedded backend and
+    engine: LoRA experiments share one base). Imports torch only where `auto` could pick verl (verl and vLLM both
+    installed: it asks whether CUDA is there), so a trainer can say it at start."""
+    backend = opts.backend
+    if backend == "auto":
+        maybe_verl = importlib.util.find_spec("verl") is not None and importlib.util.find_spec("vllm") is not None
+        backend = resolve_options(opts)[0].backend if maybe_verl else "embedded"
+    if backend == "verl":
+        return "its trainer runs --backend verl, which trains one adapter (verl #7909)"
+    if opts.engine in ("vllm", "hybrid"):
+        return (
+            f"its trainer serves with --engine {opts.engine}, which serves one experiment so far (several need "
+            "each experiment's adapter loaded from step 0 on one server: not built yet)"
+        )
+    return None
+
+
 def choose_backend(cuda: bool, has_verl: bool, has_vllm: bool) -> tuple[BackendKind, str]:
     """`--backend auto`: verl (FSDP workers, vLLM engines) when it can run here, else embedded; and why."""
     missing = [what for what, ok in (("a CUDA device", cuda), ("verl", has_verl), ("vLLM", has_vllm)) if not ok]
