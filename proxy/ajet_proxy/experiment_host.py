@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, TypeVar
 
 from ajet.types import EpisodeStatus
+from ajet_proxy.call_gate import CallGate
 from ajet_proxy.call_writer import CallWriter
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.group_commit import GroupCommitter
@@ -42,6 +43,8 @@ class ExperimentHost:
         self.open_episodes = OpenEpisodes(slug)
         self.router = EngineRouter(always_build=config.transport == "litellm")
         self.experiment: ExperimentRow = store.experiment()
+        self.calls = CallGate()
+        """The experiment's calls at the engines, under its job's `max_calls_in_flight`."""
         # One thread for the episode life cycle's store writes (begin, end, abort): queued there, they never
         # contend for SQLite's write lock with each other (whose busy wait sleeps up to 100 ms a try) nor for
         # the GIL as dozens of pool threads would; the event loop never blocks on them.

@@ -98,6 +98,8 @@ class Stub:
         self.adapters: dict[str, str] = {}
         self.asleep = False
         self.journal: list[dict[str, Any]] = []
+        self.running = 0
+        """Chat requests being answered now (each journal entry says how many, itself included)."""
 
     def answer(self, body: dict[str, Any]) -> tuple[list[int], list[int], str, list[dict[str, Any]], str]:
         messages = body.get("messages") or []
@@ -121,7 +123,14 @@ class Stub:
         self.requests += 1
         model = body.get("model", "")
         self.models_seen[model] = self.models_seen.get(model, 0) + 1
-        self.journal.append({"op": "chat", "model": model})
+        self.running += 1
+        self.journal.append({"op": "chat", "model": model, "running": self.running})
+        try:
+            return await self._chat(request, body, model)
+        finally:
+            self.running -= 1
+
+    async def _chat(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
         if self.asleep:
             return web.json_response({"error": {"message": "engine is sleeping"}}, status=503)
         if self.hf is not None and model != self.model and model not in self.adapters:

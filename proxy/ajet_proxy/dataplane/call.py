@@ -9,7 +9,7 @@ committed, its turn in the episode's history (`remember`).
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from starlette.requests import Request
 
@@ -56,6 +56,8 @@ class InFlightCall:
         self.prompt_checked = False
         """Its prompt's length was held to the job's limit (once, when its ids were first known)."""
         self._done = False
+        self.admitted: Optional[Callable[[], None]] = None
+        """Gives the call's place at the engines back (`CallGate.leave`), once it was let in."""
         ep.call_started()
 
     def refusal(self, job: Optional[AgentJetJob], prompt_ids: Optional[list[int]]) -> Optional[ContextLengthExceeded]:
@@ -136,3 +138,6 @@ class InFlightCall:
         if not self._done:
             self._done = True
             self.ep.call_finished(time.time())
+        leave, self.admitted = self.admitted, None
+        if leave is not None:
+            leave()

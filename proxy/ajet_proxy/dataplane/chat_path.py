@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from dataclasses import replace
 from typing import Any, Optional
@@ -38,6 +39,7 @@ from ajet_proxy.dataplane.relay import as_finished, relay
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
 from ajet_proxy.dataplane.tokens import Extracted, extract_response
+from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.routing import EngineRouter
@@ -151,12 +153,23 @@ class ChatPath:
         call.forget()
         return None
 
+    @staticmethod
+    async def _admit(call: InFlightCall, host: ExperimentHost) -> None:
+        """Wait for a place among the experiment's calls at the engines (its job's `max_calls_in_flight`), held
+        until the call is over."""
+        job = host.experiment.job
+        cap = job.max_calls_in_flight if job is not None else None
+        await host.calls.enter(cap)
+        call.admitted = functools.partial(host.calls.leave, cap)
+
     async def _send(self, call: InFlightCall) -> Sent:
         """Pick an engine, build the prompt there, send; on a connection failure cool that engine down and do it
         again on the next, until none is left (`NoEngineReachable`, logged as the call's failure). A connection
         the engine dropped (a pooled keep-alive it had closed, a reset under load) is tried once more on a fresh
         one first: a busy engine is not a dead one."""
-        router, tried = self.proxy.host_of(call.ep).router, list[str]()
+        host = self.proxy.host_of(call.ep)
+        router, tried = host.router, list[str]()
+        await self._admit(call, host)
         if self.proxy.config.shared:  # numbered by the store before its history is read: other proxies number too
             call.seq = await self._reserve(call.ep)
         while True:

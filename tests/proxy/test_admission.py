@@ -1,0 +1,106 @@
+"""Admission of an experiment's calls to the engines (`ajet_proxy.call_gate`): at most its job's
+`max_calls_in_flight` at once, the rest waiting first come first; a waiter whose client leaves gives up its turn.
+Through a real proxy and stub engine, the engine never sees more of the experiment's calls at once than the cap."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Optional
+
+import httpx
+
+from ajet import AgentJetJob, SwarmClient
+from ajet_proxy.call_gate import CallGate
+from ajet_store import Store, sqlite_url
+from tests.support.procs import start_proxy, start_stub
+from tests.support.rolling import ensure_rolling
+
+
+async def _entered(gate: CallGate, cap: Optional[int], n: int) -> list[asyncio.Task[None]]:
+    tasks = [asyncio.create_task(gate.enter(cap)) for _ in range(n)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return tasks
+
+
+def test_calls_beyond_the_cap_wait_first_come_first_and_a_leaver_gives_up_its_turn():
+    async def scenario() -> None:
+        gate = CallGate()
+        tasks = await _entered(gate, 2, 5)
+        assert [t.done() for t in tasks] == [True, True, False, False, False] and gate.running == 2
+        tasks[3].cancel()  # its client left while it waited
+        await asyncio.sleep(0)
+        gate.leave(2)
+        await asyncio.sleep(0)
+        assert [t.done() and not t.cancelled() for t in tasks] == [True, True, True, False, False]
+        gate.leave(2)
+        await asyncio.sleep(0)
+        assert tasks[4].done() and gate.running == 2 and not gate.waiting and gate.waited == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_lowered_cap_drains_to_it_and_no_cap_never_waits():
+    async def scenario() -> None:
+        gate = CallGate()
+        await _entered(gate, 3, 3)
+        waiting = await _entered(gate, 1, 1)
+        gate.leave(1)  # over the new cap: the place is not handed on
+        await asyncio.sleep(0)
+        assert not waiting[0].done() and gate.running == 2
+        gate.leave(1)
+        gate.leave(1)
+        await asyncio.sleep(0)
+        assert waiting[0].done() and gate.running == 1
+        free = await _entered(CallGate(), None, 50)
+        assert all(t.done() for t in free)
+
+    asyncio.run(scenario())
+
+
+def test_a_place_handed_to_a_call_whose_client_left_goes_to_the_next():
+    async def scenario() -> None:
+        gate = CallGate()
+        await _entered(gate, 1, 1)
+        second, third = await _entered(gate, 1, 2)
+        gate.leave(1)  # hands the place to `second`, which is cancelled before it runs
+        second.cancel()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert third.done() and not third.cancelled() and gate.running == 1
+
+    asyncio.run(scenario())
+
+
+def test_the_engine_never_sees_more_of_an_experiments_calls_at_once_than_its_cap(tmp_path):
+    cap = 2
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    store, proxy = Store(url), start_proxy(tmp_path, url)
+    client = SwarmClient(proxy.url, verbose=False)
+    try:
+        ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=cap))
+        keys = [client.begin_episode()[1].api_key for _ in range(6)]
+        answers: list[int] = []
+
+        def call(key: str, stream: bool) -> None:
+            body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                    "stream": stream, "stub_delay": 0.4}  # fmt: skip
+            headers = {"Authorization": f"Bearer {key}"}
+            res = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers, timeout=60)
+            answers.append(res.status_code)
+
+        threads = [threading.Thread(target=call, args=(k, i % 2 == 0)) for i, k in enumerate(keys)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        running = [e["running"] for e in httpx.get(stub.url + "/stub/journal").json() if e["op"] == "chat"]
+        assert answers == [200] * 6 and len(running) == 6
+        assert max(running) <= cap  # six callers at once, each answer 0.4 s: without the gate they overlap
+    finally:
+        client.close()
+        proxy.close()
+        stub.close()
+        store.close()
