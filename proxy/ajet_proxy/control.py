@@ -11,23 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
 import logging
-import os
 import time
 import uuid
 from typing import Optional
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 
 from ajet.errors import BootFailed, EpisodeNotFound, InvalidRequest, NotReady, TrainerUnresponsive
-from ajet.job import TRACKERS, AgentJetJob
-from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
-from ajet.sharing import experiment_of, job_conflict
+from ajet.job import AgentJetJob
+from ajet.protocol import CLIENT_HEADER
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepsPage, StepsRequest
 from ajet.types import (
-    AutoSyncRequest,
     BeginEpisodeRequest,
     BeginEpisodeResponse,
     EndEpisodeRequest,
@@ -39,10 +34,8 @@ from ajet.types import (
     ExperimentStatus,
     OkResponse,
     SetBatchModeRequest,
-    SyncTrainConfigRequest,
 )
 from ajet_proxy.api_docs import CONTROL_ERRORS
-from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import (
     OpenEpisode,
@@ -52,7 +45,7 @@ from ajet_proxy.open_episodes import (
     open_from_row,
     refused_key_reason,
 )
-from ajet_proxy.proxy import Proxy
+from ajet_proxy.route_context import host_of
 from ajet_proxy.stats import (
     batch_shape,
     build_rollout_stat,
@@ -60,25 +53,13 @@ from ajet_proxy.stats import (
     experiment_status,
     mission_caps,
     step_info,
-    template_verdict,
 )
-from ajet_store import TRAINER_TIMEOUT_S, BeginEpisode, EndEpisode, StoreWriteFailed
+from ajet_store import BeginEpisode, EndEpisode, StoreWriteFailed
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
 from ajet_store.types import EpisodeRow
 
 logger = logging.getLogger(__name__)
-
-
-def _swarm(request: Request) -> Proxy:
-    proxy: Proxy = request.app.state.ajet
-    return proxy
-
-
-def _proxy(request: Request) -> ExperimentHost:
-    """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
-    (404 `ExperimentNotFound` for a name the swarm does not have); a sync acts on its job's (`Proxy.host_for_job`)."""
-    return _swarm(request).host_named(request.headers.get(EXPERIMENT_HEADER))
 
 
 router = APIRouter(
@@ -101,112 +82,20 @@ def _client_id(request: Request) -> str:
     return given or f"anonymous@{request.client.host if request.client else '?'}"
 
 
-def _validate_job(job: dict, config: ProxyConfig) -> AgentJetJob:
-    try:
-        parsed = AgentJetJob.from_wire(job)  # the client merged its base YAML; its path may not exist here
-    except ValidationError as exc:
-        fields = ["job." + ".".join(str(p) for p in err["loc"]) for err in exc.errors()]
-        raise InvalidRequest(f"invalid job: {exc.errors()[0]['msg']} ({', '.join(fields)})", fields=fields) from exc
-    _check_trackers(parsed)
-    if os.path.isabs(parsed.experiment_dir) and not config.allow_absolute_experiment_dir:
-        raise InvalidRequest(
-            f"invalid job: experiment_dir {parsed.experiment_dir!r} is an absolute path; a job's folders stay under "
-            "the trainer's experiments/ (a relative experiment_dir lands there) unless the proxy runs with "
-            "--allow-absolute-experiment-dir",
-            fields=["job.experiment_dir"],
-        )
-    return parsed
-
-
-def _check_trackers(job: AgentJetJob) -> None:
-    """A logger whose package is not installed on the training box is refused now, not when training starts."""
-    for name in job.logging:
-        module = TRACKERS[name]
-        if module is not None and importlib.util.find_spec(module) is None:
-            raise InvalidRequest(
-                f"invalid job: logger {name!r} needs the {module!r} package, which is not installed "
-                f"on the training box (pip install {module})",
-                fields=["job.logging"],
-            )
-
-
 def _ok(s: ExperimentHost) -> OkResponse:
     return OkResponse(state=s.refresh_experiment().state)
-
-
-async def _synced(s: ExperimentHost) -> OkResponse:
-    """The answer of a sync: the state, and the trainer's template preflight of the job's model (which agent shapes
-    merge, which fall back and why), waited for up to `preflight_wait_s` while a trainer beats."""
-    deadline = time.monotonic() + s.config.preflight_wait_s
-    while True:
-        row = await asyncio.to_thread(s.refresh_experiment)
-        verdict = template_verdict(row)
-        beats = row.trainer_heartbeat is not None and time.time() - row.trainer_heartbeat < TRAINER_TIMEOUT_S
-        if verdict is not None or not beats or time.monotonic() >= deadline:
-            return OkResponse(state=row.state, template=verdict)
-        await asyncio.sleep(0.1)
-
-
-@router.post("/sync_train_config", response_model=OkResponse)
-async def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
-    """Store the job (only while OFFLINE); the answer carries the trainer's template preflight of its model."""
-    job = _validate_job(body.job, _swarm(request).config)
-    s = await asyncio.to_thread(_swarm(request).host_for_job, job)
-    await asyncio.to_thread(s.store.sync_job, job)
-    return await _synced(s)
-
-
-@router.post("/start_engine", response_model=OkResponse)
-def start_engine(request: Request) -> OkResponse:
-    """OFFLINE -> BOOTING; the trainer takes it from there."""
-    s = _proxy(request)
-    s.store.start()
-    return _ok(s)
-
-
-@router.post("/stop_engine", response_model=OkResponse)
-def stop_engine(request: Request) -> OkResponse:
-    """Any state -> OFFLINE; open episodes are aborted and their keys stop working."""
-    return _stop(_proxy(request))
-
-
-def _stop(s: ExperimentHost) -> OkResponse:
-    """The experiment to OFFLINE: its calls flushed, its open episodes aborted."""
-    s.writer.flush()
-    s.store.transition(ExperimentState.OFFLINE)
-    s.open_episodes.clear()
-    return _ok(s)
-
-
-@router.post("/auto_sync_train_config_and_start_engine", response_model=OkResponse)
-async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request: Request) -> OkResponse:
-    """Sync + start when OFFLINE (or when forced); otherwise join the running job when it is the same job, else 409
-    `JobConflict` naming the fields that differ. The answer carries the trainer's template preflight of the job's
-    model."""
-    job = _validate_job(body.job, _swarm(request).config)
-    s = await asyncio.to_thread(_swarm(request).host_for_job, job, body.force_restart)
-    if body.force_restart:
-        await asyncio.to_thread(_stop, s)
-    row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync
-    if not started and row.job is not None and experiment_of(row.job) != experiment_of(job):
-        s = await asyncio.to_thread(_swarm(request).host_for_job, job, body.force_restart)  # another's came first
-        row, started = await asyncio.to_thread(s.store.sync_and_start, job)
-    conflict = None if started or row.job is None else job_conflict(row.job, job)
-    if conflict is not None:  # never a silent join to another job
-        raise conflict
-    return await _synced(s)
 
 
 @router.get("/get_engine_status", response_model=ExperimentStatus)
 def get_experiment_status(request: Request) -> ExperimentStatus:
     """State, step, policy version."""
-    return experiment_status(_proxy(request).refresh_experiment(), time.time())
+    return experiment_status(host_of(request).refresh_experiment(), time.time())
 
 
 @router.post("/set_batch_mode", response_model=OkResponse)
 def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
     """Change the batch policy for the next step."""
-    s = _proxy(request)
+    s = host_of(request)
     s.store.set_batch_mode(body.mode)
     return _ok(s)
 
@@ -215,7 +104,7 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING with an engine registered; 503 with Retry-After
     otherwise)."""
-    s, client_id = _proxy(request), _client_id(request)
+    s, client_id = host_of(request), _client_id(request)
     if s.experiment.boot_failed:  # waiting cannot help: say why at once
         raise BootFailed(
             f"the trainer failed to boot the synced job ({s.experiment.last_error}); fix the job, then start_engine"
@@ -259,7 +148,7 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
 @router.post("/end_episode", response_model=EpisodeResult)
 async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
-    s, client_id = _proxy(request), _client_id(request)
+    s, client_id = host_of(request), _client_id(request)
     _check_reward(body.reward, s.experiment.job)
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
         await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
@@ -340,7 +229,7 @@ def _check_reward(reward: float, job: Optional[AgentJetJob]) -> None:
 @router.post("/abort_episode", response_model=EpisodeResult)
 async def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
     """Discard an episode; harmless if it is already aborted or expired."""
-    s = _proxy(request)
+    s = host_of(request)
     return await s.in_episode_thread(_abort_episode, s, body.episode_uuid, _client_id(request))
 
 
@@ -353,7 +242,7 @@ def _abort_episode(s: ExperimentHost, episode_uuid: str, client_id: str) -> Epis
 @router.post("/can_continue_episode", response_model=EpisodeContinuation)
 def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeContinuation:
     """Whether the episode is still open, so a long agent can stop early once the server expired it."""
-    s = _proxy(request)
+    s = host_of(request)
     if not s.config.shared and s.open_episodes.by_uuid(body.episode_uuid) is not None:  # shared: the store says
         return EpisodeContinuation(episode_uuid=body.episode_uuid, can_continue=True, status=EpisodeStatus.OPEN)
     try:
@@ -371,7 +260,7 @@ def can_continue_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeC
 @router.get("/get_rollout_stat", response_model=RolloutStat)
 def get_rollout_stat(request: Request) -> RolloutStat:
     """Pool progress in all modes, open episodes, tasks, clients, totals and recent steps."""
-    s = _proxy(request)
+    s = host_of(request)
     st = s.store
     return build_rollout_stat(
         s.refresh_experiment(),
@@ -388,12 +277,12 @@ def get_rollout_stat(request: Request) -> RolloutStat:
 @router.post("/get_steps", response_model=StepsPage)
 def get_steps(body: StepsRequest, request: Request) -> StepsPage:
     """A page of the step history, oldest first (the monitor's reward chart reads it incrementally)."""
-    return StepsPage(steps=[step_info(s) for s in _proxy(request).store.steps_after(body.after, body.limit)])
+    return StepsPage(steps=[step_info(s) for s in host_of(request).store.steps_after(body.after, body.limit)])
 
 
 @router.post("/get_episode", response_model=EpisodeDetail)
 def get_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeDetail:
     """One episode and its calls, for the monitor and for debugging."""
-    s = _proxy(request)
+    s = host_of(request)
     s.writer.flush()
     return episode_detail(s.store.get_episode(body.episode_uuid), s.store.calls(body.episode_uuid))

@@ -1,13 +1,16 @@
-"""`ajet-swarm start | overwatch | top | new-client`: proxy + trainer in one command, and the client tools.
+"""`ajet-swarm start | overwatch | top | experiments | stop | new-client`: proxy + trainer in one command, and the
+client tools.
 
 `start` runs `ajet-proxy start` and `ajet-trainer start` as two child processes on one store; Ctrl-C
 (or either dying) stops both. `overwatch` is the Textual monitor; `new-client` writes a swarm-client
-scaffold. None of them imports torch: the trainer's packages load only in its own process.
+scaffold; `experiments` lists a running swarm's experiments, `stop` stops them all (each to OFFLINE). None of
+them imports torch: the trainer's packages load only in its own process.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import subprocess
@@ -17,7 +20,14 @@ import time
 from typing import Optional
 
 from ajet import __version__
-from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config, to_argv
+from ajet.utils.flags import (
+    add_config_option,
+    add_log_level_option,
+    add_swarm_url_option,
+    apply_defaults,
+    parse_with_config,
+    to_argv,
+)
 from ajet.utils.runtime import listening_socket, offline_env, run_cli
 from ajet_proxy.cli import add_monitor_arguments, add_proxy_options, add_start_arguments, expected_errors, run_monitor
 from ajet_store import redact_url
@@ -145,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_swarm_start_arguments(start)
     for name in ("overwatch", "top"):
         add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
+    for name, about in (("experiments", "list"), ("stop", "stop every one of")):
+        tool = sub.add_parser(name, help=f"{about} the experiments of a running swarm")
+        add_swarm_url_option(tool)
+        tool.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"))
     scaffold = sub.add_parser("new-client", help="scaffold tutorial/opencode_build_NAME/ (see the SKILL.md)")
     scaffold.add_argument("name")
     scaffold.add_argument("--root", default=".")
@@ -161,11 +175,26 @@ def _main(argv: Optional[list[str]] = None) -> int:
     if args.command in ("overwatch", "top"):
         run_monitor(args)
         return 0
+    if args.command in ("experiments", "stop"):
+        return show_experiments(args.swarm_url, args.swarm_token, stop=args.command == "stop")
     if args.command == "new-client":
         from ajet.scaffold import main as scaffold_main
 
         return scaffold_main([args.name, "--root", args.root])
     return run_swarm(args)
+
+
+def show_experiments(url: str, token: Optional[str], stop: bool) -> int:
+    """Print one line per experiment of the swarm at `url` (its name, state, step), after stopping them all when
+    `stop`."""
+    from ajet import SwarmClient
+
+    with SwarmClient(url, swarm_token=token, verbose=False) as client:
+        experiments = client.stop_swarm() if stop else client.list_experiments()
+    for e in experiments:
+        name = (e.name or "(no job synced)") + (" [first]" if e.first else "")
+        print(f"{name}: {e.status.state.value}, step {e.status.global_step}")
+    return 0
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -34,10 +34,12 @@ from ajet.types import (
     BatchMode,
     EpisodeContinuation,
     EpisodeResult,
+    ExperimentList,
     ExperimentState,
     ExperimentStatus,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
+    SwarmExperiment,
     Task,
     WorkflowOutput,
 )
@@ -128,6 +130,14 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
     async def start_engine(self) -> ExperimentState:
         """Ask the trainer to boot the synced job (OFFLINE -> BOOTING)."""
         return OkResponse.model_validate(await self._call("POST", "start_engine")).state
+
+    async def stop_swarm(self) -> list[SwarmExperiment]:
+        """Stop every experiment of the swarm (each to OFFLINE, its open episodes aborted); returns them after."""
+        return ExperimentList.model_validate(await self._call("POST", "stop_swarm")).experiments
+
+    async def list_experiments(self) -> list[SwarmExperiment]:
+        """Every experiment of the swarm with its state: the first, then the others by name."""
+        return ExperimentList.model_validate(await self._call("GET", "list_experiments")).experiments
 
     async def stop_engine(self) -> ExperimentState:
         """Return the engine to OFFLINE from any state; open episodes are aborted."""

@@ -31,10 +31,12 @@ from ajet.types import (
     BatchMode,
     EpisodeContinuation,
     EpisodeResult,
+    ExperimentList,
     ExperimentState,
     ExperimentStatus,
     OkResponse,
     OpenaiBaseUrlAndApiKey,
+    SwarmExperiment,
     Task,
     WorkflowOutput,
 )
@@ -99,6 +101,14 @@ class SwarmClient(ClientSettings[httpx.Client]):
     def stop_engine(self) -> ExperimentState:
         """Return the engine to OFFLINE from any state; open episodes are aborted."""
         return OkResponse.model_validate(self._call("POST", "stop_engine")).state
+
+    def stop_swarm(self) -> list[SwarmExperiment]:
+        """Stop every experiment of the swarm (each to OFFLINE, its open episodes aborted); returns them after."""
+        return ExperimentList.model_validate(self._call("POST", "stop_swarm")).experiments
+
+    def list_experiments(self) -> list[SwarmExperiment]:
+        """Every experiment of the swarm with its state: the first, then the others by name."""
+        return ExperimentList.model_validate(self._call("GET", "list_experiments")).experiments
 
     def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> ExperimentState:
         """Sync and start the job's experiment if OFFLINE (a new name beside a running experiment: an experiment of

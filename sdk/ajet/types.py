@@ -346,6 +346,27 @@ class ExperimentStatus(AnswerModel):
     """The trainer's template preflight of the synced job's model (None until a trainer has run it)."""
 
 
+class SwarmExperiment(AnswerModel):
+    """One experiment of the swarm, as `list_experiments` and `stop_swarm` answer it."""
+
+    name: Optional[str]
+    """Its job's `project_name/experiment_name`, what `SwarmClient(experiment=...)` takes (None: the swarm's first
+    experiment before any job was synced)."""
+    first: bool
+    """The swarm's first experiment (its store is the one the proxy's `--db` names; a client that names no
+    experiment acts on it)."""
+    status: ExperimentStatus
+    """Its state, step, policy version and last error."""
+
+
+class ExperimentList(AnswerModel):
+    """Answer of `GET /swarm/list_experiments` and `POST /swarm/stop_swarm`: every experiment of the swarm, the
+    first one first, then by name."""
+
+    experiments: list[SwarmExperiment]
+    """The experiments, as they are after the call."""
+
+
 class OkResponse(AnswerModel):
     """Answer of control calls that only change state."""
 

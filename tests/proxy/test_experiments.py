@@ -6,9 +6,12 @@ rolling. The second experiment is made as the trainer makes one: its store besid
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from typing import Iterator
 
 import httpx
+import openai
 import pytest
 
 from ajet import AgentJetJob, ExperimentNotFound, SwarmClient, Task, WorkflowOutput
@@ -158,4 +161,41 @@ def test_a_sync_that_would_start_a_second_experiment_is_refused_where_the_traine
         c.close()
         proxy.close()
         stub.close()
+        first.close()
+
+
+def test_the_swarm_lists_its_experiments_and_stops_them_all_only_when_asked(tmp_path):
+    """`list_experiments` names each experiment with its state, the first first; `stop_engine` stops the caller's
+    alone; `ajet-swarm stop` (the SDK's `stop_swarm`) stops every one, and their episode keys stop working."""
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    first, proxy = Store(url), start_proxy(tmp_path, url)
+    a, b = SwarmClient(proxy.url, verbose=False), SwarmClient(proxy.url, experiment="p/b", verbose=False)
+    second = experiment_store(first, "p/b")
+    try:
+        ensure_rolling(a, first, stub.url, AgentJetJob(project_name="p", experiment_name="a", lora_rank=8))
+        second.sync_job(AgentJetJob(project_name="p", experiment_name="b", lora_rank=8))
+        second.transition(ExperimentState.BOOTING)
+        make_rolling(second, stub.url, model="policy@b")
+        wait_state(b, ExperimentState.ROLLING)
+        listed = a.list_experiments()
+        assert [(e.name, e.first, e.status.state) for e in listed] == [
+            ("p/a", True, ExperimentState.ROLLING),
+            ("p/b", False, ExperimentState.ROLLING),
+        ]
+        _uuid, creds = b.begin_episode()
+        assert a.stop_engine() == ExperimentState.OFFLINE and second.experiment().state == ExperimentState.ROLLING
+        res = subprocess.run([sys.executable, "-m", "ajet_swarm.cli", "stop", "--swarm-url", proxy.url],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines() == ["p/a [first]: OFFLINE, step 0", "p/b: OFFLINE, step 0"]
+        assert second.experiment().state == ExperimentState.OFFLINE
+        with pytest.raises(openai.AuthenticationError):
+            creds.as_openai_client().chat.completions.create(model="x", messages=ASK, max_tokens=4)
+    finally:
+        a.close()
+        b.close()
+        proxy.close()
+        stub.close()
+        second.close()
         first.close()

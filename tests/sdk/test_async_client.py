@@ -127,12 +127,17 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             stat = await call("get_rollout_stat")
             assert (stat.totals["ended"], stat.totals["aborted"]) == (1, 1)
             assert await call("get_steps") == sp.client.get_steps() == []
+            listed = await call("list_experiments")
+            assert [e.status.state for e in listed] == [ExperimentState.ROLLING]
+            assert [e.name for e in listed] == [e.name for e in sp.client.list_experiments()]
             assert await call("stop_engine") == ExperimentState.OFFLINE
             job = AgentJetJob(batch_size=1, num_repeat=2)
             assert await call("sync_train_config", job) == ExperimentState.OFFLINE
             assert await call("start_engine") == ExperimentState.BOOTING
             await client.stop_engine()
             assert await call("auto_sync_train_config_and_start_engine", job) == ExperimentState.BOOTING
+            stopped = await call("stop_swarm")
+            assert [(e.first, e.status.state) for e in stopped] == [(True, ExperimentState.OFFLINE)]
 
     with proxy_on_stub(tmp_path, "methods") as sp:
         asyncio.run(run(sp))

@@ -1,0 +1,21 @@
+"""What a control route acts on: the swarm (`Proxy`) the app serves, and the experiment a call names."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from ajet.protocol import EXPERIMENT_HEADER
+from ajet_proxy.experiment_host import ExperimentHost
+from ajet_proxy.proxy import Proxy
+
+
+def swarm_of(request: Request) -> Proxy:
+    """The swarm the app serves."""
+    proxy: Proxy = request.app.state.ajet
+    return proxy
+
+
+def host_of(request: Request) -> ExperimentHost:
+    """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
+    (404 `ExperimentNotFound` for a name the swarm does not have); a sync acts on its job's (`Proxy.host_for_job`)."""
+    return swarm_of(request).host_named(request.headers.get(EXPERIMENT_HEADER))
