@@ -2,9 +2,9 @@
 the rest waiting in arrival order. On a swarm whose experiments share one engine it bounds each one's share of the
 engine's batch, so an experiment whose agents fan out cannot take every row while the others' calls queue.
 
-A waiting call holds no place in an engine's batch and no connection. A call whose client leaves while it waits leaves the queue; a
-call let in holds its place until it is over (`InFlightCall.finish`), streamed answers to their last chunk. A cap
-lowered by a new sync applies as calls end; a cap raised lets the queue in as calls end.
+A waiting call holds no place in an engine's batch and no connection. A call whose client leaves while it waits
+leaves the queue; a call let in holds its place until it is over (`InFlightCall.finish`), streamed answers to their
+last chunk. A cap lowered by a new sync applies as calls end; a cap raised lets the queue in as calls end.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Works from any machine that reaches the proxy; needs no access to the store. A p
 shows as DISCONNECTED and is polled again every refresh, never a traceback.
 
 Keys: 1/2/3 switch the batch mode (applies to the next step), s cycles the sort of running episodes,
-enter opens the selected episode's calls, r refreshes now, q quits.
+enter opens the selected episode's calls, e watches the swarm's next experiment (or enter on a row of the
+Experiments tab), r refreshes now, q quits. Every panel but the Experiments tab is the watched experiment's.
 """
 
 from __future__ import annotations
@@ -16,148 +17,19 @@ from typing import Any, Optional
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual_plotext import PlotextPlot
 
 from ajet.client import SwarmClient
 from ajet.errors import AjetError
-from ajet.rollout_summary import progress_bar, updating_text
-from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo
-from ajet.types import BatchMode
+from ajet.stat_types import RolloutStat, StepInfo
+from ajet.types import SwarmExperiment
+from ajet_proxy.overwatch_views import MODES, EpisodeScreen, header_text, pool_text, reward_text
 
-MODES = [BatchMode.EPISODES, BatchMode.TASKS, BatchMode.NON_DUMMY_TASKS]
 SORTS = ["idle_s", "age_s", "num_calls"]
 HUNG_FRACTION = 0.5  # an episode idle for half its timeout is shown as hung
-
-
-def pool_text(stat: RolloutStat) -> Text:
-    """The rollout pool: one line per batch mode, the active one highlighted."""
-    out = Text()
-    for p in stat.progress:
-        name = p.mode.value.replace("rollout_until_finish_enough_", "")
-        key = MODES.index(p.mode) + 1
-        line = f"[{key}] {name:<16} {progress_bar(p.current, p.target, 24)} {p.current:>4}/{p.target:<4}\n"
-        out.append(line, style="bold reverse" if p.mode == stat.batch_mode else "")
-    t = stat.totals
-    out.append(
-        f"open {t.get('open', 0)}  ended {t.get('ended', 0)}  aborted {t.get('aborted', 0)}  "
-        f"expired {t.get('expired', 0)}"
-    )
-    return out
-
-
-def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: str = "") -> Text:
-    """URL, experiment's state and time in it, step, policy version, calls and errors, connection."""
-    out = Text(f"{url}  ")
-    if not connected:
-        out.append("DISCONNECTED", style="bold white on red")
-        out.append(f"  {error}  (retrying)")
-        return out
-    out.append("CONNECTED", style="bold green")
-    if stat is not None:
-        e = stat.experiment
-        out.append(f"   engine {e.state.value} ({e.state_seconds:.0f}s)")
-        out.append(updating_text(e), style="bold cyan")
-        out.append(
-            f"  step {e.global_step}  policy v{e.policy_version}  calls {stat.totals.get('calls', 0)}  "
-            f"errors {stat.totals.get('call_errors', 0)}"
-        )
-        if stat.totals.get("without_calls"):
-            out.append(f"  without calls {stat.totals['without_calls']} (never train)", style="yellow")
-        if stat.totals.get("stale"):
-            out.append(f"  stale {stat.totals['stale']} (dropped, never train)", style="yellow")
-        if stat.totals.get("lost_call"):
-            out.append(
-                f"  lost call {stat.totals['lost_call']} (in flight at a proxy crash: recorded as never answered)",
-                style="yellow",
-            )
-        if e.trainer_silent_s is not None:
-            out.append(f"\n   no trainer heartbeat for {e.trainer_silent_s:.0f}s: ", style="bold red")
-            out.append("the trainer is down or cannot write to the store; begin_episode is refused")
-        if e.last_error:
-            out.append(f"\n   trainer error {e.last_error_age_s or 0:.0f}s ago: ", style="bold red")
-            out.append(e.last_error[:300])
-        if e.template is not None:
-            out.append("\n   template: ", style="bold")
-            out.append(e.template.summary()[:400], style="" if e.template.merges else "yellow")
-    return out
-
-
-def reward_text(stat: RolloutStat) -> Text:
-    """The latest step's metrics."""
-    if not stat.recent_steps:
-        return Text("no training step yet")
-    s = stat.recent_steps[-1]
-    m = s.metrics
-    parts = [
-        f"step {s.step}",
-        f"reward {s.reward_mean:.3f}" if s.reward_mean is not None else "reward n/a",
-        f"episodes {s.num_episodes}",
-    ]
-    for key in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "train_s", "step_s"):
-        if isinstance(m.get(key), (int, float)):
-            parts.append(f"{key} {m[key]:.4g}")
-    return Text("  ".join(parts) + history_text(m))
-
-
-def history_text(m: dict[str, Any]) -> str:
-    """The step's token-history figures (merge rate, sequences and tokens per episode, fallbacks by reason) as a
-    second line; "" for a step recorded without them."""
-    if not isinstance(m.get("history/merge_rate"), (int, float)):
-        return ""
-    line = (
-        f"\nmerged {m['history/merge_rate']:.0%} of turns  "
-        f"{m.get('history/sequences_per_episode', 0):.2f} seqs/episode  "
-        f"{m.get('history/tokens_per_episode', 0):.0f} tokens/episode"
-    )
-    reasons = sorted((k.split("/", 2)[2], v) for k, v in m.items() if k.startswith("history/fallback/") and v)
-    if reasons:
-        line += "  fallbacks " + ", ".join(f"{reason} {int(n)}" for reason, n in reasons)
-    breaks = sorted(k.split("/", 2)[2] for k in m if k.startswith("history/template_breaks/"))
-    if breaks:
-        line += f"  (the template re-renders history: {', '.join(breaks)})"
-    return line
-
-
-class EpisodeScreen(ModalScreen[None]):
-    """One episode's calls: messages, token counts, finish reasons, latency; and a link to its explorer page (its
-    trained tokens, in a browser)."""
-
-    BINDINGS = [Binding("escape,q", "app.pop_screen", "close")]
-
-    def __init__(self, detail: EpisodeDetail, page_url: str):
-        super().__init__()
-        self.detail = detail
-        self.page_url = page_url
-        """The episode's page in the explorer the proxy serves (`/explore/episodes/UUID`)."""
-
-    def compose(self) -> ComposeResult:
-        d = self.detail
-        head = (
-            f"episode {d.episode_uuid}  client {d.client_id}  {d.status.value}  task {d.task_id or '-'}  "
-            f"reward {d.reward if d.reward is not None else '-'}  calls {len(d.calls)}"
-        )
-        link = Text("explorer: ")
-        link.append(self.page_url, style=f"link {self.page_url} underline")
-        with VerticalScroll(id="episode-view"):
-            yield Static(head, id="episode-head")
-            yield Static(link, id="episode-link")
-            for c in d.calls:
-                body = Text(
-                    f"#{c.seq}  prompt {c.prompt_tokens}  completion {c.completion_tokens} tokens  "
-                    f"finish {c.finish_reason}  {c.latency_ms:.0f} ms  v{c.policy_version}"
-                    f"{'  stream' if c.stream else ''}\n",
-                    style="bold",
-                )
-                for m in c.messages[-6:]:
-                    body.append(f"  {m.get('role')}: {str(m.get('content') or '')[:300]}\n")
-                body.append(f"  → {c.response[:500]}\n", style="green")
-                if c.error:
-                    body.append(f"  error: {c.error}\n", style="red")
-                yield Static(body, classes="call")
 
 
 class Overwatch(App[None]):
@@ -180,6 +52,7 @@ class Overwatch(App[None]):
         Binding("3", "mode(2)", "non-dummy"),
         Binding("s", "sort", "sort"),
         Binding("enter", "open_episode", "open episode"),
+        Binding("e", "next_experiment", "next experiment"),
         Binding("r", "refresh", "refresh"),
         Binding("q", "quit", "quit"),
     ]
@@ -196,6 +69,8 @@ class Overwatch(App[None]):
         self._busy = False
         self.history: list[StepInfo] = []
         """Every step since the monitor started watching, read incrementally (`get_steps`)."""
+        self.experiments: list[SwarmExperiment] = []
+        """The swarm's experiments as last listed; the watched one is `client.experiment` (None: the first)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -214,6 +89,8 @@ class Overwatch(App[None]):
                 yield DataTable(id="tasks", zebra_stripes=True)
             with TabPane("Missions", id="tab-missions"):
                 yield DataTable(id="missions", zebra_stripes=True)
+            with TabPane("Experiments", id="tab-experiments"):
+                yield DataTable(id="experiments", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -225,6 +102,7 @@ class Overwatch(App[None]):
         self.query_one("#missions", DataTable).add_columns(
             "mission", "open", "ended", "aborted", "in pool", "batch share", "reward mean"
         )
+        self.query_one("#experiments", DataTable).add_columns("", "experiment", "state", "step", "policy", "last error")
         self.set_interval(self.refresh_s, self.action_refresh)
         self.call_later(self.action_refresh)
 
@@ -234,6 +112,7 @@ class Overwatch(App[None]):
             return
         self._busy = True
         try:
+            self.experiments = await asyncio.to_thread(self.client.list_experiments)
             self.stat = await asyncio.to_thread(self.client.get_rollout_stat)
             await asyncio.to_thread(self._read_new_steps)
             self.connected, self.last_error = True, ""
@@ -248,7 +127,7 @@ class Overwatch(App[None]):
 
     def render_stat(self) -> None:
         self.query_one("#status", Static).update(
-            header_text(self.swarm_url, self.stat, self.connected, self.last_error)
+            header_text(self._watched_title(), self.stat, self.connected, self.last_error)
         )
         if not self.connected or self.stat is None:
             return
@@ -257,6 +136,7 @@ class Overwatch(App[None]):
         self.query_one("#reward", Static).update(reward_text(stat))
         self._draw_chart()
         self._fill_episodes(stat)
+        self._fill_experiments()
         self._fill(
             self.query_one("#clients", DataTable),
             [(c.client_id, f"{c.last_seen_s:.0f}", c.begun, c.ended, c.aborted) for c in stat.clients],
@@ -357,6 +237,41 @@ class Overwatch(App[None]):
     async def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "episodes" and event.row_key.value:
             await self.open_episode(str(event.row_key.value))
+        if event.data_table.id == "experiments" and event.row_key.value is not None:
+            await self.watch_experiment(str(event.row_key.value))
+
+    async def action_next_experiment(self) -> None:
+        names = [e.name for e in self.experiments if e.name]
+        if len(names) < 2:
+            self.notify("this swarm runs one experiment")
+            return
+        now = self._watched_name()
+        await self.watch_experiment(names[(names.index(now) + 1) % len(names)] if now in names else names[0])
+
+    async def watch_experiment(self, name: str) -> None:
+        """Watch experiment `name` (`project/experiment`): every panel but the Experiments tab shows it."""
+        self.client.experiment = name
+        self.history, self.stat = [], None
+        self.notify(f"watching {name}")
+        await self.action_refresh()
+
+    def _watched_name(self) -> Optional[str]:
+        """The watched experiment's name (the first's, when the client names none)."""
+        first = next((e.name for e in self.experiments if e.first), None)
+        return self.client.experiment or first
+
+    def _watched_title(self) -> str:
+        name = self._watched_name()
+        return f"{self.swarm_url}  [{name}]" if name and len(self.experiments) > 1 else self.swarm_url
+
+    def _fill_experiments(self) -> None:
+        table, watched = self.query_one("#experiments", DataTable), self._watched_name()
+        table.clear()
+        for e in self.experiments:
+            s = e.status
+            cells = ("▶" if e.name == watched else "", (e.name or "(no job yet)") + (" (first)" if e.first else ""),
+                     s.state.value, str(s.global_step), f"v{s.policy_version}", (s.last_error or "")[:80])  # fmt: skip
+            table.add_row(*cells, key=e.name or "")
 
     async def open_episode(self, uuid: str) -> None:
         """Show one episode's calls."""

@@ -8,7 +8,8 @@ import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
 from ajet.types import BatchMode
-from ajet_proxy.overwatch import EpisodeScreen, Overwatch
+from ajet_proxy.overwatch import Overwatch
+from ajet_proxy.overwatch_views import EpisodeScreen
 from ajet_store import sqlite_url
 from tests.support.procs import REPO, start_proxy
 from tests.support.rolling import ensure_rolling
@@ -215,7 +216,7 @@ def test_an_asynchronous_update_shows_beside_rolling(tmp_path):
 def test_the_step_line_shows_the_token_history():
     """Merge rate, sequences and tokens per episode, fallbacks by reason, and the template's causes; nothing for a
     step recorded before the token history was measured."""
-    from ajet_proxy.overwatch import history_text
+    from ajet_proxy.overwatch_views import history_text
 
     metrics = {
         "history/merge_rate": 0.75,
@@ -230,3 +231,49 @@ def test_the_step_line_shows_the_token_history():
     assert "fallbacks history_edited 2" in line and "tools_changed" not in line
     assert "the template re-renders history: think_stripping" in line
     assert history_text({"loss": 0.1}) == ""
+
+
+def test_the_monitor_lists_the_experiments_and_switches_between_them(tmp_path):
+    """Two experiments on one swarm: the Experiments tab lists both with their states; `e` watches the other, and
+    the header and the running episodes are then that experiment's."""
+    from ajet.types import ExperimentState
+    from ajet_store import Store, experiment_store
+    from tests.support.procs import start_stub
+    from tests.support.rolling import make_rolling
+
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "two.db")
+    first, px = Store(url), start_proxy(tmp_path, url)
+    a = SwarmClient(px.url, verbose=False)
+    second = experiment_store(first, "p/b")
+    try:
+        ensure_rolling(a, first, stub.url, AgentJetJob(project_name="p", experiment_name="a", lora_rank=8))
+        second.sync_job(AgentJetJob(project_name="p", experiment_name="b", lora_rank=8))
+        second.transition(ExperimentState.BOOTING)
+        make_rolling(second, stub.url, model="policy@b")
+        b = SwarmClient(px.url, experiment="p/b", verbose=False)
+        uuid_b, _ = b.begin_episode()
+        b.close()
+
+        async def scenario():
+            app = Overwatch(px.url, refresh=0.2)
+            async with app.run_test(size=(150, 40)) as pilot:
+                await settle(pilot, lambda: app.query_one("#experiments").row_count == 2)
+                rows = [app.query_one("#experiments").get_row_at(i) for i in range(2)]
+                before = (text(app, "#status"), app.query_one("#episodes").row_count)
+                await pilot.press("e")
+                await settle(pilot, lambda: "[p/b]" in text(app, "#status"))
+                await settle(pilot, lambda: app.query_one("#episodes").row_count == 1)
+                key = app.query_one("#episodes").coordinate_to_cell_key((0, 0)).row_key.value
+                return rows, before, key
+
+        rows, before, key = asyncio.run(scenario())
+    finally:
+        a.close()
+        px.close()
+        stub.close()
+        second.close()
+        first.close()
+    assert [r[1:3] for r in rows] == [["p/a (first)", "ROLLING"], ["p/b", "ROLLING"]] and rows[0][0] == "▶"
+    assert "[p/a]" in before[0] and before[1] == 0  # the first's: no episode open there
+    assert key == uuid_b
