@@ -21,6 +21,7 @@ from ajet import AgentJetJob
 from ajet_store import experiment_store
 from ajet_store.placement import experiment_slug
 from ajet_trainer.daemon import experiment_folder
+from ajet_trainer.experiment_dir import folder_of_experiment
 from ajet_trainer.model_export import export_model
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
@@ -90,4 +91,5 @@ def test_three_experiments_learn_their_own_letters_on_one_swarm(tmp_path):
         for name, letter in LETTERS.items():
             folder, steps = folder_and_steps(sw, name)
             assert steps == list(range(1, len(steps) + 1)), (name, steps)  # none twice, none skipped
+            assert folder_of_experiment(sw.exp_dir, f"letters/{name}") == folder  # what export-model finds by name
             assert says(export_model(folder, tmp_path / f"export-{name}")) == letter, name

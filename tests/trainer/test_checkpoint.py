@@ -1,7 +1,9 @@
 """Checkpoints: full and LoRA round trips, the `latest` pointer, pruning, partial writes ignored."""
 
 import shutil
+from pathlib import Path
 
+import pytest
 import torch
 
 from ajet.job import AgentJetJob
@@ -88,3 +90,30 @@ def test_export_of_an_earlier_layout_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="before checkpoints were model folders"):
         export_model(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_export_model_finds_an_experiment_of_the_swarm_by_its_name(tmp_path):
+    """`ajet-trainer export-model --experiment-dir D --experiment NAME`: D when its job.yaml names NAME (the swarm's
+    first experiment), else `D.exp-<slug>` as the trainer lays it out; a name under neither is one line, exit 1."""
+    import subprocess
+    import sys
+
+    from ajet import AgentJetJob
+    from ajet_store.placement import experiment_slug
+    from ajet_trainer.errors import CheckpointError
+    from ajet_trainer.experiment_dir import experiment_folder, folder_of_experiment, write_job_yaml
+
+    base = tmp_path / "exp"
+    beside = Path(str(experiment_folder(str(base), experiment_slug("p/b"))))
+    for folder, name in ((base, "a"), (beside, "b")):
+        folder.mkdir()
+        write_job_yaml(AgentJetJob(project_name="p", experiment_name=name), folder / "job.yaml")
+    assert folder_of_experiment(base, "p/a") == base and folder_of_experiment(base, "p/b") == beside
+    with pytest.raises(CheckpointError, match="no experiment p/c under"):
+        folder_of_experiment(base, "p/c")
+    res = subprocess.run(
+        [sys.executable, "-m", "ajet_trainer.cli", "export-model", "--experiment-dir", str(base), "--experiment",
+         "p/c", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 1 and "no experiment p/c under" in res.stderr and "Traceback" not in res.stderr

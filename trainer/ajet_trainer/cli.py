@@ -151,9 +151,13 @@ def export_model(args: argparse.Namespace) -> None:
     """A checkpoint as a model folder (`AutoModelForCausalLM.from_pretrained(OUT)`, `vllm serve OUT`)."""
     from pathlib import Path
 
+    from ajet_trainer.experiment_dir import folder_of_experiment
     from ajet_trainer.model_export import export_model as export
 
-    out = export(Path(args.experiment_dir), Path(args.out), args.step, args.merge_lora)
+    folder = Path(args.experiment_dir)
+    if args.experiment:
+        folder = folder_of_experiment(folder, args.experiment)
+    out = export(folder, Path(args.out), args.step, args.merge_lora)
     print(f"exported to {out}")
 
 
@@ -164,6 +168,11 @@ def _main(argv: Optional[list[str]] = None) -> int:
     add_trainer_arguments(sub.add_parser("start", help="train from the store's rewarded episodes"))
     exp = sub.add_parser("export-model", help="write a checkpoint as a model folder other tools load")
     exp.add_argument("--experiment-dir", required=True, help="the experiment folder (holds checkpoints/)")
+    exp.add_argument(
+        "--experiment",
+        default=None,
+        help="project/experiment: that experiment of the swarm whose trainer ran with this --experiment-dir",
+    )
     exp.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
     exp.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
     exp.add_argument("--merge-lora", action="store_true", help="LoRA: merge the adapter into its base model")

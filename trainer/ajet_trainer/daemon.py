@@ -19,7 +19,6 @@ import os
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Optional
 
 from ajet.errors import StoreUnavailable
@@ -27,6 +26,7 @@ from ajet.types import ExperimentState
 from ajet_store import Store, redact_url
 from ajet_store.placement import experiment_url, file_mode_of
 from ajet_trainer.driver import ExperimentDriver
+from ajet_trainer.experiment_dir import experiment_folder
 from ajet_trainer.factory import preload_embedded, shared_bases, sharing, trains_alone
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
@@ -57,13 +57,6 @@ HEARTBEAT_S = 2.0
 CATALOG_POLL_S = 1.0
 """How often the trainer reads which experiments the first store lists."""
 _WAITING = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
-
-
-def experiment_folder(first: Optional[str], slug: str) -> Optional[str]:
-    """The folder of the experiment `slug` under `--experiment-dir` `first` (the first experiment's, as always):
-    beside it, `<first>.exp-<slug>`, as its store lies beside the first store; None without the flag (each job's
-    own `experiments/<project>/<experiment>`, which differ by name)."""
-    return None if not first else str(Path(first).with_name(f"{Path(first).name}.exp-{slug}"))
 
 
 class TrainerDaemon:

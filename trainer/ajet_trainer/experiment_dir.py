@@ -34,3 +34,27 @@ def write_job_yaml(job: AgentJetJob, path: Path, resolved: Optional[Mapping[str,
         data["verl_resolved"] = dict(resolved)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def experiment_folder(first: Optional[str], slug: str) -> Optional[str]:
+    """The folder of the experiment `slug` under `--experiment-dir` `first` (the first experiment's, as always):
+    beside it, `<first>.exp-<slug>`, as its store lies beside the first store; None without the flag (each job's
+    own `experiments/<project>/<experiment>`, which differ by name)."""
+    return None if not first else str(Path(first).with_name(f"{Path(first).name}.exp-{slug}"))
+
+
+def folder_of_experiment(base: Path, name: str) -> Path:
+    """The folder of experiment `name` (`project/experiment`) under a trainer's `--experiment-dir` `base`: `base`
+    itself when its `job.yaml` names it (the swarm's first experiment), else `base.exp-<slug>`; `CheckpointError`
+    naming both when neither holds it."""
+    from ajet.sharing import experiment_of
+    from ajet_store.placement import experiment_slug
+    from ajet_trainer.errors import CheckpointError
+
+    job_yaml = base / "job.yaml"
+    if job_yaml.is_file() and experiment_of(AgentJetJob.from_yaml(str(job_yaml))) == name:
+        return base
+    beside = Path(str(experiment_folder(str(base), experiment_slug(name))))
+    if (beside / "job.yaml").is_file():
+        return beside
+    raise CheckpointError(f"no experiment {name} under {base}: neither {job_yaml} nor {beside / 'job.yaml'} names it")
