@@ -52,8 +52,7 @@ class EmbeddedEngines:
         return self.served_model
 
     def counters(self) -> EngineCounters:
-        b = self.engine.batcher
-        return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"])
+        return batcher_counters(self.engine)
 
     def drop_exited(self) -> bool:
         """Never: the embedded engine runs in the trainer's own process."""
@@ -63,14 +62,10 @@ class EmbeddedEngines:
         self.engine.stop()
 
 
-def start_embedded_engines(
-    job: AgentJetJob, model: PolicyModel, tokenizer: Tokenizer, step: int, host: str
-) -> EmbeddedEngines:
-    """The embedded engine on `host`, with the job's limits, serving the weights of `step` (a copy of `model` when
-    the job trains asynchronously)."""
-    served = copy.deepcopy(model).requires_grad_(False) if job.max_staleness > 0 else model
+def job_engine(model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob, host: str, step: int = 0) -> EmbeddedEngine:
+    """An embedded engine (not started) serving `model` on `host` with the job's limits and batching, at `step`."""
     engine = EmbeddedEngine(
-        served,
+        model,
         tokenizer,
         host=host,
         default_temperature=job.temperature,
@@ -81,4 +76,20 @@ def start_embedded_engines(
         api_key=secrets.token_urlsafe(32),
     )
     engine.batcher.partial_rollouts = job.partial_rollouts
+    return engine
+
+
+def batcher_counters(engine: EmbeddedEngine) -> EngineCounters:
+    """What the engine did since it started: answers, tokens, busy seconds, tokens run again after an update."""
+    b = engine.batcher
+    return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"])
+
+
+def start_embedded_engines(
+    job: AgentJetJob, model: PolicyModel, tokenizer: Tokenizer, step: int, host: str
+) -> EmbeddedEngines:
+    """The embedded engine on `host`, with the job's limits, serving the weights of `step` (a copy of `model` when
+    the job trains asynchronously)."""
+    served = copy.deepcopy(model).requires_grad_(False) if job.max_staleness > 0 else model
+    engine = job_engine(served, tokenizer, job, host, step)
     return EmbeddedEngines(engine, trained=model if served is not model else None)

@@ -19,7 +19,6 @@ engine's batches yield to an update or do not).
 from __future__ import annotations
 
 import logging
-import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
@@ -29,7 +28,7 @@ import torch
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.embedded.adapters import ADAPTER_MARK, FIRST_ADAPTER, held_adapters
-from ajet_trainer.embedded.engines import ENGINE_NAME
+from ajet_trainer.embedded.engines import ENGINE_NAME, batcher_counters, job_engine
 from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.policy import load_policy, lora_config
 from ajet_trainer.types import EngineCounters, PolicyModel, Tokenizer
@@ -114,8 +113,7 @@ class AdapterEngines:
 
     def counters(self) -> EngineCounters:
         """The engine's, over every experiment it serves (one engine, one busy time)."""
-        b = self.base.engine.batcher
-        return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"])
+        return batcher_counters(self.base.engine)
 
     def drop_exited(self) -> bool:
         return False
@@ -129,17 +127,7 @@ def open_base(name: str, job: AgentJetJob, model_path: str, device: str, host: s
     in common (`ajet.sharing.SHARED`)."""
     torch.manual_seed(job.seed)
     model, tokenizer = load_policy(model_path, job, device, adapter=name)
-    engine = EmbeddedEngine(
-        model,
-        tokenizer,
-        host=host,
-        default_temperature=job.temperature,
-        max_tokens_cap=job.max_response_length_in_one_turn,
-        max_prompt_tokens=job.max_prompt_length,
-        max_context=job.max_model_len,
-        api_key=secrets.token_urlsafe(32),
-    )
-    engine.batcher.partial_rollouts = job.partial_rollouts
+    engine = job_engine(model, tokenizer, job, host)
     base_url = engine.start()
     logger.info("shared base %s on %s served at %s", model_path, device, base_url)
     return SharedBase(model, tokenizer, engine, base_url)
