@@ -21,7 +21,7 @@ from ajet_store import Store, experiment_store, sqlite_url
 from ajet_trainer.factory import trains_alone
 from ajet_trainer.options import TrainerOptions
 from tests.support.procs import start_proxy, start_stub
-from tests.support.rolling import ensure_rolling, make_rolling, wait_state
+from tests.support.rolling import ensure_rolling, rolling_beside, wait_state
 
 ASK = [{"role": "user", "content": "say a"}]
 
@@ -35,10 +35,7 @@ def swarm(module_tmp) -> Iterator[tuple[str, str, Store, Store]]:
     proxy = start_proxy(module_tmp, url)
     client = SwarmClient(proxy.url, verbose=False)
     ensure_rolling(client, first, stub.url)
-    second = experiment_store(first, "p/b")
-    second.sync_job(AgentJetJob(project_name="p", experiment_name="b", batch_size=1, num_repeat=1))
-    second.transition(ExperimentState.BOOTING)
-    make_rolling(second, stub.url, model="policy@b")
+    second = rolling_beside(first, stub.url, batch_size=1, num_repeat=1)
     try:
         yield proxy.url, stub.url, first, second
     finally:
@@ -103,9 +100,9 @@ def test_an_experiment_the_swarm_does_not_have_is_404_naming_it(swarm):
             c.get_engine_status()
 
 
-def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(tmp_path):
-    """A LoRA job of another name syncs into an experiment of its own while the first runs; a job that differs in
-    what the swarm shares, or fine-tunes the whole model, gets a 409 naming why, and nothing is listed."""
+@pytest.fixture
+def lora_swarm(tmp_path) -> Iterator[tuple[Store, AgentJetJob, SwarmClient, SwarmClient, str]]:
+    """(the first store, its LoRA job p/a, its client a ROLLING it, a second client c, the store's URL) on a stub."""
     stub = start_stub(tmp_path)
     url = sqlite_url(tmp_path / "swarm.db")
     first, proxy = Store(url), start_proxy(tmp_path, url)
@@ -113,20 +110,7 @@ def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(tmp_path):
     a, c = SwarmClient(proxy.url, verbose=False), SwarmClient(proxy.url, verbose=False)
     try:
         ensure_rolling(a, first, stub.url, lora)
-        share = lora.model_copy(update={"experiment_name": "c", "gpu_memory_utilization": 0.5})
-        with pytest.raises(JobConflict, match=r"gpu_memory_utilization \(the engines' share"):
-            c.auto_sync_train_config_and_start_engine(share)
-        with pytest.raises(JobConflict, match="full fine-tuning"):
-            c.auto_sync_train_config_and_start_engine(lora.model_copy(update={"experiment_name": "c", "lora_rank": 0}))
-        assert first.experiment_entries() == [] and c.experiment is None
-        job_c = lora.model_copy(update={"experiment_name": "c", "lora_rank": 16, "batch_size": 4})
-        assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING
-        assert [e.name for e in first.experiment_entries()] == ["p/c"] and c.experiment == "p/c"
-        assert c.get_engine_status().experiment_name == "c" and a.get_engine_status().experiment_name == "a"
-        assert first.experiment().state == ExperimentState.ROLLING  # the first runs on, untouched
-        with experiment_store(first, "p/c") as store_c:
-            assert store_c.experiment().job.batch_size == 4 and store_c.experiment().state == ExperimentState.BOOTING
-        assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING  # joins its own
+        yield first, lora, a, c, url
     finally:
         a.close()
         c.close()
@@ -135,33 +119,41 @@ def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(tmp_path):
         first.close()
 
 
-def test_a_sync_that_would_start_a_second_experiment_is_refused_where_the_trainer_trains_one(tmp_path):
+def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(lora_swarm):
+    """A LoRA job of another name syncs into an experiment of its own while the first runs; a job that differs in
+    what the swarm shares, or fine-tunes the whole model, gets a 409 naming why, and nothing is listed."""
+    first, lora, a, c, _url = lora_swarm
+    share = lora.model_copy(update={"experiment_name": "c", "gpu_memory_utilization": 0.5})
+    with pytest.raises(JobConflict, match=r"gpu_memory_utilization \(the engines' share"):
+        c.auto_sync_train_config_and_start_engine(share)
+    with pytest.raises(JobConflict, match="full fine-tuning"):
+        c.auto_sync_train_config_and_start_engine(lora.model_copy(update={"experiment_name": "c", "lora_rank": 0}))
+    assert first.experiment_entries() == [] and c.experiment is None
+    job_c = lora.model_copy(update={"experiment_name": "c", "lora_rank": 16, "batch_size": 4})
+    assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING
+    assert [e.name for e in first.experiment_entries()] == ["p/c"] and c.experiment == "p/c"
+    assert c.get_engine_status().experiment_name == "c" and a.get_engine_status().experiment_name == "a"
+    assert first.experiment().state == ExperimentState.ROLLING  # the first runs on, untouched
+    with experiment_store(first, "p/c") as store_c:
+        assert store_c.experiment().job.batch_size == 4 and store_c.experiment().state == ExperimentState.BOOTING
+    assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING  # joins its own
+
+
+def test_a_sync_that_would_start_a_second_experiment_is_refused_where_the_trainer_trains_one(lora_swarm):
     """A trainer on verl (or vLLM) says at its claim of the store that it trains one experiment, and why; a sync that
     would start a second gets a 409 naming that reason, and nothing is listed. A trainer that trains several (the
     embedded one) claiming the store after it lets the same sync through."""
-    stub = start_stub(tmp_path)
-    url = sqlite_url(tmp_path / "swarm.db")
-    first, proxy = Store(url), start_proxy(tmp_path, url)
-    lora = AgentJetJob(project_name="p", experiment_name="a", lora_rank=8, batch_size=1, num_repeat=1)
-    a, c = SwarmClient(proxy.url, verbose=False), SwarmClient(proxy.url, verbose=False)
-    try:
-        ensure_rolling(a, first, stub.url, lora)
-        verl = trains_alone(TrainerOptions.from_config(db_url=url, backend="verl"))
-        assert verl is not None and "verl #7909" in verl
-        first.claim_trainer(os.getpid(), lambda _pid: True, verl)
-        job_c = lora.model_copy(update={"experiment_name": "c"})
-        with pytest.raises(JobConflict, match=r"p/c cannot run beside p/a .*--backend verl, which trains one adapter"):
-            c.auto_sync_train_config_and_start_engine(job_c)
-        assert first.experiment_entries() == [] and first.experiment().state == ExperimentState.ROLLING
-        first.claim_trainer(os.getpid(), lambda _pid: True, trains_alone(TrainerOptions.from_config(db_url=url)))
-        assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING
-        assert [e.name for e in first.experiment_entries()] == ["p/c"]
-    finally:
-        a.close()
-        c.close()
-        proxy.close()
-        stub.close()
-        first.close()
+    first, lora, a, c, url = lora_swarm
+    verl = trains_alone(TrainerOptions.from_config(db_url=url, backend="verl"))
+    assert verl is not None and "verl #7909" in verl
+    first.claim_trainer(os.getpid(), lambda _pid: True, verl)
+    job_c = lora.model_copy(update={"experiment_name": "c"})
+    with pytest.raises(JobConflict, match=r"p/c cannot run beside p/a .*--backend verl, which trains one adapter"):
+        c.auto_sync_train_config_and_start_engine(job_c)
+    assert first.experiment_entries() == [] and first.experiment().state == ExperimentState.ROLLING
+    first.claim_trainer(os.getpid(), lambda _pid: True, trains_alone(TrainerOptions.from_config(db_url=url)))
+    assert c.auto_sync_train_config_and_start_engine(job_c) == ExperimentState.BOOTING
+    assert [e.name for e in first.experiment_entries()] == ["p/c"]
 
 
 def test_the_swarm_lists_its_experiments_and_stops_them_all_only_when_asked(tmp_path):
@@ -171,12 +163,9 @@ def test_the_swarm_lists_its_experiments_and_stops_them_all_only_when_asked(tmp_
     url = sqlite_url(tmp_path / "swarm.db")
     first, proxy = Store(url), start_proxy(tmp_path, url)
     a, b = SwarmClient(proxy.url, verbose=False), SwarmClient(proxy.url, experiment="p/b", verbose=False)
-    second = experiment_store(first, "p/b")
+    ensure_rolling(a, first, stub.url, AgentJetJob(project_name="p", experiment_name="a", lora_rank=8))
+    second = rolling_beside(first, stub.url, lora_rank=8)
     try:
-        ensure_rolling(a, first, stub.url, AgentJetJob(project_name="p", experiment_name="a", lora_rank=8))
-        second.sync_job(AgentJetJob(project_name="p", experiment_name="b", lora_rank=8))
-        second.transition(ExperimentState.BOOTING)
-        make_rolling(second, stub.url, model="policy@b")
         wait_state(b, ExperimentState.ROLLING)
         listed = a.list_experiments()
         assert [(e.name, e.first, e.status.state) for e in listed] == [

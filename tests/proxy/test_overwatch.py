@@ -236,21 +236,17 @@ def test_the_step_line_shows_the_token_history():
 def test_the_monitor_lists_the_experiments_and_switches_between_them(tmp_path):
     """Two experiments on one swarm: the Experiments tab lists both with their states; `e` watches the other, and
     the header and the running episodes are then that experiment's."""
-    from ajet.types import ExperimentState
-    from ajet_store import Store, experiment_store
+    from ajet_store import Store
     from tests.support.procs import start_stub
-    from tests.support.rolling import make_rolling
+    from tests.support.rolling import rolling_beside
 
     stub = start_stub(tmp_path)
     url = sqlite_url(tmp_path / "two.db")
     first, px = Store(url), start_proxy(tmp_path, url)
     a = SwarmClient(px.url, verbose=False)
-    second = experiment_store(first, "p/b")
+    ensure_rolling(a, first, stub.url, AgentJetJob(project_name="p", experiment_name="a", lora_rank=8))
+    second = rolling_beside(first, stub.url, lora_rank=8)
     try:
-        ensure_rolling(a, first, stub.url, AgentJetJob(project_name="p", experiment_name="a", lora_rank=8))
-        second.sync_job(AgentJetJob(project_name="p", experiment_name="b", lora_rank=8))
-        second.transition(ExperimentState.BOOTING)
-        make_rolling(second, stub.url, model="policy@b")
         b = SwarmClient(px.url, experiment="p/b", verbose=False)
         uuid_b, _ = b.begin_episode()
         b.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ajet.types import ExperimentState
 from ajet_store import Store
@@ -21,6 +21,20 @@ def make_rolling(
     """Do what the trainer does at BOOTING: register the backend and go ROLLING."""
     store.register_engines([RegisteredEngine(name, backend_url + "/v1", model, policy_version)])
     store.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING, ExperimentState.ROLLING])
+
+
+def rolling_beside(first: Store, backend_url: str, name: str = "p/b", **job: Any) -> Store:
+    """Experiment `name` (`project/experiment`) beside the first store's, made and booted as the trainer does: its
+    store listed, its job synced, the backend registered under `policy@<experiment>`, ROLLING. The caller closes it."""
+    from ajet import AgentJetJob
+    from ajet_store import experiment_store
+
+    project, experiment = name.split("/")
+    second = experiment_store(first, name)
+    second.sync_job(AgentJetJob(project_name=project, experiment_name=experiment, **job))
+    second.transition(ExperimentState.BOOTING)
+    make_rolling(second, backend_url, model=f"policy@{experiment}")
+    return second
 
 
 def ensure_rolling(client, store: Store, backend_url: str, job=None) -> None:
