@@ -24,10 +24,11 @@ def _job(name: str, **kw) -> AgentJetJob:
     return AgentJetJob(model="builtin:tiny", experiment_name=name, lora_rank=4, lora_alpha=8, **kw)
 
 
-def _ask(engines, prompt: str = "hello there") -> tuple[list[int], list[float], int]:
-    """One greedy answer through the engine's HTTP API, as the proxy asks: token ids, log-probs, policy version."""
-    body = {"model": engines.served_model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 6,
-            "temperature": 0, "logprobs": True, "return_token_ids": True}  # fmt: skip
+def _ask(engines, model: str = "") -> tuple[list[int], list[float], int]:
+    """One greedy answer through the engine's HTTP API, as the proxy asks (`model`: another name than the served
+    one): token ids, log-probs, policy version."""
+    body = {"model": model or engines.served_model, "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": 6, "temperature": 0, "logprobs": True, "return_token_ids": True}  # fmt: skip
     headers = {"Authorization": f"Bearer {engines.base.engine.api_key}"}
     res = httpx.post(f"{engines.base_url}/chat/completions", json=body, headers=headers, timeout=60)
     assert res.status_code == 200, res.text
@@ -67,7 +68,7 @@ def test_two_experiments_share_one_model_and_one_engine_each_at_its_own_version(
     assert b_after[1] != b_before[1]  # fails if the update reached a's rows or missed b's
     with a.updating(3):
         pass
-    assert (_ask(a)[2], _ask(b)[2]) == (3, 1)
+    assert (_ask(a)[2], _ask(b)[2], _ask(a, "policy@default")[2]) == (3, 1, 3)  # the first's named: its own
 
 
 def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, tmp_path):

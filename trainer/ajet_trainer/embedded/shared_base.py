@@ -57,8 +57,10 @@ class SharedBase:
             if name == FIRST_ADAPTER:  # a call that names no adapter is the first experiment's
                 self.model.set_adapter(name)
             self.model.eval()
-        self.engine.batcher.versions[name] = 0
-        self.engine.limits[served_key(name)] = (job.temperature, job.max_prompt_length)
+        key = served_key(name)
+        if key is not None:  # the first adapter's version is the engine's own (`policy_version`)
+            self.engine.batcher.versions[key] = 0
+        self.engine.limits[key] = (job.temperature, job.max_prompt_length)
         self.adapters.add(name)
 
     def detach(self, name: str) -> bool:
