@@ -45,7 +45,7 @@ from ajet_proxy.open_episodes import (
     open_from_row,
     refused_key_reason,
 )
-from ajet_proxy.route_context import host_of
+from ajet_proxy.route_context import host_in_loop, host_of
 from ajet_proxy.stats import (
     batch_shape,
     build_rollout_stat,
@@ -104,7 +104,7 @@ def set_batch_mode(body: SetBatchModeRequest, request: Request) -> OkResponse:
 async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpisodeResponse:
     """Open an episode and mint its key (only in ROLLING with an engine registered; 503 with Retry-After
     otherwise)."""
-    s, client_id = host_of(request), _client_id(request)
+    s, client_id = await host_in_loop(request), _client_id(request)
     if s.experiment.boot_failed:  # waiting cannot help: say why at once
         raise BootFailed(
             f"the trainer failed to boot the synced job ({s.experiment.last_error}); fix the job, then start_engine"
@@ -148,7 +148,7 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
 @router.post("/end_episode", response_model=EpisodeResult)
 async def end_episode(body: EndEpisodeRequest, request: Request) -> EpisodeResult:
     """Record the reward. Answers only after it is committed, with every call of the episode."""
-    s, client_id = host_of(request), _client_id(request)
+    s, client_id = await host_in_loop(request), _client_id(request)
     _check_reward(body.reward, s.experiment.job)
     if s.writer.pending(body.episode_uuid):  # its calls are usually committed already (before their answers)
         await asyncio.to_thread(s.writer.flush)  # not on the episode thread: other begins and ends go on meanwhile
@@ -229,7 +229,7 @@ def _check_reward(reward: float, job: Optional[AgentJetJob]) -> None:
 @router.post("/abort_episode", response_model=EpisodeResult)
 async def abort_episode(body: EpisodeUuidRequest, request: Request) -> EpisodeResult:
     """Discard an episode; harmless if it is already aborted or expired."""
-    s = host_of(request)
+    s = await host_in_loop(request)
     return await s.in_episode_thread(_abort_episode, s, body.episode_uuid, _client_id(request))
 
 

@@ -58,15 +58,19 @@ class Proxy:
         """The host of an open episode's experiment."""
         return self.hosts[ep.experiment]
 
-    def host_named(self, name: Optional[str]) -> ExperimentHost:
+    def known_host(self, name: Optional[str]) -> Optional[ExperimentHost]:
         """The host of the experiment called `name` (its job's `project_name/experiment_name`; None or the first
-        experiment's own name: the first); one the first store lists but this proxy has not taken up yet is taken
-        up now; `ExperimentNotFound` for a name the swarm does not have."""
+        experiment's own name: the first) among those this proxy serves already; None otherwise. Reads no store."""
         job = self.first.experiment.job
         if not name or (job is not None and name == experiment_of(job)):
             return self.first
-        host = self.hosts.get(experiment_slug(name))
-        if host is None and experiment_slug(name) in self.take_up_experiments():
+        return self.hosts.get(experiment_slug(name))
+
+    def host_named(self, name: Optional[str]) -> ExperimentHost:
+        """`known_host`, else (blocking: it reads the first store) one the first store lists but this proxy has not
+        taken up yet, taken up now; `ExperimentNotFound` for a name the swarm does not have."""
+        host = self.known_host(name)
+        if host is None and name and experiment_slug(name) in self.take_up_experiments():
             host = self.hosts[experiment_slug(name)]
         if host is None:
             raise ExperimentNotFound(f"this swarm has no experiment {name!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import Request
 
 from ajet.protocol import EXPERIMENT_HEADER
@@ -19,3 +21,10 @@ def host_of(request: Request) -> ExperimentHost:
     """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
     (404 `ExperimentNotFound` for a name the swarm does not have); a sync acts on its job's (`Proxy.host_for_job`)."""
     return swarm_of(request).host_named(request.headers.get(EXPERIMENT_HEADER))
+
+
+async def host_in_loop(request: Request) -> ExperimentHost:
+    """`host_of` for a route on the event loop: an experiment this proxy serves already is a lookup; one it has not
+    taken up yet (a store read) is looked up off the loop."""
+    proxy, name = swarm_of(request), request.headers.get(EXPERIMENT_HEADER)
+    return proxy.known_host(name) or await asyncio.to_thread(proxy.host_named, name)

@@ -98,6 +98,8 @@ def test_an_experiment_the_swarm_does_not_have_is_404_naming_it(swarm):
     with SwarmClient(proxy_url, experiment="p/nope", verbose=False) as c:
         with pytest.raises(ExperimentNotFound, match="p/nope"):
             c.get_engine_status()
+        with pytest.raises(ExperimentNotFound, match="p/nope"):  # the episode routes look it up off the event loop
+            c.begin_episode()
 
 
 @pytest.fixture
