@@ -69,6 +69,8 @@ def test_two_experiments_share_one_model_and_one_engine_each_at_its_own_version(
     with a.updating(3):
         pass
     assert (_ask(a)[2], _ask(b)[2], _ask(a, "policy@default")[2]) == (3, 1, 3)  # the first's named: its own
+    assert (a.counters().answers, b.counters().answers) == (4, 3)  # each experiment's own answers (4 + 3 in all)
+    assert a.counters().busy_s == b.counters().busy_s  # the busy time is the one engine's
 
 
 def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, tmp_path):

@@ -87,6 +87,9 @@ class Batcher:
         """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
         tokens any of them sampled after its client left (the one in flight at most); `suspended`: batches that
         yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights."""
+        self.answered: dict[Optional[str], list[int]] = {}
+        """Per adapter a row named (None: none), its answers and their tokens: `stats`' `answers` and
+        `answer_tokens`, split by experiment where experiments share the engine."""
         self.busy_s = 0.0
         """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
         self._busy_since = 0.0
@@ -190,6 +193,8 @@ class Batcher:
             elif res.error is None:
                 self.stats["answers"] += 1
                 self.stats["answer_tokens"] += len(res.token_ids)
+                mine = self.answered.setdefault(p.req.adapter, [0, 0])
+                mine[0], mine[1] = mine[0] + 1, mine[1] + len(res.token_ids)
             if res.error is not None:
                 logger.warning("one request failed in its batch: %s", res.error)
                 p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(res.error))

@@ -114,8 +114,12 @@ class AdapterEngines:
         return self.served_model
 
     def counters(self) -> EngineCounters:
-        """The engine's, over every experiment it serves (one engine, one busy time)."""
-        return batcher_counters(self.base.engine)
+        """This experiment's answers and their tokens; the busy time and re-prefilled tokens are the engine's, over
+        every experiment it serves (one engine, one busy time)."""
+        engine, answered = batcher_counters(self.base.engine), self.base.engine.batcher.answered
+        rows = [answered.get(k, [0, 0]) for k in ((None, FIRST_ADAPTER) if self.key is None else (self.key,))]
+        answers, tokens = sum(r[0] for r in rows), sum(r[1] for r in rows)  # the first's: named or not
+        return EngineCounters(answers, tokens, engine.busy_s, engine.reprefilled_tokens)
 
     def drop_exited(self) -> bool:
         return False
