@@ -15,9 +15,9 @@ LETTERS = {"ea": "a", "eb": "b", "ec": "c"}
 GROUP = 8
 TARGET = 0.8
 MAX_STEPS = 160
-"""A client's step budget. Until an answer first says its letter a group has no signal, and on this base `c` is
-0.7% of first tokens (`a` 0.7%, `b` 1.1%): 18 steps on average to the first, with a long tail (runs of
-`bench.experiments`' together arm took 76 and 123 steps, and one did not reach 0.8 in 80)."""
+"""A client's step budget. Until an answer first says its letter a group has no signal, and on this base the model's
+own probability of `c` as a first answer is 0.68% (`a` 0.71%, `b` 1.06%): 18 steps on average to the first, with a
+long tail (`bench.experiments`' together arm: `c` once took 123 steps, and once did not reach 0.8 in 80)."""
 
 
 def letters_job(name: str) -> AgentJetJob:
