@@ -165,11 +165,16 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def add_swarm_client_arguments(p: argparse.ArgumentParser) -> None:
+    """How a tool reaches a running swarm's control API: `--swarm-url` and `--swarm-token`."""
+    add_swarm_url_option(p)
+    p.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"))
+
+
 def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of the monitor (`ajet-proxy monitor`, `ajet-swarm overwatch`)."""
-    add_swarm_url_option(p)
+    add_swarm_client_arguments(p)
     p.add_argument("--refresh", type=float, default=1.0, help="seconds between polls")
-    p.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"))
 
 
 def run_monitor(args: argparse.Namespace) -> None:

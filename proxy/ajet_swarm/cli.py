@@ -10,7 +10,6 @@ them imports torch: the trainer's packages load only in its own process.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 import subprocess
@@ -23,13 +22,19 @@ from ajet import __version__
 from ajet.utils.flags import (
     add_config_option,
     add_log_level_option,
-    add_swarm_url_option,
     apply_defaults,
     parse_with_config,
     to_argv,
 )
 from ajet.utils.runtime import listening_socket, offline_env, run_cli
-from ajet_proxy.cli import add_monitor_arguments, add_proxy_options, add_start_arguments, expected_errors, run_monitor
+from ajet_proxy.cli import (
+    add_monitor_arguments,
+    add_proxy_options,
+    add_start_arguments,
+    add_swarm_client_arguments,
+    expected_errors,
+    run_monitor,
+)
 from ajet_store import redact_url
 from ajet_store.connect import add_store_options
 from ajet_trainer.cli import add_trainer_arguments, add_trainer_options
@@ -156,9 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("overwatch", "top"):
         add_monitor_arguments(sub.add_parser(name, help="the Textual monitor of a running swarm"))
     for name, about in (("experiments", "list"), ("stop", "stop every one of")):
-        tool = sub.add_parser(name, help=f"{about} the experiments of a running swarm")
-        add_swarm_url_option(tool)
-        tool.add_argument("--swarm-token", default=os.environ.get("AJET_SWARM_TOKEN"))
+        add_swarm_client_arguments(sub.add_parser(name, help=f"{about} the experiments of a running swarm"))
     scaffold = sub.add_parser("new-client", help="scaffold tutorial/opencode_build_NAME/ (see the SKILL.md)")
     scaffold.add_argument("name")
     scaffold.add_argument("--root", default=".")
