@@ -7,7 +7,10 @@ took, and the engines' busy share (the mean of every step's `engine/busy_share`)
 of the calls in flight while another experiment's update ran, against the p99 of the others. Then the ratio of
 together's seconds to one-after-another's.
 
-Usage: python -m bench.experiments [--repeats 1]
+With `--engine vllm` the swarms serve through vLLM (its CPU build here, `.venv-vllm`): together, one vLLM server
+serves the three experiments' adapters; the rows say which engine.
+
+Usage: python -m bench.experiments [--repeats 1] [--engine embedded|vllm]
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ def stores(root: Path) -> dict[str, Store]:
     return out
 
 
-def busy_share(steps: list[StepRow]) -> float:
+def busy_share(steps: list[StepRow]) -> float | None:
+    """The mean of the steps' `engine/busy_share`; None where the engine does not count its busy time (vLLM)."""
     shares = [s.metrics.get("engine/busy_share") for s in steps if s.metrics]
     shares = [x for x in shares if x is not None]
-    return round(sum(shares) / len(shares), 3) if shares else 0.0
+    return round(sum(shares) / len(shares), 3) if shares else None
 
 
 def update_windows(steps: list[StepRow]) -> list[tuple[float, float]]:
@@ -84,8 +88,8 @@ def latencies(by_name: dict[str, Store]) -> dict[str, float]:
     return {"p99_ms_during_others_updates": p99(during), "p99_ms_otherwise": p99(rest), "calls_during": len(during)}
 
 
-def arm_together(root: Path) -> dict:
-    with launched_swarm(root) as url:
+def arm_together(root: Path, engine: str) -> dict:
+    with launched_swarm(root, "--engine", engine, timeout=600) as url:
         runs = run_clients(url, list(LETTERS))
     by_name = stores(root)
     steps = [s for st in by_name.values() for s in st.steps()]
@@ -98,10 +102,10 @@ def arm_together(root: Path) -> dict:
     }
 
 
-def arm_one_after_another(root: Path) -> dict:
+def arm_one_after_another(root: Path, engine: str) -> dict:
     seconds, steps, reached, all_steps = 0.0, {}, True, []
     for name in LETTERS:
-        with launched_swarm(root / name) as url:
+        with launched_swarm(root / name, "--engine", engine, timeout=600) as url:
             (run,) = run_clients(url, [name])
         seconds, reached = seconds + run.seconds, reached and run.reached()
         steps[name] = len(run.rewards)
@@ -113,15 +117,18 @@ def arm_one_after_another(root: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--engine", choices=["embedded", "vllm"], default="embedded")
     args = ap.parse_args()
+    tag = {"engine": args.engine}
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            together = arm_together(Path(tmp) / "together")
-            emit("experiments", {"figure": "arm", "arm": "together", "repeat": repeat, **together})
-            alone = arm_one_after_another(Path(tmp) / "alone")
-            emit("experiments", {"figure": "arm", "arm": "one_after_another", "repeat": repeat, **alone})
+            together = arm_together(Path(tmp) / "together", args.engine)
+            emit("experiments", {"figure": "arm", "arm": "together", "repeat": repeat, **tag, **together})
+            alone = arm_one_after_another(Path(tmp) / "alone", args.engine)
+            emit("experiments", {"figure": "arm", "arm": "one_after_another", "repeat": repeat, **tag, **alone})
             ratio = round(together["seconds"] / alone["seconds"], 3)
-            emit("experiments", {"figure": "ratio", "repeat": repeat, "together_over_one_after_another_seconds": ratio})
+            emit("experiments", {"figure": "ratio", "repeat": repeat, **tag,
+                                 "together_over_one_after_another_seconds": ratio})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -11,61 +11,17 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import torch
-from peft import PeftModel
 
-from ajet import AgentJetJob
-from ajet_store import experiment_store
-from ajet_store.placement import experiment_slug
-from ajet_trainer.daemon import experiment_folder
 from ajet_trainer.experiment_dir import folder_of_experiment
 from ajet_trainer.model_export import export_model
-from ajet_trainer.policy import load_policy
-from ajet_trainer.tiny_model import builtin_model_path
-from tests.support.adapter_letters import BASE, letter_prompt
-from tests.support.letters_clients import LETTERS, Experiment
-from tests.support.swarm import Swarm, running_swarm
+from tests.support.letters_clients import LETTERS, Experiment, folder_and_steps, says, served_by
+from tests.support.swarm import running_swarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 KILL_AT_STEP = 6
 """Every experiment past this step (a checkpoint at 5 behind it) when the trainer is killed."""
-
-
-def says(adapter: Path) -> str:
-    """The first letter the base with `adapter` alone says, greedily, to the test's prompt."""
-    base, tok = load_policy(str(builtin_model_path(BASE)), AgentJetJob(), "cpu")
-    model = PeftModel.from_pretrained(base, str(adapter)).eval()
-    ids = torch.tensor([letter_prompt(tok)])
-    with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=1, do_sample=False)
-    return tok.decode(out[0, ids.shape[1] :])[:1]
-
-
-def folder_and_steps(sw: Swarm, name: str) -> tuple[Path, list[int]]:
-    """Experiment `name`'s folder and the steps its store recorded (the first experiment: the swarm's own)."""
-    first = sw.store()
-    if first.experiment().job.experiment_name == name:
-        return sw.exp_dir, [s.step for s in first.steps()]
-    slug = experiment_slug(f"letters/{name}")
-    with experiment_store(first, f"letters/{name}") as st:
-        return Path(experiment_folder(str(sw.exp_dir), slug)), [s.step for s in st.steps()]
-
-
-def served_by(sw: Swarm) -> dict[str, tuple[str, str]]:
-    """Each experiment's registered engine: (base URL, served model name)."""
-    out = {}
-    first = sw.store()
-    for name in LETTERS:
-        if first.experiment().job.experiment_name == name:
-            (engine,) = first.engines()
-        else:
-            with experiment_store(first, f"letters/{name}") as st:
-                (engine,) = st.engines()
-        out[name] = (engine.base_url, engine.model)
-    return out
 
 
 def test_three_experiments_learn_their_own_letters_on_one_swarm(tmp_path):

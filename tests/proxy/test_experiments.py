@@ -142,9 +142,9 @@ def test_a_job_of_a_new_name_runs_beside_when_what_is_shared_agrees(lora_swarm):
 
 
 def test_a_sync_that_would_start_a_second_experiment_is_refused_where_the_trainer_trains_one(lora_swarm):
-    """A trainer on verl (or vLLM) says at its claim of the store that it trains one experiment, and why; a sync that
-    would start a second gets a 409 naming that reason, and nothing is listed. A trainer that trains several (the
-    embedded one) claiming the store after it lets the same sync through."""
+    """A trainer on verl (or vLLM in sleep mode) says at its claim of the store that it trains one experiment, and
+    why; a sync that would start a second gets a 409 naming that reason, and nothing is listed. A trainer that trains
+    several (the embedded one) claiming the store after it lets the same sync through."""
     first, lora, a, c, url = lora_swarm
     verl = trains_alone(TrainerOptions.from_config(db_url=url, backend="verl"))
     assert verl is not None and "verl #7909" in verl

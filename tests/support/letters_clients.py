@@ -1,15 +1,24 @@
 """Clients of a swarm training several experiments, each its own LoRA job on one base (`builtin:demo`) rewarded for
 its own letter (tests/support/adapter_letters.py's task through a whole swarm). Shared by
-tests/e2e/test_experiments_e2e.py and `bench/experiments.py`."""
+tests/e2e/test_experiments_e2e.py, tests/vllm_real/test_experiments_vllm.py and `bench/experiments.py`."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import openai
+import torch
+from peft import PeftModel
 
 from ajet import AgentJetJob, Conflict, SwarmClient, Task, Unauthorized, WorkflowOutput
-from tests.support.adapter_letters import BASE, LETTER_HEAD
+from ajet_store import experiment_store
+from ajet_store.placement import experiment_slug
+from ajet_trainer.experiment_dir import experiment_folder
+from ajet_trainer.policy import load_policy
+from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.adapter_letters import BASE, LETTER_HEAD, letter_prompt
+from tests.support.swarm import Swarm
 
 LETTERS = {"ea": "a", "eb": "b", "ec": "c"}
 GROUP = 8
@@ -85,3 +94,37 @@ class Experiment:
                 continue
             rewards.append(reward)
         return sum(rewards) / GROUP
+
+
+def says(adapter: Path) -> str:
+    """The first letter the base with `adapter` alone says, greedily, to the test's prompt."""
+    base, tok = load_policy(str(builtin_model_path(BASE)), AgentJetJob(), "cpu")
+    model = PeftModel.from_pretrained(base, str(adapter)).eval()
+    ids = torch.tensor([letter_prompt(tok)])
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=1, do_sample=False)
+    return tok.decode(out[0, ids.shape[1] :])[:1]
+
+
+def folder_and_steps(sw: Swarm, name: str) -> tuple[Path, list[int]]:
+    """Experiment `name`'s folder and the steps its store recorded (the first experiment: the swarm's own)."""
+    first = sw.store()
+    if first.experiment().job.experiment_name == name:
+        return sw.exp_dir, [s.step for s in first.steps()]
+    slug = experiment_slug(f"letters/{name}")
+    with experiment_store(first, f"letters/{name}") as st:
+        return Path(experiment_folder(str(sw.exp_dir), slug)), [s.step for s in st.steps()]
+
+
+def served_by(sw: Swarm) -> dict[str, tuple[str, str]]:
+    """Each experiment's registered engine: (base URL, served model name)."""
+    out = {}
+    first = sw.store()
+    for name in LETTERS:
+        if first.experiment().job.experiment_name == name:
+            (engine,) = first.engines()
+        else:
+            with experiment_store(first, f"letters/{name}") as st:
+                (engine,) = st.engines()
+        out[name] = (engine.base_url, engine.model)
+    return out

@@ -90,16 +90,36 @@ def test_a_failing_experiment_is_quarantined_alone(swarm, tmp_path):
         d.store.close()
 
 
-def test_a_trainer_on_vllm_refuses_a_second_experiment_in_its_store(swarm, tmp_path):
+@pytest.mark.parametrize(
+    "opts,why",
+    [
+        (dict(vllm_sleep=True), "--vllm-sleep, which sleeps the server at each update"),
+        (dict(vllm_max_experiments=1), "--vllm-max-experiments 1"),
+    ],
+)
+def test_a_trainer_whose_vllm_serves_one_experiment_refuses_a_second_in_its_store(swarm, tmp_path, opts, why):
     first, second, _failures = swarm
-    d = daemon_on(first, tmp_path, engine="vllm")
+    d = daemon_on(first, tmp_path, engine="vllm", **opts)
     try:
         for _ in range(3):
             d.tick()
         assert first.experiment().state == ExperimentState.ROLLING
         row = second.experiment()
         assert row.state == ExperimentState.OFFLINE and row.boot_failed and ONE_EXPERIMENT in row.last_error
-        assert "--engine vllm" in row.last_error
+        assert why in row.last_error
+    finally:
+        d.teardown(final_checkpoint=False)
+        d.store.close()
+
+
+def test_a_trainer_on_vllm_drives_a_second_experiment(swarm, tmp_path):
+    first, second, _failures = swarm
+    d = daemon_on(first, tmp_path, engine="vllm")
+    try:
+        for _ in range(3):
+            d.tick()
+        assert first.experiment().state == second.experiment().state == ExperimentState.ROLLING
+        assert second.experiment().last_error is None
     finally:
         d.teardown(final_checkpoint=False)
         d.store.close()

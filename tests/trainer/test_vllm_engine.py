@@ -16,7 +16,9 @@ from ajet_trainer.checkpoint import prune_step_folders
 from ajet_trainer.errors import EngineStartError, TrainerError
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.vllm.engines import VllmEngines, refuse_tied_full_reload
+from ajet_trainer.vllm.adapters import ServedAdapters
+from ajet_trainer.vllm.engines import refuse_tied_full_reload
+from ajet_trainer.vllm.launch import Launch
 from ajet_trainer.vllm.server import (
     VllmEngine,
     VllmSettings,
@@ -168,17 +170,21 @@ def test_sleep_mode_wraps_each_update(tmp_path):
             Path(path).mkdir(parents=True)
             (Path(path) / "adapter_config.json").write_text("{}")
 
+    def stop() -> None:
+        pass
+
     s = VllmSettings(command=tuple(STAND_IN.split()), lora_rank=8, enable_sleep_mode=True, health_timeout_s=60)
     model_path = str(builtin_model_path("builtin:tiny"))
-    serving = VllmEngines([VllmEngine(model_path, s, tmp_path / "v.log")], Model(), tmp_path, lora=True)
+    serving = ServedAdapters(Launch([VllmEngine(model_path, s, tmp_path / "v.log")]), Model(), tmp_path, "", 2, stop)
     try:
         with serving.updating(1):
             pass
         assert serving.publish(1) == "policy@1"
-        journal = httpx.get(serving.engines[0].base + "/stub/journal").json()
+        journal = httpx.get(serving.launch.engines[0].base + "/stub/journal").json()
         assert [j["op"] for j in journal] == ["sleep", "wake_up", "load_lora_adapter"]
     finally:
         serving.stop()
+        serving.launch.stop()
 
 
 def _train_three_batches(sw, job: AgentJetJob) -> None:

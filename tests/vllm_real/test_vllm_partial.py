@@ -18,7 +18,7 @@ import httpx
 import pytest
 import torch
 
-from ajet_trainer.vllm.engines import prometheus_counter
+from ajet_trainer.vllm.launch import prometheus_counter
 from ajet_trainer.vllm.server import LIVE_ADAPTER, VllmEngine, VllmSettings
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import adapter_model, random_adapter, tiny_path, vllm_python

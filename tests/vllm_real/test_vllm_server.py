@@ -25,7 +25,8 @@ from ajet import SwarmClient
 from ajet_trainer.checkpoint import save_checkpoint
 from ajet_trainer.errors import EngineStartError
 from ajet_trainer.model_export import export_model
-from ajet_trainer.vllm.engines import prometheus_counter
+from ajet_trainer.vllm.adapters import ServedAdapters
+from ajet_trainer.vllm.launch import prometheus_counter
 from ajet_trainer.vllm.server import VllmEngine
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import adapter_model, random_adapter, start_vllm, tiny_path
@@ -226,11 +227,22 @@ def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, stor
         assert min(diffs) > -EXACT and max(diffs) > 0.01, diffs
 
 
+class Running:
+    """The one running server as the `Launch` an experiment's `ServedAdapters` loads its adapters into."""
+
+    def __init__(self, engine: VllmEngine):
+        self.engines, self.by_name, self.base_url = [engine], {"vllm-0": engine}, engine.base_url
+
+    def drop_exited(self) -> bool:
+        return False
+
+
 def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, trained, tmp_path):
     model, _tok = hf
+    adapters = ServedAdapters(Running(vllm), None, tmp_path, "", keep=2, release=lambda: None)
     try:
         for step in (1, 2, 3):
-            assert vllm.publish_adapter(step, random_adapter(trained[1], tmp_path, step)) == f"policy@{step}"
+            assert adapters.serve(step, random_adapter(trained[1], tmp_path, step)) == f"policy@{step}"
         served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
         assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
         assert chat(vllm, "policy@1").status_code == 404
@@ -242,10 +254,8 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
         assert max(gap) < EXACT, gap
         assert max(answer_gaps(got, model)) > 0.01  # the adapter, not the base model, answered
     finally:  # the module's later tests load adapters of other targets (lm_head): docs/experiments.md, limits
-        for name in vllm.loaded:
-            vllm.unload_adapter(name)
-        vllm.loaded.clear()
-        vllm.served_model = "policy"
+        adapters.stop()
+    assert chat(vllm, "policy@3").status_code == 404
 
 
 def test_two_adapters_served_at_once_each_answer_as_their_peft_model(vllm, trained, tmp_path):

@@ -84,6 +84,11 @@ def add_vllm_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--vllm-engines", type=int, help="--engine vllm: how many vLLM engines to launch")
     p.add_argument(
+        "--vllm-max-experiments",
+        type=int,
+        help="--engine vllm with LoRA: experiments one vLLM server serves at once, each its own adapters",
+    )
+    p.add_argument(
         "--vllm-gpu-groups",
         help="--engine vllm: CUDA_VISIBLE_DEVICES of each vLLM engine, ';'-separated ('0,1;2,3': two engines)",
     )
@@ -122,6 +127,7 @@ def trainer_options(args: argparse.Namespace) -> "TrainerOptions":
         vllm_python=args.vllm_python,
         vllm_args=tuple(args.vllm_arg),
         vllm_engines=args.vllm_engines,
+        vllm_max_experiments=args.vllm_max_experiments,
         vllm_gpu_groups=args.vllm_gpu_groups,
         vllm_sleep=args.vllm_sleep,
         vllm_command=args.vllm_command,

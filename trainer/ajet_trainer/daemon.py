@@ -7,9 +7,10 @@ each driver with its update held; of those whose update is then due, the schedul
 time, first come on ties) lets one run. One experiment's update thus never stops another's rollouts, and a
 failure stays in its experiment.
 
-Today each experiment's session holds its own copy of the model and its own embedded engine (sharing one base
-model and engine between experiments comes next: docs/experiments.md); a second experiment on vLLM or verl is
-refused with the reason, in its store.
+What experiments share is this trainer's (`engines.Shared`): LoRA experiments on the embedded backend and engine
+attach to one base model and engine per model (`embedded/shared_base.py`); on `--engine vllm` to one launch of vLLM
+servers, each experiment its own adapters (`vllm/servers.py`). Where the trainer trains one experiment only
+(`factory.trains_alone`: verl, vLLM's sleep mode) a second is refused with the reason, in its store.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ajet_store import Store, redact_url
 from ajet_store.placement import experiment_url, file_mode_of
 from ajet_trainer.driver import ExperimentDriver
 from ajet_trainer.experiment_dir import experiment_folder
-from ajet_trainer.factory import preload_embedded, shared_bases, sharing, trains_alone
+from ajet_trainer.factory import Shared, preload_embedded, trains_alone
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StoreOutage
@@ -65,9 +66,9 @@ class TrainerDaemon:
     def __init__(self, opts: TrainerOptions):
         self.opts = opts
         first = Store(opts.db_url, file_mode=opts.db_mode)
-        self.bases = shared_bases()
-        """The base models the experiments' LoRA adapters share, with their engines (one owner: this trainer)."""
-        self.drivers = {FIRST: ExperimentDriver(first, opts, self._imports_ready, shared=sharing(self.bases, FIRST))}
+        self.shared = Shared()
+        """What the experiments share: base models and engines, vLLM servers (one owner: this trainer)."""
+        self.drivers = {FIRST: ExperimentDriver(first, opts, self._imports_ready, shared=self.shared.of(FIRST))}
         """Each experiment's driver: the first store's under `FIRST`, the others under their slugs."""
         self.candidates: dict[str, Candidate] = {}
         """Each experiment as the scheduler sees it (its device-time clock, whether its update is due)."""
@@ -179,7 +180,7 @@ class TrainerDaemon:
             store = Store(experiment_url(self.opts.db_url, entry.slug), file_mode_of(self.opts.db_url))
             store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
             opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, entry.slug))
-            shared = sharing(self.bases, entry.slug)
+            shared = self.shared.of(entry.slug)
             self.drivers[entry.slug] = ExperimentDriver(store, opts, self._imports_ready, second=True, shared=shared)
             logger.info("trainer drives experiment %s", entry.name)
         return [e.slug for e in new]

@@ -83,7 +83,7 @@ class ExperimentDriver:
         self.second = second
         """Not the swarm's first experiment: it boots only where several experiments can train (`trains_alone`)."""
         self.shared = shared
-        """The trainer's shared bases and this experiment's adapter name (`embedded/shared_base.py`)."""
+        """The trainer's registries of what experiments share, for this experiment (`engines.Shared`)."""
         self.opts = opts
         self.imports_ready = imports_ready
         """Returns once the trainer's preloading imports are done (importing transformers from two threads at once

@@ -19,7 +19,7 @@ from typing import Optional
 
 from ajet.job import AgentJetJob
 from ajet_store import Store
-from ajet_trainer.embedded.bases import Shared, SharedBases, adapter_name
+from ajet_trainer.engines import Shared
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
@@ -37,31 +37,20 @@ def preload_embedded() -> None:
         logger.debug("preloading the embedded backend failed", exc_info=True)
 
 
-def shared_bases() -> SharedBases:
-    """The trainer's registry of shared base models (one per trainer; `embedded/shared_base.py`)."""
-    return SharedBases()
-
-
-def sharing(bases: SharedBases, experiment_slug: str) -> Shared:
-    """What an experiment's driver opens its session with to attach to a shared base: the registry, its adapter."""
-    return bases, adapter_name(experiment_slug)
-
-
 def trains_alone(opts: TrainerOptions) -> Optional[str]:
-    """Why a trainer with `opts` trains one experiment only, None when it trains several (the embedded backend and
-    engine: LoRA experiments share one base). Imports torch only where `auto` could pick verl (verl and vLLM both
-    installed: it asks whether CUDA is there), so a trainer can say it at start."""
+    """Why a trainer with `opts` trains one experiment only, None when it trains several (the embedded backend: LoRA
+    experiments share one base and engine, or one launch of vLLM servers). Imports torch only where `auto` could pick
+    verl (verl and vLLM both installed: it asks whether CUDA is there), so a trainer can say it at start."""
     backend = opts.backend
     if backend == "auto":
         maybe_verl = importlib.util.find_spec("verl") is not None and importlib.util.find_spec("vllm") is not None
         backend = resolve_options(opts)[0].backend if maybe_verl else "embedded"
     if backend == "verl":
         return "its trainer runs --backend verl, which trains one adapter (verl #7909)"
-    if opts.engine in ("vllm", "hybrid"):
-        return (
-            f"its trainer serves with --engine {opts.engine}, which serves one experiment so far (several need "
-            "each experiment's adapter loaded from step 0 on one server: not built yet)"
-        )
+    if opts.engine == "vllm" and opts.vllm_sleep:
+        return "its trainer runs vLLM with --vllm-sleep, which sleeps the server at each update: every call would wait"
+    if opts.engine == "vllm" and opts.vllm_max_experiments < 2:
+        return "its trainer runs vLLM with --vllm-max-experiments 1: the server holds one experiment's adapters"
     return None
 
 
@@ -139,7 +128,7 @@ def open_session(
 ) -> TrainingSession:
     """Open the session of `job` on the backend `opts.backend` names (`auto`: `resolve_options`, logged with why;
     `TrainerError` for an unknown one, or for asynchronous training where it cannot run). `shared`: the trainer's
-    shared bases and the experiment's adapter name, where a LoRA job on the embedded engine attaches to one."""
+    registries and the experiment's slug, where a LoRA job attaches to a shared base or vLLM server."""
     opts, why = resolve_options(opts)
     logger.info("backend %s, engine %s (%s)", opts.backend, opts.engine, why)
     refuse_unsupported_async(job, opts)

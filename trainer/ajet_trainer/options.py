@@ -45,6 +45,9 @@ class TrainerOptions:
     """`--engine vllm`: more vLLM server flags (`--vllm-arg`), replacing the trainer's defaults of the same name."""
     vllm_engines: int
     """`--engine vllm`: how many vLLM engines to launch (the proxy balances episodes over them)."""
+    vllm_max_experiments: int
+    """`--engine vllm` with LoRA: how many experiments one vLLM server serves at once, each its own adapters (its
+    LoRA slots: `--max-loras` is this times the adapters each keeps). An experiment beyond it is refused at boot."""
     vllm_gpu_groups: Optional[str]
     """`--engine vllm`: CUDA_VISIBLE_DEVICES of each vLLM engine, `;`-separated (`"0,1;2,3"`: two engines on two
     GPUs each); None: every engine sees every device."""
@@ -83,6 +86,7 @@ class TrainerOptions:
             db_mode=int(str(values["db_mode"]), 8),
             vllm_args=tuple(str(a) for a in _listed(values.get("vllm_arg"))),
             vllm_engines=int(str(values["vllm_engines"])),
+            vllm_max_experiments=int(str(values["vllm_max_experiments"])),
             nnodes=int(str(values["nnodes"])),
             store_outage_s=float(str(values["store_outage_s"])),
         )

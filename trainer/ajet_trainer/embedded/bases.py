@@ -62,7 +62,3 @@ class SharedBases:
         if base.detach(name):
             base.engine.stop()
             self.bases = {k: b for k, b in self.bases.items() if b is not base}
-
-
-Shared = tuple[SharedBases, str]
-"""The trainer's shared bases and the adapter name of the experiment that would attach to one (`adapter_name`)."""

@@ -20,9 +20,9 @@ from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
-from ajet_trainer.embedded.bases import Shared, shares_base
+from ajet_trainer.embedded.bases import shares_base
 from ajet_trainer.embedded.learner import Learner
-from ajet_trainer.engines import start_engines
+from ajet_trainer.engines import Shared, start_engines
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
 from ajet_trainer.interfaces import Engines
 from ajet_trainer.metrics import MetricsLog
@@ -162,8 +162,8 @@ class EmbeddedSession:
 def open_embedded_session(
     job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions, shared: Optional[Shared] = None
 ) -> EmbeddedSession:
-    """Load (or attach to a shared base: `shared`, the trainer's bases and this experiment's adapter name), restore,
-    reconcile the store, start the engine."""
+    """Load (or attach to a shared base: `shared`, the trainer's registries and this experiment's slug), restore,
+    reconcile the store, start the engine (or attach to a shared one)."""
     if job.verl:
         logger.warning(
             "the job's verl overrides (%s) apply to --backend verl only; the embedded trainer ignores them",
@@ -177,10 +177,10 @@ def open_embedded_session(
     engines: Optional[Engines] = None
     attached = None
     if shared is not None and shares_base(job, opts):
-        attached = shared[0].attach(shared[1], job, model_path, device, opts.engine_host)
+        attached = shared.bases.attach(shared.adapter, job, model_path, device, opts.engine_host)
     if attached is not None:
         model, tokenizer, engines = attached
-        learner = Learner(model, tokenizer, job, adapter=shared[1] if shared else None)
+        learner = Learner(model, tokenizer, job, adapter=shared.adapter if shared else None)
         try:
             step = _restore(job, exp_dir, model, learner, store)
         except BaseException:
@@ -191,7 +191,7 @@ def open_embedded_session(
         model, tokenizer = load_policy(model_path, job, device)
         learner = Learner(model, tokenizer, job)
         step = _restore(job, exp_dir, model, learner, store)
-        engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir)
+        engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir, shared)
     assert engines is not None
     session = EmbeddedSession(
         job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints

@@ -1,6 +1,8 @@
-"""`VllmEngines`: vLLM server processes as a session's `Engines` (one per GPU group); after each step the LoRA
-adapter is saved and hot-loaded as `policy@<N>`, or with full fine-tuning the weights are saved and reloaded in
-place; with sleep mode the engines free the GPUs during the update.
+"""vLLM server processes as a session's `Engines` (`Launch`: one server per GPU group). A LoRA job's adapters are served
+on the servers it shares with the trainer's other LoRA experiments (`adapters.ServedAdapters`, `servers.py`: each
+step's adapter hot-loaded under the experiment's name for it); a job that needs its servers alone (`VllmEngines`):
+full fine-tuning saves the weights and reloads them in place, partial rollouts load them in place across a pause.
+With sleep mode the engines free the GPUs during the update.
 
 An engine whose process has exited is dropped at the next publish (its registration leaves the store, the proxy
 fails over to the others); when none is left, the step fails with the last engine's log tail.
@@ -10,41 +12,39 @@ from __future__ import annotations
 
 import logging
 import shlex
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Iterator
-
-import httpx
+from typing import Optional, Union
 
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.checkpoint import prune_step_folders, tied_names
-from ajet_trainer.errors import EngineLost, TrainerError
+from ajet_trainer.errors import TrainerError
+from ajet_trainer.interfaces import Engines
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.types import EngineCounters, PolicyModel
+from ajet_trainer.vllm.adapters import ServedAdapters
+from ajet_trainer.vllm.launch import Launch
 from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
+from ajet_trainer.vllm.servers import ServerKey, VllmServers
 
 logger = logging.getLogger(__name__)
 
 
 class VllmEngines:
-    """vLLM engines; `publish` pushes the step's adapter (LoRA) or weights (full fine-tuning) into every one."""
+    """vLLM servers that serve one job alone (full fine-tuning, or partial rollouts); `publish` pushes the step's
+    weights (full fine-tuning) or adapter (partial rollouts, in place) into every one."""
 
-    def __init__(self, engines: list[VllmEngine], model: PolicyModel, exp_dir: Path, lora: bool, partial: bool = False):
-        self.model, self.exp_dir, self.lora, self.partial = model, exp_dir, lora, partial
-        self.by_name = {f"vllm-{i}": e for i, e in enumerate(engines)}
-        """The live engines by their registered name."""
-        for e in engines:
-            e.launch()
-        try:
-            self.base_url = [e.wait_ready() for e in engines][0]
-        except Exception:
-            self.stop()
-            raise
+    def __init__(self, launch: Launch, model: PolicyModel, exp_dir: Path, lora: bool, partial: bool = False):
+        self.launch, self.model, self.exp_dir, self.lora, self.partial = launch, model, exp_dir, lora, partial
 
     @property
     def engines(self) -> list[VllmEngine]:
-        return list(self.by_name.values())
+        return self.launch.engines
+
+    @property
+    def base_url(self) -> str:
+        return self.launch.base_url
 
     @property
     def served_model(self) -> str:
@@ -52,32 +52,13 @@ class VllmEngines:
 
     def registered(self, version: int) -> list[RegisteredEngine]:
         """One registration per live engine: the proxy balances episodes over them."""
-        return [RegisteredEngine(name, e.base_url, e.served_model, version) for name, e in self.by_name.items()]
+        return self.launch.registered(self.served_model, version)
 
     def drop_exited(self) -> bool:
-        """Forget engines whose process has exited (True when any was); `EngineLost` when none is left."""
-        dropped = False
-        for name, e in list(self.by_name.items()):
-            if e.proc is not None and e.proc.poll() is not None:
-                if len(self.by_name) == 1:
-                    raise EngineLost(
-                        f"the last vLLM engine ({name}) exited with {e.proc.returncode}; log tail:\n{e.log_tail(1500)}"
-                    )
-                left = len(self.by_name) - 1
-                logger.error("vLLM engine %s exited with %s; %d engine(s) left", name, e.proc.returncode, left)
-                del self.by_name[name]
-                dropped = True
-        return dropped
+        return self.launch.drop_exited()
 
-    @contextmanager
-    def updating(self, next_version: int) -> Iterator[None]:
-        for e in self.engines:
-            e.sleep(1)  # with --enable-sleep-mode: free the shared GPUs for the update
-        try:
-            yield
-        finally:
-            for e in self.engines:
-                e.wake_up()
+    def updating(self, next_version: int) -> AbstractContextManager[None]:
+        return self.launch.sleeping()  # with --enable-sleep-mode: free the shared GPUs for the update
 
     def begin(self, version: int) -> None:
         """With partial rollouts: serve the starting weights under the names and version label updates keep (the
@@ -91,62 +72,63 @@ class VllmEngines:
             e.label_version(version)
 
     def publish(self, version: int) -> str:
-        """LoRA: load `policy@<version>`. Full: save the weights, every engine reloads them as `policy`. With partial
-        rollouts, both in place across a pause that keeps the running requests (`VllmEngine.publish_in_place`)."""
+        """Full: save the weights, every engine reloads them as `policy`. With partial rollouts, the weights or the
+        adapter in place across a pause that keeps the running requests (`VllmEngine.publish_in_place`)."""
         self.drop_exited()
-        if self.partial:
-            return self._publish_in_place(version)
-        if self.lora:
-            path = self.exp_dir / "adapters" / f"step_{version}"
-            self.model.save_pretrained(str(path))
-            return [e.publish_adapter(version, path) for e in self.engines][0]
-        path = self.exp_dir / "weights" / f"step_{version}"
-        self.model.save_pretrained(str(path))
-        for e in self.engines:
-            e.reload_weights(path)
-        prune_step_folders(path.parent, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
-        return self.served_model
-
-    def _publish_in_place(self, version: int) -> str:
         folder = self.exp_dir / ("adapters" if self.lora else "weights")
         path = folder / f"step_{version}"
         self.model.save_pretrained(str(path))
-        served = [e.publish_in_place(version, path, adapter=self.lora) for e in self.engines][0]
-        prune_step_folders(folder, keep=1)  # vLLM has read it; a restart loads the checkpoint instead
+        if self.partial:
+            served = [e.publish_in_place(version, path, adapter=self.lora) for e in self.engines][0]
+        else:
+            for e in self.engines:
+                e.reload_weights(path)
+            served = self.served_model
+        prune_step_folders(folder, keep=1)  # vLLM has read them; a restart loads the checkpoint instead
         return served
 
     def counters(self) -> EngineCounters:
-        """From each server's Prometheus counters: requests finished but aborted ones, and generated tokens."""
-        answers = tokens = 0
-        for e in self.engines:
-            text = httpx.get(e.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
-            answers += int(prometheus_counter(text, "vllm:request_success_total", exclude='finished_reason="abort"'))
-            tokens += int(prometheus_counter(text, "vllm:generation_tokens_total"))
-        return EngineCounters(answers, tokens)
+        return self.launch.counters()
 
     def stop(self) -> None:
-        for e in self.engines:
-            e.stop()
+        self.launch.stop()
 
 
 def start_vllm_engines(
-    opts: TrainerOptions, job: AgentJetJob, model_path: str, model: PolicyModel, exp_dir: Path, step: int
-) -> VllmEngines:
-    """`opts.vllm_engines` vLLM engines serving `model_path`, the weights of `step` (full fine-tuning of a model with
-    tied embeddings is refused: `refuse_tied_full_reload`)."""
+    opts: TrainerOptions,
+    job: AgentJetJob,
+    model_path: str,
+    model: PolicyModel,
+    exp_dir: Path,
+    step: int,
+    servers: Optional[VllmServers] = None,
+    slug: str = "",
+) -> Engines:
+    """vLLM engines serving `model_path` with the weights of `step`: a LoRA job's adapters on the servers it shares
+    with the trainer's other LoRA experiments (`servers`, the trainer's registry; experiment `slug`), else servers of
+    its own (full fine-tuning of a model with tied embeddings is refused: `refuse_tied_full_reload`)."""
     lora = job.lora_rank > 0
     if not lora:
         refuse_tied_full_reload(model, model_path)
     settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
     devices = engine_devices(opts.vllm_engines, opts.vllm_gpu_groups)
-    engines = [VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)]
-    serving = VllmEngines(engines, model, exp_dir, lora, partial=job.partial_rollouts)
+
+    def start() -> Launch:
+        return Launch([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)])
+
+    served: Union[VllmEngines, ServedAdapters]
+    if lora and not job.partial_rollouts:
+        key = ServerKey.of(model_path, settings, devices)
+        launch, release = (servers or VllmServers()).attach(slug, key, job.lora_rank, start)
+        served = ServedAdapters(launch, model, exp_dir, slug, settings.keep_adapters, release)
+    else:
+        served = VllmEngines(start(), model, exp_dir, lora, partial=job.partial_rollouts)
     try:
-        serving.begin(step)
+        served.begin(step)
     except Exception:
-        serving.stop()
+        served.stop()
         raise
-    return serving
+    return served
 
 
 def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSettings:
@@ -160,8 +142,10 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
     if sleep and cpu:
         logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
         sleep = False
+    alone = sleep or job.partial_rollouts or job.lora_rank == 0  # the servers pause for this job's updates
     return VllmSettings(
         python=find_vllm_python(opts.vllm_python),
+        experiments=1 if alone else max(1, opts.vllm_max_experiments),
         command=tuple(shlex.split(opts.vllm_command or "")),
         lora_rank=job.lora_rank,
         max_model_len=job.max_model_len,
@@ -182,12 +166,3 @@ def refuse_tied_full_reload(model: PolicyModel, model_path: str) -> None:
             "(full fine-tuning with --engine vllm) keeps the output layer on the old weights. "
             "Train it with LoRA (lora_rank > 0), or with --engine embedded"
         )
-
-
-def prometheus_counter(metrics: str, name: str, exclude: str = "") -> float:
-    """The sum of a Prometheus counter's samples (those whose labels hold `exclude` left out)."""
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith((name + "{", name + " ")) and not (exclude and exclude in line):
-            total += float(line.rpartition(" ")[2])
-    return total

@@ -8,8 +8,9 @@ prefix, for a stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py).
 
 After each step the trainer (which keeps training in its own process) makes vLLM serve the new policy:
 - LoRA: the adapter is saved to `<experiment>/adapters/step_<N>`, loaded with
-  `POST /v1/load_lora_adapter` as `policy@<N>`, the registered engine's model name switches in the store
-  (the proxy routes new calls to it), and adapters older than the last `keep_adapters` are unloaded.
+  `POST /v1/load_lora_adapter` as `policy@<N>` (`policy@<slug>@<N>` for an experiment beside the first: one server
+  serves several experiments, `adapters.py`), the registered engine's model name switches in the store (the proxy
+  routes new calls to it), and the experiment's adapters older than its last `keep_adapters` are unloaded.
 - Full fine-tuning: the weights are saved to `<experiment>/weights/step_<N>` and vLLM reloads them in
   place (`POST /collective_rpc` `reload_weights`, then `/reset_prefix_cache`: cached prefixes were
   computed by the old weights). vLLM's NCCL and CUDA-IPC weight-transfer engines need CUDA; reloading
@@ -73,8 +74,10 @@ class VllmSettings:
     enable_sleep_mode: bool = False
     """`--enable-sleep-mode`; the trainer then sleeps vLLM during updates (CUDA only)."""
     keep_adapters: int = 2
-    """Adapters kept loaded (older ones are unloaded), and so the adapters one batch may mix (`--max-loras`: a call
-    to the step before's adapter shares a batch with the new one's)."""
+    """Adapters each experiment keeps loaded (older ones are unloaded), and so the adapters of one experiment a batch
+    may mix (a call to the step before's adapter shares a batch with the new one's)."""
+    experiments: int = 1
+    """Experiments the server serves at once, each its own adapters: `--max-loras` is this times `keep_adapters`."""
     partial_rollouts: bool = False
     """The job's `partial_rollouts`: vLLM runs as `versioned_server.py` (its answers say which version sampled which
     token), each update pauses it keeping its requests, and a LoRA adapter is loaded in place under one name."""
@@ -111,7 +114,7 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
         args.append(("--override-generation-config", json.dumps({"max_new_tokens": s.max_tokens_cap})))
     if s.lora_rank > 0:
         args += [("--enable-lora",), ("--max-lora-rank", str(vllm_lora_rank(s.lora_rank))),
-                 ("--max-loras", str(s.keep_adapters))]  # fmt: skip
+                 ("--max-loras", str(s.keep_adapters * s.experiments))]  # fmt: skip
     if s.cpu:
         # no chunked prefill: vLLM's CPU build kills its worker when it discards the sample of a seeded request
         # whose prefill was chunked ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync), and
@@ -179,9 +182,10 @@ def engine_devices(engines: int, gpu_groups: Optional[str]) -> list[Optional[str
     return list(groups)
 
 
-def adapter_name(step: int) -> str:
-    """The served name of step N's adapter."""
-    return f"{SERVED_NAME}@{step}"
+def adapter_name(step: int, experiment_slug: str = "") -> str:
+    """The served name of step N's adapter: `policy@N` for the swarm's first experiment (slug ""), else
+    `policy@<slug>@N`."""
+    return f"{SERVED_NAME}@{experiment_slug}@{step}" if experiment_slug else f"{SERVED_NAME}@{step}"
 
 
 def _free_port(host: str) -> int:
@@ -198,8 +202,9 @@ class VllmEngine:
         self.port = _free_port(settings.host)
         self.base = f"http://{settings.host}:{self.port}"
         self.proc: Optional[subprocess.Popen[bytes]] = None
-        self.loaded: list[str] = []
         self.served_model = SERVED_NAME
+        """What the server's weights are served as: the base's name, or with partial rollouts `LIVE_ADAPTER` (the
+        adapters of steps are an experiment's own: `adapters.ServedAdapters`)."""
         self._http = httpx.Client(timeout=600)
 
     @property
@@ -274,16 +279,6 @@ class VllmEngine:
     def unload_adapter(self, name: str) -> None:
         """Stop serving the adapter `name` (its calls are then 404 `model_not_found`)."""
         self._post("/v1/unload_lora_adapter", {"lora_name": name})
-
-    def publish_adapter(self, step: int, path: Path) -> str:
-        """Load step N's adapter as `policy@N`, unload the old ones; returns the new served name."""
-        name = adapter_name(step)
-        self.load_adapter(name, path)
-        self.loaded.append(name)
-        while len(self.loaded) > self.settings.keep_adapters:
-            self.unload_adapter(self.loaded.pop(0))
-        self.served_model = name
-        return name
 
     def publish_in_place(self, version: int, path: Path, adapter: bool) -> str:
         """Partial rollouts: pause keeping the running requests, load the adapter in place under `LIVE_ADAPTER` (or

@@ -1,0 +1,51 @@
+"""The three letters experiments of tests/e2e/test_experiments_e2e.py through vLLM's CPU build (issue 40): one
+`ajet-swarm start` with `--engine vllm`, three clients, each its own LoRA job on one base with a conflicting reward.
+One vLLM server serves the three experiments, each from an adapter of its own from step 0, each step's adapter
+hot-loaded under the experiment's name for it; each experiment reaches 0.8 on its own letter while the others run,
+and each experiment's served adapter, asked greedily through vLLM itself, says its letter."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from tests.support.letters_clients import LETTERS, Experiment, folder_and_steps, served_by
+from tests.support.real_vllm import vllm_python
+from tests.support.swarm import running_swarm
+
+pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.timeout(1500)]
+
+
+def greedy_letter(base_url: str, model: str) -> str:
+    """The first letter `model` on the vLLM server at `base_url` says, greedily, to the clients' prompt."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Say a letter"}], "max_tokens": 1,
+            "temperature": 0}  # fmt: skip
+    answer = httpx.post(base_url + "/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return (answer.json()["choices"][0]["message"]["content"] or "")[:1]
+
+
+def test_three_experiments_learn_their_own_letters_on_one_vllm_server(tmp_path):
+    vllm_python()
+    with running_swarm(tmp_path, name="v", engine="vllm") as sw:
+        runs = [Experiment(sw.url, name) for name in LETTERS]
+        threads = [threading.Thread(target=r.run, name=r.name) for r in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(1200)
+        assert all(r.error is None for r in runs), [r.error for r in runs]
+        assert all(r.reached() for r in runs), ({r.name: r.rewards for r in runs}, sw.logs())
+        served = served_by(sw)
+        urls = {url for url, _ in served.values()}
+        assert len(urls) == 1, served  # one vLLM server
+        (url,) = urls
+        listed = {m["id"] for m in httpx.get(url + "/models", timeout=30).json()["data"]}
+        assert {model for _, model in served.values()} <= listed and len({m for _, m in served.values()}) == 3
+        for name, letter in LETTERS.items():
+            _folder, steps = folder_and_steps(sw, name)
+            assert steps == list(range(1, len(steps) + 1)), (name, steps)  # none twice, none skipped
+            assert served[name][1].endswith(f"@{steps[-1]}"), (name, served[name], steps)  # the last step's adapter
+            assert greedy_letter(url, served[name][1]) == letter, name
