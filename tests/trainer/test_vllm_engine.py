@@ -329,3 +329,52 @@ def test_the_lora_rank_vllm_boots_with_is_one_it_takes():
         vllm_lora_rank(513)
     args = launch_args("/m", VllmSettings(lora_rank=12), 1)
     assert args[args.index("--max-lora-rank") + 1] == "16"
+
+
+LEAVE_A_SERVER = """
+import sys, time
+from pathlib import Path
+from ajet_trainer.vllm.server import VllmEngine, VllmSettings
+settings = VllmSettings(command=tuple(sys.argv[1].split()), health_timeout_s=60)
+VllmEngine(sys.argv[2], settings, Path(sys.argv[3]) / "vllm-0.log").start()
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_vllm_server_a_killed_trainer_left_running_is_ended_at_the_next_start(tmp_path):
+    """A trainer SIGKILLed mid-run never stops the vLLM server it launched (on a GPU the new one would not fit
+    beside it): the next start of the experiment ends it, found by the pid and command kept beside its log; a pid
+    file whose process runs something else now, or a server of this trainer's own, is left alone."""
+    import subprocess
+
+    from ajet_trainer.vllm.server import end_left_servers
+
+    model_path = str(builtin_model_path("builtin:tiny"))
+    trainer = subprocess.Popen([sys.executable, "-c", LEAVE_A_SERVER, STAND_IN, model_path, str(tmp_path)],
+                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert trainer.stdout is not None and trainer.stdout.readline() == "up\n"
+    trainer.kill()  # SIGKILL: its server runs on, orphaned
+    trainer.wait(10)
+    left = json.loads((tmp_path / "vllm-0.pid").read_text())
+    assert Path(f"/proc/{left['pid']}/cmdline").read_bytes().split(b"\0")[:-1] == [c.encode() for c in left["cmd"]]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a live pid, another command
+    own = VllmEngine(
+        model_path, VllmSettings(command=tuple(STAND_IN.split()), health_timeout_s=60), tmp_path / "vllm-1.log"
+    )
+    try:
+        own.start()  # this trainer's own server: left alone
+        (tmp_path / "vllm-2.pid").write_text(json.dumps({"pid": other.pid, "cmd": ["vllm", "serve"]}))
+        end_left_servers(tmp_path)
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{left['pid']}/cmdline").exists() and Path(f"/proc/{left['pid']}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the left server still runs"
+            time.sleep(0.2)
+        assert other.poll() is None and own.proc is not None and own.proc.poll() is None
+        assert httpx.get(own.base + "/health").status_code == 200
+        assert not (tmp_path / "vllm-0.pid").exists() and not (tmp_path / "vllm-2.pid").exists()
+        assert (tmp_path / "vllm-1.pid").exists()  # the record of this trainer's own server stays
+    finally:
+        other.kill()
+        own.stop()
+    assert not (tmp_path / "vllm-1.pid").exists()  # a stopped server's record goes with it

@@ -25,7 +25,7 @@ from ajet_trainer.options import TrainerOptions
 from ajet_trainer.types import EngineCounters, PolicyModel
 from ajet_trainer.vllm.adapters import ServedAdapters
 from ajet_trainer.vllm.launch import Launch
-from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
+from ajet_trainer.vllm.server import VllmEngine, VllmSettings, end_left_servers, engine_devices, find_vllm_python
 from ajet_trainer.vllm.servers import ServerKey, VllmServers
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ def start_vllm_engines(
         refuse_tied_full_reload(model, model_path)
     settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
     devices = engine_devices(opts.vllm_engines, opts.vllm_gpu_groups)
+    end_left_servers(exp_dir)  # those a SIGKILLed trainer of this experiment left running
 
     def start() -> Launch:
         return Launch([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)])
