@@ -1,15 +1,15 @@
 """Routing of agent calls to the engines, through a `litellm.Router`.
 
 The trainer registers engines in the store; `EngineRouter.load` turns them into a LiteLLM Router. Every engine
-appears twice in the Router's model list: in the group `policy`
-(LiteLLM picks an engine of the group once per episode; the episode then sticks to it for prefix-cache reuse) and
-under its own name (so the LiteLLM transport can target the sticky engine). An engine that fails to connect cools
+appears twice in the Router's model list: in the group `policy` and under its own name (so the LiteLLM transport
+can target an episode's engine). An episode's first call picks its engine, the live engines taking new episodes in
+turn (round robin: sequential episodes spread evenly, where LiteLLM's random shuffle once put eight in a row on one
+engine); the episode then sticks to it for prefix-cache reuse. An engine that fails to connect cools
 down and the episode fails over to another one. Policy models are registered with zero cost so LiteLLM spends no
 time pricing them.
 
-The Router is built only when something will ask it: more than one engine to choose from, or the LiteLLM transport
-(`always_build`). One engine (the embedded engine, one vLLM engine) needs no choice, and importing LiteLLM costs a
-proxy ~5 s of CPU at start; it is imported on the first load that needs it.
+The Router is built only for the LiteLLM transport (`always_build`), which sends through it: importing LiteLLM costs
+a proxy ~5 s of CPU at start, and picking an engine needs none of it.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class EngineRouter:
         self.version = -1
         self.router: Any = None
         self._cooling: dict[str, float] = {}
+        self._turn = -1
+        """New episodes picked so far: the next takes the next live engine in turn."""
         self._lock = threading.Lock()
 
     def load(self, engines: list[RegisteredEngine], version: int) -> None:
@@ -78,7 +80,7 @@ class EngineRouter:
         version than the one held (a slow load of an old version must not overwrite a newer one). The first
         load that needs a Router imports LiteLLM (seconds): the event loop calls this in a thread."""
         router = None
-        if len(engines) > 1 or (engines and self.always_build):
+        if engines and self.always_build:
             import litellm
 
             _register_zero_cost({litellm_model_name(d) for d in engines})
@@ -99,7 +101,7 @@ class EngineRouter:
         return name in self.engines and self._cooling.get(name, 0.0) <= time.monotonic()
 
     def pick(self, sticky: Optional[str] = None, exclude: Iterable[str] = ()) -> RegisteredEngine:
-        """The episode's engine: its sticky one while alive, else one LiteLLM picks from the group."""
+        """The episode's engine: its sticky one while alive, else the next live engine in turn."""
         if sticky is not None and sticky not in exclude and self.alive(sticky):
             return self.engines[sticky]
         if not self.engines:
@@ -110,11 +112,10 @@ class EngineRouter:
             candidates = [n for n in self.engines if n not in excluded]  # all cooling: try anyway
         if not candidates:
             raise EngineUnavailable("every engine failed for this call")
-        if len(candidates) == 1:
-            return self.engines[candidates[0]]
-        choice = self.router.get_available_deployment(model=POLICY_GROUP)
-        name = (choice.get("model_info") or {}).get("id")
-        return self.engines[name if name in candidates else candidates[0]]
+        with self._lock:
+            self._turn += 1
+            turn = self._turn
+        return self.engines[sorted(candidates)[turn % len(candidates)]]
 
     def mark_failed(self, name: str, reason: str = "") -> None:
         """Cool an engine down after a connection failure (`reason`: what failed, logged)."""
