@@ -155,8 +155,16 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
         log_level=args.log_level,
         access_log=False,
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     uvicorn.Server(config).run(sockets=[sock])
+
+
+KEEP_ALIVE_S = 65
+"""How long the proxy keeps an idle connection open: longer than its clients keep one (httpx and the OpenAI SDK: 5 s;
+the AgentJet SDK: 4 s), so a client never sends on a connection the proxy is closing. At uvicorn's default of 5 s, a
+client that reused one after 5 s of idle (a loaded 2-core box starving its loop) read a reset: `httpx.ReadError` on a
+`begin_episode` in tests/proxy/test_hostile_clients.py."""
 
 
 def _has(module: str) -> bool:

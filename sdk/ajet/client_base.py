@@ -42,7 +42,8 @@ burst of more than 20 episodes had the pool close its surplus connections, and h
 just handed to another thread's request (encode/httpcore#1110): that request then waits out its whole read
 timeout, or reads a closed socket (`Bad file descriptor`). The demo met it as a 60 s stall, and as a begin whose
 answer was lost, retried into a second episode (the first left open: `request_id` now answers the retry with it).
-An idle connection is dropped after 4 s, before uvicorn's 5 s keep-alive closes it under a new request."""
+An idle connection is dropped after 4 s, before a server with uvicorn's default 5 s keep-alive closes it under a
+new request (`ajet-proxy` keeps idle connections 65 s: `ajet_proxy.cli.KEEP_ALIVE_S`)."""
 
 
 class ClientSettings(Generic[H]):

@@ -9,14 +9,11 @@ without it stalls near 0.35 (`bench/shared_adapters.py`, docs/experiments.md).""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
 from ajet_trainer.experiment_dir import folder_of_experiment
 from ajet_trainer.model_export import export_model
-from tests.support.letters_clients import LETTERS, Experiment, folder_and_steps, says, served_by
+from tests.support.letters_clients import LETTERS, folder_and_steps, says, served_by, start_clients, wait_past
 from tests.support.swarm import running_swarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -26,14 +23,8 @@ KILL_AT_STEP = 6
 
 def test_three_experiments_learn_their_own_letters_on_one_swarm(tmp_path):
     with running_swarm(tmp_path) as sw:
-        runs = [Experiment(sw.url, name) for name in LETTERS]
-        threads = [threading.Thread(target=r.run, name=r.name) for r in runs]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 600
-        while min(len(r.rewards) for r in runs) < KILL_AT_STEP and time.monotonic() < deadline:
-            assert all(r.error is None for r in runs), [r.error for r in runs]
-            time.sleep(0.2)
+        runs, threads = start_clients(sw.url)
+        wait_past(runs, KILL_AT_STEP)
         served = served_by(sw)  # one base model, one engine: each experiment's adapter by its own name
         assert len({url for url, _ in served.values()}) == 1, served
         assert len({model for _, model in served.values()}) == 3, served

@@ -5,6 +5,7 @@ abandoned by the thousand. The proxy keeps serving healthy episodes and keeps no
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import threading
 import time
@@ -92,6 +93,25 @@ async def _abandon(url: str, n: int, client_id: str) -> None:
                 assert r.status_code == 200, r.text
 
         await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_an_idle_keep_alive_connection_outlives_a_clients_own_expiry(tmp_path: Path):
+    """httpx and the OpenAI SDK reuse a connection idle up to 5 s; the proxy keeps one open longer, so a request on it
+    is answered, not reset (at uvicorn's default 5 s a loaded box's client read a reset: `KEEP_ALIVE_S`)."""
+    with proxy_on_stub(tmp_path, "keep") as sp:
+        u = urlparse(sp.proxy.url)
+        conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=10)
+        try:
+            conn.request("GET", "/health")
+            first = conn.getresponse()
+            assert first.status == 200 and first.read()
+            held = conn.sock
+            time.sleep(6)  # idle past a client's 5 s expiry and uvicorn's default keep-alive
+            conn.request("GET", "/health")  # on the same socket: RemoteDisconnected had the proxy closed it
+            again = conn.getresponse()
+            assert again.status == 200 and again.read() and conn.sock is held
+        finally:
+            conn.close()
 
 
 def _wait_all_expired(sp: StubProxy, timeout: float = 60.0) -> None:

@@ -4,6 +4,7 @@ tests/e2e/test_experiments_e2e.py, tests/vllm_real/test_experiments_vllm.py and 
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +95,23 @@ class Experiment:
                 continue
             rewards.append(reward)
         return sum(rewards) / GROUP
+
+
+def start_clients(url: str) -> tuple[list[Experiment], list[threading.Thread]]:
+    """One client per letter against the swarm at `url`, each running in a thread of its own."""
+    runs = [Experiment(url, name) for name in LETTERS]
+    threads = [threading.Thread(target=r.run, name=r.name) for r in runs]
+    for t in threads:
+        t.start()
+    return runs, threads
+
+
+def wait_past(runs: list[Experiment], steps: int, timeout: float = 600) -> None:
+    """Wait until every client has taken `steps` steps (none failing meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while min(len(r.rewards) for r in runs) < steps and time.monotonic() < deadline:
+        assert all(r.error is None for r in runs), [r.error for r in runs]
+        time.sleep(0.2)
 
 
 def says(adapter: Path) -> str:

@@ -58,6 +58,15 @@ def wait_state(client, state: ExperimentState, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def wait_step(client, step: int, sw: Any = None, timeout: float = 120.0) -> None:
+    """Wait until the client's experiment has taken `step` training steps (`sw`: the swarm whose logs a timeout
+    shows)."""
+    deadline = time.monotonic() + timeout
+    while client.get_engine_status().global_step < step:
+        assert time.monotonic() < deadline, sw.logs() if sw is not None else f"step {step} not reached"
+        time.sleep(0.2)
+
+
 @contextmanager
 def rolling_proxy(tmp: Path, engine_base: str, job=None) -> Iterator[tuple["SwarmClient", Store, str]]:
     """A real proxy on a fresh store in front of the engine at `engine_base`, ROLLING with `job` (one episode per

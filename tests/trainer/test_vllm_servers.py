@@ -6,7 +6,6 @@ own names from step 0, each unloading only its own."""
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 
 import httpx
@@ -21,7 +20,7 @@ from ajet_trainer.vllm.server import VllmSettings
 from ajet_trainer.vllm.servers import ServerKey, VllmServers
 from tests.support.episodes import play_batch
 from tests.support.procs import STUB
-from tests.support.rolling import wait_state
+from tests.support.rolling import wait_state, wait_step
 from tests.support.swarm import running_swarm
 
 STAND_IN = f"{sys.executable} {STUB} serve"
@@ -97,13 +96,6 @@ JOB = dict(
     max_model_len=256,
     max_response_length_in_one_turn=8,
 )
-
-
-def wait_step(client: SwarmClient, step: int, sw) -> None:
-    deadline = time.monotonic() + 120
-    while client.get_engine_status().global_step < step:
-        assert time.monotonic() < deadline, sw.logs()
-        time.sleep(0.2)
 
 
 @pytest.mark.slow

@@ -9,14 +9,13 @@ greedily through vLLM itself, says its letter."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.letters_clients import LETTERS, Experiment, folder_and_steps, served_by
+from tests.support.letters_clients import LETTERS, folder_and_steps, served_by, start_clients, wait_past
 from tests.support.real_vllm import vllm_python
 from tests.support.swarm import running_swarm
 
@@ -67,14 +66,8 @@ def last_adapter(sw, name: str) -> str:
 def test_three_experiments_learn_their_own_letters_on_one_vllm_server(tmp_path):
     vllm_python()
     with running_swarm(tmp_path, name="v", engine="vllm") as sw:
-        runs = [Experiment(sw.url, name) for name in LETTERS]
-        threads = [threading.Thread(target=r.run, name=r.name) for r in runs]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 600
-        while min(len(r.rewards) for r in runs) < KILL_AT_STEP and time.monotonic() < deadline:
-            assert all(r.error is None for r in runs), [r.error for r in runs]
-            time.sleep(0.2)
+        runs, threads = start_clients(sw.url)
+        wait_past(runs, KILL_AT_STEP)
         before = left_servers(tmp_path)
         assert len(before) == 1, before  # one server for the three
         sw.trainer.kill()  # SIGKILL mid-run: the server runs on, orphaned, until the next trainer ends it

@@ -5,7 +5,6 @@ each step's adapter into both, and the swarm keeps going when one vLLM engine is
 from __future__ import annotations
 
 import signal
-import time
 
 import httpx
 import psutil
@@ -15,7 +14,7 @@ from ajet import AgentJetJob
 from ajet.types import ExperimentState
 from tests.support.episodes import play_batch
 from tests.support.real_vllm import vllm_python
-from tests.support.rolling import wait_state
+from tests.support.rolling import wait_state, wait_step
 from tests.support.swarm import running_swarm
 
 # minutes of vLLM start-up and training, beside another test file's processes on two cores
@@ -31,13 +30,6 @@ JOB = dict(
     max_model_len=256,
     max_response_length_in_one_turn=8,
 )
-
-
-def wait_step(client, step: int, sw) -> None:
-    deadline = time.monotonic() + 180
-    while client.get_engine_status().global_step < step:
-        assert time.monotonic() < deadline, sw.logs()
-        time.sleep(0.2)
 
 
 def served(base_url: str) -> set[str]:
@@ -64,7 +56,7 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         store = sw.store()
         for batch in (0, 1):
             play_batch(client, batch)
-            wait_step(client, batch + 1, sw)
+            wait_step(client, batch + 1, sw, timeout=180)
         deps = store.engines()
         assert [(d.name, d.model, d.policy_version) for d in deps] == [
             ("vllm-0", "policy@2", 2),
@@ -76,9 +68,9 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
 
         kill_replica(int(deps[1].base_url.rsplit(":", 1)[1].split("/")[0]))
         play_batch(client, 2)  # every episode completes: the proxy fails over to vllm-0
-        wait_step(client, 3, sw)
+        wait_step(client, 3, sw, timeout=180)
         play_batch(client, 3)
-        wait_step(client, 4, sw)
+        wait_step(client, 4, sw, timeout=180)
         deps = store.engines()
         assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@4")]  # the dead engine withdrawn
         assert served(deps[0].base_url) == {"policy", "policy@3", "policy@4"}  # policy@1, @2 unloaded
@@ -103,7 +95,7 @@ def test_verl_actor_trains_beside_real_vllm_with_lora_hot_loading(tmp_path):
         store = sw.store()
         for batch in (0, 1):
             play_batch(client, batch)
-            wait_step(client, batch + 1, sw)
+            wait_step(client, batch + 1, sw, timeout=180)
         (dep,) = store.engines()
         assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@2", 2)
         assert served(dep.base_url) == {"policy", "policy@1", "policy@2"}  # verl's adapters, hot-loaded
