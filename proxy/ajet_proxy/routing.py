@@ -1,15 +1,13 @@
-"""Routing of agent calls to the engines, through a `litellm.Router`.
+"""Routing of agent calls to the engines.
 
-The trainer registers engines in the store; `EngineRouter.load` turns them into a LiteLLM Router. Every engine
-appears twice in the Router's model list: in the group `policy` and under its own name (so the LiteLLM transport
-can target an episode's engine). An episode's first call picks its engine, the live engines taking new episodes in
-turn (round robin: sequential episodes spread evenly, where LiteLLM's random shuffle once put eight in a row on one
-engine); the episode then sticks to it for prefix-cache reuse. An engine that fails to connect cools
-down and the episode fails over to another one. Policy models are registered with zero cost so LiteLLM spends no
-time pricing them.
+The trainer registers engines in the store; `EngineRouter.load` holds them. An episode's first call picks its
+engine, the live engines taking new episodes in turn (round robin: sequential episodes spread evenly, where
+LiteLLM's random shuffle once put eight in a row on one engine); the episode then sticks to it for prefix-cache
+reuse. An engine that fails to connect cools down and the episode fails over to another one.
 
-The Router is built only for the LiteLLM transport (`always_build`), which sends through it: importing LiteLLM costs
-a proxy ~5 s of CPU at start, and picking an engine needs none of it.
+For the LiteLLM transport (`always_build`) the engines are also a `litellm.Router` listing each under its own name
+(the transport targets an episode's engine), policy models registered with zero cost so LiteLLM spends no time
+pricing them. Only then is LiteLLM imported: it costs a proxy ~5 s of CPU at start, and picking needs none of it.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from ajet_store.types import RegisteredEngine
 
 logger = logging.getLogger(__name__)
 
-POLICY_GROUP = "policy"
 COOLDOWN_S = 10.0
 
 
@@ -48,13 +45,16 @@ def _register_zero_cost(models: Iterable[str]) -> None:
 
 
 def build_model_list(engines: Iterable[RegisteredEngine]) -> list[dict[str, Any]]:
-    """LiteLLM Router model list: each engine in the `policy` group and under its own name."""
-    out = []
-    for d in engines:
-        params = {"model": litellm_model_name(d), "api_base": d.base_url, "api_key": d.api_key or "ajet-internal"}
-        out.append({"model_name": POLICY_GROUP, "litellm_params": dict(params), "model_info": {"id": d.name}})
-        out.append({"model_name": d.name, "litellm_params": dict(params), "model_info": {"id": f"{d.name}#direct"}})
-    return out
+    """LiteLLM Router model list: each engine under its own name."""
+    return [
+        {
+            "model_name": d.name,
+            "litellm_params": {"model": litellm_model_name(d), "api_base": d.base_url,
+                               "api_key": d.api_key or "ajet-internal"},
+            "model_info": {"id": d.name},
+        }
+        for d in engines
+    ]  # fmt: skip
 
 
 class EngineRouter:
