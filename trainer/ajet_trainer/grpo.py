@@ -106,16 +106,38 @@ def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
 def sequence_logprobs(
     model: PolicyModel, batch: Batch, with_entropy: bool = False
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Log-prob of every response token [B, R] (and the entropy of each position)."""
+    """Log-prob of every response token [B, R] (and the entropy of each position). Only the positions that predict
+    a response token go through the output layer (`logits_to_keep`): a real vocabulary's logits over the prompt
+    would take most of an update's memory."""
+    R = batch.responses.shape[1]
     out = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        logits_to_keep=R + 1,
     )
-    P, R = batch.prompt_width, batch.responses.shape[1]
-    logits = out.logits[:, P - 1 : P + R - 1, :].float()
+    logits = out.logits[:, :R, :].float()  # positions P-1 .. P+R-2 predict the R response tokens
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = torch.gather(logp_all, -1, batch.responses.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     return logp, entropy
+
+
+def micro_batches(rows: int, width: int, budget: int) -> list[torch.Tensor]:
+    """The row indices of each micro-batch of a `rows` x `width` batch: consecutive rows, at most `budget` tokens
+    (`rows x width`) each, at least one row."""
+    per = max(1, budget // max(1, width))
+    return list(torch.arange(rows).split(per))
+
+
+def loss_norm(response_mask: torch.Tensor) -> dict[str, int]:
+    """What verl's `agg_loss` divides by, taken over a whole mini-batch, so that the losses of its micro-batches
+    add up to the mini-batch's loss (its `global_batch_info`): the trained tokens and the sequences holding any."""
+    return {
+        "batch_num_tokens": int(response_mask.sum()),
+        "global_batch_size": int((response_mask.sum(-1) > 0).sum()),
+    }
 
 
 def loss_config(clip_ratio: float, clip_ratio_high: Optional[float] = None) -> Any:
@@ -143,9 +165,14 @@ def policy_loss(
     is_weights: Optional[torch.Tensor] = None,
     entropy: Optional[torch.Tensor] = None,
     entropy_coeff: float = 0.0,
+    norm: Optional[dict[str, int]] = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's vanilla PPO-clip loss (per-token `is_weights` when given), plus `kl_coef` x verl's KL loss against
-    `ref_logp` when given, minus `entropy_coeff` x the aggregated token `entropy` (as verl's actor does)."""
+    `ref_logp` when given, minus `entropy_coeff` x the aggregated token `entropy` (as verl's actor does). `norm`:
+    the mini-batch's `loss_norm` when `batch` is one micro-batch of it (None: `batch` is the whole mini-batch)."""
+    norm = norm or {}
+    if norm:
+        cfg = OmegaConf.merge(cfg, {"global_batch_info": norm})
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
     pg_loss, pg_metrics = loss_fn(
         old_log_prob=old_logp,
@@ -164,11 +191,11 @@ def policy_loss(
     loss = pg_loss
     if ref_logp is not None:
         kld = core_algos.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=kl_type)
-        kl_loss = core_algos.agg_loss(loss_mat=kld, loss_mask=batch.response_mask, loss_agg_mode=loss_agg_mode)
+        kl_loss = core_algos.agg_loss(kld, batch.response_mask, loss_agg_mode, **norm)
         loss = loss + kl_coef * kl_loss
         metrics["kl"] = float(kl_loss.detach())
     if entropy is not None and entropy_coeff > 0:
-        ent = core_algos.agg_loss(loss_mat=entropy, loss_mask=batch.response_mask, loss_agg_mode=loss_agg_mode)
+        ent = core_algos.agg_loss(entropy, batch.response_mask, loss_agg_mode, **norm)
         loss = loss - entropy_coeff * ent
     return loss, metrics
 

@@ -35,6 +35,7 @@ from typing import Any
 from ajet.utils.runtime import model_cache_root
 from ajet_trainer.chat_templates import CHAR_TEMPLATE, FAMILIES
 from ajet_trainer.errors import ModelFolderNotFound
+from ajet_trainer.packaged_model import PACKAGED, packaged_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -181,10 +182,14 @@ def _create(name: str, dest: Path) -> None:
 
 
 def builtin_model_path(spec: str) -> Path:
-    """The folder of a built-in model (`builtin:tiny`), created on first use."""
+    """The folder of a built-in model (`builtin:tiny`), created on first use; a packaged real model's
+    (`builtin:smollm2-135m-instruct`, `ajet_trainer.packaged_model`) is converted on first use."""
     name = spec[len(BUILTIN_PREFIX) :] if spec.startswith(BUILTIN_PREFIX) else spec
+    if name in PACKAGED:  # a real model a package ships, converted on first use
+        return packaged_model_path(name)
     if name not in BUILTINS:
-        raise ModelFolderNotFound(f"unknown built-in model '{spec}'; one of {[BUILTIN_PREFIX + n for n in BUILTINS]}")
+        known = [BUILTIN_PREFIX + n for n in [*BUILTINS, *PACKAGED]]
+        raise ModelFolderNotFound(f"unknown built-in model '{spec}'; one of {known}")
     dest = cache_root() / f"{name}-{_spec_hash(name)}"
     if not (dest / "config.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)

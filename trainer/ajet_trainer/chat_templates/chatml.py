@@ -52,17 +52,20 @@ _TOOLS_BLOCK = (
     "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
 )
 
-_HEADER = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}{{ '" + _DEFAULT_SYSTEM + "' }}"
-    "{% endif %}{{ '\\n\\n' }}" + _TOOLS_BLOCK + "{%- elif messages[0].role == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>system\\n" + _DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
-    "{%- endif %}"
-)
-"""Qwen2.5's system turn: the system message (or a default one), then the tools."""
+
+def _header(default_system: str) -> str:
+    """Qwen2.5's system turn: the system message (or `default_system`), then the tools."""
+    return (
+        "{%- if tools %}"
+        "{{- '<|im_start|>system\\n' }}"
+        "{%- if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}{{ '" + default_system + "' }}"
+        "{% endif %}{{ '\\n\\n' }}" + _TOOLS_BLOCK + "{%- elif messages[0].role == 'system' %}"
+        "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+        "{%- else %}"
+        "{{- '<|im_start|>system\\n" + default_system + "<|im_end|>\\n' }}"
+        "{%- endif %}"
+    )
+
 
 _HEADER_NO_DEFAULT = (
     "{%- if tools %}"
@@ -94,19 +97,31 @@ _TOOL_RESULT = (
     "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
 )
 
-QWEN25_STYLE = (
-    _HEADER + "{%- for message in messages %}"
-    "{%- set content = message.content or '' %}"
-    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'assistant' %}"
-    "{{- '<|im_start|>assistant' }}{% if content %}{{ '\\n' + content }}{% endif %}"
-    + _tool_calls("true")
-    + "{{- '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}" + _TOOL_RESULT + "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+
+def qwen25_style(default_system: str = _DEFAULT_SYSTEM) -> str:
+    """Qwen2.5's template with `default_system` as the system prompt of a conversation that brings none."""
+    return (
+        _header(default_system) + "{%- for message in messages %}"
+        "{%- set content = message.content or '' %}"
+        "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
+        "{%- elif message.role == 'assistant' %}"
+        "{{- '<|im_start|>assistant' }}{% if content %}{{ '\\n' + content }}{% endif %}"
+        + _tool_calls("true")
+        + "{{- '<|im_end|>\\n' }}"
+        "{%- elif message.role == 'tool' %}" + _TOOL_RESULT + "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+
+
+QWEN25_STYLE = qwen25_style()
+SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+"""SmolLM2-Instruct's shipped template's system prompt for a conversation that brings none."""
+SMOLLM2_STYLE = qwen25_style(SMOLLM2_DEFAULT_SYSTEM)
+"""SmolLM2-Instruct's ChatML with tools. Its shipped template renders no tools, tool calls or tool results, so this
+is Qwen2.5's shape (the tools in `<tools>`, Hermes `<tool_call>` blocks, results in `<tool_response>`: what vLLM's
+`hermes` parser and the embedded engine's forced calls speak) with SmolLM2's own default system prompt."""
 
 _LAST_QUERY = (
     "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"

@@ -24,8 +24,10 @@ from ajet_trainer.grpo import (
     collate,
     episode_advantages,
     loss_config,
+    loss_norm,
     masked_max,
     masked_mean,
+    micro_batches,
     policy_loss,
     sequence_logprobs,
     tis_weights,
@@ -47,6 +49,18 @@ def _aggregated(agg: dict[str, list[float]]) -> dict[str, float]:
             len(skipped),
             len(skipped) + len(agg.get("loss", [])),
         )
+    return out
+
+
+def _token_weighted(parts: Sequence[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Micro-batches' metrics as one mini-batch's: each averaged with its micro-batch's trained tokens as weight,
+    except the loss parts, which add up (each is already its share of the mini-batch's)."""
+    total = sum(w for w, _ in parts) or 1.0
+    out: dict[str, float] = {}
+    for w, m in parts:
+        for k, v in m.items():
+            share = 1.0 if k in ("pg_loss", "kl") else w / total
+            out[k] = out.get(k, 0.0) + share * float(v)
     return out
 
 
@@ -78,11 +92,11 @@ class Learner:
     def _ref_logprobs(self, batch: Batch) -> Optional[torch.Tensor]:
         if not self.job.use_kl_loss:
             return None
-        with torch.no_grad():
-            if self.lora:
-                with self.model.disable_adapter():
-                    return sequence_logprobs(self.model, batch)[0]
-            return sequence_logprobs(self.ref_model, batch)[0]
+        if self.lora:
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, batch)
+        assert self.ref_model is not None
+        return self._logprobs(self.ref_model, batch)
 
     def update(self, samples: Sequence[EpisodeSample], seed: int = 0, lagged: bool = False) -> dict[str, float]:
         """One GRPO step; returns its metrics. `lagged`: some samples come from an older policy than the one being
@@ -101,8 +115,7 @@ class Learner:
         single_pass = self.job.ppo_epochs == 1 and self.job.mini_batch_num == 1
         old_logp = None
         if not single_pass:
-            with torch.no_grad():
-                old_logp, _ = sequence_logprobs(self.model, batch)
+            old_logp = self._logprobs(self.model, batch)
         mean, std = reward_stats([s.reward for s in samples])
         metrics: dict[str, Any] = {
             "reward_mean": mean,
@@ -151,6 +164,12 @@ class Learner:
         assert old_logp is not None
         return old_logp
 
+    def _logprobs(self, model: PolicyModel, batch: Batch) -> torch.Tensor:
+        """Log-probs of `batch`'s response tokens without gradients, one micro-batch at a time."""
+        parts = micro_batches(len(batch), batch.input_ids.shape[1], self.job.micro_batch_tokens)
+        with torch.no_grad():
+            return torch.cat([sequence_logprobs(model, batch.select(idx.to(self.device)))[0] for idx in parts])
+
     def _mini_step(
         self,
         mb: Batch,
@@ -159,41 +178,53 @@ class Learner:
         agg: dict[str, list[float]],
         cap: Optional[float],
     ) -> torch.Tensor:
-        """One optimizer step (`cap`: the behaviour-policy correction's, None: off); returns the log-probs it
-        computed before stepping (detached)."""
-        logp, entropy = sequence_logprobs(self.model, mb, with_entropy=True)
-        if old_logp is None:
-            old_logp = logp.detach()
-        is_w, is_m = None, {}
-        if cap is not None:
-            is_w, is_m = tis_weights(old_logp, mb.rollout_logprobs, mb.response_mask, cap)
-        loss, m = policy_loss(
-            old_logp,
-            logp,
-            mb,
-            self.cfg,
-            self.job.loss_agg_mode,
-            ref_logp,
-            self.job.kl_loss_coef,
-            self.job.kl_loss_type,
-            is_w,
-            entropy,
-            self.job.entropy_coeff,
-        )
-        m.update(is_m)
+        """One optimizer step over `mb`, its gradients accumulated over micro-batches (`cap`: the behaviour-policy
+        correction's, None: off); returns the log-probs it computed before stepping (detached)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        norm, logps, parts = loss_norm(mb.response_mask), [], []
+        for idx in micro_batches(len(mb), mb.input_ids.shape[1], self.job.micro_batch_tokens):
+            idx = idx.to(self.device)
+            part = mb.select(idx)
+            old = None if old_logp is None else old_logp[idx]
+            ref = None if ref_logp is None else ref_logp[idx]
+            logp, loss, m = self._micro_loss(part, old, ref, cap, norm)
+            loss.backward()
+            logps.append(logp)
+            parts.append((loss.detach(), float(part.response_mask.sum()), m))
+        loss = torch.stack([p[0] for p in parts]).sum()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.job.grad_clip)
         if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):  # a poisoned batch must not reach the weights
             self.optimizer.zero_grad(set_to_none=True)
             agg.setdefault("skipped", []).append(1.0)
-            return logp.detach()
+            return torch.cat(logps)
         self.optimizer.step()
-        m.update(
-            loss=float(loss.detach()),
-            grad_norm=float(grad_norm),
-            entropy=masked_mean(entropy.detach(), mb.response_mask),
-        )
+        m = _token_weighted([(w, m) for _, w, m in parts])
+        m.update(loss=float(loss), grad_norm=float(grad_norm))
         for k, v in m.items():
             agg.setdefault(k, []).append(v)
-        return logp.detach()
+        return torch.cat(logps)
+
+    def _micro_loss(
+        self,
+        part: Batch,
+        old_logp: Optional[torch.Tensor],
+        ref_logp: Optional[torch.Tensor],
+        cap: Optional[float],
+        norm: dict[str, int],
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """One micro-batch's log-probs (detached), its share of the mini-batch's loss, and its metrics."""
+        logp, entropy = sequence_logprobs(self.model, part, with_entropy=True)
+        if old_logp is None:
+            old_logp = logp.detach()
+        is_w, is_m = None, {}
+        if cap is not None:
+            is_w, is_m = tis_weights(old_logp, part.rollout_logprobs, part.response_mask, cap)
+        job = self.job
+        loss, m = policy_loss(
+            old_logp, logp, part, self.cfg, job.loss_agg_mode, ref_logp, job.kl_loss_coef, job.kl_loss_type, is_w,
+            entropy, job.entropy_coeff, norm,
+        )  # fmt: skip
+        m.update(is_m)
+        assert entropy is not None
+        m["entropy"] = masked_mean(entropy.detach(), part.response_mask)
+        return logp.detach(), loss, m

@@ -117,7 +117,9 @@ def _actor_overrides(job: AgentJetJob) -> dict[str, Any]:
         f"{arr}.actor.kl_loss_type": job.kl_loss_type,
         # agent episodes vary in length: pack micro-batches by tokens (log-prob passes inherit it)
         f"{arr}.actor.use_dynamic_bsz": True,
-        f"{arr}.actor.ppo_max_token_len_per_gpu": max(16384, job.max_prompt_length + job.max_response_length),
+        f"{arr}.actor.ppo_max_token_len_per_gpu": max(
+            job.micro_batch_tokens, job.max_prompt_length + job.max_response_length
+        ),
     }
 
 
