@@ -1,5 +1,6 @@
 """Where a bench's figures go: each printed as one JSON line and appended to `bench/results/<bench>.jsonl`, with the
-commit it measured and the date, so every figure the docs quote can be traced to the row that holds it.
+commit it measured, the date, the machine and the command line, so every figure the docs quote can be traced to the
+row that holds it.
 
 A commit with uncommitted changes in tracked files is written `<sha>-dirty`: a row measured on a work in progress
 says so. `AJET_BENCH_RESULTS=0` prints without appending (a trial run that should leave no row).
@@ -10,7 +11,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,27 @@ def commit() -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
+def machine() -> str:
+    """What the bench ran on: the processor's model name, its cores, the memory and the OS."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else 0.0
+    return f"{model}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()}"
+
+
 class Results:
     """The rows of one bench run: `emit` prints a figure and appends it, stamped with the run's commit and date."""
 
     def __init__(self, bench: str):
         self.path = RESULTS / f"{bench}.jsonl"
-        self.stamp = {"commit": commit(), "date": datetime.date.today().isoformat()}
+        self.stamp = {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine()}
+        self.stamp["command"] = " ".join(["python", *sys.argv])
         self.record = os.environ.get("AJET_BENCH_RESULTS", "1") != "0"
 
     def emit(self, row: dict[str, Any]) -> None:

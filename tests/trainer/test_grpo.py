@@ -315,3 +315,30 @@ def test_micro_batches_accumulate_to_the_same_update(tiny, agg_mode):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
     moved = sum(float((p - q.detach()).abs().sum()) for p, q in zip(w_params, model.parameters()))
     assert moved > 0  # the update did something to compare
+
+
+def test_sequences_without_signal_are_left_out_of_the_pass_and_the_step_is_the_same(tiny):
+    """A group whose rewards are all equal has advantage 0: its sequences are not passed over, yet the step equals
+    the one over the whole batch (a KL loss at coefficient 0 keeps every sequence in: the reference), including a
+    second step whose batch has no signal at all (AdamW's momentum still moves the weights)."""
+    import copy
+
+    model, tok = tiny
+    first = [
+        sample("a", "t", 1.0, prompt=(5, 6, 7), resp=(40, 41, 42), mask=(1, 1, 1)),
+        sample("b", "t", 0.0, prompt=(5, 6, 7), resp=(50, 51)),
+        sample("c", "u", 1.0, prompt=(8, 9), resp=(60,), mask=(1,)),
+        sample("d", "u", 1.0, prompt=(8, 9, 10, 11), resp=(61, 62, 63, 64), mask=(1, 1, 1, 1)),
+    ]
+    flat = [sample("e", "v", 0.5, resp=(70, 71)), sample("f", "v", 0.5, resp=(72, 73))]
+    runs = []
+    for job in (AgentJetJob(lr=1e-2), AgentJetJob(lr=1e-2, use_kl_loss=True, kl_loss_coef=0.0)):
+        learner = Learner(copy.deepcopy(model), tok, job)
+        metrics = [learner.update(first), learner.update(flat)]
+        runs.append((metrics, [p.detach().clone() for p in learner.params]))
+    (skipping, s_params), (whole, w_params) = runs
+    assert skipping[0]["sequences_without_signal"] == 2 and skipping[1]["sequences_without_signal"] == 2
+    assert "sequences_without_signal" not in whole[0]
+    assert skipping[0]["loss"] == pytest.approx(whole[0]["loss"], rel=1e-5, abs=1e-7)
+    for a, b in zip(s_params, w_params):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)  # at 1% of lr, as above

@@ -40,7 +40,7 @@ class RunReport:
     held_out_after: float = 0.0
     """The same after training."""
     steps: list[dict[str, float]] = field(default_factory=list)
-    """Per step: `step`, `reward` (its mean), `merge_rate`, `seconds` (since training began)."""
+    """Per step: `step`, `reward` (its mean), `merge_rate`, `trained_tokens`, `seconds` (since training began)."""
     train_seconds: float = 0.0
     """Wall time from the first training episode to the last step."""
 
@@ -89,7 +89,9 @@ def a_batch(tasks: list[Task], rng: random.Random, args: argparse.Namespace, bat
     return out
 
 
-async def train(client: AsyncSwarmClient, base: openai.AsyncOpenAI, args: argparse.Namespace, report: RunReport) -> None:
+async def train(
+    client: AsyncSwarmClient, base: openai.AsyncOpenAI, args: argparse.Namespace, report: RunReport
+) -> None:
     """Steps until `--minutes` of training or `--max-steps`, one batch in flight at a time (synchronous GRPO)."""
     train_tasks, _ = split_tasks(args.task_seed)
     rng, agent = random.Random(args.seed), async_agent(base)
@@ -104,6 +106,7 @@ async def train(client: AsyncSwarmClient, base: openai.AsyncOpenAI, args: argpar
         last = step.step
         row = {"step": step.step, "reward": step.reward_mean or 0.0, "seconds": round(time.monotonic() - t0, 1)}
         row["merge_rate"] = float(step.metrics.get("history/merge_rate", float("nan")))
+        row["trained_tokens"] = float(step.metrics.get("trained_tokens", 0))
         report.steps.append(row)
         print(json.dumps(row), flush=True)
     report.train_seconds = round(time.monotonic() - t0, 1)
@@ -137,7 +140,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--minutes", type=float, default=30.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=200)
     ap.add_argument("--tasks-per-step", type=int, default=4)
-    ap.add_argument("--group", type=int, default=8, help="episodes per question (GRPO's group)")
+    ap.add_argument("--group", type=int, default=4, help="episodes per question (GRPO's group)")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--token-history", choices=["exact", "rendered"], default="exact")

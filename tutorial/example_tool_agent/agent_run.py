@@ -1,12 +1,13 @@
 """The tool agent and its reward, written with the OpenAI SDK's tool loop (as most agents outside a framework are).
 
-The model must answer "What is 47 * 86?". It has one tool, `calculator`; the first turn forces a tool call
-(`tool_choice="required"`: which tool and which arguments are the model's), later turns may call it again or answer
+The model must answer a question such as "What is 47 * 86?". It has one tool, `calculator(operation, a, b)`; the
+first turn forces a tool call (`tool_choice="required"`: the operation and the numbers are the model's), later turns
+may call it again or answer
 (`"auto"`), at most `MAX_TURNS` turns. The tool's result comes back as a tool message and the loop goes on.
 Reward: 1.0 when the final answer (the first turn with no tool call) holds the product as a number, else 0.0.
 
-What the untrained SmolLM2-135M-Instruct does (tutorial readme): it often writes some other expression than the
-question's, and after a right result it often answers something else than the number. Both are what RL can fix.
+What the untrained SmolLM2-135M-Instruct does (tutorial readme): it often picks another operation than the question's
+or another number, and after a right result it often answers something else than the number: what RL can fix.
 """
 
 from __future__ import annotations
@@ -53,16 +54,16 @@ def _tool_messages(message: Any) -> list[dict[str, Any]]:
         try:
             args = json.loads(call.function.arguments or "{}")
         except json.JSONDecodeError:
-            args = {}
-        expression = args.get("expression") if isinstance(args, dict) else None
-        result = calculate(expression) if isinstance(expression, str) else "error: calculator needs an 'expression'"
-        out.append({"role": "tool", "tool_call_id": call.id, "content": result})
+            args = None
+        out.append({"role": "tool", "tool_call_id": call.id, "content": calculate(args)})
     return out
 
 
 def _scored(task: Task, final: str, calls: int) -> WorkflowOutput:
     reward = compute_reward(final, task.metadata["answer"])
-    return WorkflowOutput(reward=reward, is_success=reward == 1.0, metadata={"final": final[-300:], "tool_calls": calls})
+    return WorkflowOutput(
+        reward=reward, is_success=reward == 1.0, metadata={"final": final[-300:], "tool_calls": calls}
+    )
 
 
 def _opening(task: Task) -> list[dict[str, Any]]:

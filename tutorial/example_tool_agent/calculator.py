@@ -1,60 +1,49 @@
-"""The agent's tool: a calculator over + - * / and parentheses, evaluated on the expression's syntax tree (no
-`eval`: the model's text is hostile input)."""
+"""The agent's tool: a calculator of one operation on two integers.
+
+Its arguments are typed (an operation from a list, two integers), so a forced call (`tool_choice="required"`, a
+grammar built from this schema) can only name an operation and write two numbers: which ones is the model's choice.
+"""
 
 from __future__ import annotations
 
-import ast
 import operator
-from typing import Callable, Union
+from typing import Any, Callable
 
-Number = Union[int, float]
-_OPS: dict[type, Callable[[Number, Number], Number]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
+OPERATIONS: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    "add": ("+", operator.add),
+    "subtract": ("-", operator.sub),
+    "multiply": ("*", operator.mul),
 }
-MAX_DIGITS = 30
-"""Operands and results longer than this are refused (a model may write `9**9**9`-sized numbers in other forms)."""
+"""Each operation's sign (how questions and results write it) and function."""
+MAX_ABS = 10**12
+"""Operands beyond this are refused (a model may write a 40-digit number)."""
 
 TOOL_SPEC = {
     "type": "function",
     "function": {
         "name": "calculator",
-        "description": "Evaluate an arithmetic expression (+, -, *, /, parentheses) and return its value.",
+        "description": "Compute `a <operation> b` for two integers.",
         "parameters": {
             "type": "object",
-            "properties": {"expression": {"type": "string", "description": "for example: 12 * 34"}},
-            "required": ["expression"],
+            "properties": {
+                "operation": {"type": "string", "enum": list(OPERATIONS)},
+                "a": {"type": "integer"},
+                "b": {"type": "integer"},
+            },
+            "required": ["operation", "a", "b"],
         },
     },
 }
 
 
-def _value(node: ast.AST) -> Number:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner = _value(node.operand)
-        return -inner if isinstance(node.op, ast.USub) else inner
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        result = _OPS[type(node.op)](_value(node.left), _value(node.right))
-        if len(str(abs(int(result)))) > MAX_DIGITS:
-            raise ValueError("number too large")
-        return result
-    raise ValueError(f"unsupported: {type(node).__name__}")
-
-
-def calculate(expression: str) -> str:
-    """The tool's answer: `"<expression> = <value>"`, or `"error: ..."` for what it cannot evaluate."""
-    text = expression.replace("×", "*").replace("x", "*").replace("÷", "/").strip()
-    if not text or len(text) > 200:
-        return "error: give an arithmetic expression such as 12 * 34"
-    try:
-        value = _value(ast.parse(text, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError) as exc:
-        return f"error: {exc}"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    shown = round(value, 6) if isinstance(value, float) else value
-    return f"{text} = {shown}"
+def calculate(args: Any) -> str:
+    """The tool's answer to a call's parsed arguments: `"<a> <sign> <b> = <value>"`, or `"error: ..."`."""
+    if not isinstance(args, dict):
+        return "error: the arguments must be an object with operation, a and b"
+    op, a, b = args.get("operation"), args.get("a"), args.get("b")
+    if op not in OPERATIONS:
+        return f"error: operation must be one of {', '.join(OPERATIONS)}"
+    if not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= MAX_ABS for x in (a, b)):
+        return "error: a and b must be integers"
+    sign, fn = OPERATIONS[op]
+    return f"{a} {sign} {b} = {fn(a, b)}"

@@ -126,8 +126,21 @@ class Learner:
             "trained_tokens": int(batch.response_mask.sum()),
         }
         agg: dict[str, list[float]] = {}
+        norm = None
+        if single_pass and not self.job.use_kl_loss and self.job.entropy_coeff == 0:
+            # A sequence whose advantage is 0 adds nothing to the gradient here, only its tokens to the loss's
+            # divisor: the update passes over the others alone, divided as the whole batch would be (same step).
+            keep = (batch.advantages != 0).any(-1)
+            metrics["sequences_without_signal"] = int((~keep).sum())
+            norm = loss_norm(batch.response_mask)
+            batch = batch.select(keep.nonzero().squeeze(-1))
+        if len(batch) == 0:
+            self._zero_gradient_step()
+            metrics.update(_aggregated(agg))
+            metrics["update_s"] = time.perf_counter() - t0
+            return metrics
         cap = tis_cap(self.job, lagged)
-        old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg, cap)
+        old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg, cap, norm)
         gap = (old_logp - batch.rollout_logprobs).abs()  # the engine's numbers vs the trainer's, same tokens
         metrics["logprob_gap"] = masked_mean(gap, batch.response_mask)
         metrics["logprob_gap_max"] = masked_max(gap, batch.response_mask)
@@ -143,6 +156,7 @@ class Learner:
         seed: int,
         agg: Any,
         cap: Optional[float],
+        norm: Optional[dict[str, int]] = None,
     ) -> torch.Tensor:
         """`ppo_epochs` passes over `mini_batch_num` mini-batches (a seeded shuffle); returns the old log-probs (the
         first pass's, when there is one pass only)."""
@@ -158,6 +172,7 @@ class Learner:
                     None if ref_logp is None else ref_logp[idx_d],
                     agg,
                     cap,
+                    norm,
                 )
                 if single_pass:
                     old_logp = old
@@ -177,11 +192,13 @@ class Learner:
         ref_logp: Optional[torch.Tensor],
         agg: dict[str, list[float]],
         cap: Optional[float],
+        norm: Optional[dict[str, int]] = None,
     ) -> torch.Tensor:
         """One optimizer step over `mb`, its gradients accumulated over micro-batches (`cap`: the behaviour-policy
-        correction's, None: off); returns the log-probs it computed before stepping (detached)."""
+        correction's, None: off; `norm`: the loss's divisors when `mb` is part of the batch they count, else its
+        own); returns the log-probs it computed before stepping (detached)."""
         self.optimizer.zero_grad(set_to_none=True)
-        norm, logps, parts = loss_norm(mb.response_mask), [], []
+        norm, logps, parts = norm or loss_norm(mb.response_mask), [], []
         for idx in micro_batches(len(mb), mb.input_ids.shape[1], self.job.micro_batch_tokens):
             idx = idx.to(self.device)
             part = mb.select(idx)
@@ -203,6 +220,14 @@ class Learner:
         for k, v in m.items():
             agg.setdefault(k, []).append(v)
         return torch.cat(logps)
+
+    def _zero_gradient_step(self) -> None:
+        """The step of a batch without any signal: a zero gradient, which AdamW still steps on (its momentum moves
+        the weights as it would have after a pass over the batch)."""
+        for p in self.params:
+            p.grad = torch.zeros_like(p)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _micro_loss(
         self,
