@@ -70,7 +70,8 @@ def gguf_path(spec: PackagedModel) -> Path:
         path = Path(folder) / spec.gguf_file
         if path.is_file():
             return path
-    raise ModelPackageMissing(f"the package '{spec.package}' that ships {spec.gguf_file} is not installed: {INSTALL_HINT}")
+    missing = f"the package '{spec.package}' that ships {spec.gguf_file} is not installed"
+    raise ModelPackageMissing(f"{missing}: {INSTALL_HINT}")
 
 
 def _folder_hash(spec: PackagedModel, gguf: Path) -> str:
