@@ -4,7 +4,8 @@ tutorial/example_tool_agent, through `ajet-swarm start` (its defaults), arm agai
 Arms (same task, model, LoRA rank, learning rate, group size and seeds):
 - `exact`: the swarm with exact token history (the default);
 - `rendered`: the swarm with `token_history="rendered"` (every call re-rendered from its messages' text).
-Each (arm, seed) starts a fresh swarm, scores the held-out questions (greedy eval episodes), trains for `--minutes`,
+Each (arm, seed) starts a fresh swarm (`ajet-swarm start`'s defaults, but for `--threads`: the trainer gets every
+core, since it is the whole load on the machine during an update), scores the held-out questions (greedy eval episodes), trains for `--minutes`,
 and scores them again. One row per (arm, seed): the held-out score before and after, the reward of every step
 against its step and its wall time, the time to `--target` (a step's mean reward), and the CPU seconds of the whole
 swarm (proxy, trainer, engine) and the client per trained token. Then one row per arm (the seeds' means) and one
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -61,7 +63,7 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, root: Path) -> dict[s
         ["--minutes", str(args.minutes), "--seed", str(seed), "--task-seed", str(seed), "--token-history", arm,
          "--experiment", f"real-{arm}-{seed}"]
     )  # fmt: skip
-    with launched_swarm(root / f"{arm}-{seed}", timeout=900) as url:
+    with launched_swarm(root / f"{arm}-{seed}", "--threads", str(args.threads), timeout=900) as url:
         roll_args.swarm_url = url
         cpu0 = cpu_seconds()
         report = asyncio.run(agent_roll.run(roll_args))
@@ -119,6 +121,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0, help="training time of each run")
     ap.add_argument("--arms", nargs="+", choices=["exact", "rendered"], default=["exact", "rendered"])
     ap.add_argument("--target", type=float, default=0.7, help="a step's mean reward the time-to-target waits for")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the trainer's torch threads")
     args = ap.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
     t0 = time.monotonic()
