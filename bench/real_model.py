@@ -4,12 +4,13 @@ tutorial/example_tool_agent, through `ajet-swarm start`, arm against arm in one 
 Arms (same task, model, LoRA rank, learning rate, group size and seeds):
 - `exact`: the swarm with exact token history (the default);
 - `rendered`: the swarm with `token_history="rendered"` (every call re-rendered from its messages' text).
-Each (arm, seed) starts a fresh swarm (`ajet-swarm start`'s defaults, but for `--threads`: the trainer gets every
-core, since it is the whole load on the machine during an update), scores the held-out questions (greedy eval
-episodes), trains for `--minutes`, and scores them again. One row per (arm, seed): the held-out score before and
-after, the reward of every step against its step and its wall time, the time to `--target` (a step's mean reward), and the CPU seconds of the whole
-swarm (proxy, trainer, engine) and the client per trained token. Then one row per arm (the seeds' means) and one
-row comparing the arms: the reward at equal steps and at equal wall time, and the ratio of the times to the target.
+
+Each (arm, seed) starts a fresh swarm (`ajet-swarm start`'s defaults but `--threads`: the trainer gets every core,
+as it is the whole load of the machine during an update), scores the held-out questions (greedy eval episodes),
+trains for `--minutes`, and scores them again. One row per (arm, seed): the held-out score before and after, the
+reward of every step against its step and its wall time, the time to `--target` (a step's mean reward), and the CPU
+seconds of the whole swarm and the client per trained token. Then one row per arm (the seeds' means) and one row
+comparing the arms: the reward at equal steps and at equal wall time, and the ratio of the times to the target.
 
 Usage: python -m bench.real_model [--seeds 0 1 2] [--minutes 30] [--arms exact rendered]
 """
