@@ -130,6 +130,7 @@ def test_verl_composed_config_passes_verls_own_validation(job, tmp_path):
     a = cfg.actor_rollout_ref
     assert a.actor.use_dynamic_bsz and a.ref.log_prob_use_dynamic_bsz
     assert a.actor.ppo_max_token_len_per_gpu >= job.max_prompt_length + job.max_response_length
+    assert a.actor.ppo_max_token_len_per_gpu >= job.micro_batch_tokens  # the job's micro-batches, verl's way
     assert cfg.critic.enable is False and a.model.lora.merge is (job.lora_rank > 0)
 
 
