@@ -7,7 +7,8 @@ Arms (same task, model, LoRA rank, learning rate, group size and seeds):
 
 Each (arm, seed) starts a fresh swarm (`ajet-swarm start`'s defaults but `--threads`: the trainer gets every core,
 as it is the whole load of the machine during an update), scores the held-out questions (greedy eval episodes),
-trains for `--minutes`, and scores them again. One row per (arm, seed): the held-out score before and after, the
+trains for `--minutes`, and scores them again; the trained model is exported (merged) and its held-out score taken
+again on a fresh swarm serving the exported folder. One row per (arm, seed): the held-out score before and after, the
 reward of every step against its step and its wall time, the time to `--target` (a step's mean reward), and the CPU
 seconds of the whole swarm and the client per trained token. Then one row per arm (the seeds' means) and one row
 comparing the arms: the reward at equal steps and at equal wall time, and the ratio of the times to the target.
@@ -21,14 +22,19 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
+import openai
 import psutil
 
+from ajet import AsyncSwarmClient
+from ajet.types import ExperimentState
 from ajet.utils.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from bench.results import emit
@@ -36,6 +42,7 @@ from bench.results import emit
 apply_offline_env()
 
 from tutorial.example_tool_agent import agent_roll  # noqa: E402
+from tutorial.example_tool_agent.tasks import split_tasks  # noqa: E402
 
 BENCH = "real_model"
 
@@ -58,23 +65,63 @@ def time_to(steps: list[dict[str, float]], target: float) -> Optional[float]:
     return next((s["seconds"] for s in steps if s["reward"] >= target), None)
 
 
+async def wait_offline(url: str) -> None:
+    """Until the experiment is OFFLINE again: its final checkpoint is written."""
+    client = AsyncSwarmClient(url)
+    while (await client.get_engine_status()).state != ExperimentState.OFFLINE:
+        await asyncio.sleep(1)
+    await client.aclose()
+
+
+def export(run_root: Path) -> Path:
+    """The run's last checkpoint as a merged model folder (`ajet-trainer export-model --merge-lora`)."""
+    out = run_root / "exported"
+    trainer = Path(sys.executable).with_name("ajet-trainer")
+    subprocess.run([str(trainer), "export-model", "--experiment-dir", str(run_root / "experiment"), "--out", str(out),
+                    "--merge-lora"], check=True, capture_output=True)  # fmt: skip
+    return out
+
+
+async def exported_score(url: str, folder: Path, roll_args: argparse.Namespace) -> float:
+    """The held-out score of the exported folder, served by a fresh swarm's engine (transformers) as a plain model."""
+    job = agent_roll.make_job(roll_args).model_copy(update={"model": str(folder), "lora_rank": 0})
+    client = AsyncSwarmClient(url)
+    base = openai.AsyncOpenAI(base_url=url, api_key="unused", http_client=openai.DefaultAioHttpClient())
+    try:
+        await client.auto_sync_train_config_and_start_engine(job.model_copy(update={"experiment_name": "exported"}))
+        score = await agent_roll.held_out_score(client, base, split_tasks(roll_args.task_seed)[1])
+        await client.stop_engine()
+    finally:
+        await client.aclose()
+        await base.close()
+    return score
+
+
 def run_arm(arm: str, seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    """One fresh swarm, one tutorial run on it; the (arm, seed) row."""
+    """One fresh swarm, one tutorial run on it, then its export scored on another; the (arm, seed) row."""
     roll_args = agent_roll.parser().parse_args(
         ["--minutes", str(args.minutes), "--seed", str(seed), "--task-seed", str(seed), "--token-history", arm,
          "--experiment", f"real-{arm}-{seed}"]
     )  # fmt: skip
-    with launched_swarm(root / f"{arm}-{seed}", "--threads", str(args.threads), timeout=900) as url:
+    run_root = root / f"{arm}-{seed}"
+    with launched_swarm(run_root, "--threads", str(args.threads), timeout=900) as url:
         roll_args.swarm_url = url
         cpu0 = cpu_seconds()
         report = asyncio.run(agent_roll.run(roll_args))
         cpu = cpu_seconds() - cpu0
+        asyncio.run(wait_offline(url))
+    with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
+        exported = asyncio.run(exported_score(url, export(run_root), roll_args))
     tokens = sum(s.get("trained_tokens", 0.0) for s in report.steps)
     row = {"figure": "run", "arm": arm, "seed": seed, **asdict(report)}
     row.update(
         rise=round(report.held_out_after - report.held_out_before, 4), time_to_target=time_to(report.steps, args.target)
     )
-    row.update(cpu_s=round(cpu, 1), cpu_s_per_trained_token=round(cpu / tokens, 5) if tokens else None)
+    row.update(
+        held_out_exported=exported,
+        cpu_s=round(cpu, 1),
+        cpu_s_per_trained_token=round(cpu / tokens, 5) if tokens else None,
+    )
     return row
 
 
