@@ -33,11 +33,12 @@ from typing import Any, Optional
 import openai
 import psutil
 
-from ajet import AsyncSwarmClient
+from ajet import AsyncSwarmClient, SwarmClient
 from ajet.types import ExperimentState
 from ajet.utils.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from bench.results import emit
+from tests.support.rolling import wait_state
 
 apply_offline_env()
 
@@ -63,14 +64,6 @@ def cpu_seconds() -> float:
 def time_to(steps: list[dict[str, float]], target: float) -> Optional[float]:
     """Seconds of training until the first step whose mean reward reaches `target` (None: never)."""
     return next((s["seconds"] for s in steps if s["reward"] >= target), None)
-
-
-async def wait_offline(url: str) -> None:
-    """Until the experiment is OFFLINE again: its final checkpoint is written."""
-    client = AsyncSwarmClient(url)
-    while (await client.get_engine_status()).state != ExperimentState.OFFLINE:
-        await asyncio.sleep(1)
-    await client.aclose()
 
 
 def export(run_root: Path) -> Path:
@@ -109,7 +102,8 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, root: Path) -> dict[s
         cpu0 = cpu_seconds()
         report = asyncio.run(agent_roll.run(roll_args))
         cpu = cpu_seconds() - cpu0
-        asyncio.run(wait_offline(url))
+        with SwarmClient(url) as client:  # the final checkpoint is written once the experiment is OFFLINE
+            wait_state(client, ExperimentState.OFFLINE, timeout=300)
     with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
         exported = asyncio.run(exported_score(url, export(run_root), roll_args))
     tokens = sum(s.get("trained_tokens", 0.0) for s in report.steps)

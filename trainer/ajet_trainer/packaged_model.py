@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ajet.utils.runtime import model_cache_root
 from ajet_trainer.chat_templates.chatml import SMOLLM2_STYLE
@@ -98,6 +99,12 @@ def _convert(spec: PackagedModel, gguf: Path, dest: Path) -> None:
     cfg = model.generation_config
     cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = ends, ends[1], None
     cfg.do_sample, cfg.top_k, cfg.top_p = True, 0, 1.0
+    save_model_folder(dest, model, tokenizer)
+
+
+def save_model_folder(dest: Path, model: Any, tokenizer: Any) -> None:
+    """Save `model` and `tokenizer` as the cache folder `dest`, atomically: written beside it, then renamed, so a
+    concurrent creator never sees a half-written folder (the built-in models are saved the same way)."""
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

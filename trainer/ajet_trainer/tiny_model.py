@@ -26,8 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from typing import Any
 from ajet.utils.runtime import model_cache_root
 from ajet_trainer.chat_templates import CHAR_TEMPLATE, FAMILIES
 from ajet_trainer.errors import ModelFolderNotFound
-from ajet_trainer.packaged_model import PACKAGED, packaged_model_path
+from ajet_trainer.packaged_model import PACKAGED, packaged_model_path, save_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -172,13 +170,7 @@ def _create(name: str, dest: Path) -> None:
     model.generation_config = GenerationConfig(
         eos_token_id=ends, pad_token_id=tokenizer.pad_token_id, do_sample=True, top_k=0, top_p=1.0
     )
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        tmp.rename(dest)  # atomic: concurrent creators never see a half-written folder
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race; its copy is identical
+    save_model_folder(dest, model, tokenizer)
 
 
 def builtin_model_path(spec: str) -> Path:

@@ -132,8 +132,9 @@ class Learner:
             # divisor: the update passes over the others alone, divided as the whole batch would be (same step).
             keep = (batch.advantages != 0).any(-1)
             metrics["sequences_without_signal"] = int((~keep).sum())
-            norm = loss_norm(batch.response_mask)
-            batch = batch.select(keep.nonzero().squeeze(-1))
+            if not keep.all():
+                norm = loss_norm(batch.response_mask)
+                batch = batch.select(keep.nonzero().squeeze(-1))
         if len(batch) == 0:
             self._zero_gradient_step()
             metrics.update(_aggregated(agg))
