@@ -1,19 +1,24 @@
 """A real model learns a real agentic task: SmolLM2-135M-Instruct and the calculator agent of
-tutorial/example_tool_agent, through `ajet-swarm start`, arm against arm in one run.
+tutorial/example_tool_agent, arm against arm in one run.
 
 Arms (same task, model, LoRA rank, learning rate, group size and seeds):
-- `exact`: the swarm with exact token history (the default);
-- `rendered`: the swarm with `token_history="rendered"` (every call re-rendered from its messages' text).
+- `exact`: the swarm (`ajet-swarm start`) with exact token history (the default);
+- `rendered`: the swarm with `token_history="rendered"` (every call re-rendered from its messages' text);
+- `trl`: TRL's GRPOTrainer with the same tool, in-process (bench/real_model_trl.py says what is the same and what
+  TRL cannot do: force the first turn's tool call).
 
-Each (arm, seed) starts a fresh swarm (`ajet-swarm start`'s defaults but `--threads`: the trainer gets every core,
-as it is the whole load of the machine during an update), scores the held-out questions (greedy eval episodes),
-trains for `--minutes`, and scores them again; the trained model is exported (merged) and its held-out score taken
-again on a fresh swarm serving the exported folder. One row per (arm, seed): the held-out score before and after, the
-reward of every step against its step and its wall time, the time to `--target` (a step's mean reward), and the CPU
-seconds of the whole swarm and the client per trained token. Then one row per arm (the seeds' means) and one row
-comparing the arms: the reward at equal steps and at equal wall time, and the ratio of the times to the target.
+Each swarm arm starts a fresh swarm (`ajet-swarm start`'s defaults but `--threads`: the trainer gets every core, as
+it is the whole load of the machine during an update) and trains for `--minutes`; the TRL arm trains as long in this
+process. The held-out questions are scored (greedy eval episodes of the tutorial's agent, through a swarm) before
+training (once per seed, by its first arm: every arm starts from the same model) and after: on the swarm arm's own
+swarm, and for the TRL arm on a fresh swarm serving its merged model. `--export-arms` are also exported (merged) and
+their held-out score taken again on a fresh swarm serving the export. One row per (arm, seed): the held-out score
+before and after, the reward of every step against its step and its wall time, the time to `--target` (a step's
+mean reward), and the CPU seconds (this process and every process under it) per trained token during training.
+Then one row per arm (the seeds' means) and one row comparing the arms: the reward at equal steps and at equal wall
+time, and the ratio of the times to the target.
 
-Usage: python -m bench.real_model [--seeds 0 1 2] [--minutes 30] [--arms exact rendered]
+Usage: python -m bench.real_model [--seeds 0 1 2] [--minutes 30] [--arms exact rendered trl]
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
 
 import openai
 import psutil
@@ -37,15 +43,18 @@ from ajet import AsyncSwarmClient, SwarmClient
 from ajet.types import ExperimentState
 from ajet.utils.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
+from ajet_trainer.tiny_model import builtin_model_path
 from bench.results import emit
 from tests.support.rolling import wait_state
 
 apply_offline_env()
 
 from tutorial.example_tool_agent import agent_roll  # noqa: E402
+from tutorial.example_tool_agent.agent_roll import RunReport  # noqa: E402
 from tutorial.example_tool_agent.tasks import split_tasks  # noqa: E402
 
 BENCH = "real_model"
+ARMS = ["exact", "rendered", "trl"]
 
 
 def cpu_seconds() -> float:
@@ -75,47 +84,93 @@ def export(run_root: Path) -> Path:
     return out
 
 
-async def exported_score(url: str, folder: Path, roll_args: argparse.Namespace) -> float:
-    """The held-out score of the exported folder, served by a fresh swarm's engine (transformers) as a plain model."""
-    job = agent_roll.make_job(roll_args).model_copy(update={"model": str(folder), "lora_rank": 0})
+@asynccontextmanager
+async def clients(url: str) -> AsyncIterator[tuple[AsyncSwarmClient, openai.AsyncOpenAI]]:
+    """The swarm's client and the agent's OpenAI client (one connection pool), closed at the end."""
     client = AsyncSwarmClient(url)
     base = openai.AsyncOpenAI(base_url=url, api_key="unused", http_client=openai.DefaultAioHttpClient())
     try:
-        await client.auto_sync_train_config_and_start_engine(job.model_copy(update={"experiment_name": "exported"}))
-        score = await agent_roll.held_out_score(client, base, split_tasks(roll_args.task_seed)[1])
-        await client.stop_engine()
+        yield client, base
     finally:
         await client.aclose()
         await base.close()
+
+
+async def folder_score(url: str, folder: Path, roll_args: argparse.Namespace, name: str) -> float:
+    """The held-out score of a model folder (no adapter), served by the swarm at `url` as a plain model."""
+    job = agent_roll.make_job(roll_args).model_copy(update={"model": str(folder), "lora_rank": 0})
+    async with clients(url) as (client, base):
+        await client.auto_sync_train_config_and_start_engine(job.model_copy(update={"experiment_name": name}))
+        score = await agent_roll.held_out_score(client, base, split_tasks(roll_args.task_seed)[1])
+        await client.stop_engine()
     return score
 
 
-def run_arm(arm: str, seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    """One fresh swarm, one tutorial run on it, then its export scored on another; the (arm, seed) row."""
-    roll_args = agent_roll.parser().parse_args(
-        ["--minutes", str(args.minutes), "--seed", str(seed), "--task-seed", str(seed), "--token-history", arm,
-         "--experiment", f"real-{arm}-{seed}"]
+async def swarm_run(roll_args: argparse.Namespace, before: Optional[float]) -> tuple[RunReport, float]:
+    """The tutorial's run (score, train, score) on the swarm at `roll_args.swarm_url`, the CPU seconds of its
+    training (swarm and client); the score before is taken only when `before` is None (it is the same base model)."""
+    _, held_out = split_tasks(roll_args.task_seed)
+    report = RunReport()
+    async with clients(roll_args.swarm_url) as (client, base):
+        await client.auto_sync_train_config_and_start_engine(agent_roll.make_job(roll_args), force_restart=True)
+        report.held_out_before = await agent_roll.held_out_score(client, base, held_out) if before is None else before
+        cpu0 = cpu_seconds()
+        await agent_roll.train(client, base, roll_args, report)
+        cpu = cpu_seconds() - cpu0
+        report.held_out_after = await agent_roll.held_out_score(client, base, held_out)
+        await client.stop_engine()
+    return report, cpu
+
+
+def roll_args_of(arm: str, seed: int, args: argparse.Namespace) -> argparse.Namespace:
+    """The tutorial's options for one (arm, seed): the same for every arm but the token history."""
+    return agent_roll.parser().parse_args(
+        ["--minutes", str(args.minutes), "--seed", str(seed), "--task-seed", str(seed),
+         "--token-history", "rendered" if arm == "rendered" else "exact", "--experiment", f"real-{arm}-{seed}"]
     )  # fmt: skip
-    run_root = root / f"{arm}-{seed}"
+
+
+def run_swarm_arm(arm: str, seed: int, args: argparse.Namespace, root: Path, before: Optional[float]) -> dict:
+    """One fresh swarm, one tutorial run on it, then (for `--export-arms`) its export scored on another."""
+    roll_args, run_root = roll_args_of(arm, seed, args), root / f"{arm}-{seed}"
     with launched_swarm(run_root, "--threads", str(args.threads), timeout=900) as url:
         roll_args.swarm_url = url
-        cpu0 = cpu_seconds()
-        report = asyncio.run(agent_roll.run(roll_args))
-        cpu = cpu_seconds() - cpu0
+        report, cpu = asyncio.run(swarm_run(roll_args, before))
         with SwarmClient(url) as client:  # the final checkpoint is written once the experiment is OFFLINE
             wait_state(client, ExperimentState.OFFLINE, timeout=300)
-    with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
-        exported = asyncio.run(exported_score(url, export(run_root), roll_args))
-    tokens = sum(s.get("trained_tokens", 0.0) for s in report.steps)
-    row = {"figure": "run", "arm": arm, "seed": seed, **asdict(report)}
+    row = {"figure": "run", "arm": arm, "seed": seed, **asdict(report), "held_out_before_measured": before is None}
+    if arm in args.export_arms:
+        with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
+            row["held_out_exported"] = asyncio.run(folder_score(url, export(run_root), roll_args, "exported"))
+    return finish_row(row, report.steps, cpu, args)
+
+
+def run_trl_arm(seed: int, args: argparse.Namespace, root: Path, before: Optional[float]) -> dict:
+    """TRL trains in this process (bench/real_model_trl.py); its merged model is scored by a fresh swarm."""
+    from bench.real_model_trl import train_trl
+
+    roll_args, folder = roll_args_of("trl", seed, args), root / f"trl-{seed}-merged"
+    model_path = builtin_model_path(agent_roll.MODEL)
+    cpu0, t0 = cpu_seconds(), time.monotonic()
+    steps = train_trl(model_path, roll_args, args.threads, folder)
+    cpu, seconds = cpu_seconds() - cpu0, time.monotonic() - t0
+    measured = before is None
+    with launched_swarm(root / f"trl-{seed}-eval", "--threads", str(args.threads), timeout=900) as url:
+        if before is None:
+            before = asyncio.run(folder_score(url, model_path, roll_args, "base"))
+        after = asyncio.run(folder_score(url, folder, roll_args, "trained"))
+    row = {"figure": "run", "arm": "trl", "seed": seed, "held_out_before": before, "held_out_after": after,
+           "steps": steps, "train_seconds": round(seconds, 1), "held_out_before_measured": measured}  # fmt: skip
+    return finish_row(row, steps, cpu, args)
+
+
+def finish_row(row: dict[str, Any], steps: list[dict[str, float]], cpu: float, args: argparse.Namespace) -> dict:
+    """The figures every run row carries: the rise, the time to the target, CPU seconds per trained token."""
+    tokens = sum(s.get("trained_tokens", 0.0) for s in steps)
     row.update(
-        rise=round(report.held_out_after - report.held_out_before, 4), time_to_target=time_to(report.steps, args.target)
+        rise=round(row["held_out_after"] - row["held_out_before"], 4), time_to_target=time_to(steps, args.target)
     )
-    row.update(
-        held_out_exported=exported,
-        cpu_s=round(cpu, 1),
-        cpu_s_per_trained_token=round(cpu / tokens, 5) if tokens else None,
-    )
+    row.update(cpu_s=round(cpu, 1), cpu_s_per_trained_token=round(cpu / tokens, 5) if tokens else None)
     return row
 
 
@@ -150,10 +205,10 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     row: dict[str, Any] = {"figure": "compare", "arms": arms, "equal_steps": steps, "equal_seconds": seconds}
     row["reward_at_equal_steps"] = {a: round(at_step(runs[a], steps), 4) for a in arms}
     row["reward_at_equal_seconds"] = {a: round(at_seconds(runs[a], seconds), 4) for a in arms}
-    mean_t = {a: [r["time_to_target"] for r in runs[a]] for a in arms}
-    if all(t is not None for ts in mean_t.values() for t in ts):
-        first = statistics.fmean(mean_t[arms[0]])
-        row["time_to_target_ratio"] = {a: round(statistics.fmean(mean_t[a]) / first, 3) for a in arms}
+    times = {a: [r["time_to_target"] for r in runs[a]] for a in arms}
+    mean_t = {a: statistics.fmean(ts) if all(t is not None for t in ts) else None for a, ts in times.items()}
+    first = mean_t[arms[0]]  # an arm whose seeds did not all reach the target has no ratio (None)
+    row["time_to_target_ratio"] = {a: round(t / first, 3) if t and first else None for a, t in mean_t.items()}
     emit(BENCH, row)
 
 
@@ -161,16 +216,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--minutes", type=float, default=30.0, help="training time of each run")
-    ap.add_argument("--arms", nargs="+", choices=["exact", "rendered"], default=["exact", "rendered"])
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=ARMS)
+    ap.add_argument("--export-arms", nargs="*", choices=ARMS[:2], default=["exact"],
+                    help="swarm arms whose trained model is also exported and scored on a fresh swarm")  # fmt: skip
     ap.add_argument("--target", type=float, default=0.7, help="a step's mean reward the time-to-target waits for")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the trainer's torch threads")
     args = ap.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="real-model-") as tmp:
-        for seed in args.seeds:  # arms interleaved per seed: a slow spell of the machine hits both
+        for seed in args.seeds:  # arms interleaved per seed: a slow spell of the machine hits every arm
+            before: Optional[float] = None  # the base model's held-out score, taken by the seed's first arm
             for arm in args.arms:
-                row = run_arm(arm, seed, args, Path(tmp))
+                if arm == "trl":
+                    row = run_trl_arm(seed, args, Path(tmp), before)
+                else:
+                    row = run_swarm_arm(arm, seed, args, Path(tmp), before)
+                before = row["held_out_before"]
                 emit(BENCH, row)
                 runs[arm].append(row)
     summarise(runs, args.target)

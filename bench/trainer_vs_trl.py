@@ -130,9 +130,11 @@ async def _ajet_steps(
 
 
 # ---------------------------------------------------------------------- TRL
-def cpu_grpo_trainer(path: Path, rows: list[dict], reward, out_dir: Path, **config):
-    """TRL's GRPOTrainer on the CPU for a built-in model folder: no saving, reporting or progress output, one log
-    per step, sampling at temperature 1; `config`: the GRPOConfig fields a bench sets itself."""
+def cpu_grpo_trainer(path: Path, rows: list[dict], reward, out_dir: Path, *, trainer_cls=None, tokenizer=None,
+                     trainer_kwargs: dict | None = None, **config):  # fmt: skip
+    """TRL's GRPOTrainer (or `trainer_cls`, a subclass) on the CPU for a built-in model folder: no saving, reporting
+    or progress output, one log per step, sampling at temperature 1; `config`: the GRPOConfig fields a bench sets
+    itself, `trainer_kwargs` the trainer's own (tools, peft_config); `tokenizer` replaces the folder's."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -142,12 +144,13 @@ def cpu_grpo_trainer(path: Path, rows: list[dict], reward, out_dir: Path, **conf
         gradient_accumulation_steps=1, temperature=1.0, top_p=1.0, logging_steps=1, gradient_checkpointing=False,
         dataloader_num_workers=0, disable_tqdm=True, **config,
     )  # fmt: skip
-    trainer = GRPOTrainer(
+    trainer = (trainer_cls or GRPOTrainer)(
         model=AutoModelForCausalLM.from_pretrained(path),
         reward_funcs=reward,
         args=cfg,
         train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(path),
+        processing_class=tokenizer or AutoTokenizer.from_pretrained(path),
+        **(trainer_kwargs or {}),
     )
     trainer.remove_callback(PrinterCallback)  # keep stdout to our JSON lines
     return trainer
