@@ -13,39 +13,11 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
+from ajet.storable import EpisodeUuid, check_storable, unstorable
 from ajet.template_verdict import TemplateVerdict
 from ajet.wire import AnswerModel, WireModel
 
 EpisodeType = Literal["train", "eval"]
-
-
-def unstorable(value: Any, path: str) -> Optional[str]:
-    """Why JSON `value` (at dotted `path`) cannot be stored as sent, else None. Both databases of the store must
-    keep it: PostgreSQL refuses a NUL character in text and a non-finite number in JSON, which SQLite takes, so
-    one client's value would otherwise fail the transaction it shares with others."""
-    stack: list[tuple[str, Any]] = [(path, value)]
-    while stack:
-        where, v = stack.pop()
-        if isinstance(v, str) and "\x00" in v:
-            return f"{where}: a NUL character (\\u0000) cannot be stored"
-        if isinstance(v, float) and not math.isfinite(v):
-            return f"{where}: {v} is not a finite number"
-        if isinstance(v, dict):
-            for k, item in v.items():
-                if isinstance(k, str) and "\x00" in k:
-                    return f"{where}: a key with a NUL character (\\u0000) cannot be stored"
-                stack.append((f"{where}.{k}", item))
-        elif isinstance(v, (list, tuple)):
-            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
-    return None
-
-
-def _storable(value: Any, path: str) -> Any:
-    """A field validator's body: `value` unchanged, or the ValueError that names what cannot be stored."""
-    why = unstorable(value, path)
-    if why is not None:
-        raise ValueError(why)
-    return value
 
 
 class ExperimentState(str, Enum):
@@ -181,7 +153,7 @@ class SyncTrainConfigRequest(WireModel):
     @field_validator("job", mode="before")
     @classmethod
     def _storable_job(cls, v: Any) -> Any:
-        return _storable(v, "job")
+        return check_storable(v, "job")
 
 
 class AutoSyncRequest(WireModel):
@@ -193,7 +165,7 @@ class AutoSyncRequest(WireModel):
     @field_validator("job", mode="before")
     @classmethod
     def _storable_job(cls, v: Any) -> Any:
-        return _storable(v, "job")
+        return check_storable(v, "job")
 
     force_restart: StrictBool = False
     """Stop the engine first, whatever it is doing (a JSON boolean: 0 and "yes" are refused)."""
@@ -216,7 +188,7 @@ class BeginEpisodeRequest(WireModel):
     @field_validator("mission", mode="before")
     @classmethod
     def _storable_mission(cls, v: Any) -> Any:
-        return _storable(v, "mission")
+        return check_storable(v, "mission")
 
 
 class EpisodeContinuation(AnswerModel):
@@ -264,7 +236,7 @@ class EpisodeOutcome(WorkflowOutput):
 class EndEpisodeRequest(WireModel):
     """Body of `POST /swarm/end_episode`."""
 
-    episode_uuid: str = Field(min_length=1)
+    episode_uuid: EpisodeUuid
     """The episode to end."""
     task: Task
     """The task the episode ran; its `task_id` is the GRPO group."""
@@ -274,7 +246,16 @@ class EndEpisodeRequest(WireModel):
     @field_validator("task", "workflow_output")
     @classmethod
     def _storable_parts(cls, v: BaseModel, info: ValidationInfo) -> BaseModel:
-        _storable(v.model_dump(), str(info.field_name))  # after each part's own checks (a NaN reward names reward)
+        check_storable(v.model_dump(), str(info.field_name))  # after each part's own checks (a NaN reward names reward)
+        return v
+
+    @field_validator("task", "workflow_output", mode="before")
+    @classmethod
+    def _keys_as_sent(cls, v: Any, info: ValidationInfo) -> Any:
+        """Keys are checked as sent: validating `dict[str, Any]` rewrites a lone surrogate in a key (as U+FFFD)."""
+        why = unstorable(v, str(info.field_name), keys_only=True)
+        if why is not None:
+            raise ValueError(why)
         return v
 
     @property
@@ -288,7 +269,7 @@ class EndEpisodeRequest(WireModel):
 class EpisodeUuidRequest(WireModel):
     """Body of `POST /swarm/abort_episode`."""
 
-    episode_uuid: str = Field(min_length=1)
+    episode_uuid: EpisodeUuid
     """The episode to act on."""
 
 

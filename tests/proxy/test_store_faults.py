@@ -31,6 +31,8 @@ from tests.support.rolling import ensure_rolling
 from tests.support.stores import a_call
 from tests.support.stub_proxy import proxy_on_stub
 
+JSON = {"Content-Type": "application/json"}
+
 
 def _end_body(uuid: str, task: dict, reward: float = 1.0) -> dict:
     return {"episode_uuid": uuid, "task": task, "workflow_output": {"reward": reward}}
@@ -59,16 +61,30 @@ def _begin_and_call(client: SwarmClient, proxy_url: str) -> str:
         ({"task_id": "a\u0000b"}, "task.task_id"),
         ({"task_id": "t", "metadata": {"answer": "x\u0000"}}, "task.metadata.answer"),
         ({"task_id": "t", "metadata": {"k\u0000": 1}}, "task.metadata"),
+        # a lone surrogate in a key: validation would rewrite it (as U+FFFD) and store another key than the one sent
+        ({"task_id": "t", "metadata": {"k\ud800": 1}}, "task.metadata"),
+        ({"task_id": "t", "metadata": {"deep": [{"\udc00": 1}]}}, "task.metadata.deep[0]"),
     ],
 )
 def test_a_nul_character_is_refused_naming_where(tmp_path: Path, task: dict, field: str):
     with proxy_on_stub(tmp_path, "nul") as sp:
         uuid = _begin_and_call(sp.client, sp.proxy.url)
         cid = {CLIENT_HEADER: sp.client.client_id}
-        r = httpx.post(f"{sp.proxy.url}/swarm/end_episode", json=_end_body(uuid, task), headers=cid)
+        body = json.dumps(_end_body(uuid, task))  # ASCII escapes: a lone surrogate is sent as JSON allows it
+        r = httpx.post(f"{sp.proxy.url}/swarm/end_episode", content=body, headers={**cid, **JSON})
         assert r.status_code == 422, r.text
         assert r.json()["error"] == "InvalidRequest" and field in r.json()["detail"]
         assert sp.store.get_episode(uuid).status.value == "open"  # nothing was written
+
+
+def test_a_lone_surrogate_in_a_metadata_value_is_kept_as_sent(tmp_path: Path):
+    with proxy_on_stub(tmp_path, "surrogate") as sp:
+        uuid = _begin_and_call(sp.client, sp.proxy.url)
+        body = json.dumps(_end_body(uuid, {"task_id": "t", "metadata": {"answer": "x\ud800y"}}))  # ASCII: \ud800
+        headers = {**JSON, CLIENT_HEADER: sp.client.client_id}
+        r = httpx.post(f"{sp.proxy.url}/swarm/end_episode", content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        assert sp.store.get_episode(uuid).metadata["task"]["metadata"] == {"answer": "x\ud800y"}
 
 
 def test_non_finite_numbers_and_long_client_ids_are_refused(tmp_path: Path):
@@ -95,6 +111,34 @@ def pg_url():
     require_postgres()
     with postgres.postgres_url() as url:
         yield url
+
+
+MALFORMED_UUIDS = ["a\u0000b", "../a", "a b", "x" * 65, ""]
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_a_malformed_episode_uuid_is_refused_before_any_store_is_asked(tmp_path: Path, db: str, request):
+    """A NUL in a uuid used to reach PostgreSQL, whose refusal became a 503 the SDK retried for a minute."""
+    url = (
+        sqlite_url(tmp_path / "u.db")
+        if db == "sqlite"
+        else postgres.fresh_database(request.getfixturevalue("pg_url"), "uuids")
+    )
+    proxy = start_proxy(tmp_path, url)
+    try:
+        for bad in MALFORMED_UUIDS:
+            for path in ("abort_episode", "can_continue_episode", "get_episode"):
+                r = httpx.post(f"{proxy.url}/swarm/{path}", json={"episode_uuid": bad}, timeout=30)
+                assert r.status_code == 422 and r.json()["fields"] == ["episode_uuid"], (path, bad, r.text)
+            r = httpx.post(f"{proxy.url}/swarm/end_episode", json=_end_body(bad, {"task_id": "t"}), timeout=30)
+            assert r.status_code == 422 and r.json()["fields"] == ["episode_uuid"], (bad, r.text)
+        assert httpx.get(f"{proxy.url}/explore/episodes/a%00b", timeout=30).status_code == 404
+        r = httpx.post(f"{proxy.url}/swarm/get_episode", json={"episode_uuid": "0" * 32}, timeout=30)
+        assert r.status_code == 404 and r.json()["error"] == "EpisodeNotFound", r.text  # well formed, unknown
+        r = httpx.post(f"{proxy.url}/swarm/can_continue_episode", json={"episode_uuid": "0" * 32}, timeout=30)
+        assert r.status_code == 200 and r.json()["can_continue"] is False, r.text
+    finally:
+        proxy.close()
 
 
 def test_a_value_postgresql_refuses_fails_only_its_own_call_record(pg_url: str):

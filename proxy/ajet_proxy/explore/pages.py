@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ajet.errors import EpisodeNotFound
+from ajet.storable import EPISODE_UUID_PATTERN
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.charts import charts
 from ajet_proxy.explore.tokens import load_token_text, token_cells, tokenizer_folder
@@ -93,6 +95,8 @@ class Pages:
         """One episode: each call's messages and answer, and each trained sequence token by token."""
         store, uuid = self.store(), request.path_params["uuid"]
         try:
+            if not re.fullmatch(EPISODE_UUID_PATTERN, uuid):  # names no episode; PostgreSQL would refuse a NUL
+                raise EpisodeNotFound(uuid)
             ep = store.get_episode(uuid)
         except EpisodeNotFound:
             return self._render("missing.html", 404, what=f"episode {uuid!r}")
