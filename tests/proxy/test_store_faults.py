@@ -223,6 +223,26 @@ def _silence_the_trainer(store: Store, seconds: float) -> None:
         c.execute(experiments.update().values(trainer_heartbeat=time.time() - seconds))
 
 
+def test_a_stopped_trainer_without_an_engine_is_named_unresponsive_once_its_heartbeat_is_old(tmp_path: Path):
+    """A cleanly stopped trainer withdraws its engine: the proxy said "no engine is registered" (NotReady) before it
+    looked at the heartbeat, so `trainer_max_silence` never applied and a begin waited out its hour."""
+    with proxy_on_stub(tmp_path, "stopped") as sp:
+        sp.store.remove_engines()
+        deadline = time.monotonic() + 30
+        while True:  # the proxy sees the engine gone (it re-reads the store before refusing)
+            r = httpx.post(f"{sp.proxy.url}/swarm/begin_episode", json={}, timeout=30)
+            if r.status_code == 503 and "no engine" in r.json()["detail"]:
+                break
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.2)
+        _silence_the_trainer(sp.store, TRAINER_TIMEOUT_S + 5)
+        r = httpx.post(f"{sp.proxy.url}/swarm/begin_episode", json={}, timeout=30)
+        assert r.status_code == 503 and r.json()["error"] == "TrainerUnresponsive", r.text
+        client = SwarmClient(sp.proxy.url, verbose=False, trainer_max_silence=1.0)
+        with pytest.raises(TrainerUnresponsive, match="no engine registered"):
+            client.begin_episode()  # bounded by trainer_max_silence, not begin_episode_max_wait
+
+
 def test_a_silent_trainer_ends_the_wait_of_begin_episode(tmp_path: Path):
     with proxy_on_stub(tmp_path, "silent") as sp:
         _silence_the_trainer(sp.store, TRAINER_TIMEOUT_S + 5)
