@@ -251,6 +251,11 @@ class AgentJetJob(BaseModel):
             raise ValueError("max_prompt_length + max_response_length must be <= max_model_len")
         return self
 
+    @property
+    def uses_lora(self) -> bool:
+        """Whether the job trains a LoRA adapter (`lora_rank > 0`) rather than every weight of the model."""
+        return self.lora_rank > 0
+
     # ------------------------------------------------------------------ YAML
     def dump_job_as_yaml(self, path: Union[str, Path]) -> Path:
         """Write every field under `ajet:` and the verl overrides under `verl:` (dotted keys of verl's

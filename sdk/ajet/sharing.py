@@ -37,7 +37,7 @@ def beside_conflict(
     differs, either job fine-tunes the whole model (which owns the box), or the swarm's trainer trains one experiment
     only (`trainer_alone`, its reason)."""
     shared = [f for f in job_differences(running, other) if f in SHARED]
-    full = [experiment_of(j) for j in (running, other) if j.lora_rank == 0]
+    full = [experiment_of(j) for j in (running, other) if not j.uses_lora]
     if not shared and not full and trainer_alone is None:
         return None
     parts = []

@@ -37,7 +37,7 @@ def lora_config(job: AgentJetJob) -> "LoraConfig":
 def load_policy(
     model_path: str, job: AgentJetJob, device: str, adapter: str = "default"
 ) -> tuple[PolicyModel, Tokenizer]:
-    """Model and tokenizer from a local folder; LoRA-wrapped when `job.lora_rank > 0` (the adapter named `adapter`)."""
+    """Model and tokenizer from a local folder; LoRA-wrapped when `job.uses_lora` (the adapter named `adapter`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     configure_hf_progress()  # transformers' loading bar at a terminal, none in logs
@@ -47,7 +47,7 @@ def load_policy(
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
-    if job.lora_rank > 0:
+    if job.uses_lora:
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(job), adapter_name=adapter)

@@ -28,7 +28,7 @@ def adapter_name(experiment_slug: str) -> str:
 def shares_base(job: AgentJetJob, opts: TrainerOptions) -> bool:
     """Whether the job trains on a shared base: a LoRA adapter, synchronous, on the embedded backend and engine
     (`opts` resolved)."""
-    return opts.backend == "embedded" and opts.engine == "embedded" and job.lora_rank > 0 and job.max_staleness == 0
+    return opts.backend == "embedded" and opts.engine == "embedded" and job.uses_lora and job.max_staleness == 0
 
 
 class SharedBases:

@@ -83,7 +83,7 @@ class Learner:
             self.params = adapter_parameters(model, adapter)
         self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
         self.cfg = loss_config(job.clip_ratio, job.clip_ratio_high)
-        self.lora = job.lora_rank > 0
+        self.lora = job.uses_lora
         self.ref_model: Optional[PolicyModel] = None
         if job.use_kl_loss and not self.lora:  # LoRA's reference is the same model with the adapter off
             self.ref_model = copy.deepcopy(model).requires_grad_(False)

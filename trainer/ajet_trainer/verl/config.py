@@ -85,7 +85,7 @@ def job_overrides(job: AgentJetJob) -> dict[str, Any]:
                 "algorithm.rollout_correction.rollout_is_threshold": cap,
             }
         )
-    if job.lora_rank > 0:
+    if job.uses_lora:
         targets = job.lora_target_modules
         out.update(
             {

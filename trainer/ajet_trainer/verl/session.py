@@ -76,7 +76,7 @@ CPU_OVERRIDES = [
 
 def session_overrides(job: AgentJetJob, exp_dir: Path, hybrid: bool = True, cpu: bool = False) -> list[str]:
     """What the swarm fixes in verl's config whatever the user's file says (after it, so these win)."""
-    merge = ["actor_rollout_ref.model.lora.merge=true"] if job.lora_rank > 0 and hybrid else []
+    merge = ["actor_rollout_ref.model.lora.merge=true"] if job.uses_lora and hybrid else []
     return [
         *(CPU_OVERRIDES if cpu else []),
         "actor_rollout_ref.rollout.mode=async",

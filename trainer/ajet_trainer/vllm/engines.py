@@ -107,7 +107,7 @@ def start_vllm_engines(
     """vLLM engines serving `model_path` with the weights of `step`: a LoRA job's adapters on the servers it shares
     with the trainer's other LoRA experiments (`servers`, the trainer's registry; experiment `slug`), else servers of
     its own (full fine-tuning of a model with tied embeddings is refused: `refuse_tied_full_reload`)."""
-    lora = job.lora_rank > 0
+    lora = job.uses_lora
     if not lora:
         refuse_tied_full_reload(model, model_path)
     settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
@@ -143,7 +143,7 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
     if sleep and cpu:
         logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
         sleep = False
-    alone = sleep or job.partial_rollouts or job.lora_rank == 0  # the servers pause for this job's updates
+    alone = sleep or job.partial_rollouts or not job.uses_lora  # the servers pause for this job's updates
     return VllmSettings(
         python=find_vllm_python(opts.vllm_python),
         experiments=1 if alone else max(1, opts.vllm_max_experiments),
