@@ -133,12 +133,13 @@ def roll_args_of(arm: str, seed: int, args: argparse.Namespace) -> argparse.Name
 def run_swarm_arm(arm: str, seed: int, args: argparse.Namespace, root: Path, before: Optional[float]) -> dict:
     """One fresh swarm, one tutorial run on it, then (for `--export-arms`) its export scored on another."""
     roll_args, run_root = roll_args_of(arm, seed, args), root / f"{arm}-{seed}"
-    with launched_swarm(run_root, "--threads", str(args.threads), timeout=900) as url:
+    with launched_swarm(run_root, "--threads", str(args.threads), "--engine", args.engine, timeout=900) as url:
         roll_args.swarm_url = url
         report, cpu = asyncio.run(swarm_run(roll_args, before))
         with SwarmClient(url) as client:  # the final checkpoint is written once the experiment is OFFLINE
             wait_state(client, ExperimentState.OFFLINE, timeout=300)
-    row = {"figure": "run", "arm": arm, "seed": seed, **asdict(report), "held_out_before_measured": before is None}
+    row = {"figure": "run", "arm": arm, "seed": seed, "engine": args.engine, **asdict(report),
+           "held_out_before_measured": before is None}  # fmt: skip
     if arm in args.export_arms:
         with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
             row["held_out_exported"] = asyncio.run(folder_score(url, export(run_root), roll_args, "exported"))
@@ -217,11 +218,21 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--minutes", type=float, default=30.0, help="training time of each run")
     ap.add_argument("--arms", nargs="+", choices=ARMS, default=ARMS)
-    ap.add_argument("--export-arms", nargs="*", choices=ARMS[:2], default=["exact"],
-                    help="swarm arms whose trained model is also exported and scored on a fresh swarm")  # fmt: skip
+    ap.add_argument(
+        "--export-arms",
+        nargs="*",
+        choices=ARMS[:2],
+        default=None,
+        help="swarm arms whose trained model is also exported and scored on a fresh swarm (default: exact; "
+        "none with --engine vllm, which does not serve a tied-embedding model without an adapter)",
+    )
+    engine_help = "the swarm arms' engine (`ajet-swarm start --engine`; vllm: the CPU build in .venv-vllm)"
+    ap.add_argument("--engine", choices=["embedded", "vllm"], default="embedded", help=engine_help)
     ap.add_argument("--target", type=float, default=0.7, help="a step's mean reward the time-to-target waits for")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the trainer's torch threads")
     args = ap.parse_args()
+    if args.export_arms is None:
+        args.export_arms = ["exact"] if args.engine == "embedded" else []
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="real-model-") as tmp:
