@@ -32,6 +32,7 @@ from ajet_trainer.embedded.server import EmbeddedEngine  # noqa: E402
 from ajet_trainer.policy import load_policy  # noqa: E402
 from ajet_trainer.tiny_model import resolve_model_path  # noqa: E402
 from ajet_trainer.types import EpisodeSample, TrainSequence  # noqa: E402
+from scripts.proxy_share import stamp  # noqa: E402
 
 
 async def _ask(url: str, n: int, max_tokens: int) -> list[dict]:
@@ -77,7 +78,8 @@ def main() -> None:
     learner = Learner(model, tok, job)
     engine = EmbeddedEngine(model, tok, max_tokens_cap=args.max_tokens)
     url = engine.start()
-    emit = lambda **kw: print(json.dumps({"device": args.device, "model": args.model, **kw}), flush=True)  # noqa: E731
+    stamped = stamp(args.device)  # each row carries the commit, date, machine, torch and device, written here
+    emit = lambda **kw: print(json.dumps({"device": args.device, "model": args.model, **kw, **stamped}), flush=True)  # noqa: E731
     try:
         for step in range(args.steps):
             t0 = time.perf_counter()

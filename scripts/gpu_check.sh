@@ -10,11 +10,12 @@
 # 2. `scripts/proxy_share.py`: a random Qwen2.5-0.5B-shaped model in bf16 (no download), the embedded engine's
 #    tokens/s with 64 concurrent agents direct, then through ajet-proxy with episode keys and logging, and the
 #    proxy's share of the difference (goal: under 2%).
-# 3. The embedded trainer's GPU step, where it can run: it needs verl's `core_algos`, which imports Ray; on a box
-#    without Ray one JSON line says so instead (what it would take: the advantage and loss functions vendored, or
-#    verl's module importable without Ray).
+# 3. The embedded trainer's GPU step: it needs verl's `core_algos`, which imports Ray (verl/__init__.py ->
+#    verl/protocol.py, and core_algos -> verl.workers.config -> verl.utils.profiler -> verl.single_controller, each
+#    `import ray`). On a box without Ray one JSON line says so and the check fails (exit 3): a part that does not
+#    run never passes.
 # One JSON line per figure, also appended to --out, and last a verdict line ({"figure": "verdict", "pass": ...}):
-# any step that fails fails the script. Budget: 8 minutes, so that one rerun fits in 15.
+# any part that fails or does not run fails the script. Budget: 8 minutes, so that one rerun fits in 15.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -51,7 +52,8 @@ $PY scripts/proxy_share.py --device "$DEVICE" --model "$MODEL" --out "$OUT" "${R
 if $PY -c "import ray, verl.trainer.ppo.core_algos" 2>/dev/null; then
   STEP_MODEL=$MODEL; [ "$STEP_MODEL" = "qwen2.5-0.5b-shape" ] && STEP_MODEL=builtin:small
   $PY scripts/gpu_check.py --device "$DEVICE" --model "$STEP_MODEL" --steps 2 | tee -a "$OUT"
-else
+else  # a part that cannot run fails the check: a skipped part never passes
   line='{"bench": "gpu_check", "figure": "trainer_step", "skipped": "verl.trainer.ppo.core_algos imports ray, which this box lacks: the embedded trainer step needs Ray installed, or verl'"'"'s advantage and loss functions importable without it"}'
   echo "$line" | tee -a "$OUT"
+  exit 3
 fi

@@ -7,22 +7,26 @@ the same agents through `ajet-proxy` with episode keys and every call logged. Ru
 `qwen2.5-0.5b-shape` is a random model of Qwen2.5-0.5B's shape (24 layers, hidden 896, 14 heads / 2 KV heads,
 151,936 tokens, tied embeddings) in bf16, built here without a download; its tokenizer is the built-in BPE one
 padded with added tokens to the same vocabulary, so every sampled id decodes. Each agent makes `--calls` calls
-of `--max-tokens` tokens in one growing conversation (the token history's path). One JSON line per figure, also
-appended to `--out`; the goal is a proxy share under 2% of tokens/s.
+of `--max-tokens` tokens in one growing conversation (the token history's path); direct and proxied runs are
+repeated `--repeats` times, interleaved, and reported as median and range. One JSON line per figure, stamped with
+the commit, date, machine, torch and device, also appended to `--out`; the goal is a proxy share under 2% of
+tokens/s. The share is signed: a negative one says the proxied runs were faster, which is noise of that size.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ajet.utils.runtime import apply_offline_env  # noqa: E402
@@ -37,6 +41,7 @@ from ajet.types import ExperimentState  # noqa: E402
 from ajet_store import Store, sqlite_url  # noqa: E402
 from ajet_store.types import RegisteredEngine  # noqa: E402
 from ajet_trainer.embedded.server import EmbeddedEngine  # noqa: E402
+from bench.results import commit, machine  # noqa: E402
 
 QWEN_SHAPE = "qwen2.5-0.5b-shape"
 ENGINE_KEY = "gpu-check-engine-key"
@@ -126,20 +131,39 @@ def rolling(store: Store, engine_url: str, api_key: str, model: str) -> None:
     store.heartbeat()
 
 
-def main() -> None:
+def stamp(device: str) -> dict[str, Any]:
+    """What every row of this script carries, written by the script itself: the commit (`-dirty` for a changed
+    checkout), the date, the machine, torch's version and the device's name."""
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else machine()
+    return {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine(),
+            "torch": torch.__version__, "device_name": name}  # fmt: skip
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """The median of repeated measurements and their range, signed as measured (never clamped)."""
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--model", default=QWEN_SHAPE)
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3, help="direct and proxied runs, interleaved")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device visible")
+    stamped = stamp(args.device)
 
     def emit(**kw: Any) -> None:
-        line = json.dumps({"bench": "proxy_share", "device": args.device, "model": args.model, **kw})
+        line = json.dumps({"bench": "proxy_share", "device": args.device, "model": args.model, **kw, **stamped})
         print(line, flush=True)
         if args.out:
             with open(args.out, "a") as f:
@@ -149,38 +173,52 @@ def main() -> None:
     model, tok = load(args.model, args.device)
     emit(figure="load_s", value=round(time.perf_counter() - t0, 2))
     engine = EmbeddedEngine(model, tok, max_tokens_cap=args.max_tokens, api_key=ENGINE_KEY)
+    try:
+        measure(engine, args, emit)
+    finally:
+        engine.stop()
+
+
+def measure(engine: EmbeddedEngine, args: argparse.Namespace, emit: Callable[..., None]) -> None:
+    """Tokens/s direct and through a proxy, `--repeats` times each, interleaved (a slow spell hits both), and the
+    proxy's share of the difference: per repeat and of the medians, signed (a negative share is measured noise)."""
     url = engine.start()
     work = Path(tempfile.mkdtemp(prefix="ajet-gpu-check-"))
     db = sqlite_url(work / "store.db")
-    store = Store(db)
-    proxy: Optional[subprocess.Popen] = None
+    store, proxy = Store(db), None
     try:
         asyncio.run(_warm(url))
         engine_keys = [ENGINE_KEY] * args.agents  # direct calls carry the engine's key, as the proxy's do
         asyncio.run(agents(url, args.agents, 1, args.max_tokens, engine_keys))  # warm the batch shapes
-        tokens, secs = asyncio.run(agents(url, args.agents, args.calls, args.max_tokens, engine_keys))
-        direct = tokens / secs
-        emit(figure="direct", agents=args.agents, calls=args.calls, tokens=tokens, seconds=round(secs, 2),
-             tokens_per_s=round(direct, 1), max_batch_seen=engine.batcher.stats["max_batch_seen"])  # fmt: skip
         rolling(store, url, ENGINE_KEY, args.model)
         proxy, purl = start_proxy(db, work)
         time.sleep(0.5)  # the proxy reads the experiment's row every 0.2 s
         keys = [_begin(purl) for _ in range(args.agents)]
-        tokens, secs = asyncio.run(agents(purl + "/v1", args.agents, args.calls, args.max_tokens, keys))
-        proxied = tokens / secs
+        direct, proxied = [], []
+        for _ in range(args.repeats):
+            direct.append(_rate(url, engine_keys, args))
+            proxied.append(_rate(purl + "/v1", keys, args))
         logged = sum(len(store.calls(e.uuid)) for e in store.episodes())
-        emit(figure="through_proxy", agents=args.agents, calls=args.calls, tokens=tokens, seconds=round(secs, 2),
-             tokens_per_s=round(proxied, 1), calls_logged=logged)  # fmt: skip
-        emit(figure="proxy_share", value=round(max(0.0, (direct - proxied) / direct), 4), goal=0.02)
+        emit(figure="direct", agents=args.agents, calls=args.calls, tokens_per_s=spread(direct),
+             max_batch_seen=engine.batcher.stats["max_batch_seen"])  # fmt: skip
+        emit(figure="through_proxy", agents=args.agents, calls=args.calls, tokens_per_s=spread(proxied),
+             calls_logged=logged)  # fmt: skip
+        shares = [(d - p) / d for d, p in zip(direct, proxied)]
+        value = (statistics.median(direct) - statistics.median(proxied)) / statistics.median(direct)
+        emit(figure="proxy_share", value=round(value, 4), per_repeat=spread(shares), repeats=args.repeats, goal=0.02)
         if args.device.startswith("cuda"):
             emit(figure="max_memory_gb", value=round(torch.cuda.max_memory_allocated() / 2**30, 2))
-        assert logged == args.agents * args.calls, f"{logged} calls logged of {args.agents * args.calls}"
+        assert logged == args.agents * args.calls * args.repeats, f"{logged} calls logged"
     finally:
         if proxy is not None:
             proxy.terminate()
             proxy.wait(30)
-        engine.stop()
         store.close()
+
+
+def _rate(url: str, keys: list[str], args: argparse.Namespace) -> float:
+    tokens, secs = asyncio.run(agents(url, args.agents, args.calls, args.max_tokens, keys))
+    return tokens / secs
 
 
 async def _warm(url: str) -> None:

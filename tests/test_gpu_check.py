@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from packaging.requirements import Requirement
@@ -74,25 +75,45 @@ def test_the_wheel_list_covers_what_the_proxy_and_the_engine_need():
         assert md.version(name)
 
 
+def _dry_run(out: Path, *flags: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--model", "builtin:tiny",
+         "--agents", "8", "--calls", "2", "--max-tokens", "8", "--out", str(out), *flags],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PY": sys.executable, **(env or {})}, cwd=REPO,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
     out = tmp_path / "gpu_check.jsonl"
-    env = {**os.environ, "PY": sys.executable}
-    res = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--model", "builtin:tiny",
-         "--agents", "8", "--calls", "2", "--max-tokens", "8", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=REPO,
-    )  # fmt: skip
+    res = _dry_run(out, "--repeats", "2")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     figures = {line.get("figure"): line for line in lines if line.get("bench") in ("proxy_share", "gpu_check")}
-    assert {"direct", "through_proxy", "proxy_share", "trainer_step"} <= set(figures) or (
-        {"direct", "through_proxy", "proxy_share"} <= set(figures) and any("update_s" in line for line in lines)
-    ), lines
-    assert figures["direct"]["tokens_per_s"] > 0 and figures["through_proxy"]["calls_logged"] == 16
-    assert 0.0 <= figures["proxy_share"]["value"] < 1.0
+    assert {"direct", "through_proxy", "proxy_share"} <= set(figures) and any("update_s" in line for line in lines)
+    assert figures["direct"]["tokens_per_s"]["median"] > 0 and figures["through_proxy"]["calls_logged"] == 32
+    share = figures["proxy_share"]
+    assert -1.0 < share["value"] < 1.0 and share["repeats"] == 2  # signed as measured, never clamped
+    assert share["per_repeat"]["min"] <= share["per_repeat"]["median"] <= share["per_repeat"]["max"]
+    for line in lines[:-1]:  # every row stamped by the script itself
+        assert {"commit", "date", "machine", "torch", "device_name"} <= set(line), line
     assert lines[-1] == {"bench": "gpu_check", "figure": "verdict", "pass": True, "exit": 0}
     assert json.loads(res.stdout.strip().splitlines()[-1])["pass"] is True
+
+
+@pytest.mark.slow
+def test_a_part_that_does_not_run_fails_the_verdict(tmp_path: Path):
+    """The first GPU run passed while its trainer step was skipped (no Ray on the box): a skipped part is a failed
+    check. Here `import ray` fails as it does on that box (a module of that name that raises ImportError)."""
+    fake = tmp_path / "no_ray"
+    fake.mkdir()
+    (fake / "ray.py").write_text("raise ImportError('no Ray on this box')\n")
+    out = tmp_path / "gpu_check.jsonl"
+    res = _dry_run(out, "--repeats", "1", "--agents", "2", "--calls", "1", env={"PYTHONPATH": str(fake)})
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    skipped = [line for line in lines if line.get("figure") == "trainer_step"]
+    assert skipped and "ray" in skipped[0]["skipped"], lines
+    assert res.returncode == 3 and lines[-1] == {"bench": "gpu_check", "figure": "verdict", "pass": False, "exit": 3}
 
 
 def test_a_failing_step_fails_the_check_with_its_verdict(tmp_path: Path):
