@@ -8,23 +8,26 @@ Arms (same task, model, LoRA rank, learning rate, group size and seeds):
   TRL cannot do: force the first turn's tool call).
 
 Each swarm arm starts a fresh swarm (`ajet-swarm start`'s defaults but `--threads`: the trainer gets every core, as
-it is the whole load of the machine during an update) and trains for `--minutes`; the TRL arm trains as long in this
-process. The held-out questions are scored (greedy eval episodes of the tutorial's agent, through a swarm) before
-training (once per seed, by its first arm: every arm starts from the same model) and after: on the swarm arm's own
-swarm, and for the TRL arm on a fresh swarm serving its merged model. `--export-arms` are also exported (merged) and
-their held-out score taken again on a fresh swarm serving the export. One row per (arm, seed): the held-out score
-before and after, the reward of every step against its step and its wall time, the time to `--target` (a step's
-mean reward), and the CPU seconds (this process and every process under it) per trained token during training.
-Then one row per arm (the seeds' means) and one row comparing the arms: the reward at equal steps and at equal wall
-time, and the ratio of the times to the target.
+it is the whole load of the machine during an update) and trains for `--minutes`; the TRL arm trains as long in a
+process of its own. The held-out questions are scored (greedy eval episodes of the tutorial's agent, through a
+swarm) before training (once per seed, by its first arm: every arm starts from the same model) and after: on the
+swarm arm's own swarm, and for the TRL arm on a fresh swarm serving its merged model. `--export-arms` are also
+exported (merged) and their held-out score taken again on a fresh swarm serving the export.
 
-Usage: python -m bench.real_model [--seeds 0 1 2] [--minutes 30] [--arms exact rendered trl]
+One row per (arm, seed): the held-out score before and after, the reward of every step against its step and its
+wall time, the time to `--target` (a step's mean reward), and the CPU seconds (this process and every process under
+it) per trained token during training. Then one row per arm (the seeds' means) and one row comparing the arms: the
+reward at equal steps and at equal wall time, and the ratio of the times to the target.
+
+Usage: python -m bench.real_model [--seeds 0 1 2] [--minutes 30] [--arms exact rendered trl] [--engine vllm]
+       python -m bench.real_model --summarise COMMIT [COMMIT ...]   # the arm and compare rows of stored run rows
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -147,14 +150,16 @@ def run_swarm_arm(arm: str, seed: int, args: argparse.Namespace, root: Path, bef
 
 
 def run_trl_arm(seed: int, args: argparse.Namespace, root: Path, before: Optional[float]) -> dict:
-    """TRL trains in this process (bench/real_model_trl.py); its merged model is scored by a fresh swarm."""
-    from bench.real_model_trl import train_trl
-
+    """TRL trains in a process of its own (bench/real_model_trl.py: its memory, 14 GB after a run here, goes back
+    when it ends); its merged model is scored by a fresh swarm."""
     roll_args, folder = roll_args_of("trl", seed, args), root / f"trl-{seed}-merged"
     model_path = builtin_model_path(agent_roll.MODEL)
-    cpu0, t0 = cpu_seconds(), time.monotonic()
-    steps = train_trl(model_path, roll_args, args.threads, folder)
-    cpu, seconds = cpu_seconds() - cpu0, time.monotonic() - t0
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "bench.real_model_trl", "--model", str(model_path), "--out", str(folder),
+           "--threads", str(args.threads), "--minutes", str(args.minutes), "--seed", str(seed)]  # fmt: skip
+    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    trained = json.loads(done.stdout.strip().splitlines()[-1])  # its last line: the steps and its CPU seconds
+    steps, cpu, seconds = trained["steps"], trained["cpu_s"], time.monotonic() - t0
     measured = before is None
     with launched_swarm(root / f"trl-{seed}-eval", "--threads", str(args.threads), timeout=900) as url:
         if before is None:
@@ -204,6 +209,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     steps = min(len(r["steps"]) for rows in runs.values() for r in rows)
     seconds = min(r["steps"][-1]["seconds"] for rows in runs.values() for r in rows)
     row: dict[str, Any] = {"figure": "compare", "arms": arms, "equal_steps": steps, "equal_seconds": seconds}
+    row["seeds"] = {a: [r["seed"] for r in runs[a]] for a in arms}
     row["reward_at_equal_steps"] = {a: round(at_step(runs[a], steps), 4) for a in arms}
     row["reward_at_equal_seconds"] = {a: round(at_seconds(runs[a], seconds), 4) for a in arms}
     times = {a: [r["time_to_target"] for r in runs[a]] for a in arms}
@@ -211,6 +217,18 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     first = mean_t[arms[0]]  # an arm whose seeds did not all reach the target has no ratio (None)
     row["time_to_target_ratio"] = {a: round(t / first, 3) if t and first else None for a, t in mean_t.items()}
     emit(BENCH, row)
+
+
+def rows_of(commits: list[str], arms: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The run rows of `arms` in bench/results/real_model.jsonl written at `commits` (one run cut short and one that
+    finished its seeds, say), each (arm, seed) once: the last row of it."""
+    path = Path(__file__).resolve().parent / "results" / f"{BENCH}.jsonl"
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("figure") == "run" and row.get("commit") in commits and row["arm"] in arms:
+            last[(row["arm"], row["seed"])] = row
+    return {arm: [r for (a, _), r in sorted(last.items()) if a == arm] for arm in arms}
 
 
 def main() -> None:
@@ -230,9 +248,15 @@ def main() -> None:
     ap.add_argument("--engine", choices=["embedded", "vllm"], default="embedded", help=engine_help)
     ap.add_argument("--target", type=float, default=0.7, help="a step's mean reward the time-to-target waits for")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the trainer's torch threads")
+    ap.add_argument("--summarise", nargs="+", metavar="COMMIT",
+                    help="run nothing: the arm and compare rows of the run rows written at these commits")  # fmt: skip
     args = ap.parse_args()
     if args.export_arms is None:
         args.export_arms = ["exact"] if args.engine == "embedded" else []
+    if args.summarise:
+        runs = rows_of(args.summarise, args.arms)
+        summarise(runs, args.target)
+        return
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="real-model-") as tmp:

@@ -16,6 +16,7 @@ fresh swarm, the tutorial's agent with its forced first call, greedy), so the th
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,26 @@ def train_trl(model_path: Path, roll_args: argparse.Namespace, threads: int, out
     merged = trainer.model.merge_and_unload()
     save_model_folder(out, merged, AutoTokenizer.from_pretrained(model_path))
     return steps
+
+
+def main() -> None:
+    """One TRL run, as bench.real_model starts it: its last line is JSON, the steps and this process's CPU seconds."""
+    from tutorial.example_tool_agent import agent_roll
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--model", type=Path, required=True, help="the model folder")
+    ap.add_argument("--out", type=Path, required=True, help="where the merged model is saved")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--minutes", type=float, required=True)
+    ap.add_argument("--seed", type=int, default=0, help="the sampling seed and which questions are trained")
+    args = ap.parse_args()
+    roll_args = agent_roll.parser().parse_args(
+        ["--minutes", str(args.minutes), "--seed", str(args.seed), "--task-seed", str(args.seed)]
+    )
+    steps = train_trl(args.model, roll_args, args.threads, args.out)
+    cpu = time.process_time()
+    print(json.dumps({"steps": steps, "cpu_s": round(cpu, 1)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
