@@ -194,7 +194,7 @@ def at_seconds(rows: list[dict[str, Any]], seconds: float) -> float:
 def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     """One row per arm, then the arms compared at equal steps and equal wall time."""
     for arm, rows in runs.items():
-        times = [r["time_to_target"] for r in rows]
+        times = [time_to(r["steps"], target) for r in rows]
         emit(BENCH, {
             "figure": "arm", "arm": arm, "seeds": [r["seed"] for r in rows],
             "held_out_before": statistics.fmean(r["held_out_before"] for r in rows),
@@ -212,7 +212,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     row["seeds"] = {a: [r["seed"] for r in runs[a]] for a in arms}
     row["reward_at_equal_steps"] = {a: round(at_step(runs[a], steps), 4) for a in arms}
     row["reward_at_equal_seconds"] = {a: round(at_seconds(runs[a], seconds), 4) for a in arms}
-    times = {a: [r["time_to_target"] for r in runs[a]] for a in arms}
+    times = {a: [time_to(r["steps"], target) for r in runs[a]] for a in arms}
     mean_t = {a: statistics.fmean(ts) if all(t is not None for t in ts) else None for a, ts in times.items()}
     first = mean_t[arms[0]]  # an arm whose seeds did not all reach the target has no ratio (None)
     row["time_to_target_ratio"] = {a: round(t / first, 3) if t and first else None for a, t in mean_t.items()}
