@@ -22,13 +22,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def commit() -> str:
-    """The short commit of the checkout the bench runs from, `-dirty` when tracked files differ from it."""
+    """The short commit of the checkout the bench runs from, `-dirty` when tracked files other than the results
+    differ from it."""
     repo = RESULTS.parent.parent
     try:
         sha = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD"], capture_output=True).returncode
+        # rows appended by a run are not a change of the code that wrote them
+        exclude = f":(exclude){RESULTS.relative_to(repo)}"
+        dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD", "--", ".", exclude],
+                               capture_output=True).returncode  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{sha}-dirty" if dirty else sha
