@@ -210,6 +210,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     seconds = min(r["steps"][-1]["seconds"] for rows in runs.values() for r in rows)
     row: dict[str, Any] = {"figure": "compare", "arms": arms, "equal_steps": steps, "equal_seconds": seconds}
     row["seeds"] = {a: [r["seed"] for r in runs[a]] for a in arms}
+    row["target"] = target
     row["reward_at_equal_steps"] = {a: round(at_step(runs[a], steps), 4) for a in arms}
     row["reward_at_equal_seconds"] = {a: round(at_seconds(runs[a], seconds), 4) for a in arms}
     times = {a: [time_to(r["steps"], target) for r in runs[a]] for a in arms}
