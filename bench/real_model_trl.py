@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tutorial.example_tool_agent.agent_run import MAX_TOKENS, MAX_TURNS, SYSTEM, compute_reward
+from tutorial.example_tool_agent.agent_run import MAX_TOKENS, MAX_TURNS, compute_reward, opening
 from tutorial.example_tool_agent.calculator import calculate
 from tutorial.example_tool_agent.tasks import split_tasks
 
@@ -55,11 +55,7 @@ def final_answer_reward(completions: list[list[dict[str, Any]]], answer: list[st
 def dataset_rows(task_seed: int) -> list[dict[str, Any]]:
     """The training questions as TRL's conversational prompts, each with its answer (the reward's column)."""
     train, _ = split_tasks(task_seed)
-    return [
-        {"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": t.main_query}],
-         "answer": t.metadata["answer"]}
-        for t in train
-    ]  # fmt: skip
+    return [{"prompt": opening(t), "answer": t.metadata["answer"]} for t in train]
 
 
 def _trainer_class() -> type:

@@ -52,13 +52,18 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()}"
 
 
+def stamp() -> dict[str, str]:
+    """What every results row carries, written by the code that measured it: commit, date, machine, command line."""
+    return {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine(),
+            "command": " ".join(["python", *sys.argv])}  # fmt: skip
+
+
 class Results:
     """The rows of one bench run: `emit` prints a figure and appends it, stamped with the run's commit and date."""
 
     def __init__(self, bench: str):
         self.path = RESULTS / f"{bench}.jsonl"
-        self.stamp = {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine()}
-        self.stamp["command"] = " ".join(["python", *sys.argv])
+        self.stamp = stamp()
         self.record = os.environ.get("AJET_BENCH_RESULTS", "1") != "0"
 
     def emit(self, row: dict[str, Any]) -> None:

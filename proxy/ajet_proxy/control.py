@@ -57,7 +57,7 @@ from ajet_proxy.stats import (
 from ajet_store import BeginEpisode, EndEpisode, StoreWriteFailed
 from ajet_store.batch_policy import mission_limit
 from ajet_store.counters import NO_CALLS
-from ajet_store.episodes import trainer_silence
+from ajet_store.episodes import refuse_if_silent
 from ajet_store.types import EpisodeRow
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,8 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
     if not s.router.engines:  # re-read first: an engine registered since the last poll is not refused
         await s.in_episode_thread(s.refresh_experiment)
         if not s.router.engines:
-            _refuse_if_the_trainer_is_silent(s)  # a stopped trainer's engine is gone too: say which, the SDK bounds it
+            # a stopped trainer's engine is gone too: say it is silent, which the SDK bounds (trainer_max_silence)
+            refuse_if_silent(s.experiment, time.time(), also=" and no engine registered")
             raise NotReady(
                 "no engine is registered (the trainer is starting, or down); retry",
                 state=s.experiment.state.value,
@@ -177,18 +178,6 @@ def _open_episodes(s: ExperimentHost) -> list[OpenEpisode]:
     if not s.config.shared:
         return s.open_episodes.snapshot()
     return [open_from_row(row, row.calls_reserved) for row in s.store.episodes(status=EpisodeStatus.OPEN)]
-
-
-def _refuse_if_the_trainer_is_silent(s: ExperimentHost) -> None:
-    """`TrainerUnresponsive` when the experiment's trainer heartbeat is older than the store's timeout, as a begin
-    with an engine would get from the store (so `SwarmClient.trainer_max_silence` bounds the wait either way)."""
-    silent = trainer_silence(s.experiment, time.time())
-    if silent is not None:
-        raise TrainerUnresponsive(
-            f"no trainer heartbeat for {silent:.0f}s and no engine registered: the trainer is down or restarting",
-            state=s.experiment.state.value,
-            silent_s=silent,
-        )
 
 
 def _blame_the_store(s: ExperimentHost, silent: TrainerUnresponsive) -> None:

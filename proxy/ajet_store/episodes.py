@@ -59,6 +59,17 @@ def trainer_silence(exp: ExperimentRow, now: float) -> Optional[float]:
     return age if age > TRAINER_TIMEOUT_S else None
 
 
+def refuse_if_silent(exp: ExperimentRow, now: float, also: str = "") -> None:
+    """`TrainerUnresponsive` when `trainer_silence` says the trainer is silent (`also`: what else the caller saw)."""
+    silent = trainer_silence(exp, now)
+    if silent is not None:
+        raise TrainerUnresponsive(
+            f"no trainer heartbeat for {silent:.0f}s{also}: the trainer is down or restarting",
+            state=exp.state.value,
+            silent_s=silent,
+        )
+
+
 class EpisodeOps(Database):
     """Episode life cycle and reads."""
 
@@ -269,13 +280,7 @@ def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, ta
             return _rekey(c, known, b, now)
     if exp.state != ExperimentState.ROLLING:
         raise NotReady(f"episodes begin only in ROLLING; the experiment is {exp.state.value}", state=exp.state.value)
-    silent = trainer_silence(exp, now)
-    if silent is not None:
-        raise TrainerUnresponsive(
-            f"no trainer heartbeat for {silent:.0f}s: the trainer is down or restarting",
-            state=exp.state.value,
-            silent_s=silent,
-        )
+    refuse_if_silent(exp, now)
     _admit(c, exp)
     c.execute(
         _INSERT_EPISODE,

@@ -66,14 +66,15 @@ def _scored(task: Task, final: str, calls: int) -> WorkflowOutput:
     )
 
 
-def _opening(task: Task) -> list[dict[str, Any]]:
+def opening(task: Task) -> list[dict[str, Any]]:
+    """An episode's first messages: the system prompt and the question."""
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.main_query}]
 
 
 async def solve(client: openai.AsyncOpenAI, task: Task, temperature: float = 1.0) -> WorkflowOutput:
     """One episode's loop on `client` (its base URL and key the episode's), sampling with the task's
     `metadata["seed"]` when it has one."""
-    messages, final, calls = _opening(task), "", 0
+    messages, final, calls = opening(task), "", 0
     for turn in range(MAX_TURNS):
         req = _request(messages, turn, temperature, task.metadata.get("seed"))
         message = (await client.chat.completions.create(**req)).choices[0].message
