@@ -104,3 +104,39 @@ def test_the_engine_never_sees_more_of_an_experiments_calls_at_once_than_its_cap
         proxy.close()
         stub.close()
         store.close()
+
+
+def test_a_client_that_leaves_while_its_call_waits_for_a_place_leaves_no_call_and_takes_no_number(tmp_path):
+    """Cap 1: a call waits behind a slow one; its client times out and leaves. The call never reached an engine,
+    so the store has no call of it (nor one numbered -1), and the episode's next call is its number 0."""
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    store, proxy = Store(url), start_proxy(tmp_path, url)
+    client = SwarmClient(proxy.url, verbose=False)
+    try:
+        ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=1))
+        (_, slow), (waiter_uuid, waiter) = client.begin_episode(), client.begin_episode()
+
+        def call(key: str, delay: float, timeout: float) -> httpx.Response:
+            body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                    "stub_delay": delay}  # fmt: skip
+            headers = {"Authorization": f"Bearer {key}"}
+            return httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers, timeout=timeout)
+
+        holder = threading.Thread(target=call, args=(slow.api_key, 3.0, 60))
+        holder.start()
+        while not [e for e in httpx.get(stub.url + "/stub/journal").json() if e["op"] == "chat"]:
+            threading.Event().wait(0.05)  # the slow call holds the one place
+        try:
+            call(waiter.api_key, 0.0, 0.5)
+            raise AssertionError("the waiting call was answered although the one place was taken")
+        except httpx.ReadTimeout:
+            pass
+        holder.join()
+        assert call(waiter.api_key, 0.0, 60).status_code == 200
+        assert [c.seq for c in store.calls(waiter_uuid)] == [0]
+    finally:
+        client.close()
+        proxy.close()
+        stub.close()
+        store.close()

@@ -145,6 +145,8 @@ class ChatPath:
             return sending.result()
         with contextlib.suppress(asyncio.CancelledError):
             await sending
+        if call.seq < 0:  # it left while waiting for a place: nothing reached an engine, no number was taken
+            return None
         version = call.engine.policy_version if call.engine is not None else 0
         record = call.record(
             None, Extracted(prompt_ids=call.prompt.ids if call.prompt else None), version, CLIENT_GONE_PLAIN
@@ -171,7 +173,7 @@ class ChatPath:
         router, tried = host.router, list[str]()
         await self._admit(call, host)
         if self.proxy.config.shared:  # numbered by the store before its history is read: other proxies number too
-            call.seq = await self._reserve(call.ep)
+            await self._reserve_whole(call)
         while True:
             call.engine = engine = router.pick(call.ep.engine, exclude=tried)
             call.ep.stick_to(engine.name)
@@ -211,6 +213,17 @@ class ChatPath:
         self.proxy.host_of(call.ep).writer.submit(call.record(None, Extracted(), exc.engine.policy_version, why))
         call.forget()
         raise exc
+
+    async def _reserve_whole(self, call: InFlightCall) -> None:
+        """Give the call its number from the store. A client that leaves meanwhile cancels the call only once the
+        number is reserved and set on it, so the call is logged under its number (no gap, no call numbered -1)."""
+        reserving = asyncio.ensure_future(self._reserve(call.ep))
+        try:
+            call.seq = await asyncio.shield(reserving)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                call.seq = await reserving
+            raise
 
     async def _reserve(self, ep: OpenEpisode) -> int:
         """The call's number, reserved in the episode's row (401 if another proxy ended it meanwhile)."""
