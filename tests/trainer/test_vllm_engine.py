@@ -62,6 +62,10 @@ def test_vllm_launch_arguments_defaults_and_overrides():
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",
+        "--tool-strict-level",  # a forced call's arguments follow its tool's schema, as on the embedded engine
+        "parameter",
+        "--structured-outputs-config",  # JSON under a grammar without free blanks, as on the embedded engine
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--override-generation-config",  # the job's per-turn cap: vLLM cuts any request to it
         '{"max_new_tokens": 512}',
         "--enable-lora",

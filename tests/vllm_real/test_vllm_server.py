@@ -192,15 +192,27 @@ def called(message) -> list[str]:
     return parsed or re.findall(r'<tool_call>\s*\{"name": "(\w+)"', message.content or "")
 
 
+def follows_pick_schema(message) -> bool:
+    """Whether an answer's call(s) follow `PICK`'s schema: parsed calls with `{"c": "red" | "blue"}`, or (an answer
+    cut by its token limit) text that, blanks removed, is the start of such a call."""
+    if message.tool_calls:
+        return all(json.loads(t.function.arguments) in ({"c": "red"}, {"c": "blue"}) for t in message.tool_calls)
+    text = re.sub(r"\s+", "", message.content or "")
+    calls = [f'<tool_call>{{"name":"{n}","arguments":{{"c":"{c}"}}}}</tool_call>' for n in ("pick", "skip")
+             for c in ("red", "blue")]  # fmt: skip
+    return len(text) > len('<tool_call>{"name":"pick","arguments":') and any(c.startswith(text) for c in calls)
+
+
 def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, store, hf):
     """What the proxy passes through to vLLM untouched: `tool_choice` "required" and named, `response_format`
     json_schema, `top_k`. Each call is logged with ids, and a token sampled under a grammar is logged with the
     masked distribution's log-probability (vLLM applies the grammar before its sampler), as the embedded engine
     logs it: at or above the trainer's own, strictly above where the mask took mass away.
 
-    vLLM 0.32 (CPU, hermes parser) forces the call and its tool's name, not its arguments: the untrained model
-    wrote `"arguments": 3` and `{}` for a tool whose schema wants `{"c": "red" | "blue"}` (the embedded engine
-    constrains the arguments too: tests/trainer/test_grammar.py)."""
+    A forced call's arguments follow its tool's schema, as on the embedded engine (tests/trainer/test_grammar.py):
+    vLLM 0.32's default forces only the call and its tool's name (the untrained model wrote `"arguments": 3` and
+    `{}` for a tool whose schema wants `{"c": "red" | "blue"}`); the trainer launches it with
+    `--tool-strict-level parameter`."""
     model, _tok = hf
     uuid, creds = client.begin_episode()
     oc = creds.as_openai_client()
@@ -212,6 +224,8 @@ def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, stor
         max_tokens=60,
     )  # fmt: skip
     assert set(called(named.choices[0].message)) == {"skip"}, named.choices[0].message
+    for answer in (forced, named):  # the untrained model pads with blanks (vLLM's tool grammar allows any)
+        assert follows_pick_schema(answer.choices[0].message), answer.choices[0].message
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "v", "schema": schema}}
     shaped = oc.chat.completions.create(model="x", messages=ask, response_format=fmt, max_tokens=30)

@@ -115,6 +115,12 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
         ("--gpu-memory-utilization", str(memory)),
         ("--enable-auto-tool-choice",),
         ("--tool-call-parser", "hermes"),
+        # a forced call (tool_choice "required" or named) follows its tool's argument schema, as on the embedded
+        # engine; vLLM's default ("auto") forces only the call's envelope and name unless a tool says `strict`
+        ("--tool-strict-level", "parameter"),
+        # JSON under a grammar (`response_format`): xgrammar, no free blanks, as on the embedded engine; an untrained
+        # policy pads it with blanks to its token limit otherwise (vLLM cannot bound them in a tool call's grammar)
+        ("--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}'),
     ]
     if s.max_tokens_cap is not None:
         args.append(("--override-generation-config", json.dumps({"max_new_tokens": s.max_tokens_cap})))
