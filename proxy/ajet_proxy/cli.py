@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from ajet import __version__
 from ajet.errors import AjetError, ConfigError
@@ -24,10 +24,9 @@ from ajet.utils.flags import (
     parse_with_config,
 )
 from ajet.utils.runtime import apply_offline_env, listening_socket, run_cli
-from ajet_store.connect import add_store_options, sqlite_path
-
-if TYPE_CHECKING:
-    from ajet_store import Store
+from ajet_proxy import store_commands
+from ajet_proxy.rescore import add_rescore_arguments
+from ajet_store.connect import add_store_options
 
 
 def _is_loopback(host: str) -> bool:
@@ -192,131 +191,6 @@ def run_monitor(args: argparse.Namespace) -> None:
     run(args.swarm_url, args.refresh, args.swarm_token)
 
 
-def _store(args: argparse.Namespace) -> "Store":
-    """The store `--db` names, or with `--experiment NAME` that experiment's store beside it (`ExperimentNotFound`
-    for a name the swarm does not list)."""
-    from ajet.errors import ExperimentNotFound
-    from ajet.sharing import experiment_of
-    from ajet_store import Store, experiment_store
-
-    first = Store(args.db)
-    name = getattr(args, "experiment", None)
-    job = first.experiment().job if name else None
-    if not name or (job is not None and name == experiment_of(job)):
-        return first
-    listed = [e.name for e in first.experiment_entries()]
-    try:
-        if name not in listed:
-            raise ExperimentNotFound(f"this swarm has no experiment {name!r} (listed: {', '.join(listed) or 'none'})")
-        return experiment_store(first, name)
-    finally:
-        first.close()
-
-
-def episodes_list(args: argparse.Namespace) -> None:
-    """One line per episode."""
-    from ajet.types import EpisodeStatus
-
-    status = EpisodeStatus(args.status) if args.status else None
-    print(f"{'uuid':32}  {'status':8} {'type':5} {'task':20} {'reward':>7} {'calls':>5} {'step':>5}  client")
-    store = _store(args)
-    try:
-        rows = list(store.iter_episodes(status=status))
-    finally:
-        store.close()
-    for row in rows:
-        reward = "" if row.reward is None else f"{row.reward:7.3f}"
-        step = "" if row.consumed_step is None else str(row.consumed_step)
-        print(
-            f"{row.uuid:32}  {row.status.value:8} {row.episode_type:5} {(row.task_id or '-')[:20]:20} {reward:>7} "
-            f"{row.num_calls:>5} {step:>5}  {row.client_id}"
-        )
-
-
-def episodes_show(args: argparse.Namespace) -> None:
-    """Every call of one episode with its text and token counts."""
-    from ajet_proxy.stats import episode_detail
-
-    store = _store(args)
-    try:
-        detail = episode_detail(store.get_episode(args.uuid), store.calls(args.uuid))
-    finally:
-        store.close()
-    print(
-        f"episode {detail.episode_uuid}  {detail.status.value}  task {detail.task_id}  reward {detail.reward}"
-        f"  client {detail.client_id}  untrainable {detail.untrainable}  step {detail.consumed_step}"
-    )
-    for c in detail.calls:
-        print(
-            f"\n--- call {c.seq}: prompt {c.prompt_tokens} / completion {c.completion_tokens} tokens, "
-            f"finish {c.finish_reason}, {c.latency_ms:.1f} ms, policy v{c.policy_version}"
-            f"{', streamed' if c.stream else ''}{', ERROR ' + c.error if c.error else ''}"
-        )
-        for m in c.messages:
-            print(f"[{m.get('role')}] {m.get('content')}")
-        print(f"[answer] {c.response}")
-
-
-def export(args: argparse.Namespace) -> None:
-    """Rewarded episodes to JSONL or Parquet, streamed."""
-    from pathlib import Path
-
-    from ajet_proxy.episode_export import export_jsonl, export_parquet
-
-    out = Path(args.out or f"ajet-episodes.{args.format}")
-    fn = export_jsonl if args.format == "jsonl" else export_parquet
-    store = _store(args)
-    try:
-        n = fn(store, out, args.since)
-    finally:
-        store.close()
-    print(f"exported {n} rewarded episode(s) to {out}")
-
-
-def plot(args: argparse.Namespace) -> None:
-    """The run's curves (reward, entropy, log-prob gap, episodes per step) as a PNG."""
-    from pathlib import Path
-
-    from ajet.sharing import experiment_of
-    from ajet_proxy.plot import plot_steps
-
-    store = _store(args)
-    try:
-        steps = store.steps()
-        job = store.experiment().job
-    finally:
-        store.close()
-    title = "ajet-swarm/default" if job is None else experiment_of(job)
-    print(f"plotted {len(steps)} steps to {plot_steps(steps, Path(args.out), title)}")
-
-
-def prune(args: argparse.Namespace) -> None:
-    """Drop the bodies of calls trained more than --keep-steps steps ago; --vacuum returns the space."""
-    path = sqlite_path(args.db)
-    store = _store(args)
-    try:
-        before = path.stat().st_size if path else None
-        n = store.prune_bodies(args.keep_steps)
-        if args.vacuum:
-            store.vacuum()
-        after = path.stat().st_size if path else None
-    finally:
-        store.close()
-    size = f"; file {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB" if before is not None and after is not None else ""
-    print(f"pruned the bodies of {n} call(s) trained more than {args.keep_steps} step(s) ago{size}")
-
-
-def db_upgrade(args: argparse.Namespace) -> None:
-    """Migrate the store to this code's schema (episodes kept); a store already there is left alone."""
-    from ajet_store.migrate import upgrade
-
-    before, after = upgrade(args.db)
-    if before == after:
-        print(f"store {args.db} is at schema {after}: nothing to do")
-    else:
-        print(f"store {args.db} upgraded from schema {before if before is not None else '(empty)'} to {after}")
-
-
 def _store_options(
     reading: tuple[argparse.ArgumentParser, ...], per_experiment: tuple[argparse.ArgumentParser, ...]
 ) -> None:
@@ -355,26 +229,22 @@ def _main(argv: Optional[list[str]] = None) -> int:
     )
     prn.add_argument("--keep-steps", type=int, required=True, help="keep the bodies of the last N steps' episodes")
     prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
+    rsc = sub.add_parser("rescore", help="score stored episodes again with a reward function (a new reward version)")
+    add_rescore_arguments(rsc)
     xpl = sub.add_parser("explore", help="a web explorer of runs, episodes and trained tokens over the store")
     _explore_module().add_explore_arguments(xpl)
-    _store_options((lst, show, exp, upg, plt, prn, xpl), (lst, show, exp, plt))
+    _store_options((lst, show, exp, upg, plt, prn, xpl, rsc), (lst, show, exp, plt, rsc))
     args = parse_with_config(parser, argv)
     if args.command == "start":
         return run_proxy(args)
     elif args.command == "monitor":
         run_monitor(args)
-    elif args.command == "episodes":
-        (episodes_list if args.sub == "list" else episodes_show)(args)
-    elif args.command == "export":
-        export(args)
-    elif args.command == "db":
-        db_upgrade(args)
-    elif args.command == "plot":
-        plot(args)
-    elif args.command == "prune":
-        prune(args)
     elif args.command == "explore":
         return _explore_module().run_explore(args)
+    elif args.command == "episodes":
+        (store_commands.episodes_list if args.sub == "list" else store_commands.episodes_show)(args)
+    else:
+        store_commands.BY_NAME[args.command](args)
     return 0
 
 

@@ -27,6 +27,7 @@ from ajet_store.errors import (
     StoreUnavailable,
     StoreWriteFailed,
     TrainerHolds,
+    UnknownRewardVersion,
 )
 from ajet_store.experiments import QUARANTINE_AFTER
 from ajet_store.store import Store, experiment_store
@@ -36,12 +37,15 @@ from ajet_store.types import (
     CallRecord,
     EndEpisode,
     EpisodeChange,
+    EpisodeReward,
     EpisodeRow,
+    EpisodeSelection,
     ExperimentEntry,
     ExperimentRow,
     PoolEpisode,
     RegisteredEngine,
     RewardedEpisode,
+    RewardVersion,
     StepRow,
 )
 
@@ -56,10 +60,13 @@ __all__ = [
     "ExperimentEntry",
     "ExperimentRow",
     "EpisodeChange",
+    "EpisodeReward",
     "EpisodeRow",
+    "EpisodeSelection",
     "PoolEpisode",
     "RegisteredEngine",
     "RewardedEpisode",
+    "RewardVersion",
     "SchemaMismatch",
     "StepRow",
     "Store",
@@ -69,6 +76,7 @@ __all__ = [
     "StoreUnavailable",
     "StoreWriteFailed",
     "TrainerHolds",
+    "UnknownRewardVersion",
     "all_progress",
     "group_by_task",
     "is_dummy",

@@ -47,3 +47,9 @@ class SchemaMismatch(StoreError):
 
 class AlreadyConsumed(StoreError):
     """A step would consume an episode that another step consumed, or one that has not ended."""
+
+
+class UnknownRewardVersion(StoreError):
+    """A reward version the store does not have (a selection's `scored_in`, a replay's source)."""
+
+    code = ErrorCode.INVALID_REQUEST

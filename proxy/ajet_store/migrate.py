@@ -39,6 +39,7 @@ REVISIONS = {
     12: "0012",
     13: "0013",
     14: "0014",
+    15: "0015",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

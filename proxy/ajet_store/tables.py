@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 metadata = sa.MetaData()
 
@@ -152,6 +152,35 @@ steps = sa.Table(
     sa.Column("metrics", sa.JSON, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=False),
 )
+
+reward_versions = sa.Table(
+    "reward_versions",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("function", sa.String(512), nullable=False),
+    sa.Column("source_hash", sa.String(64), nullable=False),
+    sa.Column("selection", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("scored", sa.Integer, nullable=False, default=0),
+    sa.Column("failed", sa.Integer, nullable=False, default=0),
+    sa.Column("selection_key", sa.String(64), nullable=False),
+    sa.UniqueConstraint("function", "source_hash", "selection_key", name="uq_reward_versions_identity"),
+)
+"""Re-scorings of stored episodes (`ajet_store.rewards`): version 0 is the reward each client gave at the end of its
+episode (`episodes.reward`, never overwritten); each later version is one reward function over one selection."""
+
+episode_rewards = sa.Table(
+    "episode_rewards",
+    metadata,
+    sa.Column("episode_uuid", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("reward", sa.Float, nullable=True),
+    sa.Column("is_success", sa.Boolean, nullable=True),
+    sa.Column("error", sa.String(1024), nullable=True),
+    sa.Column("scored_at", sa.Float, nullable=False),
+)
+"""An episode's reward under a reward version (None with `error`: the function raised on it)."""
 
 
 def _pack(values: Optional[Sequence[float]], typecode: str) -> Optional[bytes]:

@@ -329,3 +329,64 @@ class TrainSequence:
     """The engine's log-prob of each response token (0.0 where the mask is 0)."""
     num_calls: int = 1
     """How many LLM calls were merged into it."""
+
+
+@dataclass(frozen=True)
+class EpisodeSelection:
+    """Which ended episodes a re-scoring (or a replay) takes; every field left None takes all."""
+
+    first_step: Optional[int] = None
+    """Only episodes trained at this step or later."""
+    last_step: Optional[int] = None
+    """Only episodes trained at this step or earlier."""
+    task_id: Optional[str] = None
+    """Only this task's episodes (one GRPO group's tasks)."""
+    mission: Optional[str] = None
+    """Only this mission's episodes (`begin_episode(mission=...)`)."""
+    scored_in: Optional[int] = None
+    """Only episodes that this earlier reward version scored without an error."""
+    episode_type: str = "train"
+    """`train` or `eval` episodes."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The selection as stored with its reward version (and the key that makes a re-run find it)."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class RewardVersion:
+    """One re-scoring: a reward function applied to a selection of stored episodes. Version 0 is the reward each
+    client gave at `end_episode`, kept in the episode's row and never overwritten."""
+
+    version: int
+    """1, 2, ...: the order re-scorings were begun in."""
+    function: str
+    """The reward function, as `module:function`."""
+    source_hash: str
+    """sha256 of the function's source: the same name with other code is another version."""
+    selection: dict[str, Any]
+    """The `EpisodeSelection` it scores, as JSON."""
+    created_at: float
+    """Unix time it was begun."""
+    finished_at: Optional[float]
+    """Unix time every selected episode had a score (None: begun, not finished; a re-run resumes it)."""
+    scored: int
+    """Episodes it gave a reward."""
+    failed: int
+    """Episodes on which the function raised (each stored with its error)."""
+
+
+@dataclass(frozen=True)
+class EpisodeReward:
+    """An episode's reward under one reward version."""
+
+    episode_uuid: str
+    """The episode."""
+    version: int
+    """The reward version (0: the client's own)."""
+    reward: Optional[float]
+    """The reward (None when the function raised on this episode)."""
+    is_success: Optional[bool] = None
+    """The success flag the function gave, if any."""
+    error: Optional[str] = None
+    """What the function raised on this episode (None: it scored it)."""
