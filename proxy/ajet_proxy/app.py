@@ -12,7 +12,7 @@ from starlette.responses import Response
 from ajet import __version__
 from ajet.errors import SwarmError
 from ajet.protocol import ErrorCode
-from ajet_proxy import control, experiments_api
+from ajet_proxy import control, experiments_api, rewards_api
 from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.config import ProxyConfig
@@ -82,6 +82,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.include_router(control.router)
     app.include_router(experiments_api.router)
+    app.include_router(rewards_api.router)
     add_data_plane(app, proxy)
     # the first experiment's pages; the tokenizer is its job's model
     app.mount("/explore", explore_app(lambda: proxy.first.store, None, config.swarm_token))

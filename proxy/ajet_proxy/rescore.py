@@ -15,6 +15,7 @@ import sys
 from typing import Callable, Optional
 
 from ajet.errors import ConfigError
+from ajet.rescore_types import StoredEpisode
 from ajet.rescoring import RewardFunction, load_reward_function, score, source_hash, stored_episode
 from ajet_store import EpisodeReward, EpisodeRow, EpisodeSelection, RewardVersion, Store
 
@@ -42,10 +43,14 @@ def rescore(
     return store.finish_reward_version(version.version)
 
 
+def stored_view(store: Store, row: EpisodeRow) -> StoredEpisode:
+    """An ended episode as a reward function sees it (its calls read from `store`)."""
+    return stored_episode(row.uuid, row.metadata or {}, row.reward, row.is_success, store.calls(row.uuid))
+
+
 def _scored(store: Store, fn: RewardFunction, version: int, row: EpisodeRow) -> EpisodeReward:
     """One episode's score under `fn`."""
-    episode = stored_episode(row.uuid, row.metadata or {}, row.reward, row.is_success, store.calls(row.uuid))
-    reward, success, error = score(fn, episode)
+    reward, success, error = score(fn, stored_view(store, row))
     return EpisodeReward(row.uuid, version, reward, success, error)
 
 

@@ -91,6 +91,11 @@ class RewardOps(Database):
                 return
             after = (found[-1].created_at, found[-1].uuid)
 
+    def known_episodes(self, uuids: Sequence[str]) -> set[str]:
+        """Which of `uuids` are episodes of this store."""
+        with self._read() as c:
+            return set(c.execute(sa.select(t.episodes.c.uuid).where(t.episodes.c.uuid.in_(list(uuids)))).scalars())
+
     @retried
     def write_rewards(self, version: int, scores: Sequence[EpisodeReward]) -> None:
         """Store a page of scores of `version` (an episode scored already keeps its first score)."""

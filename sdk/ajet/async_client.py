@@ -29,6 +29,8 @@ from ajet.client_base import (
 )
 from ajet.errors import EpisodeConflict, NotReady, StoreUnavailable, SwarmTimeout
 from ajet.job import AgentJetJob
+from ajet.rescore_types import EpisodeSelectionBody, RewardVersionInfo, RewardVersionList, UnscoredPage
+from ajet.rescoring import RewardFunction, scores_request, version_request
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
     BatchMode,
@@ -213,6 +215,27 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
     async def get_episode(self, episode_uuid: str) -> EpisodeDetail:
         """One episode with every LLM call it made."""
         return EpisodeDetail.model_validate(await self._call("POST", "get_episode", {"episode_uuid": episode_uuid}))
+
+    async def get_reward_versions(self) -> list[RewardVersionInfo]:
+        """The experiment's reward versions (`rescore`), oldest first."""
+        return RewardVersionList.model_validate(await self._call("GET", "reward_versions")).versions
+
+    async def rescore(
+        self, reward: RewardFunction, selection: Optional[EpisodeSelectionBody] = None, page: int = 64
+    ) -> RewardVersionInfo:
+        """Score the experiment's stored episodes again with `reward` (here, in this process), as a new reward
+        version beside the clients' rewards, which stay; no agent runs. The same function (by name and source) on
+        the same selection is the same version: a re-run resumes where one stopped and scores nothing twice. An
+        episode the function raises on is stored with the error. Returns the finished version."""
+        body = version_request(reward, selection).model_dump(mode="json")
+        version = RewardVersionInfo.model_validate(await self._call("POST", "reward_version", body)).version
+        while True:
+            asked = {"version": version, "limit": page}
+            todo = UnscoredPage.model_validate(await self._call("POST", "unscored_episodes", asked)).episodes
+            if not todo:
+                break
+            await self._call("POST", "write_scores", scores_request(version, reward, todo).model_dump(mode="json"))
+        return RewardVersionInfo.model_validate(await self._call("POST", "finish_reward_version", {"version": version}))
 
 
 async def rollout_episode_async(

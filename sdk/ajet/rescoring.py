@@ -18,7 +18,14 @@ import math
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from ajet.errors import ConfigError
-from ajet.types import StoredEpisode, Task, WorkflowOutput
+from ajet.rescore_types import (
+    EpisodeScore,
+    EpisodeSelectionBody,
+    RewardVersionRequest,
+    ScoresRequest,
+    StoredEpisode,
+)
+from ajet.types import Task, WorkflowOutput
 
 RewardFunction = Callable[[StoredEpisode], Union[float, WorkflowOutput]]
 """What a re-scoring calls on each stored episode."""
@@ -159,3 +166,24 @@ def score(fn: RewardFunction, episode: StoredEpisode) -> tuple[Optional[float], 
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
         return None, None, f"the reward function returned {reward!r}, not a finite number"
     return float(reward), success, None
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    """A function's `module:function` name (how a reward version names it)."""
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def version_request(fn: RewardFunction, selection: Optional[EpisodeSelectionBody] = None) -> RewardVersionRequest:
+    """The request that finds (or begins) `fn`'s reward version over `selection` (default: every training episode)."""
+    return RewardVersionRequest(
+        function=function_name(fn), source_hash=source_hash(fn), selection=selection or EpisodeSelectionBody()
+    )
+
+
+def scores_request(version: int, fn: RewardFunction, episodes: Sequence[StoredEpisode]) -> ScoresRequest:
+    """A page of episodes scored by `fn` (an error is that episode's), as the request that stores them."""
+    scores = []
+    for ep in episodes:
+        reward, success, error = score(fn, ep)
+        scores.append(EpisodeScore(episode_uuid=ep.episode_uuid, reward=reward, is_success=success, error=error))
+    return ScoresRequest(version=version, scores=scores)

@@ -110,29 +110,6 @@ class WorkflowOutput(BaseModel):
         return v
 
 
-class StoredEpisode(BaseModel):
-    """A rewarded episode as a re-scoring's reward function sees it (`ajet.rescoring`): what the agent's own
-    reward code had when the episode ended, rebuilt from the store."""
-
-    episode_uuid: str
-    """The episode."""
-    task: Task
-    """The task the client ended it with (every field it sent)."""
-    messages: list[dict[str, Any]]
-    """The conversation of its last answered call, that answer included (chat messages as the agent sent them)."""
-    tool_calls: list[dict[str, Any]]
-    """Every tool call the model made in the episode, in order: `{"name": ..., "arguments": ...}` (arguments
-    parsed from JSON where they parse, else the text)."""
-    final_answer: str
-    """The text of the episode's last answer ("" when it was only tool calls)."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    """The `WorkflowOutput.metadata` the client ended it with."""
-    reward: Optional[float] = None
-    """The reward its client gave (version 0)."""
-    is_success: Optional[bool] = None
-    """The success flag its client gave."""
-
-
 class OpenaiBaseUrlAndApiKey(BaseModel):
     """What an agent needs to call the policy: any OpenAI-compatible SDK takes these."""
 

@@ -10,10 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from ajet.errors import InvalidRequest
+from ajet.rescore_types import EpisodeSelectionBody
 from ajet_store import Store, sqlite_url
 from ajet_store import tables as t
+from tests.support import rewards_fixed
+from tests.support.in_process import proxy_in_process
 from tests.support.stored_episodes import fill_sums
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,3 +93,35 @@ def test_a_function_that_cannot_be_found_is_one_line(tmp_path: Path):
     res = rescore(url, "absent")
     assert res.returncode == 1 and res.stderr.strip().count("\n") == 0, res.stderr
     assert "has no function 'absent'" in res.stderr
+
+
+def test_the_sdk_rescores_through_the_control_api_as_the_command_does(tmp_path: Path):
+    """`SwarmClient.rescore`: the function runs in the client, the proxy hands out each unscored episode as the
+    function sees it and stores the scores: the same version a re-run finds, nothing scored twice."""
+    with proxy_in_process(tmp_path) as (client, store):
+        right = fill_sums(store, 10)
+        done = client.rescore(rewards_fixed.right_sum, page=3)
+        assert (done.version, done.scored, done.failed) == (1, 10, 0) and done.finished_at is not None
+        assert all(store.episode_rewards(u)[1].reward == float(ok) for u, ok in right.items())
+        first = scored_at(store.url)
+        assert client.rescore(rewards_fixed.right_sum).version == 1 and scored_at(store.url) == first
+        only = client.rescore(rewards_fixed.fails_on_odd, EpisodeSelectionBody(task_id="sum-1"))
+        assert (only.version, only.scored, only.failed) == (2, 1, 1)  # sum-1 is episodes 2 and 3: 3 raises
+        assert [(v.version, v.function) for v in client.get_reward_versions()] == [
+            (1, "tests.support.rewards_fixed:right_sum"), (2, "tests.support.rewards_fixed:fails_on_odd")]  # fmt: skip
+
+
+def test_scores_for_episodes_the_store_lacks_are_refused_naming_the_field(tmp_path: Path):
+    with proxy_in_process(tmp_path) as (client, store):
+        fill_sums(store, 2)
+        v = client.rescore(rewards_fixed.right_sum)
+        body = {"version": v.version, "scores": [{"episode_uuid": "ep-000", "reward": 1.0},
+                                                  {"episode_uuid": "nope", "reward": 1.0}]}  # fmt: skip
+        with pytest.raises(InvalidRequest) as err:
+            client._call("POST", "write_scores", body)
+        assert err.value.fields == ["scores.1.episode_uuid"]
+        with pytest.raises(InvalidRequest):
+            client._call("POST", "unscored_episodes", {"version": 7})
+        with pytest.raises(InvalidRequest):
+            client._call("POST", "write_scores", {"version": v.version, "scores": [{"episode_uuid": "ep-000",
+                                                                                    "reward": "NaN"}]})  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 
 from ajet import AgentJetJob, AsyncSwarmClient, SwarmClient, SwarmTimeout, Task, WorkflowOutput, run_episodes_async
 from ajet.types import EpisodeStatus, ExperimentState, OpenaiBaseUrlAndApiKey
+from tests.support import rewards_fixed
 from tests.support.stub_proxy import StubProxy, proxy_on_stub
 
 SYNC_ONLY = {"close", "print_rollout_stat"}
@@ -121,6 +122,9 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             assert (ended.status, ended.reward) == (EpisodeStatus.ENDED, 0.5)
             detail = await call("get_episode", uuid)
             assert detail == sp.client.get_episode(uuid) and len(detail.calls) == 1
+            version = await call("rescore", rewards_fixed.half)
+            assert (version.version, version.scored) == (1, 1)
+            assert await call("get_reward_versions") == sp.client.get_reward_versions() == [version]
             aborted, _ = await call("begin_episode")
             assert (await call("abort_episode", aborted)).status == EpisodeStatus.ABORTED
             assert not await call("can_continue_episode", aborted)

@@ -12,8 +12,8 @@ import pytest
 
 from ajet import WorkflowOutput
 from ajet.errors import ConfigError
+from ajet.rescore_types import StoredEpisode
 from ajet.rescoring import load_reward_function, request_messages, score, source_hash, stored_episode
-from ajet.types import StoredEpisode
 from tests.support.stored_episodes import tool_episode_calls
 
 

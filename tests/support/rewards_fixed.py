@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from ajet import WorkflowOutput
-from ajet.types import StoredEpisode
+from ajet.rescore_types import StoredEpisode
 
 
 def right_sum(ep: StoredEpisode) -> WorkflowOutput:
@@ -16,6 +16,11 @@ def right_sum(ep: StoredEpisode) -> WorkflowOutput:
     said = re.findall(r"-?\d+", ep.final_answer)
     right = bool(said) and int(said[-1]) == ep.task.metadata["answer"]
     return WorkflowOutput(reward=float(right), is_success=right)
+
+
+def half(ep: StoredEpisode) -> float:
+    """0.5 for any episode."""
+    return 0.5
 
 
 def fails_on_odd(ep: StoredEpisode) -> float:
