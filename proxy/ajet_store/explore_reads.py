@@ -1,4 +1,5 @@
-"""What the explorer reads (read-only): pages of episodes by filter, a step's GRPO group, steps in a range.
+"""What the explorer reads (read-only): pages of episodes by filter, a step's GRPO group, steps in a range, and
+which episodes a reward version scored otherwise than their clients.
 
 Every query is paged and rides an index: a step's episodes `ix_episodes_pool` (its first column is
 `consumed_step`), a task's `task_id`'s, the newest-first list `ix_episodes_created`, an episode's calls
@@ -40,6 +41,8 @@ class EpisodeFilter:
     """Reward at least this."""
     reward_max: Optional[float] = None
     """Reward at most this."""
+    differs_in: Optional[int] = None
+    """Whose reward under this reward version differs from their client's (or the version's function raised)."""
     sort: str = "newest"
     """One of `SORTS`."""
 
@@ -67,6 +70,13 @@ class ExploreOps(Database):
         )
         with self._read() as c:
             return [rows.episode_from(m) for m in c.execute(q).mappings()]
+
+    def differing(self, version: int) -> int:
+        """How many episodes' rewards under `version` differ from their client's."""
+        with self._read() as c:
+            return int(
+                c.execute(sa.select(sa.func.count()).select_from(t.episodes).where(differs_in(version))).scalar()
+            )
 
     def step_row(self, step: int) -> Optional[StepRow]:
         """One recorded step (None: not recorded)."""
@@ -98,4 +108,12 @@ def _conditions(f: EpisodeFilter) -> list[sa.ColumnElement[bool]]:
         (f.reward_min, lambda v: e.reward >= v),
         (f.reward_max, lambda v: e.reward <= v),
     ]
-    return [make(value) for value, make in given if value is not None]
+    found = [make(value) for value, make in given if value is not None]
+    return found if f.differs_in is None else [*found, differs_in(f.differs_in)]
+
+
+def differs_in(version: int) -> sa.ColumnElement[bool]:
+    """An episode's reward under `version` is not its client's: another value, or none (the function raised)."""
+    e, r = t.episodes.c, t.episode_rewards.c
+    other = sa.or_(r.reward.is_(None), e.reward.is_(None), r.reward != e.reward)
+    return sa.exists(sa.select(r.episode_uuid).where(r.version == version, r.episode_uuid == e.uuid, other))

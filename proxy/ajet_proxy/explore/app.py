@@ -50,6 +50,7 @@ def explore_app(store: Callable[[], Store], tokenizer: Optional[str] = None, tok
             Route("/episodes", pages.episodes, name="episodes"),
             Route("/episodes/{uuid}", pages.episode, name="episode"),
             Route("/groups/{step}/{task:path}", pages.group, name="group"),
+            Route("/rewards", pages.rewards, name="rewards"),
             Route("/login", _login(token), methods=["GET", "POST"], name="login"),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]

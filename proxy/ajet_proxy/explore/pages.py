@@ -74,6 +74,7 @@ class Pages:
         f = EpisodeFilter(step=_opt_int(q.get("step")), task_id=q.get("task") or None, status=q.get("status") or None,
                           client_id=q.get("client") or None, mission=q.get("mission") or None,
                           reward_min=_opt_float(q.get("min")), reward_max=_opt_float(q.get("max")),
+                          differs_in=_opt_int(q.get("differs")),
                           sort=q.get("sort") if q.get("sort") in SORTS else "newest")  # fmt: skip
         page = max(0, _opt_int(q.get("page")) or 0)
         found = self.store().episode_page(f, PAGE + 1, page * PAGE)
@@ -106,8 +107,17 @@ class Pages:
         built, merged = built_sequences(calls, ep.uuid, ep.task_id or "")
         sequences = [(b, token_cells(b, text), sum(b.sequence.response_mask)) for b in built]
         shown = [(c, request_messages(c.request), answer_text(c.response), _pretty(c.request)) for c in calls]
+        versions = {v.version: v.function for v in store.reward_versions()}
+        rewards = [(r, versions.get(r.version, "the client's")) for r in store.episode_rewards(uuid)]
         return self._render("episode.html", ep=ep, calls=shown, sequences=sequences, merged=merged,
-                            ids_only=text(0).startswith("<0>"))  # fmt: skip
+                            ids_only=text(0).startswith("<0>"), rewards=rewards)  # fmt: skip
+
+    def rewards(self, request: Request) -> Response:
+        """The reward versions (re-scorings): each one's function, selection, counts, and the episodes it scored
+        otherwise than their clients."""
+        store = self.store()
+        rows = [(v, store.differing(v.version)) for v in store.reward_versions()]
+        return self._render("rewards.html", rows=rows)
 
 
 def _final_answer(store: Store, uuid: str) -> str:

@@ -11,10 +11,13 @@ from starlette.testclient import TestClient
 
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.serve import standalone_app
-from ajet_store import Store, sqlite_url
+from ajet_proxy.rescore import rescore
+from ajet_store import EpisodeSelection, Store, sqlite_url
 from ajet_store.sequences import episode_sequences
 from ajet_trainer.tiny_model import builtin_model_path
+from tests.support import rewards_fixed
 from tests.support.explore_store import HOSTILE_ANSWER, fill
+from tests.support.stored_episodes import fill_sums
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +146,22 @@ def test_the_pages_read_a_postgresql_store_alike():
     step_1 = [u for u in filled.rewards if filled.steps[u] == 1]
     assert listed == sorted(step_1, key=lambda u: (filled.rewards[u], u), reverse=True)  # reward, then uuid, down
     assert '<section class="sequence" data-trained="5" data-masked="3">' in token_view and group.status_code == 200
+
+
+def test_reward_versions_show_beside_the_clients_and_list_where_they_differ(tmp_path):
+    st = Store(sqlite_url(tmp_path / "s.db"))
+    right = fill_sums(st, 6)
+    rescore(st, rewards_fixed.right_sum, "tests.support.rewards_fixed:right_sum", EpisodeSelection())
+    with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny")))) as client:
+        page = client.get("/explore/rewards").text
+        row = re.search(r'<tr data-version="1">(.*?)</tr>', page, re.S).group(1)
+        assert "tests.support.rewards_fixed:right_sum" in row and "<td>6</td><td>0</td>" in row
+        wrong = sorted(u for u, ok in right.items() if not ok)  # the client gave 1.0 to every episode
+        assert re.search(rf'differs=1">{len(wrong)}</a>', row), row
+        listed = client.get("/explore/episodes", params={"differs": 1, "sort": "oldest"}).text
+        assert re.findall(r'href="/explore/episodes/([\w-]+)"', listed) == wrong
+        episode = client.get(f"/explore/episodes/{wrong[0]}").text
+        shown = re.findall(r'<tr data-version="(\d)">.*?<td class="reward">([^<]*)</td>', episode, re.S)
+        assert shown == [("0", "1.0000"), ("1", "0.0000")] and "differs" in episode
+        assert "none: no episode was re-scored" not in page
+    st.close()
