@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -14,7 +15,36 @@ from ajet.utils.runtime import apply_offline_env
 apply_offline_env()
 
 from ajet_store import Store, sqlite_url  # noqa: E402
+from tests.support import leftovers  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
+
+LEFTOVER_GRACE_S = float(os.environ.get("AJET_TEST_LEFTOVER_GRACE_S", "20"))
+"""How long processes still stopping at the session's end get before they count as left running."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Mark this session's processes (the controller's mark is inherited by the workers and all they start)."""
+    os.environ.setdefault(leftovers.MARK, uuid.uuid4().hex)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session (the controller, after its workers) fails if a process a test started is still running: each is
+    reported, then ended (`tests.support.leftovers`)."""
+    if hasattr(session.config, "workerinput") or os.environ.get(UNIT_LANE_VAR) == "1":
+        return
+    mark = leftovers.session_mark()
+    left = leftovers.wait_for_none(mark, frozenset({os.getpid()}), LEFTOVER_GRACE_S) if mark else []
+    if not left:
+        return
+    leftovers.end(left)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) started by the tests were still running at the end (now ended):"]
+    lines += [f"  pid {p.pid}: {p.command}" for p in left]
+    for line in lines:
+        reporter.write_line(line, red=True) if reporter else print(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 UNIT_LANE_VAR = "AJET_UNIT_LANE"
 """Set to 1 (`make test-fast`): a test that starts a process is skipped when it tries, so what runs runs in this
