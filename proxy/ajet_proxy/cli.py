@@ -81,6 +81,11 @@ def add_proxy_options(
         "(implied by more than one worker)",
     )
     p.add_argument(
+        "--engine-timeout-s",
+        type=float,
+        help="how long one call may wait for its engine (a call whose trainer falls silent fails within 30 s)",
+    )
+    p.add_argument(
         "--allow-absolute-experiment-dir",
         action="store_true",
         help="let a client's job name an absolute experiment_dir on the training box (refused by default: a job's "
@@ -141,6 +146,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
             gc_young_threshold=args.gc_young_threshold,
             shared=args.shared_store or args.workers > 1,
             allow_absolute_experiment_dir=args.allow_absolute_experiment_dir,
+            engine_timeout_s=args.engine_timeout_s,
         )
     )
     loop = "uvloop" if _has("uvloop") else "asyncio"

@@ -43,10 +43,11 @@ class ProxyConfig:
     """A client's job may name an absolute `experiment_dir` on the training box (`--allow-absolute-experiment-dir`);
     else `sync_train_config` refuses it with a 422 naming `job.experiment_dir`, so a job's folders stay under the
     trainer's `experiments/` (names and relative paths cannot climb out: `AgentJetJob` refuses `/` and `..`)."""
+    engine_timeout_s: float
+    """Total time one call may wait for its engine (a hung engine with a live trainer; a trainer that falls silent
+    fails its calls sooner: `TRAINER_TIMEOUT_S`)."""
     poll_s: float = 0.2
     """How often the experiment's row is re-read."""
-    engine_timeout_s: float = 600.0
-    """Total time allowed for one call to an engine."""
     max_connections: int = 1024
     """Size of the connection pool to the engines."""
     preflight_wait_s: float = 15.0
@@ -68,5 +69,6 @@ class ProxyConfig:
             "gc_young_threshold": int(str(v["gc_young_threshold"])),
             "shared": bool(v["shared_store"]) or int(str(v["workers"])) > 1,
             "allow_absolute_experiment_dir": bool(v["allow_absolute_experiment_dir"]),
+            "engine_timeout_s": float(str(v["engine_timeout_s"])),
         }
         return cls(**{**fields, **overrides})

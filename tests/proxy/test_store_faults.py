@@ -25,6 +25,7 @@ from ajet_proxy.call_writer import CallWriter
 from ajet_store import TRAINER_TIMEOUT_S, Store, StoreRefusedValue, sqlite_url
 from ajet_store.tables import experiments
 from tests.support import postgres
+from tests.support.calls import flushed_calls
 from tests.support.procs import start_proxy, start_stub
 from tests.support.require import need, require_postgres
 from tests.support.rolling import ensure_rolling
@@ -241,6 +242,25 @@ def test_a_stopped_trainer_without_an_engine_is_named_unresponsive_once_its_hear
         client = SwarmClient(sp.proxy.url, verbose=False, trainer_max_silence=1.0)
         with pytest.raises(TrainerUnresponsive, match="no engine registered"):
             client.begin_episode()  # bounded by trainer_max_silence, not begin_episode_max_wait
+
+
+def test_a_call_waiting_on_a_trainer_that_falls_silent_fails_within_the_bound(tmp_path: Path):
+    """A hung trainer (SIGSTOP) held its calls for the proxy's engine timeout (600 s): a call waiting for its engine
+    now fails with 503 `TrainerUnresponsive` once the heartbeat is `TRAINER_TIMEOUT_S` old (checked each second),
+    and the call is logged as failed. The engine here would take 120 s; the heartbeat goes silent ~4 s in."""
+    with proxy_on_stub(tmp_path, "hung") as sp:
+        sp.store.heartbeat()
+        uuid, creds = sp.client.begin_episode()
+        _silence_the_trainer(sp.store, TRAINER_TIMEOUT_S - 4)
+        body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "stub_delay": 120}
+        t0 = time.monotonic()
+        r = httpx.post(f"{sp.proxy.url}/v1/chat/completions", json=body, timeout=150,
+                       headers={"Authorization": f"Bearer {creds.api_key}"})  # fmt: skip
+        assert r.status_code == 503 and "no trainer heartbeat" in r.json()["error"]["message"], r.text
+        assert time.monotonic() - t0 < 60  # the silence ended it, not the engine's 120 s
+        (call,) = flushed_calls(sp.store, uuid, 1)
+        assert call.seq == 0 and "no trainer heartbeat" in (call.error or "") and not call.trainable
+        sp.stub.kill()  # it would sleep out the 120 s of the call the proxy gave up on before stopping
 
 
 def test_a_silent_trainer_ends_the_wait_of_begin_episode(tmp_path: Path):

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -30,7 +31,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ajet.errors import EpisodeConflict, NotReady, Unauthorized
+from ajet.errors import EpisodeConflict, NotReady, TrainerUnresponsive, Unauthorized
 from ajet.protocol import bearer_token
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_proxy.dataplane.call import CLIENT_GONE_PLAIN, InFlightCall
@@ -43,6 +44,7 @@ from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.routing import EngineRouter
+from ajet_store import TRAINER_TIMEOUT_S
 from ajet_store.types import EpisodeRow, RegisteredEngine
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ def failure_reason(exc: BaseException) -> str:
 
 
 _LIVE_STATES = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
+SILENCE_CHECK_S = 1.0
+"""How often a call waiting for its engine looks at the trainer's heartbeat: a hung trainer's calls fail within
+`TRAINER_TIMEOUT_S` + this of its last beat."""
 ANTHROPIC_KEY_HEADER = "x-api-key"
 """Where the Anthropic SDK sends its API key (the episode key); `Authorization: Bearer` works as well."""
 
@@ -118,7 +123,7 @@ class ChatPath:
         """Number, send, log and answer one call. A call refused before it goes to an engine (no engine registered)
         takes no call number: a gap in an episode's numbers means a call was really lost."""
         try:
-            sent = await (self._send(call) if call.stream else self._send_unless_gone(call))
+            sent = await self._send_watched(call)
             if sent is None:  # the client left before the engine answered: its request there was cancelled
                 call.finish()  # the episode idles again (else it never expires, and a drain waits on it)
                 return Response(status_code=499)
@@ -129,12 +134,31 @@ class ChatPath:
             call.finish()
             raise
 
+    async def _send_watched(self, call: InFlightCall) -> Optional[Sent]:
+        """`_send` a call (a plain one `_send_unless_gone`) while watching the trainer: one whose heartbeat falls
+        silent past `TRAINER_TIMEOUT_S` (hung, stopped, dead) ends the wait. The call is logged as failed and
+        answered 503 `TrainerUnresponsive`, not held for `engine_timeout_s`. The watch moves a deadline of this task
+        (`asyncio.timeout`), so a streamed answer is read in the task that opened it."""
+        plain = not call.stream and call.request is not None
+        try:
+            async with asyncio.timeout(None) as deadline:
+                watch = asyncio.ensure_future(_heartbeat_deadline(self.proxy.host_of(call.ep), deadline))
+                try:
+                    return await (self._send_unless_gone(call) if plain else self._send(call))
+                finally:
+                    watch.cancel()
+        except TimeoutError:
+            if not deadline.expired():  # an engine's own timeout, not the watch's
+                raise
+            beat = self.proxy.host_of(call.ep).experiment.trainer_heartbeat
+            self._fail_silent(call, time.time() - beat if beat is not None else TRAINER_TIMEOUT_S)
+            raise  # not reached: `_fail_silent` raises
+
     async def _send_unless_gone(self, call: InFlightCall) -> Optional[Sent]:
         """`_send` a plain call while watching its client: one that leaves first cancels the engine's request (its
         connection closes, so the engine frees the row at the next token) and the call is logged as cut off by
         its client (None). A stream needs no watch: Starlette cancels it, and the relay closes the engine's."""
-        if call.request is None:
-            return await self._send(call)
+        assert call.request is not None
         sending, gone = asyncio.ensure_future(self._send(call)), asyncio.ensure_future(_disconnect(call.request))
         try:
             await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -154,6 +178,15 @@ class ChatPath:
         self.proxy.host_of(call.ep).writer.submit(replace(record, client_gone=True))
         call.forget()
         return None
+
+    def _fail_silent(self, call: InFlightCall, silent_s: float) -> None:
+        """Log the call as failed (its engine's trainer fell silent) and raise `TrainerUnresponsive`."""
+        why = f"no trainer heartbeat for {silent_s:.0f}s while the call waited for its engine (hung or down)"
+        if call.seq >= 0:
+            version = call.engine.policy_version if call.engine is not None else 0
+            self.proxy.host_of(call.ep).writer.submit(call.record(None, Extracted(), version, why))
+            call.forget()
+        raise TrainerUnresponsive(why, state=self.proxy.host_of(call.ep).experiment.state.value, silent_s=silent_s)
 
     @staticmethod
     async def _admit(call: InFlightCall, host: ExperimentHost) -> None:
@@ -276,6 +309,17 @@ class ChatPath:
         if refusal is not None:
             raise refusal
         return call.shape.answer(sent.status, data, parsed)
+
+
+async def _heartbeat_deadline(host: ExperimentHost, deadline: asyncio.Timeout) -> None:
+    """Keep `deadline` at the trainer's last heartbeat + `TRAINER_TIMEOUT_S` (read from the row the proxy polls, each
+    `SILENCE_CHECK_S`); a store no trainer ever beat in sets none."""
+    loop = asyncio.get_running_loop()
+    while True:
+        beat = host.experiment.trainer_heartbeat
+        if beat is not None:
+            deadline.reschedule(loop.time() + beat + TRAINER_TIMEOUT_S - time.time())
+        await asyncio.sleep(SILENCE_CHECK_S)
 
 
 async def _disconnect(request: Request) -> None:
