@@ -15,29 +15,29 @@ from ajet.utils.runtime import apply_offline_env
 apply_offline_env()
 
 from ajet_store import Store, sqlite_url  # noqa: E402
-from tests.support import leftovers  # noqa: E402
+from tests.support import left_running  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
 
-LEFTOVER_GRACE_S = float(os.environ.get("AJET_TEST_LEFTOVER_GRACE_S", "20"))
+LEFT_RUNNING_GRACE_S = float(os.environ.get("AJET_TEST_LEFT_RUNNING_GRACE_S", "20"))
 """How long processes still stopping at the session's end get before they count as left running."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Mark this session's processes (the controller's mark is inherited by the workers and all they start)."""
-    os.environ.setdefault(leftovers.MARK, uuid.uuid4().hex)
+    os.environ.setdefault(left_running.MARK, uuid.uuid4().hex)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The session (the controller, after its workers) fails if a process a test started is still running: each is
-    reported, then ended (`tests.support.leftovers`)."""
+    reported, then ended (`tests.support.left_running`)."""
     if hasattr(session.config, "workerinput") or os.environ.get(UNIT_LANE_VAR) == "1":
         return
-    mark = leftovers.session_mark()
-    left = leftovers.wait_for_none(mark, frozenset({os.getpid()}), LEFTOVER_GRACE_S) if mark else []
+    mark = left_running.session_mark()
+    left = left_running.wait_for_none(mark, frozenset({os.getpid()}), LEFT_RUNNING_GRACE_S) if mark else []
     if not left:
         return
-    leftovers.end(left)
+    left_running.end(left)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     lines = [f"{len(left)} process(es) started by the tests were still running at the end (now ended):"]
     lines += [f"  pid {p.pid}: {p.command}" for p in left]

@@ -1,4 +1,4 @@
-"""A test that leaves a process running (not collected by the suite: `tests/test_leftovers.py` runs it in a session
+"""A test that leaves a process running (not collected by the suite: `tests/test_left_running.py` runs it in a session
 of its own, which must then fail and end the process). The sleeper's pid goes to `$AJET_TEST_LEAK_PID_FILE`."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ MARK = "AJET_TEST_SESSION"
 
 
 @dataclass(frozen=True)
-class Leftover:
+class LeftRunning:
     """A marked process still running."""
 
     pid: int
@@ -29,7 +29,7 @@ class Leftover:
     """Its command line (the first 300 characters)."""
 
 
-def marked_processes(mark: str, spare: frozenset[int] = frozenset()) -> list[Leftover]:
+def marked_processes(mark: str, spare: frozenset[int] = frozenset()) -> list[LeftRunning]:
     """Processes alive whose environment carries `MARK=mark`, but for `spare` (zombies have no environment)."""
     needle = f"{MARK}={mark}".encode()
     found = []
@@ -42,11 +42,11 @@ def marked_processes(mark: str, spare: frozenset[int] = frozenset()) -> list[Lef
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        found.append(Leftover(int(entry.name), command[:300]))
+        found.append(LeftRunning(int(entry.name), command[:300]))
     return found
 
 
-def wait_for_none(mark: str, spare: frozenset[int], grace_s: float) -> list[Leftover]:
+def wait_for_none(mark: str, spare: frozenset[int], grace_s: float) -> list[LeftRunning]:
     """The marked processes still alive after up to `grace_s` seconds (processes being stopped get that long)."""
     deadline = time.monotonic() + grace_s
     while True:
@@ -56,7 +56,7 @@ def wait_for_none(mark: str, spare: frozenset[int], grace_s: float) -> list[Left
         time.sleep(0.5)
 
 
-def end(left: list[Leftover]) -> None:
+def end(left: list[LeftRunning]) -> None:
     """SIGKILL each (what a test should have stopped)."""
     for p in left:
         try:

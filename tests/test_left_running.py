@@ -1,4 +1,4 @@
-"""The suite's own check that no test leaves a process running (`tests/support/leftovers.py`, run at the end of
+"""The suite's own check that no test leaves a process running (`tests/support/left_running.py`, run at the end of
 every session by `tests/conftest.py`): a session whose test leaves a sleeper behind, in a new session and process
 group of its own as the vLLM server that was once left was, fails naming it, and the sleeper is ended."""
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support import leftovers
+from tests.support import left_running
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,22 +24,22 @@ def alive(pid: int) -> bool:
 
 def test_marked_processes_are_found_and_ended():
     mark = "probe-" + str(time.time_ns())
-    env = {**os.environ, leftovers.MARK: mark}
+    env = {**os.environ, left_running.MARK: mark}
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env, start_new_session=True)
     try:
-        found = leftovers.wait_for_none(mark, frozenset(), 0.0)
+        found = left_running.wait_for_none(mark, frozenset(), 0.0)
         assert [p.pid for p in found] == [child.pid] and "time.sleep(600)" in found[0].command
-        leftovers.end(found)
+        left_running.end(found)
         child.wait(10)
-        assert leftovers.marked_processes(mark) == []
+        assert left_running.marked_processes(mark) == []
     finally:
         child.kill()
 
 
 def test_a_session_that_leaves_a_process_fails_and_ends_it(tmp_path: Path):
     pid_file = tmp_path / "sleeper.pid"
-    env = {k: v for k, v in os.environ.items() if k != leftovers.MARK}  # a session of its own, with its own mark
-    env |= {"AJET_TEST_LEAK_PID_FILE": str(pid_file), "AJET_TEST_LEFTOVER_GRACE_S": "1"}
+    env = {k: v for k, v in os.environ.items() if k != left_running.MARK}  # a session of its own, with its own mark
+    env |= {"AJET_TEST_LEAK_PID_FILE": str(pid_file), "AJET_TEST_LEFT_RUNNING_GRACE_S": "1"}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/support/leaks_a_process.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
