@@ -115,7 +115,7 @@ GPU_TESTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-m "not gpu")
 test:
 	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks setup-installs
 	$(MAKE) lint
-	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile $(GPU_TESTS)
+	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(GPU_TESTS)
 
 # ruff: lint (pyflakes, pycodestyle, import order, bugbear) and format, line length 120 (pyproject.toml)
 lint: setup

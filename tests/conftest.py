@@ -22,6 +22,22 @@ LEFT_RUNNING_GRACE_S = float(os.environ.get("AJET_TEST_LEFT_RUNNING_GRACE_S", "2
 """How long processes still stopping at the session's end get before they count as left running."""
 
 
+SLOW_FILES = Path(__file__).with_name("slow_files.txt")
+
+
+def slow_files() -> list[str]:
+    """The suite's slowest files, slowest first (`tests/slow_files.txt`)."""
+    lines = SLOW_FILES.read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest files first, each file's tests in their order (`--dist loadfile --no-loadscope-reorder` deals
+    files in this order: the longest ones start first instead of last)."""
+    rank = {path: i for i, path in enumerate(slow_files())}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Mark this session's processes (the controller's mark is inherited by the workers and all they start)."""
     os.environ.setdefault(left_running.MARK, uuid.uuid4().hex)
