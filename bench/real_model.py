@@ -20,6 +20,7 @@ it) per trained token during training. Then one row per arm (the seeds' means) a
 reward at equal steps and at equal wall time, and the ratio of the times to the target.
 
 Usage: python -m bench.real_model [--seeds 0 1 2] [--minutes 30] [--arms exact rendered trl] [--engine vllm]
+       [--backend verl]
        python -m bench.real_model --summarise COMMIT [COMMIT ...]   # the arm and compare rows of stored run rows
 """
 
@@ -136,12 +137,13 @@ def roll_args_of(arm: str, seed: int, args: argparse.Namespace) -> argparse.Name
 def run_swarm_arm(arm: str, seed: int, args: argparse.Namespace, root: Path, before: Optional[float]) -> dict:
     """One fresh swarm, one tutorial run on it, then (for `--export-arms`) its export scored on another."""
     roll_args, run_root = roll_args_of(arm, seed, args), root / f"{arm}-{seed}"
-    with launched_swarm(run_root, "--threads", str(args.threads), "--engine", args.engine, timeout=900) as url:
+    swarm_args = ("--threads", str(args.threads), "--engine", args.engine, "--backend", args.backend)
+    with launched_swarm(run_root, *swarm_args, timeout=900) as url:
         roll_args.swarm_url = url
         report, cpu = asyncio.run(swarm_run(roll_args, before))
         with SwarmClient(url) as client:  # the final checkpoint is written once the experiment is OFFLINE
             wait_state(client, ExperimentState.OFFLINE, timeout=300)
-    row = {"figure": "run", "arm": arm, "seed": seed, "engine": args.engine, **asdict(report),
+    row = {"figure": "run", "arm": arm, "seed": seed, "engine": args.engine, "backend": args.backend, **asdict(report),
            "held_out_before_measured": before is None}  # fmt: skip
     if arm in args.export_arms:
         with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
@@ -247,6 +249,8 @@ def main() -> None:
     )
     engine_help = "the swarm arms' engine (`ajet-swarm start --engine`; vllm: the CPU build in .venv-vllm)"
     ap.add_argument("--engine", choices=["embedded", "vllm"], default="embedded", help=engine_help)
+    backend_help = "the swarm arms' training backend (`ajet-swarm start --backend`: verl's actor, or the embedded one)"
+    ap.add_argument("--backend", choices=["auto", "embedded", "verl"], default="auto", help=backend_help)
     ap.add_argument("--target", type=float, default=0.7, help="a step's mean reward the time-to-target waits for")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the trainer's torch threads")
     ap.add_argument("--summarise", nargs="+", metavar="COMMIT",
