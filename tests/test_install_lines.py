@@ -17,8 +17,10 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 
+from ajet_proxy.explore import TOKEN_COOKIE
 from ajet_store import sqlite_url
 from tests.support.procs import REPO, Proc, free_port, offline_env, start_proxy
 from tests.support.require import need
@@ -73,13 +75,19 @@ def test_the_sdk_alone_talks_to_a_running_proxy(tmp_path):
 
 
 def test_the_proxy_extra_serves_without_torch(tmp_path):
+    """It serves, and the explorer's login form parses (it was a 500 in this install: Starlette parses forms with
+    python-multipart, which only the test venv had, through another package)."""
     where = venv_of("'.[proxy]'")
     port = free_port()
     proxy = Proc(
         [str(where / "bin" / "ajet-proxy"), "start", "--port", str(port), "--db", sqlite_url(tmp_path / "p.db")],
-        f"http://127.0.0.1:{port}", "/health", tmp_path / "proxy.log", env=offline_env(),
+        f"http://127.0.0.1:{port}", "/health", tmp_path / "proxy.log", env=offline_env(AJET_SWARM_TOKEN="t0ken"),
     )  # fmt: skip
-    proxy.close()
+    try:
+        login = httpx.post(proxy.url + "/explore/login", data={"token": "t0ken"}, follow_redirects=False)
+        assert login.status_code == 303 and TOKEN_COOKIE in login.headers.get("set-cookie", ""), login.text
+    finally:
+        proxy.close()
     res = subprocess.run([str(where / "bin" / "ajet-swarm"), "overwatch", "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "usage:" in res.stdout
     assert "absent: ['torch']" in run_in(where, "", absent=("torch",))
