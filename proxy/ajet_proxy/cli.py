@@ -68,6 +68,11 @@ def add_proxy_options(
         choices=["aiohttp", "litellm"],
         help="send agent calls to the engines through a pooled aiohttp session or litellm.Router",
     )
+    _add_scale_options(p, worker_flags)
+
+
+def _add_scale_options(p: argparse.ArgumentParser, worker_flags: tuple[str, ...]) -> None:
+    """The proxy's options of scale and bounds: workers, a shared store, the engine timeout, experiment folders."""
     p.add_argument(
         *worker_flags,
         dest="workers",

@@ -74,9 +74,8 @@ class ExploreOps(Database):
     def differing(self, version: int) -> int:
         """How many episodes' rewards under `version` differ from their client's."""
         with self._read() as c:
-            return int(
-                c.execute(sa.select(sa.func.count()).select_from(t.episodes).where(differs_in(version))).scalar()
-            )
+            n = c.execute(sa.select(sa.func.count()).select_from(t.episodes).where(differs_in(version))).scalar()
+        return int(n or 0)
 
     def step_row(self, step: int) -> Optional[StepRow]:
         """One recorded step (None: not recorded)."""

@@ -4,6 +4,8 @@ runs these paths in tests/vllm_real/ (LoRA over two vLLM engines through a swarm
 version of that test was the same test, slower to fail)."""
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -352,7 +354,7 @@ def test_a_vllm_server_a_killed_trainer_left_running_is_ended_at_the_next_start(
     file whose process runs something else now, or a server of this trainer's own, is left alone."""
     import subprocess
 
-    from ajet_trainer.vllm.server import end_left_servers
+    from ajet_trainer.left_servers import end_left_servers
 
     model_path = str(builtin_model_path("builtin:tiny"))
     trainer = subprocess.Popen([sys.executable, "-c", LEAVE_A_SERVER, STAND_IN, model_path, str(tmp_path)],
@@ -382,3 +384,32 @@ def test_a_vllm_server_a_killed_trainer_left_running_is_ended_at_the_next_start(
         other.kill()
         own.stop()
     assert not (tmp_path / "vllm-1.pid").exists()  # a stopped server's record goes with it
+
+
+def test_a_server_any_killed_trainer_left_is_ended_by_the_next_trainer_of_any_experiment(tmp_path, monkeypatch):
+    """The machine's record folder names each server's trainer: a later trainer's start, whatever its experiment,
+    ends the servers whose trainer is gone (`end_orphaned_servers`), and leaves a live trainer's alone."""
+    from ajet_trainer.left_servers import end_orphaned_servers
+
+    records = tmp_path / "records"
+    monkeypatch.setenv("AJET_SERVER_RECORDS", str(records))
+    model_path, folder = str(builtin_model_path("builtin:tiny")), tmp_path / "experiment-a"
+    folder.mkdir()
+    trainer = subprocess.Popen([sys.executable, "-c", LEAVE_A_SERVER, STAND_IN, model_path, str(folder)],
+                               stdout=subprocess.PIPE, text=True, env={**os.environ})  # fmt: skip
+    assert trainer.stdout is not None and trainer.stdout.readline() == "up\n"
+    trainer.kill()
+    trainer.wait(10)
+    left = json.loads((folder / "vllm-0.pid").read_text())["pid"]
+    own = VllmEngine(
+        model_path, VllmSettings(command=tuple(STAND_IN.split()), health_timeout_s=60), tmp_path / "b" / "vllm-0.log"
+    )
+    try:
+        own.start()  # a server of a live trainer (this process)
+        assert sorted(p.name for p in records.iterdir()) == sorted([f"{left}.json", f"{own.proc.pid}.json"])
+        assert end_orphaned_servers() == 1
+        assert not Path(f"/proc/{left}/cmdline").exists() or not Path(f"/proc/{left}/cmdline").read_bytes()
+        assert [p.name for p in records.iterdir()] == [f"{own.proc.pid}.json"] and own.proc.poll() is None
+    finally:
+        own.stop()
+    assert list(records.iterdir()) == []  # a server stopped cleanly drops its record

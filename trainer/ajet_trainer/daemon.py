@@ -30,6 +30,7 @@ from ajet_trainer.driver import ExperimentDriver
 from ajet_trainer.experiment_dir import experiment_folder
 from ajet_trainer.factory import Shared, preload_embedded, trains_alone
 from ajet_trainer.interfaces import TrainingSession
+from ajet_trainer.left_servers import end_orphaned_servers
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StoreOutage
 from ajet_trainer.scheduling import Candidate, after_update, next_to_train, on_ready
@@ -97,6 +98,7 @@ class TrainerDaemon:
         """Hold the stores (`TrainerHolds` when another live trainer does), then drive each experiment until `stop`
         is set; tears down cleanly on exit."""
         self.store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
+        end_orphaned_servers()  # vLLM servers a SIGKILLed trainer (of any experiment) left on this machine
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
         beat.start()

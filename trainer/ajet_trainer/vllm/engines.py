@@ -21,11 +21,12 @@ from ajet_store.types import RegisteredEngine
 from ajet_trainer.checkpoint import prune_step_folders, tied_names
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.interfaces import Engines
+from ajet_trainer.left_servers import end_left_servers
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.types import EngineCounters, PolicyModel
 from ajet_trainer.vllm.adapters import ServedAdapters
 from ajet_trainer.vllm.launch import Launch
-from ajet_trainer.vllm.server import VllmEngine, VllmSettings, end_left_servers, engine_devices, find_vllm_python
+from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
 from ajet_trainer.vllm.servers import ServerKey, VllmServers
 
 logger = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ from typing import Any, Optional
 import httpx
 
 from ajet.utils.runtime import offline_env
+from ajet_trainer import left_servers
 from ajet_trainer.errors import EngineStartError, TrainerError
 
 logger = logging.getLogger(__name__)
@@ -235,7 +236,7 @@ class VllmEngine:
 
     def launch(self) -> None:
         """Start the child process (engines launch together, then each waits for its health), in a process group of
-        its own (vLLM's engine processes with it); its pid and command are kept in `pid_path` (`end_left_servers`)."""
+        its own (vLLM's engine processes with it); its pid and command are recorded (`left_servers`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = launch_args(self.model_path, self.settings, self.port)
         env = launch_env(self.settings.host)
@@ -244,7 +245,7 @@ class VllmEngine:
         logger.info("launching %s (devices %s)", shlex.join(cmd), self.devices or "inherited")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, **OWN_GROUP)
-        self.pid_path.write_text(json.dumps({"pid": self.proc.pid, "cmd": cmd}))
+        left_servers.record(self.proc.pid, cmd, self.pid_path)
         self.started_at = time.monotonic()
 
     def wait_ready(self) -> str:
@@ -339,58 +340,5 @@ class VllmEngine:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         if self.proc is not None:
-            self.pid_path.unlink(missing_ok=True)
+            left_servers.forget(self.proc.pid, self.pid_path)
         self._http.close()
-
-
-def end_left_servers(exp_dir: Path) -> None:
-    """End the vLLM servers an earlier trainer launched for this experiment and left running (a SIGKILLed trainer
-    never stops its children, and a GPU they hold would refuse the new ones): each `vllm-*.pid` of `exp_dir` whose
-    process still runs the command recorded with it and is not this process's child (a pid since reused by another
-    process, or a server of this trainer's, is left alone), with its process group, SIGTERM then SIGKILL."""
-    for pid_path in sorted(exp_dir.glob("vllm-*.pid")):
-        try:
-            record = json.loads(pid_path.read_text())
-            pid, cmd = int(record["pid"]), [str(part) for part in record["cmd"]]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if _cmdline(pid) == cmd:
-            if _parent(pid) == os.getpid():
-                continue  # a server of this trainer's: its record stays
-            logger.warning("ending the vLLM server %d an earlier trainer left running (%s)", pid, pid_path)
-            _end_group(pid, cmd)
-        pid_path.unlink(missing_ok=True)
-
-
-def _end_group(pid: int, cmd: list[str]) -> None:
-    """SIGTERM the process group of `pid` (vLLM stops its engine processes), then SIGKILL what is left of it."""
-    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _cmdline(pid) == cmd:
-            time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # engine processes the server left behind
-    except ProcessLookupError:
-        pass
-
-
-def _cmdline(pid: int) -> Optional[list[str]]:
-    """The command line process `pid` runs (Linux's /proc; empty for a zombie), None when there is no such process."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.decode(errors="replace").split("\0")[:-1]
-
-
-def _parent(pid: int) -> Optional[int]:
-    """The parent pid of process `pid` (Linux's /proc), None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[1])
