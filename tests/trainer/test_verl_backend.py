@@ -324,6 +324,7 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
     metrics = session.train(batch, {"wait_s": 0.5})
     assert session.policy_version == 1 and metrics["reward_mean"] == pytest.approx(sum(p.reward for p in batch) / 6)
     assert "loss" in metrics and metrics["verl/actor/pg_loss"] == metrics["loss"]
+    assert 0 < metrics["trained_tokens"] <= metrics["tokens"]  # named as the embedded trainer names them
     step = multi_store.steps()[-1]
     assert (step.step, step.policy_version) == (1, 1) and multi_store.pool_episodes() == []
     deps = {d.name: d for d in multi_store.engines()}

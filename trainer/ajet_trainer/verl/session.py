@@ -179,8 +179,14 @@ def hybrid_engines(addresses: Sequence[str], served_model: str, version: int) ->
 
 
 def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: AssemblyStats) -> Metrics:
-    """The step's metrics: ours (as the embedded trainer names them) plus every numeric verl metric."""
-    out: Metrics = {**timers, **stats.metrics()}
+    """The step's metrics: ours (as the embedded trainer names them: the tokens of the batch and those trained among
+    them, ...) plus every numeric verl metric."""
+    out: Metrics = {
+        **timers,
+        **stats.metrics(),
+        "tokens": float(stats.tokens),
+        "trained_tokens": float(stats.trained_tokens),
+    }
     for key, value in verl_metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"verl/{key}"] = float(value)
