@@ -38,7 +38,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Iterable, Optional
 
 import openai
 import psutil
@@ -203,7 +203,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
             "held_out_after": statistics.fmean(r["held_out_after"] for r in rows),
             "rise_mean": statistics.fmean(r["rise"] for r in rows), "every_seed_rose": all(r["rise"] > 0 for r in rows),
             "time_to_target": times, "target": target,
-            "cpu_s_per_trained_token": statistics.fmean(r["cpu_s_per_trained_token"] or 0.0 for r in rows),
+            "cpu_s_per_trained_token": _mean_known(r["cpu_s_per_trained_token"] for r in rows),
         })  # fmt: skip
     if len(runs) < 2:
         return
@@ -232,6 +232,12 @@ def rows_of(commits: list[str], arms: list[str]) -> dict[str, list[dict[str, Any
         if row.get("figure") == "run" and row.get("commit") in commits and row["arm"] in arms:
             last[(row["arm"], row["seed"])] = row
     return {arm: [r for (a, _), r in sorted(last.items()) if a == arm] for arm in arms}
+
+
+def _mean_known(values: Iterable[Optional[float]]) -> Optional[float]:
+    """The mean of the values measured (None when none was: a figure not measured is not a zero)."""
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def main() -> None:
