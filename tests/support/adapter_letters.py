@@ -3,6 +3,7 @@ adapter rewarded for `a`, one for `b`, ... Shared by the adapters' test and `ben
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -49,12 +50,14 @@ ALL_LINEAR = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
 
 
 def letter_model(names: list[str], seed: int = 0, config: LoraConfig = LETTER_HEAD):
-    """The base with one adapter per name (the first active), in eval mode, and its tokenizer."""
+    """The base with one adapter per name (the first active), in eval mode, and its tokenizer. Each adapter gets a
+    copy of `config`: peft writes the base model's path into the config it is given, and the shared constants must
+    stay as declared for the next test (a config naming another base warns, and warnings fail the tests)."""
     base, tok = load_policy(str(builtin_model_path(BASE)), AgentJetJob(), "cpu")
     torch.manual_seed(seed)
-    model = get_peft_model(base, config, adapter_name=names[0])
+    model = get_peft_model(base, copy.deepcopy(config), adapter_name=names[0])
     for name in names[1:]:
-        model.add_adapter(name, config)
+        model.add_adapter(name, copy.deepcopy(config))
     return model.eval(), tok
 
 
