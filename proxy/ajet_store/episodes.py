@@ -223,21 +223,12 @@ class EpisodeOps(Database):
         `since_step`: only episodes consumed at that step or later, or not consumed yet.
         """
         e = t.episodes.c
-        after: Optional[tuple[float, str]] = None
-        while True:
-            q = sa.select(t.episodes).order_by(e.created_at, e.uuid).limit(page)
-            if status is not None:
-                q = q.where(e.status == status.value)
-            if since_step is not None:
-                q = q.where(sa.or_(e.consumed_step >= since_step, e.consumed_step.is_(None)))
-            if after is not None:
-                q = q.where(sa.or_(e.created_at > after[0], sa.and_(e.created_at == after[0], e.uuid > after[1])))
-            with self._read() as c:
-                page_rows = [rows.episode_from(m) for m in c.execute(q).mappings()]
-            yield from page_rows
-            if len(page_rows) < page:
-                return
-            after = (page_rows[-1].created_at, page_rows[-1].uuid)
+        q = sa.select(t.episodes)
+        if status is not None:
+            q = q.where(e.status == status.value)
+        if since_step is not None:
+            q = q.where(sa.or_(e.consumed_step >= since_step, e.consumed_step.is_(None)))
+        return rows.episode_pages(self._read, q, page)
 
 
 class _Tally:

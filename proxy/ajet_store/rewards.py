@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Sequence
 
 import sqlalchemy as sa
 
@@ -79,17 +79,7 @@ class RewardOps(Database):
         selection = EpisodeSelection(**version.selection)
         e, r = t.episodes.c, t.episode_rewards.c
         done = sa.select(r.episode_uuid).where(r.version == version.version, r.episode_uuid == e.uuid)
-        after: Optional[tuple[float, str]] = None
-        while True:
-            q = _selected(selection).where(~sa.exists(done)).order_by(e.created_at, e.uuid).limit(page)
-            if after is not None:
-                q = q.where(sa.or_(e.created_at > after[0], sa.and_(e.created_at == after[0], e.uuid > after[1])))
-            with self._read() as c:
-                found = [rows.episode_from(m) for m in c.execute(q).mappings()]
-            yield from found
-            if len(found) < page:
-                return
-            after = (found[-1].created_at, found[-1].uuid)
+        return rows.episode_pages(self._read, _selected(selection).where(~sa.exists(done)), page)
 
     def known_episodes(self, uuids: Sequence[str]) -> set[str]:
         """Which of `uuids` are episodes of this store."""

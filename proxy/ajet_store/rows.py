@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -196,3 +196,22 @@ def _changes(table: sa.Table, excluded: Any, add: tuple[str, ...], replace: tupl
     out: dict[str, Any] = {col: table.c[col] + excluded[col] for col in add}
     out.update({col: excluded[col] for col in replace})
     return out
+
+
+def episode_pages(
+    read: Callable[[], ContextManager[sa.Connection]], query: sa.Select[Any], page: int
+) -> Iterator[EpisodeRow]:
+    """The episodes `query` selects, oldest first, read `page` at a time, each page in a short read transaction of
+    `read` (keyset paging on (created_at, uuid): no row skipped or repeated, whatever is written between pages)."""
+    e = t.episodes.c
+    after: Optional[tuple[float, str]] = None
+    while True:
+        q = query.order_by(e.created_at, e.uuid).limit(page)
+        if after is not None:
+            q = q.where(sa.or_(e.created_at > after[0], sa.and_(e.created_at == after[0], e.uuid > after[1])))
+        with read() as c:
+            found = [episode_from(m) for m in c.execute(q).mappings()]
+        yield from found
+        if len(found) < page:
+            return
+        after = (found[-1].created_at, found[-1].uuid)
