@@ -89,7 +89,7 @@ class EpisodeOps(Database):
         with self._tx() as c:
             row = _begin(
                 c,
-                rows.experiment(c),
+                rows.shared_experiment(c),
                 now,
                 BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission),
                 tally,
@@ -127,7 +127,7 @@ class EpisodeOps(Database):
             for change in changes:
                 try:
                     if isinstance(change, BeginEpisode):
-                        exp = exp or rows.experiment(c)
+                        exp = exp or rows.shared_experiment(c)  # held: no state change between check and commit
                         out.append(_begin(c, exp, now, change, tally))
                     else:
                         out.append(_end(c, now, change, tally)[0])

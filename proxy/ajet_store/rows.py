@@ -36,6 +36,14 @@ def locked_experiment(c: sa.Connection) -> ExperimentRow:
     return experiment(c, _EXPERIMENT.with_for_update())
 
 
+def shared_experiment(c: sa.Connection) -> ExperimentRow:
+    """The experiment's row, read in the caller's write transaction and held against changes until it ends (`FOR
+    SHARE` on PostgreSQL: begins do not wait for each other, a state change waits for them, and they for it). A
+    begin checks ROLLING with it: a move to ROLLING_POST then commits after the begin, and the drain that follows
+    sees the new episode open (it once missed it and moved to WEIGHT_SYNCING under the episode's first call)."""
+    return experiment(c, _EXPERIMENT.with_for_update(read=True))
+
+
 def experiment(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> ExperimentRow:
     """The experiment's row (the one with id 1), read in the caller's transaction."""
     m = c.execute(_EXPERIMENT if query is None else query).mappings().one()

@@ -218,3 +218,43 @@ def test_a_transaction_postgresql_rolls_back_for_a_deadlock_is_run_again(pg):
     victim: it is run again (counted), and commits."""
     retried, seen = _held_counter_then(pg, "calls", "call_errors")
     assert retried == 1 and seen == ""
+
+
+def test_a_begin_and_a_state_change_do_not_interleave(pg, monkeypatch):
+    """Round four saw a call answered 503 WEIGHT_SYNCING just after its own begin succeeded. On PostgreSQL a begin
+    read ROLLING, the trainer's move to ROLLING_POST committed, and the drain's look at the open episodes ran before
+    the begin committed: it missed the episode and moved to WEIGHT_SYNCING under it. A begin now holds the
+    experiment's row (FOR SHARE) from its check to its commit, so the move waits for it and the drain sees it."""
+    import threading
+
+    from ajet_store import episodes
+
+    pg.sync_job(AgentJetJob(batch_size=1, num_repeat=2))
+    pg.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
+    pg.register_engines([RegisteredEngine("d", "http://x/v1", "m", 0)])
+    pg.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
+    checked, release = threading.Event(), threading.Event()
+    real = episodes.refuse_if_silent
+
+    def pause_after_the_check(*args: object, **kwargs: object) -> None:
+        real(*args, **kwargs)  # the begin has read ROLLING; it has not written yet
+        checked.set()
+        release.wait(30)
+
+    monkeypatch.setattr(episodes, "refuse_if_silent", pause_after_the_check)
+    begin = threading.Thread(target=pg.begin_episode, args=("late", "h-late", "c", "train", 30))
+    begin.start()
+    assert checked.wait(30)
+    seen: list[set[str]] = []
+
+    def move_then_look() -> None:  # what the trainer does: close the batch, then see which episodes are open
+        pg.transition(ExperimentState.ROLLING_POST, allowed_from=[ExperimentState.ROLLING])
+        seen.append(pg.open_uuids(trainable=True))
+
+    trainer = threading.Thread(target=move_then_look)
+    trainer.start()
+    trainer.join(1.0)  # without the lock the move commits at once, and the look misses the begin still running
+    release.set()
+    begin.join(30)
+    trainer.join(30)
+    assert seen == [{"late"}]
