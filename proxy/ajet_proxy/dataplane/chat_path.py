@@ -169,23 +169,26 @@ class ChatPath:
             return sending.result()
         with contextlib.suppress(asyncio.CancelledError):
             await sending
-        if call.seq < 0:  # it left while waiting for a place: nothing reached an engine, no number was taken
-            return None
-        version = call.engine.policy_version if call.engine is not None else 0
-        record = call.record(
-            None, Extracted(prompt_ids=call.prompt.ids if call.prompt else None), version, CLIENT_GONE_PLAIN
-        )
-        self.proxy.host_of(call.ep).writer.submit(replace(record, client_gone=True))
-        call.forget()
+        if call.seq >= 0:  # else it left while waiting for a place: nothing reached an engine, no number was taken
+            self._log_unanswered(call, CLIENT_GONE_PLAIN, call.prompt.ids if call.prompt else None, gone=True)
         return None
+
+    def _log_unanswered(
+        self, call: InFlightCall, why: str, prompt_ids: Optional[list[int]] = None, gone: bool = False
+    ) -> None:
+        """Log a numbered call that leaves no answer (refused, failed, cut off by its client: `why`, with the policy
+        version of the engine it was sent to) without waiting for the commit, and account for its number."""
+        version = call.engine.policy_version if call.engine is not None else 0
+        self.proxy.host_of(call.ep).writer.submit(
+            call.record(None, Extracted(prompt_ids=prompt_ids), version, why, gone)
+        )
+        call.forget()
 
     def _fail_silent(self, call: InFlightCall, silent_s: float) -> None:
         """Log the call as failed (its engine's trainer fell silent) and raise `TrainerUnresponsive`."""
         why = f"no trainer heartbeat for {silent_s:.0f}s while the call waited for its engine (hung or down)"
         if call.seq >= 0:
-            version = call.engine.policy_version if call.engine is not None else 0
-            self.proxy.host_of(call.ep).writer.submit(call.record(None, Extracted(), version, why))
-            call.forget()
+            self._log_unanswered(call, why)
         raise TrainerUnresponsive(why, state=self.proxy.host_of(call.ep).experiment.state.value, silent_s=silent_s)
 
     @staticmethod
@@ -242,9 +245,7 @@ class ChatPath:
 
     def _fail(self, call: InFlightCall, exc: NoEngineReachable) -> None:
         """Log the call as failed (no engine answered) and raise `exc`."""
-        why = f"{exc.detail}: {exc.cause!r}"
-        self.proxy.host_of(call.ep).writer.submit(call.record(None, Extracted(), exc.engine.policy_version, why))
-        call.forget()
+        self._log_unanswered(call, f"{exc.detail}: {exc.cause!r}")  # `call.engine` is `exc.engine`, the last tried
         raise exc
 
     async def _reserve_whole(self, call: InFlightCall) -> None:
@@ -278,9 +279,7 @@ class ChatPath:
         host = self.proxy.host_of(call.ep)
         refusal = call.refusal(host.experiment.job, call.prompt.ids)
         if refusal is not None:
-            version = call.engine.policy_version
-            host.writer.submit(call.record(None, Extracted(prompt_ids=call.prompt.ids), version, refusal.detail))
-            call.forget()
+            self._log_unanswered(call, refusal.detail, call.prompt.ids)
             raise refusal
 
     async def _answer(self, call: InFlightCall, sent: Sent) -> Response:
