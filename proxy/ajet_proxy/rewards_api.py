@@ -8,6 +8,8 @@ the call names (`X-Ajet-Experiment`, else the first), with the control API's err
 
 from __future__ import annotations
 
+import itertools
+
 from fastapi import APIRouter, Request
 
 from ajet.errors import InvalidRequest
@@ -50,12 +52,7 @@ def reward_version(body: RewardVersionRequest, request: Request) -> RewardVersio
 def unscored_episodes(body: UnscoredRequest, request: Request) -> UnscoredPage:
     """The next episodes (at most `limit`) the version has not scored, as its reward function sees them."""
     store = host_of(request).store
-    version = store.get_reward_version(body.version)
-    rows = []
-    for row in store.unscored(version, page=body.limit):
-        rows.append(row)
-        if len(rows) == body.limit:
-            break
+    rows = itertools.islice(store.unscored(store.get_reward_version(body.version), page=body.limit), body.limit)
     return UnscoredPage(episodes=[stored_view(store, row) for row in rows])
 
 
