@@ -151,7 +151,8 @@ def source_hash(fn: Callable[..., Any]) -> str:
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
-        source = inspect.getsource(inspect.getmodule(fn)) if inspect.getmodule(fn) else repr(fn)
+        module = inspect.getmodule(fn)
+        source = inspect.getsource(module) if module is not None else repr(fn)
     return hashlib.sha256(source.encode()).hexdigest()
 
 

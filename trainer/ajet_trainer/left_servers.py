@@ -60,8 +60,8 @@ def end_left_servers(exp_dir: Path) -> None:
 
 def end_orphaned_servers() -> int:
     """End every recorded server on this machine whose trainer is gone (any experiment's); returns how many."""
-    ended = 0
-    for path in sorted(records_root().glob("*.json")) if records_root().is_dir() else []:
+    ended, root = 0, records_root()
+    for path in sorted(root.glob("*.json")):  # none when the folder is not there
         found = _read(path)
         if found is None:
             path.unlink(missing_ok=True)
