@@ -53,6 +53,8 @@ def run_ajet(model: str, new_tokens: int, steps: int, batch: int, group: int, tm
         [
             str(Path(sys.executable).with_name("ajet-swarm")),
             "start",
+            "--host",
+            "127.0.0.1",
             "--swarm-port",
             str(port),
             "--db",

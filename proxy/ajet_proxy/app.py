@@ -13,6 +13,7 @@ from ajet import __version__
 from ajet.errors import SwarmError
 from ajet.protocol import ErrorCode
 from ajet_proxy import control, experiments_api, rewards_api
+from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.config import ProxyConfig
@@ -76,6 +77,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.state.ajet = proxy
     if config.swarm_token:
         app.add_middleware(SwarmTokenMiddleware, token=config.swarm_token, login=lambda: login_page(401))
+    else:  # no token: the stored prompts and answers are for this machine's eyes only
+        app.add_middleware(LoopbackExplorerMiddleware)
     app.add_middleware(BodySizeMiddleware, max_bytes=config.limits.max_body_bytes)  # outermost: first to run
     app.add_exception_handler(SwarmError, handle_swarm_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)

@@ -25,6 +25,13 @@ EXPLORE, EXPLORE_LOGIN, EXPLORE_COOKIE = "/explore", "/explore/login", "ajet_swa
 """The explorer's root, its login form (open to all) and the cookie that form sets."""
 
 
+MISSING_TOKEN = (
+    "control calls need the swarm token: set AJET_SWARM_TOKEN on this client (a swarm that made its own printed "
+    "it at start, and keeps it in its --swarm-token-file)"
+)
+"""The 401 of a control call without the right token: what to do about it."""
+
+
 def needs_token(path: str) -> bool:
     """Whether a request to `path` needs the swarm token (when one is configured). The path is compared with
     repeated and trailing slashes collapsed: `/docs/` reaches `/docs` through a redirect, so it needs the token
@@ -75,4 +82,4 @@ class SwarmTokenMiddleware:
         """401: the explorer's login form to a browser, the API's error body to anyone else."""
         if explore and self.login is not None:
             return self.login()
-        return error_response(HttpError(ErrorCode.UNAUTHORIZED, "control calls need the swarm token"))
+        return error_response(HttpError(ErrorCode.UNAUTHORIZED, MISSING_TOKEN))

@@ -7,7 +7,6 @@ so `--help` and `--version` answer at once. Expected errors print one line (`aje
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import socket
@@ -25,17 +24,9 @@ from ajet.utils.flags import (
 )
 from ajet.utils.runtime import apply_offline_env, listening_socket, run_cli
 from ajet_proxy import store_commands
+from ajet_proxy.access import access_lines, client_url, resolve_access
 from ajet_proxy.rescore import add_rescore_arguments
 from ajet_store.connect import add_store_options
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def add_proxy_options(
@@ -50,6 +41,17 @@ def add_proxy_options(
         "--swarm-token",
         help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
         "which `ps` does not show)",
+    )
+    p.add_argument(
+        "--swarm-token-file",
+        help="bound beyond loopback without a token, the swarm makes one and keeps it here (readable by its owner "
+        "only; reused at the next start)",
+    )
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="bound beyond loopback, take control calls without a token (a trusted network only; the explorer is "
+        "still served to this machine only)",
     )
     p.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 above it)")
     p.add_argument(
@@ -119,9 +121,14 @@ def run_proxy(args: argparse.Namespace) -> int:
     sock = listening_socket(args.host, args.port)
     apply_offline_env()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not _is_loopback(args.host) and not args.swarm_token:
+    access = resolve_access(args.host, args.swarm_token, args.open, args.swarm_token_file)
+    args.swarm_token = access.token
+    for line in access_lines(access, client_url(args.host, args.port)):
+        print(line.replace("ajet-swarm:", "ajet-proxy:"), flush=True)
+    if access.open_beyond_loopback:
         logging.getLogger("ajet_proxy").warning(
-            "binding to %s without --swarm-token: anyone who can reach this port can control the engine", args.host
+            "binding to %s with --open and no swarm token: anyone who can reach this port can control the engine",
+            args.host,
         )
     if args.workers <= 1:
         _serve(args, sock)

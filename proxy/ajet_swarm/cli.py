@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from ajet.utils.flags import (
     to_argv,
 )
 from ajet.utils.runtime import listening_socket, offline_env, run_cli
+from ajet_proxy.access import ALL_INTERFACES, access_lines, client_url, resolve_access
 from ajet_proxy.cli import (
     add_monitor_arguments,
     add_proxy_options,
@@ -73,16 +73,13 @@ def child_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-ALL_INTERFACES = ("0.0.0.0", "::")
-
-
 def banner(host: str, port: int, token: bool, store: str) -> str:
     """What `start` prints first: where clients connect, from this machine and from others, and whether the
     control API is protected (the proxy itself warns once when it is not)."""
     if host in ALL_INTERFACES:
         where = (
             f"ajet-swarm: listening on all interfaces, port {port}: other machines use "
-            f"http://{socket.gethostname()}:{port} (this one: http://127.0.0.1:{port})"
+            f"{client_url(host, port)} (this one: http://127.0.0.1:{port})"
         )
     else:
         where = f"ajet-swarm: listening on http://{host}:{port} only"
@@ -110,6 +107,8 @@ def run_swarm(args: argparse.Namespace) -> int:
     died makes the exit status non-zero with one line naming it. A port another process holds is one line and
     exit 1 before the banner and before either child starts (the proxy binds it a moment later)."""
     listening_socket(args.host, args.port).close()
+    access = resolve_access(args.host, args.swarm_token, args.open, args.swarm_token_file)
+    args.swarm_token = access.token
     proxy, trainer = child_commands(args)
     env = child_env(args)
     procs = [subprocess.Popen(proxy, env=env), subprocess.Popen(trainer, env=env)]
@@ -117,6 +116,8 @@ def run_swarm(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     print(banner(args.host, args.port, bool(args.swarm_token), redact_url(args.db)), flush=True)
+    for line in access_lines(access, client_url(args.host, args.port)):
+        print(line, flush=True)
     while not stopping.is_set() and all(p.poll() is None for p in procs):
         stopping.wait(0.5)
     died = (

@@ -74,6 +74,13 @@ class Unauthorized(SwarmError):
     code = ErrorCode.UNAUTHORIZED
 
 
+class Forbidden(Unauthorized):
+    """403: no token opens this route from where the call came (the explorer of a swarm without a swarm token,
+    asked from another machine)."""
+
+    code = ErrorCode.FORBIDDEN
+
+
 class EpisodeNotFound(SwarmError):
     """404: the episode does not exist."""
 
@@ -214,6 +221,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmError]] = {
     for cls in (
         SwarmError,
         Unauthorized,
+        Forbidden,
         EpisodeNotFound,
         ExperimentNotFound,
         WrongState,
@@ -237,7 +245,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmError]] = {
 _BY_STATUS: dict[int, type[SwarmError]] = {
     400: InvalidRequest,
     401: Unauthorized,
-    403: Unauthorized,
+    403: Forbidden,
     404: EpisodeNotFound,
     409: Conflict,
     413: RequestTooLarge,

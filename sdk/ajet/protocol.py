@@ -35,6 +35,7 @@ class ErrorCode(str, Enum):
     """What went wrong, by name; the SDK's exception classes carry the same names."""
 
     UNAUTHORIZED = "Unauthorized"
+    FORBIDDEN = "Forbidden"
     EPISODE_NOT_FOUND = "EpisodeNotFound"
     EXPERIMENT_NOT_FOUND = "ExperimentNotFound"
     WRONG_STATE = "WrongState"
@@ -67,6 +68,7 @@ class ErrorCode(str, Enum):
 
 _STATUS = {
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.EPISODE_NOT_FOUND: 404,
     ErrorCode.EXPERIMENT_NOT_FOUND: 404,
     ErrorCode.WRONG_STATE: 409,

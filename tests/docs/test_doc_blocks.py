@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from ajet.types import EpisodeStatus
+from ajet.utils.runtime import model_cache_root
 from ajet_store import Store, sqlite_url
 from tests.support.procs import REPO, free_port, offline_env
 from tests.support.swarm import running_swarm
@@ -157,10 +158,11 @@ def test_the_readme_example_runs_against_a_swarm(tmp_path):
 def _serve(cmd: str, cwd: Path, port: int) -> str:
     """Run one start command as a shell line until it serves (its port answers /health, or, without a port, its
     trainer beats in the store after it started), then interrupt it; returns its output."""
+    env = {**offline_env(), "HOME": str(cwd), "AJET_MODEL_CACHE": str(model_cache_root())}  # a made token stays here
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {cmd}"],
         cwd=cwd,
-        env=offline_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -208,8 +210,8 @@ def test_the_start_commands_serve(tmp_path):
         port = free_port()
         cmd = f"{bin_dir}/{line.replace('10086', str(port))}"
         out = _serve(cmd, tmp_path, port)
-        if line.startswith("ajet-swarm"):
-            assert f":{port}" in out  # its banner says where to connect
+        if line.startswith("ajet-swarm"):  # its banner says where to connect, and (all interfaces, no token) the
+            assert f":{port}" in out and "export AJET_SWARM_TOKEN=" in out  # line clients need for its token
     assert (tmp_path / "ajet-swarm.db").is_file()  # the relative store URL of the docs, in the working folder
 
 

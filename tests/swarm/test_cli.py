@@ -121,10 +121,13 @@ def test_ajet_swarm_start_runs_both_children_with_no_secret_in_their_command_lin
         st.close()
 
 
-@pytest.mark.parametrize("token", [None, "swarm-s3cret"], ids=["open", "token"])
-def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch, token):
-    """Reachable on 127.0.0.2 (all interfaces), the control API guarded when a token is set, and the SDK
-    reading that token from AJET_SWARM_TOKEN, so seed code runs unchanged against a protected server."""
+@pytest.mark.parametrize("mode", ["default", "given", "open"])
+def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch, mode):
+    """Reachable on 127.0.0.2 (all interfaces). By default the control API is closed: the swarm makes a token,
+    keeps it in a file only its owner reads and prints the line clients need; a given token guards it the same way;
+    `--open` opens it and the proxy warns once. The SDK reads the token from AJET_SWARM_TOKEN, so seed code runs
+    unchanged against a protected server."""
+    import stat
     import sys
     from pathlib import Path
 
@@ -134,7 +137,7 @@ def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch
     from ajet_store import sqlite_url
     from tests.support.procs import Proc, free_port
 
-    port = free_port()
+    port, token_file = free_port(), tmp_path / "conf" / "swarm_token"
     args = [
         str(Path(sys.executable).with_name("ajet-swarm")),
         "start",
@@ -146,24 +149,30 @@ def test_a_default_start_is_reachable_from_another_address(tmp_path, monkeypatch
         str(tmp_path / "exp"),
         "--device",
         "cpu",
+        "--swarm-token-file",
+        str(token_file),
     ]
-    swarm = Proc(
-        args + (["--swarm-token", token] if token else []),
-        f"http://{OTHER_ADDRESS}:{port}",
-        "/health",
-        tmp_path / "swarm.log",
-    )
+    extra = {"default": [], "given": ["--swarm-token", "swarm-s3cret"], "open": ["--open"]}[mode]
+    swarm = Proc(args + extra, f"http://{OTHER_ADDRESS}:{port}", "/health", tmp_path / "swarm.log")
     try:
         url = f"http://{OTHER_ADDRESS}:{port}"
-        status = httpx.get(url + "/swarm/get_engine_status").status_code
-        assert status == (401 if token else 200)
+        assert httpx.get(url + "/swarm/get_engine_status").status_code == (200 if mode == "open" else 401)
+        assert httpx.get(url + "/explore/live").status_code == (200 if mode == "open" else 401)  # loopback: opened
+        token = {"default": None, "given": "swarm-s3cret", "open": None}[mode]
+        if mode == "default":
+            token = token_file.read_text().strip()
+            assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+            assert f"export AJET_SWARM_TOKEN={token}" in swarm.log_tail()  # printed once, where it is kept
+            assert swarm.log_tail().count(token) == 1 and str(token_file) in swarm.log_tail()
+        else:
+            assert not token_file.exists()
         if token:
             monkeypatch.setenv("AJET_SWARM_TOKEN", token)
         client = SwarmClient(url)
         assert client.get_engine_status().state.value
         client.close()
         assert "all interfaces" in swarm.log_tail()
-        assert ("without --swarm-token" in swarm.log_tail()) == (token is None)  # the proxy warns once, when open
+        assert ("--open and no swarm token" in swarm.log_tail()) == (mode == "open")  # the proxy warns once, when open
     finally:
         swarm.close()
 
@@ -239,7 +248,8 @@ def test_the_engine_key_lives_only_in_the_store(tmp_path):
     db_path, port = tmp_path / "swarm.db", free_port()
     swarm = Proc(
         [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db",
-         sqlite_url(db_path), "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu", "--log-level", "debug"],
+         sqlite_url(db_path), "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu", "--log-level", "debug",
+         "--open"],
         f"http://127.0.0.1:{port}", "/health", tmp_path / "swarm.log",
     )  # fmt: skip
     st = Store(sqlite_url(db_path))
@@ -295,8 +305,8 @@ def test_swarm_with_several_proxies_on_postgresql(tmp_path):
     with postgres.postgres_url() as server:
         db, port = postgres.fresh_database(server, "swarm_proxies"), free_port()
         swarm = Proc(
-            [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--swarm-port", str(port), "--db", db,
-             "--proxies", "2", "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"],
+            [str(Path(sys.executable).with_name("ajet-swarm")), "start", "--host", "127.0.0.1", "--swarm-port",
+             str(port), "--db", db, "--proxies", "2", "--experiment-dir", str(tmp_path / "exp"), "--device", "cpu"],
             f"http://127.0.0.1:{port}", "/health", tmp_path / "swarm.log",
         )  # fmt: skip
         try:

@@ -1,7 +1,7 @@
 """Multi-model multi-agent training: two swarms (one per model), one client. Copy this template.
 
-    ajet-swarm start --swarm-port 10086 --db sqlite:///./model_a.db --experiment-dir exp/model_a &
-    ajet-swarm start --swarm-port 10087 --db sqlite:///./model_b.db --experiment-dir exp/model_b &
+    ajet-swarm start --host 127.0.0.1 --swarm-port 10086 --db sqlite:///./model_a.db --experiment-dir exp/model_a &
+    ajet-swarm start --host 127.0.0.1 --swarm-port 10087 --db sqlite:///./model_b.db --experiment-dir exp/model_b &
     export AJET_JUDGE_BASE_URL=https://your-judge/v1 AJET_JUDGE_API_KEY=... AJET_JUDGE_MODEL=...
     python -m tutorial.example_academic_trans_swarm.trans_roll \\
         --url-a http://127.0.0.1:10086 --url-b http://127.0.0.1:10087

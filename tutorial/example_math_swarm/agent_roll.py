@@ -1,6 +1,6 @@
 """Regular agentic RL, one server and one client: the math agent on a gsm8k-format dataset.
 
-    ajet-swarm start --swarm-port 10086 &
+    ajet-swarm start --host 127.0.0.1 --swarm-port 10086 &
     python -m tutorial.example_math_swarm.agent_roll --swarm-url http://127.0.0.1:10086 \\
         [--dataset /path/to/gsm8k] [--model /path/to/Qwen2.5-0.5B-Instruct]
 """

@@ -3,7 +3,7 @@ this tutorial's gsm8k-format sample, the model the built-in tiny one, the batch 
 this tutorial as `execute_agent`. The imports are the seed's own lines. One line is added: `LOCAL_MAX_TASKS`
 (default: all) bounds the pass over the dataset, so a test runs two steps instead of thirty.
 
-    ajet-swarm start --swarm-port 10086 &
+    ajet-swarm start --host 127.0.0.1 --swarm-port 10086 &
     AJET_SWARM_URL=http://127.0.0.1:10086 python -m tutorial.example_math_swarm.seed_demo1
 """
 

@@ -1,6 +1,6 @@
 """Multi-mission: several clients, each with its own dataset and reward, train one model together.
 
-ajet-swarm start --swarm-port 10086 &
+ajet-swarm start --host 127.0.0.1 --swarm-port 10086 &
 python -m tutorial.example_multi_mission.agent_roll --mission letters --swarm-url http://127.0.0.1:10086 &
 python -m tutorial.example_multi_mission.agent_roll --mission digits  --swarm-url http://127.0.0.1:10086
 ajet-swarm overwatch --swarm-url http://127.0.0.1:10086     # the Missions tab shows each one

@@ -1,6 +1,6 @@
 """Train the built-in demo model (tiny) to say the named letter (a, b, c or d), through a running swarm.
 
-    ajet-swarm start --swarm-port 10086 &          # proxy + trainer
+    ajet-swarm start --host 127.0.0.1 --swarm-port 10086 &          # proxy + trainer
     python -m tutorial.example_tiny_rl.agent_roll --swarm-url http://127.0.0.1:10086
 
 Prints the mean reward of every training step; stops at --target (or --max-steps) and ends with one

@@ -1,6 +1,6 @@
 """Train SmolLM2-135M-Instruct to use a calculator, through a running swarm, and score it on held-out questions.
 
-    ajet-swarm start --swarm-port 10086 &          # proxy + trainer, their defaults
+    ajet-swarm start --host 127.0.0.1 --swarm-port 10086 &          # proxy + trainer, their defaults
     python -m tutorial.example_tool_agent.agent_roll --swarm-url http://127.0.0.1:10086
 
 1. The held-out questions are scored first (eval episodes, greedy: they never train).

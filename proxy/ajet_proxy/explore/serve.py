@@ -12,6 +12,7 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 
 from ajet.utils.runtime import apply_offline_env, listening_socket
+from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.explore.app import explore_app, login_page
 from ajet_store import Store
@@ -27,6 +28,8 @@ def standalone_app(store: Store, tokenizer: Optional[str] = None, token: Optiona
     )
     if token:
         app.add_middleware(SwarmTokenMiddleware, token=token, login=lambda: login_page(401))
+    else:  # no token: the pages go to this machine only
+        app.add_middleware(LoopbackExplorerMiddleware)
     return app
 
 

@@ -19,12 +19,15 @@ from tests.support import rewards_fixed
 from tests.support.explore_store import HOSTILE_ANSWER, fill
 from tests.support.stored_episodes import fill_sums
 
+LOCAL = ("127.0.0.1", 50000)
+"""The test client's address: without a token the explorer serves loopback clients only."""
+
 
 @pytest.fixture(scope="module")
 def explored(tmp_path_factory):
     st = Store(sqlite_url(tmp_path_factory.mktemp("explore") / "s.db"))
     filled = fill(st, "builtin:tiny")
-    with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny")))) as client:
+    with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny"))), client=LOCAL) as client:
         yield client, st, filled
     st.close()
 
@@ -135,7 +138,7 @@ def test_the_pages_read_a_postgresql_store_alike():
     with postgres.postgres_url() as server:
         st = Store(postgres.fresh_database(server, "ajet_explore"))
         filled = fill(st, "builtin:tiny")
-        with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny")))) as client:
+        with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny"))), client=LOCAL) as client:
             live = client.get("/explore/live").json()
             page = client.get("/explore/episodes", params={"step": 1, "sort": "reward"}).text
             token_view = client.get(f"/explore/episodes/{filled.two_calls}").text
@@ -152,7 +155,7 @@ def test_reward_versions_show_beside_the_clients_and_list_where_they_differ(tmp_
     st = Store(sqlite_url(tmp_path / "s.db"))
     right = fill_sums(st, 6)
     rescore(st, rewards_fixed.right_sum, "tests.support.rewards_fixed:right_sum", EpisodeSelection())
-    with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny")))) as client:
+    with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny"))), client=LOCAL) as client:
         page = client.get("/explore/rewards").text
         row = re.search(r'<tr data-version="1">(.*?)</tr>', page, re.S).group(1)
         assert "tests.support.rewards_fixed:right_sum" in row and "<td>6</td><td>0</td>" in row
