@@ -249,9 +249,11 @@ def _main(argv: Optional[list[str]] = None) -> int:
     prn.add_argument("--vacuum", action="store_true", help="then give the freed space back (rewrites the file)")
     rsc = sub.add_parser("rescore", help="score stored episodes again with a reward function (a new reward version)")
     add_rescore_arguments(rsc)
+    dst = sub.add_parser("dataset", help="best-of-group SFT or DPO data from the store, in TRL's formats")
+    store_commands.add_dataset_arguments(dst)
     xpl = sub.add_parser("explore", help="a web explorer of runs, episodes and trained tokens over the store")
     _explore_module().add_explore_arguments(xpl)
-    _store_options((lst, show, exp, upg, plt, prn, xpl, rsc), (lst, show, exp, plt, rsc))
+    _store_options((lst, show, exp, upg, plt, prn, xpl, rsc, dst), (lst, show, exp, plt, rsc, dst))
     args = parse_with_config(parser, argv)
     if args.command == "start":
         return run_proxy(args)

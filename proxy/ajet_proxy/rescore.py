@@ -65,12 +65,17 @@ def _write(store: Store, version: int, batch: list[EpisodeReward], on_page: Opti
 def add_rescore_arguments(p: argparse.ArgumentParser) -> None:
     """`ajet-proxy rescore`'s own options (the store's and `--experiment` are added with the other commands')."""
     p.add_argument("--reward", required=True, help="the reward function, module:function (imported from here)")
+    add_selection_arguments(p)
+    p.add_argument("--page", type=int, default=PAGE, help="episodes scored and written together (a kill loses one)")
+
+
+def add_selection_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that select stored episodes (`selection_of` reads them)."""
     p.add_argument("--steps", help="only episodes trained at these steps: A:B, A: or :B (inclusive)")
     p.add_argument("--task", help="only this task's episodes")
     p.add_argument("--mission", help="only this mission's episodes")
     p.add_argument("--scored-in", type=int, help="only episodes this earlier reward version scored")
-    p.add_argument("--eval", action="store_true", help="score eval episodes instead of training episodes")
-    p.add_argument("--page", type=int, default=PAGE, help="episodes scored and written together (a kill loses one)")
+    p.add_argument("--eval", action="store_true", help="take eval episodes instead of training episodes")
 
 
 def selection_of(args: argparse.Namespace) -> EpisodeSelection:

@@ -1,6 +1,6 @@
 """The `ajet-proxy` commands that read or change a store: list and show episodes, export them, plot the steps,
-prune old bodies, re-score, upgrade the schema. Each opens the store `--db` names (or `--experiment`'s beside it),
-prints what it did in a line or a table, and closes it.
+prune old bodies, re-score, write SFT/DPO datasets, upgrade the schema. Each opens the store `--db` names (or
+`--experiment`'s beside it), prints what it did in a line or a table, and closes it.
 """
 
 from __future__ import annotations
@@ -137,6 +137,52 @@ def rescore(args: argparse.Namespace) -> None:
     print(f"reward version {v.version} ({v.function}): {v.scored} episode(s) scored, {v.failed} failed")
 
 
+def add_dataset_arguments(p: argparse.ArgumentParser) -> None:
+    """`ajet-proxy dataset sft|dpo`'s own options (the store's and `--experiment` come with the other commands')."""
+    from ajet_proxy.rescore import add_selection_arguments
+
+    p.add_argument("kind", choices=["sft", "dpo"], help="each group's best episode, or its best against its worst")
+    p.add_argument("--form", choices=["ids", "text"], default="ids", help="exact token ids, or messages as text")
+    p.add_argument("--reward-version", type=int, default=0, help="judge by this reward version (0: the clients')")
+    p.add_argument(
+        "--min-reward", type=float, help="sft: the best counts from this reward (default: above its group's mean)"
+    )
+    p.add_argument(
+        "--margin", type=float, default=0.0, help="dpo: the least reward gap of a pair (any gap above 0 by default)"
+    )
+    p.add_argument(
+        "--mask-truncated", action="store_true", help="ids: a cut answer's tokens get mask 0, as the job may"
+    )
+    p.add_argument("--out", help="the JSONL file (default: ajet-KIND-FORM.jsonl)")
+    add_selection_arguments(p)
+
+
+def dataset(args: argparse.Namespace) -> None:
+    """Best-of-group SFT or DPO rows from the store, in TRL's formats (`ajet_proxy.dataset_export`)."""
+    from pathlib import Path
+
+    from ajet_proxy import dataset_export as d
+    from ajet_proxy.rescore import selection_of
+
+    out = Path(args.out or f"ajet-{args.kind}-{args.form}.jsonl")
+    counts, selection = d.DatasetCounts(), selection_of(args)
+    store = _store(args)
+    try:
+        if args.kind == "sft":
+            rows = d.sft_rows(
+                store, selection, args.reward_version, args.form, counts, args.min_reward, args.mask_truncated
+            )
+        else:
+            rows = d.dpo_rows(
+                store, selection, args.reward_version, args.form, counts, args.margin, args.mask_truncated
+            )
+        d.write_jsonl(rows, out, counts)
+    finally:
+        store.close()
+    left = ", ".join(f"{n} {why}" for why, n in sorted(counts.skipped.items())) or "none"
+    print(f"wrote {counts.rows} {args.kind} row(s) from {counts.groups} group(s) to {out}; left out: {left}")
+
+
 def db_upgrade(args: argparse.Namespace) -> None:
     """Migrate the store to this code's schema (episodes kept); a store already there is left alone."""
     from ajet_store.migrate import upgrade
@@ -148,5 +194,7 @@ def db_upgrade(args: argparse.Namespace) -> None:
         print(f"store {args.db} upgraded from schema {before if before is not None else '(empty)'} to {after}")
 
 
-BY_NAME = {"export": export, "plot": plot, "prune": prune, "rescore": rescore, "db": db_upgrade}
+BY_NAME = {
+    "export": export, "plot": plot, "prune": prune, "rescore": rescore, "dataset": dataset, "db": db_upgrade,
+}  # fmt: skip
 """The commands over a store other than `episodes list|show`, by their name on the command line."""

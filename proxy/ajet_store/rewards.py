@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import sqlalchemy as sa
 
 from ajet.types import EpisodeStatus
 from ajet_store import rows
 from ajet_store import tables as t
+from ajet_store.best_of_group import Member
 from ajet_store.db import Database, retried
 from ajet_store.errors import UnknownRewardVersion
 from ajet_store.types import EpisodeReward, EpisodeRow, EpisodeSelection, RewardVersion
@@ -130,6 +131,35 @@ class RewardOps(Database):
             ).mappings()  # fmt: skip
             later = [EpisodeReward(uuid, m["version"], m["reward"], m["is_success"], m["error"]) for m in found]
         return [EpisodeReward(uuid, 0, row.reward, row.is_success), *later]
+
+    def rewarded_groups(self, selection: EpisodeSelection, version: int = 0) -> Iterator[list[Member]]:
+        """The selection's groups (a task's episodes one step trained; not yet trained ones by task), each with
+        its episodes' rewards under `version` (0: the clients'; an episode that version did not score, or scored
+        with an error, is left out), one group read at a time, in order of step and task."""
+        if version:
+            self.get_reward_version(version)
+        e = t.episodes.c
+        keys = _selected(selection).with_only_columns(e.consumed_step, e.task_id).distinct()
+        with self._read() as c:
+            groups = [(m[0], m[1]) for m in c.execute(keys.order_by(e.consumed_step, e.task_id))]
+        for step, task in groups:
+            found = self._group(selection, step, task, version)
+            if found:
+                yield found
+
+    def _group(
+        self, selection: EpisodeSelection, step: Optional[int], task: Optional[str], version: int
+    ) -> list[Member]:
+        e, r = t.episodes.c, t.episode_rewards.c
+        q = _selected(selection).where(e.consumed_step.is_(None) if step is None else e.consumed_step == step)
+        q = q.where(e.task_id.is_(None) if task is None else e.task_id == task)
+        if version:
+            q = q.join(t.episode_rewards, sa.and_(r.episode_uuid == e.uuid, r.version == version))
+            q = q.where(r.error.is_(None), r.reward.is_not(None)).with_only_columns(e.uuid, r.reward)
+        else:
+            q = q.where(e.reward.is_not(None)).with_only_columns(e.uuid, e.reward)
+        with self._read() as c:
+            return [Member(m[0], float(m[1])) for m in c.execute(q.order_by(e.uuid))]
 
 
 def _selected(s: EpisodeSelection) -> sa.Select:

@@ -15,10 +15,20 @@ from ajet_store.types import CallRecord
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 
 
-def _chat(uuid: str, seq: int, messages: list[dict], answer: dict) -> CallRecord:
+PROMPT, CALL, TOOL_RESULT = [1, 2, 3], [4, 5], [8, 9]
+"""The token ids of each episode's question, its tool call, and the tool's result inserted before its answer: the
+answer's call extends the first exactly, so an episode is one sequence (its answer's ids: `answer_ids`)."""
+
+
+def answer_ids(said: int) -> list[int]:
+    """The ids of the answer `said`: they differ between answers."""
+    return [6, 100 + said % 50]
+
+
+def _chat(uuid: str, seq: int, messages: list[dict], answer: dict, prompt: list[int], out: list[int]) -> CallRecord:
     body = json.dumps({"model": "policy", "messages": messages, "tools": TOOLS})
     response = json.dumps({"choices": [{"message": answer, "finish_reason": "stop"}]})
-    return CallRecord(uuid, seq, body, response, [1, 2, 3], [4, 5], [-0.1, -0.2], "stop", 0, "e", 5.0, time.time())
+    return CallRecord(uuid, seq, body, response, prompt, out, [-0.1] * len(out), "stop", 0, "e", 5.0, time.time())
 
 
 def tool_episode_calls(uuid: str, a: int, b: int, said: int) -> list[CallRecord]:
@@ -27,7 +37,11 @@ def tool_episode_calls(uuid: str, a: int, b: int, said: int) -> list[CallRecord]
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})}}
     first = {"role": "assistant", "content": None, "tool_calls": [call]}
     then = [*ask, first, {"role": "tool", "tool_call_id": "c1", "content": str(a + b)}]
-    return [_chat(uuid, 0, ask, first), _chat(uuid, 1, then, {"role": "assistant", "content": f"It is {said}."})]
+    answer = {"role": "assistant", "content": f"It is {said}."}
+    return [
+        _chat(uuid, 0, ask, first, PROMPT, CALL),
+        _chat(uuid, 1, then, answer, [*PROMPT, *CALL, *TOOL_RESULT], answer_ids(said)),
+    ]
 
 
 def rolling(st: Store) -> None:
@@ -38,11 +52,12 @@ def rolling(st: Store) -> None:
 
 
 def fill_sums(st: Store, n: int, mission: str = "sums") -> dict[str, bool]:
-    """`n` ended episodes (task `sum-<i // 2>`, two a task); uuid -> whether its answer was right."""
+    """`n` ended episodes (task `sum-<i // 2>`, two a task: the even one answers right, the odd one wrong); uuid ->
+    whether its answer was right."""
     rolling(st)
     right = {}
     for i in range(n):
-        uuid, a, b = f"ep-{i:03d}", i, 2 * i + 1
+        uuid, a, b = f"ep-{i:03d}", i // 2, i + 1 - i % 2  # a task's two episodes get the same question
         said = a + b if i % 2 == 0 else a + b + 1
         st.begin_episode(uuid, "k" + uuid, "client", "train", 600, mission=mission)
         st.write_calls(tool_episode_calls(uuid, a, b, said))
