@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -41,6 +42,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     """Mark this session's processes (the controller's mark is inherited by the workers and all they start)."""
     os.environ.setdefault(left_running.MARK, uuid.uuid4().hex)
+    # rewards a test's swarm could not take are kept in the session's own folder, never the user's cache
+    os.environ.setdefault("AJET_KEPT_REWARDS", tempfile.mkdtemp(prefix="ajet-kept-rewards-"))
 
 
 @pytest.hookimpl(trylast=True)

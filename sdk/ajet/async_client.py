@@ -27,8 +27,17 @@ from ajet.client_base import (
     TransportBackoff,
     error_from_response,
 )
-from ajet.errors import EpisodeConflict, NotReady, StoreUnavailable, SwarmTimeout
+from ajet.errors import (
+    AjetError,
+    EpisodeConflict,
+    NotReady,
+    StoreUnavailable,
+    SwarmConnectionError,
+    SwarmError,
+    SwarmTimeout,
+)
 from ajet.job import AgentJetJob
+from ajet.kept_rewards import KeptEnd, outcome_of, report
 from ajet.rescore_types import EpisodeSelectionBody, RewardVersionInfo, RewardVersionList, UnscoredPage
 from ajet.rescoring import RewardFunction, scores_request, version_request
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
@@ -175,6 +184,7 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
     ) -> tuple[str, OpenaiBaseUrlAndApiKey]:
         """Open an episode, waiting (without blocking the loop) as `SwarmClient.begin_episode` does."""
         body = self._begin_body(discard_episode_timeout, episode_type, mission)
+        await self.resend_kept_rewards()
         wait = BeginWait(self.begin_episode_max_wait, self.trainer_max_silence)
         while True:
             try:
@@ -183,9 +193,40 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
                 await asyncio.sleep(wait.next(exc))
 
     async def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
-        """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
+        """Record the reward as `SwarmClient.end_episode` does (kept and sent again when the swarm cannot take it)."""
         body = self._end_body(task, episode_uuid, workflow_output)
-        return self._ended(await self._call("POST", "end_episode", body))
+        await self.resend_kept_rewards()
+        try:
+            return self._ended(await self._call("POST", "end_episode", body))
+        except (StoreUnavailable, SwarmConnectionError):
+            self._keep_end(body)
+            raise
+
+    async def resend_kept_rewards(self) -> int:
+        """Send again the `end_episode` requests kept for this swarm, as `SwarmClient.resend_kept_rewards`."""
+        pending, done = self._kept.pending(), {}
+        for end in pending:
+            exc: Optional[AjetError] = None
+            try:
+                await self._send_kept(end)
+            except (SwarmError, SwarmConnectionError) as e:
+                exc = e
+            how = outcome_of(exc)
+            report(end, how, exc)
+            if how == "later":
+                break
+            done[end.episode_uuid] = how
+        self._kept.settle(done)
+        return len(pending) - len(done)
+
+    async def _send_kept(self, end: KeptEnd) -> None:
+        try:
+            headers = self._kept_headers(end)
+            resp = await self._http.request("POST", "/swarm/end_episode", json=end.body, headers=headers)
+        except (httpx.TransportError, httpx.TimeoutException) as exc:
+            raise SwarmConnectionError(f"{self.server_url}/swarm/end_episode: {exc!r}") from exc
+        if resp.status_code >= 400:
+            raise error_from_response(resp)
 
     async def abort_episode(
         self,

@@ -24,8 +24,9 @@ from ajet.client_base import (
     TransportBackoff,
     error_from_response,
 )
-from ajet.errors import NotReady, StoreUnavailable
+from ajet.errors import AjetError, NotReady, StoreUnavailable, SwarmConnectionError, SwarmError
 from ajet.job import AgentJetJob
+from ajet.kept_rewards import KeptEnd, outcome_of, report
 from ajet.rescore_types import EpisodeSelectionBody, RewardVersionInfo, RewardVersionList, UnscoredPage
 from ajet.rescoring import RewardFunction, scores_request, version_request
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
@@ -142,6 +143,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         `mission` (default: the client's) labels the episode's dataset + reward in the statistics.
         """
         body = self._begin_body(discard_episode_timeout, episode_type, mission)
+        self.resend_kept_rewards()
         wait = BeginWait(self.begin_episode_max_wait, self.trainer_max_silence)
         while True:
             try:
@@ -150,8 +152,43 @@ class SwarmClient(ClientSettings[httpx.Client]):
                 time.sleep(wait.next(exc))
 
     def end_episode(self, task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> EpisodeResult:
-        """Record the reward. Answers only after the reward is committed; ending twice is harmless."""
-        return self._ended(self._call("POST", "end_episode", self._end_body(task, episode_uuid, workflow_output)))
+        """Record the reward. Answers only after the reward is committed; ending twice is harmless. When the store
+        stays unavailable past `store_max_wait`, or the swarm cannot be reached, the request is kept on this
+        machine and sent again later (`ajet.kept_rewards`), then the error is raised."""
+        body = self._end_body(task, episode_uuid, workflow_output)
+        self.resend_kept_rewards()
+        try:
+            return self._ended(self._call("POST", "end_episode", body))
+        except (StoreUnavailable, SwarmConnectionError):
+            self._keep_end(body)
+            raise
+
+    def resend_kept_rewards(self) -> int:
+        """Send again the `end_episode` requests kept for this swarm (by any client of this machine); returns how
+        many are still kept (the swarm or its store still out). `begin_episode` and `end_episode` call it."""
+        pending, done = self._kept.pending(), {}
+        for end in pending:
+            exc: Optional[AjetError] = None
+            try:
+                self._send_kept(end)
+            except (SwarmError, SwarmConnectionError) as e:
+                exc = e
+            how = outcome_of(exc)
+            report(end, how, exc)
+            if how == "later":
+                break
+            done[end.episode_uuid] = how
+        self._kept.settle(done)
+        return len(pending) - len(done)
+
+    def _send_kept(self, end: KeptEnd) -> None:
+        """One try of a kept request (no retries: the next begin or end tries again)."""
+        try:
+            resp = self._http.request("POST", "/swarm/end_episode", json=end.body, headers=self._kept_headers(end))
+        except (httpx.TransportError, httpx.TimeoutException) as exc:
+            raise SwarmConnectionError(f"{self.server_url}/swarm/end_episode: {exc!r}") from exc
+        if resp.status_code >= 400:
+            raise error_from_response(resp)
 
     def abort_episode(
         self,

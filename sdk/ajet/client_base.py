@@ -10,12 +10,14 @@ import random
 import socket
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Generic, Optional, TypeVar, Union
 
 import httpx
 
 from ajet.errors import NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
 from ajet.job import AgentJetJob
+from ajet.kept_rewards import KeptEnd, KeptRewards, default_folder, kept_path
 from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
 from ajet.sharing import experiment_of
 from ajet.template_verdict import TemplateVerdict
@@ -66,6 +68,7 @@ class ClientSettings(Generic[H]):
         experiment: Optional[str] = None,
         verbose: bool = True,
         http_client: Optional[H] = None,
+        kept_rewards: Optional[Union[str, os.PathLike[str]]] = None,
     ):
         self.server_url = server_url.rstrip("/")
         self.swarm_token = swarm_token if swarm_token is not None else os.environ.get("AJET_SWARM_TOKEN")
@@ -86,6 +89,8 @@ class ClientSettings(Generic[H]):
         """The experiment this client's control calls act on (`project_name/experiment_name` of a job, sent as
         `X-Ajet-Experiment`); a sync sets it to the synced job's; None: the swarm's first."""
         self.verbose = verbose
+        self._kept = KeptRewards(kept_path(Path(kept_rewards) if kept_rewards else default_folder(), self.server_url))
+        """The `end_episode` requests the swarm could not take, sent again later (`ajet.kept_rewards`)."""
         self._warned_untrainable = False
         self._told_templates: set[str] = set()
         """The template preflights this client has logged (each once)."""
@@ -107,6 +112,15 @@ class ClientSettings(Generic[H]):
         if self.swarm_token:
             out["Authorization"] = f"Bearer {self.swarm_token}"
         return out
+
+    def _keep_end(self, body: dict[str, Any]) -> None:
+        """Keep an `end_episode` request the swarm could not take, to send it again later."""
+        self._kept.keep(KeptEnd(body, self.client_id, self.experiment, time.time()))
+
+    @staticmethod
+    def _kept_headers(end: KeptEnd) -> dict[str, str]:
+        """A kept request's headers: the client and experiment it was made with."""
+        return {CLIENT_HEADER: end.client_id, **({EXPERIMENT_HEADER: end.experiment} if end.experiment else {})}
 
     def _experiment_headers(self) -> dict[str, str]:
         """The experiment a control call acts on, when this client names one (it names its job's once it synced)."""

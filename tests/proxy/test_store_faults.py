@@ -19,7 +19,7 @@ from typing import Callable
 import httpx
 import pytest
 
-from ajet import StoreUnavailable, SwarmClient, Task, TrainerUnresponsive, WorkflowOutput
+from ajet import StoreUnavailable, SwarmClient, SwarmConnectionError, Task, TrainerUnresponsive, WorkflowOutput
 from ajet.protocol import CLIENT_HEADER
 from ajet_proxy.call_writer import CallWriter
 from ajet_store import TRAINER_TIMEOUT_S, Store, StoreRefusedValue, sqlite_url
@@ -346,6 +346,49 @@ def test_a_full_disk_is_named_as_the_store_and_the_reward_lands_once_there_is_ro
         proxy.close()
         stub.close()
         store.close()
+
+
+def test_a_reward_refused_past_the_wait_is_kept_and_lands_when_the_store_is_back(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Round four: a reward the store refused for longer than the client waits is kept on the client's disk, and
+    the next client of the swarm (another process: another client id) sends it again once the store is back; a kept
+    reward the swarm refuses for good (its episode was aborted meanwhile) is dropped with a warning, not silently."""
+    monkeypatch.setenv("AJET_KEPT_REWARDS", str(tmp_path / "kept"))
+    stub = start_stub(tmp_path)
+    url = sqlite_url(small_disk / "store.db")
+    proxy, store = start_proxy(tmp_path, url), Store(url)
+    try:
+        client = SwarmClient(proxy.url, verbose=False, store_max_wait=1.0)
+        ensure_rolling(client, store, stub.url)
+        store.heartbeat()
+        kept, lost = _begin_and_call(client, proxy.url), _begin_and_call(client, proxy.url)
+        filler = _fill(small_disk)
+        for uuid in (kept, lost):
+            with pytest.raises(StoreUnavailable):
+                client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.5))
+        assert store.get_episode(kept).reward is None and len(client._kept.pending()) == 2
+        assert client.resend_kept_rewards() == 2  # still out: both stay
+        filler.unlink()
+        store.abort_episode(lost, client.client_id)
+        later = SwarmClient(proxy.url, verbose=False)  # another process, another client id
+        assert later.client_id != client.client_id and later.resend_kept_rewards() == 0
+        assert store.get_episode(kept).reward == 0.5 and store.get_episode(kept).status.value == "ended"
+        assert store.get_episode(lost).status.value == "aborted" and later._kept.pending() == []
+    finally:
+        proxy.close()
+        stub.close()
+        store.close()
+
+
+def test_a_reward_for_a_swarm_that_cannot_be_reached_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from tests.support.procs import free_port
+
+    monkeypatch.setenv("AJET_KEPT_REWARDS", str(tmp_path / "kept"))
+    client = SwarmClient(f"http://127.0.0.1:{free_port()}", verbose=False, max_retries=0)
+    with pytest.raises(SwarmConnectionError):
+        client.end_episode(Task(task_id="t"), "ep-1", WorkflowOutput(reward=1.0))
+    assert [e.episode_uuid for e in client._kept.pending()] == ["ep-1"] and client.resend_kept_rewards() == 1
 
 
 def _silence_the_trainer_on_full_disk(store: Store, filler: Path) -> None:
