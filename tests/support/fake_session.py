@@ -4,7 +4,7 @@ each experiment driver's tests."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from ajet import AgentJetJob
 from ajet_store import Store
@@ -15,12 +15,13 @@ from tests.support.stores import end_with_a_call
 
 @dataclass
 class FakeSession:
-    """A `TrainingSession` whose `train` raises while `failures` says so."""
+    """A `TrainingSession` whose `train` raises while `failures` says so (a text: a `RuntimeError` of it; an error:
+    that error)."""
 
     job: AgentJetJob
     run_id: int
     store: Store
-    failures: list[str] = field(default_factory=list)
+    failures: list[Union[str, Exception]] = field(default_factory=list)
     step: int = 0
     lost: list[str] = field(default_factory=list)
     """Engines that exited: the next `check_engines` raises `EngineLost` naming the first."""
@@ -46,7 +47,8 @@ class FakeSession:
 
     def train(self, batch: Sequence[PoolEpisode], timers: dict) -> dict:
         if self.failures:
-            raise RuntimeError(self.failures.pop(0))
+            failure = self.failures.pop(0)
+            raise failure if isinstance(failure, Exception) else RuntimeError(failure)
         self.step += 1
         self.store.record_step(self.step, self.step, [p.uuid for p in batch], 0.5, dict(timers))  # as sessions do
         return dict(timers)

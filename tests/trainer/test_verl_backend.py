@@ -318,7 +318,7 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
     trainer, job, _ = verl_trainer
     trainer.attach_store(multi_store, job, pad_id=0)
     trainer.begin()
-    session = VerlSession(job, 1, multi_store, tmp_path / "exp", trainer, "/models/m", 0, owns_ray=False)
+    session = VerlSession(job, 1, multi_store, tmp_path / "exp", trainer, "/models/m", 0, False, None, 120.0)
     session.register()
     batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
     metrics = session.train(batch, {"wait_s": 0.5})
@@ -352,7 +352,7 @@ def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update
         st.end_episode(uuid, "c", f"t{i % 2}", 1.0, None, {})
     trainer.attach_store(st, job, pad_id=0)
     trainer.begin()
-    session = VerlSession(job, 1, st, tmp_path / "exp", trainer, "/m", 0, owns_ray=False)
+    session = VerlSession(job, 1, st, tmp_path / "exp", trainer, "/m", 0, False, None, 120.0)
     metrics = session.train(select_batch(st.pool_episodes(), BatchMode.TASKS, 2, 3), {})
     assert metrics["samples/empty_episodes"] == 6 and trainer.actor_rollout_wg.seen == []
     assert [s.step for s in st.steps()] == [1] and st.pool_episodes() == [] and session.policy_version == 1

@@ -38,6 +38,7 @@ from ajet_trainer.errors import EngineLost, TrainerError
 from ajet_trainer.factory import Shared, open_session, trains_alone
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
+from ajet_trainer.outage import StepNotRecorded
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
 from ajet_trainer.template_check import template_verdict, verdict_metrics
 from ajet_trainer.types import Metrics
@@ -168,9 +169,15 @@ class ExperimentDriver:
             did = work(row)
         except WrongState:
             raise
-        except StoreUnavailable:  # the store is away: the run loop waits for it (`StoreOutage`)
-            if on_failure == self._update_failed:  # an update the store did not record: redo it from a checkpoint,
-                self.teardown(final_checkpoint=False)  # as after a crash, once the store is back
+        except StepNotRecorded as exc:
+            # the store stayed away past an update: the step is kept in a checkpoint that carries its record (or is
+            # lost: the message says which); the session reboots from the checkpoint once the store is back
+            logger.error("%s", exc)
+            self.teardown(final_checkpoint=exc.kept)
+            raise exc.cause from exc
+        except StoreUnavailable:
+            # away before anything moved ahead of it (an update waits out its own writes, the model kept): the run
+            # loop waits for it (`StoreOutage`)
             raise
         except Exception as exc:  # noqa: BLE001 - any failure: record it where clients see it, recover
             logger.exception("%s failed", row.state.value)

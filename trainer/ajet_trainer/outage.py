@@ -1,14 +1,21 @@
 """Waiting out a store that is away (a PostgreSQL restart, a failover, a full disk): the trainer keeps its model in
-memory and retries with backoff, says so once in the log, and gives up only past `store_outage_s`."""
+memory and retries with backoff, says so once in the log, and gives up only past `store_outage_s`.
+
+Two places wait: the run loop (`StoreOutage`, between ticks: nothing in memory is ahead of the store), and a
+session's writes after an update (`until_stored`: the model is a step ahead of the store, so the write is retried
+in place, the model kept, rather than dropped for the last checkpoint)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 from ajet.errors import StoreUnavailable
+from ajet_trainer.errors import TrainerError
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -44,3 +51,30 @@ class StoreOutage:
         if self.since is not None:
             logger.warning("the store is back after %.1fs", time.monotonic() - self.since)
             self.since = None
+
+
+class StepNotRecorded(TrainerError):
+    """A step computed in memory whose record the store did not take within `store_outage_s`; the message says
+    truthfully what became of it (kept in a checkpoint that carries its record, or lost)."""
+
+    def __init__(self, message: str, cause: StoreUnavailable, kept: bool):
+        super().__init__(message)
+        self.cause = cause
+        """The store's error: the run loop waits for the store on it."""
+        self.kept = kept
+        """Whether the step is kept (the session's close may then checkpoint); False: it is lost, and no checkpoint
+        may be written for it without its record."""
+
+
+def until_stored(write: Callable[[], T], max_s: float) -> T:
+    """Run a store write the in-memory model is ahead of (an update's record), waiting out an outage in place, the
+    model kept; the store's error once it has been away longer than `max_s`."""
+    outage, never = StoreOutage(max_s), threading.Event()
+    while True:
+        try:
+            done = write()
+        except StoreUnavailable as exc:
+            outage.wait(exc, never)
+            continue
+        outage.answered()
+        return done

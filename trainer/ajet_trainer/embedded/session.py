@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 
+from ajet.errors import StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
@@ -27,6 +29,7 @@ from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
 from ajet_trainer.interfaces import Engines
 from ajet_trainer.metrics import MetricsLog
 from ajet_trainer.options import TrainerOptions
+from ajet_trainer.outage import StepNotRecorded, until_stored
 from ajet_trainer.policy import load_policy, pick_device
 from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
@@ -51,8 +54,11 @@ class EmbeddedSession:
         engines: Engines,
         step: int,
         keep_checkpoints: int,
+        store_outage_s: float,
     ):
         self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
+        self.store_outage_s = store_outage_s
+        """How long a step's record waits for a store that is away, the updated model kept (`until_stored`)."""
         self.model, self.tokenizer, self.learner, self.engines = model, tokenizer, learner, engines
         self._engines_seen = (time.monotonic(), EngineCounters())
         """When the engines' counters were last read, and what they said (`_engine_metrics`)."""
@@ -113,16 +119,36 @@ class EmbeddedSession:
             self.step += 1
         t_publish = time.perf_counter()
         self.engines.publish(self.step)
-        self.register()  # the proxy routes new calls to the new weights
-        t2 = time.perf_counter()
-        metrics["train_s"] = t2 - t1
-        metrics["publish_s"] = t2 - t_publish
-        if self.job.save_freq and self.step % self.job.save_freq == 0:
-            self.checkpoint(pending={"episode_uuids": [p.uuid for p in batch], "reward_mean": batch_reward_mean(batch)})
-        metrics["sync_s"] = time.perf_counter() - t2
-        metrics["step_s"] = time.perf_counter() - t0 + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
-        finish_step(self.store, self.metrics, self.step, self.policy_version, batch, metrics)
+        try:  # from here the model is a step ahead of the store: its writes wait for it, the model kept
+            until_stored(self.register, self.store_outage_s)  # the proxy routes new calls to the new weights
+            t2 = time.perf_counter()
+            metrics["train_s"] = t2 - t1
+            metrics["publish_s"] = t2 - t_publish
+            if self.job.save_freq and self.step % self.job.save_freq == 0:
+                self.checkpoint(pending=_pending(batch))
+            metrics["sync_s"] = time.perf_counter() - t2
+            metrics["step_s"] = time.perf_counter() - t0 + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
+            record = partial(finish_step, self.store, self.metrics, self.step, self.policy_version, batch, metrics)
+            until_stored(record, self.store_outage_s)
+        except StoreUnavailable as exc:
+            raise self._unrecorded(batch, exc) from exc
         return metrics
+
+    def _unrecorded(self, batch: Sequence[PoolEpisode], exc: StoreUnavailable) -> StepNotRecorded:
+        """The store stayed away past `store_outage_s` after step `self.step` was computed: keep the step in a
+        checkpoint that carries its record (written when the store is back), and say what became of it."""
+        lost = f"the store stayed away past {self.store_outage_s:.0f}s after step {self.step} was computed"
+        try:
+            path = self.checkpoint(pending=_pending(batch))
+        except OSError as err:  # the full disk may be this one too
+            return StepNotRecorded(
+                f"{lost}, and its checkpoint failed ({err}): step {self.step} is lost; the session restarts from "
+                f"its last checkpoint (step {self.last_checkpoint_step}), and the episodes of the steps after it "
+                "return to the pool",
+                exc,
+                kept=False,
+            )
+        return StepNotRecorded(f"{lost}: kept in checkpoint {path}, recorded when the store is back", exc, kept=True)
 
     def _engine_metrics(self) -> Metrics:
         """What the engines did since the last step (`engine_metrics`)."""
@@ -194,12 +220,18 @@ def open_embedded_session(
         engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir, shared)
     assert engines is not None
     session = EmbeddedSession(
-        job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints
-    )
+        job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints,
+        opts.store_outage_s,
+    )  # fmt: skip
     if step > 0 or attached is not None:
         engines.publish(step)  # a restored adapter must be what vLLM serves, at its version
     logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)
     return session
+
+
+def _pending(batch: Sequence[PoolEpisode]) -> dict[str, Any]:
+    """A step's record as a checkpoint carries it until the store has it."""
+    return {"episode_uuids": [p.uuid for p in batch], "reward_mean": batch_reward_mean(batch)}
 
 
 def _restore(job: AgentJetJob, exp_dir: Path, model: PolicyModel, learner: Learner, store: Store) -> int:

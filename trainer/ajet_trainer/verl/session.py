@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from ajet.errors import StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
@@ -33,6 +34,7 @@ from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
 from ajet_trainer.interfaces import Engines
 from ajet_trainer.metrics import MetricsLog, tracker_env, trackers
 from ajet_trainer.options import TrainerOptions
+from ajet_trainer.outage import StepNotRecorded, until_stored
 from ajet_trainer.policy import load_policy, pick_device
 from ajet_trainer.step_record import finish_step, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
@@ -106,9 +108,12 @@ class VerlSession:
         served_model: str,
         step: int,
         owns_ray: bool,
-        engines: Optional[Engines] = None,
+        engines: Optional[Engines],
+        store_outage_s: float,
     ):
         self.job, self.run_id, self.store, self.exp_dir, self.trainer = job, run_id, store, exp_dir, trainer
+        self.store_outage_s = store_outage_s
+        """How long a step's record waits for a store that is away, the updated model kept (`until_stored`)."""
         self.served_model, self.step, self.owns_ray = served_model, step, owns_ray
         self.engines = engines
         """Beside: the trainer's own engines, serving the weights pulled from verl's actor; None: hybrid."""
@@ -148,8 +153,17 @@ class VerlSession:
         metrics["episodes"] = len(batch)
         metrics["train_s"] = time.perf_counter() - t0
         metrics["step_s"] = metrics["train_s"] + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
-        self.register()  # the new version is live
-        finish_step(self.store, self.metrics, self.step, self.policy_version, batch, metrics)
+        try:  # from here the model is a step ahead of the store: its writes wait for it, the model kept
+            until_stored(self.register, self.store_outage_s)  # the new version is live
+            record = partial(finish_step, self.store, self.metrics, self.step, self.policy_version, batch, metrics)
+            until_stored(record, self.store_outage_s)
+        except StoreUnavailable as exc:
+            raise StepNotRecorded(
+                f"the store stayed away past {self.store_outage_s:.0f}s after step {self.step} was computed: it is "
+                "kept in verl's checkpoint at the session's close (its data cursor carries the step's record)",
+                exc,
+                kept=True,
+            ) from exc
         return metrics
 
     def close(self, final_checkpoint: bool) -> None:
@@ -227,7 +241,7 @@ def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: Trainer
     served_name = engines.served_model if engines else model_path  # verl's vLLM serves the model path's name
     where = f"vLLM engines {trainer.server_addresses()}" if hybrid else f"verl's actor beside the {opts.engine} engine"
     logger.info("verl session: %s, step %d, %s (cpu: %s), experiment %s", job.model, step, where, cpu, exp_dir)
-    return VerlSession(job, run_id, store, exp_dir, trainer, served_name, step, owns_ray, engines=engines)
+    return VerlSession(job, run_id, store, exp_dir, trainer, served_name, step, owns_ray, engines, opts.store_outage_s)
 
 
 def _compose(
