@@ -27,16 +27,13 @@ from ajet_store.types import ExperimentRow
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-FIRST = ""
-"""The first experiment's slug in `Proxy.hosts`: the one whose store `--db` names."""
-
 
 class ExperimentHost:
     """One experiment as one proxy serves it; created and closed by the proxy's life cycle."""
 
     def __init__(self, slug: str, store: Store, config: ProxyConfig):
         self.slug = slug
-        """`FIRST`, or the slug the first store lists the experiment under."""
+        """`FIRST_SLUG`, or the slug the first store lists the experiment under."""
         self.config = config
         self.store = store
         self.writer = CallWriter(store, interval=config.commit_window_s)

@@ -25,10 +25,11 @@ from ajet.types import (
 )
 from ajet_proxy.api_docs import CONTROL_ERRORS
 from ajet_proxy.config import ProxyConfig
-from ajet_proxy.experiment_host import FIRST, ExperimentHost
+from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.route_context import host_of, swarm_of
 from ajet_proxy.stats import experiment_status, template_verdict
 from ajet_store import TRAINER_TIMEOUT_S
+from ajet_store.placement import FIRST_SLUG
 
 router = APIRouter(prefix="/swarm", tags=["control"], responses=CONTROL_ERRORS)
 
@@ -154,5 +155,5 @@ def _listed(hosts: list[ExperimentHost]) -> ExperimentList:
     for host in hosts:
         row = host.refresh_experiment()
         name = None if row.job is None else experiment_of(row.job)
-        out.append(SwarmExperiment(name=name, first=host.slug == FIRST, status=experiment_status(row, now)))
+        out.append(SwarmExperiment(name=name, first=host.slug == FIRST_SLUG, status=experiment_status(row, now)))
     return ExperimentList(experiments=sorted(out, key=lambda e: (not e.first, e.name or "")))

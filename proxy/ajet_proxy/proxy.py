@@ -25,10 +25,10 @@ from ajet.job import AgentJetJob
 from ajet.sharing import beside_conflict, experiment_of
 from ajet.types import ExperimentState
 from ajet_proxy.config import ProxyConfig
-from ajet_proxy.experiment_host import FIRST, ExperimentHost
+from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store import TRAINER_TIMEOUT_S, Store, experiment_store
-from ajet_store.placement import experiment_slug, experiment_url, file_mode_of
+from ajet_store.placement import FIRST_SLUG, experiment_slug, experiment_url, file_mode_of
 from ajet_store.types import ExperimentRow
 
 logger = logging.getLogger(__name__)
@@ -37,12 +37,12 @@ T = TypeVar("T")
 
 class Proxy:
     """Everything the routes share; created once per app. Each experiment of the swarm has its host here
-    (`hosts`: the first store's under `FIRST`, then each one it lists, taken up as they appear)."""
+    (`hosts`: the first store's under `FIRST_SLUG`, then each one it lists, taken up as they appear)."""
 
     def __init__(self, config: ProxyConfig):
         self.config = config
         self.hosts: dict[str, ExperimentHost] = {
-            FIRST: ExperimentHost(FIRST, Store(config.db_url, config.db_mode), config)
+            FIRST_SLUG: ExperimentHost(FIRST_SLUG, Store(config.db_url, config.db_mode), config)
         }
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
@@ -52,7 +52,7 @@ class Proxy:
     @property
     def first(self) -> ExperimentHost:
         """The host of the swarm's first experiment (the one `--db` names)."""
-        return self.hosts[FIRST]
+        return self.hosts[FIRST_SLUG]
 
     def host_of(self, ep: OpenEpisode) -> ExperimentHost:
         """The host of an open episode's experiment."""

@@ -19,6 +19,10 @@ import sqlalchemy as sa
 from ajet_store.connect import DEFAULT_FILE_MODE, driver_url, sqlite_path
 from ajet_store.errors import StoreUnavailable
 
+FIRST_SLUG = ""
+"""The slug of the swarm's first experiment: its store is the first store itself (the proxy's hosts and the trainer's
+drivers key it so)."""
+
 SLUG_CHARS = 40
 """Characters of an experiment's name kept readable in its slug (a hash of the whole name follows them)."""
 

@@ -25,7 +25,7 @@ from typing import Optional
 from ajet.errors import StoreUnavailable
 from ajet.types import ExperimentState
 from ajet_store import Store, redact_url
-from ajet_store.placement import experiment_url, file_mode_of
+from ajet_store.placement import FIRST_SLUG, experiment_url, file_mode_of
 from ajet_trainer.driver import ExperimentDriver
 from ajet_trainer.experiment_dir import experiment_folder
 from ajet_trainer.factory import Shared, preload_embedded, trains_alone
@@ -36,8 +36,6 @@ from ajet_trainer.outage import StoreOutage
 from ajet_trainer.scheduling import Candidate, after_update, next_to_train, on_ready
 
 logger = logging.getLogger(__name__)
-FIRST = ""
-"""The first experiment's key in `TrainerDaemon.drivers`."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -69,8 +67,10 @@ class TrainerDaemon:
         first = Store(opts.db_url, file_mode=opts.db_mode)
         self.shared = Shared()
         """What the experiments share: base models and engines, vLLM servers (one owner: this trainer)."""
-        self.drivers = {FIRST: ExperimentDriver(first, opts, self._imports_ready, shared=self.shared.of(FIRST))}
-        """Each experiment's driver: the first store's under `FIRST`, the others under their slugs."""
+        self.drivers = {
+            FIRST_SLUG: ExperimentDriver(first, opts, self._imports_ready, shared=self.shared.of(FIRST_SLUG))
+        }
+        """Each experiment's driver: the first store's under `FIRST_SLUG`, the others under their slugs."""
         self.candidates: dict[str, Candidate] = {}
         """Each experiment as the scheduler sees it (its device-time clock, whether its update is due)."""
         self.virtual_s = 0.0
@@ -82,12 +82,12 @@ class TrainerDaemon:
     @property
     def store(self) -> Store:
         """The first experiment's store (the one `--db` names)."""
-        return self.drivers[FIRST].store
+        return self.drivers[FIRST_SLUG].store
 
     @property
     def session(self) -> Optional[TrainingSession]:
         """The first experiment's session (None while it is torn down)."""
-        return self.drivers[FIRST].session
+        return self.drivers[FIRST_SLUG].session
 
     def _imports_ready(self) -> None:
         if self._preload is not None:

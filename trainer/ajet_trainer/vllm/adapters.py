@@ -2,7 +2,7 @@
 experiments (`servers.VllmServers`), as the session's `Engines`.
 
 Each step's adapter is saved to `<experiment>/adapters/step_<N>` and loaded into every server under the experiment's
-own name for it (`server.adapter_name`: `policy@<N>` for the swarm's first experiment, `policy@<slug>@<N>` for the
+own name for it (`server.served_adapter`: `policy@<N>` for the swarm's first experiment, `policy@<slug>@<N>` for the
 others); the experiment's adapters older than its last `keep_adapters` are unloaded, never another's. The
 experiment is served from an adapter from its first step on: an untrained adapter (peft's zero `B`) is the base
 exactly, and a call without an adapter would be wrong on a server that holds others: vLLM 0.32's CPU LoRA ops give a
@@ -20,7 +20,7 @@ from ajet_store.types import RegisteredEngine
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.types import EngineCounters, PolicyModel
 from ajet_trainer.vllm.launch import Launch
-from ajet_trainer.vllm.server import SERVED_NAME, adapter_name
+from ajet_trainer.vllm.server import SERVED_NAME, served_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class ServedAdapters:
     def publish(self, version: int) -> str:
         """Save the adapter of `version` and serve it (at once if it is served already); returns its served name."""
         self.launch.drop_exited()
-        name = adapter_name(version, self.slug)
+        name = served_adapter(version, self.slug)
         if name in self.loaded:
             return name
         path = self.exp_dir / "adapters" / f"step_{version}"
@@ -69,7 +69,7 @@ class ServedAdapters:
 
     def serve(self, version: int, path: Path) -> str:
         """Load the adapter saved in `path` as `version`'s into every server, unload this experiment's old ones."""
-        name = adapter_name(version, self.slug)
+        name = served_adapter(version, self.slug)
         for e in self.launch.engines:
             e.load_adapter(name, path)
         self.loaded.append(name)

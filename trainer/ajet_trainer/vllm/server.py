@@ -195,7 +195,7 @@ def engine_devices(engines: int, gpu_groups: Optional[str]) -> list[Optional[str
     return list(groups)
 
 
-def adapter_name(step: int, experiment_slug: str = "") -> str:
+def served_adapter(step: int, experiment_slug: str = "") -> str:
     """The served name of step N's adapter: `policy@N` for the swarm's first experiment (slug ""), else
     `policy@<slug>@N`."""
     return f"{SERVED_NAME}@{experiment_slug}@{step}" if experiment_slug else f"{SERVED_NAME}@{step}"
