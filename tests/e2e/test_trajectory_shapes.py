@@ -10,7 +10,8 @@ linear episode streamed). Per family:
 - two agents taking turns (A1 B1 A2 B2 A3 B3): exactly two sequences, every call but each agent's first merged;
 - branches (one question, two follow-ups that each go on): one sequence per branch, the shared turn trained once;
 - a compaction (the history replaced by a summary): a new segment, counted as such, and no fallback.
-(The rules on each family with scripted completions, tool loops included: tests/proxy/test_token_history_families.py.)
+(The rules on each family with scripted completions, tool loops included:
+tests/token_history/test_token_history_families.py.)
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def test_a_client_that_leaves_a_fast_stream_after_two_events_is_never_trained(pr
 
 def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy, store, episode):
     """The client's timeout fired while the backend was still answering: the proxy stops waiting (it closes its
-    request to the engine, which frees the row: tests/trainer/test_engine_abort.py) and stores the call as cut
+    request to the engine, which frees the row: tests/trainer/embedded/test_engine_abort.py) and stores the call as cut
     off by its client, with no answer."""
     client, uuid, auth = episode
     body = {"messages": MSGS, "stub_delay": 1.0}

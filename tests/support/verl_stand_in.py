@@ -10,7 +10,7 @@ balancing, update, weight sync, checkpoint, metrics) runs in CI:
 - `CpuActorGroup` is a recording double of the actor worker group for these choreography tests and the
   driver's unit tests (it keeps what each `update_actor` received, which a Ray worker cannot show): a real
   tiny model with verl's policy loss. verl's real actor worker runs on CPU in
-  `tests/e2e/test_verl_actor_cpu.py` and `tests/trainer/test_verl_agreement.py` (no stand-in there).
+  `tests/e2e/test_verl_actor_cpu.py` and `tests/trainer/verl/test_verl_agreement.py` (no stand-in there).
 
 `scripts/gpu_smoke.sh` runs the hybrid path with verl's real workers and vLLM on a GPU.
 """

@@ -213,10 +213,10 @@ def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, stor
     masked distribution's log-probability (vLLM applies the grammar before its sampler), as the embedded engine
     logs it: at or above the trainer's own, strictly above where the mask took mass away.
 
-    A forced call's arguments follow its tool's schema, as on the embedded engine (tests/trainer/test_grammar.py):
-    vLLM 0.32's default forces only the call and its tool's name (the untrained model wrote `"arguments": 3` and
-    `{}` for a tool whose schema wants `{"c": "red" | "blue"}`); the trainer launches it with
-    `--tool-strict-level parameter`."""
+    A forced call's arguments follow its tool's schema, as on the embedded engine
+    (tests/trainer/embedded/test_grammar.py): vLLM 0.32's default forces only the call and its tool's name (the
+    untrained model wrote `"arguments": 3` and `{}` for a tool whose schema wants `{"c": "red" | "blue"}`); the
+    trainer launches it with `--tool-strict-level parameter`."""
     model, _tok = hf
     uuid, creds = client.begin_episode()
     oc = creds.as_openai_client()
@@ -400,7 +400,7 @@ def test_an_adapter_on_the_output_layer_answers_as_its_peft_model(vllm, trained,
 
 def test_vllm_frees_the_row_of_a_client_that_leaves(tmp_path):
     """vLLM's side of an agent that leaves (the proxy closes its connection to the engine then:
-    tests/trainer/test_engine_abort.py): a stream of 4,000 tokens whose client leaves after its first chunks
+    tests/trainer/embedded/test_engine_abort.py): a stream of 4,000 tokens whose client leaves after its first chunks
     leaves vLLM's running set having generated a small share of them (had it finished, it would have made 4,000).
     A server of its own: the module's caps answers at the job's per-turn limit."""
     vllm = start_vllm(tmp_path, max_model_len=8192)

@@ -4,7 +4,7 @@ Each template is this project's own Jinja, written to reproduce what the family'
 conversation's history (the awkward branches included: Qwen3's think block on the last turn, Llama 3's injected
 dates and dropped tool-call text, Mistral's moving system prompt, Gemma's folded system turn, DeepSeek-R1's dropped
 reasoning, gpt-oss's `<|return|>` rendered as `<|end|>`). The token history (`ajet_token_history.rules`) is proven
-on every one of them (tests/proxy/test_token_history_families.py, tests/e2e/test_trajectory_shapes.py).
+on every one of them (tests/token_history/test_token_history_families.py, tests/e2e/test_trajectory_shapes.py).
 """
 
 from __future__ import annotations

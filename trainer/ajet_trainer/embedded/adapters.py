@@ -1,7 +1,7 @@
 """Several LoRA adapters on one base model in the embedded engine: rows of different adapters decode in one batch.
 
 peft's mixed-adapter batches (`adapter_names=`, one name per row) run each row through its own adapter in the same
-forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/test_adapters.py).
+forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/embedded/test_adapters.py).
 peft refuses them while the model is in training mode (the trainer keeps it in eval mode: dropout off).
 
 Training one adapter of several (`Learner(adapter=...)`): its own parameters and optimizer, the model's active

@@ -131,7 +131,7 @@ def test_without_logprobs_asked_the_engine_returns_none(scripted):
 @pytest.mark.parametrize(
     "extra,param",
     [({"top_k": 5}, "top_k"), ({"response_format": {"type": "yaml"}}, "response_format.type")],
-)  # forced tool calls and JSON output are served: tests/trainer/test_grammar.py
+)  # forced tool calls and JSON output are served: tests/trainer/embedded/test_grammar.py
 def test_what_the_engine_cannot_honour_is_a_400_naming_it(scripted, extra, param):
     _answer, url = scripted
     r = _post(url, tools=TOOLS, **extra)
