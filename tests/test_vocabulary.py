@@ -1,5 +1,6 @@
-"""One word per concept: the words `docs/design.md`'s glossary retired appear nowhere in the code, the docs, the
-configs or the logs' strings (the glossary's own list of them, and third-party names, excepted)."""
+"""One word per concept: the words `docs/design.md`'s glossary retired, and the words that competed with a glossary
+word for its concept (`weights version` for policy version), appear nowhere in the code, the docs, the configs or
+the logs' strings (the glossary's own list of them, and third-party names, excepted)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ RETIRED = {
     "policy backend": re.compile(r"\b(policy|inference) backends?\b", re.I),
     "Serving": re.compile(r"\b\w*Serving\b|\bmake_serving\b"),
     "engine row / engine state": re.compile(r"\bengine[ _](row|state)\b|\bEngineRow\b|\bEngineStatus\b", re.I),
+    "weights version (say policy version)": re.compile(r"\bweights? versions?\b", re.I),
+    "swarm_of (the proxy's view: proxy_of)": re.compile(r"\bswarm_of\b"),
     "old class names": re.compile(
         r"\b(ProxyState|LiveEpisode|EpisodeRegistry|SwarmServerError|ServerStore\w*|EngineNotReady|EngineBootFailed"
         r"|UpstreamUnavailable|ChatFieldError|EngineRequestError|PromptTooLong|NotRolling|TrainerSilent"

@@ -26,7 +26,7 @@ from ajet.types import (
 from ajet_proxy.api_docs import CONTROL_ERRORS
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
-from ajet_proxy.route_context import host_of, swarm_of
+from ajet_proxy.route_context import host_of, proxy_of
 from ajet_proxy.stats import experiment_status, template_verdict
 from ajet_store import TRAINER_TIMEOUT_S
 from ajet_store.placement import FIRST_SLUG
@@ -83,8 +83,8 @@ async def _synced(s: ExperimentHost) -> OkResponse:
 @router.post("/sync_train_config", response_model=OkResponse)
 async def sync_train_config(body: SyncTrainConfigRequest, request: Request) -> OkResponse:
     """Store the job (only while OFFLINE); the answer carries the trainer's template preflight of its model."""
-    job = _validate_job(body.job, swarm_of(request).config)
-    s = await asyncio.to_thread(swarm_of(request).host_for_job, job)
+    job = _validate_job(body.job, proxy_of(request).config)
+    s = await asyncio.to_thread(proxy_of(request).host_for_job, job)
     await asyncio.to_thread(s.store.sync_job, job)
     return await _synced(s)
 
@@ -116,13 +116,13 @@ async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request
     """Sync + start when OFFLINE (or when forced); otherwise join the running job when it is the same job, else 409
     `JobConflict` naming the fields that differ. The answer carries the trainer's template preflight of the job's
     model."""
-    job = _validate_job(body.job, swarm_of(request).config)
-    s = await asyncio.to_thread(swarm_of(request).host_for_job, job, body.force_restart)
+    job = _validate_job(body.job, proxy_of(request).config)
+    s = await asyncio.to_thread(proxy_of(request).host_for_job, job, body.force_restart)
     if body.force_restart:
         await asyncio.to_thread(_stop, s)
     row, started = await asyncio.to_thread(s.store.sync_and_start, job)  # atomic: racing clients cannot both sync
     if not started and row.job is not None and experiment_of(row.job) != experiment_of(job):
-        s = await asyncio.to_thread(swarm_of(request).host_for_job, job, body.force_restart)  # another's came first
+        s = await asyncio.to_thread(proxy_of(request).host_for_job, job, body.force_restart)  # another's came first
         row, started = await asyncio.to_thread(s.store.sync_and_start, job)
     conflict = None if started or row.job is None else job_conflict(row.job, job)
     if conflict is not None:  # never a silent join to another job
@@ -133,7 +133,7 @@ async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request
 @router.get("/list_experiments", response_model=ExperimentList)
 def list_experiments(request: Request) -> ExperimentList:
     """Every experiment of the swarm with its state: the first, then the others by name."""
-    proxy = swarm_of(request)
+    proxy = proxy_of(request)
     proxy.take_up_experiments()
     return _listed(list(proxy.hosts.values()))
 
@@ -141,7 +141,7 @@ def list_experiments(request: Request) -> ExperimentList:
 @router.post("/stop_swarm", response_model=ExperimentList)
 def stop_swarm(request: Request) -> ExperimentList:
     """Every experiment to OFFLINE, as `stop_engine` stops one: the whole swarm stops, explicitly."""
-    proxy = swarm_of(request)
+    proxy = proxy_of(request)
     proxy.take_up_experiments()
     hosts = list(proxy.hosts.values())
     for host in hosts:

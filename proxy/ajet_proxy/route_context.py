@@ -11,8 +11,8 @@ from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.proxy import Proxy
 
 
-def swarm_of(request: Request) -> Proxy:
-    """The swarm the app serves."""
+def proxy_of(request: Request) -> Proxy:
+    """The proxy the app serves (this process's view of the swarm)."""
     proxy: Proxy = request.app.state.ajet
     return proxy
 
@@ -20,11 +20,11 @@ def swarm_of(request: Request) -> Proxy:
 def host_of(request: Request) -> ExperimentHost:
     """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
     (404 `ExperimentNotFound` for a name the swarm does not have); a sync acts on its job's (`Proxy.host_for_job`)."""
-    return swarm_of(request).host_named(request.headers.get(EXPERIMENT_HEADER))
+    return proxy_of(request).host_named(request.headers.get(EXPERIMENT_HEADER))
 
 
 async def host_in_loop(request: Request) -> ExperimentHost:
     """`host_of` for a route on the event loop: an experiment this proxy serves already is a lookup; one it has not
     taken up yet (a store read) is looked up off the loop."""
-    proxy, name = swarm_of(request), request.headers.get(EXPERIMENT_HEADER)
+    proxy, name = proxy_of(request), request.headers.get(EXPERIMENT_HEADER)
     return proxy.known_host(name) or await asyncio.to_thread(proxy.host_named, name)

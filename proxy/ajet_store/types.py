@@ -95,7 +95,7 @@ class RegisteredEngine:
     model: str
     """Model name to send to the engine (a LoRA adapter name for vLLM)."""
     policy_version: int
-    """The weights version it serves."""
+    """The policy version it serves."""
     api_key: Optional[str] = None
     """The engine's internal key, sent as a Bearer token by the proxy only (None: the engine takes no key).
     Kept in the store, which only its owner can read (0600)."""
@@ -213,7 +213,7 @@ class CallRecord:
     finish_reason: Optional[str]
     """Why generation stopped."""
     policy_version: int
-    """Weights version that produced the answer."""
+    """Policy version that produced the answer."""
     engine: Optional[str]
     """Name of the engine that answered (None: refused before any engine was picked)."""
     latency_ms: float

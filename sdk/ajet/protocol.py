@@ -23,7 +23,7 @@ EXPERIMENT_HEADER = "X-Ajet-Experiment"
 """Names the experiment a control call acts on (`project_name/experiment_name` of its job); without it, the swarm's
 first experiment."""
 POLICY_VERSION_HEADER = "X-Ajet-Policy-Version"
-"""Set by an inference engine on each answer: the weights version that produced it."""
+"""Set by an inference engine on each answer: the policy version that produced it."""
 
 
 def bearer_token(authorization: str) -> str:

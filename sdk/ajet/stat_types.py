@@ -172,7 +172,7 @@ class CallInfo(AnswerModel):
     latency_ms: float
     """Wall time through the proxy."""
     policy_version: int
-    """Weights version that answered."""
+    """Policy version that answered."""
     stream: bool
     """Whether it was streamed."""
     error: Optional[str] = None

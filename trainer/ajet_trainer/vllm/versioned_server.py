@@ -2,8 +2,8 @@
 
 Run by vLLM's own interpreter in place of `python -m vllm.entrypoints.openai.api_server` (same arguments) when a
 job trains with partial rollouts (`VllmSettings.partial_rollouts`). vLLM 0.32 labels each output token with the
-weight version set by `POST /update_weight_version` (the trainer sets the policy version there at each update) and
-keeps the spans in `CompletionOutput.weight_versions`, but its chat endpoint does not return them. This adds them
+version `POST /update_weight_version` set (the trainer sets the policy version there at each update) and keeps the
+spans in `CompletionOutput.weight_versions`, but its chat endpoint does not return them. This adds them
 as the embedded engine does, as `policy_version_spans` (`[[offset, version], ...]`): on a plain answer, and on a
 stream's chunk that ends the answer (its `finish_reason`); only when an update came mid-answer (two spans or more).
 The proxy reads that field from either engine alike (`ajet_proxy.dataplane.tokens`).
