@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from ajet.errors import ConfigError
+from ajet.replay_types import ReplaySource
 from ajet.types import BatchMode
 
 _LENGTH_FIELDS = ("max_prompt_length", "max_response_length", "max_model_len")
@@ -156,6 +157,10 @@ class AgentJetJob(BaseModel):
     them; `drop`: they are dropped for good (kept in the store, flagged `stale: ...`). Counted either way in the
     step's metrics (`leftovers`, `dropped_stale`). `--backend verl` sets its rollout correction once per run, so
     with `correct` every step of the run has it (on-policy tokens weigh about 1)."""
+    replay: Optional[ReplaySource] = None
+    """Train on stored episodes instead of new ones (`ajet.replay_types`: a source experiment, a selection, a reward
+    version): copied into this experiment's store with their exact ids, trained with the off-policy correction on.
+    The replay experiment's job carries its lineage. Embedded backend only."""
     use_kl_loss: bool = False
     """Add verl's KL loss against the reference policy."""
     kl_loss_coef: float = Field(default=0.001, ge=0)

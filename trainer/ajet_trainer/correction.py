@@ -14,11 +14,12 @@ ASYNC_TIS_CAP = 2.0
 
 
 def tis_cap(job: AgentJetJob, lagged: bool = False) -> Optional[float]:
-    """The cap of one step's correction: the job's, else `ASYNC_TIS_CAP` when it trains asynchronously or the batch
-    holds a synchronous job's leftovers (`lagged`: data of older policies), else None (off)."""
+    """The cap of one step's correction: the job's, else `ASYNC_TIS_CAP` when it trains asynchronously, replays
+    stored episodes (another policy sampled them all), or the batch holds a synchronous job's leftovers (`lagged`:
+    data of older policies), else None (off)."""
     if job.tis_cap is not None:
         return job.tis_cap
-    return ASYNC_TIS_CAP if job.max_staleness > 0 or lagged else None
+    return ASYNC_TIS_CAP if job.max_staleness > 0 or lagged or job.replay is not None else None
 
 
 def run_tis_cap(job: AgentJetJob) -> Optional[float]:

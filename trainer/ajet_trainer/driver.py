@@ -33,12 +33,14 @@ from ajet.errors import StoreError, StoreUnavailable, WrongState
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import ExperimentState
 from ajet_store import QUARANTINE_AFTER, Store, select_batch, split_stale
+from ajet_store.replay import ReplayImport
 from ajet_store.types import BOOT_FAILED, ExperimentRow, PoolEpisode
 from ajet_trainer.errors import EngineLost, TrainerError
 from ajet_trainer.factory import Shared, open_session, trains_alone
 from ajet_trainer.interfaces import TrainingSession
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StepNotRecorded
+from ajet_trainer.replay_source import open_replay
 from ajet_trainer.step_record import lost_call_metrics, staleness_metrics
 from ajet_trainer.template_check import template_verdict, verdict_metrics
 from ajet_trainer.types import Metrics
@@ -49,6 +51,8 @@ ONE_EXPERIMENT = "a second experiment cannot train on this swarm: "
 """What a second experiment's boot fails with where the trainer trains one only (`trains_alone` says why). A sync
 is refused first where the trainer said so when it claimed the store (`ajet.sharing.beside_conflict`)."""
 
+REPLAY_PAGE = 256
+"""Stored episodes a replay job looks at per tick (whole groups): the import goes on between the ticks that train."""
 
 _ACTIVE = (
     ExperimentState.BOOTING,
@@ -105,6 +109,8 @@ class ExperimentDriver:
         """The last tick found an update to run and was told to hold it (`tick(may_update=False)`)."""
         self.update_s = 0.0
         """Seconds the last update took (what the scheduler charges the experiment)."""
+        self.replay: Optional[tuple[int, ReplayImport]] = None
+        """A replay job's import of its source's episodes, and the run it belongs to (`import_replay`)."""
 
     def tick(self, may_update: bool = True) -> bool:
         """One pass of the state machine; True if it did work (poll again at once). With `may_update` False an
@@ -125,7 +131,8 @@ class ExperimentDriver:
             if row.state == ExperimentState.ROLLING and session.job.max_staleness > 0:
                 return self._guarded(lambda r: self.async_step(session, r, may_update), row, self._update_failed)
             if row.state == ExperimentState.ROLLING:
-                return self._guarded(lambda r: self.maybe_close_batch(session, r), row, self._poll_failed)
+                copied = self._guarded(lambda _r: self.import_replay(session), row, self._poll_failed)
+                return self._guarded(lambda r: self.maybe_close_batch(session, r), row, self._poll_failed) or copied
             if row.state == ExperimentState.ROLLING_POST:
                 return self._guarded(lambda _r: self.drain(session), row, self._poll_failed)
             if row.state == ExperimentState.WEIGHT_SYNCING and not may_update:
@@ -291,6 +298,23 @@ class ExperimentDriver:
         if session.job.keep_call_bodies_steps is not None:
             pruned = self.store.prune_bodies(session.job.keep_call_bodies_steps)
             logger.info("retention: pruned the bodies of %d call(s)", pruned)
+
+    def import_replay(self, session: TrainingSession) -> bool:
+        """A replay job: copy the next page of its source's groups into the store (`ajet_store.replay`); whether
+        any was copied. The import is the session's: another run opens another."""
+        if session.job.replay is None:
+            return False
+        if self.replay is None or self.replay[0] != session.run_id:
+            self.replay = (session.run_id, open_replay(session.job, self.opts, self.store))
+        work = self.replay[1]
+        if work.done:
+            return False
+        copied = work.step(REPLAY_PAGE)
+        if work.done:
+            work.source.close()
+            logger.info("replay: %d episode(s) of %s copied (%d without calls left out)", work.copied,
+                        work.source_name, work.without_calls)  # fmt: skip
+        return copied > 0
 
     def maybe_close_batch(self, session: TrainingSession, row: ExperimentRow) -> bool:
         """ROLLING -> ROLLING_POST once the batch policy is satisfied (an engine that exited meanwhile withdrawn)."""

@@ -106,8 +106,11 @@ def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> Engi
 
 
 def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
-    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine, partial rollouts the
-    embedded backend (either engine): `TrainerError` naming what to change otherwise, before any model is loaded."""
+    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine, partial rollouts and
+    replay the embedded backend (either engine): `TrainerError` naming what to change otherwise, before any model is
+    loaded."""
+    if job.replay is not None and opts.backend != "embedded":
+        raise TrainerError(f"a replay job runs on the embedded backend only so far, not --backend {opts.backend}")
     if opts.backend == "embedded" and (opts.engine == "embedded" or not job.max_staleness):
         return
     if job.max_staleness > 0:

@@ -1,0 +1,28 @@
+"""What a replay job trains on: stored episodes of an experiment, under a reward version (`AgentJetJob.replay`).
+
+A job with `replay` set trains from the store instead of from new episodes: the trainer copies the selected
+episodes of the source experiment (their exact token ids and log-probabilities, group by group) into the replay
+experiment's own store, each judged by the reward version, and trains them as any run, with the off-policy
+correction on at every step (`tis_cap`, 2.0 when unset): they were sampled by another policy. No agent runs.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from ajet.rescore_types import EpisodeSelectionBody
+from ajet.wire import WireModel
+
+
+class ReplaySource(WireModel):
+    """The stored episodes a replay job trains on, and how they are judged."""
+
+    experiment: Optional[str] = Field(default=None, min_length=1, max_length=256)
+    """The source experiment (`project_name/experiment_name` of its job); None: the swarm's first experiment."""
+    selection: EpisodeSelectionBody = Field(default_factory=EpisodeSelectionBody)
+    """Which of its ended episodes (steps, task, mission, eval, scored by an earlier version)."""
+    reward_version: int = Field(default=0, ge=0)
+    """The reward each episode trains with: 0 is its client's, a later version a re-scoring's (`rescore`); an
+    episode that version did not score, or scored with an error, is not replayed."""

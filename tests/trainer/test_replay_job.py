@@ -1,0 +1,113 @@
+"""A replay job's experiment trains on its source's stored episodes: the trainer copies them into its store while
+ROLLING (a page a tick, between steps) and trains them in steps like any run, no agent running; its steps carry
+the off-policy correction (`tis_cap` on for a replay job); a job that names itself, or an unknown source, is said."""
+
+from __future__ import annotations
+
+import pytest
+
+from ajet import AgentJetJob
+from ajet.replay_types import ReplaySource
+from ajet.rescore_types import EpisodeSelectionBody
+from ajet.types import ExperimentState
+from ajet_proxy.rescore import rescore
+from ajet_store import EpisodeSelection, Store, experiment_store, sqlite_url
+from ajet_store.replay import LINEAGE
+from ajet_trainer import driver as driver_mod
+from ajet_trainer.correction import ASYNC_TIS_CAP, tis_cap
+from ajet_trainer.driver import ExperimentDriver
+from ajet_trainer.options import TrainerOptions
+from tests.support import rewards_fixed
+from tests.support.fake_session import FakeSession
+from tests.support.stored_episodes import fill_sums
+
+
+def replay_job(**source) -> AgentJetJob:
+    return AgentJetJob(project_name="rescore", experiment_name="replayed", batch_size=2, num_repeat=2,
+                       replay=ReplaySource(**source))  # fmt: skip
+
+
+@pytest.fixture
+def swarm(tmp_path, monkeypatch):
+    first = Store(sqlite_url(tmp_path / "swarm.db"))
+    fill_sums(first, 8)  # the first experiment (rescore/sums): 4 tasks of 2, the reward buggy
+    version = rescore(first, rewards_fixed.right_sum, "tests.support.rewards_fixed:right_sum", EpisodeSelection())
+    monkeypatch.setattr(driver_mod, "open_session", lambda job, run_id, store, opts, shared=None: FakeSession(
+        job, run_id, store))  # fmt: skip
+    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "exp"))
+    yield first, version.version, opts
+    first.close()
+
+
+def run(store: Store, job: AgentJetJob, opts: TrainerOptions, ticks: int) -> ExperimentDriver:
+    store.sync_job(job)
+    store.start()
+    d = ExperimentDriver(store, opts)
+    for _ in range(ticks):
+        store.heartbeat()
+        d.tick()
+    return d
+
+
+def test_a_replay_job_trains_its_sources_episodes_with_the_fixed_reward(swarm):
+    first, version, opts = swarm
+    target = experiment_store(first, "rescore/replayed")
+    try:
+        d = run(target, replay_job(reward_version=version), opts, ticks=16)
+        steps = target.steps()
+        assert [s.step for s in steps] == [1, 2] and target.pool_episodes() == []  # 4 groups, 2 a step: no agent
+        trained = [e for e in target.iter_episodes() if e.consumed_step is not None]
+        assert sorted(e.reward for e in trained) == [0.0] * 4 + [1.0] * 4  # version 1's, not the clients' 1.0s
+        assert {e.metadata[LINEAGE]["reward_version"] for e in trained} == {version}
+        assert d.replay is not None and d.replay[1].done and d.replay[1].copied == 8
+        assert first.pool_episodes() != [] and first.steps() == []  # the source is only read
+    finally:
+        target.close()
+
+
+def test_a_replay_job_has_the_correction_on():
+    assert tis_cap(replay_job()) == ASYNC_TIS_CAP and tis_cap(AgentJetJob()) is None
+    assert tis_cap(replay_job().model_copy(update={"tis_cap": 3.0})) == 3.0
+
+
+@pytest.mark.parametrize(
+    "source, said",
+    [("rescore/replayed", "not its own"), ("nobody/here", "no experiment 'nobody/here' to replay")],
+)
+def test_a_job_that_replays_itself_or_an_unknown_source_is_told_why(swarm, source, said):
+    first, _version, opts = swarm
+    target = experiment_store(first, "rescore/replayed")
+    try:
+        run(target, replay_job(experiment=source, selection=EpisodeSelectionBody(task_id="sum-1")), opts, ticks=3)
+        row = target.experiment()
+        assert said in (row.last_error or "") and row.state == ExperimentState.ROLLING and target.steps() == []
+    finally:
+        target.close()
+
+
+def test_a_replayed_step_trains_the_stored_ids_with_the_correction(swarm, tmp_path):
+    """The embedded session on the built-in tiny model: a replayed batch trains, and its step reports the truncated
+    importance weights against the stored log-probs (the share capped among them)."""
+    from ajet_trainer.embedded.session import open_embedded_session
+    from ajet_trainer.replay_source import open_replay
+
+    first, version, _opts = swarm
+    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "exp2"), engine="embedded",
+                                      device="cpu")  # fmt: skip
+    target = experiment_store(first, "rescore/replayed")
+    job = replay_job(reward_version=version).model_copy(update={"model": "builtin:tiny"})
+    target.sync_job(job)
+    target.start()
+    session = open_embedded_session(job, target.experiment().run_id, target, opts)
+    try:
+        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
+        target.heartbeat()
+        work = open_replay(job, opts, target)
+        work.step(1000)
+        work.source.close()
+        metrics = session.train(sorted(target.pool_episodes(), key=lambda p: p.ended_at)[:4], {})
+        assert metrics["tis_weight_mean"] > 0 and 0 <= metrics["tis_capped_share"] <= 1
+        assert [s.step for s in target.steps()] == [1]
+    finally:
+        session.close(final_checkpoint=False)
+        target.close()

@@ -1,0 +1,36 @@
+"""Where a replay job's episodes come from: its source experiment's store, opened beside the swarm's first store
+(`AgentJetJob.replay`; the copying itself is `ajet_store.replay`)."""
+
+from __future__ import annotations
+
+from ajet.errors import ConfigError, ExperimentNotFound
+from ajet.job import AgentJetJob
+from ajet.sharing import experiment_of
+from ajet_store import EpisodeSelection, Store, experiment_store
+from ajet_store.replay import ReplayImport
+from ajet_trainer.options import TrainerOptions
+
+
+def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> ReplayImport:
+    """The import of `job.replay`'s episodes into `target` (the replay experiment's store). `ExperimentNotFound`
+    for a source the swarm does not list; `ConfigError` for a job that names its own experiment."""
+    source_spec = job.replay
+    assert source_spec is not None, "open_replay of a job without replay"
+    first = Store(opts.db_url, file_mode=opts.db_mode)
+    first_job = first.experiment().job
+    first_name = experiment_of(first_job) if first_job is not None else ""
+    name = source_spec.experiment or first_name
+    if name == experiment_of(job):
+        first.close()
+        raise ConfigError(f"a replay job trains on another experiment's episodes, not its own ({name!r})")
+    if name == first_name:
+        source = first
+    else:
+        listed = [e.name for e in first.experiment_entries()]
+        if name not in listed:
+            first.close()
+            raise ExperimentNotFound(f"no experiment {name!r} to replay (listed: {', '.join(listed) or 'none'})")
+        source = experiment_store(first, name)
+        first.close()
+    selection = EpisodeSelection(**source_spec.selection.model_dump())
+    return ReplayImport(source, target, name, selection, source_spec.reward_version)
