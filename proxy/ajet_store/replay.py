@@ -41,6 +41,8 @@ class ReplayImport:
     """The source experiment's name (lineage)."""
     selection: EpisodeSelection
     version: int
+    mission: Optional[str] = None
+    """The mission the copies are labelled with (None: each keeps its source's)."""
     copied: int = 0
     """Episodes copied by this import (not those an earlier, killed one copied)."""
     without_calls: int = 0
@@ -78,7 +80,8 @@ class ReplayImport:
             self.without_calls += 1
             return
         key_hash = hashlib.sha256(f"replay-key:{uuid}".encode()).hexdigest()  # no key opens it: none was handed out
-        self.target.begin_episode(uuid, key_hash, REPLAY_CLIENT, "train", OPEN_S, mission=row.mission)
+        mission = self.mission or row.mission
+        self.target.begin_episode(uuid, key_hash, REPLAY_CLIENT, "train", OPEN_S, mission=mission)
         self.target.write_calls([replace(c, episode_uuid=uuid, policy_version=0, version_spans=None) for c in calls])
         lineage = {"experiment": self.source_name, "episode": member.uuid, "reward_version": self.version,
                    "step": row.consumed_step}  # fmt: skip

@@ -256,6 +256,15 @@ class AgentJetJob(BaseModel):
             raise ValueError("max_prompt_length + max_response_length must be <= max_model_len")
         return self
 
+    @model_validator(mode="after")
+    def _check_replay(self) -> "AgentJetJob":
+        if self.replay is not None and (self.max_staleness > 0 or self.leftovers == "drop"):
+            raise ValueError(
+                "replay trains stored episodes that another policy sampled: it needs max_staleness 0 and "
+                "leftovers 'correct' (they would be dropped as stale, not corrected)"
+            )
+        return self
+
     @property
     def uses_lora(self) -> bool:
         """Whether the job trains a LoRA adapter (`lora_rank > 0`) rather than every weight of the model."""

@@ -3,7 +3,8 @@
 A job with `replay` set trains from the store instead of from new episodes: the trainer copies the selected
 episodes of the source experiment (their exact token ids and log-probabilities, group by group) into the replay
 experiment's own store, each judged by the reward version, and trains them as any run, with the off-policy
-correction on at every step (`tis_cap`, 2.0 when unset): they were sampled by another policy. No agent runs.
+correction on at every step (`tis_cap`, 2.0 when unset): they were sampled by another policy. No agent needs to
+run; a job whose clients also run episodes mixes the copies into its batches (`mission` and `mission_mix`).
 """
 
 from __future__ import annotations
@@ -26,3 +27,6 @@ class ReplaySource(WireModel):
     reward_version: int = Field(default=0, ge=0)
     """The reward each episode trains with: 0 is its client's, a later version a re-scoring's (`rescore`); an
     episode that version did not score, or scored with an error, is not replayed."""
+    mission: Optional[str] = Field(default=None, min_length=1, max_length=128)
+    """The mission the copies are labelled with (None: each keeps its own). An online job that also takes new
+    episodes caps the copies' share of each batch with `mission_mix` (a replay buffer: `{"replay": 0.25}`)."""

@@ -111,3 +111,28 @@ def test_a_replayed_step_trains_the_stored_ids_with_the_correction(swarm, tmp_pa
     finally:
         session.close(final_checkpoint=False)
         target.close()
+
+
+def test_an_online_job_mixes_stored_episodes_into_its_batches_at_its_share(swarm):
+    """A replay buffer: the copies labelled with a mission the job caps (`mission_mix`), beside new episodes."""
+    from tests.support.fake_session import fill_batch
+
+    first, version, opts = swarm
+    target = experiment_store(first, "rescore/replayed")
+    job = replay_job(reward_version=version, mission="replay").model_copy(update={"mission_mix": {"replay": 0.5}})
+    try:
+        d = run(target, job, opts, ticks=2)  # booted, then the copies imported: without the cap a batch is ready
+        fill_batch(target, "new")  # a client's two episodes of one task
+        for _ in range(8):
+            target.heartbeat()
+            d.tick()
+        first_step = [e for e in target.iter_episodes() if e.consumed_step == 1]
+        assert sorted(e.mission or "-" for e in first_step) == ["-", "-", "replay", "replay"]  # half the batch
+        assert len({e.task_id for e in first_step}) == 2
+    finally:
+        target.close()
+
+
+def test_a_replay_job_cannot_drop_what_it_replays():
+    with pytest.raises(ValueError, match="max_staleness 0 and leftovers 'correct'"):
+        AgentJetJob(replay=ReplaySource(), leftovers="drop")

@@ -33,4 +33,4 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
         source = experiment_store(first, name)
         first.close()
     selection = EpisodeSelection(**source_spec.selection.model_dump())
-    return ReplayImport(source, target, name, selection, source_spec.reward_version)
+    return ReplayImport(source, target, name, selection, source_spec.reward_version, source_spec.mission)
