@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
-from ajet_store.best_of_group import Member
+from ajet_store.best_of_group import Member, best_episode
 from ajet_store.store import Store
 from ajet_store.types import EpisodeSelection
 
@@ -43,6 +43,10 @@ class ReplayImport:
     version: int
     mission: Optional[str] = None
     """The mission the copies are labelled with (None: each keeps its source's)."""
+    best_only: bool = False
+    """Copy each group's best episode only (supervised fine-tuning on it: `best_of_group.best_episode`)."""
+    min_reward: Optional[float] = None
+    """With `best_only`: the best counts from this reward (None: when it beat its group's mean)."""
     copied: int = 0
     """Episodes copied by this import (not those an earlier, killed one copied)."""
     without_calls: int = 0
@@ -67,6 +71,9 @@ class ReplayImport:
         return self.copied - before
 
     def _copy_group(self, group: list[Member]) -> None:
+        if self.best_only:
+            best = best_episode(group, self.min_reward)
+            group = [best] if best is not None else []
         ids = {replay_uuid(self.version, m.uuid): m for m in group}
         present = self.target.known_episodes(list(ids))
         for uuid, member in ids.items():

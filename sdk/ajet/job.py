@@ -263,6 +263,8 @@ class AgentJetJob(BaseModel):
                 "replay trains stored episodes that another policy sampled: it needs max_staleness 0 and "
                 "leftovers 'correct' (they would be dropped as stale, not corrected)"
             )
+        if self.replay is not None and self.replay.train == "sft" and self.num_repeat != 1:
+            raise ValueError("replay with train='sft' copies one episode a group (its best): num_repeat must be 1")
         return self
 
     @property

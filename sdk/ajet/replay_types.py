@@ -9,7 +9,7 @@ run; a job whose clients also run episodes mixes the copies into its batches (`m
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field
 
@@ -27,6 +27,13 @@ class ReplaySource(WireModel):
     reward_version: int = Field(default=0, ge=0)
     """The reward each episode trains with: 0 is its client's, a later version a re-scoring's (`rescore`); an
     episode that version did not score, or scored with an error, is not replayed."""
+    train: Literal["grpo", "sft"] = "grpo"
+    """How the copies train. `grpo`: every episode of each group, with the group's advantages. `sft`: each group's
+    best episode only (`ajet_store.best_of_group`: above its group's mean, or from `min_reward`), its exact ids with
+    GRPO's masks, each of its model tokens pushed up alike (advantage 1: the log-likelihood's gradient); the job's
+    `num_repeat` is then 1."""
+    min_reward: Optional[float] = None
+    """`sft`: a group's best counts from this reward (default: when it beat its group's mean)."""
     mission: Optional[str] = Field(default=None, min_length=1, max_length=128)
     """The mission the copies are labelled with (None: each keeps its own). An online job that also takes new
     episodes caps the copies' share of each batch with `mission_mix` (a replay buffer: `{"replay": 0.25}`)."""

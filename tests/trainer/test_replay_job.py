@@ -136,3 +136,55 @@ def test_an_online_job_mixes_stored_episodes_into_its_batches_at_its_share(swarm
 def test_a_replay_job_cannot_drop_what_it_replays():
     with pytest.raises(ValueError, match="max_staleness 0 and leftovers 'correct'"):
         AgentJetJob(replay=ReplaySource(), leftovers="drop")
+
+
+def _model_token_logprob(session, calls) -> float:
+    """The summed log-prob the session's model gives an episode's model tokens (its merged sequence, mask 1)."""
+    import torch
+
+    from ajet_store.sequences import episode_sequences
+
+    (seq,), _, _ = episode_sequences(calls, calls[0].episode_uuid, "t")
+    ids = torch.tensor([[*seq.prompt_ids, *seq.response_ids]])
+    with torch.no_grad():
+        logp = torch.log_softmax(session.model(ids).logits[0, :-1].float(), -1)
+    start = len(seq.prompt_ids)
+    return sum(float(logp[start + i - 1, t]) for i, (t, m) in enumerate(zip(seq.response_ids, seq.response_mask)) if m)
+
+
+def test_sft_replay_copies_each_groups_best_and_raises_its_likelihood(swarm, tmp_path):
+    """`train="sft"`: only each group's best (the right answer, under the fixed reward) is copied, and a step on
+    them raises the log-likelihood of their model tokens (advantage 1: the policy loss's gradient is the NLL's)."""
+    from ajet_trainer.embedded.session import open_embedded_session
+    from ajet_trainer.replay_source import open_replay
+
+    first, version, _opts = swarm
+    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "sft"), engine="embedded",
+                                      device="cpu")  # fmt: skip
+    target = experiment_store(first, "rescore/replayed")
+    job = AgentJetJob(model="builtin:tiny", project_name="rescore", experiment_name="replayed", batch_size=4,
+                      num_repeat=1, lr=1e-2, replay=ReplaySource(reward_version=version, train="sft"))  # fmt: skip
+    target.sync_job(job)
+    target.start()
+    session = open_embedded_session(job, target.experiment().run_id, target, opts)
+    try:
+        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
+        target.heartbeat()
+        work = open_replay(job, opts, target)
+        work.step(1000)
+        work.source.close()
+        pool = target.pool_episodes()
+        assert len(pool) == 4 and {p.reward for p in pool} == {1.0}  # one a group: its right answer
+        before = [_model_token_logprob(session, target.calls(p.uuid)) for p in pool]
+        metrics = session.train(pool, {})
+        after = [_model_token_logprob(session, target.calls(p.uuid)) for p in pool]
+        assert all(a > b for a, b in zip(after, before)), (before, after)
+        assert "tis_capped_share" not in metrics  # imitation takes the stored tokens as they are
+    finally:
+        session.close(final_checkpoint=False)
+        target.close()
+
+
+def test_sft_replay_needs_one_episode_a_group():
+    with pytest.raises(ValueError, match="num_repeat must be 1"):
+        AgentJetJob(num_repeat=4, replay=ReplaySource(train="sft"))

@@ -35,6 +35,12 @@ def episode_advantages(
     return {s.episode_uuid: float(adv[i, 0]) for i, s in enumerate(samples)}
 
 
+def imitation_advantages(samples: Sequence[EpisodeSample]) -> dict[str, float]:
+    """Advantage 1 for every episode: the policy loss's gradient at ratio 1 is then the negative log-likelihood's
+    over the model's own tokens (supervised fine-tuning on them, with GRPO's masks)."""
+    return {s.episode_uuid: 1.0 for s in samples}
+
+
 @dataclass
 class Batch:
     """verl's layout: `input_ids = cat(prompts, responses)`; R = response width, P = prompt width."""

@@ -33,4 +33,7 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
         source = experiment_store(first, name)
         first.close()
     selection = EpisodeSelection(**source_spec.selection.model_dump())
-    return ReplayImport(source, target, name, selection, source_spec.reward_version, source_spec.mission)
+    return ReplayImport(
+        source, target, name, selection, source_spec.reward_version, source_spec.mission,
+        best_only=source_spec.train == "sft", min_reward=source_spec.min_reward,
+    )  # fmt: skip

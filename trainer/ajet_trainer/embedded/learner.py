@@ -23,6 +23,7 @@ from ajet_trainer.grpo import (
     Batch,
     collate,
     episode_advantages,
+    imitation_advantages,
     loss_config,
     loss_norm,
     masked_max,
@@ -107,7 +108,8 @@ class Learner:
     def _update(self, samples: Sequence[EpisodeSample], seed: int, lagged: bool) -> dict[str, float]:
         t0 = time.perf_counter()
         samples = canonical_order(samples)  # arrival order must not change the update
-        adv = episode_advantages(samples)
+        imitating = self.job.replay is not None and self.job.replay.train == "sft"
+        adv = imitation_advantages(samples) if imitating else episode_advantages(samples)
         items = flatten(samples, adv)
         batch = collate(items, self.tokenizer.pad_token_id).to(self.device)
         # Old log-probs: with one epoch and one mini-batch the policy has not moved when the loss is
@@ -140,7 +142,7 @@ class Learner:
             metrics.update(_aggregated(agg))
             metrics["update_s"] = time.perf_counter() - t0
             return metrics
-        cap = tis_cap(self.job, lagged)
+        cap = None if imitating else tis_cap(self.job, lagged)  # imitation takes the stored tokens as they are
         old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg, cap, norm)
         gap = (old_logp - batch.rollout_logprobs).abs()  # the engine's numbers vs the trainer's, same tokens
         metrics["logprob_gap"] = masked_mean(gap, batch.response_mask)
