@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import Iterator, Optional
+from typing import Iterator, Literal, Optional
 
-from ajet_store.best_of_group import Member, best_episode
+from ajet_store.best_of_group import Member, best_episode, preference_pair
 from ajet_store.store import Store
 from ajet_store.types import EpisodeSelection
 
@@ -43,10 +43,13 @@ class ReplayImport:
     version: int
     mission: Optional[str] = None
     """The mission the copies are labelled with (None: each keeps its source's)."""
-    best_only: bool = False
-    """Copy each group's best episode only (supervised fine-tuning on it: `best_of_group.best_episode`)."""
+    pick: Literal["all", "best", "pair"] = "all"
+    """Which episodes of each group are copied: all of them (GRPO), its best (supervised fine-tuning:
+    `best_of_group.best_episode`), or its preference pair (DPO: `best_of_group.preference_pair`)."""
     min_reward: Optional[float] = None
-    """With `best_only`: the best counts from this reward (None: when it beat its group's mean)."""
+    """`best`: the best counts from this reward (None: when it beat its group's mean)."""
+    margin: float = 0.0
+    """`pair`: the least reward gap of a pair."""
     copied: int = 0
     """Episodes copied by this import (not those an earlier, killed one copied)."""
     without_calls: int = 0
@@ -71,9 +74,12 @@ class ReplayImport:
         return self.copied - before
 
     def _copy_group(self, group: list[Member]) -> None:
-        if self.best_only:
+        if self.pick == "best":
             best = best_episode(group, self.min_reward)
             group = [best] if best is not None else []
+        elif self.pick == "pair":
+            pair = preference_pair(group, self.margin)
+            group = list(pair) if pair is not None else []
         ids = {replay_uuid(self.version, m.uuid): m for m in group}
         present = self.target.known_episodes(list(ids))
         for uuid, member in ids.items():

@@ -263,8 +263,11 @@ class AgentJetJob(BaseModel):
                 "replay trains stored episodes that another policy sampled: it needs max_staleness 0 and "
                 "leftovers 'correct' (they would be dropped as stale, not corrected)"
             )
-        if self.replay is not None and self.replay.train == "sft" and self.num_repeat != 1:
-            raise ValueError("replay with train='sft' copies one episode a group (its best): num_repeat must be 1")
+        train = self.replay.train if self.replay is not None else "grpo"
+        group = {"sft": 1, "dpo": 2}.get(train)
+        if group is not None and self.num_repeat != group:
+            raise ValueError(f"replay with train={train!r} copies {group} episode(s) a group: num_repeat must be "
+                             f"{group}")  # fmt: skip
         return self
 
     @property

@@ -188,3 +188,40 @@ def test_sft_replay_copies_each_groups_best_and_raises_its_likelihood(swarm, tmp
 def test_sft_replay_needs_one_episode_a_group():
     with pytest.raises(ValueError, match="num_repeat must be 1"):
         AgentJetJob(num_repeat=4, replay=ReplaySource(train="sft"))
+
+
+def test_dpo_replay_copies_each_groups_pair_and_prefers_the_chosen_more(swarm, tmp_path):
+    """`train="dpo"`: each group's right answer against its wrong one (under the fixed reward) is copied, and a
+    DPO step widens the policy's log-likelihood gap between them, against the reference."""
+    from ajet_trainer.embedded.session import open_embedded_session
+    from ajet_trainer.replay_source import open_replay
+
+    first, version, _opts = swarm
+    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "dpo"), engine="embedded",
+                                      device="cpu")  # fmt: skip
+    target = experiment_store(first, "rescore/replayed")
+    pairs = ReplaySource(reward_version=version, train="dpo", margin=1.0)
+    job = AgentJetJob(model="builtin:tiny", project_name="rescore", experiment_name="replayed", batch_size=4,
+                      num_repeat=2, lr=1e-2, replay=pairs)  # fmt: skip
+    target.sync_job(job)
+    target.start()
+    session = open_embedded_session(job, target.experiment().run_id, target, opts)
+    try:
+        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
+        target.heartbeat()
+        work = open_replay(job, opts, target)
+        work.step(1000)
+        work.source.close()
+        pool = target.pool_episodes()
+        assert len(pool) == 8 and sorted(p.reward for p in pool) == [0.0] * 4 + [1.0] * 4
+
+        def gap() -> float:
+            by = {p.uuid: _model_token_logprob(session, target.calls(p.uuid)) for p in pool}
+            return sum(by[p.uuid] * (1 if p.reward else -1) for p in pool)
+
+        before = gap()
+        metrics = session.train(pool, {})
+        assert metrics["pairs"] == 4 and gap() > before and metrics["loss"] > 0
+    finally:
+        session.close(final_checkpoint=False)
+        target.close()

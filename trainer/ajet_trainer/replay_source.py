@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ajet.errors import ConfigError, ExperimentNotFound
 from ajet.job import AgentJetJob
 from ajet.sharing import experiment_of
 from ajet_store import EpisodeSelection, Store, experiment_store
 from ajet_store.replay import ReplayImport
 from ajet_trainer.options import TrainerOptions
+
+PICKS: dict[str, Literal["all", "best", "pair"]] = {"grpo": "all", "sft": "best", "dpo": "pair"}
+"""Which episodes of each source group a replay copies, by how it trains them."""
 
 
 def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> ReplayImport:
@@ -35,5 +40,5 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
     selection = EpisodeSelection(**source_spec.selection.model_dump())
     return ReplayImport(
         source, target, name, selection, source_spec.reward_version, source_spec.mission,
-        best_only=source_spec.train == "sft", min_reward=source_spec.min_reward,
+        pick=PICKS[source_spec.train], min_reward=source_spec.min_reward, margin=source_spec.margin,
     )  # fmt: skip

@@ -18,6 +18,7 @@ import torch
 
 from ajet.job import AgentJetJob
 from ajet_trainer.correction import tis_cap
+from ajet_trainer.dpo import dpo_loss, episode_logprob, preference_pairs
 from ajet_trainer.embedded.adapters import adapter_parameters, training
 from ajet_trainer.grpo import (
     Batch,
@@ -85,14 +86,19 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.params, lr=job.lr, weight_decay=0.0)
         self.cfg = loss_config(job.clip_ratio, job.clip_ratio_high)
         self.lora = job.uses_lora
+        self.preferring = job.replay is not None and job.replay.train == "dpo"
+        """A DPO replay: each step trains pairs (`dpo.py`), not GRPO groups."""
         self.ref_model: Optional[PolicyModel] = None
-        if job.use_kl_loss and not self.lora:  # LoRA's reference is the same model with the adapter off
+        if (job.use_kl_loss or self.preferring) and not self.lora:  # LoRA's reference: the adapter off
             self.ref_model = copy.deepcopy(model).requires_grad_(False)
         self.device = next(model.parameters()).device
 
     def _ref_logprobs(self, batch: Batch) -> Optional[torch.Tensor]:
-        if not self.job.use_kl_loss:
-            return None
+        return self._reference_logprobs(batch) if self.job.use_kl_loss else None
+
+    def _reference_logprobs(self, batch: Batch) -> torch.Tensor:
+        """The reference policy's log-probs of `batch`'s response tokens: the adapter off (LoRA), else the copy of
+        the model the session started from."""
         if self.lora:
             with self.model.disable_adapter():
                 return self._logprobs(self.model, batch)
@@ -103,7 +109,39 @@ class Learner:
         """One GRPO step; returns its metrics. `lagged`: some samples come from an older policy than the one being
         updated (a synchronous job's leftovers): the loss corrects them as an asynchronous job's (`tis_cap`)."""
         with training(self.model, self.adapter):
+            if self.preferring:
+                return self._preference_update(samples)
             return self._update(samples, seed, lagged)
+
+    def _preference_update(self, samples: Sequence[EpisodeSample]) -> dict[str, float]:
+        """One DPO step over the batch's pairs (`dpo.py`): each pair's loss backed into one gradient, one step."""
+        t0 = time.perf_counter()
+        assert self.job.replay is not None
+        pairs, agg = preference_pairs(canonical_order(samples)), {}
+        self.optimizer.zero_grad(set_to_none=True)
+        for chosen, rejected in pairs:
+            (pol_c, ref_c), (pol_r, ref_r) = self._episode_logprobs(chosen), self._episode_logprobs(rejected)
+            loss, m = dpo_loss(pol_c, pol_r, ref_c, ref_r, self.job.replay.beta)
+            (loss / len(pairs)).backward()
+            for k, v in {**m, "loss": float(loss.detach())}.items():
+                agg.setdefault(k, []).append(v)
+        if pairs:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.job.grad_clip)
+            if torch.isfinite(grad_norm):
+                self.optimizer.step()
+            else:  # a poisoned batch must not reach the weights
+                agg["skipped"] = [1.0]
+            self.optimizer.zero_grad(set_to_none=True)
+        trained = sum(int(s.response_mask.count(1)) for ep in samples for s in ep.sequences)
+        metrics = {"pairs": float(len(pairs)), "episodes": float(len(samples)), "trained_tokens": float(trained)}
+        metrics["reward_mean"] = reward_stats([s.reward for s in samples])[0] if samples else 0.0
+        return {**metrics, **_aggregated(agg), "update_s": time.perf_counter() - t0}
+
+    def _episode_logprobs(self, ep: EpisodeSample) -> tuple[torch.Tensor, torch.Tensor]:
+        """An episode's log-likelihood under the policy (with its gradient) and under the reference."""
+        batch = collate([(s, 0.0) for s in ep.sequences], self.tokenizer.pad_token_id).to(self.device)
+        policy = episode_logprob(sequence_logprobs(self.model, batch)[0], batch.response_mask)
+        return policy, episode_logprob(self._reference_logprobs(batch), batch.response_mask)
 
     def _update(self, samples: Sequence[EpisodeSample], seed: int, lagged: bool) -> dict[str, float]:
         t0 = time.perf_counter()
