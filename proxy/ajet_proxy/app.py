@@ -22,6 +22,7 @@ from ajet_proxy.errors import HttpError, error_response, http_error
 from ajet_proxy.explore import explore_app, login_page
 from ajet_proxy.limits import BodySizeMiddleware
 from ajet_proxy.proxy import Proxy
+from ajet_store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,19 @@ async def handle_validation_error(request: Request, exc: Exception) -> Response:
     return error_response(HttpError(ErrorCode.INVALID_REQUEST, "; ".join(reasons), fields=fields), request.url.path)
 
 
+class ProxyExperiments:
+    """The experiments this proxy serves, as the explorer shows them (`explore.pages.Experiments`)."""
+
+    def __init__(self, proxy: Proxy):
+        self.proxy = proxy
+
+    def store(self, slug: str) -> Store:
+        return self.proxy.host_by_slug(slug).store
+
+    def listed(self) -> list[tuple[str, str]]:
+        return self.proxy.listed()
+
+
 def create_app(config: ProxyConfig) -> FastAPI:
     """A proxy app bound to one store."""
     proxy = Proxy(config)
@@ -87,8 +101,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.include_router(experiments_api.router)
     app.include_router(rewards_api.router)
     add_data_plane(app, proxy)
-    # the first experiment's pages; the tokenizer is its job's model
-    app.mount("/explore", explore_app(lambda: proxy.first.store, None, config.swarm_token))
+    # every experiment's pages (the tokenizer: each one's job's model)
+    app.mount("/explore", explore_app(ProxyExperiments(proxy), None, config.swarm_token))
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:

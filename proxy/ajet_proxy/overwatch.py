@@ -26,7 +26,9 @@ from ajet.client import SwarmClient
 from ajet.errors import AjetError
 from ajet.stat_types import RolloutStat, StepInfo
 from ajet.types import SwarmExperiment
+from ajet_proxy.explore_paths import experiment_base
 from ajet_proxy.overwatch_views import MODES, EpisodeScreen, header_text, pool_text, reward_text
+from ajet_store.placement import FIRST_SLUG, experiment_slug
 
 SORTS = ["idle_s", "age_s", "num_calls"]
 HUNG_FRACTION = 0.5  # an episode idle for half its timeout is shown as hung
@@ -280,7 +282,15 @@ class Overwatch(App[None]):
         except AjetError as exc:
             self.notify(f"episode {uuid[:8]}: {exc}", severity="error")
             return
-        self.push_screen(EpisodeScreen(detail, f"{self.swarm_url.rstrip('/')}/explore/episodes/{uuid}"))
+        self.push_screen(EpisodeScreen(detail, f"{self._explorer_base()}/episodes/{uuid}"))
+
+    def _explorer_base(self) -> str:
+        """Where the explorer shows the watched experiment: `/explore` for the first, `/explore/x/<slug>` for any
+        other (`explore.pages.experiment_base`)."""
+        name = self.client.experiment
+        first = next((e for e in self.experiments if e.first), None)
+        slug = FIRST_SLUG if not name or (first is not None and first.name == name) else experiment_slug(name)
+        return experiment_base(f"{self.swarm_url.rstrip('/')}/explore", slug)
 
 
 def run(swarm_url: str, refresh: float = 1.0, swarm_token: Optional[str] = None) -> None:

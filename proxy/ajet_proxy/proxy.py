@@ -28,7 +28,7 @@ from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store import TRAINER_TIMEOUT_S, Store, experiment_store
-from ajet_store.placement import FIRST_SLUG, experiment_slug, experiment_url, file_mode_of
+from ajet_store.placement import FIRST_NAME, FIRST_SLUG, experiment_slug, experiment_url, file_mode_of
 from ajet_store.types import ExperimentRow
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,21 @@ class Proxy:
         if host is None:
             raise ExperimentNotFound(f"this swarm has no experiment {name!r}")
         return host
+
+    def host_by_slug(self, slug: str) -> ExperimentHost:
+        """The host of experiment `slug` (`FIRST_SLUG`: the first), taken up now if the first store lists it and this
+        proxy has not yet (blocking); `ExperimentNotFound` otherwise."""
+        if slug not in self.hosts:
+            self.take_up_experiments()
+        if slug not in self.hosts:
+            raise ExperimentNotFound(f"this swarm has no experiment {slug!r}")
+        return self.hosts[slug]
+
+    def listed(self) -> list[tuple[str, str]]:
+        """(name, slug) of every experiment the first store lists, the first first."""
+        job = self.first.refresh_experiment().job
+        first = experiment_of(job) if job is not None else FIRST_NAME
+        return [(first, FIRST_SLUG), *((e.name, e.slug) for e in self.first.store.experiment_entries())]
 
     def host_for_job(self, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
         """The host of the experiment a sync of `job` acts on (blocking: it may make a store). By the job's name: an

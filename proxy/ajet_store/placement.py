@@ -23,6 +23,9 @@ FIRST_SLUG = ""
 """The slug of the swarm's first experiment: its store is the first store itself (the proxy's hosts and the trainer's
 drivers key it so)."""
 
+FIRST_NAME = "first"
+"""How the first experiment is named before any job was synced to it."""
+
 SLUG_CHARS = 40
 """Characters of an experiment's name kept readable in its slug (a hash of the whole name follows them)."""
 

@@ -42,9 +42,10 @@ def _episode(st: Store, uuid: str, task: str, reward: float, calls: list[CallRec
     st.end_episode(uuid, "client-a", task, reward, None, {})
 
 
-def fill(st: Store, model: str) -> Filled:
-    """Two steps of episodes, each step two tasks of two episodes (`Filled` says which is which)."""
-    st.sync_job(AgentJetJob(model=model, project_name="explore", experiment_name="letters-run"))
+def fill(st: Store, model: str, experiment: str = "letters-run", prefix: str = "") -> Filled:
+    """Two steps of episodes, each step two tasks of two episodes (`Filled` says which is which); the job is
+    `explore/<experiment>`, each uuid starts with `prefix` (experiments of one swarm told apart)."""
+    st.sync_job(AgentJetJob(model=model, project_name="explore", experiment_name=experiment))
     st.transition(ExperimentState.BOOTING, allowed_from=[ExperimentState.OFFLINE])
     st.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     out = Filled()
@@ -52,7 +53,7 @@ def fill(st: Store, model: str) -> Filled:
         uuids = []
         for t, task in enumerate(("task-a", "task-b")):
             for k in range(2):
-                uuid = f"s{step}-{task}-{k}"
+                uuid = f"{prefix}s{step}-{task}-{k}"
                 reward = float((k + t + step) % 2) + 0.25 * k
                 user = [{"role": "user", "content": f"say {task}"}]
                 calls = [_call(uuid, 0, [10, 11, 12], [20, 21], user, "ok")]

@@ -13,16 +13,18 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ajet.errors import ExperimentNotFound
 from ajet_proxy.auth import EXPLORE_COOKIE as TOKEN_COOKIE
 from ajet_proxy.auth import EXPLORE_LOGIN as LOGIN_PATH
-from ajet_proxy.explore.pages import HERE, TEMPLATES, Pages
-from ajet_store import Store
+from ajet_proxy.explore.pages import HERE, TEMPLATES, Experiments, Pages, explorer_root
+from ajet_proxy.explore_paths import EXPERIMENT_PATH
 
 __all__ = ["LOGIN_PATH", "TOKEN_COOKIE", "explore_app", "login_page"]
 
 
 def login_page(status: int = 200, failed: bool = False) -> HTMLResponse:
-    return HTMLResponse(TEMPLATES.get_template("login.html").render(failed=failed), status_code=status)
+    html = TEMPLATES.get_template("login.html").render(failed=failed, base="/explore", experiments=[])
+    return HTMLResponse(html, status_code=status)
 
 
 def _login(token: Optional[str]) -> Callable[[Request], object]:
@@ -39,19 +41,36 @@ def _login(token: Optional[str]) -> Callable[[Request], object]:
     return login
 
 
-def explore_app(store: Callable[[], Store], tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:
-    """The explorer's routes over `store()`; `token` only shapes the login page (the middleware checks it)."""
-    pages = Pages(store, tokenizer)
+def explore_app(experiments: Experiments, tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:
+    """The explorer's routes: the first experiment's pages at the root, each other's under `/x/<slug>`; `token`
+    only shapes the login page (the middleware checks it)."""
+    pages = Pages(experiments, tokenizer)
+    routes = [
+        Route("/", pages.runs, name="runs"),
+        Route("/live", pages.live),
+        Route("/steps/{step}", pages.step),
+        Route("/episodes", pages.episodes),
+        Route("/episodes/{uuid}", pages.episode),
+        Route("/groups/{step}/{task:path}", pages.group),
+        Route("/rewards", pages.rewards),
+    ]
     return Starlette(
         routes=[
-            Route("/", pages.runs, name="runs"),
-            Route("/live", pages.live, name="live"),
-            Route("/steps/{step}", pages.step, name="step"),
-            Route("/episodes", pages.episodes, name="episodes"),
-            Route("/episodes/{uuid}", pages.episode, name="episode"),
-            Route("/groups/{step}/{task:path}", pages.group, name="group"),
-            Route("/rewards", pages.rewards, name="rewards"),
+            *routes,
+            Mount(EXPERIMENT_PATH + "/{slug}", routes=routes),
             Route("/login", _login(token), methods=["GET", "POST"], name="login"),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
-        ]
+        ],
+        exception_handlers={ExperimentNotFound: _no_experiment(pages)},
     )
+
+
+def _no_experiment(pages: Pages) -> Callable[[Request, Exception], Response]:
+    """The 404 page of a path naming an experiment the swarm does not have."""
+
+    def answer(request: Request, exc: Exception) -> Response:
+        return HTMLResponse(TEMPLATES.get_template("missing.html").render(
+            what=f"experiment {request.path_params.get('slug', '')!r}", base=explorer_root(request),
+            experiments=[]), status_code=404)  # fmt: skip
+
+    return answer

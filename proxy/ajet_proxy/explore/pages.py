@@ -11,20 +11,23 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional, Protocol
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ajet.errors import EpisodeNotFound
+from ajet.sharing import experiment_of
 from ajet.storable import EPISODE_UUID_PATTERN
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.charts import charts
 from ajet_proxy.explore.tokens import load_token_text, token_cells, tokenizer_folder
+from ajet_proxy.explore_paths import EXPERIMENT_PATH, experiment_base
 from ajet_proxy.stats import answer_text, request_messages
 from ajet_store import Store
 from ajet_store.explore_reads import SORTS, EpisodeFilter
+from ajet_store.placement import FIRST_NAME, FIRST_SLUG
 from ajet_store.sequences import built_sequences
 
 PAGE = 50
@@ -36,36 +39,68 @@ CONTROL_PICTURES = {c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"} | 
 TEMPLATES.filters["visible"] = lambda text: str(text).translate(CONTROL_PICTURES)
 
 
+class Experiments(Protocol):
+    """The experiments an explorer shows: the proxy's (`ajet_proxy.app`), or those a store lists (`serve.py`)."""
+
+    def store(self, slug: str) -> Store:
+        """The store of the experiment `slug` names (`FIRST_SLUG`: the first); `ExperimentNotFound` otherwise."""
+        ...
+
+    def listed(self) -> list[tuple[str, str]]:
+        """(name, slug) of every experiment, the first first."""
+        ...
+
+
+def first_name(first: Store) -> str:
+    """How the explorer names the swarm's first experiment: its job's name, or `FIRST_NAME` before any job."""
+    job = first.experiment().job
+    return experiment_of(job) if job is not None else FIRST_NAME
+
+
+def explorer_root(request: Request) -> str:
+    """Where the explorer is mounted (`/explore`), whichever experiment's page the request asks for."""
+    root, slug = request.scope.get("root_path", ""), request.path_params.get("slug")
+    return root.removesuffix(f"{EXPERIMENT_PATH}/{slug}") if slug else root
+
+
 class Pages:
-    """The page handlers of one explorer, bound to a store (`store()`: the proxy's, or the command's own)."""
+    """The page handlers of one explorer, each page over the store of the experiment its path names."""
 
-    def __init__(self, store: Callable[[], Store], tokenizer: Optional[str] = None):
-        self.store, self.tokenizer = store, tokenizer
+    def __init__(self, experiments: Experiments, tokenizer: Optional[str] = None):
+        self.experiments, self.tokenizer = experiments, tokenizer
 
-    def _render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(TEMPLATES.get_template(name).render(**context), status_code=status)
+    def store(self, request: Request) -> Store:
+        """The store of the request's experiment (`ExperimentNotFound`: the app answers its 404 page)."""
+        return self.experiments.store(request.path_params.get("slug", FIRST_SLUG))
+
+    def _render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """A page, its links under the request's experiment (`base`), beside links to every experiment."""
+        base, top = request.scope.get("root_path", ""), explorer_root(request)
+        links = [(n, experiment_base(top, slug)) for n, slug in self.experiments.listed()]
+        html = TEMPLATES.get_template(name).render(base=base, experiments=links, **context)
+        return HTMLResponse(html, status_code=status)
 
     def runs(self, request: Request) -> Response:
         """The run: its job and state, each metric as a chart over the steps, the newest steps."""
-        store = self.store()
+        store = self.store(request)
         exp, steps = store.experiment(), store.steps(last=500)
         name = "runs_body.html" if request.query_params.get("fragment") == "1" else "runs.html"
         latest = steps[-1].step if steps else 0
-        return self._render(name, exp=exp, steps=steps[::-1][:PAGE], charts=charts(steps), latest=latest)
+        return self._render(request, name, exp=exp, steps=steps[::-1][:PAGE], charts=charts(steps), latest=latest)
 
     def live(self, request: Request) -> Response:
         """The newest step and the state (what the runs page polls to redraw itself)."""
-        store = self.store()
+        store = self.store(request)
         exp, newest = store.experiment(), store.steps(last=1)
         return JSONResponse({"step": newest[0].step if newest else 0, "state": exp.state.value})
 
     def step(self, request: Request) -> Response:
         """One step: its metrics and its GRPO groups."""
         n = _int(request.path_params["step"])
-        row = self.store().step_row(n)
+        row = self.store(request).step_row(n)
         if row is None:
-            return self._render("missing.html", 404, what=f"step {n}")
-        return self._render("step.html", step=row, tasks=self.store().step_tasks(n),
+            return self._render(request, "missing.html", 404, what=f"step {n}")
+        return self._render(request, "step.html", step=row, tasks=self.store(request).step_tasks(n),
                             metrics=sorted(row.metrics.items()))  # fmt: skip
 
     def episodes(self, request: Request) -> Response:
@@ -77,30 +112,30 @@ class Pages:
                           differs_in=_opt_int(q.get("differs")),
                           sort=q.get("sort") if q.get("sort") in SORTS else "newest")  # fmt: skip
         page = max(0, _opt_int(q.get("page")) or 0)
-        found = self.store().episode_page(f, PAGE + 1, page * PAGE)
-        return self._render("episodes.html", episodes=found[:PAGE], more=len(found) > PAGE, page=page, f=f,
+        found = self.store(request).episode_page(f, PAGE + 1, page * PAGE)
+        return self._render(request, "episodes.html", episodes=found[:PAGE], more=len(found) > PAGE, page=page, f=f,
                             sorts=list(SORTS), query=dict(q))  # fmt: skip
 
     def group(self, request: Request) -> Response:
         """One GRPO group side by side: the task's episodes of one step, their rewards, advantages and answers."""
         n, task = _int(request.path_params["step"]), request.path_params["task"]
-        store = self.store()
+        store = self.store(request)
         members = store.group(n, task)
         if not members:
-            return self._render("missing.html", 404, what=f"group {task!r} of step {n}")
+            return self._render(request, "missing.html", 404, what=f"group {task!r} of step {n}")
         advantages = group_advantages([float(e.reward or 0.0) for e in members])
         answers = [_final_answer(store, e.uuid) for e in members]
-        return self._render("group.html", step=n, task=task, rows=list(zip(members, advantages, answers)))
+        return self._render(request, "group.html", step=n, task=task, rows=list(zip(members, advantages, answers)))
 
     def episode(self, request: Request) -> Response:
         """One episode: each call's messages and answer, and each trained sequence token by token."""
-        store, uuid = self.store(), request.path_params["uuid"]
+        store, uuid = self.store(request), request.path_params["uuid"]
         try:
             if not re.fullmatch(EPISODE_UUID_PATTERN, uuid):  # names no episode; PostgreSQL would refuse a NUL
                 raise EpisodeNotFound(uuid)
             ep = store.get_episode(uuid)
         except EpisodeNotFound:
-            return self._render("missing.html", 404, what=f"episode {uuid!r}")
+            return self._render(request, "missing.html", 404, what=f"episode {uuid!r}")
         calls = store.calls(uuid)
         job = store.experiment().job
         text = load_token_text(tokenizer_folder(job.model if job else None, self.tokenizer))
@@ -109,15 +144,15 @@ class Pages:
         shown = [(c, request_messages(c.request), answer_text(c.response), _pretty(c.request)) for c in calls]
         versions = {v.version: v.function for v in store.reward_versions()}
         rewards = [(r, versions.get(r.version, "the client's")) for r in store.episode_rewards(uuid)]
-        return self._render("episode.html", ep=ep, calls=shown, sequences=sequences, merged=merged,
+        return self._render(request, "episode.html", ep=ep, calls=shown, sequences=sequences, merged=merged,
                             ids_only=text(0).startswith("<0>"), rewards=rewards)  # fmt: skip
 
     def rewards(self, request: Request) -> Response:
         """The reward versions (re-scorings): each one's function, selection, counts, and the episodes it scored
         otherwise than their clients."""
-        store = self.store()
+        store = self.store(request)
         rows = [(v, store.differing(v.version)) for v in store.reward_versions()]
-        return self._render("rewards.html", rows=rows)
+        return self._render(request, "rewards.html", rows=rows)
 
 
 def _final_answer(store: Store, uuid: str) -> str:

@@ -5,25 +5,52 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 from typing import Optional
 
 from starlette.applications import Starlette
 from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 
+from ajet.errors import ExperimentNotFound
 from ajet.utils.runtime import apply_offline_env, listening_socket
 from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.explore.app import explore_app, login_page
+from ajet_proxy.explore.pages import first_name
 from ajet_store import Store
+from ajet_store.placement import FIRST_SLUG, experiment_url, file_mode_of
+
+
+class ListedExperiments:
+    """The experiments a first store lists (`Experiments` of the explorer command), each store opened on first use."""
+
+    def __init__(self, first: Store):
+        self.first = first
+        self._opened: dict[str, Store] = {}
+        self._lock = threading.Lock()  # pages are served from a thread pool
+
+    def store(self, slug: str) -> Store:
+        if slug == FIRST_SLUG:
+            return self.first
+        with self._lock:
+            if slug not in self._opened:
+                if slug not in {e.slug for e in self.first.experiment_entries()}:
+                    raise ExperimentNotFound(f"this store lists no experiment {slug!r}")
+                self._opened[slug] = Store(experiment_url(self.first.url, slug), file_mode_of(self.first.url))
+            return self._opened[slug]
+
+    def listed(self) -> list[tuple[str, str]]:
+        return [(first_name(self.first), FIRST_SLUG), *((e.name, e.slug) for e in self.first.experiment_entries())]
 
 
 def standalone_app(store: Store, tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:
-    """The explorer mounted at `/explore` (`/` redirects there), behind `token` when one is given."""
+    """The explorer of `store` and the experiments it lists, mounted at `/explore` (`/` redirects there), behind
+    `token` when one is given."""
     app = Starlette(
         routes=[
             Route("/", lambda request: RedirectResponse("/explore/", status_code=307)),
-            Mount("/explore", app=explore_app(lambda: store, tokenizer, token)),
+            Mount("/explore", app=explore_app(ListedExperiments(store), tokenizer, token)),
         ]
     )
     if token:

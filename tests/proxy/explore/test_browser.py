@@ -205,3 +205,50 @@ def test_the_explore_command_refuses_a_wrong_token(browser, run, tmp_path):
         assert page.locator("#steps tr[data-step]").count() == len(run.store().steps())
     finally:
         proc.close()
+
+
+def test_the_monitors_link_to_the_third_experiment_lands_and_its_links_stay_there(browser, tmp_path):
+    """A running proxy serving three experiments: the monitor's link to an episode of the third opens that
+    episode's page; its step link, its nav and the runs page's experiment links land on the third's pages."""
+    from ajet.types import ExperimentState, ExperimentStatus, SwarmExperiment
+    from ajet_proxy.overwatch import Overwatch
+    from ajet_store import experiment_store, sqlite_url
+    from ajet_store.placement import experiment_slug
+    from ajet_trainer.tiny_model import builtin_model_path
+    from tests.support.explore_store import fill
+    from tests.support.procs import start_proxy
+
+    model = str(builtin_model_path("builtin:tiny"))
+    first = Store(sqlite_url(tmp_path / "swarm.db"))
+    fill(first, model)
+    for name in ("b-run", "c-run"):
+        st = experiment_store(first, f"explore/{name}")
+        fill(st, model, name, prefix=name[0] + "-")
+        st.close()
+    proxy = start_proxy(tmp_path, first.url)
+    try:
+        status = ExperimentStatus(state=ExperimentState.ROLLING, state_seconds=1.0, global_step=2, policy_version=2,
+                                  job_synced=True)  # fmt: skip
+        monitor = Overwatch(proxy.url, refresh=1.0)
+        monitor.experiments = [SwarmExperiment(name="explore/letters-run", first=True, status=status),
+                               SwarmExperiment(name="explore/c-run", first=False, status=status)]  # fmt: skip
+        monitor.client.experiment = "explore/c-run"
+        third = f"/explore/x/{experiment_slug('explore/c-run')}"
+        page = browser.new_page()
+        page.goto(f"{monitor._explorer_base()}/episodes/c-s1-task-a-0")
+        page.wait_for_selector("h1")
+        assert "c-s1-task-a-0" in page.inner_text("main")
+        page.click("main a[href*='/groups/']")  # trained at step 1: its GRPO group
+        page.wait_for_url(f"**{third}/groups/**")
+        assert "c-s1-task-a-" in page.inner_text("main")
+        page.click("nav a:text('episodes')")
+        page.wait_for_url(f"**{third}/episodes")
+        assert page.locator("#episodes a[href*='/episodes/c-']").count() > 0
+        page.goto(proxy.url + "/explore/")
+        assert page.locator("nav a.experiment").count() == 3
+        page.click("nav a.experiment:text('explore/c-run')")
+        page.wait_for_url(f"**{third}/")
+        page.wait_for_selector("svg.chart")
+    finally:
+        proxy.close()
+        first.close()

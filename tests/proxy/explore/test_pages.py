@@ -168,3 +168,45 @@ def test_reward_versions_show_beside_the_clients_and_list_where_they_differ(tmp_
         assert shown == [("0", "1.0000"), ("1", "0.0000")] and "differs" in episode
         assert "none: no episode was re-scored" not in page
     st.close()
+
+
+def test_every_experiment_has_its_pages_and_links_that_land(tmp_path):
+    """Three experiments on one store: the runs page links each; an experiment's pages show its own episodes, every
+    link on them lands in the same experiment (or on another's home); another's uuid, or an unknown experiment, is
+    404; the monitor's link to the third's episode lands on it."""
+    from ajet.types import ExperimentState, ExperimentStatus, SwarmExperiment
+    from ajet_proxy.overwatch import Overwatch
+    from ajet_store import experiment_store
+    from ajet_store.placement import experiment_slug
+
+    model = str(builtin_model_path("builtin:tiny"))
+    first = Store(sqlite_url(tmp_path / "swarm.db"))
+    fill(first, model)
+    others = {name: experiment_store(first, f"explore/{name}") for name in ("b-run", "c-run")}
+    for name, st in others.items():
+        fill(st, model, name, prefix=name[0] + "-")
+    third = experiment_slug("explore/c-run")
+    try:
+        with TestClient(standalone_app(first, model), client=LOCAL) as client:
+            home = client.get("/explore/").text
+            assert all(f'href="/explore/x/{experiment_slug("explore/" + n)}/"' in home for n in others)
+            listing = client.get(f"/explore/x/{third}/episodes").text
+            assert "c-s1-task-a-0" in listing and ">s1-task-a-0<" not in listing
+            for page in (listing, client.get(f"/explore/x/{third}/episodes/c-s1-task-a-0").text):
+                for link in re.findall(r'href="(/explore/[^"#]*)"', page):
+                    assert link.startswith((f"/explore/x/{third}/", "/explore/static/")) or link.endswith("/"), link
+                    assert client.get(link).status_code == 200, link
+            assert client.get("/explore/episodes/c-s1-task-a-0").status_code == 404  # the first has no such one
+            assert client.get("/explore/x/nobody_00000000/episodes").status_code == 404
+            status = ExperimentStatus(state=ExperimentState.ROLLING, state_seconds=1.0, global_step=2, policy_version=2,
+                                      job_synced=True)  # fmt: skip
+            monitor = Overwatch("http://127.0.0.1:1", refresh=1.0)
+            monitor.experiments = [SwarmExperiment(name="explore/letters-run", first=True, status=status),
+                                   SwarmExperiment(name="explore/c-run", first=False, status=status)]  # fmt: skip
+            monitor.client.experiment = "explore/c-run"
+            link = monitor._explorer_base().removeprefix("http://127.0.0.1:1") + "/episodes/c-s1-task-a-0"
+            assert client.get(link).status_code == 200 and "c-s1-task-a-0" in client.get(link).text
+    finally:
+        for st in others.values():
+            st.close()
+        first.close()
