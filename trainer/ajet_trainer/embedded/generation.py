@@ -234,9 +234,10 @@ class Decoding:
         toks = sample_tokens(logits, requests, self.gens, live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
+        tops = _tops(logp, requests, live)
         next_tok = torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
-            top = _top(logp[i], requests[i].top_logprobs) if i not in errors else []
+            top = tops.get(i, []) if i not in errors else []
             if i in errors or not _accepted(requests[i].constraint, tok, i, errors):
                 self.finish[i] = "error"
                 continue
@@ -289,11 +290,16 @@ def _accepted(constraint: Optional[TokenConstraint], tok: int, i: int, errors: d
         return False
 
 
-def _top(logp_row: torch.Tensor, k: int) -> list[tuple[int, float]]:
-    if k <= 0:
-        return []
-    vals, idx = torch.topk(logp_row, min(k, logp_row.shape[-1]))
-    return list(zip(idx.tolist(), vals.tolist()))
+def _tops(logp: torch.Tensor, requests: list[GenRequest], live: list[int]) -> dict[int, list[tuple[int, float]]]:
+    """The `top_logprobs` alternatives of every live row that asks for some: one top-k over those rows (the most
+    any asks for), one copy to the host, then each row's own count."""
+    asking = [i for i in live if requests[i].top_logprobs > 0]
+    if not asking:
+        return {}
+    k = min(max(requests[i].top_logprobs for i in asking), logp.shape[-1])
+    vals, idx = torch.topk(logp[torch.tensor(asking, device=logp.device)], k)
+    vals_l, idx_l = vals.tolist(), idx.tolist()
+    return {i: list(zip(idx_l[j], vals_l[j]))[: requests[i].top_logprobs] for j, i in enumerate(asking)}
 
 
 def _advance(

@@ -27,9 +27,8 @@ def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> t
 
 
 def _sample_row(logits: torch.Tensor, req: Sampled, gen: Optional[torch.Generator]) -> int:
-    if req.temperature <= 0:
-        return int(torch.argmax(logits))
-    probs = _filtered_probs(logits.cpu() if gen is not None else logits, req.temperature, req.top_p)
+    """One row's token (`gen`: its own generator, the logits on the CPU)."""
+    probs = _filtered_probs(logits, req.temperature, req.top_p)
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
@@ -40,29 +39,55 @@ def sample_tokens(
     live: list[int],
     errors: dict[int, str],
 ) -> torch.Tensor:
-    """One token for each live row. Rows without a seed and with the same settings are sampled together;
-    seeded rows draw from their own generator (on the CPU), so their result never depends on the batch.
-    A row whose sampling fails gets its reason in `errors` (and a dummy token); the other rows go on."""
+    """One token for each live row, with one device-to-host copy per kind of row: greedy rows in one argmax, rows
+    without a seed and with the same settings drawn together, seeded rows each from its own generator (on the CPU,
+    their logits copied in one go), so a seeded row's result never depends on the batch. A row whose sampling
+    fails gets its reason in `errors` (and a dummy token); the other rows go on."""
     out = torch.zeros(len(live), dtype=torch.long)
-    groups: dict[tuple[float, float], list[int]] = {}
+    greedy, seeded, groups = [], [], {}
     for k, i in enumerate(live):
         req = requests[i]
-        if req.temperature > 0 and gens[i] is None:
+        if req.temperature <= 0:
+            greedy.append(k)
+        elif gens[i] is not None:
+            seeded.append(k)
+        else:
             groups.setdefault((req.temperature, req.top_p), []).append(k)
-            continue
+    if greedy:
+        rows = torch.tensor([live[k] for k in greedy], device=logits.device)
+        out[torch.tensor(greedy)] = logits[rows].argmax(dim=-1).cpu()
+    if seeded:
+        _sample_seeded(logits, requests, gens, [live[k] for k in seeded], seeded, out, errors)
+    for (temperature, top_p), ks in groups.items():
+        _sample_group(logits, requests, [live[k] for k in ks], ks, temperature, top_p, out, errors)
+    return out
+
+
+def _sample_seeded(
+    logits: torch.Tensor, requests: Sequence[Sampled], gens: list[Optional[torch.Generator]], rows: list[int],
+    ks: list[int], out: torch.Tensor, errors: dict[int, str],
+) -> None:  # fmt: skip
+    """Seeded rows: their logits to the CPU at once, then each drawn from its own generator."""
+    on_cpu = logits[torch.tensor(rows, device=logits.device)].cpu()
+    for j, (i, k) in enumerate(zip(rows, ks)):
         try:
-            out[k] = _sample_row(logits[i], req, gens[i])
+            out[k] = _sample_row(on_cpu[j], requests[i], gens[i])
         except RuntimeError as exc:
             errors[i] = f"sampling failed: {exc}"
-    for (temperature, top_p), ks in groups.items():
-        rows = torch.tensor([live[k] for k in ks], device=logits.device)
-        try:
-            probs = _filtered_probs(logits[rows], temperature, top_p)
-            out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
-        except RuntimeError:  # one bad row spoils the group's draw: draw row by row, keep the failures apart
-            for k in ks:
-                try:
-                    out[k] = _sample_row(logits[live[k]], requests[live[k]], None)
-                except RuntimeError as exc:
-                    errors[live[k]] = f"sampling failed: {exc}"
-    return out
+
+
+def _sample_group(
+    logits: torch.Tensor, requests: Sequence[Sampled], rows: list[int], ks: list[int], temperature: float,
+    top_p: float, out: torch.Tensor, errors: dict[int, str],
+) -> None:  # fmt: skip
+    """Unseeded rows of the same settings, drawn together; one bad row spoils the group's draw, so then each row
+    is drawn alone and the failures are kept apart."""
+    try:
+        probs = _filtered_probs(logits[torch.tensor(rows, device=logits.device)], temperature, top_p)
+        out[torch.tensor(ks)] = torch.multinomial(probs, 1).squeeze(-1).cpu()
+    except RuntimeError:
+        for i, k in zip(rows, ks):
+            try:
+                out[k] = _sample_row(logits[i], requests[i], None)
+            except RuntimeError as exc:
+                errors[i] = f"sampling failed: {exc}"

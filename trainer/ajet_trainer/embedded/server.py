@@ -47,6 +47,12 @@ PARSE_THREADS = 4
 """Threads that decode, template and tokenize request bodies (the loop only reads bytes and writes answers)."""
 
 
+MAX_BATCH = 128
+"""The most rows the engine samples in one batch (more requests wait for the next)."""
+BATCH_WINDOW_S = 0.003
+"""How long the batcher gathers a burst of requests before it starts a batch (scaled by `gather_window`)."""
+
+
 class EmbeddedEngine:
     """Serve `model` + `tokenizer` on a loopback port; `start()` returns the OpenAI base URL."""
 
@@ -58,13 +64,13 @@ class EmbeddedEngine:
         model_name: str = "policy",
         host: str = "127.0.0.1",
         port: int = 0,
-        max_batch: int = 128,
+        max_batch: int = MAX_BATCH,
         default_temperature: float = 1.0,
         max_tokens_cap: int = 4096,
         max_prompt_tokens: Optional[int] = None,
         max_context: Optional[int] = None,
         policy_version: int = 0,
-        batch_window_s: float = 0.003,
+        batch_window_s: float = BATCH_WINDOW_S,
         api_key: Optional[str] = None,
     ):
         self.model, self.tokenizer = model, tokenizer
