@@ -1,8 +1,8 @@
 """The embedded engine's decoding throughput at 1, 16, 64 and 256 concurrent requests, against transformers' own
 batched `generate` on the same model, batch and device, and against the memory-bandwidth bound, in one run.
 
-    python -m bench.engine_throughput [--model builtin:small] [--tokens 64] [--repeats 3] [--device cpu|cuda]
-                                      [--dtype float32|bfloat16] [--concurrency 1 16 64 256]
+    python -m bench.engine_throughput [--model builtin:small | qwen2.5-0.5b-shape] [--tokens 64] [--repeats 3]
+                                      [--device cpu|cuda] [--dtype float32|bfloat16] [--concurrency 1 16 64 256]
 
 The engine side is the engine's own batcher (`embedded.batcher.Batcher`, its default `MAX_BATCH` and gathering
 window): `--concurrency` requests submitted at once from an event loop, each `--tokens` new tokens at temperature 1
@@ -22,17 +22,17 @@ import time
 from typing import Callable
 
 from ajet.utils.runtime import apply_offline_env
-from bench.results import emit
+from bench.results import emit, machine
 
 apply_offline_env()
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel  # noqa: E402
+from transformers import PreTrainedModel  # noqa: E402
 
 from ajet_trainer.embedded.batcher import Batcher, Pending  # noqa: E402
 from ajet_trainer.embedded.generation import GenRequest  # noqa: E402
 from ajet_trainer.embedded.server import BATCH_WINDOW_S, MAX_BATCH, eos_token_ids  # noqa: E402
-from ajet_trainer.tiny_model import resolve_model_path  # noqa: E402
+from scripts.proxy_share import load  # noqa: E402
 
 BENCH = "engine_throughput"
 
@@ -91,7 +91,9 @@ def one_concurrency(
     """The rows of one concurrency: each side's tokens/s, their ratio, the engine's share of the bandwidth bound."""
     engine_s = timed(lambda: engine_run(batcher, prompt, n, args.tokens), args.repeats)
     generate_s = timed(lambda: generate_run(model, pad_id, prompt, n, args.tokens, ends), args.repeats)
-    base = {"model": args.model, "device": args.device, "dtype": args.dtype, "concurrency": n, "tokens": args.tokens}
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else machine()
+    base = {"model": args.model, "device": args.device, "device_name": name, "torch": torch.__version__,
+            "dtype": args.dtype, "concurrency": n, "tokens": args.tokens}  # fmt: skip
     for side, seconds in (("engine", engine_s), ("generate", generate_s)):
         emit(BENCH, {**base, "side": side, "seconds": round(seconds, 4),
                      "tokens_per_s": round(n * args.tokens / seconds, 1)})  # fmt: skip
@@ -113,10 +115,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch's CPU threads")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    path = resolve_model_path(args.model)
-    dtype = getattr(torch, args.dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
-    tok = AutoTokenizer.from_pretrained(path)
+    model, tok = load(args.model, args.device)  # `qwen2.5-0.5b-shape`: random weights of that shape, no download
+    model = model.to(getattr(torch, args.dtype))
     prompt = list(tok.apply_chat_template([{"role": "user", "content": "Say the letter: a"}],
                                           add_generation_prompt=True, tokenize=True)["input_ids"])  # fmt: skip
     ends = eos_token_ids(model, tok)

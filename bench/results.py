@@ -67,11 +67,12 @@ class Results:
         self.record = os.environ.get("AJET_BENCH_RESULTS", "1") != "0"
 
     def emit(self, row: dict[str, Any]) -> None:
-        """Print one figure's row; append it, with the commit and date, to the bench's results file."""
-        print(json.dumps(row), flush=True)
+        """Print one figure's row with the commit and date; append it so to the bench's results file."""
+        stamped = json.dumps({**row, **self.stamp})
+        print(stamped, flush=True)  # as stored: a row copied from a run's output carries its stamp too
         if self.record:
             with self.path.open("a") as f:
-                f.write(json.dumps({**row, **self.stamp}) + "\n")
+                f.write(stamped + "\n")
 
 
 _RUNS: dict[str, Results] = {}

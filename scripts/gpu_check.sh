@@ -2,14 +2,16 @@
 # The GPU check for a bare GPU box (torch with CUDA, transformers and peft; no network, no Ray, no vLLM). Never
 # run in CI on a GPU; CI runs its CPU dry run (`--device cpu --model builtin:tiny`, tests/test_gpu_check.py).
 #
-#   scripts/gpu_check.sh [--wheels DIR] [--device cuda] [--model qwen2.5-0.5b-shape] [--out FILE] [more flags]
+#   scripts/gpu_check.sh [--wheels DIR] [--device cuda] [--model qwen2.5-0.5b-shape] [--out FILE]
+#                        [--engine-args "FLAGS of bench/engine_throughput.py"] [more flags of scripts/proxy_share.py]
 #
 # 1. Installs what the proxy and the embedded engine import beyond torch/transformers/peft from the wheels in
 #    DIR (`scripts/gpu_wheels.txt`, under 64 MiB; `make gpu-wheels` downloads them), with --no-index, only where
 #    an import fails. The project itself runs from this checkout (PYTHONPATH), not installed.
 # 2. `scripts/proxy_share.py`: a random Qwen2.5-0.5B-shaped model in bf16 (no download), the embedded engine's
 #    tokens/s with 64 concurrent agents direct, then through ajet-proxy with episode keys and logging, and the
-#    proxy's share of the difference (goal: under 2%).
+#    proxy's share of the difference (goal: under 2%); then `bench/engine_throughput.py` on the same model: the
+#    engine's tokens/s at 1, 16, 64 and 256 concurrent requests against transformers' `generate`.
 # 3. The embedded trainer's GPU step: it needs verl's `core_algos`, which imports Ray (verl/__init__.py ->
 #    verl/protocol.py, and core_algos -> verl.workers.config -> verl.utils.profiler -> verl.single_controller, each
 #    `import ray`). On a box without Ray one JSON line says so and the check fails (exit 3): a part that does not
@@ -19,13 +21,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
-WHEELS="" OUT="gpu_check.jsonl" DEVICE="cuda" MODEL="qwen2.5-0.5b-shape" REST=()
+WHEELS="" OUT="gpu_check.jsonl" DEVICE="cuda" MODEL="qwen2.5-0.5b-shape" ENGINE_ARGS="--repeats 2" REST=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) WHEELS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
+    --engine-args) ENGINE_ARGS=$2; shift 2 ;;
     *) REST+=("$1"); shift ;;
   esac
 done
@@ -47,6 +50,11 @@ fi
 
 # 2. the proxy's share of rollout throughput
 $PY scripts/proxy_share.py --device "$DEVICE" --model "$MODEL" --out "$OUT" "${REST[@]+"${REST[@]}"}"
+
+# 2b. the embedded engine's decoding throughput against transformers' generate, and its share of the bandwidth bound
+# shellcheck disable=SC2086  # ENGINE_ARGS: more flags of the bench, split as words
+AJET_BENCH_RESULTS=0 $PY -m bench.engine_throughput --device "$DEVICE" --model "$MODEL" --dtype bfloat16 $ENGINE_ARGS \
+  | tee -a "$OUT"  # its rows are stamped; --out is their record here
 
 # 3. the embedded trainer's step, where verl's algorithms import
 if $PY -c "import ray, verl.trainer.ppo.core_algos" 2>/dev/null; then

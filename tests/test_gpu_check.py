@@ -78,7 +78,8 @@ def test_the_wheel_list_covers_what_the_proxy_and_the_engine_need():
 def _dry_run(out: Path, *flags: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--model", "builtin:tiny",
-         "--agents", "8", "--calls", "2", "--max-tokens", "8", "--out", str(out), *flags],
+         "--agents", "8", "--calls", "2", "--max-tokens", "8", "--out", str(out),
+         "--engine-args", "--concurrency 1 4 --tokens 8 --repeats 1", *flags],
         capture_output=True, text=True, timeout=600, env={**os.environ, "PY": sys.executable, **(env or {})}, cwd=REPO,
     )  # fmt: skip
 
@@ -91,6 +92,8 @@ def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     figures = {line.get("figure"): line for line in lines if line.get("bench") in ("proxy_share", "gpu_check")}
     assert {"direct", "through_proxy", "proxy_share"} <= set(figures) and any("update_s" in line for line in lines)
+    engine = [line for line in lines if line.get("figure") == "compare" and "engine_over_generate" in line]
+    assert [line["concurrency"] for line in engine] == [1, 4] and all(e["engine_over_generate"] > 0 for e in engine)
     assert figures["direct"]["tokens_per_s"]["median"] > 0 and figures["through_proxy"]["calls_logged"] == 32
     share = figures["proxy_share"]
     assert -1.0 < share["value"] < 1.0 and share["repeats"] == 2  # signed as measured, never clamped
