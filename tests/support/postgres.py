@@ -23,6 +23,11 @@ def _bin(name: str) -> Optional[str]:
     return found[-1] if found else shutil.which(name)
 
 
+def can_start() -> bool:
+    """A server can be started here (PostgreSQL's binaries are installed)."""
+    return _bin("initdb") is not None and _bin("pg_ctl") is not None
+
+
 def available() -> bool:
     """A server is given, or one can be started here."""
     return bool(os.environ.get("AJET_TEST_PG_URL")) or (_bin("initdb") is not None and _bin("pg_ctl") is not None)
@@ -36,8 +41,9 @@ class PgServer:
     """A throwaway PostgreSQL cluster on a free 127.0.0.1 port, which a test may stop and start again (a restart,
     a failover) while its clients hold the URL."""
 
-    def __init__(self) -> None:
-        self.root = tempfile.mkdtemp(prefix="ajet-pg-")
+    def __init__(self, root: Optional[str] = None) -> None:
+        self.root = root or tempfile.mkdtemp(prefix="ajet-pg-")
+        """Where its data and log live (`root`: a folder given, such as a small tmpfs the chaos soak fills)."""
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
         self.data, self.port = os.path.join(self.root, "data"), free_port()
