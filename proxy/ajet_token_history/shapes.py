@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 from ajet.template_verdict import ShapeVerdict
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
+from ajet_token_history.planner import CloseToken, Plan, Question, prompt_plan
 
 Messages = list[dict[str, Any]]
 Tools = Optional[list[dict[str, Any]]]
@@ -57,19 +58,21 @@ class Episode:
 
     def prompt(self, messages: Messages, tools: Tools) -> tuple[list[int], str, Optional[h.Extension]]:
         """A call's prompt ids, its label, and the turn it continues (None unless `extended`), as the proxy builds
-        them (`ajet_proxy.dataplane.token_prompt`)."""
-        step = h.plan(self.turns, messages, tools)
-        if isinstance(step, str):
-            return self.render(messages, tools, True), step, None
-        close = tb.close_token(*[self.render(tb.close_probe(t), None, True) for t in tb.ANSWER_TEXTS])
-        if close is None:
-            return self.render(messages, tools, True), h.NO_TURN_CLOSE, None
-        new = messages[step.start :]
-        a, b = [self.render(tb.neutral_prefix(messages, step.parent, t) + new, tools, True) for t in tb.ANSWER_TEXTS]
-        delta = tb.delta_ids(a, b, close, step.parent)
-        if delta is None:
-            return self.render(messages, tools, True), h.NOT_PREFIX_STABLE, None
-        return [*step.parent.full_ids(), *delta], h.EXTENDED, step
+        them: the same planner (`planner.prompt_plan`), its questions answered with the template."""
+        plan = prompt_plan(self.turns, messages, tools)
+        try:
+            question = next(plan)
+            while True:
+                question = plan.send(self._answer(question))
+        except StopIteration as done:
+            built: Plan = done.value
+        ids = built.ids if built.ids is not None else self.render(messages, tools, True)
+        return ids, built.label, built.extends
+
+    def _answer(self, question: Question) -> Optional[int] | list[int]:
+        if isinstance(question, CloseToken):
+            return tb.close_token(*[self.render(tb.close_probe(t), None, True) for t in tb.ANSWER_TEXTS])
+        return self.render(question.messages, question.tools, True)
 
     def _completion(self, messages: Messages, answer: dict[str, Any], tools: Tools) -> list[int]:
         """The template's rendering of `answer` as the last turn, after the generation prompt, to the first stop."""

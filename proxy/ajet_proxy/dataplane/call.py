@@ -17,10 +17,10 @@ from ajet.chat_request import cut_by_server, prompt_over_job
 from ajet.errors import ContextLengthExceeded
 from ajet.job import AgentJetJob
 from ajet_proxy.dataplane.shape import ApiShape
-from ajet_proxy.dataplane.token_prompt import Prompt
 from ajet_proxy.dataplane.tokens import Extracted
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.types import CallRecord, RegisteredEngine
+from ajet_token_history.planner import Plan
 from ajet_token_history.rules import EXTENDED, answer_message, new_turn
 from ajet_token_history.turn_boundary import ended_on_token
 
@@ -49,7 +49,7 @@ class InFlightCall:
         self.stream = bool(body.get("stream"))
         self.seq = -1
         """Its number in the episode, taken as it goes to an engine (-1 until then)."""
-        self.prompt: Optional[Prompt] = None
+        self.prompt: Optional[Plan] = None
         """How its prompt was built, once it was."""
         self.engine: Optional[RegisteredEngine] = None
         """The engine it was sent to (the one that tokenized its token prompt)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import aiohttp
@@ -31,6 +30,7 @@ from ajet_proxy.proxy import Proxy
 from ajet_store.types import RegisteredEngine
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
+from ajet_token_history.planner import CloseToken, Plan, Question, prompt_plan
 
 logger = logging.getLogger(__name__)
 
@@ -47,18 +47,6 @@ class TokenizeFailed(EngineUnavailable):
         self.answer_status = answer_status
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """How a call's prompt is built."""
-
-    ids: Optional[list[int]]
-    """The token prompt, or None: the engine renders the messages."""
-    label: str
-    """How (`ajet_token_history.rules` labels)."""
-    extends: Optional[h.Extension] = None
-    """The turn it continues exactly, when `ids` is that turn's ids plus the new messages' tokens."""
-
-
 class TokenPrompts:
     """Builds and labels the prompts of one proxy's calls."""
 
@@ -72,38 +60,31 @@ class TokenPrompts:
         """The job of the episode's experiment (None before one is synced)."""
         return self.proxy.host_of(ep).experiment.job
 
-    async def build(self, ep: OpenEpisode, seq: int, body: dict[str, Any], engine: RegisteredEngine) -> Prompt:
-        """The prompt of call `seq` of `ep`, sent to `engine` (which tokenizes its new messages)."""
+    async def build(self, ep: OpenEpisode, seq: int, body: dict[str, Any], engine: RegisteredEngine) -> Plan:
+        """The prompt of call `seq` of `ep`, sent to `engine`: the planner (`ajet_token_history.planner`) driven
+        with the engine's `/tokenize` and its end-of-turn token."""
         job = self._job(ep)
         if job is not None and job.token_history != "exact":  # the job keeps no token history
-            return Prompt(None, h.RENDERED)
+            return Plan(None, h.RENDERED)
         await self._read_missing(ep, seq)
-        step = h.plan(ep.history.turns, body["messages"], template_tools(body))
-        if isinstance(step, str):
-            return Prompt(None, step)
+        plan = prompt_plan(ep.history.turns, body["messages"], template_tools(body))
         try:
-            delta = await self._delta(engine, body, step, job)
+            question = next(plan)
+            while True:
+                question = plan.send(await self._answer(question, engine, body, job))
+        except StopIteration as done:
+            return done.value
         except TokenizeFailed as exc:
             logger.warning("episode %s: token history falls back: %s", ep.uuid, exc.detail)
-            return Prompt(None, h.FALLBACK + "tokenize_failed")
-        if isinstance(delta, str):
-            return Prompt(None, delta)
-        return Prompt([*step.parent.full_ids(), *delta], h.EXTENDED, step)
+            return Plan(None, h.FALLBACK + "tokenize_failed")
 
-    async def _delta(
-        self, engine: RegisteredEngine, body: dict[str, Any], step: h.Extension, job: Optional[AgentJetJob]
-    ) -> list[int] | str:
-        """The new messages' tokens after the parent's completion, or the fallback label saying why there are
-        none."""
-        close = await self._close_token(engine, body, job)
-        if close is None:
-            return h.NO_TURN_CLOSE
-        messages, tools, fields = body["messages"], template_tools(body), _template_fields(body)
-        new = list(messages[step.start :])
-        conversations = [tb.neutral_prefix(messages, step.parent, text) + new for text in tb.ANSWER_TEXTS]
-        rendered = [await self.tokenize(engine, {**fields, "messages": c}, tools) for c in conversations]
-        delta = tb.delta_ids(rendered[0], rendered[1], close, step.parent)
-        return h.NOT_PREFIX_STABLE if delta is None else delta
+    async def _answer(
+        self, question: Question, engine: RegisteredEngine, body: dict[str, Any], job: Optional[AgentJetJob]
+    ) -> Optional[int] | list[int]:
+        """The engine's answer to the planner's question: its end-of-turn token, or a rendering's ids."""
+        if isinstance(question, CloseToken):
+            return await self._close_token(engine, body, job)
+        return await self.tokenize(engine, {**_template_fields(body), "messages": question.messages}, question.tools)
 
     async def _read_missing(self, ep: OpenEpisode, seq: int) -> None:
         """Take in the turns of the episode's earlier calls this proxy has not seen, from the store."""
