@@ -157,9 +157,16 @@ def test_the_trainer_is_one_folder_per_implementation():
     assert reaching <= set(CHOOSERS), sorted(reaching - set(CHOOSERS))
 
 
+def test_no_implementation_imports_the_factory_that_picks_it():
+    """The factory hands each session what it starts its engines with (`EngineStarter`): no implementation reaches
+    back into the module that imports it (issue 50: `engines.py` was a second factory the sessions imported)."""
+    back = sorted(m for m in MODULES if any(_within(m, f) for f in IMPLEMENTATIONS) and "ajet_trainer.factory" in GRAPH[m])
+    assert back == []
+
+
 CHOOSERS = {
     "ajet_trainer.factory": "picks the training session (and preloads the embedded one)",
-    "ajet_trainer.engines": "picks the engines",
+    "ajet_trainer.registries": "holds the registries of shared bases and vLLM servers",
     "ajet_trainer.model_export": "reads a verl checkpoint when the experiment holds one",
     "ajet_trainer": "the package's public names, imported lazily",
 }

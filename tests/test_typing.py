@@ -25,7 +25,7 @@ CHECKED = [
     "sdk/ajet/errors.py",
     "trainer/ajet_trainer/interfaces.py",
     "trainer/ajet_trainer/factory.py",
-    "trainer/ajet_trainer/engines.py",
+    "trainer/ajet_trainer/registries.py",
     "trainer/ajet_trainer/chat_render.py",
     "trainer/ajet_trainer/template_check.py",
     "sdk/ajet/chat_request.py",

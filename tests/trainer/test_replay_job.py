@@ -88,7 +88,7 @@ def test_a_job_that_replays_itself_or_an_unknown_source_is_told_why(swarm, sourc
 def test_a_replayed_step_trains_the_stored_ids_with_the_correction(swarm, tmp_path):
     """The embedded session on the built-in tiny model: a replayed batch trains, and its step reports the truncated
     importance weights against the stored log-probs (the share capped among them)."""
-    from ajet_trainer.embedded.session import open_embedded_session
+    from ajet_trainer.factory import open_session
     from ajet_trainer.replay_source import open_replay
 
     first, version, _opts = swarm
@@ -98,7 +98,7 @@ def test_a_replayed_step_trains_the_stored_ids_with_the_correction(swarm, tmp_pa
     job = replay_job(reward_version=version).model_copy(update={"model": "builtin:tiny"})
     target.sync_job(job)
     target.start()
-    session = open_embedded_session(job, target.experiment().run_id, target, opts)
+    session = open_session(job, target.experiment().run_id, target, opts)
     try:
         target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
         target.heartbeat()
@@ -155,7 +155,7 @@ def _model_token_logprob(session, calls) -> float:
 def test_sft_replay_copies_each_groups_best_and_raises_its_likelihood(swarm, tmp_path):
     """`train="sft"`: only each group's best (the right answer, under the fixed reward) is copied, and a step on
     them raises the log-likelihood of their model tokens (advantage 1: the policy loss's gradient is the NLL's)."""
-    from ajet_trainer.embedded.session import open_embedded_session
+    from ajet_trainer.factory import open_session
     from ajet_trainer.replay_source import open_replay
 
     first, version, _opts = swarm
@@ -166,7 +166,7 @@ def test_sft_replay_copies_each_groups_best_and_raises_its_likelihood(swarm, tmp
                       num_repeat=1, lr=1e-2, replay=ReplaySource(reward_version=version, train="sft"))  # fmt: skip
     target.sync_job(job)
     target.start()
-    session = open_embedded_session(job, target.experiment().run_id, target, opts)
+    session = open_session(job, target.experiment().run_id, target, opts)
     try:
         target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
         target.heartbeat()
@@ -193,7 +193,7 @@ def test_sft_replay_needs_one_episode_a_group():
 def test_dpo_replay_copies_each_groups_pair_and_prefers_the_chosen_more(swarm, tmp_path):
     """`train="dpo"`: each group's right answer against its wrong one (under the fixed reward) is copied, and a
     DPO step widens the policy's log-likelihood gap between them, against the reference."""
-    from ajet_trainer.embedded.session import open_embedded_session
+    from ajet_trainer.factory import open_session
     from ajet_trainer.replay_source import open_replay
 
     first, version, _opts = swarm
@@ -205,7 +205,7 @@ def test_dpo_replay_copies_each_groups_pair_and_prefers_the_chosen_more(swarm, t
                       num_repeat=2, lr=1e-2, replay=pairs)  # fmt: skip
     target.sync_job(job)
     target.start()
-    session = open_embedded_session(job, target.experiment().run_id, target, opts)
+    session = open_session(job, target.experiment().run_id, target, opts)
     try:
         target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
         target.heartbeat()

@@ -13,7 +13,7 @@ from ajet_store import Store, sqlite_url
 from ajet_trainer import driver as driver_mod
 from ajet_trainer.checkpoint import latest_checkpoint
 from ajet_trainer.daemon import TrainerDaemon
-from ajet_trainer.embedded.session import open_embedded_session
+from ajet_trainer.factory import open_session
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StepNotRecorded
 from tests.support.fake_session import FakeSession, fill_batch
@@ -48,7 +48,7 @@ def _session(st: Store, tmp_path, outage_s: float):
     opts = TrainerOptions.from_config(
         db_url=st.url, experiment_dir=str(tmp_path / "exp"), store_outage_s=outage_s, engine="embedded", device="cpu"
     )
-    session = open_embedded_session(JOB, st.experiment().run_id, st, opts)
+    session = open_session(JOB, st.experiment().run_id, st, opts)
     if st.experiment().state != ExperimentState.ROLLING:
         st.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
     return session

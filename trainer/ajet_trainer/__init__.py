@@ -46,7 +46,7 @@ _EXPORTS = {
     "reconcile_store": "ajet_trainer.step_record",
     "resolve_model_path": "ajet_trainer.tiny_model",
     "sequence_logprobs": "ajet_trainer.grpo",
-    "start_engines": "ajet_trainer.engines",
+    "start_engines": "ajet_trainer.factory",
 }
 """Public name -> the module that defines it."""
 
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from ajet_trainer.embedded.learner import Learner
     from ajet_trainer.embedded.server import EmbeddedEngine
     from ajet_trainer.embedded.session import EmbeddedSession, open_embedded_session
-    from ajet_trainer.engines import start_engines
     from ajet_trainer.errors import (
         CheckpointError,
         ConfigurationError,
@@ -71,7 +70,7 @@ if TYPE_CHECKING:
         TrainerError,
     )
     from ajet_trainer.experiment_dir import default_experiment_dir
-    from ajet_trainer.factory import open_session
+    from ajet_trainer.factory import open_session, start_engines
     from ajet_trainer.grpo import collate, episode_advantages, policy_loss, sequence_logprobs
     from ajet_trainer.interfaces import Engines, TrainingSession
     from ajet_trainer.options import TrainerOptions

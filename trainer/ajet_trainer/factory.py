@@ -1,5 +1,5 @@
-"""The backend factory: the one place that picks a `TrainingSession` implementation (`interfaces.py`); its
-`Engines` are picked by `engines.start_engines`.
+"""The backend factory: the one place that picks a `TrainingSession` implementation (`interfaces.py`), and the
+`Engines` one (`start_engines`, handed to the session it opens: no implementation imports the factory).
 
 `embedded` trains in this process with PyTorch and serves with the engine `--engine` names; `verl`
 trains with verl's workers on Ray, either beside the engine `--engine` names (embedded or vllm: verl's
@@ -15,14 +15,16 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Optional
 
 from ajet.job import AgentJetJob
 from ajet_store import Store
-from ajet_trainer.engines import Shared
 from ajet_trainer.errors import TrainerError
-from ajet_trainer.interfaces import TrainingSession
+from ajet_trainer.interfaces import Engines, TrainingSession
 from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
+from ajet_trainer.registries import Shared
+from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +140,33 @@ def open_session(
     if opts.backend == "embedded":
         from ajet_trainer.embedded.session import open_embedded_session
 
-        return open_embedded_session(job, run_id, store, opts, shared)
+        return open_embedded_session(job, run_id, store, opts, start_engines, shared)
     if opts.backend == "verl":
         from ajet_trainer.verl.session import open_verl_session
 
-        return open_verl_session(job, run_id, store, opts)
+        return open_verl_session(job, run_id, store, opts, start_engines)
     raise TrainerError(f"unknown backend '{opts.backend}'")
+
+
+def start_engines(
+    opts: TrainerOptions,
+    job: AgentJetJob,
+    model_path: str,
+    model: PolicyModel,
+    tokenizer: Tokenizer,
+    step: int,
+    exp_dir: Path,
+    shared: Optional[Shared] = None,
+) -> Engines:
+    """The engines `--engine` names (embedded or vllm), serving the weights of `step` (`shared`: the trainer's
+    registries, where vLLM servers are shared between experiments)."""
+    if opts.engine == "embedded":
+        from ajet_trainer.embedded.engines import start_embedded_engines
+
+        return start_embedded_engines(job, model, tokenizer, step, opts.engine_host)
+    if opts.engine == "vllm":
+        from ajet_trainer.vllm.engines import start_vllm_engines
+
+        servers, slug = (shared.servers, shared.slug) if shared else (None, "")
+        return start_vllm_engines(opts, job, model_path, model, exp_dir, step, servers, slug)
+    raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")

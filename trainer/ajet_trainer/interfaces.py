@@ -12,11 +12,16 @@ implementation imports another.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Protocol, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from ajet.job import AgentJetJob
 from ajet_store.types import PoolEpisode, RegisteredEngine
-from ajet_trainer.types import EngineCounters, Metrics
+from ajet_trainer.types import EngineCounters, Metrics, PolicyModel, Tokenizer
+
+if TYPE_CHECKING:
+    from ajet_trainer.options import TrainerOptions
+    from ajet_trainer.registries import Shared
 
 
 class Engines(Protocol):
@@ -97,3 +102,19 @@ class TrainingSession(Protocol):
     def close(self, final_checkpoint: bool) -> None:
         """Stop the engines; checkpoint the steps not saved yet when `final_checkpoint`."""
         ...
+
+
+class EngineStarter(Protocol):
+    """Starts the engines a session serves its policy through (`factory.start_engines`, handed to the session)."""
+
+    def __call__(
+        self,
+        opts: "TrainerOptions",
+        job: AgentJetJob,
+        model_path: str,
+        model: PolicyModel,
+        tokenizer: Tokenizer,
+        step: int,
+        exp_dir: Path,
+        shared: "Optional[Shared]" = None,
+    ) -> Engines: ...

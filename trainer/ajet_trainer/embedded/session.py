@@ -24,13 +24,13 @@ from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from ajet_trainer.embedded.bases import shares_base
 from ajet_trainer.embedded.learner import Learner
-from ajet_trainer.engines import Shared, start_engines
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
-from ajet_trainer.interfaces import Engines
+from ajet_trainer.interfaces import Engines, EngineStarter
 from ajet_trainer.metrics import MetricsLog
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StepNotRecorded, until_stored
 from ajet_trainer.policy import load_policy, pick_device
+from ajet_trainer.registries import Shared
 from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
@@ -186,7 +186,12 @@ class EmbeddedSession:
 
 
 def open_embedded_session(
-    job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions, shared: Optional[Shared] = None
+    job: AgentJetJob,
+    run_id: int,
+    store: Store,
+    opts: TrainerOptions,
+    start_engines: EngineStarter,
+    shared: Optional[Shared] = None,
 ) -> EmbeddedSession:
     """Load (or attach to a shared base: `shared`, the trainer's registries and this experiment's slug), restore,
     reconcile the store, start the engine (or attach to a shared one)."""

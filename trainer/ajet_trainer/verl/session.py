@@ -29,9 +29,8 @@ from ajet.errors import StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
-from ajet_trainer.engines import start_engines
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
-from ajet_trainer.interfaces import Engines
+from ajet_trainer.interfaces import Engines, EngineStarter
 from ajet_trainer.metrics import MetricsLog, tracker_env, trackers
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StepNotRecorded, until_stored
@@ -209,7 +208,9 @@ def step_metrics(verl_metrics: dict[str, Any], timers: Metrics, stats: AssemblyS
     return out
 
 
-def open_verl_session(job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions) -> VerlSession:
+def open_verl_session(
+    job: AgentJetJob, run_id: int, store: Store, opts: TrainerOptions, start_engines: EngineStarter
+) -> VerlSession:
     """Compose, start Ray and verl's workers (+ vLLM engines, hybrid), restore, reconcile the store; beside, load the
     served model and start its engine with the restored weights."""
     import torch
