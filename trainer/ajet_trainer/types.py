@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, TypeAlias, Union
 
+from ajet_store.sequences import UNMATCHED
 from ajet_store.types import TrainSequence
+from ajet_token_history.rules import RENDERED
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -37,7 +39,7 @@ class EpisodeSample:
     """Its sequences (one per non-prefix turn boundary)."""
 
 
-MISSED = ("rendered", "unmatched")
+MISSED = (RENDERED, UNMATCHED)
 """Causes of a sequence's start (beside `fallback:<reason>`) where a call might have continued its conversation."""
 
 
