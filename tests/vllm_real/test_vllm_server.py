@@ -432,3 +432,17 @@ def _left_stream_is_aborted(vllm: VllmEngine) -> None:
     wait(lambda: running() == 0, "vLLM kept the request running after its client left")
     generated = prometheus_counter(httpx.get(url, timeout=30).text, "vllm:generation_tokens_total") - before
     assert generated < 2000, generated
+
+
+def test_vllm_and_the_embedded_engine_render_a_tool_to_the_same_tokens(vllm, hf):
+    """A tool without a description, keys out of order and an extra key: vLLM's `/tokenize` (its request model
+    dumps the tool) and the embedded engine's rendering (`chat_render.template_tool`) give the same ids."""
+    from ajet_trainer.chat_render import render_ids
+
+    tool = {"function": {"parameters": {"type": "object", "properties": {"q": {"type": "string"}}}, "name": "look",
+                         "x-note": "kept by no engine"}, "type": "function"}  # fmt: skip
+    messages = [{"role": "user", "content": "look it up"}]
+    body = {"model": "policy", "messages": messages, "tools": [tool], "add_generation_prompt": True}
+    answer = httpx.post(vllm.base_url.removesuffix("/v1") + "/tokenize", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["tokens"] == render_ids(hf[1], messages, [tool])

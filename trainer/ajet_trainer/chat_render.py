@@ -2,7 +2,8 @@
 engine serves by and the template check runs (any tokenizer with a chat template, no model).
 
 - `render_ids`: messages (+ tools) through the tokenizer's chat template, as vLLM renders them: content parts
-  joined to text, tool-call arguments parsed from their JSON string first (a template re-renders them).
+  joined to text, tool-call arguments parsed from their JSON string first (a template re-renders them), each tool
+  in the form vLLM's request model gives it (`template_tool`).
 - `parse_tool_calls`: Hermes-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks.
 """
 
@@ -75,6 +76,24 @@ def template_options(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def template_tool(tool: Any) -> Any:
+    """A tool as vLLM hands it to the chat template (`ChatCompletionToolsParam.model_dump()`), so both engines render
+    it to the same tokens: `type` and `function` only; the function's `name`, `description` and `parameters` (None
+    where missing), then `strict` and `defer_loading` where set (the tool's `defer_loading` carried into a function
+    without one); other keys dropped. A tool that is not a mapping is left as it is (validation names it)."""
+    if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict):
+        return tool
+    fn, deferred = tool["function"], tool.get("defer_loading")
+    out_fn = {"name": fn.get("name"), "description": fn.get("description"), "parameters": fn.get("parameters")}
+    if fn.get("strict") is not None:
+        out_fn["strict"] = fn["strict"]
+    fn_deferred = fn.get("defer_loading") if fn.get("defer_loading") is not None else deferred
+    if fn_deferred is not None:
+        out_fn["defer_loading"] = fn_deferred
+    out = {"type": tool.get("type", "function"), "function": out_fn}
+    return {**out, "defer_loading": deferred} if deferred is not None else out
+
+
 def render_ids(
     tokenizer: Any,
     messages: list[dict[str, Any]],
@@ -84,7 +103,7 @@ def render_ids(
 ) -> list[int]:
     """Token ids of `messages` (+ `tools`) through the tokenizer's chat template (or `options`' own, with its
     variables: `template_options`); `InvalidRequest` naming `messages` when the template refuses them."""
-    kwargs = {"tools": tools} if tools else {}
+    kwargs = {"tools": [template_tool(t) for t in tools]} if tools else {}
     kwargs.update(options or {})
     try:
         text = tokenizer.apply_chat_template(

@@ -266,3 +266,19 @@ def test_min_tokens_holds_the_end_of_turn_back(tmp_path):
         assert any(a["usage"]["completion_tokens"] < 30 for a in free)  # the tiny model does end early unheld
     finally:
         eng.stop()
+
+
+def test_a_tool_is_rendered_in_the_form_vllm_gives_it():
+    """vLLM hands the template each tool as its request model dumps it (`ChatCompletionToolsParam.model_dump()`):
+    the embedded engine does the same, so a tool without a description, with keys out of order or extra ones,
+    renders to the same tokens on both (tests/vllm_real/test_vllm_server.py compares the two)."""
+    from ajet_trainer.chat_render import template_tool
+
+    sent = {"function": {"parameters": {"type": "object"}, "name": "f", "x-extra": 1}, "type": "function", "meta": 2}
+    rendered = {"name": "f", "description": None, "parameters": {"type": "object"}}
+    assert template_tool(sent) == {"type": "function", "function": rendered}
+    assert list(template_tool(sent)["function"]) == ["name", "description", "parameters"]
+    strict = {"type": "function", "function": {"name": "f", "strict": True}, "defer_loading": True}
+    assert template_tool(strict) == {"type": "function", "defer_loading": True, "function": {
+        "name": "f", "description": None, "parameters": None, "strict": True, "defer_loading": True}}  # fmt: skip
+    assert template_tool("not a tool") == "not a tool"
