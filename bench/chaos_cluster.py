@@ -23,6 +23,8 @@ from tests.support.procs import Child, Proc, free_port
 
 FAULTS = ("proxy_worker_kill", "trainer_kill", "trainer_stop", "pg_restart", "disk_full", "flood")
 """Every fault of the schedule, each thrown at least once a soak (in a seeded order)."""
+PG_SETTINGS = "-c max_wal_size=256MB -c min_wal_size=64MB"
+"""The WAL kept within the soak's disk, so only the `disk_full` fault fills it."""
 STOP_S, DOWN_S, FULL_S = 20.0, 5.0, 10.0
 """How long the trainer stays stopped (SIGSTOP), PostgreSQL or a killed trainer stays down, and the disk full."""
 
@@ -40,10 +42,10 @@ def mount_tmpfs(where: Path, size_mb: int) -> None:
 class Cluster:
     """PostgreSQL on a tmpfs, two proxy workers and a trainer; `close` ends them all."""
 
-    def __init__(self, tmp: Path, disk_mb: int = 384):
+    def __init__(self, tmp: Path, disk_mb: int = 1024):
         self.tmp, self.disk = tmp, tmp / "pgdisk"
         mount_tmpfs(self.disk, disk_mb)
-        self.pg = PgServer(root=str(self.disk))
+        self.pg = PgServer(root=str(self.disk), settings=PG_SETTINGS)
         self.db = fresh_database(self.pg.url, "chaos")
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

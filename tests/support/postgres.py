@@ -41,9 +41,11 @@ class PgServer:
     """A throwaway PostgreSQL cluster on a free 127.0.0.1 port, which a test may stop and start again (a restart,
     a failover) while its clients hold the URL."""
 
-    def __init__(self, root: Optional[str] = None) -> None:
+    def __init__(self, root: Optional[str] = None, settings: str = "") -> None:
         self.root = root or tempfile.mkdtemp(prefix="ajet-pg-")
         """Where its data and log live (`root`: a folder given, such as a small tmpfs the chaos soak fills)."""
+        self.settings = settings
+        """More server settings (`-c name=value ...`), such as a WAL bound for a small disk."""
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
         self.data, self.port = os.path.join(self.root, "data"), free_port()
@@ -62,7 +64,7 @@ class PgServer:
 
     def start(self) -> None:
         """Start (again): the same port and data."""
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 {self.settings}".strip()
         self._ctl("-w", "-l", os.path.join(self.root, "log"), "-o", options, "start")
 
     def stop(self, mode: str = "fast") -> None:
