@@ -128,6 +128,7 @@ def main() -> None:
             one_concurrency(batcher, model, int(tok.pad_token_id), prompt, n, args, ends, bytes_per_s)
     finally:
         batcher.stop()
+        batcher.join(60)  # a worker torn down mid-step at exit aborts the interpreter
 
 
 if __name__ == "__main__":

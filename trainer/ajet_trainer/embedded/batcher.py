@@ -112,6 +112,10 @@ class Batcher:
         """End the worker after the batch it runs (queued requests are never started)."""
         self._q.put(None)
 
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the worker to end (after `stop`)."""
+        self._worker.join(timeout)
+
     def submit(self, pending: Pending) -> None:
         """Queue a request for the next batch."""
         self._q.put(pending)
