@@ -44,6 +44,7 @@ class Cluster:
 
     def __init__(self, tmp: Path, disk_mb: int = 1024):
         self.tmp, self.disk = tmp, tmp / "pgdisk"
+        tmp.chmod(0o755)  # PostgreSQL's own user reaches its data through this folder
         mount_tmpfs(self.disk, disk_mb)
         self.pg = PgServer(root=str(self.disk), settings=PG_SETTINGS)
         self.db = fresh_database(self.pg.url, "chaos")

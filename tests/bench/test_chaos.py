@@ -25,6 +25,6 @@ def test_a_short_soak_loses_nothing(monkeypatch):
     args = parser().parse_args(["--minutes", "1", "--fault-every", "10", "--clients", "2", "--settle-s", "60",
                                 "--faults", *faults])  # fmt: skip
     row = soak(args)
-    assert sorted(row["faults"]) == ["disk_full", "pg_restart", "proxy_worker_kill", "trainer_kill"]
+    assert set(row["faults"]) == set(faults)  # each at least once
     assert (row["lost_calls"], row["lost_ends"], row["trained_twice"]) == (0, 0, 0), row
     assert row["clean"], row
