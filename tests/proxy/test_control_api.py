@@ -299,8 +299,9 @@ def test_openapi_schema_served(proxy):
 
 
 COMPOSED = {"rescore": {"reward_version", "unscored_episodes", "write_scores", "finish_reward_version"},
-            "get_reward_versions": {"reward_versions"}}  # fmt: skip
-"""SDK methods made of other routes than their own name: a re-scoring runs its function in the client, page by page."""
+            "get_reward_versions": {"reward_versions"}, "resend_kept_rewards": {"end_episode"}}  # fmt: skip
+"""SDK methods made of other routes than their own name: a re-scoring runs its function in the client, page by page;
+the kept rewards are ends sent again."""
 
 
 def test_sdk_methods_match_routes(proxy):

@@ -125,6 +125,7 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             version = await call("rescore", rewards_fixed.half)
             assert (version.version, version.scored) == (1, 1)
             assert await call("get_reward_versions") == sp.client.get_reward_versions() == [version]
+            assert await call("resend_kept_rewards") == sp.client.resend_kept_rewards() == 0  # nothing kept
             aborted, _ = await call("begin_episode")
             assert (await call("abort_episode", aborted)).status == EpisodeStatus.ABORTED
             assert not await call("can_continue_episode", aborted)
