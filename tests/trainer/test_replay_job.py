@@ -4,11 +4,15 @@ the off-policy correction (`tis_cap` on for a replay job); a job that names itse
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import pytest
 
 from ajet import AgentJetJob
 from ajet.replay_types import ReplaySource
 from ajet.rescore_types import EpisodeSelectionBody
+from ajet.sharing import experiment_of
 from ajet.types import ExperimentState
 from ajet_proxy.rescore import rescore
 from ajet_store import EpisodeSelection, Store, experiment_store, sqlite_url
@@ -47,6 +51,31 @@ def run(store: Store, job: AgentJetJob, opts: TrainerOptions, ticks: int) -> Exp
         store.heartbeat()
         d.tick()
     return d
+
+
+@contextmanager
+def replayed(first: Store, tmp_path, job: AgentJetJob) -> Iterator[tuple[Store, object]]:
+    """`job` synced into a replay experiment beside `first`, its embedded session open on the built-in tiny model,
+    ROLLING, and its source's episodes imported; (its store, the session), both closed after."""
+    from ajet_trainer.factory import open_session
+    from ajet_trainer.replay_source import open_replay
+
+    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "exp-real"), engine="embedded",
+                                      device="cpu")  # fmt: skip
+    target = experiment_store(first, experiment_of(job))
+    target.sync_job(job)
+    target.start()
+    session = open_session(job, target.experiment().run_id, target, opts)
+    try:
+        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
+        target.heartbeat()
+        work = open_replay(job, opts, target)
+        work.step(1000)
+        work.source.close()
+        yield target, session
+    finally:
+        session.close(final_checkpoint=False)
+        target.close()
 
 
 def test_a_replay_job_trains_its_sources_episodes_with_the_fixed_reward(swarm):
@@ -88,29 +117,12 @@ def test_a_job_that_replays_itself_or_an_unknown_source_is_told_why(swarm, sourc
 def test_a_replayed_step_trains_the_stored_ids_with_the_correction(swarm, tmp_path):
     """The embedded session on the built-in tiny model: a replayed batch trains, and its step reports the truncated
     importance weights against the stored log-probs (the share capped among them)."""
-    from ajet_trainer.factory import open_session
-    from ajet_trainer.replay_source import open_replay
-
     first, version, _opts = swarm
-    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "exp2"), engine="embedded",
-                                      device="cpu")  # fmt: skip
-    target = experiment_store(first, "rescore/replayed")
     job = replay_job(reward_version=version).model_copy(update={"model": "builtin:tiny"})
-    target.sync_job(job)
-    target.start()
-    session = open_session(job, target.experiment().run_id, target, opts)
-    try:
-        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
-        target.heartbeat()
-        work = open_replay(job, opts, target)
-        work.step(1000)
-        work.source.close()
+    with replayed(first, tmp_path, job) as (target, session):
         metrics = session.train(sorted(target.pool_episodes(), key=lambda p: p.ended_at)[:4], {})
         assert metrics["tis_weight_mean"] > 0 and 0 <= metrics["tis_capped_share"] <= 1
         assert [s.step for s in target.steps()] == [1]
-    finally:
-        session.close(final_checkpoint=False)
-        target.close()
 
 
 def test_an_online_job_mixes_stored_episodes_into_its_batches_at_its_share(swarm):
@@ -155,24 +167,10 @@ def _model_token_logprob(session, calls) -> float:
 def test_sft_replay_copies_each_groups_best_and_raises_its_likelihood(swarm, tmp_path):
     """`train="sft"`: only each group's best (the right answer, under the fixed reward) is copied, and a step on
     them raises the log-likelihood of their model tokens (advantage 1: the policy loss's gradient is the NLL's)."""
-    from ajet_trainer.factory import open_session
-    from ajet_trainer.replay_source import open_replay
-
     first, version, _opts = swarm
-    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "sft"), engine="embedded",
-                                      device="cpu")  # fmt: skip
-    target = experiment_store(first, "rescore/replayed")
     job = AgentJetJob(model="builtin:tiny", project_name="rescore", experiment_name="replayed", batch_size=4,
                       num_repeat=1, lr=1e-2, replay=ReplaySource(reward_version=version, train="sft"))  # fmt: skip
-    target.sync_job(job)
-    target.start()
-    session = open_session(job, target.experiment().run_id, target, opts)
-    try:
-        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
-        target.heartbeat()
-        work = open_replay(job, opts, target)
-        work.step(1000)
-        work.source.close()
+    with replayed(first, tmp_path, job) as (target, session):
         pool = target.pool_episodes()
         assert len(pool) == 4 and {p.reward for p in pool} == {1.0}  # one a group: its right answer
         before = [_model_token_logprob(session, target.calls(p.uuid)) for p in pool]
@@ -180,9 +178,6 @@ def test_sft_replay_copies_each_groups_best_and_raises_its_likelihood(swarm, tmp
         after = [_model_token_logprob(session, target.calls(p.uuid)) for p in pool]
         assert all(a > b for a, b in zip(after, before)), (before, after)
         assert "tis_capped_share" not in metrics  # imitation takes the stored tokens as they are
-    finally:
-        session.close(final_checkpoint=False)
-        target.close()
 
 
 def test_sft_replay_needs_one_episode_a_group():
@@ -193,25 +188,11 @@ def test_sft_replay_needs_one_episode_a_group():
 def test_dpo_replay_copies_each_groups_pair_and_prefers_the_chosen_more(swarm, tmp_path):
     """`train="dpo"`: each group's right answer against its wrong one (under the fixed reward) is copied, and a
     DPO step widens the policy's log-likelihood gap between them, against the reference."""
-    from ajet_trainer.factory import open_session
-    from ajet_trainer.replay_source import open_replay
-
     first, version, _opts = swarm
-    opts = TrainerOptions.from_config(db_url=first.url, experiment_dir=str(tmp_path / "dpo"), engine="embedded",
-                                      device="cpu")  # fmt: skip
-    target = experiment_store(first, "rescore/replayed")
     pairs = ReplaySource(reward_version=version, train="dpo", margin=1.0)
     job = AgentJetJob(model="builtin:tiny", project_name="rescore", experiment_name="replayed", batch_size=4,
                       num_repeat=2, lr=1e-2, replay=pairs)  # fmt: skip
-    target.sync_job(job)
-    target.start()
-    session = open_session(job, target.experiment().run_id, target, opts)
-    try:
-        target.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING])
-        target.heartbeat()
-        work = open_replay(job, opts, target)
-        work.step(1000)
-        work.source.close()
+    with replayed(first, tmp_path, job) as (target, session):
         pool = target.pool_episodes()
         assert len(pool) == 8 and sorted(p.reward for p in pool) == [0.0] * 4 + [1.0] * 4
 
@@ -222,6 +203,3 @@ def test_dpo_replay_copies_each_groups_pair_and_prefers_the_chosen_more(swarm, t
         before = gap()
         metrics = session.train(pool, {})
         assert metrics["pairs"] == 4 and gap() > before and metrics["loss"] > 0
-    finally:
-        session.close(final_checkpoint=False)
-        target.close()
