@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ajet.errors import ConfigError
 from ajet.protocol import ErrorCode
+from ajet_proxy.auth import canonical_path
 from ajet_proxy.errors import HttpError, error_response
 
 TOKEN_BYTES = 32
@@ -134,7 +135,7 @@ class LoopbackExplorerMiddleware:
         await self.app(scope, receive, send)
 
     def _explorer(self, path: str) -> bool:
-        canonical = "/" + "/".join(part for part in path.split("/") if part)
+        canonical = canonical_path(path)
         return canonical == self.root or canonical.startswith(self.root + "/")
 
     @staticmethod

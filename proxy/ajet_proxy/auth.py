@@ -36,12 +36,13 @@ def needs_token(path: str) -> bool:
     """Whether a request to `path` needs the swarm token (when one is configured). The path is compared with
     repeated and trailing slashes collapsed: `/docs/` reaches `/docs` through a redirect, so it needs the token
     too."""
-    canonical = _canonical(path)
+    canonical = canonical_path(path)
     explore = canonical == EXPLORE or canonical.startswith(EXPLORE + "/")
     return canonical.startswith("/swarm/") or canonical in DOC_PATHS or (explore and canonical != EXPLORE_LOGIN)
 
 
-def _canonical(path: str) -> str:
+def canonical_path(path: str) -> str:
+    """`path` with repeated and trailing slashes collapsed (as the router reads it)."""
     return "/" + "/".join(part for part in path.split("/") if part)
 
 
@@ -72,7 +73,7 @@ class SwarmTokenMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_token(scope["path"]):
-            explore = _canonical(scope["path"]).startswith(EXPLORE)
+            explore = canonical_path(scope["path"]).startswith(EXPLORE)
             if not token_matches(Headers(scope=scope), self.token, cookie=explore):
                 await self._refusal(explore)(scope, receive, send)
                 return

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Optional
 
-from ajet_proxy.rescore import stored_view
+from ajet.rescoring import stored_episode
 from ajet_store import EpisodeSelection, Store
 from ajet_store.best_of_group import Member, best_episode, preference_pair
 from ajet_store.sequences import episode_sequences
@@ -114,10 +114,11 @@ def _sft_ids(store: Store, best: Member, mask_truncated: bool) -> list[dict[str,
 
 def _conversation(store: Store, uuid: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Optional[list[Any]]]:
     """(prompt, completion, tools): the episode's last conversation split at its first answer."""
-    view = stored_view(store, store.get_episode(uuid))
+    row, calls = store.get_episode(uuid), store.calls(uuid)  # read once: the view and the tools both need them
+    view = stored_episode(row.uuid, row.metadata or {}, row.reward, row.is_success, calls)
     first = next((i for i, m in enumerate(view.messages) if m.get("role") == "assistant"), len(view.messages))
-    calls = [c for c in store.calls(uuid) if c.error is None and c.response]
-    tools = _tools(calls[-1].request) if calls else None
+    answered = [c for c in calls if c.error is None and c.response]
+    tools = _tools(answered[-1].request) if answered else None
     return view.messages[:first], view.messages[first:], tools
 
 
