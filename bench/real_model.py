@@ -202,7 +202,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
             "held_out_before": statistics.fmean(r["held_out_before"] for r in rows),
             "held_out_after": statistics.fmean(r["held_out_after"] for r in rows),
             "rise_mean": statistics.fmean(r["rise"] for r in rows), "every_seed_rose": all(r["rise"] > 0 for r in rows),
-            "time_to_target": times, "target": target,
+            "time_to_target": times, "target": target, "time_to_target_mean_reached": _mean_known(times),
             "cpu_s_per_trained_token": _mean_known(r["cpu_s_per_trained_token"] for r in rows),
         })  # fmt: skip
     if len(runs) < 2:
@@ -219,7 +219,17 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
     mean_t = {a: statistics.fmean(ts) if all(t is not None for t in ts) else None for a, ts in times.items()}
     first = mean_t[arms[0]]  # an arm whose seeds did not all reach the target has no ratio (None)
     row["time_to_target_ratio"] = {a: round(t / first, 3) if t and first else None for a, t in mean_t.items()}
+    both = {a: ratio_where_both(times[arms[0]], ts) for a, ts in times.items()}
+    row["time_to_target_ratio_where_both_reached"] = both
     emit(BENCH, row)
+
+
+def ratio_where_both(first: list[Optional[float]], other: list[Optional[float]]) -> Optional[float]:
+    """The mean time to the target of `other` over the first arm's, over the seeds both reached it in (None: none)."""
+    both = [(a, b) for a, b in zip(first, other) if a is not None and b is not None]
+    if not both:
+        return None
+    return round(statistics.fmean(b for _, b in both) / statistics.fmean(a for a, _ in both), 3)
 
 
 def rows_of(commits: list[str], arms: list[str]) -> dict[str, list[dict[str, Any]]]:
