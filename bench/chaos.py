@@ -121,7 +121,7 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
         audits = audit_all(cluster.db, load.played)
         for name, a in audits.items():
             emit(BENCH, {"figure": "experiment", "experiment": name, "seed": args.seed, **_row(a),
-                         "failed": load.played[name].failed})  # fmt: skip
+                         "failed": load.played[name].failed, "failed_why": load.played[name].why})  # fmt: skip
         calls = [c for p in load.played.values() for c in p.latencies]
         row = {"figure": "soak", "seed": args.seed, "minutes": args.minutes, "faults": [f for _, f in plan],
                "lost_calls": sum(a.lost_calls for a in audits.values()),

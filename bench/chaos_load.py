@@ -30,11 +30,16 @@ class Played:
     """(experiment, start, seconds) of each answered call."""
     failed: dict[str, int] = field(default_factory=dict)
     """What failed, by kind (`begin`, `call`, `end`): the episode was played again."""
+    why: dict[str, int] = field(default_factory=dict)
+    """What failed, by kind and the error's class and status (`call 503 InternalServerError`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def count(self, kind: str) -> None:
+    def count(self, kind: str, error: BaseException) -> None:
+        status = getattr(error, "status_code", None) or getattr(error, "status", None) or ""
+        reason = f"{kind} {status} {type(error).__name__}: {str(error)[:160]}".replace("  ", " ")
         with self.lock:
             self.failed[kind] = self.failed.get(kind, 0) + 1
+            self.why[reason] = self.why.get(reason, 0) + 1
 
 
 class Load:
@@ -78,16 +83,16 @@ class Load:
         while not done():
             try:
                 uuid, creds = client.begin_episode()
-            except AjetError:
-                played.count("begin")
+            except AjetError as exc:
+                played.count("begin", exc)
                 time.sleep(1.0)
                 continue
             oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0, timeout=120)
             t0 = time.time()
             try:
                 answer = oc.chat.completions.create(model=creds.model, messages=PROMPT, max_tokens=1)
-            except openai.APIError:
-                played.count("call")
+            except openai.APIError as exc:
+                played.count("call", exc)
                 continue
             with played.lock:
                 played.acked_calls[uuid] = played.acked_calls.get(uuid, 0) + 1
@@ -95,8 +100,8 @@ class Load:
             reward = float((answer.choices[0].message.content or "")[:1] == letter)
             try:
                 client.end_episode(Task(task_id="say"), uuid, WorkflowOutput(reward=reward))
-            except AjetError:
-                played.count("end")
+            except AjetError as exc:
+                played.count("end", exc)
                 continue
             with played.lock:
                 played.acked_ends[uuid] = reward

@@ -72,6 +72,9 @@ class Proxy:
         host = self.known_host(name)
         if host is None and name and experiment_slug(name) in self.take_up_experiments():
             host = self.hosts[experiment_slug(name)]
+        if host is None and name:  # another worker's sync may have just named the first experiment: the store says
+            self.first.refresh_experiment()
+            host = self.known_host(name)
         if host is None:
             raise ExperimentNotFound(f"this swarm has no experiment {name!r}")
         return host

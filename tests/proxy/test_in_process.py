@@ -1,11 +1,17 @@
 """The control API through the SDK against a proxy app served in this process (`tests.support.in_process`): the
 in-process lane (`make test-fast`) exercises the state machine and the episode life cycle without a socket."""
 
-import pytest
+from dataclasses import replace
 
-from ajet import AgentJetJob, EpisodeConflict, Task, WorkflowOutput
+import pytest
+from starlette.testclient import TestClient
+
+from ajet import AgentJetJob, EpisodeConflict, SwarmClient, Task, WorkflowOutput
 from ajet.types import EpisodeStatus, ExperimentState
-from tests.support.in_process import proxy_in_process
+from ajet_proxy.app import create_app
+from ajet_proxy.config import ProxyConfig
+from ajet_store import Store, sqlite_url
+from tests.support.in_process import URL, proxy_in_process
 from tests.support.rolling import make_rolling
 
 
@@ -36,3 +42,49 @@ def test_a_job_built_from_a_base_yaml_syncs_where_the_yaml_is_not(tmp_path):
         client.sync_train_config(job)
         synced = store.experiment().job
         assert (synced.batch_size, synced.num_repeat, synced.base_yaml_config) == (5, 3, str(base))
+
+
+def test_an_open_episodes_call_is_refused_on_the_stored_state_not_a_lagging_view(tmp_path):
+    """Another proxy worker may begin an episode on a ROLLING this worker has not polled yet (the chaos soak's
+    "503 WEIGHT_SYNCING" calls, each leaving its episode open until the drain timed out): a call is refused outside
+    ROLLING on the state the store holds, read again before refusing."""
+    url = sqlite_url(tmp_path / "lag.db")
+    app = create_app(ProxyConfig.from_config(db_url=url))
+    with TestClient(app, base_url=URL) as http:
+        client, store = SwarmClient(URL, http_client=http, verbose=False, max_retries=0), Store(url)
+        try:
+            client.sync_train_config(AgentJetJob(batch_size=1, num_repeat=1, experiment_name="lag"))
+            client.start_engine()
+            make_rolling(store, "http://127.0.0.1:9")  # an engine nobody answers at: the call fails there, not here
+            _uuid, creds = client.begin_episode()
+            host = app.state.ajet.first
+            host.experiment = replace(host.experiment, state=ExperimentState.WEIGHT_SYNCING)  # a view that lags
+            call = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+            auth = {"Authorization": f"Bearer {creds.api_key}"}
+            went_on = http.post("/v1/chat/completions", json=call, headers=auth)
+            assert went_on.json()["error"].get("code") != "NotReady", went_on.text
+            store.transition(ExperimentState.WEIGHT_SYNCING)  # the store's own state, seen: refused
+            assert client.get_engine_status().state == ExperimentState.WEIGHT_SYNCING
+            refused = http.post("/v1/chat/completions", json=call, headers=auth)
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "NotReady", refused.text
+        finally:
+            client.close()
+            store.close()
+
+
+def test_a_worker_that_has_not_seen_the_first_experiments_name_yet_finds_it_in_the_store(tmp_path):
+    """Two workers on one store: a client's sync through one names the swarm's first experiment; a control call for
+    it through the other, whose view of the first experiment predates the sync, is served, not 404."""
+    url = sqlite_url(tmp_path / "names.db")
+    job = AgentJetJob(batch_size=1, num_repeat=1, project_name="p", experiment_name="named")
+    second = create_app(ProxyConfig.from_config(db_url=url))
+    with TestClient(create_app(ProxyConfig.from_config(db_url=url)), base_url=URL) as http_a:
+        with TestClient(second, base_url=URL) as http_b:
+            syncing = SwarmClient(URL, http_client=http_a, verbose=False, max_retries=0)
+            syncing.sync_train_config(job)
+            host = second.state.ajet.first
+            host.experiment = replace(host.experiment, job=None)  # its view from before the sync
+            other = SwarmClient(URL, http_client=http_b, verbose=False, max_retries=0, experiment="p/named")
+            assert other.get_engine_status().state == ExperimentState.OFFLINE  # found, not ExperimentNotFound
+            syncing.close()
+            other.close()

@@ -45,7 +45,7 @@ from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.routing import EngineRouter
 from ajet_store import TRAINER_TIMEOUT_S
-from ajet_store.types import EpisodeRow, RegisteredEngine
+from ajet_store.types import EpisodeRow, ExperimentRow, RegisteredEngine
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,15 @@ def failure_reason(exc: BaseException) -> str:
 
 
 _LIVE_STATES = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
+
+
+def _takes_calls(exp: ExperimentRow) -> bool:
+    """Whether an open episode's calls are served in the experiment's state (with partial rollouts, during an update
+    too: the engine holds them while the weights change)."""
+    held = exp.state == ExperimentState.WEIGHT_SYNCING and exp.job is not None and exp.job.partial_rollouts
+    return exp.state in _LIVE_STATES or held
+
+
 SILENCE_CHECK_S = 1.0
 """How often a call waiting for its engine looks at the trainer's heartbeat: a hung trainer's calls fail within
 `TRAINER_TIMEOUT_S` + this of its last beat."""
@@ -88,11 +97,14 @@ class ChatPath:
         ep = self._open_by_key_hash(key_hash)
         if ep is None:  # begun at another proxy (or a mistake, or a late call): one indexed read says which
             ep = await self._take_up(key_hash)
-        exp = self.proxy.host_of(ep).experiment
-        state = exp.state
-        held = state == ExperimentState.WEIGHT_SYNCING and exp.job is not None and exp.job.partial_rollouts
-        if state not in _LIVE_STATES and not held:  # partial rollouts: the engine holds calls while weights change
-            raise NotReady(f"the experiment is {state.value}; episode calls resume in ROLLING", state=state.value)
+        host = self.proxy.host_of(ep)
+        if not _takes_calls(host.experiment):
+            # this proxy's view of the state may lag the store's (another worker's begin saw ROLLING before this one
+            # polled): an open episode's call is refused only on the stored state
+            await host.in_episode_thread(host.refresh_experiment)
+        if not _takes_calls(host.experiment):
+            state = host.experiment.state.value
+            raise NotReady(f"the experiment is {state}; episode calls resume in ROLLING", state=state)
         return ep
 
     def _open_by_key_hash(self, key_hash: str) -> Optional[OpenEpisode]:
