@@ -21,7 +21,7 @@ RESULTS = REPO / "bench" / "results"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)\.(\d+)(%?)(?![\w.])")
 CITED = re.compile(r"([a-z_]+\*?)\.jsonl")
-COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{7}\b")
+COMMIT = re.compile(r"\b[0-9a-f]{7}\b")
 TABLE_REACH = 8
 """A table cites the results file (and commits) a line at most this many lines above its header names."""
 
