@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
@@ -52,8 +51,7 @@ def letters_job(name: str) -> AgentJetJob:
 
 
 class Experiment:
-    """One client's loop: GROUP answers a step to "Say a letter", each rewarded 1 when it starts with the letter (a
-    step's episodes played at once, as an agent's rollouts are)."""
+    """One client's loop: GROUP answers a step to "Say a letter", each rewarded 1 when it starts with the letter."""
 
     def __init__(self, url: str, name: str):
         self.name, self.letter = name, LETTERS[name]
@@ -64,7 +62,6 @@ class Experiment:
         """Wall seconds from the sync to the target (or to the last step)."""
         self.retried = 0
         """Episodes played again because the killed trainer's engine broke them off."""
-        self._lock = threading.Lock()
 
     def reached(self) -> bool:
         return len(self.rewards) >= 5 and sum(self.rewards[-5:]) / 5 >= TARGET
@@ -80,32 +77,24 @@ class Experiment:
             self.error = exc
 
     def _step(self) -> float:
-        """One group: its episodes played at once (the engine batches them), each played again until it lands."""
-        with ThreadPoolExecutor(GROUP, thread_name_prefix=self.name) as pool:
-            rewards = list(pool.map(lambda _: self._episode(), range(GROUP)))
-        return sum(rewards) / GROUP
-
-    def _episode(self) -> float:
-        while True:
+        rewards: list[float] = []
+        while len(rewards) < GROUP:
             uuid, creds = self.client.begin_episode()
             try:
                 answer = creds.as_openai_client().chat.completions.create(
                     model="policy", messages=[{"role": "user", "content": "Say a letter"}], max_tokens=1
                 )
             except openai.APIError:  # the trainer was killed under the call (its engine with it): play it again
-                self._retry()
+                self.retried += 1
                 continue
             reward = float((answer.choices[0].message.content or "")[:1] == self.letter)
             try:
                 self.client.end_episode(Task(task_id="say"), uuid, WorkflowOutput(reward=reward))
             except (Conflict, Unauthorized):  # aborted by the restart (its key no longer works): play it again
-                self._retry()
+                self.retried += 1
                 continue
-            return reward
-
-    def _retry(self) -> None:
-        with self._lock:
-            self.retried += 1
+            rewards.append(reward)
+        return sum(rewards) / GROUP
 
 
 def start_clients(url: str) -> tuple[list[Experiment], list[threading.Thread]]:
