@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Optional
 
 from ajet import AgentJetJob
 from ajet.rescore_types import StoredEpisode
@@ -77,17 +77,22 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def measured(work: Callable[[], int]) -> dict[str, Any]:
+    """`work()` (it returns the episodes it handled) timed, with this process's peak memory before and after."""
+    before = peak_rss_mb()
+    t0 = time.perf_counter()
+    episodes = work()
+    return {"episodes": episodes, "seconds": round(time.perf_counter() - t0, 1), "peak_rss_mb": peak_rss_mb(),
+            "rss_before_mb": before}  # fmt: skip
+
+
 def phase_rescore(url: str) -> dict[str, Any]:
     from ajet_proxy.rescore import rescore
 
     st = Store(url)
     try:
-        base = peak_rss_mb()
-        t0 = time.perf_counter()
-        version = rescore(st, answer_length, "bench.store_scale:answer_length", EpisodeSelection())
-        secs = time.perf_counter() - t0
-        return {"episodes": version.scored, "seconds": round(secs, 1), "peak_rss_mb": peak_rss_mb(),
-                "rss_before_mb": base}  # fmt: skip
+        name = "bench.store_scale:answer_length"
+        return measured(lambda: rescore(st, answer_length, name, EpisodeSelection()).scored)
     finally:
         st.close()
 
@@ -99,14 +104,14 @@ def phase_replay(url: str, target_url: str, steps: int) -> dict[str, Any]:
     try:
         target.sync_job(AgentJetJob(experiment_name="replay"))
         target.transition(ExperimentState.ROLLING)  # the trainer imports while its replay experiment rolls
-        base = peak_rss_mb()
-        t0 = time.perf_counter()
-        imp = ReplayImport(source, target, "bench", EpisodeSelection(last_step=steps), 0)
-        while not imp.done:
-            imp.step(256)
-        secs = time.perf_counter() - t0
-        return {"episodes": imp.copied, "seconds": round(secs, 1), "peak_rss_mb": peak_rss_mb(),
-                "rss_before_mb": base}  # fmt: skip
+
+        def replay() -> int:
+            imp = ReplayImport(source, target, "bench", EpisodeSelection(last_step=steps), 0)
+            while not imp.done:
+                imp.step(256)
+            return imp.copied
+
+        return measured(replay)
     finally:
         source.close()
         target.close()
@@ -121,25 +126,19 @@ def child(*args: str) -> dict[str, Any]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def stores(backend: str, tmp: Path, name: str) -> Iterator[str]:
-    """Two empty stores' URLs of `backend` (the source and the replay's target)."""
-    if backend == "sqlite":
-        yield sqlite_url(tmp / f"{name}.db")
-        yield sqlite_url(tmp / f"{name}-replay.db")
-        return
-    from tests.support.postgres import fresh_database
+def stores(tmp: Path, name: str, pg_url: Optional[str]) -> tuple[str, str]:
+    """Two empty stores' URLs (the source and the replay's target): SQLite files, or databases of the PostgreSQL
+    server at `pg_url`."""
+    if pg_url is None:
+        return sqlite_url(tmp / f"{name}.db"), sqlite_url(tmp / f"{name}-replay.db")
+    from tests.support.postgres import fresh_database  # measuring runs only: a phase's child imports no more
 
-    yield fresh_database(PG.url, name)
-    yield fresh_database(PG.url, f"{name}_replay")
+    return fresh_database(pg_url, name), fresh_database(pg_url, f"{name}_replay")
 
 
-PG: Any = None
-"""The PostgreSQL server of a run that measures PostgreSQL (`tests.support.postgres.PgServer`)."""
-
-
-def measure(backend: str, calls: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+def measure(backend: str, calls: int, args: argparse.Namespace, tmp: Path, pg_url: Optional[str]) -> dict[str, float]:
     """Fill, re-score and replay one store; emits the rows; returns each phase's peak memory."""
-    url, target = stores(backend, tmp, f"s{calls}")
+    url, target = stores(tmp, f"s{calls}", pg_url)
     st = Store(url)
     t0 = time.perf_counter()
     try:
@@ -181,20 +180,18 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    global PG
+    from tests.support.postgres import PgServer
+
     with tempfile.TemporaryDirectory(prefix="ajet-scale-") as tmp:
         for backend in args.backends:
-            if backend == "postgresql":
-                from tests.support.postgres import PgServer
-
-                PG = PgServer()
+            pg = PgServer() if backend == "postgresql" else None
             try:
-                small = measure(backend, args.calls // 10, args, Path(tmp))
-                full = measure(backend, args.calls, args, Path(tmp))
+                pg_url = pg.url if pg is not None else None
+                small = measure(backend, args.calls // 10, args, Path(tmp), pg_url)
+                full = measure(backend, args.calls, args, Path(tmp), pg_url)
             finally:
-                if PG is not None:
-                    PG.close()
-                    PG = None
+                if pg is not None:
+                    pg.close()
             for phase in ("rescore", "replay"):
                 ratio = round(full[phase] / small[phase], 2)
                 emit(figure="memory", backend=backend, phase=phase, calls=args.calls, peak_rss_mb=full[phase],
