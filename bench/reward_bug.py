@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import re
 import tempfile
 import time
@@ -34,7 +33,8 @@ from typing import Any, Awaitable, Callable
 
 import openai
 
-from ajet import AgentJetJob, AsyncSwarmClient, Task, WorkflowOutput, run_episodes_async, wait_for_step_async
+from ajet import AgentJetJob, AsyncSwarmClient, OpenaiBaseUrlAndApiKey, Task, WorkflowOutput
+from ajet.async_client import AsyncAgentFn
 from ajet.replay_types import ReplaySource
 from ajet.rescore_types import StoredEpisode
 from ajet.utils.runtime import apply_offline_env
@@ -45,6 +45,7 @@ from bench.results import emit
 apply_offline_env()
 
 from tutorial.example_tool_agent import agent_roll  # noqa: E402
+from tutorial.example_tool_agent.agent_roll import RunReport  # noqa: E402
 from tutorial.example_tool_agent.agent_run import async_agent, compute_reward  # noqa: E402
 from tutorial.example_tool_agent.tasks import split_tasks  # noqa: E402
 
@@ -63,13 +64,10 @@ def right_reward(episode: StoredEpisode) -> float:
     return compute_reward(episode.final_answer, str(episode.task.metadata["answer"]))
 
 
-Agent = Callable[[Task, Any], Awaitable[WorkflowOutput]]
-
-
-def with_reward(agent: Agent, reward: Callable[[str, str], float]) -> Agent:
+def with_reward(agent: AsyncAgentFn, reward: Callable[[str, str], float]) -> AsyncAgentFn:
     """The tutorial's agent, its reward computed by `reward` (the final answer, the task's answer)."""
 
-    async def run(task: Task, creds: Any) -> WorkflowOutput:
+    async def run(task: Task, creds: OpenaiBaseUrlAndApiKey) -> WorkflowOutput:
         out = await agent(task, creds)
         value = reward(out.metadata["final"], str(task.metadata["answer"]))
         return out.model_copy(update={"reward": value, "is_success": value == 1.0})
@@ -83,17 +81,15 @@ def job_of(args: argparse.Namespace, name: str, replay: ReplaySource | None = No
     return agent_roll.make_job(roll).model_copy(update={"replay": replay})
 
 
-async def train_steps(client: AsyncSwarmClient, agent: Agent, args: argparse.Namespace) -> int:
-    """`--steps` steps of the tutorial's batches (its own draw of questions and sampling seeds); the episodes."""
-    roll = agent_roll.parser().parse_args(["--seed", str(args.seed), "--task-seed", str(args.seed)])
-    train_tasks, _ = split_tasks(args.seed)
-    rng, last, played = random.Random(args.seed), (await client.get_engine_status()).global_step, 0
-    for batch in range(args.steps):
-        episodes = agent_roll.a_batch(train_tasks, rng, roll, batch)
-        await run_episodes_async(client, episodes, agent, in_flight=len(episodes), timeout=300, max_retries=3)
-        last = (await wait_for_step_async(client, last)).step
-        played += len(episodes)
-    return played
+async def train_steps(client: AsyncSwarmClient, base: openai.AsyncOpenAI, agent: AsyncAgentFn,
+                      args: argparse.Namespace) -> int:  # fmt: skip
+    """`--steps` steps of the tutorial's training (its draw of questions and sampling seeds) with `agent`; the
+    episodes played."""
+    roll = agent_roll.parser().parse_args(["--seed", str(args.seed), "--task-seed", str(args.seed), "--max-steps",
+                                           str(args.steps), "--minutes", "1e9"])  # fmt: skip
+    report = RunReport()
+    await agent_roll.train(client, base, roll, report, agent=agent)
+    return len(report.steps) * roll.tasks_per_step * roll.group
 
 
 async def held_out(client: AsyncSwarmClient, base: openai.AsyncOpenAI, seed: int) -> float:
@@ -119,7 +115,7 @@ async def story(url: str, args: argparse.Namespace) -> None:
 
     async def buggy(client: AsyncSwarmClient, base: openai.AsyncOpenAI) -> dict[str, Any]:
         before = await held_out(client, base, args.seed)
-        played = await train_steps(client, with_reward(async_agent(base), buggy_reward), args)
+        played = await train_steps(client, base, with_reward(async_agent(base), buggy_reward), args)
         t0, cpu0 = time.monotonic(), cpu_seconds()
         version = await client.rescore(right_reward)
         rescore = {"seconds": round(time.monotonic() - t0, 1), "cpu_s": round(cpu_seconds() - cpu0, 1),
@@ -143,7 +139,7 @@ async def story(url: str, args: argparse.Namespace) -> None:
     emit(BENCH, {"figure": "arm", "arm": "replay", "seed": args.seed, "steps": steps, **replayed})
 
     async def rerun(client: AsyncSwarmClient, base: openai.AsyncOpenAI) -> int:
-        return await train_steps(client, async_agent(base), args)
+        return await train_steps(client, base, async_agent(base), args)
 
     again = await arm(url, job_of(args, f"rerun-{args.seed}"), rerun, args.seed)
     emit(BENCH, {"figure": "arm", "arm": "rerun", "seed": args.seed, "steps": steps, "episodes": again.pop("out"),

@@ -19,11 +19,12 @@ import json
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import openai
 
 from ajet import AgentJetJob, AsyncSwarmClient, Task, run_episodes_async, wait_for_step_async
+from ajet.async_client import AsyncAgentFn
 from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_tool_agent.agent_run import MAX_TOKENS, MAX_TURNS, async_agent
 from tutorial.example_tool_agent.tasks import split_tasks
@@ -90,11 +91,16 @@ def a_batch(tasks: list[Task], rng: random.Random, args: argparse.Namespace, bat
 
 
 async def train(
-    client: AsyncSwarmClient, base: openai.AsyncOpenAI, args: argparse.Namespace, report: RunReport
+    client: AsyncSwarmClient,
+    base: openai.AsyncOpenAI,
+    args: argparse.Namespace,
+    report: RunReport,
+    agent: Optional[AsyncAgentFn] = None,
 ) -> None:
-    """Steps until `--minutes` of training or `--max-steps`, one batch in flight at a time (synchronous GRPO)."""
+    """Steps until `--minutes` of training or `--max-steps`, one batch in flight at a time (synchronous GRPO);
+    `agent`: another agent than the tutorial's (the same calls, another reward, say)."""
     train_tasks, _ = split_tasks(args.task_seed)
-    rng, agent = random.Random(args.seed), async_agent(base)
+    rng, agent = random.Random(args.seed), agent or async_agent(base)
     last = (await client.get_engine_status()).global_step
     t0 = time.monotonic()
     for batch in range(args.max_steps):
