@@ -14,8 +14,12 @@ SmolLM2-135M-Instruct and the calculator agent of tutorial/example_tool_agent, o
 4. `rerun`: what the fix costs without the store: a new experiment, the agents run again with the right reward for
    as many steps (and episodes); the held-out questions scored after.
 
-Rows: one per arm (held-out after, steps, seconds and CPU seconds of this process and the swarm under it), and one
-comparing the fix through the store (re-score + replay) with the rerun: time and CPU, and their ratios.
+The three arms are three experiments of one swarm, side by side (each its own adapter of the base from step 0, its
+own store and steps), run in the order buggy, rerun, replay: the replay shares the swarm with more experiments than
+the rerun does, never fewer (a trial's steps ran slower beside others). Rows: one per arm (held-out after, steps,
+the experiments on the swarm, the seconds and CPU seconds of this process and the swarm under it from the arm's sync
+to its last step; the buggy arm's include the re-scoring, which has a row of its own too), and one comparing the fix
+through the store (re-score + replay) with the rerun: time and CPU, and their ratios.
 
 Usage: python -m bench.reward_bug [--steps 6] [--seed 0]
 """
@@ -97,37 +101,48 @@ async def held_out(client: AsyncSwarmClient, base: openai.AsyncOpenAI, seed: int
 
 
 async def arm(url: str, job: AgentJetJob, work: Callable[[AsyncSwarmClient, openai.AsyncOpenAI], Awaitable[Any]],
-              seed: int) -> dict[str, Any]:  # fmt: skip
-    """One experiment on the swarm: sync `job`, run `work`, score the held-out questions; seconds and CPU of the work
-    (the held-out scoring left out), and what `work` returned."""
+              seed: int, before: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One experiment on the swarm, beside the arms before it (each its own adapter of the base, its own store and
+    steps; the replay reads the buggy one's): sync `job`, score the held-out questions first when `before`, run
+    `work`, score them after; seconds and CPU of the sync and the work (the scoring left out), and what `work`
+    returned."""
     async with clients(url) as (client, base):
-        await client.auto_sync_train_config_and_start_engine(job, force_restart=True)
+        t0, cpu0 = time.monotonic(), cpu_seconds()
+        await client.auto_sync_train_config_and_start_engine(job)
+        seconds, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+        scored = {"held_out_before": await held_out(client, base, seed)} if before else {}
         t0, cpu0 = time.monotonic(), cpu_seconds()
         out = await work(client, base)
-        seconds, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+        seconds, cpu = seconds + time.monotonic() - t0, cpu + cpu_seconds() - cpu0
         after = await held_out(client, base, seed)
-        await client.stop_engine()
-    return {"held_out_after": after, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "out": out}
+    return {**scored, "held_out_after": after, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "out": out}
 
 
 async def story(url: str, args: argparse.Namespace) -> None:
     buggy_name, steps = f"bug-{args.seed}", args.steps
 
     async def buggy(client: AsyncSwarmClient, base: openai.AsyncOpenAI) -> dict[str, Any]:
-        before = await held_out(client, base, args.seed)
         played = await train_steps(client, base, with_reward(async_agent(base), buggy_reward), args)
         t0, cpu0 = time.monotonic(), cpu_seconds()
         version = await client.rescore(right_reward)
         rescore = {"seconds": round(time.monotonic() - t0, 1), "cpu_s": round(cpu_seconds() - cpu0, 1),
                    "version": version.version, "scored": version.scored, "failed": version.failed}  # fmt: skip
-        return {"held_out_before": before, "episodes": played, "rescore": rescore}
+        return {"episodes": played, "rescore": rescore}
 
-    first = await arm(url, job_of(args, buggy_name), buggy, args.seed)
+    first = await arm(url, job_of(args, buggy_name), buggy, args.seed, before=True)
     info = first.pop("out")
     rescore = info.pop("rescore")
-    emit(BENCH, {"figure": "arm", "arm": "buggy", "seed": args.seed, "steps": steps, **first, **info})
+    emit(BENCH, {"figure": "arm", "arm": "buggy", "seed": args.seed, "steps": steps, "experiments_on_swarm": 1,
+                 **first, **info})  # fmt: skip
     emit(BENCH, {"figure": "rescore", "seed": args.seed, **rescore})
     source = ReplaySource(experiment=f"tutorial/{buggy_name}", reward_version=rescore["version"])
+
+    async def rerun(client: AsyncSwarmClient, base: openai.AsyncOpenAI) -> int:
+        return await train_steps(client, base, async_agent(base), args)
+
+    again = await arm(url, job_of(args, f"rerun-{args.seed}"), rerun, args.seed)
+    emit(BENCH, {"figure": "arm", "arm": "rerun", "seed": args.seed, "steps": steps, "experiments_on_swarm": 2,
+                 "episodes": again.pop("out"), **again})  # fmt: skip
 
     async def replay(client: AsyncSwarmClient, _base: openai.AsyncOpenAI) -> int:
         while (await client.get_engine_status()).global_step < steps:  # the trainer copies and trains; no agent runs
@@ -136,16 +151,11 @@ async def story(url: str, args: argparse.Namespace) -> None:
 
     replayed = await arm(url, job_of(args, f"replay-{args.seed}", source), replay, args.seed)
     replayed.pop("out")
-    emit(BENCH, {"figure": "arm", "arm": "replay", "seed": args.seed, "steps": steps, **replayed})
+    emit(BENCH, {"figure": "arm", "arm": "replay", "seed": args.seed, "steps": steps, "experiments_on_swarm": 3,
+                 **replayed})  # fmt: skip
 
-    async def rerun(client: AsyncSwarmClient, base: openai.AsyncOpenAI) -> int:
-        return await train_steps(client, base, async_agent(base), args)
-
-    again = await arm(url, job_of(args, f"rerun-{args.seed}"), rerun, args.seed)
-    emit(BENCH, {"figure": "arm", "arm": "rerun", "seed": args.seed, "steps": steps, "episodes": again.pop("out"),
-                 **again})  # fmt: skip
     fix_s, fix_cpu = rescore["seconds"] + replayed["seconds"], rescore["cpu_s"] + replayed["cpu_s"]
-    emit(BENCH, {"figure": "compare", "seed": args.seed, "held_out_before": info["held_out_before"],
+    emit(BENCH, {"figure": "compare", "seed": args.seed, "held_out_before": first["held_out_before"],
                  "held_out_after_buggy": first["held_out_after"], "held_out_after_replay": replayed["held_out_after"],
                  "held_out_after_rerun": again["held_out_after"], "fix_seconds": round(fix_s, 1),
                  "fix_cpu_s": round(fix_cpu, 1), "rerun_seconds": again["seconds"], "rerun_cpu_s": again["cpu_s"],

@@ -1,8 +1,8 @@
 """Three experiments on one swarm (issue 40's first "done when", on the embedded engine): one `ajet-proxy` and one
 `ajet-trainer`, three clients, each syncing its own LoRA job on one base (`builtin:demo`) with a conflicting reward
-(one rewards the letter `a`, one `b`, one `c`). Each reaches 0.8 while the others run; the trainer is SIGKILLed
-midway and restarted, and each experiment resumes from its own checkpoint with nothing trained twice; each exported
-adapter, loaded alone on the base, says its own letter.
+(each its own letter, one the base says often: `letters_clients.LETTERS`). Each reaches 0.8 while the others run;
+the trainer is SIGKILLed midway and restarted, and each experiment resumes from its own checkpoint with nothing
+trained twice; each exported adapter, loaded alone on the base, says its own letter.
 
 LoRA targets the output layer too (`tests/support/adapter_letters.LETTER_HEAD`): on this random base an adapter
 without it stalls near 0.35 (`bench/shared_adapters.py`, docs/experiments.md)."""
@@ -10,9 +10,14 @@ without it stalls near 0.35 (`bench/shared_adapters.py`, docs/experiments.md).""
 from __future__ import annotations
 
 import pytest
+import torch
 
+from ajet import AgentJetJob
 from ajet_trainer.experiment_dir import folder_of_experiment
 from ajet_trainer.model_export import export_model
+from ajet_trainer.policy import load_policy
+from ajet_trainer.tiny_model import builtin_model_path
+from tests.support.adapter_letters import BASE, letter_prompt
 from tests.support.letters_clients import LETTERS, folder_and_steps, says, served_by, start_clients, wait_past
 from tests.support.swarm import running_swarm
 
@@ -40,3 +45,15 @@ def test_three_experiments_learn_their_own_letters_on_one_swarm(tmp_path):
             assert steps == list(range(1, len(steps) + 1)), (name, steps)  # none twice, none skipped
             assert folder_of_experiment(sw.exp_dir, f"letters/{name}") == folder  # what export-model finds by name
             assert says(export_model(folder, tmp_path / f"export-{name}")) == letter, name
+
+
+def test_the_letters_are_the_ones_the_base_says_most_often_first():
+    """The clients' letters are the base's three likeliest first letters (their docstring's figures), so the time to
+    a group's first signal stays short; a change of the base that moves them fails here, not as a slow test."""
+    base, tok = load_policy(str(builtin_model_path(BASE)), AgentJetJob(), "cpu")
+    with torch.no_grad():
+        first = base(torch.tensor([letter_prompt(tok)])).logits[0, -1].softmax(-1)
+    by_letter = {tok.decode([i]): float(p) for i, p in enumerate(first) if len(tok.decode([i])) == 1}
+    letters = sorted((c for c in by_letter if c.isalpha()), key=by_letter.__getitem__, reverse=True)
+    assert set(LETTERS.values()) == set(letters[:3]), letters[:6]
+    assert [round(by_letter[c] * 100, 2) for c in LETTERS.values()] == [1.81, 1.77, 1.74]

@@ -21,13 +21,15 @@ from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.adapter_letters import BASE, LETTER_HEAD, letter_prompt
 from tests.support.swarm import Swarm
 
-LETTERS = {"ea": "a", "eb": "b", "ec": "c"}
+LETTERS = {"ea": "n", "eb": "t", "ec": "E"}
+"""The three letters the base says most often first to "Say a letter" (1.81%, 1.77% and 1.74% of its first answers;
+`a`, `b` and `c`: 0.71%, 1.06% and 0.68%). Until an answer first says its letter a group has no signal: with 8
+answers a step that is about 7.6 steps on average against 18.9 for `c`, and the tests wait for the slowest."""
 GROUP = 8
 TARGET = 0.8
 MAX_STEPS = 160
-"""A client's step budget. Until an answer first says its letter a group has no signal, and on this base the model's
-own probability of `c` as a first answer is 0.68% (`a` 0.71%, `b` 1.06%): 18 steps on average to the first, with a
-long tail (`bench.experiments`' together arm: `c` once took 123 steps, and once did not reach 0.8 in 80)."""
+"""A client's step budget: the first answer with the letter is a geometric draw, with a long tail (with `a`, `b`, `c`,
+`bench.experiments`' together arm once took 123 steps for `c`, and once did not reach 0.8 in 80)."""
 
 
 def letters_job(name: str) -> AgentJetJob:
