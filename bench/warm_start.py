@@ -7,8 +7,8 @@ SmolLM2-135M-Instruct and the calculator agent of tutorial/example_tool_agent, o
 2. `sft`: a job beside it replays them with `train="sft"` (`ReplaySource`): each group's best episode, its exact ids,
    made more likely; no agent runs. Its adapter is then exported, merged, into a model folder.
 3. `scratch`: the tutorial's GRPO from the base, `--steps` steps.
-4. `warm`: the same GRPO, the same draws and sampling seeds, from the SFT'd model folder (a swarm of its own: its
-   base differs).
+4. `warm`: the same GRPO, the same draws and sampling seeds, from the SFT'd model folder.
+Each GRPO arm is the first experiment of a swarm of its own, so both are served and trained alike.
 
 The held-out questions (greedy eval episodes) are scored on the base, on the SFT'd adapter and after each GRPO arm.
 Rows: one per arm, and one comparing the arms: the time to `--target` (a step's mean reward) of `warm` with the SFT
@@ -128,16 +128,22 @@ def export_sft(exp_dir: Path, out: Path, seed: int) -> float:
     return round(time.monotonic() - t0, 1)
 
 
-def swarm_a(root: Path, args: argparse.Namespace, swarm_args: tuple[str, ...]) -> tuple[dict[str, dict], Path]:
-    """The first run, the SFT beside it and GRPO from scratch on one swarm; the rows and the SFT'd model folder."""
+def first_and_sft(root: Path, args: argparse.Namespace, swarm_args: tuple[str, ...]) -> tuple[dict[str, dict], Path]:
+    """The first run and the SFT beside it on one swarm; their rows and the SFT'd model folder."""
     rows: dict[str, dict] = {}
     with launched_swarm(root / "a", *swarm_args, timeout=900) as url:
         first = roll_of(args, f"first-{args.seed}", args.seed + 1, args.first_steps)
         rows["first"] = asyncio.run(grpo(url, first, args, before=True))
         rows["sft"] = asyncio.run(sft(url, args, root / "a" / "ajet-swarm.db"))
-        rows["sft"]["export_s"] = export_sft(root / "a" / "experiment", root / "sft-model", args.seed)
-        rows["scratch"] = asyncio.run(grpo(url, roll_of(args, f"scratch-{args.seed}", args.seed, args.steps), args))
+    rows["sft"]["export_s"] = export_sft(root / "a" / "experiment", root / "sft-model", args.seed)
     return rows, root / "sft-model"
+
+
+def grpo_alone(root: Path, roll: argparse.Namespace, args: argparse.Namespace, swarm_args: tuple[str, ...]) -> dict:
+    """A GRPO arm as the first experiment of a swarm of its own: both arms are served and trained alike (an
+    experiment beside others is served through peft's mixed-adapter batches, which are slower)."""
+    with launched_swarm(root, *swarm_args, timeout=900) as url:
+        return asyncio.run(grpo(url, roll, args))
 
 
 def compare(rows: dict[str, dict], args: argparse.Namespace) -> dict[str, Any]:
@@ -166,10 +172,11 @@ def main() -> None:
     args = ap.parse_args()
     swarm_args = ("--threads", str(args.threads))
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
-        rows, folder = swarm_a(Path(tmp), args, swarm_args)
-        with launched_swarm(Path(tmp) / "b", *swarm_args, timeout=900) as url:
-            warm = roll_of(args, f"warm-{args.seed}", args.seed, args.steps, model=str(folder))
-            rows["warm"] = asyncio.run(grpo(url, warm, args))
+        rows, folder = first_and_sft(Path(tmp), args, swarm_args)
+        scratch = roll_of(args, f"scratch-{args.seed}", args.seed, args.steps)
+        rows["scratch"] = grpo_alone(Path(tmp) / "scratch", scratch, args, swarm_args)
+        warm = roll_of(args, f"warm-{args.seed}", args.seed, args.steps, model=str(folder))
+        rows["warm"] = grpo_alone(Path(tmp) / "warm", warm, args, swarm_args)
     for arm, row in rows.items():
         emit(BENCH, {"figure": "arm", "arm": arm, "seed": args.seed, **row})
     emit(BENCH, compare(rows, args))
