@@ -9,6 +9,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from ajet import AgentJetJob
+from ajet_trainer.embedded.adapters import BatchAdapters, batch_adapters
 from ajet_trainer.embedded.generation import GenRequest, generate_batch
 from ajet_trainer.embedded.server import eos_token_ids
 from ajet_trainer.policy import load_policy
@@ -74,6 +75,28 @@ def test_a_row_without_an_adapter_takes_the_active_one_and_an_unknown_name_is_re
     with pytest.raises(ValueError, match="no LoRA adapter named green"):
         generate_batch(model, tok, _requests(["red", "green", None, None]), eos)
     model.set_adapter("red")
+
+
+def test_a_batch_of_one_adapter_runs_peft_s_plain_path_and_leaves_the_model_as_it_was(two_adapters):
+    """Rows all of one adapter skip the mixed-adapter path (slower: gathers per layer): the active one as it is,
+    another made active in its LoRA layers for each forward only. Its answers are the adapter's alone, and the model's
+    active adapter and which parameters are trainable are as before."""
+    model, tok = two_adapters
+    eos = eos_token_ids(model, tok)
+    assert batch_adapters(model, ["red", None, "red", "red"]) == BatchAdapters()  # "red" is active: nothing to do
+    assert batch_adapters(model, ["red", "blue", None, None]).kwargs == {"adapter_names": ["red", "blue", "red", "red"]}
+    alone = batch_adapters(model, ["blue"] * 4)
+    assert alone.alone == "blue" and not alone.kwargs and alone.layers
+    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
+    served = generate_batch(model, tok, _requests(["blue"] * 4), eos)
+    assert model.active_adapter == "red" and all(layer.active_adapters == ["red"] for layer in alone.layers)
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == trainable
+    model.set_adapter("blue")
+    expected = generate_batch(model, tok, _requests([None] * 4), eos)
+    model.set_adapter("red")
+    for got, want in zip(served, expected):
+        assert got.token_ids == want.token_ids
+        assert max(abs(x - y) for x, y in zip(got.logprobs, want.logprobs)) < 1e-5
 
 
 def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):

@@ -1,8 +1,9 @@
 """Several LoRA adapters on one base model in the embedded engine: rows of different adapters decode in one batch.
 
 peft's mixed-adapter batches (`adapter_names=`, one name per row) run each row through its own adapter in the same
-forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/embedded/test_adapters.py).
-peft refuses them while the model is in training mode (the trainer keeps it in eval mode: dropout off).
+forward; with the engine's KV cache each row is as its adapter alone (tests/trainer/embedded/test_adapters.py). A
+batch whose rows are all of one adapter runs peft's plain path instead, faster (`BatchAdapters`). peft refuses mixed
+batches while the model is in training mode (the trainer keeps it in eval mode: dropout off).
 
 Training one adapter of several (`Learner(adapter=...)`): its own parameters and optimizer, the model's active
 adapter switched to it for the update (peft's `set_adapter` is global to the model object, so the update holds
@@ -12,6 +13,7 @@ the model as every update holds the weights: the engine's batches wait), then sw
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from ajet.errors import ModelNotFound
@@ -19,6 +21,7 @@ from ajet_trainer.types import PolicyModel
 
 if TYPE_CHECKING:  # light to import: the trainer's registry of shared bases names adapters before torch loads
     import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
 
 FIRST_ADAPTER = "default"
 """peft's own default adapter name: a model's only adapter, and the swarm's first experiment's on a shared base
@@ -28,15 +31,52 @@ ADAPTER_MARK = "@"
 """`<served name>@<adapter>` names an adapter the engine holds (vLLM's `policy@<step>` names read the same way)."""
 
 
-def adapter_names(model: PolicyModel, wanted: list[Optional[str]]) -> dict[str, list[str]]:
-    """The forward's `{"adapter_names": [...]}` for a batch whose rows (`wanted`, one per row) name adapters (a row
-    that names none: the model's active adapter), else {}; `ValueError` for a name the model does not hold."""
+@dataclass
+class BatchAdapters:
+    """How one batch's rows reach their adapters at each forward. Rows of several adapters go through peft's
+    mixed-adapter path (`kwargs`: per layer, each adapter's rows gathered and its output added back). Rows all of one
+    adapter run peft's plain path as the active adapter does: the active one needs nothing; another is made active
+    in its LoRA layers for each forward alone (`forward`), so the model is as it was between forwards (an update may
+    come between two tokens) and no parameter's `requires_grad` moves (peft's `set_adapter` would make it trainable).
+    """
+
+    kwargs: dict[str, list[str]] = field(default_factory=dict)
+    """The forward's `{"adapter_names": [...]}` for a mixed batch, else {}."""
+    alone: Optional[str] = None
+    """The adapter of every row, when it is not the active one."""
+    layers: list["BaseTunerLayer"] = field(default_factory=list)
+    """The LoRA layers switched to `alone` for each forward."""
+
+    @contextmanager
+    def forward(self) -> Iterator[None]:
+        if self.alone is None:
+            yield
+            return
+        before = [layer._active_adapter for layer in self.layers]  # peft's per-layer active adapter(s)
+        for layer in self.layers:
+            layer._active_adapter = [self.alone]
+        try:
+            yield
+        finally:
+            for layer, was in zip(self.layers, before):
+                layer._active_adapter = was
+
+
+def batch_adapters(model: PolicyModel, wanted: list[Optional[str]]) -> BatchAdapters:
+    """How a batch whose rows name adapters (`wanted`, one per row; a row that names none: the model's active
+    adapter) reaches them; `ValueError` for a name the model does not hold."""
     if not any(wanted):
-        return {}
+        return BatchAdapters()
     active = getattr(model, "active_adapter", None)
     names = [str(w or active) for w in wanted]
     _require_held(model, names)
-    return {"adapter_names": names}
+    if len(set(names)) > 1:
+        return BatchAdapters(kwargs={"adapter_names": names})
+    if names[0] == active:
+        return BatchAdapters()
+    from peft.tuners.tuners_utils import BaseTunerLayer  # loaded with the model; this module stays light
+
+    return BatchAdapters(alone=names[0], layers=[m for m in model.modules() if isinstance(m, BaseTunerLayer)])
 
 
 def held_adapters(model: PolicyModel) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
-from ajet_trainer.embedded.adapters import adapter_names
+from ajet_trainer.embedded.adapters import batch_adapters
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
 from ajet_trainer.embedded.sampling import sample_tokens
@@ -167,12 +167,15 @@ class Decoding:
         self.finish: list[Optional[str]] = [None] * n
         self.errors: dict[int, str] = {}
         self.cache_kw = _cache_keyword(model)
-        self.adapters = adapter_names(model, [r.adapter for r in requests])
-        """Each row's adapter, passed to every forward (`adapter_names`), or {} when no row names one."""
+        self.adapters = batch_adapters(model, [r.adapter for r in requests])
+        """How each forward reaches the rows' adapters."""
         self._prefill(ids, pos)
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **self.adapters)
+        with self.adapters.forward():
+            out = self.model(
+                input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **self.adapters.kwargs
+            )
         self.past, self.last_pos = _cache_of(out), pos[:, -1]
         self.logits = out.logits[:, -1, :].float()
 
@@ -209,14 +212,15 @@ class Decoding:
         # bench/engine_generate.py).
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.requests), 1)], dim=1)
         self.last_pos = self.last_pos + 1
-        out = self.model(
-            input_ids=next_tok[:, None].to(self.device),
-            attention_mask=self.mask,
-            position_ids=self.last_pos[:, None],
-            use_cache=True,
-            **{self.cache_kw: self.past},
-            **self.adapters,
-        )
+        with self.adapters.forward():
+            out = self.model(
+                input_ids=next_tok[:, None].to(self.device),
+                attention_mask=self.mask,
+                position_ids=self.last_pos[:, None],
+                use_cache=True,
+                **{self.cache_kw: self.past},
+                **self.adapters.kwargs,
+            )
         self.past, self.logits = _cache_of(out), out.logits[:, -1, :].float()
 
     def _sample_live(self) -> torch.Tensor:
