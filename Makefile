@@ -6,9 +6,6 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.ajet-installed
-# a client machine's install: the SDK + proxy + monitor, no torch (tests/test_client_install.py)
-CLIENT := .venv-client
-CLIENT_STAMP := $(CLIENT)/.ajet-installed
 # vLLM's CPU build, in a venv of its own: it needs transformers 5.16-5.19, verl pins < 5.11
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
@@ -26,7 +23,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-client setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels clean
+.PHONY: setup setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels clean
 
 setup: $(STAMP)
 
@@ -47,24 +44,9 @@ $(STAMP): pyproject.toml Makefile tests/frameworks/main.txt
 	$(PY) -c "import torch, gguf, verl.trainer.ppo.core_algos, xgrammar, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 
-setup-client: $(CLIENT_STAMP)
-
-# built from a wheel, as a user installs it: the README's install line, tested
-CLIENT_SRC := $(shell find sdk proxy configs -name '*.py' -o -name '*.md' -o -name '*.tmpl' -o -name '*.yaml' 2>/dev/null)
-
-$(CLIENT_STAMP): pyproject.toml Makefile $(CLIENT_SRC)
-	test -x $(CLIENT)/bin/python || $(PYTHON) -m venv $(CLIENT)
-	$(CLIENT)/bin/python -m pip install --upgrade pip setuptools wheel
-	rm -rf $(CLIENT)/dist
-	$(CLIENT)/bin/python -m pip wheel --no-deps -w $(CLIENT)/dist .
-	$(CLIENT)/bin/python -m pip install --force-reinstall --no-deps $(CLIENT)/dist/agentjet_swarm-*.whl
-	$(CLIENT)/bin/python -m pip install "$$(ls $(CLIENT)/dist/agentjet_swarm-*.whl)[proxy]"
-	$(CLIENT)/bin/python -c "import ajet, ajet_proxy.app, ajet_store, ajet_swarm.cli; print('client setup ok')"
-	! $(CLIENT)/bin/python -c "import torch" 2>/dev/null
-	touch $(CLIENT_STAMP)
-
 # Each install line of docs/usage.md run as written in a fresh venv (.venv-install/N), for
-# tests/test_install_lines.py; a venv is rebuilt only when its line or pyproject.toml changed.
+# tests/test_install_lines.py; a venv is rebuilt only when its line or pyproject.toml changed (the wheel line's also
+# when the sources it packs did). The wheel line's venv is the client machine's install (tests/test_client_install.py).
 setup-installs:
 	$(PYTHON) scripts/install_lines.py
 
@@ -103,17 +85,17 @@ $(FW_STAMP): tests/frameworks/own-env.txt
 demo: setup
 	$(PY) scripts/run_demo.py
 
-# The four environments are set up side by side (mostly downloads and unpacking: about 10 min one after
+# The environments are set up side by side (mostly downloads and unpacking: about 10 min one after
 # another on CI's two cores). AJET_REQUIRE_*: a test whose dependency is missing (PostgreSQL, .venv-vllm,
-# .venv-frameworks, a mountable tmpfs, .venv-client, .venv-install, Debian's chromium) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
+# .venv-frameworks, a mountable tmpfs, .venv-install, Debian's chromium) fails naming it, rather than skip (tests/support/require.py). Two workers, one test file each at a time (module fixtures stay shared): most tests wait on
 # processes.
-REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_CLIENT=1 AJET_REQUIRE_INSTALLS=1 AJET_REQUIRE_BROWSER=1
+REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 AJET_REQUIRE_TMPFS=1 AJET_REQUIRE_INSTALLS=1 AJET_REQUIRE_BROWSER=1
 # on a GPU box the `gpu` tests run, and fail without CUDA; elsewhere they are not selected (never skipped)
 REQUIRE_GPU := $(if $(shell command -v nvidia-smi 2>/dev/null),AJET_REQUIRE_GPU=1,)
 GPU_TESTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-m "not gpu")
 
 test:
-	$(MAKE) -j4 --output-sync=line setup setup-client setup-vllm setup-frameworks setup-installs
+	$(MAKE) -j4 --output-sync=line setup setup-vllm setup-frameworks setup-installs
 	$(MAKE) lint
 	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(GPU_TESTS)
 
@@ -142,4 +124,4 @@ gpu-wheels: setup
 		-d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
 
 clean:
-	rm -rf $(VENV) $(CLIENT) $(VLLM_VENV) $(FW_VENV) .venv-install experiments .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(FW_VENV) .venv-install experiments .pytest_cache

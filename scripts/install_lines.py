@@ -2,8 +2,9 @@
 
 The lines are read from the install block of docs/usage.md (the one under `## Install`), so what the docs say is
 what is built; `tests/test_install_lines.py` then runs what each line promises in its venv. A venv is named by its
-line's position (`.venv-install/<n>`) and rebuilt only when the line or the project's metadata changed (a stamp
-holds both). The `pip` of a line is the venv's own: its `bin/` leads PATH.
+line's position (`.venv-install/<n>`) and rebuilt only when the line or the project's metadata changed, or for a line
+that builds a wheel the sources it packs (a stamp holds them). The wheel line's venv is also the client machine's
+install that tests/test_client_install.py runs. The `pip` of a line is the venv's own: its `bin/` leads PATH.
 
 Usage: python scripts/install_lines.py [--list] [--only N]
 """
@@ -33,8 +34,25 @@ def install_lines(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
+WHEEL_SOURCES = ("sdk", "proxy", "trainer", "configs")
+"""What a wheel of the tree packs (pyproject.toml's package folders, and the configs `ajet/configs` links to)."""
+
+
+def _sources_hash() -> bytes:
+    """The packed files' paths and contents: a line that builds a wheel holds the tree of its day, not the checkout."""
+    digest = hashlib.sha256()
+    for top in WHEEL_SOURCES:
+        for path in sorted((REPO / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.digest()
+
+
 def _stamp(line: str) -> str:
+    """What a venv was built from: the line and the project's metadata, and for a wheel line the packed sources."""
     meta = (REPO / "pyproject.toml").read_bytes() + line.encode()
+    if "pip wheel" in line:
+        meta += _sources_hash()
     return hashlib.sha256(meta).hexdigest()[:16]
 
 

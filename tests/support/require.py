@@ -1,5 +1,5 @@
 """What a test needs that a machine may lack (PostgreSQL, vLLM's CPU build, the frameworks' environment, a tmpfs,
-the client venv, the install lines' venvs, a browser): without it the test skips, or fails naming it when its
+the install lines' venvs, a browser): without it the test skips, or fails naming it when its
 `AJET_REQUIRE_*` variable is 1. `make test` sets every one, so CI cannot pass by skipping."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ REQUIRED = (
     "AJET_REQUIRE_VLLM",
     "AJET_REQUIRE_FRAMEWORKS",
     "AJET_REQUIRE_TMPFS",
-    "AJET_REQUIRE_CLIENT",
     "AJET_REQUIRE_INSTALLS",
     "AJET_REQUIRE_BROWSER",
 )
