@@ -40,6 +40,7 @@ from ajet.utils.runtime import apply_offline_env
 from ajet_store import EpisodeSelection, Store, experiment_store, sqlite_url
 from ajet_store.best_of_group import best_episode
 from ajet_swarm.launch import launched_swarm
+from ajet_trainer.checkpoint import latest_checkpoint
 from ajet_trainer.experiment_dir import folder_of_experiment
 from bench.real_model import clients, cpu_seconds, time_to
 from bench.results import emit
@@ -122,6 +123,10 @@ def export_sft(exp_dir: Path, out: Path, seed: int) -> float:
     --merge-lora`); the seconds it took."""
     t0 = time.monotonic()
     folder = folder_of_experiment(exp_dir, f"{PROJECT}/sft-{seed}")
+    while latest_checkpoint(folder) is None:  # OFFLINE is the proxy's word; the trainer saves the last step after
+        if time.monotonic() - t0 > 300:
+            raise TimeoutError(f"no checkpoint in {folder} 300 s after its experiment went OFFLINE")
+        time.sleep(0.5)
     trainer = Path(sys.executable).with_name("ajet-trainer")
     subprocess.run([str(trainer), "export-model", "--experiment-dir", str(folder), "--out", str(out), "--merge-lora"],
                    check=True, capture_output=True)  # fmt: skip

@@ -9,16 +9,22 @@ without it stalls near 0.35 (`bench/shared_adapters.py`, docs/experiments.md).""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 from ajet import AgentJetJob
+from ajet.types import ExperimentState
+from ajet_trainer.checkpoint import latest_checkpoint
 from ajet_trainer.experiment_dir import folder_of_experiment
 from ajet_trainer.model_export import export_model
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from tests.support.adapter_letters import BASE, letter_prompt
+from tests.support.episodes import play_batch
 from tests.support.letters_clients import LETTERS, folder_and_steps, says, served_by, start_clients, wait_past
+from tests.support.rolling import wait_state, wait_step
 from tests.support.swarm import running_swarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -57,3 +63,33 @@ def test_the_letters_are_the_ones_the_base_says_most_often_first():
     letters = sorted((c for c in by_letter if c.isalpha()), key=by_letter.__getitem__, reverse=True)
     assert set(LETTERS.values()) == set(letters[:3]), letters[:6]
     assert [round(by_letter[c] * 100, 2) for c in LETTERS.values()] == [1.81, 1.77, 1.74]
+
+
+def test_an_experiment_stopped_beside_another_keeps_its_last_step_and_the_trainer_serves_on(tmp_path):
+    """A second experiment on a shared base, stopped with a step not yet checkpointed: its final checkpoint is whole
+    (export-model reads it) and the trainer, and the first experiment, go on. Stopping it used to detach its adapter
+    from the model before that checkpoint, which then failed and took the trainer down with it."""
+
+    def job(name: str) -> AgentJetJob:
+        return AgentJetJob(project_name="p", experiment_name=name, model="builtin:tiny", lora_rank=8, batch_size=2,
+                           num_repeat=2, max_prompt_length=64, max_response_length=16, max_model_len=128, n_gpu=1,
+                           save_freq=0)  # fmt: skip
+
+    with running_swarm(tmp_path) as sw:
+        first, second = sw.client(verbose=False), sw.client(verbose=False)
+        first.auto_sync_train_config_and_start_engine(job("first"))
+        second.auto_sync_train_config_and_start_engine(job("second"))
+        play_batch(second, 0)
+        wait_step(second, 1, sw)
+        second.stop_engine()
+        wait_state(second, ExperimentState.OFFLINE, timeout=60)
+        folder = folder_of_experiment(sw.exp_dir, "p/second")
+        deadline = time.monotonic() + 60  # OFFLINE is the proxy's word; the trainer's teardown saves after it
+        while latest_checkpoint(folder) is None:
+            assert time.monotonic() < deadline and sw.trainer.proc.poll() is None, sw.logs()
+            time.sleep(0.2)
+        export_model(folder, tmp_path / "second-exported", merge_lora=True)  # its step 1, whole
+        assert sw.trainer.proc.poll() is None, sw.logs()
+        assert first.get_engine_status().state == ExperimentState.ROLLING
+        play_batch(first, 0)
+        wait_step(first, 1, sw)

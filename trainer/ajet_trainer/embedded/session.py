@@ -178,11 +178,14 @@ class EmbeddedSession:
         return path
 
     def close(self, final_checkpoint: bool) -> None:
-        """Stop the engines; checkpoint the last steps if any were not saved yet."""
-        self.engines.stop()
-        if final_checkpoint and self.step > self.last_checkpoint_step:
-            self.checkpoint()
-        self.metrics.close()
+        """Checkpoint the last steps if any were not saved yet, then stop the engines: on a shared base, stopping
+        detaches this experiment's adapter from the model, and the checkpoint saves that adapter."""
+        try:
+            if final_checkpoint and self.step > self.last_checkpoint_step:
+                self.checkpoint()
+        finally:
+            self.engines.stop()
+            self.metrics.close()
 
 
 def open_embedded_session(
