@@ -16,7 +16,7 @@ and its export counted (the first run not: its episodes were already in the stor
 at equal steps. Seconds of a GRPO arm run from its first episode (the sync and model load left out, as in
 bench/real_model.py); CPU seconds are this process's and the swarm's under it.
 
-Usage: python -m bench.warm_start [--seed 0] [--first-steps 3] [--steps 8] [--target 0.5]
+Usage: python -m bench.warm_start [--seed 0] [--first-steps 6] [--steps 8] [--target 0.5]
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from ajet import AgentJetJob, AsyncSwarmClient
 from ajet.replay_types import ReplaySource
 from ajet.types import ExperimentState
 from ajet.utils.runtime import apply_offline_env
-from ajet_store import EpisodeSelection, Store, experiment_store, sqlite_url
-from ajet_store.best_of_group import best_episode
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.checkpoint import latest_checkpoint
 from ajet_trainer.experiment_dir import folder_of_experiment
@@ -83,20 +81,23 @@ async def grpo(url: str, roll: argparse.Namespace, args: argparse.Namespace, bef
             "held_out_after": after, "time_to_target": time_to(report.steps, args.target)}  # fmt: skip
 
 
-def sft_steps_expected(db: Path, source: str, batch: int) -> int:
-    """How many SFT steps the first run's store makes: one per `batch` best episodes (`best_episode`, what the replay
-    picks), read from the store the swarm writes."""
-    first = Store(sqlite_url(db))
-    try:
-        with experiment_store(first, source) as store:
-            groups = store.rewarded_groups(EpisodeSelection(), 0)
-            best = sum(best_episode(group, None) is not None for group in groups)
-    finally:
-        first.close()
-    return best // batch
+QUIET_S = 60.0
+"""The SFT has trained every batch it will once its step has not moved for this long (a step of its few best
+episodes takes seconds; a last batch short of `batch_size` episodes never trains)."""
 
 
-async def sft(url: str, args: argparse.Namespace, db: Path) -> dict[str, Any]:
+async def until_quiet(client: AsyncSwarmClient) -> tuple[int, float]:
+    """Poll the experiment's step until it has not moved for `QUIET_S`; its last step, and when it was taken."""
+    step, moved = 0, time.monotonic()
+    while time.monotonic() - moved < QUIET_S:
+        now = (await client.get_engine_status()).global_step
+        if now != step:
+            step, moved = now, time.monotonic()
+        await asyncio.sleep(1.0)
+    return step, moved
+
+
+async def sft(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """Best-of-group SFT on the first run's episodes, as an experiment beside it; stopped once it trained them all
     (its checkpoint written), its held-out score taken before it stops."""
     source = f"{PROJECT}/first-{args.seed}"
@@ -104,18 +105,16 @@ async def sft(url: str, args: argparse.Namespace, db: Path) -> dict[str, Any]:
     job: AgentJetJob = agent_roll.make_job(roll).model_copy(
         update={"num_repeat": 1, "replay": ReplaySource(experiment=source, train="sft")}
     )
-    expected = sft_steps_expected(db, source, job.batch_size)
     async with clients(url) as (client, base):
         t0, cpu0 = time.monotonic(), cpu_seconds()
         await client.auto_sync_train_config_and_start_engine(job)
-        while (await client.get_engine_status()).global_step < expected:
-            await asyncio.sleep(1.0)
-        seconds, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+        steps, last = await until_quiet(client)
+        seconds, cpu = last - t0, cpu_seconds() - cpu0  # the CPU of the quiet wait is the idle trainer's: counted
         after = await held_out(client, base, args)
         await client.stop_engine()
         while (await client.get_engine_status()).state != ExperimentState.OFFLINE:  # its checkpoint written
             await asyncio.sleep(0.5)
-    return {"sft_steps": expected, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "held_out_after": after}
+    return {"sft_steps": steps, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "held_out_after": after}
 
 
 def export_sft(exp_dir: Path, out: Path, seed: int) -> float:
@@ -139,7 +138,7 @@ def first_and_sft(root: Path, args: argparse.Namespace, swarm_args: tuple[str, .
     with launched_swarm(root / "a", *swarm_args, timeout=900) as url:
         first = roll_of(args, f"first-{args.seed}", args.seed + 1, args.first_steps)
         rows["first"] = asyncio.run(grpo(url, first, args, before=True))
-        rows["sft"] = asyncio.run(sft(url, args, root / "a" / "ajet-swarm.db"))
+        rows["sft"] = asyncio.run(sft(url, args))
     rows["sft"]["export_s"] = export_sft(root / "a" / "experiment", root / "sft-model", args.seed)
     return rows, root / "sft-model"
 
@@ -170,7 +169,7 @@ def compare(rows: dict[str, dict], args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--first-steps", type=int, default=3, help="steps of the first run, whose store the SFT reads")
+    ap.add_argument("--first-steps", type=int, default=6, help="steps of the first run, whose store the SFT reads")
     ap.add_argument("--steps", type=int, default=8, help="GRPO steps of each arm")
     ap.add_argument("--target", type=float, default=0.5, help="a step's mean reward the time to the target waits for")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the trainer's torch threads")
