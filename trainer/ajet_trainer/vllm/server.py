@@ -133,8 +133,8 @@ def default_args(s: VllmSettings) -> list[tuple[str, ...]]:
         # whose prefill was chunked ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync), and
         # the engine dies mid-run (round three's "no engine reachable" in test_full_fine_tuning_through_vllm)
         args += [("--enforce-eager",), ("--dtype", "float32"), ("--no-enable-chunked-prefill",)]
-        # the worker in the engine core's process, as vLLM runs one GPU; the CPU build's default (`mp`) starts it in a
-        # process of its own, a third interpreter importing vLLM at every boot (bench/vllm_boot.py)
+        # the worker in the engine core's process, as vLLM runs one GPU (the CPU build's default, `mp`, starts it in a
+        # process of its own); one process fewer, the boot no faster on a quiet machine (bench/vllm_boot.py)
         args.append(("--distributed-executor-backend", "uni"))
     if s.enable_sleep_mode:
         args.append(("--enable-sleep-mode",))
