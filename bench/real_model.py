@@ -79,12 +79,12 @@ def time_to(steps: list[dict[str, float]], target: float) -> Optional[float]:
     return next((s["seconds"] for s in steps if s["reward"] >= target), None)
 
 
-def export(run_root: Path) -> Path:
-    """The run's last checkpoint as a merged model folder (`ajet-trainer export-model --merge-lora`)."""
-    out = run_root / "exported"
+def export(exp_dir: Path, out: Path) -> Path:
+    """The last checkpoint of the experiment folder `exp_dir` as a merged model folder at `out` (`ajet-trainer
+    export-model --merge-lora`); returns `out`."""
     trainer = Path(sys.executable).with_name("ajet-trainer")
-    subprocess.run([str(trainer), "export-model", "--experiment-dir", str(run_root / "experiment"), "--out", str(out),
-                    "--merge-lora"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run([str(trainer), "export-model", "--experiment-dir", str(exp_dir), "--out", str(out), "--merge-lora"],
+                   check=True, capture_output=True)  # fmt: skip
     return out
 
 
@@ -146,8 +146,9 @@ def run_swarm_arm(arm: str, seed: int, args: argparse.Namespace, root: Path, bef
     row = {"figure": "run", "arm": arm, "seed": seed, "engine": args.engine, "backend": args.backend, **asdict(report),
            "held_out_before_measured": before is None}  # fmt: skip
     if arm in args.export_arms:
+        exported = export(run_root / "experiment", run_root / "exported")
         with launched_swarm(root / f"{arm}-{seed}-exported", "--threads", str(args.threads), timeout=900) as url:
-            row["held_out_exported"] = asyncio.run(folder_score(url, export(run_root), roll_args, "exported"))
+            row["held_out_exported"] = asyncio.run(folder_score(url, exported, roll_args, "exported"))
     return finish_row(row, report.steps, cpu, args)
 
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +38,7 @@ from ajet.utils.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.checkpoint import latest_checkpoint
 from ajet_trainer.experiment_dir import folder_of_experiment
-from bench.real_model import clients, cpu_seconds, time_to
+from bench.real_model import clients, cpu_seconds, export, time_to
 from bench.results import emit
 
 apply_offline_env()
@@ -98,8 +96,8 @@ async def until_quiet(client: AsyncSwarmClient) -> tuple[int, float]:
 
 
 async def sft(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Best-of-group SFT on the first run's episodes, as an experiment beside it; stopped once it trained them all
-    (its checkpoint written), its held-out score taken before it stops."""
+    """Best-of-group SFT on the first run's episodes, as an experiment beside it; stopped once it trained them all,
+    its held-out score taken before it stops."""
     source = f"{PROJECT}/first-{args.seed}"
     roll = roll_of(args, f"sft-{args.seed}", args.seed, 0)
     job: AgentJetJob = agent_roll.make_job(roll).model_copy(
@@ -112,23 +110,21 @@ async def sft(url: str, args: argparse.Namespace) -> dict[str, Any]:
         seconds, cpu = last - t0, cpu_seconds() - cpu0  # the CPU of the quiet wait is the idle trainer's: counted
         after = await held_out(client, base, args)
         await client.stop_engine()
-        while (await client.get_engine_status()).state != ExperimentState.OFFLINE:  # its checkpoint written
+        while (await client.get_engine_status()).state != ExperimentState.OFFLINE:  # stopped (saved just after)
             await asyncio.sleep(0.5)
     return {"sft_steps": steps, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "held_out_after": after}
 
 
 def export_sft(exp_dir: Path, out: Path, seed: int) -> float:
-    """The (stopped) SFT experiment's last checkpoint merged into a model folder at `out` (`ajet-trainer export-model
-    --merge-lora`); the seconds it took."""
+    """The (stopped) SFT experiment's last checkpoint merged into a model folder at `out` (`export`); the seconds
+    from its OFFLINE to the folder, the wait for the trainer's final checkpoint included."""
     t0 = time.monotonic()
     folder = folder_of_experiment(exp_dir, f"{PROJECT}/sft-{seed}")
     while latest_checkpoint(folder) is None:  # OFFLINE is the proxy's word; the trainer saves the last step after
         if time.monotonic() - t0 > 300:
             raise TimeoutError(f"no checkpoint in {folder} 300 s after its experiment went OFFLINE")
         time.sleep(0.5)
-    trainer = Path(sys.executable).with_name("ajet-trainer")
-    subprocess.run([str(trainer), "export-model", "--experiment-dir", str(folder), "--out", str(out), "--merge-lora"],
-                   check=True, capture_output=True)  # fmt: skip
+    export(folder, out)
     return round(time.monotonic() - t0, 1)
 
 
