@@ -31,7 +31,9 @@ def answer_sizes(tok, prompt_tokens: int) -> tuple[int, int]:
     prompt = tok.encode(text * (prompt_tokens // 10 + 1), add_special_tokens=False)[:prompt_tokens]
     ids = tok.encode(ANSWER, add_special_tokens=False)
     res = GenResult(ids, [-0.5] * len(ids), "stop", ANSWER, policy_version=3)
-    body = completion_body(tok, "policy", prompt, res, tools=False, want_ids=True, want_logprobs=True)
+    body = completion_body(tok, "policy", prompt, res, tools=False, want_ids=True, want_logprobs=True).model_dump(
+        exclude_unset=True
+    )
     before = ChatShape(want_logprobs=False, want_ids=True).answer(200, json.dumps(body).encode(), dict(body))
     after = ChatShape(want_logprobs=False, want_ids=False).answer(200, json.dumps(body).encode(), dict(body))
     return len(before.body), len(after.body)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Optional
 
 import orjson
+from pydantic import ValidationError
 
+from ajet.engine_answer import EngineAnswer
 from ajet_store.types import CallRecord
 from ajet_token_history.rules import Extension, Turn, Turns, answer_message, new_turn
 from ajet_token_history.turn_boundary import ended_on_token
@@ -87,13 +89,13 @@ def turn_from_call(call: CallRecord) -> Optional[Turn]:
     if not call.trainable or not call.response:
         return None
     try:
-        body, answer = orjson.loads(call.request), orjson.loads(call.response)
-        message = answer["choices"][0]["message"]
-        assert isinstance(body.get("messages"), list)
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AssertionError):
+        body, answer = orjson.loads(call.request), EngineAnswer.model_validate_json(call.response)
+        assert isinstance(body, dict) and isinstance(body.get("messages"), list) and answer.choices
+    except (orjson.JSONDecodeError, ValidationError, AssertionError):
         return None
     assert call.prompt_ids is not None and call.completion_ids is not None  # trainable
-    returned = answer_message(message.get("content"), message.get("tool_calls") or [])
+    choice = answer.first
+    returned = answer_message(choice.message.content, choice.message.tool_call_dicts())
     first = bool(body.get(LOGGED_INSTRUCTIONS))
-    stopped = ended_on_token(call.finish_reason, answer["choices"][0].get("stop_reason"))
+    stopped = ended_on_token(call.finish_reason, choice.stop_reason)
     return new_turn(call.seq, body, call.prompt_ids, call.completion_ids, returned, call.response_id, first, stopped)

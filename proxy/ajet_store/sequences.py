@@ -14,18 +14,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+from ajet.labels import Label
 from ajet_store.types import CallRecord, TrainSequence
 
-FIRST = "first"
-"""The cause of an episode's first sequence."""
+FIRST = Label.FIRST
+"""The cause of an episode's first sequence (its first call's label)."""
 BRANCH = "branch"
 """The cause of a sequence whose first call continues an earlier call that another call continued already (parallel
 calls, branches): its prompt holds that turn, untrained here (it is trained once, in the other sequence)."""
 UNMATCHED = "unmatched"
 """The cause of a sequence whose first call the proxy built on an earlier turn, but whose ids do not continue it (a
 store written by an older proxy, or a cut)."""
-UNLABELLED = "unlabelled"
-"""The label of calls logged before the proxy labelled them."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +118,10 @@ def _start_cause(call: CallRecord, continued_earlier: bool, first: bool) -> str:
     continue."""
     if continued_earlier:
         return BRANCH
-    label = call.token_history or UNLABELLED
-    if label == "extended":
+    label = call.token_history or Label.UNLABELLED
+    if label == Label.EXTENDED:
         return UNMATCHED
-    return FIRST if first and label in (FIRST, UNLABELLED, "rendered") else label
+    return FIRST if first and label in (Label.FIRST, Label.UNLABELLED, Label.RENDERED) else label
 
 
 def built_sequences(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from ajet.engine_answer import VersionSpans
 from ajet.job import AgentJetJob
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
@@ -242,9 +243,10 @@ class CallRecord:
     client_gone: bool = False
     """The client went away before the answer reached it (a stream left before its end, or a plain call whose
     connection closed before the answer was written); its `error` says so, and it is never trained."""
-    version_spans: Optional[list[tuple[int, int]]] = None
-    """(offset of the first completion token, policy version) of each run of the answer one version sampled, when
-    an update came mid-answer (partial rollouts); None: `policy_version` sampled it all."""
+    version_spans: Optional[VersionSpans] = None
+    """The engine's `policy_version_spans`: (offset of the first completion token, policy version) of each run of
+    the answer one version sampled, when an update came mid-answer (partial rollouts); None: `policy_version`
+    sampled it all."""
 
     def version_at(self, offset: int) -> int:
         """The policy version that sampled completion token `offset`."""

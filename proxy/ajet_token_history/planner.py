@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generator, Optional, Union
 
+from ajet.labels import Label, fallback
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 
@@ -57,11 +58,11 @@ def prompt_plan(turns: h.Turns, messages: Messages, tools: Tools) -> Generator[Q
         return Plan(None, step)
     close = yield CloseToken()
     if close is None:
-        return Plan(None, h.NO_TURN_CLOSE)
+        return Plan(None, fallback("template_has_no_turn_close"))
     new = messages[step.start :]
     a = yield Rendering(tb.neutral_prefix(messages, step.parent, tb.ANSWER_TEXTS[0]) + new, tools)
     b = yield Rendering(tb.neutral_prefix(messages, step.parent, tb.ANSWER_TEXTS[1]) + new, tools)
     delta = tb.delta_ids(a, b, close, step.parent)
     if delta is None:
-        return Plan(None, h.NOT_PREFIX_STABLE)
-    return Plan([*step.parent.full_ids(), *delta], h.EXTENDED, step)
+        return Plan(None, fallback("template_not_prefix_stable"))
+    return Plan([*step.parent.full_ids(), *delta], Label.EXTENDED, step)

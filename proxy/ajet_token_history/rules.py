@@ -32,26 +32,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import orjson
 
 from ajet.chat_request import content_text, template_tools
-
-FIRST = "first"
-"""The label of an episode's first call (nothing to extend)."""
-EXTENDED = "extended"
-"""The label of a call whose prompt is an earlier turn's ids plus the new messages' tokens."""
-RENDERED = "rendered"
-"""The label of a call of a job with `token_history="rendered"`."""
-SEGMENT = "segment:"
-"""The prefix of the label of a call that starts a new conversation in the episode; the cause follows:
-`new_conversation` (it shares no turn's history past the system messages: a second agent, a fresh start) or
-`compacted` (it keeps the start of a conversation and puts something else than a model turn where one was: a
-summary, a new instruction)."""
-FALLBACK = "fallback:"
-"""The prefix of a fallback's label (a call that shares an earlier turn's history but cannot continue it exactly);
-the reason follows (`fallback:answer_edited`)."""
-
-NEW_CONVERSATION = SEGMENT + "new_conversation"
-COMPACTED = SEGMENT + "compacted"
-NO_TURN_CLOSE = FALLBACK + "template_has_no_turn_close"
-NOT_PREFIX_STABLE = FALLBACK + "template_not_prefix_stable"
+from ajet.labels import Label, fallback
 
 REASONS = {
     "system_changed": "an earlier turn's conversation and answer, under other system messages",
@@ -268,7 +249,7 @@ def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
     """Which earlier turn a call continues (the longest it extends: its messages, its answer, then more), and where
     its new messages start; else the label it is rendered under (`classify`)."""
     if not len(turns):
-        return FIRST
+        return Label.FIRST
     tools_differ = None
     for turn in turns.shorter_than(len(messages) - 1):  # a turn it could extend: its messages, the answer, more
         n = turn.n_messages
@@ -278,7 +259,7 @@ def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
             return Extension(turn, n + 1)
         tools_differ = tools_differ or turn
     if tools_differ is not None:
-        return FALLBACK + "tools_changed"
+        return fallback("tools_changed")
     return classify(turns.latest(CLASSIFIED_TURNS), messages)
 
 
@@ -290,19 +271,19 @@ def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:
     shared, turn = _closest(turns, messages)
     if shared <= system_head(messages):
         if any(_only_system_differs(messages, t) for t in turns):
-            return FALLBACK + "system_changed"
-        return FALLBACK + "history_edited" if _repeats_a_model_turn(messages, turns) else NEW_CONVERSATION
+            return fallback("system_changed")
+        return fallback("history_edited") if _repeats_a_model_turn(messages, turns) else Label.NEW_CONVERSATION
     n = turn.n_messages
     if shared == len(messages) == n:
-        return FALLBACK + "repeated"
+        return fallback("repeated")
     if shared == len(messages) == n + 1:
-        return FALLBACK + "no_new_messages"
+        return fallback("no_new_messages")
     at = turn.answer if shared == n else turn.messages[shared]  # the turn's message where the call differs
     if at.get("role") == "assistant":
         if shared < len(messages) and messages[shared].get("role") != "assistant":
-            return COMPACTED  # a model turn replaced by a summary (or dropped, with what followed it)
-        return FALLBACK + ("answer_edited" if shared == n else "history_edited")
-    return FALLBACK + "history_edited"
+            return Label.COMPACTED  # a model turn replaced by a summary (or dropped, with what followed it)
+        return fallback("answer_edited" if shared == n else "history_edited")
+    return fallback("history_edited")
 
 
 def _closest(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> tuple[int, Turn]:

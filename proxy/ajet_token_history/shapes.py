@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Sequence
 
+from ajet.labels import Label
 from ajet.template_verdict import ShapeVerdict
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
@@ -111,7 +112,7 @@ def linear(ep: Episode) -> list[str]:
         messages.append(user(question))
         ep.call(list(messages), say(answer))
         messages.append(say(answer))
-    return [h.FIRST, h.EXTENDED, h.EXTENDED]
+    return [Label.FIRST, Label.EXTENDED, Label.EXTENDED]
 
 
 def tool_loop(ep: Episode) -> list[str]:
@@ -124,7 +125,7 @@ def tool_loop(ep: Episode) -> list[str]:
     ep.call(list(messages), tool_call(5, 1, "call00002"), TOOLS)
     messages += [tool_call(5, 1, "call00002"), tool_result("6", "call00002")]
     ep.call(list(messages), say("6."), TOOLS)
-    return [h.FIRST] + [h.EXTENDED] * 3
+    return [Label.FIRST, *[Label.EXTENDED] * 3]
 
 
 def two_agents(ep: Episode) -> list[str]:
@@ -135,7 +136,7 @@ def two_agents(ep: Episode) -> list[str]:
             convs[agent].append(user(f"Round {i} for {agent}?"))
             ep.call(list(convs[agent]), say(f"{agent} says {i}."))
             convs[agent].append(say(f"{agent} says {i}."))
-    return [h.FIRST, h.NEW_CONVERSATION, h.EXTENDED, h.EXTENDED]
+    return [Label.FIRST, Label.NEW_CONVERSATION, Label.EXTENDED, Label.EXTENDED]
 
 
 def branches(ep: Episode) -> list[str]:
@@ -146,7 +147,7 @@ def branches(ep: Episode) -> list[str]:
         conv = [*root, say("Paris or Rome."), user(f"Go with {city}?")]
         ep.call(list(conv), say("Yes."))
         ep.call([*conv, say("Yes."), user("How long?")], say("Three days."))
-    return [h.FIRST] + [h.EXTENDED] * 4
+    return [Label.FIRST, *[Label.EXTENDED] * 4]
 
 
 def compaction(ep: Episode) -> list[str]:
@@ -157,7 +158,7 @@ def compaction(ep: Episode) -> list[str]:
     compacted = [conv[0], user("Task: count. So far: one, two. Go on.")]
     ep.call(list(compacted), say("Three."))
     ep.call([*compacted, say("Three."), user("Go on.")], say("Four."))
-    return [h.FIRST, h.EXTENDED, h.NEW_CONVERSATION, h.EXTENDED]
+    return [Label.FIRST, Label.EXTENDED, Label.NEW_CONVERSATION, Label.EXTENDED]
 
 
 SHAPES: dict[str, Callable[[Episode], list[str]]] = {

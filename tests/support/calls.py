@@ -6,13 +6,14 @@ import time
 
 import httpx
 
-from ajet_proxy.dataplane.tokens import Extracted, StreamAccumulator, extract_response
+from ajet.engine_answer import EngineAnswer
+from ajet_proxy.dataplane.tokens import StreamAccumulator
 from ajet_store import Store
 from ajet_store.types import CallRecord
 from tests.support.procs import Proc
 
 
-def direct(stub: Proc, **body: object) -> Extracted:
+def direct(stub: Proc, **body: object) -> EngineAnswer:
     """What the backend itself answers for the same request, with ids asked for."""
     body = {"model": "stub-model", "return_token_ids": True, "logprobs": True, **body}
     if body.get("stream"):
@@ -21,7 +22,7 @@ def direct(stub: Proc, **body: object) -> Extracted:
             for chunk in r.iter_bytes():
                 acc.feed(chunk)
         return acc.result()
-    return extract_response(httpx.post(stub.url + "/v1/chat/completions", json=body).json())
+    return EngineAnswer.model_validate(httpx.post(stub.url + "/v1/chat/completions", json=body).json())
 
 
 def flushed_calls(store: Store, uuid: str, n: int, timeout: float = 5.0) -> list[CallRecord]:

@@ -7,6 +7,7 @@ import gc
 
 import pytest
 
+from ajet.labels import Label, fallback, fallback_reason, starts_segment
 from ajet_proxy.episode_history import EpisodeHistory, turn_from_call
 from ajet_store.types import CallRecord
 from ajet_token_history import rules as h
@@ -36,7 +37,7 @@ def said(text):
 
 
 def test_the_first_call_has_nothing_to_extend():
-    assert h.plan(h.Turns([]), ASKED, TOOLS) == h.FIRST
+    assert h.plan(h.Turns([]), ASKED, TOOLS) == Label.FIRST
 
 
 def test_a_call_that_sends_back_the_answer_and_adds_messages_extends_it():
@@ -74,16 +75,16 @@ def test_branches_continue_the_turn_they_share():
 @pytest.mark.parametrize(
     "messages, label",
     [
-        ([{"role": "system", "content": "other agent"}, {"role": "user", "content": "hi"}], h.NEW_CONVERSATION),
-        ([{"role": "user", "content": "something else"}], h.NEW_CONVERSATION),
-        ([*ASKED, {"role": "user", "content": "summary: the sum is 5"}, TOOL_RESULT], h.COMPACTED),
-        (ASKED, h.FALLBACK + "repeated"),
-        ([*ASKED, sent_back()], h.FALLBACK + "no_new_messages"),
-        ([*ASKED, {"role": "assistant", "content": "5"}, TOOL_RESULT], h.FALLBACK + "answer_edited"),
-        ([ASKED[0], {"role": "user", "content": "2+4?"}, sent_back(), TOOL_RESULT], h.FALLBACK + "history_edited"),
+        ([{"role": "system", "content": "other agent"}, {"role": "user", "content": "hi"}], Label.NEW_CONVERSATION),
+        ([{"role": "user", "content": "something else"}], Label.NEW_CONVERSATION),
+        ([*ASKED, {"role": "user", "content": "summary: the sum is 5"}, TOOL_RESULT], Label.COMPACTED),
+        (ASKED, fallback("repeated")),
+        ([*ASKED, sent_back()], fallback("no_new_messages")),
+        ([*ASKED, {"role": "assistant", "content": "5"}, TOOL_RESULT], fallback("answer_edited")),
+        ([ASKED[0], {"role": "user", "content": "2+4?"}, sent_back(), TOOL_RESULT], fallback("history_edited")),
         (
             [{"role": "system", "content": "Be long."}, ASKED[1], sent_back(), TOOL_RESULT],
-            h.FALLBACK + "system_changed",
+            fallback("system_changed"),
         ),
     ],
     ids=[
@@ -105,9 +106,9 @@ def test_an_edited_earlier_message_and_changed_tools_fall_back_with_their_reason
     two_turns = [ASKED[0], ASKED[1], sent_back(), TOOL_RESULT]
     t = turn(two_turns, said("5"))
     edited_result = [*ASKED, sent_back(), {**TOOL_RESULT, "content": "6"}, said("5"), {"role": "user", "content": "?"}]
-    assert h.plan(h.Turns([t]), edited_result, TOOLS) == h.FALLBACK + "history_edited"
+    assert h.plan(h.Turns([t]), edited_result, TOOLS) == fallback("history_edited")
     edited_model_turn = [*ASKED, said("it is 5"), TOOL_RESULT, said("5"), {"role": "user", "content": "?"}]
-    assert h.plan(h.Turns([t]), edited_model_turn, TOOLS) == h.FALLBACK + "history_edited"
+    assert h.plan(h.Turns([t]), edited_model_turn, TOOLS) == fallback("history_edited")
     first_question_edited = [
         ASKED[0],
         {"role": "user", "content": "2+3, briefly?"},
@@ -116,15 +117,17 @@ def test_an_edited_earlier_message_and_changed_tools_fall_back_with_their_reason
         said("5"),
     ]
     assert h.plan(h.Turns([turn(), t]), [*first_question_edited, {"role": "user", "content": "?"}], TOOLS) == (
-        h.FALLBACK + "history_edited"
+        fallback("history_edited")
     )  # the model's own turns sent back: an edit, not a new conversation
     compacted = [*ASKED, {"role": "user", "content": "summary so far: 5"}, {"role": "user", "content": "go on"}]
-    assert h.plan(h.Turns([t]), compacted, TOOLS) == h.COMPACTED
-    assert h.plan(h.Turns([turn()]), [*ASKED, sent_back(), TOOL_RESULT], None) == h.FALLBACK + "tools_changed"
+    assert h.plan(h.Turns([t]), compacted, TOOLS) == Label.COMPACTED
+    assert h.plan(h.Turns([turn()]), [*ASKED, sent_back(), TOOL_RESULT], None) == fallback("tools_changed")
 
 
 def test_every_label_is_listed_with_its_meaning():
-    assert {h.NEW_CONVERSATION, h.COMPACTED} == {h.SEGMENT + c for c in ("new_conversation", "compacted")}
+    assert {label for label in Label if starts_segment(label)} == {Label.NEW_CONVERSATION, Label.COMPACTED}
+    assert all(fallback_reason(fallback(reason)) == reason for reason in h.REASONS)
+    assert {fallback_reason(label) for label in Label} == {None}  # no fixed label reads as a fallback
     assert {"repeated", "no_new_messages", "answer_edited", "history_edited", "tools_changed", "system_changed"} <= set(
         h.REASONS
     )

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from ajet.job import Overlong
-from ajet_store.sequences import UNLABELLED, episode_sequences
+from ajet.labels import Label
+from ajet_store.sequences import episode_sequences
 from ajet_store.types import RewardedEpisode
 from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
 
@@ -113,7 +114,7 @@ def _episode_sample(
     n.calls += len(calls)
     n.failed += sum(1 for c in calls if c.error is not None)
     n.gone += sum(1 for c in calls if c.client_gone)
-    n.labels.update(c.token_history or UNLABELLED for c in calls if c.trainable)
+    n.labels.update(c.token_history or Label.UNLABELLED for c in calls if c.trainable)
     n.answer_tokens += sum(len(c.completion_ids or ()) for c in calls if c.trainable)
     n.mixed += sum(1 for c in calls if c.trainable and len(c.version_spans or ()) > 1)
     truncated = sum(1 for c in calls if c.trainable and c.truncated)

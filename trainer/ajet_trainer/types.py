@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, TypeAlias, Union
 
-from ajet_store.sequences import UNMATCHED
+from ajet.labels import Label, fallback_reason, starts_segment
+from ajet_store.sequences import BRANCH, UNMATCHED
 from ajet_store.types import TrainSequence
-from ajet_token_history.rules import RENDERED
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -39,7 +39,7 @@ class EpisodeSample:
     """Its sequences (one per non-prefix turn boundary)."""
 
 
-MISSED = (RENDERED, UNMATCHED)
+MISSED = (Label.RENDERED, UNMATCHED)
 """Causes of a sequence's start (beside `fallback:<reason>`) where a call might have continued its conversation."""
 
 
@@ -92,7 +92,7 @@ class AssemblyStats:
     def missed_merges(self) -> int:
         """Sequences that started where a call might have continued its conversation: fallbacks, rendered
         history, and calls whose ids did not continue the turn the proxy built them on."""
-        return sum(n for cause, n in self.starts if cause.startswith("fallback:") or cause in MISSED)
+        return sum(n for cause, n in self.starts if fallback_reason(cause) is not None or cause in MISSED)
 
     def metrics(self) -> dict[str, float]:
         """The step's metrics of the assembly: each count as `samples/<field>`, and the trajectories' figures as
@@ -111,12 +111,13 @@ class AssemblyStats:
         out["partial/mixed_version_share"] = self.mixed_version_calls / trainable
         out["partial/trained_answer_tokens_mean"] = self.answer_tokens / trainable
         starts = dict(self.starts)
-        out["history/segments"] = float(sum(n for cause, n in starts.items() if cause.startswith("segment:")))
-        out["history/branches"] = float(starts.get("branch", 0))
+        out["history/segments"] = float(sum(n for cause, n in starts.items() if starts_segment(cause)))
+        out["history/branches"] = float(starts.get(BRANCH, 0))
         out.update({f"history/starts/{cause}": float(n) for cause, n in starts.items()})
         labels = dict(self.labels)
-        out["history/extended"] = float(labels.get("extended", 0))
-        fallbacks = {k[len("fallback:") :]: n for k, n in labels.items() if k.startswith("fallback:")}
+        out["history/extended"] = float(labels.get(Label.EXTENDED, 0))
+        reasons = ((fallback_reason(k), n) for k, n in labels.items())
+        fallbacks = {reason: n for reason, n in reasons if reason is not None}
         out["history/fallbacks"] = float(sum(fallbacks.values()))
         out.update({f"history/fallback/{reason}": float(n) for reason, n in fallbacks.items()})
         return out

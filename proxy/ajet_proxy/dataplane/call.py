@@ -14,14 +14,15 @@ from typing import Any, Callable, Optional
 from starlette.requests import Request
 
 from ajet.chat_request import cut_by_server, prompt_over_job
+from ajet.engine_answer import EngineAnswer
 from ajet.errors import ContextLengthExceeded
 from ajet.job import AgentJetJob
+from ajet.labels import Label
 from ajet_proxy.dataplane.shape import ApiShape
-from ajet_proxy.dataplane.tokens import Extracted
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.types import CallRecord, RegisteredEngine
 from ajet_token_history.planner import Plan
-from ajet_token_history.rules import EXTENDED, answer_message, new_turn
+from ajet_token_history.rules import answer_message, new_turn
 from ajet_token_history.turn_boundary import ended_on_token
 
 CLIENT_GONE_STREAM = "the client disconnected before [DONE]"
@@ -71,21 +72,26 @@ class InFlightCall:
         return ContextLengthExceeded(prompt_over_job(len(prompt_ids), job.max_prompt_length), fields=["messages"])
 
     def record(
-        self, response: Optional[str], ex: Extracted, version: int, error: Optional[str] = None, gone: bool = False
+        self,
+        response: Optional[str],
+        answer: EngineAnswer,
+        version: int,
+        error: Optional[str] = None,
+        gone: bool = False,
     ) -> CallRecord:
-        """The call's log record: the engine's answer (`response`, its ids in `ex`) or why there is none."""
-        engine = self.engine
-        prompt = self.prompt
-        extends = prompt.extends if prompt is not None and prompt.label == EXTENDED else None
+        """The call's log record: the engine's answer (`response` as received, read as `answer`) or why there is
+        none (`answer` then holds at most the prompt's ids)."""
+        engine, prompt, choice = self.engine, self.prompt, answer.first
+        extends = prompt.extends if prompt is not None and prompt.label == Label.EXTENDED else None
         return CallRecord(
             episode_uuid=self.ep.uuid,
             seq=self.seq,
             request=self.raw.decode(errors="replace"),
             response=response,
-            prompt_ids=ex.prompt_ids,
-            completion_ids=ex.completion_ids,
-            logprobs=ex.logprobs,
-            finish_reason=ex.finish_reason,
+            prompt_ids=answer.prompt_ids,
+            completion_ids=answer.completion_ids,
+            logprobs=answer.logprobs,
+            finish_reason=choice.finish_reason,
             policy_version=version,
             engine=engine.name if engine else None,
             latency_ms=(time.perf_counter() - self.t0) * 1000.0,
@@ -95,34 +101,35 @@ class InFlightCall:
             token_history=prompt.label if prompt is not None else None,
             parent_seq=extends.parent.seq if extends is not None else None,
             response_id=self.shape.response_id,
-            truncated=error is None and cut_by_server(self.body, ex.finish_reason, len(ex.completion_ids or ())),
+            truncated=error is None and cut_by_server(self.body, choice.finish_reason, len(choice.token_ids or ())),
             client_gone=gone,
-            version_spans=ex.version_spans,
+            version_spans=answer.policy_version_spans,
         )
 
-    def remember(self, record: CallRecord, ex: Extracted) -> None:
-        """After the call is committed: its number is accounted for, and a trainable answer (`ex`: its content and
+    def remember(self, record: CallRecord, answer: EngineAnswer) -> None:
+        """After the call is committed: its number is accounted for, and a trainable `answer` (its content and
         tool calls) becomes a turn later calls of the episode may continue."""
         if not record.trainable:
             self.ep.history.seen(record.seq)
             return
         assert record.prompt_ids is not None and record.completion_ids is not None
-        answer = answer_message(ex.content, ex.tool_calls)
+        choice = answer.first
+        message = answer_message(choice.message.content, choice.message.tool_call_dicts())
         turn = new_turn(
             record.seq,
             self.body,
             record.prompt_ids,
             record.completion_ids,
-            answer,
+            message,
             self.shape.response_id,
             self.instructions_first,
-            ended_on_token(ex.finish_reason, ex.stop_reason),
+            ended_on_token(choice.finish_reason, choice.stop_reason),
         )
         if turn is None:  # ids no later call can continue
             self.ep.history.seen(record.seq)
             return
         prompt = self.prompt
-        self.ep.history.add(turn, prompt.extends if prompt is not None and prompt.label == EXTENDED else None)
+        self.ep.history.add(turn, prompt.extends if prompt is not None and prompt.label == Label.EXTENDED else None)
 
     def forget(self) -> None:
         """A numbered call that left no answer (refused, failed, cut off): its number is accounted for."""

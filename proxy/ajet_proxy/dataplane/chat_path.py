@@ -31,6 +31,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ajet.engine_answer import EngineAnswer
 from ajet.errors import EpisodeConflict, NotReady, TrainerUnresponsive, Unauthorized
 from ajet.protocol import bearer_token
 from ajet.types import EpisodeStatus, ExperimentState
@@ -39,7 +40,7 @@ from ajet_proxy.dataplane.engine_client import EngineClient, NoEngineReachable, 
 from ajet_proxy.dataplane.relay import as_finished, relay
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
-from ajet_proxy.dataplane.tokens import Extracted, extract_response
+from ajet_proxy.dataplane.tokens import parse_answer
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
@@ -192,7 +193,7 @@ class ChatPath:
         version of the engine it was sent to) without waiting for the commit, and account for its number."""
         version = call.engine.policy_version if call.engine is not None else 0
         self.proxy.host_of(call.ep).writer.submit(
-            call.record(None, Extracted(prompt_ids=prompt_ids), version, why, gone)
+            call.record(None, EngineAnswer(prompt_token_ids=prompt_ids), version, why, gone)
         )
         call.forget()
 
@@ -300,23 +301,23 @@ class ChatPath:
         data, host = sent.answer, self.proxy.host_of(call.ep)
         assert isinstance(data, bytes)
         parsed = _json_object(data)
-        ex, refusal = Extracted(), None
-        if sent.status == 200 and parsed is not None:
-            ex = extract_response(parsed)
-            refusal = call.refusal(host.experiment.job, ex.prompt_ids)  # an engine that rendered the messages
-            record = call.record(data.decode(), ex, sent.version, refusal.detail if refusal else None)
+        answer, malformed = parse_answer(parsed) if sent.status == 200 and parsed is not None else (None, None)
+        refusal = None
+        if answer is not None and parsed is not None:
+            refusal = call.refusal(host.experiment.job, answer.prompt_ids)  # an engine that rendered the messages
+            record = call.record(data.decode(), answer, sent.version, refusal.detail if refusal else None)
             if record.truncated:  # the client gets a finished turn; the store keeps `length`
                 data = orjson.dumps(as_finished(parsed))
         else:
-            error = f"the engine answered {sent.status}: {data[:300].decode(errors='replace')}"
-            record = call.record(data.decode(errors="replace"), Extracted(), sent.version, error)
+            error = malformed or f"the engine answered {sent.status}: {data[:300].decode(errors='replace')}"
+            record = call.record(data.decode(errors="replace"), EngineAnswer(), sent.version, error)
         if await call.client_gone():
             record = replace(record, error=CLIENT_GONE_PLAIN, client_gone=True)
         try:
             await host.writer.commit(record)  # durable before the agent sees the answer
         finally:
             call.finish()
-        call.remember(record, ex)
+        call.remember(record, answer or EngineAnswer())
         if refusal is not None:
             raise refusal
         return call.shape.answer(sent.status, data, parsed)

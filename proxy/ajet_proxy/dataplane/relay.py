@@ -14,8 +14,10 @@ from typing import Any, AsyncIterator, Optional, Union
 
 import aiohttp
 import orjson
+from pydantic import ValidationError
 
 from ajet.chat_request import cut_by_server
+from ajet.engine_answer import EngineAnswer
 from ajet.errors import StoreError
 from ajet.protocol import ErrorCode
 from ajet_proxy.dataplane.call import CLIENT_GONE_STREAM, InFlightCall
@@ -39,7 +41,7 @@ class _Relay:
     def refused(self) -> Optional[bytes]:
         """The failure event of a prompt over the job's limit, the first time its ids are known (nothing of the
         answer was passed on yet); None otherwise."""
-        refusal = self.call.refusal(self.proxy.host_of(self.call.ep).experiment.job, self.acc.out.prompt_ids)
+        refusal = self.call.refusal(self.proxy.host_of(self.call.ep).experiment.job, self.acc.prompt_ids)
         if refusal is None:
             return None
         self.why = refusal.detail
@@ -55,24 +57,33 @@ class _Relay:
     async def finish(self) -> bytes:
         """The stream's end: commit the call, then what answers [DONE] (or the failure, when the store refused)."""
         self.committed = True
-        record = self.record()
+        record, answer = self.record_and_answer()
         try:
             await self.proxy.host_of(self.call.ep).writer.commit(record)
         except StoreError as exc:
             return self.call.shape.failed(ErrorCode.STORE_ERROR, exc.detail)
-        self.call.remember(record, self.acc.out)
-        assembled = self.acc.assembled_response()
+        self.call.remember(record, answer)
+        assembled = self.acc.assembled_response(answer)
         return self.call.shape.done(as_finished(assembled) if record.truncated else assembled)
 
     def record(self, why: Optional[str] = None) -> CallRecord:
         """The call's log record from what the stream carried."""
+        return self.record_and_answer(why)[0]
+
+    def record_and_answer(self, why: Optional[str] = None) -> tuple[CallRecord, EngineAnswer]:
+        """The call's log record from what the stream carried, and the answer it assembled (empty when a chunk
+        carried a malformed field: the record then says which)."""
+        try:
+            answer = self.acc.result()
+        except ValidationError as exc:
+            answer, why = EngineAnswer(), why or f"the engine's stream is malformed: {exc.errors()[0]['loc']}"
         if why is None and self.acc.errors:
             why = f"stream error: {self.acc.errors[0]}"
         elif why is None and not self.acc.done:
             why = "stream ended before [DONE]"
-        response = orjson.dumps(self.acc.assembled_response()).decode()
-        record = self.call.record(response, self.acc.result(), self.sent.version, why)
-        return replace(record, client_gone=True) if why == CLIENT_GONE_STREAM else record
+        response = orjson.dumps(self.acc.assembled_response(answer)).decode()
+        record = self.call.record(response, answer, self.sent.version, why)
+        return (replace(record, client_gone=True) if why == CLIENT_GONE_STREAM else record), answer
 
 
 async def relay(proxy: Proxy, call: InFlightCall, sent: Sent) -> AsyncIterator[bytes]:

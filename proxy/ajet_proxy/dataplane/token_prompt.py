@@ -24,11 +24,11 @@ import orjson
 from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable
 from ajet.job import AgentJetJob
+from ajet.labels import Label, fallback
 from ajet_proxy.dataplane.engine_client import engine_headers
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_proxy.proxy import Proxy
 from ajet_store.types import RegisteredEngine
-from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 from ajet_token_history.planner import CloseToken, Plan, Question, prompt_plan
 
@@ -65,7 +65,7 @@ class TokenPrompts:
         with the engine's `/tokenize` and its end-of-turn token."""
         job = self._job(ep)
         if job is not None and job.token_history != "exact":  # the job keeps no token history
-            return Plan(None, h.RENDERED)
+            return Plan(None, Label.RENDERED)
         await self._read_missing(ep, seq)
         plan = prompt_plan(ep.history.turns, body["messages"], template_tools(body))
         try:
@@ -76,7 +76,7 @@ class TokenPrompts:
             return done.value
         except TokenizeFailed as exc:
             logger.warning("episode %s: token history falls back: %s", ep.uuid, exc.detail)
-            return Plan(None, h.FALLBACK + "tokenize_failed")
+            return Plan(None, fallback("tokenize_failed"))
 
     async def _answer(
         self, question: Question, engine: RegisteredEngine, body: dict[str, Any], job: Optional[AgentJetJob]

@@ -1,69 +1,38 @@
-"""Pure extraction of token ids and logprobs from vLLM-format answers, plain and streamed.
+"""Reading an engine's answer, plain and streamed, into an `EngineAnswer` (`ajet.engine_answer`).
 
-vLLM with `return_token_ids: true` answers with `prompt_token_ids` (top level; in a stream, in the
-first chunk) and `token_ids` per choice (in a stream, per chunk); `logprobs: true` adds
-`choices[i].logprobs.content[j].logprob`. Nothing here re-tokenises text.
+A plain answer is parsed whole (`parse_answer`). A stream's events are read as they pass through, without a model
+per event (one event per token: the hot path), and assembled into one `EngineAnswer` at its end
+(`StreamAccumulator`): its first chunk carries `prompt_token_ids`, each chunk its `token_ids` and `logprobs`, the
+chunk that ends it `finish_reason`, `stop_reason` and (after an update mid-answer) `policy_version_spans`. Nothing
+here re-tokenises text.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Optional, Union
 
 import orjson
+from pydantic import ValidationError
+from pydantic.main import IncEx
 
+from ajet.engine_answer import AnswerChoice, AnswerMessage, ChoiceLogprobs, EngineAnswer, ToolCall, Usage
 from ajet_proxy.dataplane.sse import DONE, SSESplitter
 
-
-@dataclass
-class Extracted:
-    """What the call log keeps from one answer (choice 0)."""
-
-    prompt_ids: Optional[list[int]] = None
-    completion_ids: Optional[list[int]] = None
-    logprobs: Optional[list[float]] = None
-    finish_reason: Optional[str] = None
-    stop_reason: Optional[str | int] = None
-    """vLLM's `stop_reason`: the stop string (or token id) that ended the answer; None for EOS or length."""
-    content: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    usage: Optional[dict[str, Any]] = None
-    version_spans: Optional[list[tuple[int, int]]] = None
-    """The engine's `policy_version_spans`: which policy version sampled which tokens (an update mid-answer)."""
+_KEPT_IN_COLUMNS: IncEx = {"logprobs", "token_ids"}
+_CHOICES: Mapping[str, Union[IncEx, bool]] = {"__all__": _KEPT_IN_COLUMNS}
+STREAM_LOGGED: Mapping[str, Union[IncEx, bool]] = {"choices": _CHOICES, "prompt_token_ids": True}
+"""What the call log's `response` of a stream leaves out: the ids and logprobs it keeps in columns of their own."""
 
 
-def _logprob_values(logprobs: Any) -> Optional[list[float]]:
-    if not isinstance(logprobs, dict) or not isinstance(logprobs.get("content"), list):
-        return None
-    return [float(item["logprob"]) for item in logprobs["content"]]
-
-
-def version_spans(raw: Any) -> Optional[list[tuple[int, int]]]:
-    """An engine's `policy_version_spans` (`[[offset, version], ...]`), or None when absent or malformed."""
-    if not isinstance(raw, list) or not raw:
-        return None
+def parse_answer(data: dict[str, Any]) -> tuple[Optional[EngineAnswer], Optional[str]]:
+    """A plain answer's `EngineAnswer`; else None and what is wrong with it, naming the field."""
     try:
-        return [(int(offset), int(version)) for offset, version in raw]
-    except (TypeError, ValueError):
-        return None
-
-
-def extract_response(data: dict[str, Any]) -> Extracted:
-    """Token ids, logprobs and finish reason of a non-streamed chat completion."""
-    out = Extracted(prompt_ids=data.get("prompt_token_ids"), usage=data.get("usage"))
-    out.version_spans = version_spans(data.get("policy_version_spans"))
-    choices = data.get("choices") or []
-    if choices:
-        ch = choices[0]
-        out.prompt_ids = out.prompt_ids if out.prompt_ids is not None else ch.get("prompt_token_ids")
-        out.completion_ids = ch.get("token_ids")
-        out.logprobs = _logprob_values(ch.get("logprobs"))
-        out.finish_reason = ch.get("finish_reason")
-        out.stop_reason = ch.get("stop_reason")
-        msg = ch.get("message") or {}
-        out.content = msg.get("content") or ""
-        out.tool_calls = msg.get("tool_calls") or []
-    return out
+        return EngineAnswer.model_validate(data), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        return None, f"the engine's answer is malformed at {where}: {first['msg']}"
 
 
 class StreamAccumulator:
@@ -71,13 +40,16 @@ class StreamAccumulator:
 
     def __init__(self) -> None:
         self._sse = SSESplitter()
-        self.out = Extracted()
+        self.prompt_ids: Optional[list[int]] = None
+        """The prompt's ids, once a chunk carried them (the first, from vLLM and the embedded engine)."""
         self._ids: list[int] = []
-        self._lps: list[float] = []
+        self._lps: list[Any] = []
         self._saw_ids = False
         self._saw_lps = False
         self._parts: list[str] = []
         self._tools: dict[int, dict[str, Any]] = {}
+        self._end: dict[str, Any] = {}
+        """What the stream's end said: `finish_reason`, `stop_reason`, `usage`, `policy_version_spans`."""
         self.meta: dict[str, Any] = {}
         self.done = False
         self.errors: list[Any] = []
@@ -102,31 +74,31 @@ class StreamAccumulator:
             self.errors.append(data["error"])
             return data
         if not self.meta:
-            self.meta = {k: data.get(k) for k in ("id", "created", "model")}
+            self.meta = {k: data[k] for k in ("id", "created", "model") if data.get(k) is not None}
         if data.get("prompt_token_ids") is not None:
-            self.out.prompt_ids = data["prompt_token_ids"]
+            self.prompt_ids = data["prompt_token_ids"]
         if data.get("usage"):
-            self.out.usage = data["usage"]
+            self._end["usage"] = data["usage"]
         if data.get("policy_version_spans") is not None:  # the last chunk of an answer an update straddled
-            self.out.version_spans = version_spans(data["policy_version_spans"])
+            self._end["policy_version_spans"] = data["policy_version_spans"]
         for ch in data.get("choices") or []:
             if ch.get("index", 0) == 0:
                 self._choice(ch)
         return data
 
     def _choice(self, ch: dict[str, Any]) -> None:
-        if ch.get("prompt_token_ids") is not None and self.out.prompt_ids is None:
-            self.out.prompt_ids = ch["prompt_token_ids"]
+        if ch.get("prompt_token_ids") is not None and self.prompt_ids is None:
+            self.prompt_ids = ch["prompt_token_ids"]
         if ch.get("token_ids") is not None:
             self._saw_ids = True
             self._ids.extend(ch["token_ids"])
-        lps = _logprob_values(ch.get("logprobs"))
-        if lps is not None:
+        logprobs = ch.get("logprobs")
+        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
             self._saw_lps = True
-            self._lps.extend(lps)
+            self._lps.extend(logprobs["content"])
         if ch.get("finish_reason"):
-            self.out.finish_reason = ch["finish_reason"]
-            self.out.stop_reason = ch.get("stop_reason")
+            self._end["finish_reason"] = ch["finish_reason"]
+            self._end["stop_reason"] = ch.get("stop_reason")
         delta = ch.get("delta") or {}
         if delta.get("content"):
             self._parts.append(delta["content"])
@@ -144,32 +116,28 @@ class StreamAccumulator:
         """Completion token ids seen so far."""
         return len(self._ids)
 
-    def result(self) -> Extracted:
-        """The assembled choice 0."""
-        self.out.completion_ids = self._ids if self._saw_ids else None
-        self.out.logprobs = self._lps if self._saw_lps else None
-        self.out.content = "".join(self._parts)
-        self.out.tool_calls = [self._tools[i] for i in sorted(self._tools)]
-        return self.out
+    def result(self) -> EngineAnswer:
+        """The stream assembled into one answer (what it carried so far, when it ended early). Raises
+        `pydantic.ValidationError` naming the field when a chunk carried a malformed one."""
+        content = "".join(self._parts)
+        tools = [ToolCall.model_validate(self._tools[i]) for i in sorted(self._tools)]
+        message = AnswerMessage(content=content, tool_calls=tools or None)
+        choice = AnswerChoice(
+            message=message,
+            finish_reason=self._end.get("finish_reason"),
+            stop_reason=self._end.get("stop_reason"),
+            logprobs=ChoiceLogprobs(content=self._lps) if self._saw_lps else None,
+            token_ids=self._ids if self._saw_ids else None,
+        )
+        usage = self._end.get("usage")
+        if usage is None and self.prompt_ids is not None and self._saw_ids:  # counted from the ids
+            usage = Usage.of(len(self.prompt_ids), len(self._ids))
+        return EngineAnswer.model_validate(
+            {**self.meta, "choices": [choice], "usage": usage, "prompt_token_ids": self.prompt_ids,
+             "policy_version_spans": self._end.get("policy_version_spans")}
+        )  # fmt: skip
 
-    def assembled_response(self) -> dict[str, Any]:
-        """A non-streamed-style answer built from the stream, for the call log."""
-        ex = self.result()
-        message: dict[str, Any] = {"role": "assistant", "content": ex.content}
-        if ex.tool_calls:
-            message["tool_calls"] = ex.tool_calls
-        usage = ex.usage
-        if usage is None and ex.prompt_ids is not None and ex.completion_ids is not None:  # counted from the ids
-            usage = {
-                "prompt_tokens": len(ex.prompt_ids),
-                "completion_tokens": len(ex.completion_ids),
-                "total_tokens": len(ex.prompt_ids) + len(ex.completion_ids),
-            }
-        return {
-            **self.meta,
-            "object": "chat.completion",
-            "usage": usage,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": ex.finish_reason, "stop_reason": ex.stop_reason}
-            ],
-        }
+    def assembled_response(self, answer: EngineAnswer) -> dict[str, Any]:
+        """`answer` (this stream's `result()`) as a non-streamed answer for the call log and the shape's last event:
+        its ids and logprobs left out (the log keeps them in columns of their own)."""
+        return answer.model_dump(exclude=STREAM_LOGGED, exclude_none=True)

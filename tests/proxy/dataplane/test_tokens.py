@@ -3,7 +3,7 @@
 import orjson
 import pytest
 
-from ajet_proxy.dataplane.tokens import StreamAccumulator, extract_response
+from ajet_proxy.dataplane.tokens import StreamAccumulator, parse_answer
 
 
 def sse(objs):
@@ -66,10 +66,14 @@ def test_stream_any_chunking(step):
     assert ex.prompt_ids == [1, 2, 3]
     assert ex.completion_ids == [10, 11, 12, 7]
     assert ex.logprobs == [-0.5, -1.0, -0.1, -0.2]
-    assert ex.finish_reason == "tool_calls"
     assert ex.content == "he"
-    assert ex.tool_calls == [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]
-    msg = acc.assembled_response()["choices"][0]["message"]
+    assert ex.first.finish_reason == "tool_calls"
+    assert ex.first.message.tool_call_dicts() == [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    ]
+    logged = acc.assembled_response(ex)
+    assert "token_ids" not in logged["choices"][0] and "prompt_token_ids" not in logged  # kept in columns
+    msg = logged["choices"][0]["message"]
     assert msg["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
 
 
@@ -80,7 +84,7 @@ def test_stream_without_ids_reports_none():
     assert ex.prompt_ids is None and ex.completion_ids is None and ex.content == "hi"
 
 
-def test_extract_plain():
+def test_a_plain_answer_is_read_into_an_engine_answer():
     data = {
         "prompt_token_ids": [5, 6],
         "choices": [
@@ -92,20 +96,31 @@ def test_extract_plain():
                 "logprobs": {"content": [{"logprob": -1}, {"logprob": -2}]},
             }
         ],
+        "vendor_field": {"kept": True},
     }
-    ex = extract_response(data)
-    assert (ex.prompt_ids, ex.completion_ids, ex.logprobs, ex.finish_reason) == ([5, 6], [8, 9], [-1.0, -2.0], "length")
-    assert extract_response({"choices": [{"message": {"content": "x"}}]}).completion_ids is None
+    answer, wrong = parse_answer(data)
+    assert wrong is None and answer is not None
+    assert (answer.prompt_ids, answer.completion_ids, answer.logprobs) == ([5, 6], [8, 9], [-1.0, -2.0])
+    assert answer.first.finish_reason == "length" and answer.content == "ab"
+    assert answer.model_dump()["vendor_field"] == {"kept": True}  # an engine's own field is kept
+    bare, _ = parse_answer({"choices": [{"message": {"content": "x"}}]})
+    assert bare is not None and bare.completion_ids is None and bare.logprobs is None
+
+
+def test_a_malformed_answer_is_refused_naming_its_field():
+    answer, wrong = parse_answer({"choices": [{"message": {"content": "x"}, "token_ids": ["a"]}]})
+    assert answer is None and wrong is not None and "choices.0.token_ids.0" in wrong
+    answer, wrong = parse_answer({"choices": [], "policy_version_spans": [["x", 1]]})
+    assert answer is None and wrong is not None and "policy_version_spans" in wrong
 
 
 def test_an_engines_version_spans_are_read_from_a_plain_answer_and_a_streams_last_chunk():
-    from ajet_proxy.dataplane.tokens import StreamAccumulator, extract_response, version_spans
-
     plain = {"choices": [{"message": {"content": "ab"}, "token_ids": [1, 2]}], "policy_version_spans": [[0, 4], [1, 5]]}
-    assert extract_response(plain).version_spans == [(0, 4), (1, 5)]
-    assert extract_response({"choices": []}).version_spans is None
+    answer, _ = parse_answer(plain)
+    assert answer is not None and answer.policy_version_spans == [(0, 4), (1, 5)]
+    empty, _ = parse_answer({"choices": []})
+    assert empty is not None and empty.policy_version_spans is None
     acc = StreamAccumulator()
     acc.add(b'{"choices": [{"delta": {"content": "a"}, "token_ids": [1]}]}')
     acc.add(b'{"choices": [{"delta": {}, "finish_reason": "stop"}], "policy_version_spans": [[0, 4], [1, 5]]}')
-    assert acc.result().version_spans == [(0, 4), (1, 5)]
-    assert version_spans([["x", 1]]) is None and version_spans("no") is None and version_spans([]) is None
+    assert acc.result().policy_version_spans == [(0, 4), (1, 5)]

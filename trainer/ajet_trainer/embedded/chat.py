@@ -12,7 +12,10 @@ import time
 import uuid
 from typing import Any, Optional
 
+import orjson
+
 from ajet.chat_request import content_text, max_tokens_asked, prompt_over_job, template_tools
+from ajet.engine_answer import AnswerChoice, AnswerMessage, EngineAnswer, Usage
 from ajet.errors import ContextLengthExceeded, InvalidRequest
 from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
 from ajet_trainer.embedded.generation import GenRequest, GenResult
@@ -160,40 +163,39 @@ def completion_body(
     tools: bool,
     want_ids: bool,
     want_logprobs: bool,
-) -> dict[str, Any]:
-    """A non-streamed chat completion in vLLM's format."""
+) -> EngineAnswer:
+    """A non-streamed chat completion in vLLM's format (sent as `answer_json`: fields not asked for left out)."""
     content, calls = parse_tool_calls(res.text) if tools else (res.text, [])
-    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
-    if calls:
-        message["tool_calls"] = calls
-    choice: dict[str, Any] = {
-        "index": 0,
-        "message": message,
-        "finish_reason": "tool_calls" if calls else res.finish_reason,
-        "stop_reason": res.stop_reason,
-    }
-    if want_logprobs:
-        choice["logprobs"] = _logprobs(tokenizer, res)
-    if want_ids:
-        choice["token_ids"] = res.token_ids
-    body: dict[str, Any] = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": {
-            "prompt_tokens": len(prompt),
-            "completion_tokens": len(res.token_ids),
-            "total_tokens": len(prompt) + len(res.token_ids),
-        },
-        "policy_version": res.policy_version,
-    }
-    if want_ids:
-        body["prompt_token_ids"] = prompt
+    message = AnswerMessage(
+        role="assistant", content=content or (None if calls else ""), **({"tool_calls": calls} if calls else {})
+    )
+    choice = AnswerChoice(
+        index=0,
+        message=message,
+        finish_reason="tool_calls" if calls else res.finish_reason,
+        stop_reason=res.stop_reason,
+        **({"logprobs": _logprobs(tokenizer, res)} if want_logprobs else {}),
+        **({"token_ids": res.token_ids} if want_ids else {}),
+    )
+    extra: dict[str, Any] = {"prompt_token_ids": prompt} if want_ids else {}
     if len(res.version_spans) > 1:  # an update came mid-answer: which tokens each version sampled
-        body["policy_version_spans"] = [list(span) for span in res.version_spans]
-    return body
+        extra["policy_version_spans"] = res.version_spans
+    return EngineAnswer(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        object="chat.completion",
+        created=int(time.time()),
+        model=model,
+        choices=[choice],
+        usage=Usage.of(len(prompt), len(res.token_ids)),
+        policy_version=res.policy_version,
+        **extra,
+    )
+
+
+def answer_json(answer: EngineAnswer) -> bytes:
+    """An answer's body: the fields it was built with, defaults included where the builder named them (a field
+    not asked for is absent, not null)."""
+    return orjson.dumps(answer.model_dump(exclude_unset=True))
 
 
 def chunk_body(

@@ -27,6 +27,7 @@ from ajet_trainer.chat_render import render_ids, template_options
 from ajet_trainer.embedded.adapters import requested_adapter, served_names
 from ajet_trainer.embedded.batcher import Batcher, Pending
 from ajet_trainer.embedded.chat import (
+    answer_json,
     check_engine_support,
     completion_body,
     gen_request,
@@ -237,7 +238,7 @@ class EmbeddedEngine:
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
         out = completion_body(self.tokenizer, model, prompt, res, tools, want_ids, want_lps)
         return web.Response(
-            body=orjson.dumps(out),
+            body=answer_json(out),
             content_type="application/json",
             headers={POLICY_VERSION_HEADER: str(res.policy_version)},
         )

@@ -26,7 +26,7 @@ import runpy
 from typing import Any, AsyncIterator, Optional
 
 
-def version_spans(result: Any) -> Optional[list[list[int]]]:
+def spans_of_result(result: Any) -> Optional[list[list[int]]]:
     """`[[offset, version], ...]` of a finished `RequestOutput`'s first answer, when two versions or more sampled
     it and every label is a policy version (an integer); else None."""
     spans = getattr(result.outputs[0], "weight_versions", None) if result is not None and result.outputs else None
@@ -55,7 +55,7 @@ def _full(original: Any) -> Any:
     async def full(self: Any, request: Any, result_generator: Any, *args: Any, **kwargs: Any) -> Any:
         seen = _Last(result_generator)
         response = await original(self, request, seen.__aiter__(), *args, **kwargs)
-        spans = version_spans(seen.last)
+        spans = spans_of_result(seen.last)
         if spans is not None and hasattr(response, "choices"):
             response.policy_version_spans = spans  # vLLM's response models allow extra fields
         return response
@@ -69,7 +69,7 @@ def _stream(original: Any) -> Any:
         seen = _Last(result_generator)
         async for event in original(self, request, seen.__aiter__(), *args, **kwargs):
             if '"finish_reason":"' in event and event.startswith("data: {"):  # the answer's last chunk
-                spans = version_spans(seen.last)  # the finished result: its chunk is built after it came
+                spans = spans_of_result(seen.last)  # the finished result: its chunk is built after it came
                 if spans is not None:
                     chunk = json.loads(event[len("data: ") :])
                     event = "data: " + json.dumps({**chunk, "policy_version_spans": spans}) + "\n\n"
