@@ -21,7 +21,7 @@ import httpx
 
 from ajet.utils.runtime import apply_offline_env
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.vllm.server import VllmEngine, VllmSettings, find_vllm_python
+from ajet_trainer.vllm.server import VllmServer, VllmSettings, find_vllm_python
 from bench.results import emit
 
 BENCH = "vllm_boot"
@@ -32,7 +32,7 @@ ARMS = {"mp": ("--distributed-executor-backend", "mp"), "uni": ()}
 def boot(arm: str, tmp: Path) -> tuple[float, str]:
     """Seconds from launch to a healthy server, and its greedy answer to one prompt."""
     settings = VllmSettings(python=find_vllm_python(), lora_rank=8, max_model_len=512, cpu=True, user_args=ARMS[arm])
-    engine = VllmEngine(str(builtin_model_path("builtin:tiny")), settings, tmp / f"vllm-{arm}.log")
+    engine = VllmServer(str(builtin_model_path("builtin:tiny")), settings, tmp / f"vllm-{arm}.log")
     t0 = time.monotonic()
     engine.start()
     seconds = time.monotonic() - t0

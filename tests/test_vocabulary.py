@@ -20,10 +20,11 @@ RETIRED = {
     "engine row / engine state": re.compile(r"\bengine[ _](row|state)\b|\bEngineRow\b|\bEngineStatus\b", re.I),
     "weights version (say policy version)": re.compile(r"\bweights? versions?\b", re.I),
     "swarm_of (the proxy's view: proxy_of)": re.compile(r"\bswarm_of\b"),
+    "shared server (say shared launch)": re.compile(r"\bshared (vLLM )?servers?\b", re.I),
     "old class names": re.compile(
         r"\b(ProxyState|LiveEpisode|EpisodeRegistry|SwarmServerError|ServerStore\w*|EngineNotReady|EngineBootFailed"
         r"|UpstreamUnavailable|ChatFieldError|EngineRequestError|PromptTooLong|NotRolling|TrainerSilent"
-        r"|PolicyRouter|CallLogWriter|make_engines|NoDeploymentReachable)\b"
+        r"|PolicyRouter|CallLogWriter|make_engines|NoDeploymentReachable|VllmEngine|VllmServers|SharedServer|ServerKey)\b"
     ),
 }
 """Each retired word, and how it is found."""

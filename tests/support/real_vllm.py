@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.vllm.server import VllmEngine, VllmSettings, find_vllm_python
+from ajet_trainer.vllm.server import VllmServer, VllmSettings, find_vllm_python
 from tests.support.require import need
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def start_vllm(
     timeout_s: float = 600,
     max_model_len: int = 512,
     max_tokens_cap: Optional[int] = None,
-) -> VllmEngine:
+) -> VllmServer:
     """vLLM's server on the tiny model, launched as the trainer launches it (CPU settings; `max_tokens_cap`: the
     job's per-turn cap, as the trainer sets it)."""
     settings = VllmSettings(
@@ -51,7 +51,7 @@ def start_vllm(
         health_timeout_s=timeout_s,
         user_args=user_args,
     )
-    engine = VllmEngine(model_path or tiny_path(), settings, tmp / "vllm.log")
+    engine = VllmServer(model_path or tiny_path(), settings, tmp / "vllm.log")
     engine.start()
     return engine
 

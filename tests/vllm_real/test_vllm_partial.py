@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from ajet_trainer.vllm.launch import prometheus_counter
-from ajet_trainer.vllm.server import LIVE_ADAPTER, VllmEngine, VllmSettings
+from ajet_trainer.vllm.server import LIVE_ADAPTER, VllmServer, VllmSettings
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import adapter_model, random_adapter, tiny_path, vllm_python
 
@@ -33,16 +33,16 @@ EXACT = 2e-4
 
 
 @pytest.fixture(scope="module")
-def vllm(module_tmp: Path) -> Iterator[VllmEngine]:
+def vllm(module_tmp: Path) -> Iterator[VllmServer]:
     settings = VllmSettings(python=vllm_python(), lora_rank=8, max_model_len=1024, cpu=True, partial_rollouts=True,
                             health_timeout_s=600)  # fmt: skip
-    engine = VllmEngine(tiny_path(), settings, module_tmp / "vllm.log")
+    engine = VllmServer(tiny_path(), settings, module_tmp / "vllm.log")
     engine.start()
     yield engine
     engine.stop()
 
 
-def _generated(vllm: VllmEngine) -> float:
+def _generated(vllm: VllmServer) -> float:
     text = httpx.get(vllm.base + "/metrics", timeout=30).text
     return prometheus_counter(text, "vllm:generation_tokens_total")
 
@@ -53,7 +53,7 @@ def _body(stream: bool, model: str = LIVE_ADAPTER) -> dict[str, Any]:
             "stream": stream}  # fmt: skip
 
 
-def _streamed(vllm: VllmEngine, update) -> dict[str, Any]:
+def _streamed(vllm: VllmServer, update) -> dict[str, Any]:
     """A streamed answer, the update made once `BEFORE` tokens came; its chunks folded into one answer."""
     ids: list[int] = []
     lps: list[float] = []
@@ -75,7 +75,7 @@ def _streamed(vllm: VllmEngine, update) -> dict[str, Any]:
     return {**out, "ids": ids, "lps": lps}
 
 
-def _plain(vllm: VllmEngine, update, model: str = LIVE_ADAPTER) -> dict[str, Any]:
+def _plain(vllm: VllmServer, update, model: str = LIVE_ADAPTER) -> dict[str, Any]:
     """A plain answer of `model`, the update made once vLLM counts `BEFORE` generated tokens more than before it."""
     start, got = _generated(vllm), {}
     url = vllm.base_url + "/chat/completions"

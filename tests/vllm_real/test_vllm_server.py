@@ -27,7 +27,7 @@ from ajet_trainer.errors import EngineStartError
 from ajet_trainer.model_export import export_model
 from ajet_trainer.vllm.adapters import ServedAdapters
 from ajet_trainer.vllm.launch import prometheus_counter
-from ajet_trainer.vllm.server import VllmEngine
+from ajet_trainer.vllm.server import VllmServer
 from tests.support.logprobs import completion_logprobs
 from tests.support.real_vllm import adapter_model, random_adapter, start_vllm, tiny_path
 from tests.support.rolling import make_rolling
@@ -73,7 +73,7 @@ def trained(module_tmp: Path) -> tuple[torch.nn.Module, Path]:
 
 
 @pytest.fixture(scope="module")
-def vllm(module_tmp: Path, trained) -> Iterator[VllmEngine]:
+def vllm(module_tmp: Path, trained) -> Iterator[VllmServer]:
     # `vllm serve OUT` of an export; a context smolagents' CodeAgent prompt fits, the per-turn cap a job sets
     engine = start_vllm(module_tmp, model_path=str(trained[1]), max_model_len=16_384, max_tokens_cap=CAP)
     yield engine
@@ -107,7 +107,7 @@ def logged_call(store, uuid: str, n: int = 1):
     return calls[n - 1]
 
 
-def chat(vllm: VllmEngine, model: str = "policy") -> httpx.Response:
+def chat(vllm: VllmServer, model: str = "policy") -> httpx.Response:
     body = {"model": model, "messages": MSGS, "max_tokens": 6, "logprobs": True, "return_token_ids": True, "seed": 1}
     return httpx.post(vllm.base_url + "/chat/completions", json=body, timeout=60)
 
@@ -248,7 +248,7 @@ def test_forced_calls_structured_output_and_top_k_through_the_proxy(client, stor
 class Running:
     """The one running server as the `Launch` an experiment's `ServedAdapters` loads its adapters into."""
 
-    def __init__(self, engine: VllmEngine):
+    def __init__(self, engine: VllmServer):
         self.engines, self.by_name, self.base_url = [engine], {"vllm-0": engine}, engine.base_url
 
     def drop_exited(self) -> bool:
@@ -380,7 +380,7 @@ def test_an_adapter_on_the_output_layer_answers_as_its_peft_model(vllm, trained,
     """LoRA on `lm_head` too (what makes an adapter learn on a random base: docs/experiments.md) is served by vLLM
     exactly as peft computes it.
 
-    Last of the module's tests on its shared server: vLLM 0.32's CPU LoRA ops index the output layer's slots with the
+    Last of the module's tests on the server it shares: vLLM 0.32's CPU LoRA ops index the output layer's slots with the
     request's slot number, and a call without adapter (-1) reads the last slot, so once an lm_head adapter sat there
     the base model's answers carry its output-layer delta, also after it is unloaded (found here by test order;
     docs/experiments.md, limits)."""
@@ -410,7 +410,7 @@ def test_vllm_frees_the_row_of_a_client_that_leaves(tmp_path):
         vllm.stop()
 
 
-def _left_stream_is_aborted(vllm: VllmEngine) -> None:
+def _left_stream_is_aborted(vllm: VllmServer) -> None:
     url = vllm.base_url.removesuffix("/v1") + "/metrics"
 
     def running() -> float:

@@ -28,7 +28,7 @@ _EXPORTS = {
     "TrainerError": "ajet_trainer.errors",
     "TrainerOptions": "ajet_trainer.options",
     "TrainingSession": "ajet_trainer.interfaces",
-    "VllmEngine": "ajet_trainer.vllm.server",
+    "VllmServer": "ajet_trainer.vllm.server",
     "VllmEngines": "ajet_trainer.vllm.engines",
     "VllmSettings": "ajet_trainer.vllm.server",
     "assemble": "ajet_trainer.samples",
@@ -80,4 +80,4 @@ if TYPE_CHECKING:
     from ajet_trainer.tiny_model import builtin_model_path, resolve_model_path
     from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
     from ajet_trainer.vllm.engines import VllmEngines
-    from ajet_trainer.vllm.server import VllmEngine, VllmSettings
+    from ajet_trainer.vllm.server import VllmServer, VllmSettings

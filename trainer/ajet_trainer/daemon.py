@@ -9,7 +9,7 @@ failure stays in its experiment.
 
 What experiments share is this trainer's (`registries.Shared`): LoRA experiments on the embedded backend and engine
 attach to one base model and engine per model (`embedded/shared_base.py`); on `--engine vllm` to one launch of vLLM
-servers, each experiment its own adapters (`vllm/servers.py`). Where the trainer trains one experiment only
+servers, each experiment its own adapters (`vllm/shared_launches.py`). Where the trainer trains one experiment only
 (`factory.trains_alone`: verl, vLLM's sleep mode) a second is refused with the reason, in its store.
 """
 

@@ -167,6 +167,6 @@ def start_engines(
     if opts.engine == "vllm":
         from ajet_trainer.vllm.engines import start_vllm_engines
 
-        servers, slug = (shared.servers, shared.slug) if shared else (None, "")
-        return start_vllm_engines(opts, job, model_path, model, exp_dir, step, servers, slug)
+        launches, slug = (shared.launches, shared.slug) if shared else (None, "")
+        return start_vllm_engines(opts, job, model_path, model, exp_dir, step, launches, slug)
     raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")

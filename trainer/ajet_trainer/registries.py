@@ -1,12 +1,13 @@
-"""What a trainer's experiments share: its registries of shared bases (the embedded engine) and vLLM servers, made
-once at the trainer's start and handed to each experiment's session with the experiment's slug (light to import)."""
+"""What a trainer's experiments share: its registries of shared bases (the embedded engine) and shared vLLM
+launches, made once at the trainer's start and handed to each experiment's session with the experiment's slug
+(light to import)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ajet_trainer.embedded.bases import SharedBases, adapter_name
-from ajet_trainer.vllm.servers import VllmServers
+from ajet_trainer.vllm.shared_launches import SharedLaunches
 
 
 @dataclass(frozen=True)
@@ -15,8 +16,8 @@ class Shared:
 
     bases: SharedBases = field(default_factory=SharedBases)
     """The embedded backend's shared bases: one model and one engine per base model (`embedded/shared_base.py`)."""
-    servers: VllmServers = field(default_factory=VllmServers)
-    """The vLLM servers LoRA experiments share: one launch per base model and settings (`vllm/servers.py`)."""
+    launches: SharedLaunches = field(default_factory=SharedLaunches)
+    """The vLLM launches LoRA experiments share: one per base model and settings (`vllm/shared_launches.py`)."""
     slug: str = ""
     """The experiment's slug: "" for the swarm's first."""
 

@@ -22,12 +22,12 @@ from ajet_trainer.vllm.adapters import ServedAdapters
 from ajet_trainer.vllm.engines import refuse_tied_full_reload
 from ajet_trainer.vllm.launch import Launch
 from ajet_trainer.vllm.server import (
-    VllmEngine,
+    VllmServer,
     VllmSettings,
-    engine_devices,
     find_vllm_python,
     launch_args,
     launch_env,
+    server_devices,
 )
 from tests.support.episodes import play_batch
 from tests.support.procs import STUB
@@ -152,10 +152,10 @@ def test_full_fine_tuning_refuses_tied_embeddings(tmp_path):
 
 
 def test_vllm_replica_gpu_groups():
-    assert engine_devices(2, None) == [None, None]
-    assert engine_devices(2, "0,1;2,3") == ["0,1", "2,3"]
+    assert server_devices(2, None) == [None, None]
+    assert server_devices(2, "0,1;2,3") == ["0,1", "2,3"]
     with pytest.raises(TrainerError, match="2 vLLM engines but 3 GPU groups"):
-        engine_devices(2, "0;1;2")
+        server_devices(2, "0;1;2")
 
 
 def test_vllm_start_failure_reports_the_log_tail(tmp_path):
@@ -164,10 +164,10 @@ def test_vllm_start_failure_reports_the_log_tail(tmp_path):
         health_timeout_s=30,
     )
     with pytest.raises(EngineStartError, match="CUDA out of memory"):
-        VllmEngine("/models/none", s, tmp_path / "vllm.log").start()
+        VllmServer("/models/none", s, tmp_path / "vllm.log").start()
     hang = VllmSettings(command=(sys.executable, "-c", "import time; time.sleep(60)", "serve"), health_timeout_s=1.5)
     with pytest.raises(EngineStartError, match="not healthy after"):
-        VllmEngine("/models/none", hang, tmp_path / "vllm2.log").start()
+        VllmServer("/models/none", hang, tmp_path / "vllm2.log").start()
 
 
 def test_sleep_mode_wraps_each_update(tmp_path):
@@ -181,7 +181,7 @@ def test_sleep_mode_wraps_each_update(tmp_path):
 
     s = VllmSettings(command=tuple(STAND_IN.split()), lora_rank=8, enable_sleep_mode=True, health_timeout_s=60)
     model_path = str(builtin_model_path("builtin:tiny"))
-    serving = ServedAdapters(Launch([VllmEngine(model_path, s, tmp_path / "v.log")]), Model(), tmp_path, "", 2, stop)
+    serving = ServedAdapters(Launch([VllmServer(model_path, s, tmp_path / "v.log")]), Model(), tmp_path, "", 2, stop)
     try:
         with serving.updating(1):
             pass
@@ -340,9 +340,9 @@ def test_the_lora_rank_vllm_boots_with_is_one_it_takes():
 LEAVE_A_SERVER = """
 import sys, time
 from pathlib import Path
-from ajet_trainer.vllm.server import VllmEngine, VllmSettings
+from ajet_trainer.vllm.server import VllmServer, VllmSettings
 settings = VllmSettings(command=tuple(sys.argv[1].split()), health_timeout_s=60)
-VllmEngine(sys.argv[2], settings, Path(sys.argv[3]) / "vllm-0.log").start()
+VllmServer(sys.argv[2], settings, Path(sys.argv[3]) / "vllm-0.log").start()
 print("up", flush=True)
 time.sleep(600)
 """
@@ -365,7 +365,7 @@ def test_a_vllm_server_a_killed_trainer_left_running_is_ended_at_the_next_start(
     left = json.loads((tmp_path / "vllm-0.pid").read_text())
     assert Path(f"/proc/{left['pid']}/cmdline").read_bytes().split(b"\0")[:-1] == [c.encode() for c in left["cmd"]]
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a live pid, another command
-    own = VllmEngine(
+    own = VllmServer(
         model_path, VllmSettings(command=tuple(STAND_IN.split()), health_timeout_s=60), tmp_path / "vllm-1.log"
     )
     try:
@@ -401,7 +401,7 @@ def test_a_server_any_killed_trainer_left_is_ended_by_the_next_trainer_of_any_ex
     trainer.kill()
     trainer.wait(10)
     left = json.loads((folder / "vllm-0.pid").read_text())["pid"]
-    own = VllmEngine(
+    own = VllmServer(
         model_path, VllmSettings(command=tuple(STAND_IN.split()), health_timeout_s=60), tmp_path / "b" / "vllm-0.log"
     )
     try:

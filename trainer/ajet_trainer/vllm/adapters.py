@@ -1,5 +1,5 @@
 """`ServedAdapters`: one experiment's LoRA adapters on vLLM servers it may share with the trainer's other LoRA
-experiments (`servers.VllmServers`), as the session's `Engines`.
+experiments (`shared_launches.SharedLaunches`), as the session's `Engines`.
 
 Each step's adapter is saved to `<experiment>/adapters/step_<N>` and loaded into every server under the experiment's
 own name for it (`server.served_adapter`: `policy@<N>` for the swarm's first experiment, `policy@<slug>@<N>` for the
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 class ServedAdapters:
-    """An experiment's adapters on shared vLLM servers; `stop` unloads them and gives the servers back (`release`:
+    """An experiment's adapters on a shared launch; `stop` unloads them and gives the servers back (`release`:
     the last experiment out stops them)."""
 
     def __init__(

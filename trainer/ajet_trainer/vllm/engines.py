@@ -1,11 +1,11 @@
 """vLLM server processes as a session's `Engines` (`Launch`: one server per GPU group). A LoRA job's adapters are served
-on the servers it shares with the trainer's other LoRA experiments (`adapters.ServedAdapters`, `servers.py`: each
-step's adapter hot-loaded under the experiment's name for it); a job that needs its servers alone (`VllmEngines`):
-full fine-tuning saves the weights and reloads them in place, partial rollouts load them in place across a pause.
-With sleep mode the engines free the GPUs during the update.
+on the launch it shares with the trainer's other LoRA experiments (`adapters.ServedAdapters`, `shared_launches.py`:
+each step's adapter hot-loaded under the experiment's name for it); a job that needs its servers alone
+(`VllmEngines`): full fine-tuning saves the weights and reloads them in place, partial rollouts load them in place
+across a pause. With sleep mode the engines free the GPUs during the update.
 
-An engine whose process has exited is dropped at the next publish (its registration leaves the store, the proxy
-fails over to the others); when none is left, the step fails with the last engine's log tail.
+An engine whose process has exited is dropped at the next publish (its registration leaves the store, the proxy fails
+over to the others); when none is left, the step fails with the last engine's log tail.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from ajet_trainer.options import TrainerOptions
 from ajet_trainer.types import EngineCounters, PolicyModel
 from ajet_trainer.vllm.adapters import ServedAdapters
 from ajet_trainer.vllm.launch import Launch
-from ajet_trainer.vllm.server import VllmEngine, VllmSettings, engine_devices, find_vllm_python
-from ajet_trainer.vllm.servers import ServerKey, VllmServers
+from ajet_trainer.vllm.server import VllmServer, VllmSettings, find_vllm_python, server_devices
+from ajet_trainer.vllm.shared_launches import LaunchKey, SharedLaunches
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class VllmEngines:
         self.launch, self.model, self.exp_dir, self.lora, self.partial = launch, model, exp_dir, lora, partial
 
     @property
-    def engines(self) -> list[VllmEngine]:
+    def engines(self) -> list[VllmServer]:
         return self.launch.engines
 
     @property
@@ -74,7 +74,7 @@ class VllmEngines:
 
     def publish(self, version: int) -> str:
         """Full: save the weights, every engine reloads them as `policy`. With partial rollouts, the weights or the
-        adapter in place across a pause that keeps the running requests (`VllmEngine.publish_in_place`)."""
+        adapter in place across a pause that keeps the running requests (`VllmServer.publish_in_place`)."""
         self.drop_exited()
         folder = self.exp_dir / ("adapters" if self.lora else "weights")
         path = folder / f"step_{version}"
@@ -102,26 +102,26 @@ def start_vllm_engines(
     model: PolicyModel,
     exp_dir: Path,
     step: int,
-    servers: Optional[VllmServers] = None,
+    launches: Optional[SharedLaunches] = None,
     slug: str = "",
 ) -> Engines:
     """vLLM engines serving `model_path` with the weights of `step`: a LoRA job's adapters on the servers it shares
-    with the trainer's other LoRA experiments (`servers`, the trainer's registry; experiment `slug`), else servers of
+    with the trainer's other LoRA experiments (`launches`, the trainer's registry; experiment `slug`), else servers of
     its own (full fine-tuning of a model with tied embeddings is refused: `refuse_tied_full_reload`)."""
     lora = job.uses_lora
     if not lora:
         refuse_tied_full_reload(model, model_path)
     settings = vllm_settings(opts, job, cpu=not next(model.parameters()).is_cuda)
-    devices = engine_devices(opts.vllm_engines, opts.vllm_gpu_groups)
+    devices = server_devices(opts.vllm_engines, opts.vllm_gpu_groups)
     end_left_servers(exp_dir)  # those a SIGKILLed trainer of this experiment left running
 
     def start() -> Launch:
-        return Launch([VllmEngine(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)])
+        return Launch([VllmServer(model_path, settings, exp_dir / f"vllm-{i}.log", d) for i, d in enumerate(devices)])
 
     served: Union[VllmEngines, ServedAdapters]
     if lora and not job.partial_rollouts:
-        key = ServerKey.of(model_path, settings, devices)
-        launch, release = (servers or VllmServers()).attach(slug, key, job.lora_rank, start)
+        key = LaunchKey.of(model_path, settings, devices)
+        launch, release = (launches or SharedLaunches()).attach(slug, key, job.lora_rank, start)
         served = ServedAdapters(launch, model, exp_dir, slug, settings.keep_adapters, release)
     else:
         served = VllmEngines(start(), model, exp_dir, lora, partial=job.partial_rollouts)

@@ -16,7 +16,7 @@ import httpx
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.errors import EngineLost
 from ajet_trainer.types import EngineCounters
-from ajet_trainer.vllm.server import VllmEngine
+from ajet_trainer.vllm.server import VllmServer
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 class Launch:
     """vLLM servers of one launch, by their registered name (`vllm-<i>`); launching waits for every one's health."""
 
-    def __init__(self, engines: list[VllmEngine]):
+    def __init__(self, engines: list[VllmServer]):
         self.by_name = {f"vllm-{i}": e for i, e in enumerate(engines)}
         """The live servers by their registered name."""
         self._lock = threading.Lock()  # the experiments sharing these servers may drop one from their own threads
@@ -37,7 +37,7 @@ class Launch:
             raise
 
     @property
-    def engines(self) -> list[VllmEngine]:
+    def engines(self) -> list[VllmServer]:
         return list(self.by_name.values())
 
     def registered(self, model: str, version: int) -> list[RegisteredEngine]:

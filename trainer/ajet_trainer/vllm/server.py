@@ -188,7 +188,7 @@ def launch_env(host: str = "127.0.0.1") -> dict[str, str]:
     return env
 
 
-def engine_devices(engines: int, gpu_groups: Optional[str]) -> list[Optional[str]]:
+def server_devices(engines: int, gpu_groups: Optional[str]) -> list[Optional[str]]:
     """CUDA_VISIBLE_DEVICES of each vLLM engine: `"0,1;2,3"` -> two engines on two GPUs each."""
     if not gpu_groups:
         return [None] * engines
@@ -210,7 +210,7 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-class VllmEngine:
+class VllmServer:
     """One vLLM server child process and the weight / LoRA / sleep calls the trainer makes to it."""
 
     def __init__(self, model_path: str, settings: VllmSettings, log_path: Path, devices: Optional[str] = None):

@@ -1,4 +1,4 @@
-"""Several LoRA experiments on one launch of vLLM servers (`vllm/servers.py`, `vllm/adapters.py`): the registry
+"""Several LoRA experiments on one launch of vLLM servers (`vllm/shared_launches.py`, `vllm/adapters.py`): the registry
 alone (capacity, rank, the last one out, a dead launch replaced), and two experiments of a real swarm on the
 stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py): one server, each experiment's adapters under its
 own names from step 0, each unloading only its own."""
@@ -17,7 +17,7 @@ from ajet_store import experiment_store
 from ajet_store.placement import experiment_slug
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.vllm.server import VllmSettings
-from ajet_trainer.vllm.servers import ServerKey, VllmServers
+from ajet_trainer.vllm.shared_launches import LaunchKey, SharedLaunches
 from tests.support.episodes import play_batch
 from tests.support.procs import STUB
 from tests.support.rolling import wait_state, wait_step
@@ -40,12 +40,12 @@ class FakeLaunch:
         self.stopped = True
 
 
-def key(experiments: int = 2, **settings: object) -> ServerKey:
-    return ServerKey.of("/models/base", VllmSettings(experiments=experiments, lora_rank=8, **settings), [None])
+def key(experiments: int = 2, **settings: object) -> LaunchKey:
+    return LaunchKey.of("/models/base", VllmSettings(experiments=experiments, lora_rank=8, **settings), [None])
 
 
 def test_one_launch_serves_up_to_its_experiments_and_the_last_one_out_stops_it():
-    servers, launched = VllmServers(), []
+    servers, launched = SharedLaunches(), []
 
     def launch() -> FakeLaunch:
         launched.append(FakeLaunch())
@@ -63,18 +63,18 @@ def test_one_launch_serves_up_to_its_experiments_and_the_last_one_out_stops_it()
     release_b()
     assert a.stopped and not other.stopped  # the last one out
     release_other()
-    assert servers.servers == {}
+    assert servers.launches == {}
 
 
 def test_a_higher_rank_is_refused_and_a_dead_launch_is_replaced():
-    servers, launched = VllmServers(), []
+    servers, launched = SharedLaunches(), []
 
     def launch() -> FakeLaunch:
         launched.append(FakeLaunch())
         return launched[-1]
 
     first, release_first = servers.attach("", key(), 12, launch)  # --max-lora-rank 16
-    with pytest.raises(TrainerError, match="lora_rank=32 is above the shared vLLM server's --max-lora-rank 16"):
+    with pytest.raises(TrainerError, match="lora_rank=32 is above the shared launch's --max-lora-rank 16"):
         servers.attach("b", key(), 32, launch)
     servers.attach("b", key(), 16, launch)
     first.live = False  # every process exited: the experiment that boots next gets a new launch
