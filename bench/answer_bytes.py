@@ -1,5 +1,5 @@
 """Bytes per chat answer the agent receives, side by side in one run: with the token ids and policy version the
-proxy asks the backend for (what every answer carried before) against the answer trimmed to what the client asked
+proxy asks the engine for (what every answer carried before) against the answer trimmed to what the client asked
 for (`ajet_proxy.dataplane.chat.shape.ChatShape`). The answers are the embedded engine's own bodies
 (`completion_body`) for prompts of the built-in BPE model's tokenizer; one JSON line per prompt size, then the
 ratio.

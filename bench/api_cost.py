@@ -1,6 +1,6 @@
 """The proxy's CPU per call by API, and against an earlier commit, side by side in one run.
 
-One vLLM-format stub backend; one ajet-proxy from this tree, and (with `--baseline REF`) one from commit
+One vLLM-format stub engine; one ajet-proxy from this tree, and (with `--baseline REF`) one from commit
 REF, checked out in a temporary git worktree and run from it. Each proxy gets plain and streamed chat
 calls; this tree's also gets Responses (`/v1/responses`) and Anthropic Messages (`/v1/messages`) calls
 asking the same thing. Each run has 64 episodes of its own, ended after it (no run inherits another's history);
@@ -81,7 +81,7 @@ BASELINE_ROLLING = Path(__file__).resolve().parent / "baseline_rolling.py"
 
 
 def roll(px: Proc, tree: Path, db: str, backend: str) -> None:
-    """Bring a proxy to ROLLING on the stub backend."""
+    """Bring a proxy to ROLLING on the stub engine."""
     client = SwarmClient(px.url)
     # only the fields every version knows: a baseline proxy refuses job fields added after it
     httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()

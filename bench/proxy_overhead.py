@@ -5,7 +5,7 @@ call logging on (the default aiohttp send path); "litellm_router" is the same pr
 `litellm.Router.acompletion` (`--transport litellm`), so the only difference is the send path.
 Prints one JSON line per measurement, then one line of ratios per (stream, concurrency).
 
-Each configuration runs twice: against a backend that answers at once (the proxy's CPU is the
+Each configuration runs twice: against an engine that answers at once (the proxy's CPU is the
 bottleneck: a worst case) and against one that takes `--backend-delay-ms` per answer (closer to a
 real engine, where the proxy's cost hides behind generation time). Rows carry `backend_delay_ms`.
 

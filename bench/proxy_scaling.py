@@ -4,7 +4,7 @@
 
 A throwaway PostgreSQL on loopback (as the store's tests start one; `AJET_TEST_PG_URL` names another) and a
 vLLM-format backend that answers at once. For each shape, a fresh store and `ajet-proxy start --workers N` (one
-port, the kernel spreading connections), ROLLING on the backend; the load is `bench.episode_plumbing`'s episode
+port, the kernel spreading connections), ROLLING on the engine; the load is `bench.episode_plumbing`'s episode
 (begin_episode, one chat call, end_episode) from one asyncio client. Shapes: one proxy alone (numbers calls in
 memory), one proxy with `--shared-store` (what sharing costs), then 2 and 3 workers. On SQLite, where the CLI
 refuses workers, 2 and 3 `--shared-store` proxies on ports of their own take their place (the client goes
@@ -36,7 +36,7 @@ SHAPES = (("alone", 1, ()), ("shared", 1, ("--shared-store",)), ("workers-2", 2,
 
 
 def start_shape(store: str, db: str, tmp: Path, stub: Proc, workers: int, extra: tuple[str, ...]) -> list[Proc]:
-    """The shape's proxies, ROLLING on the backend: one `--workers N` proxy on PostgreSQL; on SQLite, where the CLI
+    """The shape's proxies, ROLLING on the engine: one `--workers N` proxy on PostgreSQL; on SQLite, where the CLI
     refuses workers, N `--shared-store` proxies on ports of their own (processes sharing the one file all the same)."""
     if store == "sqlite" and workers > 1:
         proxies = [start_proxy(tmp, db, "--shared-store", *extra) for _ in range(workers)]

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real stub backend, a real proxy on a free port, a real SQLite store."""
+"""Shared fixtures: a real stub engine, a real proxy on a free port, a real SQLite store."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A handler awaits `commit(record)` before its answer leaves: the record is durabl
 so every answered call is in the store, even after a SIGKILL of the proxy. While one commit runs, the calls
 answered meanwhile queue up and share the next, so a call waits a few milliseconds and the commit cost is shared
 by its neighbours. `submit` (no wait) is for records of calls that were never answered (a disconnect, no
-reachable backend). `flush()` is a barrier: it returns once every call queued before it is committed.
+reachable engine). `flush()` is a barrier: it returns once every call queued before it is committed.
 `pending(uuid)` says whether an episode has calls queued and not yet committed: `end_episode` flushes only then
 (usually its calls were committed before their answers left).
 """

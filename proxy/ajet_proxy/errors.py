@@ -58,7 +58,7 @@ def openai_error(
     headers: Optional[dict[str, str]] = None,
 ) -> Response:
     """An OpenAI error object (`{"error": {"message", "type", "param", "code"}}`): what the openai SDK and the
-    frameworks on it read. `status`: the code's OpenAI status unless given (a backend's own)."""
+    frameworks on it read. `status`: the code's OpenAI status unless given (an engine's own)."""
     data = openai_error_body(code, message, param).model_dump()
     return Response(orjson.dumps(data), status_code=status or openai_status(code), media_type="application/json",
                     headers=headers)  # fmt: skip

@@ -101,7 +101,7 @@ class CallOps(Database):
                     c.execute(
                         t.episodes.update()
                         .where(e.uuid == uuid)
-                        .values(untrainable=True, untrainable_reason=f"call {bad.seq}: backend returned no token ids")
+                        .values(untrainable=True, untrainable_reason=f"call {bad.seq}: engine returned no token ids")
                     )
 
     def calls(self, uuid: str) -> list[CallRecord]:

@@ -195,7 +195,7 @@ EpisodeChange = Union[BeginEpisode, EndEpisode]
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One logged LLM call, with the exact token ids the backend produced."""
+    """One logged LLM call, with the exact token ids the engine produced."""
 
     episode_uuid: str
     """The episode."""
@@ -204,7 +204,7 @@ class CallRecord:
     request: str
     """The agent's request body (JSON text)."""
     response: Optional[str]
-    """The backend's answer (JSON text; for streams, the assembled answer)."""
+    """The engine's answer (JSON text; for streams, the assembled answer)."""
     prompt_ids: Optional[list[int]]
     """Prompt token ids as the engine tokenised them."""
     completion_ids: Optional[list[int]]

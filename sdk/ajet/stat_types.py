@@ -164,9 +164,9 @@ class CallInfo(AnswerModel):
     response: str
     """The answer's text (and tool calls, as JSON) as the agent received it."""
     prompt_tokens: Optional[int] = None
-    """Prompt token count (None when the backend gave no ids)."""
+    """Prompt token count (None when the engine gave no ids)."""
     completion_tokens: Optional[int] = None
-    """Completion token count (None when the backend gave no ids)."""
+    """Completion token count (None when the engine gave no ids)."""
     finish_reason: Optional[str] = None
     """Why generation stopped."""
     latency_ms: float

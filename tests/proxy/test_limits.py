@@ -138,7 +138,7 @@ def test_no_token_key_or_prompt_in_the_proxy_log_at_info(tmp_path, stub):
 
 @pytest.mark.parametrize("delay", [0.002, 0.02])
 def test_a_client_that_leaves_a_fast_stream_after_two_events_is_never_trained(proxy, store, episode, delay):
-    """A stream the client left after two events, on a backend that keeps sending fast (2 ms a token, the
+    """A stream the client left after two events, on an engine that keeps sending fast (2 ms a token, the
     embedded engine's pace): stored as cut short by the client, never as a normal answer. (A stream whose last byte
     was written before the client left cannot be told from one it read; see `ajet_proxy.dataplane.chat_path`.)"""
     client, uuid, auth = episode
@@ -157,7 +157,7 @@ def test_a_client_that_leaves_a_fast_stream_after_two_events_is_never_trained(pr
 
 
 def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy, store, episode):
-    """The client's timeout fired while the backend was still answering: the proxy stops waiting (it closes its
+    """The client's timeout fired while the engine was still answering: the proxy stops waiting (it closes its
     request to the engine, which frees the row: tests/trainer/embedded/test_engine_abort.py) and stores the call as cut
     off by its client, with no answer."""
     client, uuid, auth = episode
@@ -180,7 +180,7 @@ def test_a_plain_call_whose_client_left_before_the_answer_is_never_trained(proxy
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_prompt_over_the_jobs_max_prompt_length_is_refused_at_call_time(proxy, store, episode, stream):
-    """A backend that renders the prompt itself (vLLM, this stub) does not know the job's limit (3,000 tokens
+    """An engine that renders the prompt itself (vLLM, this stub) does not know the job's limit (3,000 tokens
     here): the proxy refuses what the trainer would otherwise cut from the left, with OpenAI's
     `context_length_exceeded`, and logs the call as refused (never trained)."""
     client, uuid, auth = episode

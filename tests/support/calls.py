@@ -14,7 +14,7 @@ from tests.support.procs import Proc
 
 
 def direct(stub: Proc, **body: object) -> EngineAnswer:
-    """What the backend itself answers for the same request, with ids asked for."""
+    """What the engine itself answers for the same request, with ids asked for."""
     body = {"model": "stub-model", "return_token_ids": True, "logprobs": True, **body}
     if body.get("stream"):
         acc = StreamAccumulator()

@@ -94,7 +94,7 @@ class Proc(Child):
 
 
 def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
-    """The vLLM-format stub backend (`extra` first, so `serve --model FOLDER ...` works as the trainer launches
+    """The vLLM-format stub engine (`extra` first, so `serve --model FOLDER ...` works as the trainer launches
     vLLM)."""
     port = port or free_port()
     return Proc(

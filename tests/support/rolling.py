@@ -16,16 +16,16 @@ if TYPE_CHECKING:
 
 
 def make_rolling(
-    store: Store, backend_url: str, model: str = "stub-model", name: str = "stub-0", policy_version: int = 0
+    store: Store, engine_url: str, model: str = "stub-model", name: str = "stub-0", policy_version: int = 0
 ) -> None:
-    """Do what the trainer does at BOOTING: register the backend and go ROLLING."""
-    store.register_engines([RegisteredEngine(name, backend_url + "/v1", model, policy_version)])
+    """Do what the trainer does at BOOTING: register the engine and go ROLLING."""
+    store.register_engines([RegisteredEngine(name, engine_url + "/v1", model, policy_version)])
     store.transition(ExperimentState.ROLLING, allowed_from=[ExperimentState.BOOTING, ExperimentState.ROLLING])
 
 
-def rolling_beside(first: Store, backend_url: str, name: str = "p/b", **job: Any) -> Store:
+def rolling_beside(first: Store, engine_url: str, name: str = "p/b", **job: Any) -> Store:
     """Experiment `name` (`project/experiment`) beside the first store's, made and booted as the trainer does: its
-    store listed, its job synced, the backend registered under `policy@<experiment>`, ROLLING. The caller closes it."""
+    store listed, its job synced, the engine registered under `policy@<experiment>`, ROLLING. The caller closes it."""
     from ajet import AgentJetJob
     from ajet_store import experiment_store
 
@@ -33,11 +33,11 @@ def rolling_beside(first: Store, backend_url: str, name: str = "p/b", **job: Any
     second = experiment_store(first, name)
     second.sync_job(AgentJetJob(project_name=project, experiment_name=experiment, **job))
     second.transition(ExperimentState.BOOTING)
-    make_rolling(second, backend_url, model=f"policy@{experiment}")
+    make_rolling(second, engine_url, model=f"policy@{experiment}")
     return second
 
 
-def ensure_rolling(client, store: Store, backend_url: str, job=None) -> None:
+def ensure_rolling(client, store: Store, engine_url: str, job=None) -> None:
     """Bring the engine to ROLLING with `job` (restarting it if it is elsewhere)."""
     from ajet import AgentJetJob
 
@@ -45,7 +45,7 @@ def ensure_rolling(client, store: Store, backend_url: str, job=None) -> None:
         client.stop_engine()
         client.sync_train_config(job or AgentJetJob(batch_size=2, num_repeat=2))
         client.start_engine()
-        make_rolling(store, backend_url)
+        make_rolling(store, engine_url)
     wait_state(client, ExperimentState.ROLLING)
 
 

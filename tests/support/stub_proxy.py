@@ -1,4 +1,4 @@
-"""A proxy of its own in front of a stub backend, ROLLING, for a test that changes what the swarm has (it removes
+"""A proxy of its own in front of a stub engine, ROLLING, for a test that changes what the swarm has (it removes
 the engines, starts the stub with other flags): everything closed on exit."""
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class Stub:
             return web.json_response({"error": {"message": "engine is sleeping"}}, status=503)
         if self.hf is not None and model != self.model and model not in self.adapters:
             return web.json_response({"error": {"message": f"The model `{model}` does not exist."}}, status=404)
-        if body.get("stub_plain_error"):  # a backend (or a proxy in front of it) failing in plain text
+        if body.get("stub_plain_error"):  # an engine (or a proxy in front of it) failing in plain text
             return web.Response(text=str(body["stub_plain_error"]), status=500, content_type="text/plain")
         if self.delay or body.get("stub_delay"):  # the whole backend slow, or (for disconnect tests) this call
             await asyncio.sleep(self.delay or float(body["stub_delay"]))

@@ -38,8 +38,8 @@ class ApiShape(Protocol):
     logged with the call so that any proxy on the store can continue from it; None elsewhere."""
 
     def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
-        """The whole answer of a plain call (or of a streamed call the backend refused): `data` is the
-        backend's body, `parsed` its JSON when it is a JSON object."""
+        """The whole answer of a plain call (or of a streamed call the engine refused): `data` is the
+        engine's body, `parsed` its JSON when it is a JSON object."""
         ...
 
     def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
@@ -52,5 +52,5 @@ class ApiShape(Protocol):
         ...
 
     def failed(self, code: ErrorCode, message: str) -> bytes:
-        """What to send when the stream cannot complete (the backend broke off, the store failed)."""
+        """What to send when the stream cannot complete (the engine broke off, the store failed)."""
         ...

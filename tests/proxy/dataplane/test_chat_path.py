@@ -76,7 +76,7 @@ def test_streamed_call_logs_exact_ids_and_streams(client, store, stub):
 
 
 def test_token_ids_and_policy_version_only_when_asked(client, store, stub):
-    """The proxy asks the backend for ids to log them; the agent gets them only with `return_token_ids` (vLLM's
+    """The proxy asks the engine for ids to log them; the agent gets them only with `return_token_ids` (vLLM's
     flag), plain and streamed, and the store holds them either way."""
     uuid, creds = client.begin_episode()
     url, headers = creds.base_url + "/chat/completions", {"Authorization": f"Bearer {creds.api_key}"}
@@ -269,7 +269,7 @@ def test_litellm_transport_switch(module_tmp, stub):
         assert r.choices[0].message.content == want.content
         call = flushed_calls(st, uuid, 1)[0]
         assert call.prompt_ids == want.prompt_ids and call.completion_ids == want.completion_ids
-        # streamed through LiteLLM: whatever ids survive its stream wrapper are the backend's exact ids
+        # streamed through LiteLLM: whatever ids survive its stream wrapper are the engine's exact ids
         text = "".join(
             ch.choices[0].delta.content or ""
             for ch in oc.chat.completions.create(model="m", messages=MSGS, stream=True, seed=3, max_tokens=12)

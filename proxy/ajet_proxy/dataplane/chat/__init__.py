@@ -1,1 +1,1 @@
-"""OpenAI chat completions and `/v1/models`: the core path, the backend's answer as it is."""
+"""OpenAI chat completions and `/v1/models`: the core path, the engine's answer as it is."""

@@ -1,4 +1,4 @@
-"""`ChatShape`: OpenAI chat completions, written as the backend answered."""
+"""`ChatShape`: OpenAI chat completions, written as the engine answered."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from ajet.protocol import ErrorCode, openai_error_body
 from ajet_proxy.dataplane.sse import sse_payload
 
 ID_FIELDS = ("prompt_token_ids", "policy_version")
-"""Top-level answer fields the proxy asks the backend for (to log them) and passes on only to a client that asked
+"""Top-level answer fields the proxy asks the engine for (to log them) and passes on only to a client that asked
 for token ids itself (`return_token_ids: true`, as in vLLM); per choice, `token_ids` likewise."""
 
 
 class ChatShape:
-    """OpenAI chat completions: the backend's answer as it is, less what the proxy asked for only to log it: the
+    """OpenAI chat completions: the engine's answer as it is, less what the proxy asked for only to log it: the
     logprobs (unless the client asked for `logprobs`) and the token ids and policy version (unless it asked for
     `return_token_ids`). At agentic prompt sizes the prompt's ids alone are ~6 bytes a token."""
 
@@ -72,5 +72,5 @@ def _drop_ids(data: dict[str, Any]) -> bool:
 
 
 def _media_type(status: int, parsed: Optional[dict[str, Any]]) -> str:
-    """An answer keeps what it is: JSON, or (a backend's error page) plain text, never relabelled."""
+    """An answer keeps what it is: JSON, or (an engine's error page) plain text, never relabelled."""
     return "application/json" if status == 200 or parsed is not None else "text/plain; charset=utf-8"

@@ -1,6 +1,6 @@
 """`MessagesShape`: a chat answer written as an Anthropic message, plain or as Anthropic's stream.
 
-Streamed, each backend token becomes an event as it arrives: `message_start`, then
+Streamed, each engine token becomes an event as it arrives: `message_start`, then
 `content_block_start` / `content_block_delta` (`text_delta`, or `input_json_delta` for a tool's input)
 / `content_block_stop` per block, and `message_delta` (stop reason, output tokens) with
 `message_stop` once the call is committed. Errors are Anthropic's `error` event and error body.
@@ -136,7 +136,7 @@ class MessagesShape:
 
 
 def _code(status: int) -> ErrorCode:
-    """The error code of a backend's status (its own 400 stays a client error)."""
+    """The error code of an engine's status (its own 400 stays a client error)."""
     return {
         400: ErrorCode.INVALID_REQUEST,
         401: ErrorCode.UNAUTHORIZED,

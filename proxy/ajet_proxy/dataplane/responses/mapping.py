@@ -8,7 +8,7 @@ response's conversation (its input and output as chat messages) with the live ep
 Why not LiteLLM's Responses<->chat transformation: measured in `bench/responses_mapping.py`, it costs
 ~20x this mapping per turn (0.76 ms against 0.04 ms for request + answer, about half the proxy's whole
 CPU per call), and its streaming side consumes LiteLLM's own chunk objects, while the proxy relays the
-backend's bytes. This module is the one mapping for both; `tests/proxy/test_responses_api.py` checks its
+engine's bytes. This module is the one mapping for both; `tests/proxy/test_responses_api.py` checks its
 chat messages against LiteLLM's (they differ only where the policy's chat template needs it: `developer`
 becomes `system`).
 """

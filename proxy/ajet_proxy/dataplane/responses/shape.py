@@ -1,6 +1,6 @@
 """`ResponsesShape`: a chat answer written as an OpenAI Response, plain or as the Responses stream.
 
-The stream follows the backend token by token: `response.created`, then for the assistant text
+The stream follows the engine token by token: `response.created`, then for the assistant text
 `response.output_item.added` / `content_part.added` / `output_text.delta`..., for each function call
 `output_item.added` / `function_call_arguments.delta`..., each item closed with its `.done` events,
 and `response.completed` (or `response.incomplete` at the token limit) once the call is committed.
@@ -42,7 +42,7 @@ class ResponsesShape:
     # ---------------------------------------------------------------- plain
     def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
         if status != 200 or parsed is None:
-            if parsed is not None and "error" in parsed:  # the backend's own OpenAI error, passed on
+            if parsed is not None and "error" in parsed:  # the engine's own OpenAI error, passed on
                 return json_response(parsed, status)
             return openai_error(ErrorCode.ENGINE_UNAVAILABLE, error_message(parsed, status), status=status)
         choice = (parsed.get("choices") or [{}])[0]
