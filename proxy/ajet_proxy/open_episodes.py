@@ -59,7 +59,7 @@ class OpenEpisode:
     """The engine it sticks to (prefix-cache reuse), once one answered it."""
     history: EpisodeHistory = field(default_factory=EpisodeHistory)
     """Its answered turns: the token history and Responses' conversations."""
-    experiment: str = ""
+    experiment_slug: str = ""
     """The slug of its experiment (`""`: the swarm's first), whose host on this proxy serves it."""
 
     def idle(self, now: float) -> float:
@@ -110,9 +110,9 @@ def refused_key_reason(row: Optional[EpisodeRow]) -> str:
     return f"episode {row.uuid} is not known to this proxy yet; retry"  # a single proxy's insert not yet read
 
 
-def open_from_row(row: EpisodeRow, next_seq: int, experiment: str = "") -> OpenEpisode:
-    """An open episode of `experiment` as this proxy serves it, from its store row (its next call numbered
-    `next_seq`; the turns of calls before it are read from the store when a call needs them)."""
+def open_from_row(row: EpisodeRow, next_seq: int, experiment_slug: str = "") -> OpenEpisode:
+    """An open episode of experiment `experiment_slug` as this proxy serves it, from its store row (its next call
+    numbered `next_seq`; the turns of calls before it are read from the store when a call needs them)."""
     return OpenEpisode(
         uuid=row.uuid,
         key_hash=row.key_hash,
@@ -122,15 +122,15 @@ def open_from_row(row: EpisodeRow, next_seq: int, experiment: str = "") -> OpenE
         created_at=row.created_at,
         last_active=row.last_active_at,
         next_seq=next_seq,
-        experiment=experiment,
+        experiment_slug=experiment_slug,
     )
 
 
 class OpenEpisodes:
     """Open episodes of one experiment by key hash and by uuid. Thread-safe for the control routes' thread pool."""
 
-    def __init__(self, experiment: str = "") -> None:
-        self.experiment = experiment
+    def __init__(self, experiment_slug: str = "") -> None:
+        self.experiment_slug = experiment_slug
         """The slug of the experiment whose episodes these are."""
         self._by_hash: dict[str, OpenEpisode] = {}
         self._by_uuid: dict[str, OpenEpisode] = {}
@@ -141,7 +141,7 @@ class OpenEpisodes:
 
     def add_row(self, row: EpisodeRow, next_seq: int = 0) -> OpenEpisode:
         """Register an open episode from its store row; its next call is numbered `next_seq`."""
-        ep = open_from_row(row, next_seq, self.experiment)
+        ep = open_from_row(row, next_seq, self.experiment_slug)
         with self._lock:
             known = self._by_uuid.get(ep.uuid)
             if known is not None:  # a retried begin gave it a new key: the lost one stops working

@@ -56,7 +56,7 @@ class Proxy:
 
     def host_of(self, ep: OpenEpisode) -> ExperimentHost:
         """The host of an open episode's experiment."""
-        return self.hosts[ep.experiment]
+        return self.hosts[ep.experiment_slug]
 
     def known_host(self, name: Optional[str]) -> Optional[ExperimentHost]:
         """The host of the experiment called `name` (its job's `project_name/experiment_name`; None or the first
