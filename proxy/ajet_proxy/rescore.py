@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Callable, Optional
 
+from pydantic import ValidationError
+
 from ajet.errors import ConfigError
 from ajet.rescore_types import StoredEpisode
 from ajet.rescoring import RewardFunction, load_reward_function, score, source_hash, stored_episode
@@ -87,10 +89,14 @@ def selection_of(args: argparse.Namespace) -> EpisodeSelection:
             first, last = ((int(a) if a else None), (int(b) if b else None)) if sep else (int(a), int(a))
         except ValueError:
             raise ConfigError(f"--steps {args.steps!r}: give A:B, A: or :B with step numbers") from None
-    return EpisodeSelection(
-        first_step=first, last_step=last, task_id=args.task, mission=args.mission, scored_in=args.scored_in,
-        episode_type="eval" if args.eval else "train",
-    )  # fmt: skip
+    try:
+        return EpisodeSelection(
+            first_step=first, last_step=last, task_id=args.task, mission=args.mission, scored_in=args.scored_in,
+            episode_type="eval" if args.eval else "train",
+        )  # fmt: skip
+    except ValidationError as exc:
+        wrong = exc.errors()[0]
+        raise ConfigError(f"the selection's {wrong['loc'][0]}: {wrong['msg']}") from None
 
 
 def run_rescore(args: argparse.Namespace, store: Store) -> RewardVersion:

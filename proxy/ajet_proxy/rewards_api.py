@@ -14,7 +14,6 @@ from fastapi import APIRouter, Request
 
 from ajet.errors import InvalidRequest
 from ajet.rescore_types import (
-    EpisodeSelectionBody,
     RewardVersionInfo,
     RewardVersionList,
     RewardVersionRequest,
@@ -26,7 +25,7 @@ from ajet.rescore_types import (
 from ajet_proxy.api_docs import CONTROL_ERRORS
 from ajet_proxy.rescore import stored_view
 from ajet_proxy.route_context import host_of
-from ajet_store import EpisodeReward, EpisodeSelection, RewardVersion
+from ajet_store import EpisodeReward, RewardVersion
 
 router = APIRouter(prefix="/swarm", tags=["rescore"], responses=CONTROL_ERRORS)
 
@@ -36,16 +35,11 @@ def version_info(v: RewardVersion) -> RewardVersionInfo:
     return RewardVersionInfo(**v.__dict__)
 
 
-def selection_of(body: EpisodeSelectionBody) -> EpisodeSelection:
-    """The wire selection as the store's."""
-    return EpisodeSelection(**body.model_dump())
-
-
 @router.post("/reward_version", response_model=RewardVersionInfo)
 def reward_version(body: RewardVersionRequest, request: Request) -> RewardVersionInfo:
     """The reward version of this function, source and selection: the one begun before, or a new one."""
     store = host_of(request).store
-    return version_info(store.reward_version(body.function, body.source_hash, selection_of(body.selection)))
+    return version_info(store.reward_version(body.function, body.source_hash, body.selection))
 
 
 @router.post("/unscored_episodes", response_model=UnscoredPage)

@@ -7,6 +7,7 @@ errors (`EpisodeNotFound`, `EpisodeConflict`, `WrongState`, `NotReady`, `Trainer
 proxy answers each by its code, at one boundary.
 """
 
+from ajet.rescore_types import EpisodeSelection
 from ajet_store.batch_policy import (
     all_progress,
     group_by_task,
@@ -39,7 +40,6 @@ from ajet_store.types import (
     EpisodeChange,
     EpisodeReward,
     EpisodeRow,
-    EpisodeSelection,
     ExperimentEntry,
     ExperimentRow,
     PoolEpisode,

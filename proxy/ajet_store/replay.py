@@ -14,9 +14,9 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Iterator, Literal, Optional
 
+from ajet.rescore_types import EpisodeSelection
 from ajet_store.best_of_group import Member, best_episode, preference_pair
 from ajet_store.store import Store
-from ajet_store.types import EpisodeSelection
 
 REPLAY_CLIENT = "replay"
 """The client id the copies are begun and ended under."""

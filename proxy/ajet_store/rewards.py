@@ -15,13 +15,14 @@ from typing import Iterator, Optional, Sequence
 
 import sqlalchemy as sa
 
+from ajet.rescore_types import EpisodeSelection
 from ajet.types import EpisodeStatus
 from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.best_of_group import Member
 from ajet_store.db import Database, retried
 from ajet_store.errors import UnknownRewardVersion
-from ajet_store.types import EpisodeReward, EpisodeRow, EpisodeSelection, RewardVersion
+from ajet_store.types import EpisodeReward, EpisodeRow, RewardVersion
 
 ERROR_CHARS = 1000
 """How much of a function's error an episode's score keeps."""
@@ -77,7 +78,7 @@ class RewardOps(Database):
 
     def unscored(self, version: RewardVersion, page: int = 256) -> Iterator[EpisodeRow]:
         """The episodes of the version's selection it has not scored yet, oldest first, page by page."""
-        selection = EpisodeSelection(**version.selection)
+        selection = EpisodeSelection.model_validate(version.selection)
         e, r = t.episodes.c, t.episode_rewards.c
         done = sa.select(r.episode_uuid).where(r.version == version.version, r.episode_uuid == e.uuid)
         return rows.episode_pages(self._read, _selected(selection).where(~sa.exists(done)), page)

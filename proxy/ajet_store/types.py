@@ -334,28 +334,6 @@ class TrainSequence:
 
 
 @dataclass(frozen=True)
-class EpisodeSelection:
-    """Which ended episodes a re-scoring (or a replay) takes; every field left None takes all."""
-
-    first_step: Optional[int] = None
-    """Only episodes trained at this step or later."""
-    last_step: Optional[int] = None
-    """Only episodes trained at this step or earlier."""
-    task_id: Optional[str] = None
-    """Only this task's episodes (one GRPO group's tasks)."""
-    mission: Optional[str] = None
-    """Only this mission's episodes (`begin_episode(mission=...)`)."""
-    scored_in: Optional[int] = None
-    """Only episodes that this earlier reward version scored without an error."""
-    episode_type: str = "train"
-    """`train` or `eval` episodes."""
-
-    def as_json(self) -> dict[str, Any]:
-        """The selection as stored with its reward version (and the key that makes a re-run find it)."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-@dataclass(frozen=True)
 class RewardVersion:
     """One re-scoring: a reward function applied to a selection of stored episodes. Version 0 is the reward each
     client gave at `end_episode`, kept in the episode's row and never overwritten."""

@@ -38,7 +38,7 @@ from ajet.errors import (
 )
 from ajet.job import AgentJetJob
 from ajet.kept_rewards import KeptEnd, outcome_of, report
-from ajet.rescore_types import EpisodeSelectionBody, RewardVersionInfo, RewardVersionList, UnscoredPage
+from ajet.rescore_types import EpisodeSelection, RewardVersionInfo, RewardVersionList, UnscoredPage
 from ajet.rescoring import RewardFunction, scores_request, version_request
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
@@ -262,7 +262,7 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         return RewardVersionList.model_validate(await self._call("GET", "reward_versions")).versions
 
     async def rescore(
-        self, reward: RewardFunction, selection: Optional[EpisodeSelectionBody] = None, page: int = 64
+        self, reward: RewardFunction, selection: Optional[EpisodeSelection] = None, page: int = 64
     ) -> RewardVersionInfo:
         """Score the experiment's stored episodes again with `reward` (here, in this process), as a new reward
         version beside the clients' rewards, which stay; no agent runs. The same function (by name and source) on

@@ -27,7 +27,7 @@ from ajet.client_base import (
 from ajet.errors import AjetError, NotReady, StoreUnavailable, SwarmConnectionError, SwarmError
 from ajet.job import AgentJetJob
 from ajet.kept_rewards import KeptEnd, outcome_of, report
-from ajet.rescore_types import EpisodeSelectionBody, RewardVersionInfo, RewardVersionList, UnscoredPage
+from ajet.rescore_types import EpisodeSelection, RewardVersionInfo, RewardVersionList, UnscoredPage
 from ajet.rescoring import RewardFunction, scores_request, version_request
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
@@ -229,7 +229,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         return RewardVersionList.model_validate(self._call("GET", "reward_versions")).versions
 
     def rescore(
-        self, reward: RewardFunction, selection: Optional[EpisodeSelectionBody] = None, page: int = 64
+        self, reward: RewardFunction, selection: Optional[EpisodeSelection] = None, page: int = 64
     ) -> RewardVersionInfo:
         """Score the experiment's stored episodes again with `reward` (here, in this process), as a new reward
         version beside the clients' rewards, which stay; no agent runs. The same function (by name and source) on

@@ -13,7 +13,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from ajet.rescore_types import EpisodeSelectionBody
+from ajet.rescore_types import EpisodeSelection
 from ajet.wire import WireModel
 
 
@@ -22,7 +22,7 @@ class ReplaySource(WireModel):
 
     experiment: Optional[str] = Field(default=None, min_length=1, max_length=256)
     """The source experiment (`project_name/experiment_name` of its job); None: the swarm's first experiment."""
-    selection: EpisodeSelectionBody = Field(default_factory=EpisodeSelectionBody)
+    selection: EpisodeSelection = Field(default_factory=EpisodeSelection)
     """Which of its ended episodes (steps, task, mission, eval, scored by an earlier version)."""
     reward_version: int = Field(default=0, ge=0)
     """The reward each episode trains with: 0 is its client's, a later version a re-scoring's (`rescore`); an

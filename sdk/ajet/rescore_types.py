@@ -35,8 +35,9 @@ class StoredEpisode(AnswerModel):
     """The success flag its client gave."""
 
 
-class EpisodeSelectionBody(WireModel):
-    """Which ended episodes a re-scoring takes; every field left out takes all."""
+class EpisodeSelection(WireModel):
+    """Which ended episodes a re-scoring (or a replay, or a dataset export) takes; every field left out takes all. The
+    wire body and the store's argument alike."""
 
     first_step: Optional[int] = Field(default=None, ge=0)
     """Only episodes trained at this step or later."""
@@ -51,6 +52,11 @@ class EpisodeSelectionBody(WireModel):
     episode_type: Literal["train", "eval"] = "train"
     """Training or eval episodes."""
 
+    def as_json(self) -> dict[str, Any]:
+        """The selection as stored with its reward version (and the key that makes a re-run find it): the fields
+        set to something."""
+        return self.model_dump(exclude_none=True)
+
 
 class RewardVersionRequest(WireModel):
     """Find (or begin) the reward version of a function over a selection."""
@@ -59,7 +65,7 @@ class RewardVersionRequest(WireModel):
     """The function's name, `module:function`."""
     source_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     """sha256 of its source (`ajet.rescoring.source_hash`): the same name with other code is another version."""
-    selection: EpisodeSelectionBody = Field(default_factory=EpisodeSelectionBody)
+    selection: EpisodeSelection = Field(default_factory=EpisodeSelection)
     """The episodes it scores."""
 
 

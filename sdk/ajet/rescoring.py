@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, Union
 from ajet.errors import ConfigError
 from ajet.rescore_types import (
     EpisodeScore,
-    EpisodeSelectionBody,
+    EpisodeSelection,
     RewardVersionRequest,
     ScoresRequest,
     StoredEpisode,
@@ -174,10 +174,10 @@ def function_name(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def version_request(fn: RewardFunction, selection: Optional[EpisodeSelectionBody] = None) -> RewardVersionRequest:
+def version_request(fn: RewardFunction, selection: Optional[EpisodeSelection] = None) -> RewardVersionRequest:
     """The request that finds (or begins) `fn`'s reward version over `selection` (default: every training episode)."""
     return RewardVersionRequest(
-        function=function_name(fn), source_hash=source_hash(fn), selection=selection or EpisodeSelectionBody()
+        function=function_name(fn), source_hash=source_hash(fn), selection=selection or EpisodeSelection()
     )
 
 

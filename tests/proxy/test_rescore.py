@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from ajet.errors import InvalidRequest
-from ajet.rescore_types import EpisodeSelectionBody
+from ajet.rescore_types import EpisodeSelection
 from ajet_store import Store, sqlite_url
 from ajet_store import tables as t
 from tests.support import rewards_fixed
@@ -105,7 +105,7 @@ def test_the_sdk_rescores_through_the_control_api_as_the_command_does(tmp_path: 
         assert all(store.episode_rewards(u)[1].reward == float(ok) for u, ok in right.items())
         first = scored_at(store.url)
         assert client.rescore(rewards_fixed.right_sum).version == 1 and scored_at(store.url) == first
-        only = client.rescore(rewards_fixed.fails_on_odd, EpisodeSelectionBody(task_id="sum-1"))
+        only = client.rescore(rewards_fixed.fails_on_odd, EpisodeSelection(task_id="sum-1"))
         assert (only.version, only.scored, only.failed) == (2, 1, 1)  # sum-1 is episodes 2 and 3: 3 raises
         assert [(v.version, v.function) for v in client.get_reward_versions()] == [
             (1, "tests.support.rewards_fixed:right_sum"), (2, "tests.support.rewards_fixed:fails_on_odd")]  # fmt: skip

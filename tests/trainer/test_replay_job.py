@@ -11,7 +11,6 @@ import pytest
 
 from ajet import AgentJetJob
 from ajet.replay_types import ReplaySource
-from ajet.rescore_types import EpisodeSelectionBody
 from ajet.sharing import experiment_of
 from ajet.types import ExperimentState
 from ajet_proxy.rescore import rescore
@@ -107,7 +106,7 @@ def test_a_job_that_replays_itself_or_an_unknown_source_is_told_why(swarm, sourc
     first, _version, opts = swarm
     target = experiment_store(first, "rescore/replayed")
     try:
-        run(target, replay_job(experiment=source, selection=EpisodeSelectionBody(task_id="sum-1")), opts, ticks=3)
+        run(target, replay_job(experiment=source, selection=EpisodeSelection(task_id="sum-1")), opts, ticks=3)
         row = target.experiment()
         assert said in (row.last_error or "") and row.state == ExperimentState.ROLLING and target.steps() == []
     finally:

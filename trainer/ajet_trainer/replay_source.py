@@ -8,7 +8,7 @@ from typing import Literal
 from ajet.errors import ConfigError, ExperimentNotFound
 from ajet.job import AgentJetJob
 from ajet.sharing import experiment_of
-from ajet_store import EpisodeSelection, Store, experiment_store
+from ajet_store import Store, experiment_store
 from ajet_store.replay import ReplayImport
 from ajet_trainer.options import TrainerOptions
 
@@ -37,8 +37,7 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
             raise ExperimentNotFound(f"no experiment {name!r} to replay (listed: {', '.join(listed) or 'none'})")
         source = experiment_store(first, name)
         first.close()
-    selection = EpisodeSelection(**source_spec.selection.model_dump())
     return ReplayImport(
-        source, target, name, selection, source_spec.reward_version, source_spec.mission,
+        source, target, name, source_spec.selection, source_spec.reward_version, source_spec.mission,
         pick=PICKS[source_spec.train], min_reward=source_spec.min_reward, margin=source_spec.margin,
     )  # fmt: skip
