@@ -68,10 +68,12 @@ class Batcher:
         self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
         self.max_batch, self.window_s = max_batch, window_s
         self.policy_version = policy_version
-        """The version of the weights batches now run under (changed only by `paused`)."""
+        """The version of the weights batches now run under (changed only through `set_version`: a publish, or the
+        end of `paused`)."""
         self.versions: dict[str, int] = {}
         """The version of each adapter that has one of its own (experiments sharing this base: `shared_base.py`);
-        a row of another adapter, or of none, runs under `policy_version`."""
+        a row of another adapter, or of none, runs under `policy_version`. Changed only through `set_version` and
+        `forget`."""
         self.weights_lock = threading.Lock()
         """Held for each batch, and by `paused`: no batch sees half-updated weights."""
         self.partial_rollouts = False
@@ -124,6 +126,18 @@ class Batcher:
         """The version a row of `adapter` runs under now."""
         return self.versions.get(adapter, self.policy_version) if adapter else self.policy_version
 
+    def set_version(self, version: int, adapter: Optional[str] = None) -> None:
+        """Rows of `adapter` (None: of no adapter, and of adapters without a version of their own) run under `version`
+        from their next token: a publish, or an adapter added at its version 0."""
+        if adapter:
+            self.versions[adapter] = version
+        else:
+            self.policy_version = version
+
+    def forget(self, adapter: str) -> None:
+        """Adapter `adapter` is gone from the model: its version goes too."""
+        self.versions.pop(adapter, None)
+
     @contextmanager
     def paused(self, next_version: Optional[int] = None, adapter: Optional[str] = None) -> Iterator[None]:
         """Hold batches off (the trainer changes the weights meanwhile); on exit they run under `next_version` (the
@@ -135,10 +149,8 @@ class Batcher:
             self._update_wanted.clear()
             self._handoff.set()
             yield
-            if next_version is not None and adapter:
-                self.versions[adapter] = next_version
-            elif next_version is not None:
-                self.policy_version = next_version
+            if next_version is not None:
+                self.set_version(next_version, adapter)
 
     def _work(self) -> None:
         while True:

@@ -59,7 +59,7 @@ class SharedBase:
             self.model.eval()
         key = served_key(name)
         if key is not None:  # the first adapter's version is the engine's own (`policy_version`)
-            self.engine.batcher.versions[key] = 0
+            self.engine.batcher.set_version(0, key)
         self.engine.limits[key] = (job.temperature, job.max_prompt_length)
         self.adapters.add(name)
 
@@ -73,7 +73,7 @@ class SharedBase:
             if self.model.active_adapter == name:  # another first: peft warns when the active one goes
                 self.model.set_adapter(FIRST_ADAPTER if FIRST_ADAPTER in rest else rest[0])
             self.model.delete_adapter(name)
-        self.engine.batcher.versions.pop(name, None)
+        self.engine.batcher.forget(name)
         self.engine.limits.pop(served_key(name), None)
         return False
 
@@ -106,11 +106,7 @@ class AdapterEngines:
             yield
 
     def publish(self, version: int) -> str:
-        batcher = self.base.engine.batcher
-        if self.key is None:
-            batcher.policy_version = version
-        else:
-            batcher.versions[self.key] = version
+        self.base.engine.batcher.set_version(version, self.key)
         return self.served_model
 
     def counters(self) -> EngineCounters:
