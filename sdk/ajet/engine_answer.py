@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import NotRequired, TypedDict
 
 VersionSpans = list[tuple[int, int]]
 """Which policy version sampled which tokens of an answer: `[(offset, version), ...]`, offsets into its completion
@@ -25,19 +26,21 @@ class EngineModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class TopLogprob(EngineModel):
-    """One of a token's most likely alternatives."""
+class TopLogprob(TypedDict):
+    """One of a token's most likely alternatives. (The per-token entries are typed dicts, not models: an answer has
+    one per token, and a dict of plain values costs the proxy a fraction of a model's validation and none of the
+    garbage collector's attention.)"""
 
-    token: str = ""
+    token: NotRequired[str]
     logprob: float
-    bytes: Optional[list[int]] = None
+    bytes: NotRequired[Optional[list[int]]]
 
 
 class TokenLogprob(TopLogprob):
     """One sampled token's entry of `logprobs.content`: its text, its log-probability under the policy that sampled
     it, and its alternatives when `top_logprobs` was asked."""
 
-    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+    top_logprobs: NotRequired[list[TopLogprob]]
 
 
 class ChoiceLogprobs(EngineModel):
@@ -47,7 +50,7 @@ class ChoiceLogprobs(EngineModel):
 
     def values(self) -> Optional[list[float]]:
         """Each completion token's log-probability, in order (None when the engine sent none)."""
-        return None if self.content is None else [item.logprob for item in self.content]
+        return None if self.content is None else [item["logprob"] for item in self.content]
 
 
 class FunctionCall(EngineModel):

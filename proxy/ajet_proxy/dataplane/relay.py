@@ -57,22 +57,21 @@ class _Relay:
     async def finish(self) -> bytes:
         """The stream's end: commit the call, then what answers [DONE] (or the failure, when the store refused)."""
         self.committed = True
-        record, answer = self.record_and_answer()
+        record, answer, logged = self.assembled()
         try:
             await self.proxy.host_of(self.call.ep).writer.commit(record)
         except StoreError as exc:
             return self.call.shape.failed(ErrorCode.STORE_ERROR, exc.detail)
         self.call.remember(record, answer)
-        assembled = self.acc.assembled_response(answer)
-        return self.call.shape.done(as_finished(assembled) if record.truncated else assembled)
+        return self.call.shape.done(as_finished(logged) if record.truncated else logged)
 
     def record(self, why: Optional[str] = None) -> CallRecord:
         """The call's log record from what the stream carried."""
-        return self.record_and_answer(why)[0]
+        return self.assembled(why)[0]
 
-    def record_and_answer(self, why: Optional[str] = None) -> tuple[CallRecord, EngineAnswer]:
-        """The call's log record from what the stream carried, and the answer it assembled (empty when a chunk
-        carried a malformed field: the record then says which)."""
+    def assembled(self, why: Optional[str] = None) -> tuple[CallRecord, EngineAnswer, dict[str, Any]]:
+        """The call's log record from what the stream carried, the answer it assembled (empty when a chunk carried a
+        malformed field: the record then says which), and that answer as logged (`assembled_response`)."""
         try:
             answer = self.acc.result()
         except ValidationError as exc:
@@ -81,9 +80,9 @@ class _Relay:
             why = f"stream error: {self.acc.errors[0]}"
         elif why is None and not self.acc.done:
             why = "stream ended before [DONE]"
-        response = orjson.dumps(self.acc.assembled_response(answer)).decode()
-        record = self.call.record(response, answer, self.sent.version, why)
-        return (replace(record, client_gone=True) if why == CLIENT_GONE_STREAM else record), answer
+        logged = self.acc.assembled_response(answer)
+        record = self.call.record(orjson.dumps(logged).decode(), answer, self.sent.version, why)
+        return (replace(record, client_gone=True) if why == CLIENT_GONE_STREAM else record), answer, logged
 
 
 async def relay(proxy: Proxy, call: InFlightCall, sent: Sent) -> AsyncIterator[bytes]:
