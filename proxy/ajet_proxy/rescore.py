@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from pydantic import ValidationError
 
+from ajet.chat_request import invalid_request
 from ajet.errors import ConfigError
 from ajet.rescore_types import StoredEpisode
 from ajet.rescoring import RewardFunction, load_reward_function, score, source_hash, stored_episode
@@ -95,8 +96,7 @@ def selection_of(args: argparse.Namespace) -> EpisodeSelection:
             episode_type="eval" if args.eval else "train",
         )  # fmt: skip
     except ValidationError as exc:
-        wrong = exc.errors()[0]
-        raise ConfigError(f"the selection's {wrong['loc'][0]}: {wrong['msg']}") from None
+        raise ConfigError(f"the selection's {invalid_request(exc).detail}") from None
 
 
 def run_rescore(args: argparse.Namespace, store: Store) -> RewardVersion:

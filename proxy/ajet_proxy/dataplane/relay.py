@@ -23,7 +23,7 @@ from ajet.protocol import ErrorCode
 from ajet_proxy.dataplane.call import CLIENT_GONE_STREAM, InFlightCall
 from ajet_proxy.dataplane.engine_client import Sent
 from ajet_proxy.dataplane.sse import SSESplitter
-from ajet_proxy.dataplane.tokens import StreamAccumulator
+from ajet_proxy.dataplane.tokens import StreamAccumulator, malformed
 from ajet_proxy.proxy import Proxy
 from ajet_store.types import CallRecord
 
@@ -75,7 +75,7 @@ class _Relay:
         try:
             answer = self.acc.result()
         except ValidationError as exc:
-            answer, why = EngineAnswer(), why or f"the engine's stream is malformed: {exc.errors()[0]['loc']}"
+            answer, why = EngineAnswer(), why or malformed(exc, "stream")
         if why is None and self.acc.errors:
             why = f"stream error: {self.acc.errors[0]}"
         elif why is None and not self.acc.done:

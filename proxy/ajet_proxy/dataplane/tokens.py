@@ -16,6 +16,7 @@ import orjson
 from pydantic import ValidationError
 from pydantic.main import IncEx
 
+from ajet.chat_request import invalid_request
 from ajet.engine_answer import AnswerChoice, AnswerMessage, ChoiceLogprobs, EngineAnswer, ToolCall, Usage
 from ajet_proxy.dataplane.sse import DONE, SSESplitter
 
@@ -25,14 +26,18 @@ STREAM_LOGGED: Mapping[str, Union[IncEx, bool]] = {"choices": _CHOICES, "prompt_
 """What the call log's `response` of a stream leaves out: the ids and logprobs it keeps in columns of their own."""
 
 
+def malformed(exc: ValidationError, what: str) -> str:
+    """Why an engine's `what` (its answer, its stream) is not an `EngineAnswer`: its first wrong field, named as a
+    client's wrong field is (`ajet.chat_request.invalid_request`)."""
+    return f"the engine's {what} is malformed: {invalid_request(exc).detail}"
+
+
 def parse_answer(data: dict[str, Any]) -> tuple[Optional[EngineAnswer], Optional[str]]:
-    """A plain answer's `EngineAnswer`; else None and what is wrong with it, naming the field."""
+    """A plain answer's `EngineAnswer`; else None and what is wrong with it, naming the field (`malformed`)."""
     try:
         return EngineAnswer.model_validate(data), None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        return None, f"the engine's answer is malformed at {where}: {first['msg']}"
+        return None, malformed(exc, "answer")
 
 
 class StreamAccumulator:
