@@ -121,7 +121,8 @@ GPU_PYTHON ?= 3.12
 GPU_PLATFORMS := $(foreach p,manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux1,--platform $(p)_x86_64)
 gpu-wheels: setup
 	$(PIP) download --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp $(GPU_PLATFORMS) \
-		-d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//')
+		-d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | grep -v 'built here$$' | sed 's/ *#.*//')
+	$(PIP) wheel --no-deps -w wheels/gpu $$(grep 'built here$$' scripts/gpu_wheels.txt | sed 's/ *#.*//')
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(FW_VENV) .venv-install experiments .pytest_cache

@@ -12,10 +12,10 @@
 #    tokens/s with 64 concurrent agents direct, then through ajet-proxy with episode keys and logging, and the
 #    proxy's share of the difference (goal: under 2%); then `bench/engine_throughput.py` on the same model: the
 #    engine's tokens/s at 1, 16, 64 and 256 concurrent requests against transformers' `generate`.
-# 3. The embedded trainer's GPU step: it needs verl's `core_algos`, which imports Ray (verl/__init__.py ->
-#    verl/protocol.py, and core_algos -> verl.workers.config -> verl.utils.profiler -> verl.single_controller, each
-#    `import ray`). On a box without Ray one JSON line says so and the check fails (exit 3): a part that does not
-#    run never passes.
+# 3. The embedded trainer's GPU step, on verl's algorithms (its wheel and what they import are in the list). verl
+#    imports Ray, which the box lacks and cannot take along (over 64 MiB): `ajet_trainer.verl_algos` imports verl's
+#    algorithms without it. Where they still do not import, one JSON line says why and the check fails (exit 3): a
+#    part that does not run never passes.
 # One JSON line per figure, also appended to --out, and last a verdict line ({"figure": "verdict", "pass": ...}):
 # any part that fails or does not run fails the script. Budget: 8 minutes, so that one rerun fits in 15.
 set -euo pipefail
@@ -42,7 +42,7 @@ verdict() {
 trap verdict EXIT
 
 # 1. the missing packages, from the wheels given (no network)
-if ! $PY -c "import fastapi, uvicorn, sqlalchemy, alembic, aiohttp, orjson, httpx, httpx_aiohttp, python_multipart, pydantic" 2>/dev/null; then
+if ! $PY -c "import fastapi, uvicorn, sqlalchemy, alembic, aiohttp, orjson, httpx, httpx_aiohttp, python_multipart, pydantic, omegaconf, tensordict, codetiming, importlib.util as u; assert u.find_spec('verl')" 2>/dev/null; then
   [ -n "$WHEELS" ] || { echo "gpu_check: packages are missing and no --wheels DIR was given" >&2; exit 2; }
   $PY -m pip install --no-index --no-deps --find-links "$WHEELS" \
     $(grep -v '^#' scripts/gpu_wheels.txt | sed 's/ *#.*//' | grep -v '^$')
@@ -56,12 +56,13 @@ $PY scripts/proxy_share.py --device "$DEVICE" --model "$MODEL" --out "$OUT" "${R
 AJET_BENCH_RESULTS=0 $PY -m bench.engine_throughput --device "$DEVICE" --model "$MODEL" --dtype bfloat16 $ENGINE_ARGS \
   | tee -a "$OUT"  # its rows are stamped; --out is their record here
 
-# 3. the embedded trainer's step, where verl's algorithms import
-if $PY -c "import ray, verl.trainer.ppo.core_algos" 2>/dev/null; then
+# 3. the embedded trainer's step, on verl's algorithms (imported without Ray where the box has none)
+if why=$($PY -c "import ajet_trainer.grpo" 2>&1); then
   STEP_MODEL=$MODEL; [ "$STEP_MODEL" = "qwen2.5-0.5b-shape" ] && STEP_MODEL=builtin:small
   $PY scripts/gpu_check.py --device "$DEVICE" --model "$STEP_MODEL" --steps 2 | tee -a "$OUT"
 else  # a part that cannot run fails the check: a skipped part never passes
-  line='{"bench": "gpu_check", "figure": "trainer_step", "skipped": "verl.trainer.ppo.core_algos imports ray, which this box lacks: the embedded trainer step needs Ray installed, or verl'"'"'s advantage and loss functions importable without it"}'
+  why=$(printf '%s' "$why" | tail -n 1 | $PY -c "import json, sys; print(json.dumps(sys.stdin.read().strip()))")
+  line="{\"bench\": \"gpu_check\", \"figure\": \"trainer_step\", \"skipped\": $why}"
   echo "$line" | tee -a "$OUT"
   exit 3
 fi

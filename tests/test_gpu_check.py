@@ -6,71 +6,36 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
 import pytest
-from packaging.requirements import Requirement
 
+from tests.support.gpu_box import BOX_HAS, box_site, listed, requirements_closure
 from tests.support.procs import REPO
-
-WHEELS = REPO / "scripts" / "gpu_wheels.txt"
-BOX_HAS = ("torch", "transformers", "peft")
-"""What the GPU box brings (with their own requirements)."""
-
-
-def _listed() -> dict[str, tuple[str, float]]:
-    out = {}
-    for line in WHEELS.read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)\s+#\s+([\d.]+)$", line)
-        if m:
-            out[_norm(m[1])] = (m[2], float(m[3]))
-    return out
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _requirements_closure(roots: tuple[str, ...]) -> set[str]:
-    """The distributions `roots` need, recursively (extras left out), as installed here."""
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = _norm(todo.pop())
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            reqs = md.requires(name) or []
-        except md.PackageNotFoundError:
-            continue
-        for r in map(Requirement, reqs):
-            if r.marker is None or r.marker.evaluate({"extra": ""}):
-                todo.append(r.name)
-    return seen
 
 
 def test_the_wheel_list_is_pinned_to_this_environment_and_under_64_mib():
-    listed = _listed()
-    assert listed, "no wheels listed"
-    for name, (version, _mib) in listed.items():
+    wheels = listed()
+    assert wheels, "no wheels listed"
+    for name, (version, _mib) in wheels.items():
         assert md.version(name) == version, name  # `make gpu-wheels` downloads what the tests ran with
-    assert sum(mib for _v, mib in listed.values()) < 64  # installed sizes: a bound of the wheels' sizes
+    assert sum(mib for _v, mib in wheels.values()) < 64  # installed sizes: a bound of the wheels' sizes
 
 
 ROOTS = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "aiohttp", "orjson", "httpx", "httpx-aiohttp", "pydantic")
-ROOTS += ("python-multipart", "pyyaml")
-"""What the proxy, the store and the embedded engine import themselves (the rest comes with these)."""
+ROOTS += ("python-multipart", "pyyaml", "omegaconf", "tensordict", "codetiming")
+"""What the proxy, the store, the embedded engine and verl's algorithms import (the rest comes with these; verl is
+installed without its own requirements, of which the algorithms import only these)."""
 
 
 def test_the_wheel_list_covers_what_the_proxy_and_the_engine_need():
-    needed = _requirements_closure(ROOTS)
-    covered = set(_listed()) | _requirements_closure(BOX_HAS)
+    needed = requirements_closure(ROOTS)
+    covered = set(listed()) | requirements_closure(BOX_HAS)
     assert sorted(needed - covered) == []  # every requirement the box lacks is a listed wheel
+    assert "verl" in covered
     for name in ROOTS:  # and the roots are the imports: none of our modules the GPU check loads needs more
         assert md.version(name)
 
@@ -84,14 +49,22 @@ def _dry_run(out: Path, *flags: str, env: Optional[dict[str, str]] = None) -> su
     )  # fmt: skip
 
 
+def _on_the_box(tmp_path: Path) -> dict[str, str]:
+    """An environment that imports only what the GPU box has and the wheels bring (no Ray, no vLLM, ...)."""
+    return {"PY": f"{sys.executable} -S", "PYTHONPATH": str(box_site(tmp_path))}
+
+
 @pytest.mark.slow
 def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
+    """With only what the box has and the wheels bring (no Ray): the trainer step runs on verl's algorithms."""
     out = tmp_path / "gpu_check.jsonl"
-    res = _dry_run(out, "--repeats", "2")
+    res = _dry_run(out, "--repeats", "2", env=_on_the_box(tmp_path))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     figures = {line.get("figure"): line for line in lines if line.get("bench") in ("proxy_share", "gpu_check")}
-    assert {"direct", "through_proxy", "proxy_share"} <= set(figures) and any("update_s" in line for line in lines)
+    assert {"direct", "through_proxy", "proxy_share"} <= set(figures)
+    steps = [line for line in lines if "update_s" in line]  # the trainer's two GRPO steps ran, new weights served
+    assert [line["step"] for line in steps] == [0, 1] and steps[1]["served_versions"] == [1]
     engine = [line for line in lines if line.get("figure") == "compare" and "engine_over_generate" in line]
     assert [line["concurrency"] for line in engine] == [1, 4] and all(e["engine_over_generate"] > 0 for e in engine)
     assert figures["direct"]["tokens_per_s"]["median"] > 0 and figures["through_proxy"]["calls_logged"] == 32
@@ -107,15 +80,15 @@ def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
 @pytest.mark.slow
 def test_a_part_that_does_not_run_fails_the_verdict(tmp_path: Path):
     """The first GPU run passed while its trainer step was skipped (no Ray on the box): a skipped part is a failed
-    check. Here `import ray` fails as it does on that box (a module of that name that raises ImportError)."""
-    fake = tmp_path / "no_ray"
+    check. Here verl itself does not import (a module of that name that raises), so the trainer step cannot run."""
+    fake = tmp_path / "no_verl"
     fake.mkdir()
-    (fake / "ray.py").write_text("raise ImportError('no Ray on this box')\n")
+    (fake / "verl.py").write_text("raise ImportError('no verl on this box')\n")
     out = tmp_path / "gpu_check.jsonl"
     res = _dry_run(out, "--repeats", "1", "--agents", "2", "--calls", "1", env={"PYTHONPATH": str(fake)})
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     skipped = [line for line in lines if line.get("figure") == "trainer_step"]
-    assert skipped and "ray" in skipped[0]["skipped"], lines
+    assert skipped and "no verl on this box" in skipped[0]["skipped"], lines
     assert res.returncode == 3 and lines[-1] == {"bench": "gpu_check", "figure": "verdict", "pass": False, "exit": 3}
 
 

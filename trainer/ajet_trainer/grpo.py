@@ -15,9 +15,11 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from verl.trainer.ppo import core_algos
 
 from ajet_trainer.types import EpisodeSample, PolicyModel, TrainSequence
+from ajet_trainer.verl_algos import verl_module
+
+core_algos = verl_module("verl.trainer.ppo.core_algos")  # importable without Ray (see verl_algos)
 
 
 def episode_advantages(
@@ -211,7 +213,9 @@ def tis_weights(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance-sampling weights min(pi_old / pi_engine, cap) per token (verl's rollout correction),
     and their mean, max and the share of tokens capped."""
-    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+    compute_rollout_correction_weights = verl_module(
+        "verl.trainer.ppo.rollout_corr_helper"
+    ).compute_rollout_correction_weights
 
     log_ratio = (old_logp - rollout_logp).detach()
     weights, m = compute_rollout_correction_weights(log_ratio, mask, rollout_is="token", rollout_is_threshold=cap)

@@ -1,0 +1,67 @@
+"""The bare GPU box, as a folder: what it has (torch, transformers, peft and their requirements) and what
+`scripts/gpu_wheels.txt` brings, read from this environment, and a site folder holding only those, so that a
+`python -S` run imports as the box would."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from tests.support.procs import REPO
+
+WHEELS = REPO / "scripts" / "gpu_wheels.txt"
+BOX_HAS = ("torch", "transformers", "peft")
+"""What the GPU box brings (with their own requirements)."""
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def listed() -> dict[str, tuple[str, float]]:
+    """The wheel list: normalized name -> (version, installed MiB)."""
+    out = {}
+    for line in WHEELS.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)\s+#\s+([\d.]+)(\s+built here)?$", line)
+        if m:
+            out[norm(m[1])] = (m[2], float(m[3]))
+    return out
+
+
+def requirements_closure(roots: tuple[str, ...]) -> set[str]:
+    """The distributions `roots` need, recursively (extras left out), as installed here."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = norm(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        for r in map(Requirement, reqs):
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(r.name)
+    return seen
+
+
+def box_site(folder: Path) -> Path:
+    """A site folder under `folder` holding only what the box has and the wheels bring (links to their top-level
+    modules and metadata). `python -S` with it on PYTHONPATH imports nothing else: Ray, vLLM and the rest fail to
+    import there as they do on the box."""
+    dists = set(listed()) | requirements_closure(BOX_HAS)
+    site = folder / "box_site"
+    site.mkdir()
+    for dist in md.distributions():
+        if norm(dist.metadata["Name"]) not in dists:
+            continue
+        for top in {Path(str(f)).parts[0] for f in dist.files or ()}:
+            src = Path(str(dist.locate_file(top)))
+            if src.exists() and not top.endswith(".pth") and top != ".." and not (site / top).exists():
+                (site / top).symlink_to(src)
+    return site
