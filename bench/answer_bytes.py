@@ -19,7 +19,7 @@ apply_offline_env()
 
 from ajet_proxy.dataplane.chat.shape import ChatShape
 from ajet_trainer.embedded.chat import completion_body
-from ajet_trainer.embedded.generation import GenResult
+from ajet_trainer.embedded.types import GenResult
 from ajet_trainer.tiny_model import resolve_model_path
 
 ANSWER = "The answer is 42: add the two numbers, then check the sum against the tool's result."

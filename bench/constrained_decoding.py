@@ -28,10 +28,11 @@ apply_offline_env()
 import torch
 
 from ajet import AgentJetJob
-from ajet_trainer.embedded.generation import GenRequest, generate_batch
+from ajet_trainer.embedded.generation import generate_batch
 from ajet_trainer.embedded.grammar import BACKENDS, Grammars, GrammarSpec, TokenConstraint, grammar_spec, load_grammars
 from ajet_trainer.embedded.grammar.outlines_backend import OutlinesConstraint, OutlinesGrammars
 from ajet_trainer.embedded.grammar.xgrammar_backend import XgrammarConstraint, XgrammarGrammars
+from ajet_trainer.embedded.types import GenRequest
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 

@@ -24,8 +24,9 @@ apply_offline_env()
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ajet_trainer.embedded.generation import GenRequest, generate_batch
+from ajet_trainer.embedded.generation import generate_batch
 from ajet_trainer.embedded.server import eos_token_ids
+from ajet_trainer.embedded.types import GenRequest
 from ajet_trainer.tiny_model import resolve_model_path
 
 

@@ -3,12 +3,15 @@ batched `generate` on the same model, batch and device, and against the memory-b
 
     python -m bench.engine_throughput [--model builtin:small | qwen2.5-0.5b-shape] [--tokens 64] [--repeats 3]
                                       [--device cpu|cuda] [--dtype float32|bfloat16] [--concurrency 1 16 64 256]
+                                      [--prompts same distinct]
 
 The engine side is the engine's own batcher (`embedded.batcher.Batcher`, its default `MAX_BATCH` and gathering
 window): `--concurrency` requests submitted at once from an event loop, each `--tokens` new tokens at temperature 1
 (`min_tokens` = `max_tokens`, so every row decodes every step, as in `generate` with `min_new_tokens`). The
 `generate` side samples the same batch in one call (TRL's GRPOTrainer samples this way). Each figure is the median of
-`--repeats` runs after an untimed one. Rows per concurrency: tokens/s of each side and their ratio; then the
+`--repeats` runs after an untimed one. `--prompts`: `same`, every request the one prompt (a GRPO group's first turn:
+the engine prefills it once, `generate` once per row); `distinct`, each request its own prompt of the same length
+(nothing shared). Rows per prompt kind and concurrency: tokens/s of each side and their ratio; then the
 bandwidth bound: weights bytes x decoding steps per second / the device's memory bandwidth (measured here by a large
 copy), how much of the memory traffic a decoding step must make the engine achieves.
 """
@@ -30,8 +33,8 @@ import torch  # noqa: E402
 from transformers import PreTrainedModel  # noqa: E402
 
 from ajet_trainer.embedded.batcher import Batcher, Pending  # noqa: E402
-from ajet_trainer.embedded.generation import GenRequest  # noqa: E402
 from ajet_trainer.embedded.server import BATCH_WINDOW_S, MAX_BATCH, eos_token_ids  # noqa: E402
+from ajet_trainer.embedded.types import GenRequest  # noqa: E402
 from scripts.proxy_share import load  # noqa: E402
 
 BENCH = "engine_throughput"
@@ -48,13 +51,21 @@ def timed(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(runs)
 
 
-def engine_run(batcher: Batcher, prompt: list[int], n: int, tokens: int) -> None:
-    """`n` requests submitted at once to the engine's batcher, waited for."""
+def prompts_of(prompt: list[int], n: int, kind: str) -> list[list[int]]:
+    """`n` prompts: `prompt` each time (`same`), or `prompt` with its first token varied per row (`distinct`: rows
+    of the same length, none alike)."""
+    if kind == "same":
+        return [list(prompt)] * n
+    return [[(prompt[0] + i) % 100 + 1, *prompt[1:]] for i in range(n)]
+
+
+def engine_run(batcher: Batcher, prompts: list[list[int]], tokens: int) -> None:
+    """The requests submitted at once to the engine's batcher, waited for."""
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        pending = [Pending(GenRequest(list(prompt), tokens, min_tokens=tokens), loop, loop.create_future(),
-                           loop.create_future()) for _ in range(n)]  # fmt: skip
+        pending = [Pending(GenRequest(list(p), tokens, min_tokens=tokens), loop, loop.create_future(),
+                           loop.create_future()) for p in prompts]  # fmt: skip
         for p in pending:
             batcher.submit(p)
         await asyncio.gather(*(p.done for p in pending))
@@ -62,9 +73,9 @@ def engine_run(batcher: Batcher, prompt: list[int], n: int, tokens: int) -> None
     asyncio.run(run())
 
 
-def generate_run(model: PreTrainedModel, pad_id: int, prompt: list[int], n: int, tokens: int, ends: set[int]) -> None:
+def generate_run(model: PreTrainedModel, pad_id: int, prompts: list[list[int]], tokens: int, ends: set[int]) -> None:
     """The same batch through transformers' `generate`."""
-    ids = torch.tensor([prompt] * n, device=model.device)
+    ids = torch.tensor(prompts, device=model.device)
     with torch.no_grad():
         model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                        max_new_tokens=tokens, min_new_tokens=tokens, eos_token_id=sorted(ends),
@@ -85,15 +96,16 @@ def bandwidth(device: str) -> float:
 
 
 def one_concurrency(
-    batcher: Batcher, model: PreTrainedModel, pad_id: int, prompt: list[int], n: int, args: argparse.Namespace,
-    ends: set[int], bytes_per_s: float,
+    batcher: Batcher, model: PreTrainedModel, pad_id: int, prompts: list[list[int]], kind: str,
+    args: argparse.Namespace, ends: set[int], bytes_per_s: float,
 ) -> None:  # fmt: skip
     """The rows of one concurrency: each side's tokens/s, their ratio, the engine's share of the bandwidth bound."""
-    engine_s = timed(lambda: engine_run(batcher, prompt, n, args.tokens), args.repeats)
-    generate_s = timed(lambda: generate_run(model, pad_id, prompt, n, args.tokens, ends), args.repeats)
+    n = len(prompts)
+    engine_s = timed(lambda: engine_run(batcher, prompts, args.tokens), args.repeats)
+    generate_s = timed(lambda: generate_run(model, pad_id, prompts, args.tokens, ends), args.repeats)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else machine()
     base = {"model": args.model, "device": args.device, "device_name": name, "torch": torch.__version__,
-            "dtype": args.dtype, "concurrency": n, "tokens": args.tokens}  # fmt: skip
+            "dtype": args.dtype, "concurrency": n, "tokens": args.tokens, "prompts": kind}  # fmt: skip
     for side, seconds in (("engine", engine_s), ("generate", generate_s)):
         emit(BENCH, {**base, "side": side, "seconds": round(seconds, 4),
                      "tokens_per_s": round(n * args.tokens / seconds, 1)})  # fmt: skip
@@ -113,6 +125,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--threads", type=int, default=1, help="torch's CPU threads")
+    ap.add_argument("--prompts", nargs="+", choices=["same", "distinct"], default=["same", "distinct"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load(args.model, args.device)  # `qwen2.5-0.5b-shape`: random weights of that shape, no download
@@ -124,8 +137,10 @@ def main() -> None:
     batcher.start()
     bytes_per_s = bandwidth(args.device)
     try:
-        for n in args.concurrency:
-            one_concurrency(batcher, model, int(tok.pad_token_id), prompt, n, args, ends, bytes_per_s)
+        for kind in args.prompts:
+            for n in args.concurrency:
+                one_concurrency(batcher, model, int(tok.pad_token_id), prompts_of(prompt, n, kind), kind, args, ends,
+                                bytes_per_s)  # fmt: skip
     finally:
         batcher.stop()
         batcher.join(60)  # a worker torn down mid-step at exit aborts the interpreter

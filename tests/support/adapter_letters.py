@@ -11,9 +11,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from ajet import AgentJetJob
-from ajet_trainer.embedded.generation import GenRequest, GenResult, generate_batch
+from ajet_trainer.embedded.generation import generate_batch
 from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.embedded.server import eos_token_ids
+from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.types import EpisodeSample, TrainSequence

@@ -10,8 +10,9 @@ from peft import LoraConfig, get_peft_model
 
 from ajet import AgentJetJob
 from ajet_trainer.embedded.adapters import BatchAdapters, batch_adapters
-from ajet_trainer.embedded.generation import GenRequest, generate_batch
+from ajet_trainer.embedded.generation import generate_batch
 from ajet_trainer.embedded.server import eos_token_ids
+from ajet_trainer.embedded.types import GenRequest
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 

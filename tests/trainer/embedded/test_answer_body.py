@@ -7,7 +7,7 @@ import orjson
 
 from ajet_proxy.dataplane.tokens import parse_answer
 from ajet_trainer.embedded.chat import answer_json, completion_body
-from ajet_trainer.embedded.generation import GenResult
+from ajet_trainer.embedded.types import GenResult
 
 
 class Letters:

@@ -219,13 +219,13 @@ class _Arrivals:
         self.items.insert(0, (self.now, item))
 
 
-def _batches(last_batch_s: float, times: list[float], max_batch: int = 16) -> list[int]:
+def _batches(last_batch_s: float, times: list[float], max_batch: int = 16, joins: bool = False) -> list[int]:
     """The sizes of the batches `Batcher._gather` makes of requests arriving at `times`."""
     from ajet_trainer.embedded.batcher import Batcher
 
     b = Batcher(None, None, set(), max_batch=max_batch, window_s=0.003, policy_version=0)
     arrivals = _Arrivals(times)
-    b._q, b._clock, b.last_batch_s = arrivals, arrivals.clock, last_batch_s
+    b._q, b._clock, b.last_batch_s, b.joins = arrivals, arrivals.clock, last_batch_s, joins
     sizes = []
     while arrivals.items:
         sizes.append(len(b._gather() or []))
@@ -242,3 +242,11 @@ def test_a_burst_after_a_long_batch_joins_one_batch():
     trickle = [0.04 * i for i in range(12)]  # after a 1.2 s batch: gap 0.06 s lets each in, cap 0.3 s ends it
     assert _batches(1.2, trickle) == [8, 4]
     assert _batches(2.0, [0.0] * 10, max_batch=4) == [4, 4, 2]
+
+
+def test_where_requests_join_a_running_batch_it_starts_without_waiting_for_the_burst():
+    """With joins (the model's cache takes rows), the burst's later requests join the running batch instead of
+    being waited for: only what arrives within the 3 ms window starts with the first."""
+    burst = [0.015 * i for i in range(6)]
+    assert _batches(2.0, burst, joins=True) == [1, 1, 1, 1, 1, 1]
+    assert _batches(2.0, [0.0, 0.001, 0.002, 0.05], joins=True) == [3, 1]

@@ -10,8 +10,9 @@ import torch
 
 from ajet.errors import ContextLengthExceeded
 from ajet_trainer.embedded.chat import longest_token_chars, prompt_ids, tokens_at_least
-from ajet_trainer.embedded.generation import GenRequest, generate_batch
+from ajet_trainer.embedded.generation import generate_batch
 from ajet_trainer.embedded.server import EmbeddedEngine, eos_token_ids
+from ajet_trainer.embedded.types import GenRequest
 
 MSGS = [{"role": "user", "content": "Say the letter: c"}]
 HEALTHY = 8

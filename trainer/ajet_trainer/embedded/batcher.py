@@ -1,7 +1,10 @@
 """The embedded engine's batcher: requests are queued and micro-batched on one worker thread.
 
-The worker takes everything waiting (up to `max_batch`), and what arrives in the burst that follows
-(`gather_window`), and samples it in one left-padded batch (`generation.generate_batch`). The batcher owns the
+The worker takes everything waiting (up to `max_batch`) and samples it in one left-padded batch
+(`generation.generate_batch`). A request that arrives while a batch runs joins it at the next token boundary
+(continuous batching, `embedded.joining`), up to `max_batch` rows in all. Where the model's KV cache cannot take rows,
+it waits for the next batch instead, and the worker waits for the burst that follows its first request
+(`gather_window`) before it starts one. The batcher owns the
 weights' lock and the policy version: a batch runs under the lock and stamps its answers with the version it ran
 under, and `paused(version)` is the one way to change weights (the trainer's update) and version together, between
 two batches.
@@ -18,7 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from ajet_trainer.embedded.generation import ABORT, Decoding, GenRequest, GenResult, TokenOut, generate_batch
+from ajet_trainer.embedded.generation import Decoding, generate_batch
+from ajet_trainer.embedded.joining import copyable_cache
+from ajet_trainer.embedded.types import ABORT, GenRequest, GenResult, TokenOut
 from ajet_trainer.errors import GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 
@@ -68,12 +73,10 @@ class Batcher:
         self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
         self.max_batch, self.window_s = max_batch, window_s
         self.policy_version = policy_version
-        """The version of the weights batches now run under (changed only through `set_version`: a publish, or the
-        end of `paused`)."""
+        """The version of the weights batches now run under (changed only through `set_version`)."""
         self.versions: dict[str, int] = {}
         """The version of each adapter that has one of its own (experiments sharing this base: `shared_base.py`);
-        a row of another adapter, or of none, runs under `policy_version`. Changed only through `set_version` and
-        `forget`."""
+        a row of another adapter, or of none, runs under `policy_version`. Changed only by `set_version`, `forget`."""
         self.weights_lock = threading.Lock()
         """Held for each batch, and by `paused`: no batch sees half-updated weights."""
         self.partial_rollouts = False
@@ -84,26 +87,29 @@ class Batcher:
         """Set while an update waits for the weights (`paused`): a batch with partial rollouts yields to it."""
         self._handoff = threading.Event()
         """Set by `paused` once it holds the weights: the yielding batch waits for it before taking them back."""
-        self.stats = {"batches": 0, "max_batch_seen": 0, "aborted": 0, "aborted_late_tokens_max": 0,
+        self.stats = {"batches": 0, "max_batch_seen": 0, "joined": 0, "aborted": 0, "aborted_late_tokens_max": 0,
                       "suspended": 0, "reprefilled_tokens": 0, "answers": 0, "answer_tokens": 0}  # fmt: skip
         """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
         tokens any of them sampled after its client left (the one in flight at most); `suspended`: batches that
-        yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights."""
+        yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights;
+        `joined`: requests that joined a running batch; `max_batch_seen` counts them with their batch."""
         self.answered: dict[Optional[str], list[int]] = {}
         """Per adapter a row named (None: none), its answers and their tokens: `stats`' `answers` and
         `answer_tokens`, split by experiment where experiments share the engine."""
         self.busy_s = 0.0
         """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
-        self._busy_since = 0.0
-        """When the running batch last started sampling (its start, or its return from an update)."""
+        self._busy_since = 0.0  # when the running batch last started sampling (its start, or back from an update)
         self.last_batch_s = 0.0
         """How long batches take to generate, lately (the last one's time, or half the figure before if that is
         more); `gather_window` scales the next batch's gathering by it."""
         self.running: list[Pending] = []
-        """The batch being sampled now (empty between batches)."""
+        """The batch being sampled now, the rows that joined it included (empty between batches)."""
+        self.joins = model is not None and copyable_cache(model.config)
+        """Whether requests join a running batch (the model's KV cache can take rows): then a batch starts without
+        waiting for the rest of a burst."""
+        self._next: list[Pending] = []  # requests that failed to join the running batch: the next one starts with them
         self._q: "queue.Queue[Optional[Pending]]" = queue.Queue()
-        self._clock = time.monotonic
-        """The gathering's clock (a test's simulated one proves the window without waiting on threads)."""
+        self._clock = time.monotonic  # a test's simulated clock proves the gathering without waiting on threads
         self._worker = threading.Thread(target=self._work, name="ajet-engine-batcher", daemon=True)
 
     def start(self) -> None:
@@ -163,12 +169,15 @@ class Batcher:
             self.last_batch_s = max(time.monotonic() - t0, 0.5 * self.last_batch_s)
 
     def _gather(self) -> Optional[list[Pending]]:
-        """The next batch: the first request waiting, and those that arrive in its burst (None: stopped)."""
-        first = self._q.get()
-        if first is None:
-            return None
-        batch = [first]
-        gap, cap = gather_window(self.window_s, self.last_batch_s)
+        """The next batch: what failed to join the last one, else the first request waiting, and those that arrive in
+        its burst (None: stopped)."""
+        batch, self._next = self._next[: self.max_batch], self._next[self.max_batch :]
+        if not batch:
+            first = self._q.get()
+            if first is None:
+                return None
+            batch = [first]
+        gap, cap = (self.window_s, self.window_s) if self.joins else gather_window(self.window_s, self.last_batch_s)
         start = last = self._clock()
         while len(batch) < self.max_batch:
             try:
@@ -192,7 +201,7 @@ class Batcher:
                 p.loop.call_soon_threadsafe(_set, p.started, version)
             self.stats["batches"] += 1
             self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(batch))
-            self.running = batch
+            self.running = batch  # rows that join the batch are appended to it (`_join_waiting`)
             try:
                 results = self._generate([p.req for p in batch], versions)
             except Exception:  # noqa: BLE001 - find the request that fails; the others must not pay for it
@@ -200,10 +209,10 @@ class Batcher:
                 results = [self._alone(p) for p in batch]
             finally:
                 self.running = []
-        for p, res, version in zip(batch, results, versions):
+        for p, res in zip(batch, results):
             if res is None:
                 continue
-            res.policy_version = version
+            res.policy_version = res.version_spans[0][1]  # the version its first token was sampled under
             if res.finish_reason == ABORT:
                 self._count_abort(p.req)
             elif res.error is None:
@@ -221,9 +230,53 @@ class Batcher:
         """Sample one batch under the weights' lock (held by the caller), yielding it to an update between two
         tokens when partial rollouts are on."""
         self._busy_since = time.monotonic()
-        results = generate_batch(self.model, self.tokenizer, requests, self.eos_ids, version, self._yield_if_wanted)
+        results = generate_batch(self.model, self.tokenizer, requests, self.eos_ids, version, self._between)
         self.busy_s += time.monotonic() - self._busy_since
         return results
+
+    def _between(self, run: Decoding) -> None:
+        """Before each token of the running batch: yield it to a waiting update (partial rollouts), then take in the
+        requests that wait."""
+        self._yield_if_wanted(run)
+        if self.joins and run.joinable():
+            self._join_waiting(run)
+
+    def _join_waiting(self, run: Decoding) -> None:
+        """Requests queued since the batch started join it (prefilled apart, then sampled with it), up to `max_batch`
+        rows in all; none while an update waits for the weights, which the batch would then hold on to."""
+        room = self.max_batch - len(run.requests)
+        if room <= 0 or self._update_wanted.is_set() or self._q.empty():
+            return
+        more = self._without_the_gone(self._take(room))
+        if not more:
+            return
+        versions = [self.version_of(p.req.adapter) for p in more]
+        try:
+            joining = Decoding(self.model, self.tokenizer, [p.req for p in more], self.eos_ids, versions)
+        except Exception:  # noqa: BLE001 - the running batch goes on; these start the next batch (and fail there alone)
+            logger.exception("%d requests could not join the running batch; they start the next one", len(more))
+            self._next.extend(more)
+            return
+        run.absorb(joining)
+        for p, version in zip(more, versions):
+            p.loop.call_soon_threadsafe(_set, p.started, version)
+        self.running.extend(more)
+        self.stats["joined"] += len(more)
+        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(self.running))
+
+    def _take(self, most: int) -> list[Pending]:
+        """Up to `most` queued requests, without waiting (a stop mark stays queued for the worker)."""
+        taken: list[Pending] = []
+        while len(taken) < most:
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self._q.put(None)
+                break
+            taken.append(item)
+        return taken
 
     def _yield_if_wanted(self, run: Decoding) -> None:
         """With partial rollouts and an update waiting: hand it the weights, then go on under the new ones (the

@@ -18,7 +18,7 @@ from ajet.chat_request import content_text, max_tokens_asked, prompt_over_job, t
 from ajet.engine_answer import AnswerChoice, AnswerMessage, EngineAnswer, Usage
 from ajet.errors import ContextLengthExceeded, InvalidRequest
 from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
-from ajet_trainer.embedded.generation import GenRequest, GenResult
+from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.types import Tokenizer
 
 

@@ -9,90 +9,26 @@ mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence, Union
+from dataclasses import replace
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
 from ajet_trainer.embedded.adapters import batch_adapters
 from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
 from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
+from ajet_trainer.embedded.joining import (
+    copyable_cache,
+    distinct_rows,
+    join_caches,
+    join_masks,
+    joinable,
+    select_rows,
+)
+from ajet_trainer.embedded.model_calls import cache_keyword, cache_of, last_logits_keyword
 from ajet_trainer.embedded.sampling import sample_tokens
+from ajet_trainer.embedded.types import ABORT, GenRequest, GenResult, TokenOut
 from ajet_trainer.types import PolicyModel, Tokenizer
-
-ABORT = "abort"
-"""The finish of a row whose client went away (its result reaches no one; vLLM names it the same)."""
-
-
-@dataclass(frozen=True)
-class TokenOut:
-    """One sampled token, as a stream hands it on."""
-
-    id: int
-    """The token id."""
-    logprob: float
-    """The model's log-probability of it (temperature-free)."""
-    text: str
-    """The text it completes (incremental decoding; "" while a multi-byte character is partial, and for EOS)."""
-    top: list[tuple[int, float]]
-    """The `top_logprobs` most likely tokens at this position with their log-probabilities (empty unless asked)."""
-
-
-@dataclass
-class GenRequest:
-    """One sampling request."""
-
-    prompt_ids: list[int]
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: Optional[int] = None
-    stop: list[str] = field(default_factory=list)
-    top_logprobs: int = 0
-    """How many most likely alternatives to report per token (0: none)."""
-    min_tokens: int = 0
-    """No end of turn before this many tokens (vLLM's `min_tokens`: its EOS ids are masked until then)."""
-    on_token: Optional[Callable[[TokenOut], None]] = None
-    """Called after each sampled token (streaming)."""
-    constraint: Optional[TokenConstraint] = None
-    """A grammar the answer must follow (`ajet_trainer.embedded.grammar`): tokens it cannot take are masked before
-    sampling, and the logged log-probability is that of the masked distribution (what was sampled from)."""
-    adapter: Optional[str] = None
-    """The LoRA adapter that answers (a name the peft model holds); None: the model as it is. Rows of different
-    adapters share one batch and one forward (peft's mixed-adapter batches), each as its adapter alone."""
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    """Set (by `cancel`, from the HTTP side) when the client went away: the row ends before its next token."""
-    generated: int = 0
-    """Tokens sampled so far (written by the decoding thread only)."""
-    generated_at_cancel: Optional[int] = None
-    """`generated` when `cancel` was called: how far the answer had got when its client left."""
-
-    def cancel(self) -> None:
-        """The client left: stop sampling for this request at the next token boundary."""
-        if not self.cancelled.is_set():
-            self.generated_at_cancel = self.generated
-            self.cancelled.set()
-
-
-@dataclass
-class GenResult:
-    """One request's outcome."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    text: str
-    policy_version: int = 0
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
-    """Per token, the most likely alternatives (empty lists unless the request asked for them)."""
-    stop_reason: Optional[str] = None
-    """The stop string that ended the answer (vLLM's `stop_reason`); None for EOS, length or an error."""
-    error: Optional[str] = None
-    """Why this request alone failed (its batch went on without it); None when it completed."""
-    version_spans: list[tuple[int, int]] = field(default_factory=list)
-    """(offset of the first token, policy version) of each run of the answer sampled under one version: one run
-    unless an update came mid-answer (partial rollouts, `Batcher.partial_rollouts`)."""
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,7 +87,7 @@ class Decoding:
         eos_ids: set[int],
         version: Versions = 0,
     ):
-        self.model, self.tokenizer, self.requests, self.eos_ids = model, tokenizer, requests, eos_ids
+        self.model, self.tokenizer, self.requests, self.eos_ids = model, tokenizer, list(requests), eos_ids
         self.spans: list[list[tuple[int, int]]] = [[(0, v)] for v in per_row(version, len(requests))]
         """Each row's runs of tokens by the policy version that sampled them."""
         self.device = next(model.parameters()).device
@@ -166,18 +102,30 @@ class Decoding:
         self.texts = [IncrementalDecoder(tokenizer, eos_ids | {tokenizer.pad_token_id}) for _ in range(n)]
         self.finish: list[Optional[str]] = [None] * n
         self.errors: dict[int, str] = {}
-        self.cache_kw = _cache_keyword(model)
+        self.cache_kw, self.last_only = cache_keyword(model), last_logits_keyword(model)
+        self.shares_prompts = len(requests) > 1 and copyable_cache(model.config)
+        """Whether alike rows are prefilled once (`joining.distinct_rows`): the model's cache can be copied by row."""
         self.adapters = batch_adapters(model, [r.adapter for r in requests])
         """How each forward reaches the rows' adapters."""
         self._prefill(ids, pos)
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
-        with self.adapters.forward():
+        """Run the rows' tokens, keeping the cache and each row's next-token logits; alike rows (the same tokens and
+        adapter: a group's one prompt) run once, where the cache can be copied to each."""
+        wanted = [r.adapter for r in self.requests]
+        alike = distinct_rows(ids, wanted) if self.shares_prompts else None
+        reps = alike[0] if alike is not None else list(range(len(ids)))
+        adapters = batch_adapters(self.model, [wanted[i] for i in reps]) if alike is not None else self.adapters
+        with adapters.forward():
             out = self.model(
-                input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **self.adapters.kwargs
-            )
-        self.past, self.last_pos = _cache_of(out), pos[:, -1]
+                input_ids=ids[reps], attention_mask=self.mask[reps], position_ids=pos[reps], use_cache=True,
+                **self.last_only, **adapters.kwargs,
+            )  # fmt: skip
+        self.past, self.last_pos = cache_of(out), pos[:, -1]
         self.logits = out.logits[:, -1, :].float()
+        if alike is not None:
+            select_rows(self.past, alike[1])
+            self.logits = self.logits[alike[1]]
 
     @torch.no_grad()
     def reprefill(self, version: Versions) -> int:
@@ -194,6 +142,29 @@ class Decoding:
             if live[i] and spans[-1][1] != now:
                 spans.append((len(self.out_ids[i]), now))
         return sum(len(seq) for seq, alive in zip(seqs, live) if alive)
+
+    def joinable(self) -> bool:
+        """Whether rows can join this batch (`absorb`): its KV cache is of a kind `joining` can extend."""
+        return joinable(self.past)
+
+    def absorb(self, more: "Decoding") -> None:
+        """Take the rows of `more` (prefilled apart, by the same model, none sampled yet) into this batch, after its
+        own: from the next `step` they are sampled with it, each as it would be alone (both `joinable`)."""
+        n = len(self.requests)
+        self.mask = join_masks(self.mask, more.mask)
+        join_caches(self.past, more.past)
+        self.last_pos = torch.cat([self.last_pos, more.last_pos])
+        self.logits = torch.cat([self.logits, more.logits])
+        self.requests += more.requests
+        self.spans += more.spans
+        self.gens += more.gens
+        self.out_ids += more.out_ids
+        self.out_lps += more.out_lps
+        self.out_top += more.out_top
+        self.texts += more.texts
+        self.finish += more.finish
+        self.errors.update({n + i: why for i, why in more.errors.items()})
+        self.adapters = batch_adapters(self.model, [r.adapter for r in self.requests])
 
     def finished(self) -> bool:
         """Whether every row has ended."""
@@ -221,7 +192,7 @@ class Decoding:
                 **{self.cache_kw: self.past},
                 **self.adapters.kwargs,
             )
-        self.past, self.logits = _cache_of(out), out.logits[:, -1, :].float()
+        self.past, self.logits = cache_of(out), out.logits[:, -1, :].float()
 
     def _sample_live(self) -> torch.Tensor:
         """One token for every live row (the pad for ended ones), each handed to its request; a row whose client
@@ -239,12 +210,12 @@ class Decoding:
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
         tops = _tops(logp, requests, live)
-        next_tok = torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
+        next_tok = [self.tokenizer.pad_token_id] * len(requests)  # one tensor made of it: no per-row tensor writes
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
-            top = tops.get(i, []) if i not in errors else []
             if i in errors or not _accepted(requests[i].constraint, tok, i, errors):
                 self.finish[i] = "error"
                 continue
+            top = tops.get(i, [])
             self.out_ids[i].append(tok)
             requests[i].generated += 1
             self.out_lps[i].append(lp)
@@ -252,7 +223,7 @@ class Decoding:
             next_tok[i] = tok
             out = TokenOut(tok, lp, self.texts[i].push(tok), top)
             self.finish[i] = _advance(i, out, self.out_ids[i], self.texts[i].text, requests[i], self.eos_ids, errors)
-        return next_tok
+        return torch.tensor(next_tok, dtype=torch.long)
 
     def results(self) -> list[GenResult]:
         """Each request's outcome, in request order."""
@@ -317,19 +288,6 @@ def _advance(
     except Exception as exc:  # noqa: BLE001 - one request's failure must not end its batch
         errors[i] = f"{type(exc).__name__}: {exc}"
         return "error"
-
-
-def _cache_keyword(model: PolicyModel) -> str:
-    """`cache` (transformers >= 5.2x) or `past_key_values` (older releases)."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def _cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
 
 
 def _generator(seed: Optional[int]) -> Optional[torch.Generator]:

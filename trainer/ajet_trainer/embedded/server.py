@@ -35,9 +35,9 @@ from ajet_trainer.embedded.chat import (
     prompt_ids,
     uses_tools,
 )
-from ajet_trainer.embedded.generation import GenRequest, GenResult
 from ajet_trainer.embedded.grammar import BACKENDS, Grammars, GrammarSpec, grammar_spec, load_grammars
 from ajet_trainer.embedded.stream import StreamedAnswer
+from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.errors import EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
 

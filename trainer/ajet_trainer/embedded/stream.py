@@ -19,7 +19,7 @@ from ajet_trainer.chat_render import TOOL_CALL_OPEN, parse_tool_calls
 from ajet_trainer.embedded.batcher import Pending
 from ajet_trainer.embedded.chat import chunk_body, logprob_item
 from ajet_trainer.embedded.detok import safe_prefix_len
-from ajet_trainer.embedded.generation import GenResult, TokenOut
+from ajet_trainer.embedded.types import GenResult, TokenOut
 from ajet_trainer.types import Tokenizer
 
 
