@@ -65,6 +65,8 @@ def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
     assert {"direct", "through_proxy", "proxy_share"} <= set(figures)
     steps = [line for line in lines if "update_s" in line]  # the trainer's two GRPO steps ran, new weights served
     assert [line["step"] for line in steps] == [0, 1] and steps[1]["served_versions"] == [1]
+    assert all(line["trainer_tokens_per_s"] > 0 and 0 < line["mfu_of_measured_matmul"] for line in steps)
+    assert any(line.get("matmul_tflops", 0) > 0 for line in lines)  # the rate the MFU is taken over, measured
     engine = [line for line in lines if line.get("figure") == "compare" and "engine_over_generate" in line]
     assert [line["concurrency"] for line in engine] == [1, 4] and all(e["engine_over_generate"] > 0 for e in engine)
     assert figures["direct"]["tokens_per_s"]["median"] > 0 and figures["through_proxy"]["calls_logged"] == 32
