@@ -23,7 +23,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels clean
+.PHONY: setup setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels gpu-carry clean
 
 setup: $(STAMP)
 
@@ -123,6 +123,15 @@ gpu-wheels: setup
 	$(PIP) download --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp $(GPU_PLATFORMS) \
 		-d wheels/gpu $$(grep -v '^#' scripts/gpu_wheels.txt | grep -v 'built here$$' | sed 's/ *#.*//')
 	$(PIP) wheel --no-deps -w wheels/gpu $$(grep 'built here$$' scripts/gpu_wheels.txt | sed 's/ *#.*//')
+
+# The real model's GGUF (94 MiB) to a bare GPU box in two runs of 64 MiB (scripts/gpu_carry.py): the first carries
+# wheels/gpu and build/gpu-carry/part1 (scripts/gpu_test.sh), the second, at once, build/gpu-carry/part2
+# (scripts/gpu_real_model.sh), with the wheels of scripts/gpu_wheels_real_model.txt.
+gpu-carry: gpu-wheels
+	rm -rf build/gpu-carry
+	$(PIP) download --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp $(GPU_PLATFORMS) \
+		-d build/gpu-carry/part2/wheels $$(grep -v '^#' scripts/gpu_wheels_real_model.txt | sed 's/ *#.*//')
+	$(PY) scripts/gpu_carry.py split
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(FW_VENV) .venv-install experiments .pytest_cache

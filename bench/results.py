@@ -33,8 +33,8 @@ def commit() -> str:
         exclude = f":(exclude){RESULTS.relative_to(repo)}"
         dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD", "--", ".", exclude],
                                capture_output=True).returncode  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    except (OSError, subprocess.CalledProcessError):  # no git: a lent GPU box gets a copy of the tree
+        return os.environ.get("AJET_COMMIT", "unknown")  # written where the tree was copied from (gpu_carry.py)
     return f"{sha}-dirty" if dirty else sha
 
 

@@ -4,11 +4,19 @@
 # `make test` runs in CI. The last line is one JSON verdict; any failure fails the script.
 #
 #   scripts/gpu_test.sh [--wheels DIR]     (the wheels gpu_check.sh installs on a bare box)
+#
+# On a lent box, the first of two runs (`make gpu-carry` here first): this one carries wheels/gpu and
+# build/gpu-carry/part1; the second, started at once on the same warm box, runs scripts/gpu_real_model.sh with
+# build/gpu-carry/part2 (the real model's tool agent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONPATH="$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True AJET_REQUIRE_GPU=1
+if [ -f build/gpu-carry/part1/manifest.json ]; then  # the box has no git: the rows' commit is the split's
+  AJET_COMMIT=$($PY -c "import json; print(json.load(open('build/gpu-carry/part1/manifest.json'))['commit'])")
+  export AJET_COMMIT
+fi
 PARTS=()
 trap 'rc=$?; echo "{\"bench\": \"gpu_test\", \"pass\": $([ $rc -eq 0 ] && echo true || echo false), \"exit\": $rc, \"done\": \"${PARTS[*]-}\"}"' EXIT
 bash scripts/gpu_check.sh "$@"

@@ -13,6 +13,8 @@ from packaging.requirements import Requirement
 from tests.support.procs import REPO
 
 WHEELS = REPO / "scripts" / "gpu_wheels.txt"
+REAL_MODEL_WHEELS = REPO / "scripts" / "gpu_wheels_real_model.txt"
+"""What the real model's run (`scripts/gpu_real_model.sh`) installs beyond the check's wheels."""
 BOX_HAS = ("torch", "transformers", "peft")
 """What the GPU box brings (with their own requirements)."""
 
@@ -21,10 +23,10 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def listed() -> dict[str, tuple[str, float]]:
-    """The wheel list: normalized name -> (version, installed MiB)."""
+def listed(path: Path = WHEELS) -> dict[str, tuple[str, float]]:
+    """A wheel list: normalized name -> (version, installed MiB)."""
     out = {}
-    for line in WHEELS.read_text().splitlines():
+    for line in path.read_text().splitlines():
         m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)\s+#\s+([\d.]+)(\s+built here)?$", line)
         if m:
             out[norm(m[1])] = (m[2], float(m[3]))
@@ -50,11 +52,11 @@ def requirements_closure(roots: tuple[str, ...]) -> set[str]:
     return seen
 
 
-def box_site(folder: Path) -> Path:
-    """A site folder under `folder` holding only what the box has and the wheels bring (links to their top-level
-    modules and metadata). `python -S` with it on PYTHONPATH imports nothing else: Ray, vLLM and the rest fail to
-    import there as they do on the box."""
-    dists = set(listed()) | requirements_closure(BOX_HAS)
+def box_site(folder: Path, lists: tuple[Path, ...] = (WHEELS,)) -> Path:
+    """A site folder under `folder` holding only what the box has and the wheels of `lists` bring (links to their
+    top-level modules and metadata). `python -S` with it on PYTHONPATH imports nothing else: Ray, vLLM and the rest
+    fail to import there as they do on the box."""
+    dists = requirements_closure(BOX_HAS).union(*(listed(path) for path in lists))
     site = folder / "box_site"
     site.mkdir()
     for dist in md.distributions():
