@@ -68,7 +68,9 @@ def test_the_cpu_dry_run_measures_the_proxys_share(tmp_path: Path):
     assert all(line["trainer_tokens_per_s"] > 0 and 0 < line["mfu_of_measured_matmul"] for line in steps)
     assert any(line.get("matmul_tflops", 0) > 0 for line in lines)  # the rate the MFU is taken over, measured
     engine = [line for line in lines if line.get("figure") == "compare" and "engine_over_generate" in line]
-    assert [line["concurrency"] for line in engine] == [1, 4] and all(e["engine_over_generate"] > 0 for e in engine)
+    kinds = [(line["prompts"], line["concurrency"]) for line in engine]  # one prompt for all, then one each
+    assert kinds == [("same", 1), ("same", 4), ("distinct", 1), ("distinct", 4)]
+    assert all(e["engine_over_generate"] > 0 for e in engine)
     assert figures["direct"]["tokens_per_s"]["median"] > 0 and figures["through_proxy"]["calls_logged"] == 32
     share = figures["proxy_share"]
     assert -1.0 < share["value"] < 1.0 and share["repeats"] == 2  # signed as measured, never clamped

@@ -114,3 +114,32 @@ def test_a_figure_no_row_holds_is_caught():
     assert not written_as(0.7395833, "0", "741", "") and not written_as(1.187, "1", "18", "")
     assert written_as(2.695, "2", "70", "") and written_as(2.695, "2", "69", "")
     assert 0.7395833333333334 in row_numbers("real_model", {"c5a6055"})
+
+
+def stamped_row_numbers(pattern: str, commits: set[str]) -> list[float]:
+    """`row_numbers`, of the rows the code stamped (they name their commit) only."""
+    out: list[float] = []
+    for path in RESULTS.glob(f"{pattern}.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if "commit" in row and (not commits or any(c in line for c in commits)):
+                out.extend(numbers_in(row))
+    return out
+
+
+def unmarked_legacy() -> list[str]:
+    """`file:line [results]` for each line whose cited figures come only from rows the code did not stamp (no
+    commit: written before `bench.results` stamped every row) and that does not say `legacy`."""
+    out = []
+    for doc in DOCS:
+        for n, line, cited, commits in citations(doc.read_text().splitlines()):
+            figures = list(NUMBER.finditer(line))
+            values = [v for p in cited for v in stamped_row_numbers(p, commits)]
+            stamped = any(written_as(v, m.group(1), m.group(2), m.group(3)) for m in figures for v in values)
+            if figures and not stamped and "legacy" not in line.lower():
+                out.append(f"{doc.name}:{n} {cited}")
+    return out
+
+
+def test_a_figure_from_a_row_the_code_did_not_stamp_is_marked_legacy():
+    assert unmarked_legacy() == []
