@@ -27,8 +27,8 @@ from ajet.types import ExperimentState
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
-from ajet_store import TRAINER_TIMEOUT_S, Store, experiment_store
-from ajet_store.placement import FIRST_NAME, FIRST_SLUG, experiment_slug, experiment_url, file_mode_of
+from ajet_store import TRAINER_TIMEOUT_S, Catalog, Store
+from ajet_store.placement import FIRST_NAME, FIRST_SLUG, experiment_slug
 from ajet_store.types import ExperimentRow
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class Proxy:
         self.hosts: dict[str, ExperimentHost] = {
             FIRST_SLUG: ExperimentHost(FIRST_SLUG, Store(config.db_url, config.db_mode), config)
         }
+        self.catalog = Catalog(self.hosts[FIRST_SLUG].store)
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
@@ -92,7 +93,7 @@ class Proxy:
         """(name, slug) of every experiment the first store lists, the first first."""
         job = self.first.refresh_experiment().job
         first = experiment_of(job) if job is not None else FIRST_NAME
-        return [(first, FIRST_SLUG), *((e.name, e.slug) for e in self.first.store.experiment_entries())]
+        return [(first, FIRST_SLUG), *((e.name, e.slug) for e in self.catalog.entries())]
 
     def host_for_job(self, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
         """The host of the experiment a sync of `job` acts on (blocking: it may make a store). By the job's name: an
@@ -114,7 +115,7 @@ class Proxy:
             return first
         if conflict is not None:
             raise conflict
-        experiment_store(first.store, name).close()
+        self.catalog.add(name).close()
         self.take_up_experiments()
         return self.hosts[slug]
 
@@ -154,10 +155,9 @@ class Proxy:
             return self._take_up_new()
 
     def _take_up_new(self) -> list[str]:
-        new = [e for e in self.first.store.experiment_entries() if e.slug not in self.hosts]
+        new = self.catalog.not_taken_up(self.hosts)
         for entry in new:
-            url = experiment_url(self.config.db_url, entry.slug)
-            host = ExperimentHost(entry.slug, Store(url, file_mode_of(self.config.db_url)), self.config)
+            host = ExperimentHost(entry.slug, self.catalog.open(entry.slug), self.config)
             host.start()
             self.hosts[entry.slug] = host
             logger.info("serving experiment %s", entry.name)

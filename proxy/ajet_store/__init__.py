@@ -31,7 +31,7 @@ from ajet_store.errors import (
     UnknownRewardVersion,
 )
 from ajet_store.experiments import QUARANTINE_AFTER
-from ajet_store.store import Store, experiment_store
+from ajet_store.store import Catalog, Store, experiment_store
 from ajet_store.tables import SCHEMA_VERSION
 from ajet_store.types import (
     BeginEpisode,
@@ -71,6 +71,7 @@ __all__ = [
     "StepRow",
     "Store",
     "experiment_store",
+    "Catalog",
     "StoreError",
     "StoreRefusedValue",
     "StoreUnavailable",

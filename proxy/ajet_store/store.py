@@ -9,6 +9,8 @@ experiment's row (`experiments.py`), episodes (`episodes.py`), the rollout pool 
 
 from __future__ import annotations
 
+from typing import Collection
+
 from ajet_store.call_log import CallOps
 from ajet_store.catalog import CatalogOps
 from ajet_store.counters import StatsOps
@@ -20,6 +22,7 @@ from ajet_store.placement import experiment_url, file_mode_of, prepare_experimen
 from ajet_store.pool import PoolOps
 from ajet_store.rewards import RewardOps
 from ajet_store.steps import StepOps
+from ajet_store.types import ExperimentEntry
 
 
 class Store(
@@ -29,8 +32,33 @@ class Store(
     store of a swarm lists its other experiments too (`catalog.py`)."""
 
 
+class Catalog:
+    """The swarm's experiments beyond the first, as its first store lists them: what the proxy, the trainer and the
+    explorer list and take experiments up through, and the one place that opens an experiment's store (where it
+    lives: `placement.py`). It keeps nothing: a store it opens belongs to the caller."""
+
+    def __init__(self, first: Store):
+        self.first = first
+
+    def entries(self) -> list[ExperimentEntry]:
+        """The listed experiments, oldest first."""
+        return self.first.experiment_entries()
+
+    def not_taken_up(self, known: Collection[str]) -> list[ExperimentEntry]:
+        """The listed experiments whose slugs are not in `known` (those a proxy or the trainer has yet to take up)."""
+        return [entry for entry in self.entries() if entry.slug not in known]
+
+    def open(self, slug: str) -> Store:
+        """A new handle on experiment `slug`'s store, beside the first, with the first's file permissions."""
+        return Store(experiment_url(self.first.url, slug), file_mode_of(self.first.url))
+
+    def add(self, name: str) -> Store:
+        """The store of experiment `name`: listed, and made, on first use."""
+        entry = self.first.add_experiment(name)
+        prepare_experiment_store(self.first.url, entry.slug)
+        return self.open(entry.slug)
+
+
 def experiment_store(first: Store, name: str) -> Store:
     """The store of experiment `name` beside the swarm's first store (listed, and made, on first use)."""
-    entry = first.add_experiment(name)
-    prepare_experiment_store(first.url, entry.slug)
-    return Store(experiment_url(first.url, entry.slug), file_mode_of(first.url))
+    return Catalog(first).add(name)

@@ -160,3 +160,20 @@ def test_experiments_made_at_once_by_threads_each_get_their_store(tmp_path):
         with ThreadPoolExecutor(6) as pool:
             assert list(pool.map(make, range(6))) == ["OFFLINE"] * 6
         assert len(first.experiment_entries()) == 6
+
+
+def test_the_catalog_lists_what_is_not_taken_up_and_opens_each_store_beside_the_first(first_url: str):
+    """The one catalog the proxy, the trainer and the explorer take experiments up through."""
+    from ajet_store import Catalog
+
+    first = Store(first_url)
+    catalog = Catalog(first)
+    a, b = catalog.add("p/a"), catalog.add("p/b")
+    assert catalog.add("p/a").url == a.url  # listed once, the same store
+    slugs = [e.slug for e in catalog.entries()]
+    assert slugs == [experiment_slug("p/a"), experiment_slug("p/b")]
+    assert [e.name for e in catalog.not_taken_up({slugs[0]})] == ["p/b"]
+    again = catalog.open(slugs[1])
+    assert again.url == b.url == experiment_url(first_url, slugs[1])
+    for store in (a, b, again, first):
+        store.close()

@@ -24,8 +24,8 @@ from typing import Optional
 
 from ajet.errors import StoreUnavailable
 from ajet.types import ExperimentState
-from ajet_store import Store, redact_url
-from ajet_store.placement import FIRST_SLUG, experiment_url, file_mode_of
+from ajet_store import Catalog, Store, redact_url
+from ajet_store.placement import FIRST_SLUG
 from ajet_trainer.driver import ExperimentDriver
 from ajet_trainer.experiment_dir import experiment_folder
 from ajet_trainer.factory import Shared, preload_embedded, trains_alone
@@ -177,9 +177,10 @@ class TrainerDaemon:
         if time.monotonic() - self._listed_at < CATALOG_POLL_S:
             return []
         self._listed_at = time.monotonic()
-        new = [e for e in self.store.experiment_entries() if e.slug not in self.drivers]
+        catalog = Catalog(self.store)
+        new = catalog.not_taken_up(self.drivers)
         for entry in new:
-            store = Store(experiment_url(self.opts.db_url, entry.slug), file_mode_of(self.opts.db_url))
+            store = catalog.open(entry.slug)
             store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
             opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, entry.slug))
             shared = self.shared.of(entry.slug)

@@ -18,15 +18,15 @@ from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.explore.app import explore_app, login_page
 from ajet_proxy.explore.pages import first_name
-from ajet_store import Store
-from ajet_store.placement import FIRST_SLUG, experiment_url, file_mode_of
+from ajet_store import Catalog, Store
+from ajet_store.placement import FIRST_SLUG
 
 
 class ListedExperiments:
     """The experiments a first store lists (`Experiments` of the explorer command), each store opened on first use."""
 
     def __init__(self, first: Store):
-        self.first = first
+        self.first, self.catalog = first, Catalog(first)
         self._opened: dict[str, Store] = {}
         self._lock = threading.Lock()  # pages are served from a thread pool
 
@@ -35,13 +35,13 @@ class ListedExperiments:
             return self.first
         with self._lock:
             if slug not in self._opened:
-                if slug not in {e.slug for e in self.first.experiment_entries()}:
+                if slug not in {e.slug for e in self.catalog.entries()}:
                     raise ExperimentNotFound(f"this store lists no experiment {slug!r}")
-                self._opened[slug] = Store(experiment_url(self.first.url, slug), file_mode_of(self.first.url))
+                self._opened[slug] = self.catalog.open(slug)
             return self._opened[slug]
 
     def listed(self) -> list[tuple[str, str]]:
-        return [(first_name(self.first), FIRST_SLUG), *((e.name, e.slug) for e in self.first.experiment_entries())]
+        return [(first_name(self.first), FIRST_SLUG), *((e.name, e.slug) for e in self.catalog.entries())]
 
 
 def standalone_app(store: Store, tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:
