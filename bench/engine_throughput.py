@@ -13,7 +13,9 @@ window): `--concurrency` requests submitted at once from an event loop, each `--
 the engine prefills it once, `generate` once per row); `distinct`, each request its own prompt of the same length
 (nothing shared). Rows per prompt kind and concurrency: tokens/s of each side and their ratio; then the
 bandwidth bound: weights bytes x decoding steps per second / the device's memory bandwidth (measured here by a large
-copy), how much of the memory traffic a decoding step must make the engine achieves.
+copy), how much of the memory traffic a decoding step must make the engine achieves; then where one batch's time
+goes, the batch run directly (no batcher): its prefill, its decoding steps, and the share of the steps spent
+sampling and handing tokens on (`Decoding._sample_live`) rather than in the model.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ import torch  # noqa: E402
 from transformers import PreTrainedModel  # noqa: E402
 
 from ajet_trainer.embedded.batcher import Batcher, Pending  # noqa: E402
+from ajet_trainer.embedded.generation import Decoding  # noqa: E402
 from ajet_trainer.embedded.server import BATCH_WINDOW_S, MAX_BATCH, eos_token_ids  # noqa: E402
 from ajet_trainer.embedded.types import GenRequest  # noqa: E402
+from ajet_trainer.types import Tokenizer  # noqa: E402
 from scripts.proxy_share import load  # noqa: E402
 
 BENCH = "engine_throughput"
@@ -114,6 +118,33 @@ def one_concurrency(
     emit(BENCH, {**base, "figure": "compare", "engine_over_generate": round(generate_s / engine_s, 3),
                  "bandwidth_share": round(weights * steps_per_s / bytes_per_s, 4),
                  "bandwidth_gb_s": round(bytes_per_s / 1e9, 1), "weights_mb": round(weights / 2**20, 1)})  # fmt: skip
+    profile(model, batcher.tokenizer, prompts, args.tokens, ends)  # warm
+    emit(BENCH, {**base, **profile(model, batcher.tokenizer, prompts, args.tokens, ends)})
+
+
+class TimedDecoding(Decoding):
+    """A batch that adds up the seconds it spends sampling and handing tokens on (`_sample_live`)."""
+
+    sampling_s = 0.0
+
+    def _sample_live(self) -> torch.Tensor:
+        t0 = time.perf_counter()
+        out = super()._sample_live()
+        self.sampling_s += time.perf_counter() - t0
+        return out
+
+
+def profile(model: PreTrainedModel, tok: Tokenizer, prompts: list[list[int]], tokens: int, ends: set[int]) -> dict:
+    """One batch run directly: seconds of its prefill and of its steps, and the steps' share spent sampling."""
+    t0 = time.perf_counter()
+    run = TimedDecoding(model, tok, [GenRequest(list(p), tokens, min_tokens=tokens) for p in prompts], ends, 0)
+    t1 = time.perf_counter()
+    while not run.finished():
+        run.step()
+    steps_s = time.perf_counter() - t1
+    share = run.sampling_s / steps_s
+    return {"figure": "profile", "prefill_s": round(t1 - t0, 4), "steps_s": round(steps_s, 4),
+            "per_step_ms": round(1000 * steps_s / tokens, 3), "sampling_share": round(share, 4)}  # fmt: skip
 
 
 def main() -> None:

@@ -250,7 +250,8 @@ def _hold_the_end(logits: torch.Tensor, requests: list[GenRequest], live: list[i
     short = [i for i in live if requests[i].generated < requests[i].min_tokens]
     if short:
         ends = torch.tensor(sorted(eos_ids), device=logits.device)
-        logits[torch.tensor(short, device=logits.device)[:, None], ends[None, :]] = float("-inf")
+        rows = slice(None) if len(short) == len(logits) else torch.tensor(short, device=logits.device)[:, None]
+        logits[rows, ends] = float("-inf")
 
 
 def _accepted(constraint: Optional[TokenConstraint], tok: int, i: int, errors: dict[int, str]) -> bool:

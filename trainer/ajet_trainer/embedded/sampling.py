@@ -17,7 +17,7 @@ class Sampled(Protocol):
 
 
 def _filtered_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits / temperature, dim=-1)
+    probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, idx = torch.sort(probs, descending=True, dim=-1)
         keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
@@ -53,6 +53,13 @@ def sample_tokens(
             seeded.append(k)
         else:
             groups.setdefault((req.temperature, req.top_p), []).append(k)
+    if not greedy and not seeded and len(groups) == 1:  # the usual batch: one draw, no gathering, one copy
+        ((temperature, top_p),) = groups
+        try:
+            rows = logits if len(live) == len(logits) else logits[torch.tensor(live, device=logits.device)]
+            return torch.multinomial(_filtered_probs(rows, temperature, top_p), 1).squeeze(-1).cpu()
+        except RuntimeError:
+            pass  # a bad row spoils the draw: the groups' path below keeps its failure apart
     if greedy:
         rows = torch.tensor([live[k] for k in greedy], device=logits.device)
         out[torch.tensor(greedy)] = logits[rows].argmax(dim=-1).cpu()
