@@ -32,11 +32,18 @@ class GenRequest:
     """One sampling request."""
 
     prompt_ids: list[int]
+    """The prompt as the engine's tokenizer made it (rendered messages, or a client's token prompt as sent)."""
     max_tokens: int
+    """The most tokens the answer may have (the engine's cap already applied): `length` when reached."""
     temperature: float = 1.0
+    """0 or less: greedy, one argmax; else the logits are divided by it before sampling (log-probs stay the model's
+    own, temperature-free)."""
     top_p: float = 1.0
+    """Nucleus sampling: the smallest set of tokens whose probabilities reach it (1: all)."""
     seed: Optional[int] = None
+    """A generator of the request's own: its tokens do not depend on its batch, plain or streamed."""
     stop: list[str] = field(default_factory=list)
+    """Strings that end the answer where they first appear (the text ends before it, `stop_reason` names it)."""
     top_logprobs: int = 0
     """How many most likely alternatives to report per token (0: none)."""
     min_tokens: int = 0
@@ -68,10 +75,15 @@ class GenResult:
     """One request's outcome."""
 
     token_ids: list[int]
+    """The answer's sampled ids, its end token included when it ended on one."""
     logprobs: list[float]
+    """The model's log-probability of each id (temperature-free; of the masked distribution under a grammar)."""
     finish_reason: str
+    """`stop` (an end token or a stop string), `length`, `abort` (the client left) or `error`."""
     text: str
+    """The answer's text, decoded incrementally, ending before a stop string that ended it."""
     policy_version: int = 0
+    """The policy version its first token was sampled under (`version_spans` has the rest)."""
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     """Per token, the most likely alternatives (empty lists unless the request asked for them)."""
     stop_reason: Optional[str] = None
