@@ -115,3 +115,27 @@ def test_rows_of_one_prompt_are_prefilled_once_and_sample_as_they_would_alone(ti
         assert res.token_ids == alone.token_ids
         assert res.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
     assert results[0].token_ids != results[2].token_ids  # one prompt, two seeds: the rows did not share a sample
+
+
+def test_rows_that_ended_leave_the_batch_when_others_join_and_every_result_stays(tiny):
+    """A short answer ends; when a request joins, the ended row leaves the batch's tensors (later steps compute the
+    live rows only) and its result is kept: every result comes back in the order the rows came, as each alone."""
+    model, tok = tiny
+    eos = eos_token_ids(model, tok)
+    first = [_req(LONG, 1, tokens=2), _req(SHORT, 2, tokens=10)]
+    late = _req(LONGER, 3, tokens=6)
+    run = Decoding(model, tok, first, eos, 0)
+    for _ in range(3):
+        run.step()
+    assert run.finish[0] is not None and run.finish[1] is None
+    run.compact()
+    run.absorb(Decoding(model, tok, [late], eos, 0))
+    assert len(run.requests) == 2 and run.mask.shape[0] == 2 and run.logits.shape[0] == 2  # the ended row left
+    while not run.finished():
+        run.step()
+    results = run.results()
+    assert [len(r.token_ids) for r in results] == [2, 10, 6]
+    for req, res in zip([*first, late], results):
+        alone = generate_batch(model, tok, [_req(req.prompt_ids, req.seed or 0, req.max_tokens)], eos)[0]
+        assert res.token_ids == alone.token_ids
+        assert res.logprobs == pytest.approx(alone.logprobs, abs=1e-4)

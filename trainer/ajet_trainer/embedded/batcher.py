@@ -92,7 +92,7 @@ class Batcher:
         """`aborted`: rows whose client left (before or while they ran); `aborted_late_tokens_max`: the most
         tokens any of them sampled after its client left (the one in flight at most); `suspended`: batches that
         yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights;
-        `joined`: requests that joined a running batch; `max_batch_seen` counts them with their batch."""
+        `joined`: requests that joined a running batch; `max_batch_seen`: the most rows a batch held at once."""
         self.answered: dict[Optional[str], list[int]] = {}
         """Per adapter a row named (None: none), its answers and their tokens: `stats`' `answers` and
         `answer_tokens`, split by experiment where experiments share the engine."""
@@ -243,9 +243,13 @@ class Batcher:
 
     def _join_waiting(self, run: Decoding) -> None:
         """Requests queued since the batch started join it (prefilled apart, then sampled with it), up to `max_batch`
-        rows in all; none while an update waits for the weights, which the batch would then hold on to."""
+        live rows in all (the ended ones leave first); none while an update waits for the weights, which the batch
+        would then hold on to."""
+        if self._update_wanted.is_set() or self._q.empty():
+            return
+        run.compact()  # the rows that ended make room
         room = self.max_batch - len(run.requests)
-        if room <= 0 or self._update_wanted.is_set() or self._q.empty():
+        if room <= 0:
             return
         more = self._without_the_gone(self._take(room))
         if not more:
@@ -262,7 +266,7 @@ class Batcher:
             p.loop.call_soon_threadsafe(_set, p.started, version)
         self.running.extend(more)
         self.stats["joined"] += len(more)
-        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(self.running))
+        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(run.requests))
 
     def _take(self, most: int) -> list[Pending]:
         """Up to `most` queued requests, without waiting (a stop mark stays queued for the worker)."""

@@ -100,6 +100,10 @@ class Decoding:
         self.out_lps: list[list[float]] = [[] for _ in range(n)]
         self.out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
         self.texts = [IncrementalDecoder(tokenizer, eos_ids | {tokenizer.pad_token_id}) for _ in range(n)]
+        self.admitted = list(range(n))
+        """Each row's place among the batch's requests, first ones and those that joined: the order of `results`."""
+        self.done: dict[int, GenResult] = {}
+        """The results of rows that ended and left the batch's tensors (`compact`), by their place."""
         self.finish: list[Optional[str]] = [None] * n
         self.errors: dict[int, str] = {}
         self.cache_kw, self.last_only = cache_keyword(model), last_logits_keyword(model)
@@ -150,7 +154,8 @@ class Decoding:
     def absorb(self, more: "Decoding") -> None:
         """Take the rows of `more` (prefilled apart, by the same model, none sampled yet) into this batch, after its
         own: from the next `step` they are sampled with it, each as it would be alone (both `joinable`)."""
-        n = len(self.requests)
+        n, placed = len(self.requests), len(self.admitted) + len(self.done)
+        self.admitted += [placed + i for i in range(len(more.requests))]
         self.mask = join_masks(self.mask, more.mask)
         join_caches(self.past, more.past)
         self.last_pos = torch.cat([self.last_pos, more.last_pos])
@@ -164,6 +169,26 @@ class Decoding:
         self.texts += more.texts
         self.finish += more.finish
         self.errors.update({n + i: why for i, why in more.errors.items()})
+        self.adapters = batch_adapters(self.model, [r.adapter for r in self.requests])
+
+    def compact(self) -> None:
+        """Drop the rows that ended from the batch's tensors, their results kept (`done`): later steps compute the
+        live rows only (a batch that rows keep joining would otherwise carry every ended row to its end). Only on a
+        `joinable` cache, between two steps."""
+        keep = [i for i, f in enumerate(self.finish) if f is None]
+        if not keep or len(keep) == len(self.finish):
+            return
+        self.done.update({self.admitted[i]: self._result(i) for i, f in enumerate(self.finish) if f is not None})
+        rows = torch.tensor(keep, device=self.device)
+        select_rows(self.past, rows)
+        self.mask, self.last_pos, self.logits = self.mask[rows], self.last_pos[rows], self.logits[rows]
+        at = {old: new for new, old in enumerate(keep)}
+        self.errors = {at[i]: why for i, why in self.errors.items() if i in at}
+        self.requests = [self.requests[i] for i in keep]
+        self.spans, self.gens = [self.spans[i] for i in keep], [self.gens[i] for i in keep]
+        self.out_ids, self.out_lps = [self.out_ids[i] for i in keep], [self.out_lps[i] for i in keep]
+        self.out_top, self.texts = [self.out_top[i] for i in keep], [self.texts[i] for i in keep]
+        self.finish, self.admitted = [self.finish[i] for i in keep], [self.admitted[i] for i in keep]
         self.adapters = batch_adapters(self.model, [r.adapter for r in self.requests])
 
     def finished(self) -> bool:
@@ -226,12 +251,15 @@ class Decoding:
         return torch.tensor(next_tok, dtype=torch.long)
 
     def results(self) -> list[GenResult]:
-        """Each request's outcome, in request order."""
-        return [
-            replace(_result(self.out_ids[i], self.out_lps[i], self.out_top[i], self.finish[i] or "length",
-                            self.texts[i].text, req, self.errors.get(i)), version_spans=self.spans[i])
-            for i, req in enumerate(self.requests)
-        ]  # fmt: skip
+        """Each request's outcome, in request order (those that joined after the first ones, in their order)."""
+        placed = {**self.done, **{self.admitted[i]: self._result(i) for i in range(len(self.requests))}}
+        return [placed[k] for k in sorted(placed)]
+
+    def _result(self, i: int) -> GenResult:
+        """Row `i`'s outcome as it stands."""
+        return replace(_result(self.out_ids[i], self.out_lps[i], self.out_top[i], self.finish[i] or "length",
+                               self.texts[i].text, self.requests[i], self.errors.get(i)),
+                       version_spans=self.spans[i])  # fmt: skip
 
 
 def _constrain(logits: torch.Tensor, requests: list[GenRequest], live: list[int], errors: dict[int, str]) -> None:
