@@ -180,16 +180,23 @@ class Batcher:
         gap, cap = (self.window_s, self.window_s) if self.joins else gather_window(self.window_s, self.last_batch_s)
         start = last = self._clock()
         while len(batch) < self.max_batch:
-            try:
-                item = self._q.get(timeout=max(0.0, min(start + cap, last + gap) - self._clock()))
-            except queue.Empty:
-                break
+            item = self._queued(max(0.0, min(start + cap, last + gap) - self._clock()))
             if item is None:
-                self._q.put(None)
                 break
             batch.append(item)
             last = self._clock()
         return batch
+
+    def _queued(self, timeout: float) -> Optional[Pending]:
+        """The next queued request, if one comes within `timeout` seconds (0: only one already waiting); None when
+        none came, or at a stop mark (left queued for the worker)."""
+        try:
+            item = self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is None:
+            self._q.put(None)
+        return item
 
     def _run_batch(self, batch: list[Pending]) -> None:
         batch = self._without_the_gone(batch)
@@ -271,14 +278,7 @@ class Batcher:
     def _take(self, most: int) -> list[Pending]:
         """Up to `most` queued requests, without waiting (a stop mark stays queued for the worker)."""
         taken: list[Pending] = []
-        while len(taken) < most:
-            try:
-                item = self._q.get_nowait()
-            except queue.Empty:
-                break
-            if item is None:
-                self._q.put(None)
-                break
+        while len(taken) < most and (item := self._queued(0.0)) is not None:
             taken.append(item)
         return taken
 

@@ -107,7 +107,7 @@ class Decoding:
         self.finish: list[Optional[str]] = [None] * n
         self.errors: dict[int, str] = {}
         self.cache_kw, self.last_only = cache_keyword(model), last_logits_keyword(model)
-        self.shares_prompts = len(requests) > 1 and copyable_cache(model.config)
+        self.shares_prompts = copyable_cache(model.config)
         """Whether alike rows are prefilled once (`joining.distinct_rows`): the model's cache can be copied by row."""
         self.adapters = batch_adapters(model, [r.adapter for r in requests])
         """How each forward reaches the rows' adapters."""
