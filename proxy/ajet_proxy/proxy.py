@@ -93,7 +93,7 @@ class Proxy:
         """(name, slug) of every experiment the first store lists, the first first."""
         job = self.first.refresh_experiment().job
         first = experiment_of(job) if job is not None else FIRST_NAME
-        return [(first, FIRST_SLUG), *((e.name, e.slug) for e in self.catalog.entries())]
+        return self.catalog.named(first)
 
     def host_for_job(self, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
         """The host of the experiment a sync of `job` acts on (blocking: it may make a store). By the job's name: an

@@ -18,7 +18,7 @@ from ajet_store.engines import EngineOps
 from ajet_store.episodes import EpisodeOps
 from ajet_store.experiments import ExperimentOps
 from ajet_store.explore_reads import ExploreOps
-from ajet_store.placement import experiment_url, file_mode_of, prepare_experiment_store
+from ajet_store.placement import FIRST_SLUG, experiment_url, file_mode_of, prepare_experiment_store
 from ajet_store.pool import PoolOps
 from ajet_store.rewards import RewardOps
 from ajet_store.steps import StepOps
@@ -43,6 +43,11 @@ class Catalog:
     def entries(self) -> list[ExperimentEntry]:
         """The listed experiments, oldest first."""
         return self.first.experiment_entries()
+
+    def named(self, first_name: str) -> list[tuple[str, str]]:
+        """(name, slug) of every experiment of the swarm: the first (called `first_name`, under `FIRST_SLUG`), then
+        each one listed."""
+        return [(first_name, FIRST_SLUG), *((e.name, e.slug) for e in self.entries())]
 
     def not_taken_up(self, known: Collection[str]) -> list[ExperimentEntry]:
         """The listed experiments whose slugs are not in `known` (those a proxy or the trainer has yet to take up)."""

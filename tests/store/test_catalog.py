@@ -173,6 +173,7 @@ def test_the_catalog_lists_what_is_not_taken_up_and_opens_each_store_beside_the_
     slugs = [e.slug for e in catalog.entries()]
     assert slugs == [experiment_slug("p/a"), experiment_slug("p/b")]
     assert [e.name for e in catalog.not_taken_up({slugs[0]})] == ["p/b"]
+    assert catalog.named("first") == [("first", ""), ("p/a", slugs[0]), ("p/b", slugs[1])]
     again = catalog.open(slugs[1])
     assert again.url == b.url == experiment_url(first_url, slugs[1])
     for store in (a, b, again, first):

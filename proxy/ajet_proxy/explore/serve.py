@@ -41,7 +41,7 @@ class ListedExperiments:
             return self._opened[slug]
 
     def listed(self) -> list[tuple[str, str]]:
-        return [(first_name(self.first), FIRST_SLUG), *((e.name, e.slug) for e in self.catalog.entries())]
+        return self.catalog.named(first_name(self.first))
 
 
 def standalone_app(store: Store, tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:
