@@ -34,7 +34,7 @@ def commit() -> str:
         dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD", "--", ".", exclude],
                                capture_output=True).returncode  # fmt: skip
     except (OSError, subprocess.CalledProcessError):  # no git: a lent GPU box gets a copy of the tree
-        return os.environ.get("AJET_COMMIT", "unknown")  # written where the tree was copied from (gpu_carry.py)
+        return os.environ.get("AJET_COMMIT") or "unknown"  # written where the tree was copied from (gpu_carry.py)
     return f"{sha}-dirty" if dirty else sha
 
 

@@ -2,6 +2,7 @@
 
     python scripts/gpu_carry.py split [--limit-mib 64]     # here (`make gpu-carry`): two parts, each run's load
     python scripts/gpu_carry.py join                       # there, after the second run: the GGUF, checked
+    python scripts/gpu_carry.py commit                     # there: the commit the parts were split at
 
 `split` writes `build/gpu-carry/part1/` (the first part: it travels with the GPU check's wheels, `wheels/gpu`) and
 `build/gpu-carry/part2/` (the rest, with the wheels the real model's run needs beyond the check's,
@@ -98,12 +99,22 @@ def join(carry: Path) -> Path:
     return folder / GGUF
 
 
+def split_commit(carry: Path) -> str:
+    """The commit the parts under `carry` were split at (their manifests say it), "" when none is here: the rows a
+    box without git writes name it (`AJET_COMMIT`)."""
+    manifests = sorted(carry.glob("part*/manifest.json"))
+    return str(json.loads(manifests[0].read_text())["commit"]) if manifests else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["split", "join"])
+    ap.add_argument("what", choices=["split", "join", "commit"])
     ap.add_argument("--limit-mib", type=float, default=64.0)
     args = ap.parse_args()
     try:
+        if args.what == "commit":
+            print(split_commit(CARRY))
+            return
         if args.what == "join":
             print(f"gpu_carry: {join(CARRY)}")
             return

@@ -25,7 +25,7 @@ trap 'rc=$?; echo "{\"bench\": \"gpu_real_model\", \"pass\": $([ $rc -eq 0 ] && 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 export PYTHONPATH="$PWD/build/gpu-carry/site:$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 $PY scripts/gpu_carry.py join
-AJET_COMMIT=$($PY -c "import json; print(json.load(open('build/gpu-carry/part2/manifest.json'))['commit'])")
+AJET_COMMIT=$($PY scripts/gpu_carry.py commit)  # the box has no git: the rows' commit is the split's
 export AJET_COMMIT
 if ! $PY -c "import openai, gguf" 2>/dev/null; then
   $PY -m pip install --no-index --no-deps --find-links build/gpu-carry/part2/wheels \

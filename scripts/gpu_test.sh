@@ -13,10 +13,8 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONPATH="$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True AJET_REQUIRE_GPU=1
-if [ -f build/gpu-carry/part1/manifest.json ]; then  # the box has no git: the rows' commit is the split's
-  AJET_COMMIT=$($PY -c "import json; print(json.load(open('build/gpu-carry/part1/manifest.json'))['commit'])")
-  export AJET_COMMIT
-fi
+AJET_COMMIT=$($PY scripts/gpu_carry.py commit)  # the box has no git: the rows' commit is the split's, if any
+export AJET_COMMIT
 PARTS=()
 trap 'rc=$?; echo "{\"bench\": \"gpu_test\", \"pass\": $([ $rc -eq 0 ] && echo true || echo false), \"exit\": $rc, \"done\": \"${PARTS[*]-}\"}"' EXIT
 bash scripts/gpu_check.sh "$@"

