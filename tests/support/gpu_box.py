@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support.procs import REPO
 
@@ -19,17 +20,13 @@ BOX_HAS = ("torch", "transformers", "peft")
 """What the GPU box brings (with their own requirements)."""
 
 
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def listed(path: Path = WHEELS) -> dict[str, tuple[str, float]]:
     """A wheel list: normalized name -> (version, installed MiB)."""
     out = {}
     for line in path.read_text().splitlines():
         m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)\s+#\s+([\d.]+)(\s+built here)?$", line)
         if m:
-            out[norm(m[1])] = (m[2], float(m[3]))
+            out[canonicalize_name(m[1])] = (m[2], float(m[3]))
     return out
 
 
@@ -38,7 +35,7 @@ def requirements_closure(roots: tuple[str, ...]) -> set[str]:
     seen: set[str] = set()
     todo = list(roots)
     while todo:
-        name = norm(todo.pop())
+        name = canonicalize_name(todo.pop())
         if name in seen:
             continue
         seen.add(name)
@@ -60,7 +57,7 @@ def box_site(folder: Path, lists: tuple[Path, ...] = (WHEELS,)) -> Path:
     site = folder / "box_site"
     site.mkdir()
     for dist in md.distributions():
-        if norm(dist.metadata["Name"]) not in dists:
+        if canonicalize_name(dist.metadata["Name"]) not in dists:
             continue
         for top in {Path(str(f)).parts[0] for f in dist.files or ()}:
             src = Path(str(dist.locate_file(top)))
