@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from ajet_proxy.dataplane.responses import mapping as responses_api
+from ajet_proxy.dataplane.responses.protocol import ResponsesRequest, validate_responses
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
 from bench.results import emit
 
@@ -70,12 +71,18 @@ def main() -> None:
     n = ap.parse_args().iterations
     body = {"input": INPUT, **REQUEST}
     data = orjson.dumps(ANSWER)
+
+    def shape(req: ResponsesRequest) -> ResponsesShape:
+        return ResponsesShape(req, "resp_1")
+
     figures = {
-        ("ajet", "request"): lambda: responses_api.chat_request(body, []),
+        ("ajet", "request"): lambda: responses_api.chat_request(validate_responses(body), []),
         ("litellm", "request"): lambda: Lite.transform_responses_api_request_to_chat_completion_request(
             model="openai/policy", input=INPUT, responses_api_request=REQUEST, custom_llm_provider="openai"
         ),
-        ("ajet", "answer"): lambda: ResponsesShape(body, [], {}, "resp_1", False).answer(200, data, orjson.loads(data)),
+        ("ajet", "answer"): lambda: ResponsesShape(validate_responses(body), "resp_1").answer(
+            200, data, orjson.loads(data)
+        ),
         ("litellm", "answer"): lambda: orjson.dumps(
             Lite.transform_chat_completion_response_to_responses_api_response(
                 request_input=INPUT, responses_api_request=REQUEST, chat_completion_response=orjson.loads(data)

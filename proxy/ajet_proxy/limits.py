@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -52,7 +52,7 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def check_chat_shape(body: dict[str, Any], limits: InputLimits) -> None:
+def check_chat_shape(body: Mapping[str, Any], limits: InputLimits) -> None:
     """`InvalidRequest` naming the limit a chat body exceeds."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:

@@ -11,6 +11,7 @@ Two drivers run it: the proxy, asynchronously, against the engine's `/tokenize`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generator, Optional, Union
 
@@ -18,7 +19,7 @@ from ajet.labels import Label, fallback
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 
-Messages = list[dict[str, Any]]
+Messages = Sequence[Mapping[str, Any]]
 Tools = Optional[list[dict[str, Any]]]
 
 
@@ -32,7 +33,7 @@ class Rendering:
     """A question to the driver: the token ids of `messages` (with `tools`) under the template, with the generation
     prompt."""
 
-    messages: Messages
+    messages: list[dict[str, Any]]
     tools: Tools
 
 
@@ -59,7 +60,7 @@ def prompt_plan(turns: h.Turns, messages: Messages, tools: Tools) -> Generator[Q
     close = yield CloseToken()
     if close is None:
         return Plan(None, fallback("template_has_no_turn_close"))
-    new = messages[step.start :]
+    new = [dict(m) for m in messages[step.start :]]  # the call's new messages (one or two): rendered as dicts
     a = yield Rendering(tb.neutral_prefix(messages, step.parent, tb.ANSWER_TEXTS[0]) + new, tools)
     b = yield Rendering(tb.neutral_prefix(messages, step.parent, tb.ANSWER_TEXTS[1]) + new, tools)
     delta = tb.delta_ids(a, b, close, step.parent)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import json
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
@@ -61,7 +62,7 @@ class Turn:
 
     seq: int
     """The call's number in its episode."""
-    messages: Sequence[dict[str, Any]]
+    messages: Sequence[Mapping[str, Any]]
     """The call's messages (its first `n_messages`; the rest belong to a call that continued it)."""
     n_messages: int
     """How many messages the call sent."""
@@ -97,12 +98,12 @@ class Turn:
         """Prompt + completion ids: what a call continuing this turn starts with."""
         return list(self.ids[: self.n_ids])
 
-    def conversation(self) -> list[dict[str, Any]]:
+    def conversation(self) -> list[Mapping[str, Any]]:
         """Its messages (less Responses' instructions) and its answer: what `previous_response_id` continues."""
         start = 1 if self.instructions_first else 0
         return [*self.messages[start : self.n_messages], self.answer]
 
-    def rebase(self, messages: Sequence[dict[str, Any]], ids: Sequence[int]) -> None:
+    def rebase(self, messages: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:
         """Share the lists of a call that continued this turn exactly (its messages and prompt ids begin with
         this turn's)."""
         self.messages, self.ids = messages, ids
@@ -141,7 +142,7 @@ def _calls(tool_calls: Any) -> list[list[Any]]:
     return out
 
 
-def canonical_message(m: dict[str, Any], named: bool = True) -> bytes:
+def canonical_message(m: Mapping[str, Any], named: bool = True) -> bytes:
     """A message as the comparison sees it: role, text, tool calls (name, parsed arguments), its name (`named`)."""
     out: dict[str, Any] = {"role": m.get("role"), "content": content_text(m.get("content"))}
     calls = _calls(m.get("tool_calls"))
@@ -157,7 +158,7 @@ def canonical_tools(tools: Any) -> bytes:
     return orjson.dumps(tools, option=orjson.OPT_SORT_KEYS) if tools else b""
 
 
-def answer_message(content: Optional[str], tool_calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def answer_message(content: Optional[str], tool_calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The assistant message the proxy returned (the chat answer's choice 0), as a client sends it back: its tool
     calls only when it made some (a message of strings alone is also one the garbage collector does not track)."""
     message: dict[str, Any] = {"role": "assistant", "content": content or ""}
@@ -166,19 +167,19 @@ def answer_message(content: Optional[str], tool_calls: Sequence[dict[str, Any]])
     return message
 
 
-def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two messages read the same to a template (equal dicts at once, else their canonical forms)."""
     return a == b or canonical_message(a) == canonical_message(b)
 
 
-def sends_back(message: dict[str, Any], answer: dict[str, Any]) -> bool:
+def sends_back(message: Mapping[str, Any], answer: Mapping[str, Any]) -> bool:
     """Whether `message` is the turn's `answer` sent back: its text and tool calls. A name the agent puts on its
     own answer (AgentScope's `name: "calc"`) is its bookkeeping: the model generated the answer without it, after a
     generation prompt without it, and the token history keeps what the model saw."""
     return message == answer or canonical_message(message, named=False) == canonical_message(answer, named=False)
 
 
-def shared_messages(messages: Sequence[dict[str, Any]], turn: Turn) -> int:
+def shared_messages(messages: Sequence[Mapping[str, Any]], turn: Turn) -> int:
     """How many leading messages a call shares with a turn's messages followed by its answer."""
     n = 0
     limit = min(len(messages), turn.n_messages)
@@ -189,7 +190,7 @@ def shared_messages(messages: Sequence[dict[str, Any]], turn: Turn) -> int:
     return n
 
 
-def system_head(messages: Sequence[dict[str, Any]]) -> int:
+def system_head(messages: Sequence[Mapping[str, Any]]) -> int:
     """How many system (or developer) messages a conversation starts with."""
     n = 0
     while n < len(messages) and messages[n].get("role") in ("system", "developer"):
@@ -245,7 +246,7 @@ class Turns:
         return [self._by_seq[seq] for seq in reversed(self._seqs[-k:])]
 
 
-def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
+def plan(turns: Turns, messages: Sequence[Mapping[str, Any]], tools: Any) -> Plan:
     """Which earlier turn a call continues (the longest it extends: its messages, its answer, then more), and where
     its new messages start; else the label it is rendered under (`classify`)."""
     if not len(turns):
@@ -263,7 +264,7 @@ def plan(turns: Turns, messages: Sequence[dict[str, Any]], tools: Any) -> Plan:
     return classify(turns.latest(CLASSIFIED_TURNS), messages)
 
 
-def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:
+def classify(turns: Sequence[Turn], messages: Sequence[Mapping[str, Any]]) -> str:
     """Why a call continues none of `turns` (the latest first): a new segment when it shares no history with them
     past its system messages and sends back none of the model's turns (another agent, a fresh start, a summary), or
     keeps a conversation's start and puts something else than a model turn where one was (a compaction); else a fallback
@@ -286,7 +287,7 @@ def classify(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> str:
     return fallback("history_edited")
 
 
-def _closest(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> tuple[int, Turn]:
+def _closest(turns: Sequence[Turn], messages: Sequence[Mapping[str, Any]]) -> tuple[int, Turn]:
     """The turn sharing the most leading messages with a call, the latest on a tie (`turns` come latest first), and
     how many it shares. A turn sharing all of them is the answer at once: a call repeated many times in an episode
     costs one comparison, not one per turn."""
@@ -300,7 +301,7 @@ def _closest(turns: Sequence[Turn], messages: Sequence[dict[str, Any]]) -> tuple
     return best_shared, best
 
 
-def _only_system_differs(messages: Sequence[dict[str, Any]], turn: Turn) -> bool:
+def _only_system_differs(messages: Sequence[Mapping[str, Any]], turn: Turn) -> bool:
     """Whether a call would continue `turn` but for its system messages (a system prompt that changes each call)."""
     head, turn_head = system_head(messages), system_head(turn.messages[: turn.n_messages])
     rest = turn.messages[turn_head : turn.n_messages]
@@ -310,7 +311,7 @@ def _only_system_differs(messages: Sequence[dict[str, Any]], turn: Turn) -> bool
     return same and sends_back(messages[head + len(rest)], turn.answer)
 
 
-def _repeats_a_model_turn(messages: Sequence[dict[str, Any]], turns: Sequence[Turn]) -> bool:
+def _repeats_a_model_turn(messages: Sequence[Mapping[str, Any]], turns: Sequence[Turn]) -> bool:
     """Whether a call sends back, as the model's, a turn the model took in this episode: then it edits that history
     (the first question changed, say), where a new conversation (another agent, a summary) holds none of it."""
     said = {canonical_message(t.answer, named=False) for t in turns}
@@ -325,7 +326,7 @@ def _repeats_a_model_turn(messages: Sequence[dict[str, Any]], turns: Sequence[Tu
 
 def new_turn(
     seq: int,
-    body: dict[str, Any],
+    body: Mapping[str, Any],
     prompt_ids: list[int],
     completion_ids: list[int],
     answer: dict[str, Any],

@@ -15,7 +15,7 @@ same way), which the prompt then carries after a completion the length cap cut.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ajet_token_history.rules import Turn, parsed_arguments, system_head
 
@@ -34,7 +34,7 @@ def ended_on_token(finish_reason: Optional[str], stop_reason: Any) -> bool:
     return finish_reason == "stop" and not isinstance(stop_reason, str)
 
 
-def neutral_prefix(messages: Sequence[dict[str, Any]], parent: Turn, text: str) -> list[dict[str, Any]]:
+def neutral_prefix(messages: Sequence[Mapping[str, Any]], parent: Turn, text: str) -> list[dict[str, Any]]:
     """The conversation the new messages are rendered after: the call's system messages, a placeholder question,
     and an answer marked with `text`: its text, or when the parent made tool calls, no text and the parent's calls
     with `text` as a probe argument of the last one (no reasoning either way)."""

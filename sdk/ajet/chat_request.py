@@ -5,7 +5,9 @@ every chat body with `ChatCompletionRequest` (`validate_chat`); a bad value is `
 dotted path, answered 400. A request that passes cannot fail another agent's request in the engine's batch: every
 sampling value is of its type (strictly: `1` is not `true`, `"1"` is not `1`), finite and in range. Fields not
 declared here pass through unchecked, as OpenAI's API keeps growing; `None` is the same as absent. The model is
-never used to rebuild the body: the proxy forwards the body it parsed, so vendor fields reach the engine intact.
+never used to rebuild the body: the proxy forwards the body it parsed, so vendor fields reach the engine intact; it
+carries the validated request beside it (`ajet_proxy.dataplane.call.InFlightCall.request`) and reads the request's
+settings from the model.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import (
@@ -260,10 +263,10 @@ def validate_messages(messages: Any) -> None:
         raise invalid_request(exc, within="messages") from None
 
 
-def validate_chat(body: dict[str, Any]) -> None:
-    """`InvalidRequest` naming the first field of a chat-completions body with a wrong type or value."""
+def validate_chat(body: Mapping[str, Any]) -> ChatCompletionRequest:
+    """The body as a `ChatCompletionRequest`; `InvalidRequest` naming its first field with a wrong type or value."""
     try:
-        ChatCompletionRequest.model_validate(body)
+        return ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
         raise invalid_request(exc) from None
 
@@ -319,7 +322,7 @@ def content_text(content: Any) -> str:
     return ""
 
 
-def template_tools(body: dict[str, Any]) -> Optional[list[Any]]:
+def template_tools(body: Mapping[str, Any]) -> Optional[list[Any]]:
     """The tools a chat request's template sees, and its answer is parsed for calls with (None when it has none,
     or `tool_choice` is "none"). The proxy's token history renders new messages by this same rule as the engine
     renders whole prompts, or their tokens would not line up."""
@@ -327,14 +330,14 @@ def template_tools(body: dict[str, Any]) -> Optional[list[Any]]:
     return tools if tools and body.get("tool_choice") != "none" else None
 
 
-def max_tokens_asked(body: dict[str, Any]) -> Optional[int]:
+def max_tokens_asked(body: Mapping[str, Any]) -> Optional[int]:
     """The answer length a chat request's client asked for (`max_completion_tokens`, else `max_tokens`; None when it
     set neither). The server's own limits may cut an answer shorter; see `cut_by_server`."""
     asked = body.get("max_completion_tokens")
     return body.get("max_tokens") if asked is None else asked
 
 
-def cut_by_server(body: dict[str, Any], finish_reason: Optional[str], completion_tokens: int) -> bool:
+def cut_by_server(body: Mapping[str, Any], finish_reason: Optional[str], completion_tokens: int) -> bool:
     """Whether an answer ended by length was cut by the server's limit (the job's per-turn cap, the model's
     context), not by one the client set: it asked for none, or for more than it got."""
     if finish_reason != "length":

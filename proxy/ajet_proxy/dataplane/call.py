@@ -9,16 +9,17 @@ committed, its turn in the episode's history (`remember`).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from starlette.requests import Request
 
-from ajet.chat_request import cut_by_server, prompt_over_job
+from ajet.chat_request import ChatCompletionRequest, cut_by_server, prompt_over_job
 from ajet.engine_answer import EngineAnswer
 from ajet.errors import ContextLengthExceeded
 from ajet.job import AgentJetJob
 from ajet.labels import Label
 from ajet_proxy.dataplane.shape import ApiShape
+from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.types import CallRecord, RegisteredEngine
 from ajet_token_history.planner import Plan
@@ -32,22 +33,25 @@ CLIENT_GONE_PLAIN = "the client disconnected before the answer"
 
 
 class InFlightCall:
-    """One call being served for `ep`: `raw` is the request as logged, `body` the chat body sent to the engine."""
+    """One call being served for `ep`: `raw` is the request as logged, `body` the chat body sent to the engine (less
+    what `engine_body` adds), `validated` that body as its model (the settings are read from it)."""
 
     def __init__(
         self,
         ep: OpenEpisode,
         raw: bytes,
-        body: dict[str, Any],
+        body: ChatBody,
+        validated: ChatCompletionRequest,
         shape: ApiShape,
         request: Optional[Request],
         instructions_first: bool = False,
     ):
-        self.ep, self.raw, self.body, self.shape, self.request = ep, raw, body, shape, request
+        self.ep, self.raw, self.body, self.validated = ep, raw, body, validated
+        self.shape, self.request = shape, request
         self.instructions_first = instructions_first
         """A Responses call whose first message is the request's instructions."""
         self.t0 = time.perf_counter()
-        self.stream = bool(body.get("stream"))
+        self.stream = bool(validated.stream)
         self.seq = -1
         """Its number in the episode, taken as it goes to an engine (-1 until then)."""
         self.prompt: Optional[Plan] = None

@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Optional, cast
 
 import aiohttp
 import orjson
@@ -41,6 +41,7 @@ from ajet_proxy.dataplane.relay import as_finished, relay
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
 from ajet_proxy.dataplane.tokens import parse_answer
+from ajet_proxy.dataplane.types import AnswerJson
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
@@ -351,9 +352,11 @@ def chat_path(request: Request) -> ChatPath:
     return path
 
 
-def _json_object(data: bytes) -> Optional[dict[str, Any]]:
+def _json_object(data: bytes) -> Optional[AnswerJson]:
+    """An engine's answer as the JSON object it is (read through, trimmed in place; its fields are checked by
+    `parse_answer`); None when it is not one (an error page)."""
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    return parsed if isinstance(parsed, dict) else None
+    return cast(AnswerJson, parsed) if isinstance(parsed, dict) else None

@@ -20,6 +20,7 @@ import orjson
 from ajet.errors import EngineUnavailable
 from ajet.protocol import POLICY_VERSION_HEADER
 from ajet_proxy.dataplane.sse import sse_payload
+from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.routing import EngineRouter
 from ajet_store.types import RegisteredEngine
@@ -53,13 +54,11 @@ class NoEngineReachable(EngineUnavailable):
         self.cause = cause
 
 
-def engine_body(
-    body: dict[str, Any], engine: RegisteredEngine, prompt_ids: Optional[list[int]] = None
-) -> dict[str, Any]:
+def engine_body(body: ChatBody, engine: RegisteredEngine, prompt_ids: Optional[list[int]] = None) -> ChatBody:
     """The body sent to the engine: the policy model, token ids and logprobs requested, and the episode's token
     prompt when it has one (`kv_transfer_params.prompt_token_ids`, which vLLM and the embedded engine run instead
     of rendering the messages; only the proxy sets it)."""
-    up = dict(body)
+    up = body.copy()
     up["model"] = engine.model
     up["return_token_ids"] = True
     up["logprobs"] = True
@@ -81,7 +80,7 @@ class Transport(Protocol):
     async def send(
         self,
         engine: RegisteredEngine,
-        body: dict[str, Any],
+        body: ChatBody,
         stream: bool,
         prompt_ids: Optional[list[int]],
         router: EngineRouter,
@@ -100,7 +99,7 @@ class AiohttpTransport:
     async def send(
         self,
         engine: RegisteredEngine,
-        body: dict[str, Any],
+        body: ChatBody,
         stream: bool,
         prompt_ids: Optional[list[int]],
         router: EngineRouter,
@@ -128,7 +127,7 @@ class LitellmTransport:
     async def send(
         self,
         engine: RegisteredEngine,
-        body: dict[str, Any],
+        body: ChatBody,
         stream: bool,
         prompt_ids: Optional[list[int]],
         router: EngineRouter,
@@ -160,7 +159,7 @@ class EngineClient:
     async def send(
         self,
         engine: RegisteredEngine,
-        body: dict[str, Any],
+        body: ChatBody,
         stream: bool,
         prompt_ids: Optional[list[int]],
         router: EngineRouter,
@@ -198,10 +197,11 @@ def _version(header: Optional[str], engine: RegisteredEngine) -> int:
         return engine.policy_version
 
 
-def _litellm_kwargs(body: dict[str, Any], engine: RegisteredEngine, prompt_ids: Optional[list[int]]) -> dict[str, Any]:
+def _litellm_kwargs(body: ChatBody, engine: RegisteredEngine, prompt_ids: Optional[list[int]]) -> dict[str, object]:
     skip = ("model", "messages", "stream", "logprobs", "stream_options", "kv_transfer_params")
     rest = {k: v for k, v in body.items() if k not in skip}
-    extra = dict(rest.pop("extra_body", None) or {})
+    extra_body = rest.pop("extra_body", None)
+    extra = dict(extra_body) if isinstance(extra_body, dict) else {}
     extra["return_token_ids"] = True
     extra.pop("kv_transfer_params", None)
     if prompt_ids is not None:

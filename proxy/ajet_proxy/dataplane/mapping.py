@@ -3,12 +3,14 @@ fields and tools another API's request carries over to chat, and checking the ch
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping, Optional
 
 import orjson
+from pydantic import BaseModel
 
-from ajet.chat_request import validate_chat
+from ajet.chat_request import ChatCompletionRequest, validate_chat
 from ajet.errors import InvalidRequest
+from ajet_proxy.dataplane.types import ChatBody, ChatTool, ToolChoice
 from ajet_proxy.limits import InputLimits, check_chat_shape
 
 
@@ -21,6 +23,12 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("body: expected a JSON object", fields=["body"])
     return body
+
+
+def set_extra(request: BaseModel, field: str) -> bool:
+    """Whether the client set `field` (to something other than a false value), one its request model does not
+    declare: what the proxy refuses by name."""
+    return bool((request.model_extra or {}).get(field))
 
 
 def bad_field(field: str, message: str) -> InvalidRequest:
@@ -49,39 +57,27 @@ def joined_text(content: Any, where: str, parts: Mapping[str, str], noun: str, r
     return "".join(texts)
 
 
-def carried(body: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """The fields of another API's request that chat has too, under chat's names (absent or null: left out)."""
-    return {theirs: body[ours] for ours, theirs in renames if body.get(ours) is not None}
-
-
-def with_tools(
-    chat: dict[str, Any],
-    body: dict[str, Any],
-    tools: Callable[[Any], list[dict[str, Any]]],
-    choice: Callable[[Any], Any],
-) -> dict[str, Any]:
-    """`chat` with the request's tools and tool choice converted to chat's shape (`tools`, `choice`). A choice that
-    forces no tool ("auto", "none") is dropped when no function tool is left (these APIs accept it alone; chat
-    does not); one that forces a tool stays, and is refused by name."""
-    if body.get("tools") is not None:
-        converted = tools(body["tools"])
-        if converted:
-            chat["tools"] = converted
-    if body.get("tool_choice") is not None:
-        converted_choice = choice(body["tool_choice"])
-        if "tools" in chat or converted_choice not in ("auto", "none"):
-            chat["tool_choice"] = converted_choice
+def with_tools(chat: ChatBody, tools: Optional[list[ChatTool]], choice: Optional[ToolChoice]) -> ChatBody:
+    """`chat` with the request's tools and tool choice, converted to chat's shape. A choice that forces no tool
+    ("auto", "none") is dropped when no function tool is left (these APIs accept it alone; chat does not); one that
+    forces a tool stays, and is refused by name."""
+    if tools:
+        chat["tools"] = tools
+    if choice is not None and ("tools" in chat or choice not in ("auto", "none")):
+        chat["tool_choice"] = choice
     return chat
 
 
-def check_mapped_body(chat: dict[str, Any], limits: InputLimits, names: dict[str, str]) -> bytes:
+def check_mapped_body(
+    chat: ChatBody, limits: InputLimits, names: dict[str, str]
+) -> tuple[ChatCompletionRequest, bytes]:
     """Check the chat body another API's request became (as a chat request is checked); a bad field is named as
-    the client wrote it (`names`: chat field -> theirs). Returns the body as logged."""
+    the client wrote it (`names`: chat field -> theirs). Returns the body validated, and as logged."""
     try:
         check_chat_shape(chat, limits)
-        validate_chat(chat)
+        request = validate_chat(chat)
     except InvalidRequest as exc:
         ours = exc.param or "body"
         theirs = names.get(ours.split(".")[0], ours)
         raise InvalidRequest(exc.detail.replace(ours, theirs, 1), fields=[theirs]) from exc
-    return orjson.dumps(chat)
+    return request, orjson.dumps(chat)

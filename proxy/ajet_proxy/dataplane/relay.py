@@ -24,6 +24,7 @@ from ajet_proxy.dataplane.call import CLIENT_GONE_STREAM, InFlightCall
 from ajet_proxy.dataplane.engine_client import Sent
 from ajet_proxy.dataplane.sse import SSESplitter
 from ajet_proxy.dataplane.tokens import StreamAccumulator, malformed
+from ajet_proxy.dataplane.types import AnswerJson
 from ajet_proxy.proxy import Proxy
 from ajet_store.types import CallRecord
 
@@ -47,7 +48,7 @@ class _Relay:
         self.why = refusal.detail
         return self.call.shape.failed(ErrorCode.CONTEXT_LENGTH_EXCEEDED, refusal.detail)
 
-    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+    def event(self, payload: bytes, data: Optional[AnswerJson]) -> bytes:
         """One event of the answer, as the client gets it. (Only an event that says "length" can end the answer by
         the server's limit: the test in C on its bytes spares every other event the look at its choices.)"""
         if data is not None and b'"length"' in payload and _cut_by_server(self.call, data, self.acc.completion_tokens):
@@ -69,7 +70,7 @@ class _Relay:
         """The call's log record from what the stream carried."""
         return self.assembled(why)[0]
 
-    def assembled(self, why: Optional[str] = None) -> tuple[CallRecord, EngineAnswer, dict[str, Any]]:
+    def assembled(self, why: Optional[str] = None) -> tuple[CallRecord, EngineAnswer, AnswerJson]:
         """The call's log record from what the stream carried, the answer it assembled (empty when a chunk carried a
         malformed field: the record then says which), and that answer as logged (`assembled_response`)."""
         try:
@@ -132,7 +133,7 @@ async def _close(stream: Any) -> None:
             await aclose()
 
 
-def as_finished(data: dict[str, Any]) -> dict[str, Any]:
+def as_finished(data: AnswerJson) -> AnswerJson:
     """An answer (or stream event) whose choices ended by `length`, as a finished turn (`stop`), in place."""
     for ch in data.get("choices") or ():
         if isinstance(ch, dict) and ch.get("finish_reason") == "length":
@@ -140,7 +141,7 @@ def as_finished(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _cut_by_server(call: InFlightCall, data: dict[str, Any], completion_tokens: int) -> bool:
+def _cut_by_server(call: InFlightCall, data: AnswerJson, completion_tokens: int) -> bool:
     """Whether a stream event ends the answer by the server's limit (then rewritten as a finished turn, in place)."""
     finish = next((ch.get("finish_reason") for ch in data.get("choices") or () if isinstance(ch, dict)), None)
     if not cut_by_server(call.body, finish, completion_tokens):

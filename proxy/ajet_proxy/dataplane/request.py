@@ -5,14 +5,15 @@ solving costs each call more than the rest of the preamble (`bench/api_cost.py`)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ajet.chat_request import ChatCompletionRequest
 from ajet_proxy.dataplane.call import InFlightCall
 from ajet_proxy.dataplane.chat_path import ChatPath, chat_path
 from ajet_proxy.dataplane.shape import ApiShape
+from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.open_episodes import OpenEpisode
 
 
@@ -30,11 +31,16 @@ class EpisodeRequest:
     """The request itself (asked whether its client is still there)."""
 
     async def serve(
-        self, body: dict[str, Any], shape: ApiShape, logged: bytes = b"", instructions_first: bool = False
+        self,
+        body: ChatBody,
+        validated: ChatCompletionRequest,
+        shape: ApiShape,
+        logged: bytes = b"",
+        instructions_first: bool = False,
     ) -> Response:
-        """Serve `body` (a chat body, checked) on the chat path, answered through `shape`; `logged`: the request as
-        the call log keeps it (the raw body unless given)."""
-        call = InFlightCall(self.ep, logged or self.raw, body, shape, self.request, instructions_first)
+        """Serve `body` (a chat body, `validated`) on the chat path, answered through `shape`; `logged`: the request
+        as the call log keeps it (the raw body unless given)."""
+        call = InFlightCall(self.ep, logged or self.raw, body, validated, shape, self.request, instructions_first)
         return await self.path.serve(call)
 
 

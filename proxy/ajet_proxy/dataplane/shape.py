@@ -9,23 +9,25 @@ stream's translation state lives in it.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from collections.abc import Mapping
+from typing import Optional, Protocol
 
 import orjson
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode
+from ajet_proxy.dataplane.types import AnswerJson
 
 
-def error_message(data: Optional[dict[str, Any]], status: int) -> str:
+def error_message(data: Optional[AnswerJson], status: int) -> str:
     """The message of an OpenAI-shaped error answer (or a stream's error event), else a plain description."""
-    err = (data or {}).get("error")
+    err = data.get("error") if data is not None else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         return err["message"]
     return f"the policy engine answered {status}"
 
 
-def json_response(data: dict[str, Any], status: int = 200) -> Response:
+def json_response(data: Mapping[str, object], status: int = 200) -> Response:
     """A JSON answer."""
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
@@ -37,16 +39,16 @@ class ApiShape(Protocol):
     """The id the API gives the answer where a later call may name it (Responses' `previous_response_id`),
     logged with the call so that any proxy on the store can continue from it; None elsewhere."""
 
-    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+    def answer(self, status: int, data: bytes, parsed: Optional[AnswerJson]) -> Response:
         """The whole answer of a plain call (or of a streamed call the engine refused): `data` is the
         engine's body, `parsed` its JSON when it is a JSON object."""
         ...
 
-    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+    def event(self, payload: bytes, data: Optional[AnswerJson]) -> bytes:
         """What to send for one chat-stream event (`data`: the parsed payload; b"" sends nothing)."""
         ...
 
-    def done(self, assembled: dict[str, Any]) -> bytes:
+    def done(self, assembled: AnswerJson) -> bytes:
         """What to send at the end of a complete stream, after the call is committed (`assembled`: the
         stream as one chat completion)."""
         ...

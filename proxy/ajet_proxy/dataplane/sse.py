@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import orjson
 
@@ -12,7 +13,7 @@ DONE = b"[DONE]"
 """The payload that ends an OpenAI chat stream."""
 
 
-def sse(data: dict[str, Any], event: Optional[str] = None) -> bytes:
+def sse(data: Mapping[str, object], event: Optional[str] = None) -> bytes:
     """One server-sent event: `event:` line when named, one `data:` line of JSON."""
     head = b"event: " + event.encode() + b"\n" if event else b""
     return head + b"data: " + orjson.dumps(data) + b"\n\n"

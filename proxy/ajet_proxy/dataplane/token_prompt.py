@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Optional
+from collections.abc import Mapping, Sequence
+from typing import Optional
 
 import aiohttp
 import orjson
@@ -26,6 +27,7 @@ from ajet.errors import EngineUnavailable
 from ajet.job import AgentJetJob
 from ajet.labels import Label, fallback
 from ajet_proxy.dataplane.engine_client import engine_headers
+from ajet_proxy.dataplane.types import ChatBody, TemplateFields, TokenizeBody
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_proxy.proxy import Proxy
 from ajet_store.types import RegisteredEngine
@@ -33,10 +35,6 @@ from ajet_token_history import turn_boundary as tb
 from ajet_token_history.planner import CloseToken, Plan, Question, prompt_plan
 
 logger = logging.getLogger(__name__)
-
-TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
-"""Request fields the engine renders the chat template with (a template of the call's own; `enable_thinking`, ...):
-a call's new messages are tokenized, and the template's turn close probed, with the call's own."""
 
 
 class TokenizeFailed(EngineUnavailable):
@@ -60,7 +58,7 @@ class TokenPrompts:
         """The job of the episode's experiment (None before one is synced)."""
         return self.proxy.host_of(ep).experiment.job
 
-    async def build(self, ep: OpenEpisode, seq: int, body: dict[str, Any], engine: RegisteredEngine) -> Plan:
+    async def build(self, ep: OpenEpisode, seq: int, body: ChatBody, engine: RegisteredEngine) -> Plan:
         """The prompt of call `seq` of `ep`, sent to `engine`: the planner (`ajet_token_history.planner`) driven
         with the engine's `/tokenize` and its end-of-turn token."""
         job = self._job(ep)
@@ -79,7 +77,7 @@ class TokenPrompts:
             return Plan(None, fallback("tokenize_failed"))
 
     async def _answer(
-        self, question: Question, engine: RegisteredEngine, body: dict[str, Any], job: Optional[AgentJetJob]
+        self, question: Question, engine: RegisteredEngine, body: ChatBody, job: Optional[AgentJetJob]
     ) -> Optional[int] | list[int]:
         """The engine's answer to the planner's question: its end-of-turn token, or a rendering's ids."""
         if isinstance(question, CloseToken):
@@ -93,9 +91,7 @@ class TokenPrompts:
             calls = await asyncio.to_thread(self.proxy.host_of(ep).store.calls_numbered, ep.uuid, missing)
             ep.history.add_logged(calls)
 
-    async def _close_token(
-        self, engine: RegisteredEngine, body: dict[str, Any], job: Optional[AgentJetJob]
-    ) -> Optional[int]:
+    async def _close_token(self, engine: RegisteredEngine, body: ChatBody, job: Optional[AgentJetJob]) -> Optional[int]:
         """The engine's end-of-turn token under `job`'s model: probed once (`token_history.close_token`)."""
         fields = _template_fields(body)
         key = (engine.base_url, job.model if job is not None else "", orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
@@ -108,11 +104,11 @@ class TokenPrompts:
         return self._close[key]
 
     async def tokenize(
-        self, engine: RegisteredEngine, request: dict[str, Any], tools: Optional[list[dict[str, Any]]] = None
+        self, engine: RegisteredEngine, request: TokenizeBody, tools: Optional[Sequence[Mapping[str, object]]] = None
     ) -> list[int]:
         """The engine's `/tokenize` of a conversation (`messages`, with the generation prompt unless told) or of
         a text `prompt`; `TokenizeFailed` when it cannot answer."""
-        body = {"add_generation_prompt": True, **request} if "messages" in request else dict(request)
+        body: TokenizeBody = {"add_generation_prompt": True, **request} if "messages" in request else request.copy()
         if tools:
             body["tools"] = tools
         url = engine.base_url.removesuffix("/v1") + "/tokenize"
@@ -131,6 +127,12 @@ class TokenPrompts:
         return tokens
 
 
-def _template_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """The call's fields that change how the chat template renders (`TEMPLATE_FIELDS`)."""
-    return {k: body[k] for k in TEMPLATE_FIELDS if body.get(k) is not None}
+def _template_fields(body: ChatBody) -> TemplateFields:
+    """The call's fields the engine renders the chat template with (a template of its own; `enable_thinking`, ...):
+    a call's new messages are tokenized, and the template's turn close probed, with the call's own."""
+    fields: TemplateFields = {}
+    if body.get("chat_template") is not None:
+        fields["chat_template"] = body["chat_template"]
+    if body.get("chat_template_kwargs") is not None:
+        fields["chat_template_kwargs"] = body["chat_template_kwargs"]
+    return fields

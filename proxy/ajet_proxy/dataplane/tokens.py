@@ -10,14 +10,15 @@ here re-tokenises text.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Optional, Union, cast
 
 import orjson
 from pydantic import ValidationError
 from pydantic.main import IncEx
 
 from ajet.chat_request import invalid_request
-from ajet.engine_answer import AnswerChoice, AnswerMessage, ChoiceLogprobs, EngineAnswer, ToolCall, Usage
+from ajet.engine_answer import AnswerChoice, AnswerMessage, ChoiceLogprobs, EngineAnswer, TokenLogprob, ToolCall, Usage
+from ajet_proxy.dataplane import types as wire
 from ajet_proxy.dataplane.sse import DONE, SSESplitter
 
 _KEPT_IN_COLUMNS: IncEx = {"logprobs", "token_ids"}
@@ -32,7 +33,7 @@ def malformed(exc: ValidationError, what: str) -> str:
     return f"the engine's {what} is malformed: {invalid_request(exc).detail}"
 
 
-def parse_answer(data: dict[str, Any]) -> tuple[Optional[EngineAnswer], Optional[str]]:
+def parse_answer(data: wire.AnswerJson) -> tuple[Optional[EngineAnswer], Optional[str]]:
     """A plain answer's `EngineAnswer`; else None and what is wrong with it, naming the field (`malformed`)."""
     try:
         return EngineAnswer.model_validate(data), None
@@ -48,33 +49,37 @@ class StreamAccumulator:
         self.prompt_ids: Optional[list[int]] = None
         """The prompt's ids, once a chunk carried them (the first, from vLLM and the embedded engine)."""
         self._ids: list[int] = []
-        self._lps: list[Any] = []
+        self._lps: list[TokenLogprob] = []
         self._saw_ids = False
         self._saw_lps = False
         self._parts: list[str] = []
-        self._tools: dict[int, dict[str, Any]] = {}
-        self._end: dict[str, Any] = {}
-        """What the stream's end said: `finish_reason`, `stop_reason`, `usage`, `policy_version_spans`."""
-        self.meta: dict[str, Any] = {}
+        self._tools: dict[int, wire.ChatToolCall] = {}
+        self._end = wire.AnswerChoice()
+        """What the stream's end said: its `finish_reason` and `stop_reason`."""
+        self._usage: Optional[wire.UsageCounts] = None
+        self._spans: Optional[list[list[int]]] = None
+        self.meta: dict[str, object] = {}
+        """The answer's `id`, `created` and `model`, from its first event."""
         self.done = False
-        self.errors: list[Any] = []
+        self.errors: list[Union[wire.EngineError, str]] = []
 
     def feed(self, chunk: bytes) -> None:
         """Consume raw bytes (complete events are parsed, a partial one is kept for later)."""
         for payload in self._sse.feed(chunk):
             self.add(payload)
 
-    def add(self, payload: bytes) -> Optional[dict[str, Any]]:
-        """Consume one event's payload; returns it parsed (None for [DONE] or what is not JSON)."""
+    def add(self, payload: bytes) -> Optional[wire.AnswerJson]:
+        """Consume one event's payload; returns it parsed (None for [DONE] or what is not a JSON object)."""
         if payload == DONE:
             self.done = True
             return None
         try:
-            data = orjson.loads(payload)
+            parsed = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return None
-        if not isinstance(data, dict):
+        if not isinstance(parsed, dict):
             return None
+        data = cast(wire.AnswerJson, parsed)  # an event as the engine sent it: its fields are checked by `result`
         if "error" in data:
             self.errors.append(data["error"])
             return data
@@ -83,38 +88,39 @@ class StreamAccumulator:
         if data.get("prompt_token_ids") is not None:
             self.prompt_ids = data["prompt_token_ids"]
         if data.get("usage"):
-            self._end["usage"] = data["usage"]
+            self._usage = data["usage"]
         if data.get("policy_version_spans") is not None:  # the last chunk of an answer an update straddled
-            self._end["policy_version_spans"] = data["policy_version_spans"]
+            self._spans = data["policy_version_spans"]
         for ch in data.get("choices") or []:
             if ch.get("index", 0) == 0:
                 self._choice(ch)
         return data
 
-    def _choice(self, ch: dict[str, Any]) -> None:
+    def _choice(self, ch: wire.AnswerChoice) -> None:
         if ch.get("prompt_token_ids") is not None and self.prompt_ids is None:
             self.prompt_ids = ch["prompt_token_ids"]
-        if ch.get("token_ids") is not None:
+        ids = ch.get("token_ids")
+        if ids is not None:
             self._saw_ids = True
-            self._ids.extend(ch["token_ids"])
+            self._ids.extend(ids)
         logprobs = ch.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if isinstance(content, list):
             self._saw_lps = True
-            self._lps.extend(logprobs["content"])
+            self._lps.extend(content)
         if ch.get("finish_reason"):
             self._end["finish_reason"] = ch["finish_reason"]
             self._end["stop_reason"] = ch.get("stop_reason")
         delta = ch.get("delta") or {}
-        if delta.get("content"):
-            self._parts.append(delta["content"])
+        text = delta.get("content")
+        if text:
+            self._parts.append(text)
         for tc in delta.get("tool_calls") or []:
-            slot = self._tools.setdefault(
-                tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-            )
-            slot["id"] = tc.get("id") or slot["id"]
-            fn = tc.get("function") or {}
-            slot["function"]["name"] += fn.get("name") or ""
-            slot["function"]["arguments"] += fn.get("arguments") or ""
+            slot = self._tools.setdefault(tc.get("index", 0), {"id": None, "type": "function"})
+            slot["id"] = tc.get("id") or slot.get("id")
+            fn, into = tc.get("function") or {}, slot.setdefault("function", {"name": "", "arguments": ""})
+            into["name"] = into.get("name", "") + (fn.get("name") or "")
+            into["arguments"] = into.get("arguments", "") + (fn.get("arguments") or "")
 
     @property
     def completion_tokens(self) -> int:
@@ -134,15 +140,15 @@ class StreamAccumulator:
             logprobs=ChoiceLogprobs(content=self._lps) if self._saw_lps else None,
             token_ids=self._ids if self._saw_ids else None,
         )
-        usage = self._end.get("usage")
+        usage: Union[wire.UsageCounts, Usage, None] = self._usage
         if usage is None and self.prompt_ids is not None and self._saw_ids:  # counted from the ids
             usage = Usage.of(len(self.prompt_ids), len(self._ids))
         return EngineAnswer.model_validate(
             {**self.meta, "choices": [choice], "usage": usage, "prompt_token_ids": self.prompt_ids,
-             "policy_version_spans": self._end.get("policy_version_spans")}
+             "policy_version_spans": self._spans}
         )  # fmt: skip
 
-    def assembled_response(self, answer: EngineAnswer) -> dict[str, Any]:
+    def assembled_response(self, answer: EngineAnswer) -> wire.AnswerJson:
         """`answer` (this stream's `result()`) as a non-streamed answer for the call log and the shape's last event:
         its ids and logprobs left out (the log keeps them in columns of their own)."""
-        return answer.model_dump(exclude=STREAM_LOGGED, exclude_none=True)
+        return cast(wire.AnswerJson, answer.model_dump(exclude=STREAM_LOGGED, exclude_none=True))  # its dump's shape

@@ -4,7 +4,7 @@ and describes itself (`ajet_proxy.api_docs`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Literal, Optional, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from ajet.chat_request import ChatCompletionRequest, validate_chat
 from ajet.errors import InvalidRequest
 from ajet_proxy.dataplane.mapping import parse_json_object
+from ajet_proxy.dataplane.types import ChatBody, ChatToolCall
 from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape
 
 __all__ = ["ChatCompletion", "ChatCompletionRequest", "ModelList", "ModelObject", "model_object", "parse_chat_body"]
@@ -30,7 +31,7 @@ class AnswerMessage(_Answer):
     """Always `assistant`."""
     content: Optional[str] = None
     """Its text (None when it only calls tools)."""
-    tool_calls: Optional[list[dict[str, Any]]] = None
+    tool_calls: Optional[list[ChatToolCall]] = None
     """The tools it calls, parsed from what the model wrote."""
 
 
@@ -43,7 +44,7 @@ class Choice(_Answer):
     """The answer."""
     finish_reason: Optional[str] = None
     """`stop`, `length` (a limit the client set), or `tool_calls`."""
-    logprobs: Optional[dict[str, Any]] = None
+    logprobs: Optional[dict[str, object]] = None
     """Each token's log-probability, when the client asked (`logprobs`)."""
     token_ids: Optional[list[int]] = None
     """The answer's token ids, when the client asked (`return_token_ids`)."""
@@ -93,9 +94,9 @@ class ModelList(_Answer):
     """`policy`, then each engine's model."""
 
 
-def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """The request body as a dict, validated (`ChatCompletionRequest`); `InvalidRequest` naming the field when it is
-    malformed or over a limit."""
+def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> tuple[ChatBody, ChatCompletionRequest]:
+    """The request body as sent, and validated (`ChatCompletionRequest`); `InvalidRequest` naming the field when it
+    is malformed or over a limit."""
     body = parse_json_object(raw)
     if "kv_transfer_params" in body:  # the engine would run its ids instead of the messages: the proxy's alone
         raise InvalidRequest.for_field(
@@ -106,10 +107,10 @@ def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> dict[st
         orjson.dumps(body)  # a lone surrogate (e.g. "\\udaa4") parses but cannot be sent on: refuse it here
     except orjson.JSONEncodeError as exc:
         raise InvalidRequest.for_field("body", f"a string cannot be encoded as UTF-8 ({exc})") from exc
-    validate_chat(body)
-    return body
+    request = validate_chat(body)
+    return cast(ChatBody, body), request  # the body `request` validated: its fields are of the types ChatBody says
 
 
-def model_object(name: str) -> dict[str, Any]:
+def model_object(name: str) -> ModelObject:
     """One entry of `/v1/models`."""
-    return {"id": name, "object": "model", "created": 0, "owned_by": "ajet"}
+    return ModelObject(id=name, object="model", created=0, owned_by="ajet")

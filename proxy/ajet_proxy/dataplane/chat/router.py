@@ -3,7 +3,6 @@ episode key; errors are OpenAI error objects."""
 
 from __future__ import annotations
 
-import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
@@ -42,9 +41,8 @@ MODEL_PARAMETER = {"name": "model", "in": "path", "required": True, "schema": {"
 async def chat_completions(request: Request) -> Response:
     """`POST /v1/chat/completions`, plain or streamed."""
     er = await episode_request(request)
-    body = parse_chat_body(er.raw, er.path.proxy.config.limits)
-    shape = ChatShape(bool(body.get("logprobs")), body.get("return_token_ids") is True)
-    return await er.serve(body, shape)
+    body, req = parse_chat_body(er.raw, er.path.proxy.config.limits)
+    return await er.serve(body, req, ChatShape(bool(req.logprobs), req.return_token_ids is True))
 
 
 def model_ids(request: Request, ep: OpenEpisode) -> list[str]:
@@ -63,8 +61,8 @@ def model_ids(request: Request, ep: OpenEpisode) -> list[str]:
 async def models(request: Request) -> Response:
     """`GET /v1/models`: the policy group and the engines' model names."""
     ep = await authenticated(request)
-    data = {"object": "list", "data": [model_object(i) for i in model_ids(request, ep)]}
-    return Response(orjson.dumps(data), media_type="application/json")
+    data = ModelList(object="list", data=[model_object(i) for i in model_ids(request, ep)])
+    return Response(data.model_dump_json(), media_type="application/json")
 
 
 @router.get(
@@ -82,4 +80,4 @@ async def model(request: Request) -> Response:
             f"model {name!r} is not served here; the policy is 'policy' (also: {', '.join(served[1:]) or 'none'})",
             fields=["model"],
         )
-    return Response(orjson.dumps(model_object(name)), media_type="application/json")
+    return Response(model_object(name).model_dump_json(), media_type="application/json")

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import orjson
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
 from ajet_proxy.dataplane.sse import sse_payload
-
-ID_FIELDS = ("prompt_token_ids", "policy_version")
-"""Top-level answer fields the proxy asks the engine for (to log them) and passes on only to a client that asked
-for token ids itself (`return_token_ids: true`, as in vLLM); per choice, `token_ids` likewise."""
+from ajet_proxy.dataplane.types import AnswerJson
 
 
 class ChatShape:
@@ -26,31 +23,31 @@ class ChatShape:
         self.want_logprobs = want_logprobs
         self.want_ids = want_ids
 
-    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+    def answer(self, status: int, data: bytes, parsed: Optional[AnswerJson]) -> Response:
         if status == 200 and parsed is not None and self._trim(parsed):
             data = orjson.dumps(parsed)
         return Response(data, status_code=status, media_type=_media_type(status, parsed))
 
-    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+    def event(self, payload: bytes, data: Optional[AnswerJson]) -> bytes:
         if data is not None and self._trim(data):
             payload = orjson.dumps(data)
         return sse_payload(payload)
 
-    def _trim(self, data: dict[str, Any]) -> bool:
+    def _trim(self, data: AnswerJson) -> bool:
         """Remove in place what the client did not ask for; whether anything was removed."""
         trimmed = not self.want_logprobs and _drop_logprobs(data)
         if not self.want_ids:
             trimmed = _drop_ids(data) or trimmed
         return trimmed
 
-    def done(self, assembled: dict[str, Any]) -> bytes:
+    def done(self, assembled: AnswerJson) -> bytes:
         return sse_payload(b"[DONE]")
 
     def failed(self, code: ErrorCode, message: str) -> bytes:
         return sse_payload(orjson.dumps(openai_error_body(code, message).model_dump()))
 
 
-def _drop_logprobs(data: dict[str, Any]) -> bool:
+def _drop_logprobs(data: AnswerJson) -> bool:
     """Remove the choices' logprobs in place; whether there were any."""
     dropped = False
     for ch in data.get("choices") or ():
@@ -60,17 +57,18 @@ def _drop_logprobs(data: dict[str, Any]) -> bool:
     return dropped
 
 
-def _drop_ids(data: dict[str, Any]) -> bool:
-    """Remove the token ids and policy version in place; whether there were any."""
-    dropped = False
-    for name in ID_FIELDS:
-        dropped = data.pop(name, None) is not None or dropped
+def _drop_ids(data: AnswerJson) -> bool:
+    """Remove in place what the proxy asks the engine for (to log it) and passes on only to a client that asked for
+    token ids itself (`return_token_ids: true`, as in vLLM): the prompt's ids and the policy version at the top, each
+    choice's `token_ids`; whether there were any."""
+    dropped = data.pop("prompt_token_ids", None) is not None
+    dropped = data.pop("policy_version", None) is not None or dropped
     for ch in data.get("choices") or ():
         if isinstance(ch, dict):
             dropped = ch.pop("token_ids", None) is not None or dropped
     return dropped
 
 
-def _media_type(status: int, parsed: Optional[dict[str, Any]]) -> str:
+def _media_type(status: int, parsed: Optional[AnswerJson]) -> str:
     """An answer keeps what it is: JSON, or (an engine's error page) plain text, never relabelled."""
     return "application/json" if status == 200 or parsed is not None else "text/plain; charset=utf-8"

@@ -10,86 +10,100 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Optional, Union
 
-from ajet_proxy.dataplane.mapping import bad_field, carried, joined_text, with_tools
+from ajet_proxy.dataplane.mapping import bad_field, joined_text, set_extra, with_tools
+from ajet_proxy.dataplane.messages.protocol import CountTokensRequest, InputMessage, MessagesRequest, Tool
+from ajet_proxy.dataplane.messages.types import ContentBlock, MessageJson, ToolUseBlock
+from ajet_proxy.dataplane.types import (
+    ChatBody,
+    ChatMessage,
+    ChatTool,
+    ChatToolCall,
+    FunctionSpec,
+    ToolChoice,
+    UsageCounts,
+)
 
 FIELD_NAMES = {"stop": "stop_sequences", "tools": "tools", "messages": "messages"}
 """A chat field a Messages request became -> the Messages field a client would fix."""
 
-_CARRIED = (
-    ("temperature", "temperature"),
-    ("top_p", "top_p"),
-    ("top_k", "top_k"),
-    ("stream", "stream"),
-    ("stop_sequences", "stop"),
-)
-"""Messages fields chat has too: (theirs, chat's)."""
 _UNSUPPORTED = {"container": "code-execution containers", "mcp_servers": "remote MCP servers"}
 
 
 # ---------------------------------------------------------------- request
 
 
-def chat_request(body: dict[str, Any]) -> dict[str, Any]:
+def chat_request(req: MessagesRequest) -> ChatBody:
     """The chat body a Messages request makes; `InvalidRequest` naming the field for what is malformed or
     not supported."""
-    for field, what in _UNSUPPORTED.items():
-        if body.get(field):
-            raise bad_field(field, f"{what} are not supported by the AgentJet proxy")
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
+    if req.thinking is not None and req.thinking.get("type") not in (None, "disabled"):
         raise bad_field("thinking", "extended thinking is not supported by the policy model")
-    if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
-        raise bad_field("max_tokens", "required, an integer")
-    if body.get("stop_sequences") is not None and not isinstance(body["stop_sequences"], list):
-        raise bad_field("stop_sequences", "must be a list of strings")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad_field("messages", "required, a non-empty list of messages")
-    chat: dict[str, Any] = {
-        "model": "policy" if body.get("model") is None else body["model"],
-        "max_tokens": body["max_tokens"],
-        "messages": system_messages(body.get("system")) + chat_messages(messages),
-        **carried(body, _CARRIED),
+    chat = conversation(req)
+    chat["max_tokens"] = req.max_tokens
+    if req.temperature is not None:
+        chat["temperature"] = req.temperature
+    if req.top_p is not None:
+        chat["top_p"] = req.top_p
+    if req.top_k is not None:
+        chat["top_k"] = req.top_k
+    if req.stream is not None:
+        chat["stream"] = req.stream
+    if req.stop_sequences is not None:
+        chat["stop"] = req.stop_sequences
+    return chat
+
+
+def conversation(req: CountTokensRequest) -> ChatBody:
+    """What a Messages (or count_tokens) request says the policy sees, as chat: the model name, the system prompt
+    and messages, the tools and tool choice."""
+    for field, what in _UNSUPPORTED.items():
+        if set_extra(req, field):
+            raise bad_field(field, f"{what} are not supported by the AgentJet proxy")
+    chat: ChatBody = {
+        "model": "policy" if req.model is None else req.model,
+        "messages": system_messages(req.system) + chat_messages(req.messages),
     }
-    return with_tools(chat, body, chat_tools, chat_tool_choice)
+    tools = None if req.tools is None else chat_tools(req.tools)
+    return with_tools(chat, tools, None if req.tool_choice is None else chat_tool_choice(req.tool_choice))
 
 
-def system_messages(system: Any) -> list[dict[str, Any]]:
+def system_messages(system: Union[str, list[dict[str, object]], None]) -> list[ChatMessage]:
     """`system` (a string or text blocks) as a leading system message."""
     if system is None or system == "" or system == []:
         return []
     return [{"role": "system", "content": _text_blocks(system, "system")}]
 
 
-def _text_blocks(content: Any, where: str) -> str:
+def _text_blocks(content: object, where: str) -> str:
     refused = "blocks are not supported here: text only (no image or document input)"
     return joined_text(content, where, {"text": "text"}, "content blocks", refused)
 
 
-def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
+def chat_messages(messages: list[InputMessage]) -> list[ChatMessage]:
     """User and assistant turns (text, tool_use and tool_result blocks) as chat messages."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     for i, m in enumerate(messages):
         where = f"messages.{i}"
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+        if m.role not in ("user", "assistant"):
             raise bad_field(f"{where}.role", "each message needs a role, user or assistant")
-        content = m.get("content")
-        if isinstance(content, str):
-            out.append({"role": m["role"], "content": content})
-        elif isinstance(content, list):
-            out += _assistant(content, where) if m["role"] == "assistant" else _user(content, where)
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
         else:
-            raise bad_field(f"{where}.content", "must be a string or a list of content blocks")
+            out += _assistant(m.content, where) if m.role == "assistant" else _user(m.content, where)
     return out
 
 
-def _blocks(content: list[Any], where: str, allowed: tuple[str, ...]) -> list[tuple[str, dict[str, Any], str]]:
-    out = []
+Block = Mapping[str, object]
+"""A content block as the client sent it (its type checked, the rest read with a check each)."""
+
+
+def _blocks(content: list[dict[str, object]], where: str, allowed: tuple[str, ...]) -> list[tuple[str, Block, str]]:
+    out: list[tuple[str, Block, str]] = []
     for j, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind not in allowed:
+        kind = block.get("type")
+        if not isinstance(kind, str) or kind not in allowed:
             raise bad_field(
                 f"{where}.content.{j}.type",
                 f"{kind!r} blocks are not supported in this turn (supported: {', '.join(allowed)})",
@@ -98,80 +112,72 @@ def _blocks(content: list[Any], where: str, allowed: tuple[str, ...]) -> list[tu
     return out
 
 
-def _user(content: list[Any], where: str) -> list[dict[str, Any]]:
+def _user(content: list[dict[str, object]], where: str) -> list[ChatMessage]:
     """Tool results become tool messages (in order), the text a user message after them."""
-    out, texts = [], []
+    out: list[ChatMessage] = []
+    texts = []
     for kind, block, at in _blocks(content, where, ("text", "tool_result")):
         if kind == "text":
             texts.append(_text_blocks([block], at))
             continue
-        if not isinstance(block.get("tool_use_id"), str):
+        use_id = block.get("tool_use_id")
+        if not isinstance(use_id, str):
             raise bad_field(f"{at}.tool_use_id", "required, a string")
         result = block.get("content")
         text = "" if result is None else _text_blocks(result, f"{at}.content")
         out.append(
-            {
-                "role": "tool",
-                "tool_call_id": block["tool_use_id"],
-                "content": f"Error: {text}" if block.get("is_error") else text,
-            }
+            {"role": "tool", "tool_call_id": use_id, "content": f"Error: {text}" if block.get("is_error") else text}
         )
     if texts or not out:
         out.append({"role": "user", "content": "".join(texts)})
     return out
 
 
-def _assistant(content: list[Any], where: str) -> list[dict[str, Any]]:
-    texts, calls = [], []
+def _assistant(content: list[dict[str, object]], where: str) -> list[ChatMessage]:
+    texts: list[str] = []
+    calls: list[ChatToolCall] = []
     for kind, block, at in _blocks(content, where, ("text", "tool_use")):
         if kind == "text":
             texts.append(_text_blocks([block], at))
             continue
-        if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+        call_id, name = block.get("id"), block.get("name")
+        if not isinstance(call_id, str) or not isinstance(name, str):
             raise bad_field(at, "a tool_use block needs an id and a name")
-        calls.append(
-            {
-                "id": block["id"],
-                "type": "function",
-                "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {})},
-            }
-        )
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+        arguments = json.dumps(block.get("input") or {})
+        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+    msg: ChatMessage = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
         msg["tool_calls"] = calls
     return [msg]
 
 
-def chat_tools(tools: Any) -> list[dict[str, Any]]:
+def chat_tools(tools: list[Tool]) -> list[ChatTool]:
     """Client tools (`name`, `description`, `input_schema`) in chat's shape; Anthropic's server tools are refused."""
-    if not isinstance(tools, list):
-        raise bad_field("tools", "must be a list")
-    out = []
+    out: list[ChatTool] = []
     for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
-            kind = tool.get("type") if isinstance(tool, dict) else None
+        if tool.type not in (None, "custom"):
             raise bad_field(
                 f"tools.{i}.type",
-                f"server tool {kind!r} is not supported: only client tools (name, description, input_schema)",
+                f"server tool {tool.type!r} is not supported: only client tools (name, description, input_schema)",
             )
-        if not isinstance(tool.get("name"), str):
+        if tool.name is None:
             raise bad_field(f"tools.{i}.name", "required, a string")
-        fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
-        if tool.get("description") is not None:
-            fn["description"] = tool["description"]
+        fn: FunctionSpec = {"name": tool.name, "parameters": tool.input_schema or {"type": "object"}}
+        if tool.description is not None:
+            fn["description"] = tool.description
         out.append({"type": "function", "function": fn})
     return out
 
 
-def chat_tool_choice(choice: Any) -> Any:
+def chat_tool_choice(choice: dict[str, object]) -> ToolChoice:
     """auto / any / none / a named tool, in chat's shape."""
-    kind = choice.get("type") if isinstance(choice, dict) else None
+    kind, name = choice.get("type"), choice.get("name")
     if kind in ("auto", "none"):
-        return kind
+        return str(kind)
     if kind == "any":
         return "required"
-    if kind == "tool" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "tool" and isinstance(name, str):
+        return {"type": "function", "function": {"name": name}}
     raise bad_field(
         "tool_choice", "one of {'type': 'auto'}, {'type': 'any'}, {'type': 'none'}, {'type': 'tool', 'name': ...}"
     )
@@ -185,7 +191,7 @@ def new_message_id() -> str:
     return f"msg_{uuid.uuid4().hex}"
 
 
-def stop_reason(finish_reason: Optional[str], matched: Any) -> str:
+def stop_reason(finish_reason: Optional[str], matched: Union[int, str, None]) -> str:
     """Chat's finish reason (and vLLM's `stop_reason`, the stop string matched) in Anthropic's terms."""
     if finish_reason == "tool_calls":
         return "tool_use"
@@ -194,7 +200,7 @@ def stop_reason(finish_reason: Optional[str], matched: Any) -> str:
     return "stop_sequence" if isinstance(matched, str) else "end_turn"
 
 
-def tool_use_block(call: dict[str, Any]) -> dict[str, Any]:
+def tool_use_block(call: ChatToolCall) -> ToolUseBlock:
     """A chat tool call as a tool_use block (arguments that are not a JSON object are kept as `{"raw": ...}`)."""
     fn = call.get("function") or {}
     try:
@@ -212,11 +218,11 @@ def tool_use_block(call: dict[str, Any]) -> dict[str, Any]:
 def message_object(
     mid: str,
     model: str,
-    content: list[dict[str, Any]],
+    content: list[ContentBlock],
     finish_reason: Optional[str],
-    matched: Any,
-    usage: Optional[dict[str, Any]],
-) -> dict[str, Any]:
+    matched: Union[int, str, None],
+    usage: Optional[UsageCounts],
+) -> MessageJson:
     """An Anthropic message."""
     usage = usage or {}
     return {

@@ -5,11 +5,12 @@ the field. Errors are Anthropic's error objects."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ajet.chat_request import MaxTokens, Temperature, TopP, invalid_request
+from ajet_proxy.dataplane.messages.types import ContentBlock, MessagesUsage
 
 
 class _Wire(BaseModel):
@@ -23,18 +24,20 @@ class InputMessage(_Wire):
 
     role: str
     """`user` or `assistant`."""
-    content: Union[str, list[dict[str, Any]]]
+    content: Union[str, list[dict[str, object]]]
     """Text, or content blocks: `text`, `tool_use` (assistant), `tool_result` (user)."""
 
 
 class Tool(_Wire):
     """A client tool the model may call (server tools are refused, naming the tool)."""
 
+    type: Optional[str] = None
+    """`custom` or absent (a server tool's type, e.g. `web_search_20250305`, is refused)."""
     name: Optional[str] = None
     """The tool's name."""
     description: Optional[str] = None
     """What it does."""
-    input_schema: Optional[dict[str, Any]] = None
+    input_schema: Optional[dict[str, object]] = None
     """Its input's JSON schema."""
 
 
@@ -45,11 +48,11 @@ class CountTokensRequest(_Wire):
     """The conversation."""
     model: Optional[str] = None
     """Any name: the policy's tokenizer counts."""
-    system: Union[str, list[dict[str, Any]], None] = None
+    system: Union[str, list[dict[str, object]], None] = None
     """The system prompt: text, or text blocks."""
     tools: Optional[list[Tool]] = None
     """Client tools (their definitions count too)."""
-    tool_choice: Optional[dict[str, Any]] = None
+    tool_choice: Optional[dict[str, object]] = None
     """`{"type": "auto" | "any" | "tool" | "none", ...}`."""
 
 
@@ -68,16 +71,24 @@ class MessagesRequest(CountTokensRequest):
     """Sample from the k most likely tokens."""
     stop_sequences: Optional[list[str]] = None
     """Strings that end the answer."""
-    thinking: Optional[dict[str, Any]] = None
+    thinking: Optional[dict[str, object]] = None
     """Extended thinking settings (refused unless disabled: the policy has none)."""
-    metadata: Optional[dict[str, Any]] = None
+    metadata: Optional[dict[str, object]] = None
     """Anthropic's request metadata."""
 
 
-def validate_messages_request(body: dict[str, Any], counting: bool = False) -> None:
-    """`InvalidRequest` naming the first bad field of a Messages (or, `counting`, a count_tokens) body."""
+def messages_request(body: object) -> MessagesRequest:
+    """A Messages body as its model; `InvalidRequest` naming the first bad field."""
     try:
-        (CountTokensRequest if counting else MessagesRequest).model_validate(body)
+        return MessagesRequest.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_request(exc) from None
+
+
+def count_request(body: object) -> CountTokensRequest:
+    """A count_tokens body as its model; `InvalidRequest` naming the first bad field."""
+    try:
+        return CountTokensRequest.model_validate(body)
     except ValidationError as exc:
         raise invalid_request(exc) from None
 
@@ -95,11 +106,11 @@ class MessageObject(BaseModel):
     """Always `assistant`."""
     model: str
     """The model name the request gave."""
-    content: list[dict[str, Any]]
+    content: list[ContentBlock]
     """`text` and `tool_use` blocks."""
     stop_reason: Optional[str] = None
     """`end_turn`, `max_tokens` (a limit the client set), `stop_sequence` or `tool_use`."""
-    usage: dict[str, Any]
+    usage: MessagesUsage
     """Input and output tokens."""
 
 

@@ -17,7 +17,8 @@ from ajet_proxy.dataplane.messages.protocol import (
     MessageObject,
     MessagesRequest,
     TokenCount,
-    validate_messages_request,
+    count_request,
+    messages_request,
 )
 from ajet_proxy.dataplane.messages.shape import MessagesShape
 from ajet_proxy.dataplane.request import episode_request
@@ -39,12 +40,11 @@ router = APIRouter(tags=["data plane"])
 async def messages(request: Request) -> Response:
     """`POST /v1/messages`, plain or streamed."""
     er = await episode_request(request)
-    body = parse_json_object(er.raw)
-    validate_messages_request(body)
-    chat = mapping.chat_request(body)
-    logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
-    shape = MessagesShape(str(body.get("model") or "policy"), mapping.new_message_id())
-    return await er.serve(chat, shape, logged)
+    req = messages_request(parse_json_object(er.raw))
+    chat = mapping.chat_request(req)
+    validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
+    shape = MessagesShape(req.model or "policy", mapping.new_message_id())
+    return await er.serve(chat, validated, shape, logged)
 
 
 @router.post(
@@ -60,8 +60,7 @@ async def count_tokens(request: Request) -> Response:
     er = await episode_request(request)
     body = parse_json_object(er.raw)
     body.pop("stream", None)
-    validate_messages_request(body, counting=True)
-    chat = mapping.chat_request({**body, "max_tokens": 1})  # a count takes no max_tokens; the mapping needs one
+    chat = mapping.conversation(count_request(body))
     check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
     engine = er.path.proxy.host_of(er.ep).router.pick(er.ep.engine)
     try:

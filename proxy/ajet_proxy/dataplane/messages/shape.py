@@ -8,14 +8,16 @@ Streamed, each engine token becomes an event as it arrives: `message_start`, the
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, anthropic_error_body
 from ajet_proxy.dataplane.messages.mapping import message_object, stop_reason, tool_use_block
+from ajet_proxy.dataplane.messages.types import ContentBlock
 from ajet_proxy.dataplane.shape import error_message, json_response
 from ajet_proxy.dataplane.sse import sse
+from ajet_proxy.dataplane.types import AnswerJson, ChatToolCall
 from ajet_proxy.errors import anthropic_error
 
 
@@ -32,12 +34,13 @@ class MessagesShape:
         self._calls: dict[int, int] = {}  # chat tool-call index -> block index
         self._input_tokens = 0
 
-    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+    def answer(self, status: int, data: bytes, parsed: Optional[AnswerJson]) -> Response:
         if status != 200 or parsed is None:
             return anthropic_error(_code(status), error_message(parsed, status), status)
         choice = (parsed.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
-        content = [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
+        text = msg.get("content")
+        content: list[ContentBlock] = [{"type": "text", "text": text}] if text else []
         content += [tool_use_block(c) for c in msg.get("tool_calls") or []]
         return json_response(
             message_object(
@@ -51,7 +54,7 @@ class MessagesShape:
         )
 
     # ---------------------------------------------------------------- streamed
-    def _start(self, data: dict[str, Any]) -> bytes:
+    def _start(self, data: AnswerJson) -> bytes:
         if self._started:
             return b""
         self._started = True
@@ -60,7 +63,7 @@ class MessagesShape:
         start["stop_reason"] = None
         return sse({"type": "message_start", "message": start}, event="message_start")
 
-    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+    def event(self, payload: bytes, data: Optional[AnswerJson]) -> bytes:
         if data is None:
             return b""
         if "error" in data:
@@ -70,15 +73,16 @@ class MessagesShape:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            if delta.get("content"):
+            text = delta.get("content")
+            if text:
                 if self._open != "text":
                     out.append(self._close() + self._open_block({"type": "text", "text": ""}, "text"))
-                out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
+                out.append(self._delta({"type": "text_delta", "text": text}))
             for call in delta.get("tool_calls") or ():
                 out.append(self._tool_delta(call))
         return b"".join(out)
 
-    def _open_block(self, block: dict[str, Any], kind: str) -> bytes:
+    def _open_block(self, block: ContentBlock, kind: str) -> bytes:
         self._open = kind
         self._blocks += 1
         return sse(
@@ -86,7 +90,7 @@ class MessagesShape:
             event="content_block_start",
         )
 
-    def _delta(self, delta: dict[str, Any]) -> bytes:
+    def _delta(self, delta: dict[str, str]) -> bytes:
         return sse(
             {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}, event="content_block_delta"
         )
@@ -97,19 +101,19 @@ class MessagesShape:
         self._open = None
         return sse({"type": "content_block_stop", "index": self._blocks - 1}, event="content_block_stop")
 
-    def _tool_delta(self, call: dict[str, Any]) -> bytes:
+    def _tool_delta(self, call: ChatToolCall) -> bytes:
         out = b""
         index, fn = call.get("index", 0), call.get("function") or {}
         if index not in self._calls:
             out += self._close()
-            block = tool_use_block({"id": call.get("id"), "function": {"name": fn.get("name"), "arguments": "{}"}})
+            block = tool_use_block({"id": call.get("id"), "function": {"name": fn.get("name", ""), "arguments": "{}"}})
             out += self._open_block(block, "tool_use")
             self._calls[index] = self._blocks - 1
         if fn.get("arguments"):
             out += self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
         return out
 
-    def done(self, assembled: dict[str, Any]) -> bytes:
+    def done(self, assembled: AnswerJson) -> bytes:
         choice = (assembled.get("choices") or [{}])[0]
         usage = assembled.get("usage") or {}
         reason = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"))

@@ -17,27 +17,35 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Optional, Union
 
 import orjson
 
-from ajet_proxy.dataplane.mapping import bad_field, carried, joined_text, with_tools
+from ajet_proxy.dataplane.mapping import bad_field, joined_text, set_extra, with_tools
+from ajet_proxy.dataplane.responses.protocol import FunctionTool, ResponsesRequest
+from ajet_proxy.dataplane.responses.types import FunctionCallItem, MessageItem, OutputItem, OutputLogprob, ResponseJson
+from ajet_proxy.dataplane.types import (
+    AnswerChoice,
+    AnswerMessage,
+    ChatBody,
+    ChatMessage,
+    ChatTool,
+    ChatToolCall,
+    FunctionSpec,
+    JsonSchemaFormat,
+    ResponseFormat,
+    ToolChoice,
+    UsageCounts,
+)
 from ajet_proxy.episode_history import LOGGED_INSTRUCTIONS
 
-Conversation = list[dict[str, Any]]
+Conversation = list[ChatMessage]
 """Chat messages, without the instructions (a later response does not inherit them)."""
 
 FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format"}
 """A chat field a Responses request became -> the Responses field a client would fix."""
 
-_CARRIED = (
-    ("max_output_tokens", "max_tokens"),
-    ("temperature", "temperature"),
-    ("top_p", "top_p"),
-    ("stream", "stream"),
-    ("top_logprobs", "top_logprobs"),
-)
-"""Responses fields chat has too: (theirs, chat's)."""
 _UNSUPPORTED = {
     "background": "background mode (the episode's calls are answered while it runs)",
     "conversation": "the Conversations API (use previous_response_id within the episode)",
@@ -50,52 +58,49 @@ _PART_TEXT = {"input_text": "text", "output_text": "text", "text": "text", "refu
 # ---------------------------------------------------------------- request
 
 
-def chat_request(body: dict[str, Any], history: Conversation) -> tuple[dict[str, Any], Conversation]:
+def chat_request(req: ResponsesRequest, history: Conversation) -> tuple[ChatBody, Conversation]:
     """The chat body a Responses request makes, and the conversation so far (history + this input).
     `InvalidRequest` naming the field for what is malformed or unsupported."""
     for field, what in _UNSUPPORTED.items():
-        if body.get(field):
+        if set_extra(req, field):
             raise bad_field(field, f"{what} is not supported by the AgentJet proxy")
-    reasoning = body.get("reasoning")
-    if isinstance(reasoning, dict) and (reasoning.get("effort") or reasoning.get("summary")):
+    if req.reasoning and (req.reasoning.get("effort") or req.reasoning.get("summary")):
         raise bad_field("reasoning", "reasoning settings are not supported by the policy model")
-    if "input" not in body:
-        raise bad_field("input", "required (a string or a list of input items)")
-    conversation = history + input_messages(body["input"])
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise bad_field("instructions", "must be a string")
-    chat: dict[str, Any] = {
-        "model": "policy" if body.get("model") is None else body["model"],
-        "messages": ([{"role": "system", "content": instructions}] if instructions else []) + conversation,
-        **carried(body, _CARRIED),
-    }
-    with_tools(chat, body, chat_tools, chat_tool_choice)
-    fmt = response_format(body.get("text"))
+    conversation = history + input_messages(req.input)
+    system: list[ChatMessage] = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    chat: ChatBody = {"model": "policy" if req.model is None else req.model, "messages": system + conversation}
+    _carry(chat, req)
+    tools = None if req.tools is None else chat_tools(req.tools)
+    with_tools(chat, tools, None if req.tool_choice is None else chat_tool_choice(req.tool_choice))
+    fmt = response_format(req.text)
     if fmt is not None:
         chat["response_format"] = fmt
-    if wants_logprobs(body):
+    if req.wants_logprobs():
         chat["logprobs"] = True
     return chat, conversation
 
 
-def wants_logprobs(body: dict[str, Any]) -> bool:
-    """Whether the client asked for the output text's logprobs (`include: ["message.output_text.logprobs"]`)."""
-    include = body.get("include")
-    return isinstance(include, list) and "message.output_text.logprobs" in include
+def _carry(chat: ChatBody, req: ResponsesRequest) -> None:
+    """The Responses fields chat has too, under chat's names (absent or null: left out)."""
+    if req.max_output_tokens is not None:
+        chat["max_tokens"] = req.max_output_tokens
+    if req.temperature is not None:
+        chat["temperature"] = req.temperature
+    if req.top_p is not None:
+        chat["top_p"] = req.top_p
+    if req.stream is not None:
+        chat["stream"] = req.stream
+    if req.top_logprobs is not None:
+        chat["top_logprobs"] = req.top_logprobs
 
 
-def input_messages(inp: Any) -> Conversation:
+def input_messages(inp: Union[str, list[dict[str, object]]]) -> Conversation:
     """Responses input (a string, or message / function_call / function_call_output items) as chat messages."""
     if isinstance(inp, str):
         return [{"role": "user", "content": inp}]
-    if not isinstance(inp, list):
-        raise bad_field("input", "must be a string or a list of input items")
     out: Conversation = []
     for i, item in enumerate(inp):
         where = f"input.{i}"
-        if not isinstance(item, dict):
-            raise bad_field(where, "each input item must be an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             out.append(_message(item, where))
@@ -118,7 +123,7 @@ def input_messages(inp: Any) -> Conversation:
     return out
 
 
-def _str(item: dict[str, Any], key: str, where: str) -> str:
+def _str(item: Mapping[str, object], key: str, where: str) -> str:
     value = item.get(key)
     if not isinstance(value, str):
         raise bad_field(f"{where}.{key}", "required, a string")
@@ -131,7 +136,7 @@ def _text(content: Any, where: str) -> str:
     return joined_text(content, where, _PART_TEXT, "content parts", refused)
 
 
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+def _message(item: Mapping[str, object], where: str) -> ChatMessage:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise bad_field(f"{where}.role", "one of user, assistant, system, developer")
@@ -141,9 +146,9 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _add_call(out: Conversation, item: dict[str, Any], where: str) -> None:
+def _add_call(out: Conversation, item: Mapping[str, object], where: str) -> None:
     """A function call joins the assistant turn before it (one turn may call several functions)."""
-    call = {
+    call: ChatToolCall = {
         "id": _str(item, "call_id", where),
         "type": "function",
         "function": {"name": _str(item, "name", where), "arguments": _str(item, "arguments", where)},
@@ -154,48 +159,69 @@ def _add_call(out: Conversation, item: dict[str, Any], where: str) -> None:
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def chat_tools(tools: Any) -> list[dict[str, Any]]:
+def chat_tools(tools: list[FunctionTool]) -> list[ChatTool]:
     """Function tools in chat's shape; any other kind (web_search, file_search, mcp, ...) is refused."""
-    if not isinstance(tools, list):
-        raise bad_field("tools", "must be a list")
-    out = []
+    out: list[ChatTool] = []
     for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
+        if tool.type != "function":
             raise bad_field(
                 f"tools.{i}.type",
-                f"built-in tool {kind!r} is not supported: only function tools (the agent runs its tools itself)",
+                f"built-in tool {tool.type!r} is not supported: only function tools (the agent runs its tools itself)",
             )
-        fn = {"name": _str(tool, "name", f"tools.{i}")}
-        for key in ("description", "parameters", "strict"):
-            if tool.get(key) is not None:
-                fn[key] = tool[key]
+        if tool.name is None:
+            raise bad_field(f"tools.{i}.name", "required, a string")
+        fn: FunctionSpec = {"name": tool.name}
+        if tool.description is not None:
+            fn["description"] = tool.description
+        if tool.parameters is not None:
+            fn["parameters"] = tool.parameters
+        if tool.strict is not None:
+            fn["strict"] = tool.strict
         out.append({"type": "function", "function": fn})
     return out
 
 
-def chat_tool_choice(choice: Any) -> Any:
+def chat_tool_choice(choice: Union[str, dict[str, object]]) -> ToolChoice:
     """`auto` / `none` / `required`, or a named function, in chat's shape."""
-    if choice in ("auto", "none", "required"):
+    if isinstance(choice, str) and choice in ("auto", "none", "required"):
         return choice
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
+    name = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    if isinstance(name, str):
+        return {"type": "function", "function": {"name": name}}
     raise bad_field("tool_choice", "one of 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
 
 
-def response_format(text: Any) -> Optional[dict[str, Any]]:
+def response_format(text: Optional[dict[str, object]]) -> Optional[ResponseFormat]:
     """`text.format` as chat's `response_format` (None for plain text)."""
-    fmt = text.get("format") if isinstance(text, dict) else None
-    if fmt is None or fmt.get("type") == "text":
+    fmt = text.get("format") if text is not None else None
+    if fmt is None or not isinstance(fmt, dict) or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":
         return {"type": "json_object"}
     if fmt.get("type") == "json_schema":
-        return {
-            "type": "json_schema",
-            "json_schema": {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt},
-        }
+        return {"type": "json_schema", "json_schema": _json_schema(fmt)}
     raise bad_field("text.format.type", "one of text, json_object, json_schema")
+
+
+def _json_schema(fmt: dict[str, object]) -> JsonSchemaFormat:
+    """Responses' `json_schema` format (its fields at the top) as chat's `json_schema` object."""
+    out: JsonSchemaFormat = {}
+    name, schema, strict, description = (fmt.get(k) for k in ("name", "schema", "strict", "description"))
+    if isinstance(name, str):
+        out["name"] = name
+    if isinstance(schema, dict):
+        out["schema"] = schema
+    if isinstance(strict, bool):
+        out["strict"] = strict
+    if isinstance(description, str):
+        out["description"] = description
+    for key, value in (("name", name), ("schema", schema), ("strict", strict), ("description", description)):
+        if value is not None and key not in out:
+            raise bad_field(
+                f"text.format.{key}",
+                "has the wrong type (name and description: strings; schema: an object; strict: a boolean)",
+            )
+    return out
 
 
 # ---------------------------------------------------------------- answer
@@ -210,13 +236,18 @@ def new_response_id() -> str:
     return _id("resp")
 
 
-def message_item(text: str, logprobs: Optional[list[dict[str, Any]]], status: str = "completed") -> dict[str, Any]:
+def message_item(text: str, logprobs: Optional[list[OutputLogprob]], status: str = "completed") -> MessageItem:
     """The assistant's text as an output message item."""
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
-    return {"type": "message", "id": _id("msg"), "status": status, "role": "assistant", "content": [part]}
+    return {
+        "type": "message",
+        "id": _id("msg"),
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}],
+    }
 
 
-def call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+def call_item(call: ChatToolCall, status: str = "completed") -> FunctionCallItem:
     """A chat tool call as a function_call output item."""
     fn = call.get("function") or {}
     return {
@@ -229,7 +260,7 @@ def call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]
     }
 
 
-def output_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
+def output_logprobs(choice: AnswerChoice) -> list[OutputLogprob]:
     """Chat logprobs as output_text logprobs."""
     content = (choice.get("logprobs") or {}).get("content") or []
     return [
@@ -248,13 +279,14 @@ def output_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
 
 def response_object(
     rid: str,
-    body: dict[str, Any],
-    output: list[dict[str, Any]],
-    usage: Optional[dict[str, Any]],
+    req: ResponsesRequest,
+    output: list[OutputItem],
+    usage: Optional[UsageCounts],
     finish_reason: Optional[str],
     status: Optional[str] = None,
-) -> dict[str, Any]:
-    """A Response: the output items, usage in Responses' terms, the request's settings echoed."""
+) -> ResponseJson:
+    """A Response (`protocol.ResponseObject`'s JSON): the output items, usage in Responses' terms, the request's
+    settings echoed."""
     usage = usage or {}
     pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     incomplete = finish_reason == "length"
@@ -265,7 +297,7 @@ def response_object(
         "status": status or ("incomplete" if incomplete else "completed"),
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete and status is None else None,
         "error": None,
-        "model": body.get("model") or "policy",
+        "model": req.model or "policy",
         "output": output,
         "usage": {
             "input_tokens": pt,
@@ -274,20 +306,20 @@ def response_object(
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": pt + ct,
         },
-        "instructions": body.get("instructions"),
-        "tools": body.get("tools") or [],
-        "tool_choice": body.get("tool_choice") or "auto",
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"),
-        "max_output_tokens": body.get("max_output_tokens"),
-        "previous_response_id": body.get("previous_response_id"),
-        "metadata": body.get("metadata") or {},
-        "text": body.get("text") or {"format": {"type": "text"}},
-        "truncation": body.get("truncation") or "disabled",
-        "store": body.get("store", True),
+        "instructions": req.instructions,
+        "tools": [t.model_dump(exclude_unset=True) for t in req.tools or ()],
+        "tool_choice": req.tool_choice or "auto",
+        "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "max_output_tokens": req.max_output_tokens,
+        "previous_response_id": req.previous_response_id,
+        "metadata": req.metadata or {},
+        "text": req.text or {"format": {"type": "text"}},
+        "truncation": req.truncation or "disabled",
+        "store": True if req.store is None else req.store,
         "reasoning": None,
-        "user": body.get("user"),
+        "user": req.user,
     }
 
 
@@ -295,16 +327,16 @@ def logged_conversation(request: str, response: str) -> Conversation:
     """The conversation a logged Responses call leaves: its chat messages (less the instructions) and its
     answer, as `previous_response_id` continues it."""
     chat, answer = orjson.loads(request), orjson.loads(response)
-    messages = list(chat.get("messages") or [])
+    messages: Conversation = list(chat.get("messages") or [])
     if chat.get(LOGGED_INSTRUCTIONS):
         messages = messages[1:]
     return messages + [assistant_message((answer.get("choices") or [{}])[0])]
 
 
-def assistant_message(choice: dict[str, Any]) -> dict[str, Any]:
+def assistant_message(choice: AnswerChoice) -> ChatMessage:
     """The chat message an answer adds to the conversation."""
-    msg = choice.get("message") or {}
-    out: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+    msg: AnswerMessage = choice.get("message") or {}
+    out: ChatMessage = {"role": "assistant", "content": msg.get("content")}
     if msg.get("tool_calls"):
         out["tool_calls"] = msg["tool_calls"]
     return out

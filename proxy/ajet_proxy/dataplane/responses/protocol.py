@@ -4,11 +4,12 @@ do (built-in tools, files, background mode) is refused by `mapping.chat_request`
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ajet.chat_request import MaxTokens, Temperature, TopLogprobs, TopP, invalid_request
+from ajet_proxy.dataplane.responses.types import ResponsesUsage
 
 
 class _Wire(BaseModel):
@@ -26,7 +27,7 @@ class FunctionTool(_Wire):
     """The function's name."""
     description: Optional[str] = None
     """What it does."""
-    parameters: Optional[dict[str, Any]] = None
+    parameters: Optional[dict[str, object]] = None
     """Its arguments' JSON schema."""
     strict: Optional[bool] = None
     """Whether the arguments must follow the schema exactly."""
@@ -35,7 +36,7 @@ class FunctionTool(_Wire):
 class ResponsesRequest(_Wire):
     """Body of `POST /v1/responses`: one call of the policy, which `previous_response_id` continues."""
 
-    input: Union[str, list[dict[str, Any]]]
+    input: Union[str, list[dict[str, object]]]
     """A user message, or input items: `message`, `function_call`, `function_call_output`."""
     model: Optional[str] = None
     """Any name: the proxy routes every call to the policy."""
@@ -55,23 +56,31 @@ class ResponsesRequest(_Wire):
     """Alternatives per token, with `include: ["message.output_text.logprobs"]`."""
     tools: Optional[list[FunctionTool]] = None
     """Function tools the model may call."""
-    tool_choice: Union[str, dict[str, Any], None] = None
+    tool_choice: Union[str, dict[str, object], None] = None
     """`auto`, `none`, `required`, or `{"type": "function", "name": ...}`."""
     parallel_tool_calls: Optional[bool] = None
     """Whether several tools may be called in one turn."""
-    text: Optional[dict[str, Any]] = None
+    text: Optional[dict[str, object]] = None
     """`{"format": ...}`: text, `json_object` or `json_schema`."""
     include: Optional[list[str]] = None
     """Extra output: `message.output_text.logprobs`."""
-    reasoning: Optional[dict[str, Any]] = None
+    reasoning: Optional[dict[str, object]] = None
     """Reasoning settings (refused: the policy has none)."""
-    metadata: Optional[dict[str, Any]] = None
+    metadata: Optional[dict[str, object]] = None
     """Echoed in the answer."""
     user: Optional[str] = None
     """The end user's id."""
+    truncation: Optional[str] = None
+    """`disabled` or `auto`, echoed (the proxy never truncates: a prompt over the job's limit is refused)."""
+    store: Optional[bool] = None
+    """Echoed: the episode's calls are always logged, and `previous_response_id` works within the episode."""
+
+    def wants_logprobs(self) -> bool:
+        """Whether the client asked for the output text's logprobs (`include: ["message.output_text.logprobs"]`)."""
+        return self.include is not None and "message.output_text.logprobs" in self.include
 
 
-def validate_responses(body: dict[str, Any]) -> ResponsesRequest:
+def validate_responses(body: object) -> ResponsesRequest:
     """The body as a `ResponsesRequest`; `InvalidRequest` naming the first bad field."""
     try:
         return ResponsesRequest.model_validate(body)
@@ -109,5 +118,5 @@ class ResponseObject(BaseModel):
     """The model name the request gave."""
     output: list[OutputItem]
     """The answer: a message item, function call items."""
-    usage: dict[str, Any]
+    usage: ResponsesUsage
     """Input, output and total tokens."""

@@ -4,7 +4,7 @@ error objects."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+from typing import Optional, cast
 
 import orjson
 from fastapi import APIRouter
@@ -22,14 +22,12 @@ from ajet_proxy.episode_history import LOGGED_INSTRUCTIONS
 router = APIRouter(tags=["data plane"])
 
 
-async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[mapping.Conversation]:
+async def _conversation(er: EpisodeRequest, prev: str) -> Optional[mapping.Conversation]:
     """The conversation of an earlier response of the episode: a turn of its history, or rebuilt from its logged
     call (another proxy on the store answered it, this one restarted since, or the call left no turn)."""
-    if not isinstance(prev, str):
-        return None
     turn = er.ep.history.response(prev)
-    if turn is not None:
-        return turn.conversation()
+    if turn is not None:  # its messages are those `mapping.chat_request` made, and its answer's message
+        return cast(mapping.Conversation, turn.conversation())
     call = await asyncio.to_thread(er.path.proxy.host_of(er.ep).store.response_call, er.ep.uuid, prev)
     if call is None or call.error is not None or call.response is None:
         return None
@@ -50,16 +48,15 @@ async def _conversation(er: EpisodeRequest, prev: Any) -> Optional[mapping.Conve
 async def responses(request: Request) -> Response:
     """`POST /v1/responses`, plain or streamed; `previous_response_id` continues a response of the episode."""
     er = await episode_request(request)
-    body = parse_json_object(er.raw)
-    validate_responses(body)
-    prev = body.get("previous_response_id")
+    req = validate_responses(parse_json_object(er.raw))
+    prev = req.previous_response_id
     history = [] if prev is None else await _conversation(er, prev)
     if history is None:
         raise bad_field("previous_response_id", f"{prev!r} is not a response of this episode")
-    chat, conversation = mapping.chat_request(body, history)
-    logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
-    instructions_first = chat["messages"] is not conversation and len(chat["messages"]) > len(conversation)
+    chat, conversation = mapping.chat_request(req, history)
+    validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
+    instructions_first = len(chat["messages"]) > len(conversation)
     if instructions_first:
         logged = orjson.dumps({**chat, LOGGED_INSTRUCTIONS: True})
-    shape = ResponsesShape(body, mapping.new_response_id(), mapping.wants_logprobs(body))
-    return await er.serve(chat, shape, logged, instructions_first)
+    shape = ResponsesShape(req, mapping.new_response_id())
+    return await er.serve(chat, validated, shape, logged, instructions_first)

@@ -9,19 +9,17 @@ Every event carries its `sequence_number`.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
-from ajet_proxy.dataplane.responses.mapping import (
-    call_item,
-    message_item,
-    output_logprobs,
-    response_object,
-)
+from ajet_proxy.dataplane.responses.mapping import call_item, message_item, output_logprobs, response_object
+from ajet_proxy.dataplane.responses.protocol import ResponsesRequest
+from ajet_proxy.dataplane.responses.types import FunctionCallItem, MessageItem, OutputItem, OutputLogprob
 from ajet_proxy.dataplane.shape import error_message, json_response
 from ajet_proxy.dataplane.sse import sse
+from ajet_proxy.dataplane.types import AnswerJson, ChatToolCall
 from ajet_proxy.errors import openai_error
 
 
@@ -29,36 +27,36 @@ class ResponsesShape:
     """One Responses call, answered as Response `rid` (which a later `previous_response_id` names: the call's turn
     in the episode's history keeps its conversation)."""
 
-    def __init__(self, body: dict[str, Any], rid: str, want_logprobs: bool):
-        self.body, self.rid = body, rid
+    def __init__(self, req: ResponsesRequest, rid: str):
+        self.req, self.rid = req, rid
         self.response_id: Optional[str] = rid
-        self.want_logprobs = want_logprobs
+        self.want_logprobs = req.wants_logprobs()
         self._seq = 0
         self._started = False
-        self._items: list[dict[str, Any]] = []
-        self._text: Optional[dict[str, Any]] = None  # the open message item, while text streams
-        self._calls: dict[int, dict[str, Any]] = {}  # open function_call items by chat tool-call index
+        self._items: list[OutputItem] = []
+        self._text: Optional[MessageItem] = None  # the open message item, while text streams
+        self._calls: dict[int, FunctionCallItem] = {}  # open function_call items by chat tool-call index
 
     # ---------------------------------------------------------------- plain
-    def answer(self, status: int, data: bytes, parsed: Optional[dict[str, Any]]) -> Response:
+    def answer(self, status: int, data: bytes, parsed: Optional[AnswerJson]) -> Response:
         if status != 200 or parsed is None:
             if parsed is not None and "error" in parsed:  # the engine's own OpenAI error, passed on
                 return json_response(parsed, status)
             return openai_error(ErrorCode.ENGINE_UNAVAILABLE, error_message(parsed, status), status=status)
         choice = (parsed.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
-        items = []
+        items: list[OutputItem] = []
         if msg.get("content") or not msg.get("tool_calls"):
             items.append(
                 message_item(msg.get("content") or "", output_logprobs(choice) if self.want_logprobs else None)
             )
         items += [call_item(c) for c in msg.get("tool_calls") or []]
         return json_response(
-            response_object(self.rid, self.body, items, parsed.get("usage"), choice.get("finish_reason"))
+            response_object(self.rid, self.req, items, parsed.get("usage"), choice.get("finish_reason"))
         )
 
     # ---------------------------------------------------------------- streamed
-    def _event(self, kind: str, **fields: Any) -> bytes:
+    def _event(self, kind: str, **fields: object) -> bytes:
         self._seq += 1
         return sse({"type": kind, "sequence_number": self._seq - 1, **fields}, event=kind)
 
@@ -66,10 +64,10 @@ class ResponsesShape:
         if self._started:
             return b""
         self._started = True
-        shell = response_object(self.rid, self.body, [], None, None, status="in_progress")
+        shell = response_object(self.rid, self.req, [], None, None, status="in_progress")
         return self._event("response.created", response=shell) + self._event("response.in_progress", response=shell)
 
-    def event(self, payload: bytes, data: Optional[dict[str, Any]]) -> bytes:
+    def event(self, payload: bytes, data: Optional[AnswerJson]) -> bytes:
         if data is None:
             return b""
         if "error" in data:
@@ -79,13 +77,14 @@ class ResponsesShape:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            if delta.get("content"):
-                out.append(self._text_delta(delta["content"], output_logprobs(choice) if self.want_logprobs else []))
+            text = delta.get("content")
+            if text:
+                out.append(self._text_delta(text, output_logprobs(choice) if self.want_logprobs else []))
             for call in delta.get("tool_calls") or ():
                 out.append(self._call_delta(call))
         return b"".join(out)
 
-    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> bytes:
+    def _text_delta(self, text: str, logprobs: list[OutputLogprob]) -> bytes:
         out = b""
         if self._text is None:
             self._text = message_item("", None, status="in_progress")
@@ -111,7 +110,7 @@ class ResponsesShape:
             logprobs=logprobs,
         )
 
-    def _call_delta(self, call: dict[str, Any]) -> bytes:
+    def _call_delta(self, call: ChatToolCall) -> bytes:
         out = self._close_text()
         index = call.get("index", 0)
         fn = call.get("function") or {}
@@ -171,13 +170,13 @@ class ResponsesShape:
         self._calls = {}
         return out
 
-    def done(self, assembled: dict[str, Any]) -> bytes:
+    def done(self, assembled: AnswerJson) -> bytes:
         out = self._start()
         if not self._items:  # nothing was said: an empty message, as a plain answer has
             out += self._text_delta("", [])
         out += self._close_text() + self._close_calls()
         choice = (assembled.get("choices") or [{}])[0]
-        final = response_object(self.rid, self.body, self._items, assembled.get("usage"), choice.get("finish_reason"))
+        final = response_object(self.rid, self.req, self._items, assembled.get("usage"), choice.get("finish_reason"))
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=final)
 
