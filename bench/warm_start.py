@@ -8,7 +8,7 @@ SmolLM2-135M-Instruct and the calculator agent of tutorial/example_tool_agent, o
    made more likely; no agent runs. Its adapter is then exported, merged, into a model folder.
 3. `scratch`: the tutorial's GRPO from the base, `--steps` steps.
 4. `warm`: the same GRPO, the same draws and sampling seeds, from the SFT'd model folder.
-Each GRPO arm is the first experiment of a swarm of its own, so both are served and trained alike.
+Each GRPO arm is the default experiment of a swarm of its own, so both are served and trained alike.
 
 The held-out questions (greedy eval episodes) are scored on the base, on the SFT'd adapter and after each GRPO arm.
 Rows: one per arm, and one comparing the arms: the time to `--target` (a step's mean reward) of `warm` with the SFT
@@ -140,7 +140,7 @@ def first_and_sft(root: Path, args: argparse.Namespace, swarm_args: tuple[str, .
 
 
 def grpo_alone(root: Path, roll: argparse.Namespace, args: argparse.Namespace, swarm_args: tuple[str, ...]) -> dict:
-    """A GRPO arm as the first experiment of a swarm of its own: both arms are served and trained alike (an
+    """A GRPO arm as the default experiment of a swarm of its own: both arms are served and trained alike (an
     experiment beside others is served through peft's mixed-adapter batches, which are slower)."""
     with launched_swarm(root, *swarm_args, timeout=900) as url:
         return asyncio.run(grpo(url, roll, args))

@@ -21,6 +21,9 @@ RETIRED = {
     "weights version (say policy version)": re.compile(r"\bweights? versions?\b", re.I),
     "swarm_of (the proxy's view: proxy_of)": re.compile(r"\bswarm_of\b"),
     "shared server (say shared launch)": re.compile(r"\bshared (vLLM )?servers?\b", re.I),
+    "first experiment (say default experiment)": re.compile(
+        r"\bfirst experiment\b|\bFIRST_(SLUG|NAME|ADAPTER)\b", re.I
+    ),
     "backend for an engine (the backend trains; an engine answers)": re.compile(
         r"\b(stub|a|the) backend('s)? (answer|answered|answers|body|error|token|returned|refused|broke|gave|produced|"
         r"for ids|that answers|that renders|that keeps)|\bstub backend\b|\bbackend's (answer|body|bytes|error page)\b",

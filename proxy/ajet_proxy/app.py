@@ -106,6 +106,6 @@ def create_app(config: ProxyConfig) -> FastAPI:
 
     @app.get("/health", tags=["control"])
     def health() -> dict[str, str]:
-        return {"status": "ok", "state": proxy.first.experiment.state.value}
+        return {"status": "ok", "state": proxy.default.experiment.state.value}
 
     return app

@@ -1,8 +1,8 @@
 """What one proxy keeps of one experiment: its store, call writer, open episodes, engine router and latest row, with
 the threads that commit its episodes' life cycle and call numbers.
 
-A proxy holds one `ExperimentHost` per experiment of the swarm (`Proxy.hosts`): the first store's, then each one the
-first store lists (`ajet_store.catalog`). Each owns its experiment's state on this proxy, so one experiment's calls,
+A proxy holds one `ExperimentHost` per experiment of the swarm (`Proxy.hosts`): the default experiment's, then each
+one the catalog lists (`ajet_store.Catalog`). Each owns its experiment's state on this proxy, so one experiment's calls,
 begins and ends never wait on another's store.
 """
 
@@ -33,7 +33,7 @@ class ExperimentHost:
 
     def __init__(self, slug: str, store: Store, config: ProxyConfig):
         self.slug = slug
-        """`FIRST_SLUG`, or the slug the first store lists the experiment under."""
+        """The experiment's slug (`default` for the default experiment, `ajet_store.placement`)."""
         self.config = config
         self.store = store
         self.writer = CallWriter(store, interval=config.commit_window_s)

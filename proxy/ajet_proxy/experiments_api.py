@@ -29,7 +29,7 @@ from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.route_context import host_of, proxy_of
 from ajet_proxy.stats import experiment_status, template_verdict
 from ajet_store import TRAINER_TIMEOUT_S
-from ajet_store.placement import FIRST_SLUG
+from ajet_store.placement import DEFAULT_SLUG
 
 router = APIRouter(prefix="/swarm", tags=["control"], responses=CONTROL_ERRORS)
 
@@ -155,5 +155,6 @@ def _listed(hosts: list[ExperimentHost]) -> ExperimentList:
     for host in hosts:
         row = host.refresh_experiment()
         name = None if row.job is None else experiment_of(row.job)
-        out.append(SwarmExperiment(name=name, first=host.slug == FIRST_SLUG, status=experiment_status(row, now)))
-    return ExperimentList(experiments=sorted(out, key=lambda e: (not e.first, e.name or "")))
+        default = host.slug == DEFAULT_SLUG
+        out.append(SwarmExperiment(name=name, slug=host.slug, default=default, status=experiment_status(row, now)))
+    return ExperimentList(experiments=sorted(out, key=lambda e: (not e.default, e.name or "")))

@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 
 from ajet.types import EpisodeStatus
 from ajet_proxy.episode_history import EpisodeHistory
+from ajet_store.placement import DEFAULT_SLUG
 from ajet_store.types import EpisodeRow
 
 KEY_PREFIX = "ajet-ep-"
@@ -59,8 +60,8 @@ class OpenEpisode:
     """The engine it sticks to (prefix-cache reuse), once one answered it."""
     history: EpisodeHistory = field(default_factory=EpisodeHistory)
     """Its answered turns: the token history and Responses' conversations."""
-    experiment_slug: str = ""
-    """The slug of its experiment (`""`: the swarm's first), whose host on this proxy serves it."""
+    experiment_slug: str = DEFAULT_SLUG
+    """The slug of its experiment (`default`: the swarm's default experiment), whose host on this proxy serves it."""
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""
@@ -110,7 +111,7 @@ def refused_key_reason(row: Optional[EpisodeRow]) -> str:
     return f"episode {row.uuid} is not known to this proxy yet; retry"  # a single proxy's insert not yet read
 
 
-def open_from_row(row: EpisodeRow, next_seq: int, experiment_slug: str = "") -> OpenEpisode:
+def open_from_row(row: EpisodeRow, next_seq: int, experiment_slug: str = DEFAULT_SLUG) -> OpenEpisode:
     """An open episode of experiment `experiment_slug` as this proxy serves it, from its store row (its next call
     numbered `next_seq`; the turns of calls before it are read from the store when a call needs them)."""
     return OpenEpisode(
@@ -129,7 +130,7 @@ def open_from_row(row: EpisodeRow, next_seq: int, experiment_slug: str = "") -> 
 class OpenEpisodes:
     """Open episodes of one experiment by key hash and by uuid. Thread-safe for the control routes' thread pool."""
 
-    def __init__(self, experiment_slug: str = "") -> None:
+    def __init__(self, experiment_slug: str = DEFAULT_SLUG) -> None:
         self.experiment_slug = experiment_slug
         """The slug of the experiment whose episodes these are."""
         self._by_hash: dict[str, OpenEpisode] = {}

@@ -28,7 +28,7 @@ from ajet.stat_types import RolloutStat, StepInfo
 from ajet.types import SwarmExperiment
 from ajet_proxy.explore_paths import experiment_base
 from ajet_proxy.overwatch_views import MODES, EpisodeScreen, header_text, pool_text, reward_text
-from ajet_store.placement import FIRST_SLUG, experiment_slug
+from ajet_store.placement import DEFAULT_SLUG
 
 SORTS = ["idle_s", "age_s", "num_calls"]
 HUNG_FRACTION = 0.5  # an episode idle for half its timeout is shown as hung
@@ -258,9 +258,9 @@ class Overwatch(App[None]):
         await self.action_refresh()
 
     def _watched_name(self) -> Optional[str]:
-        """The watched experiment's name (the first's, when the client names none)."""
-        first = next((e.name for e in self.experiments if e.first), None)
-        return self.client.experiment or first
+        """The watched experiment's name (the default's, when the client names none)."""
+        default = next((e.name for e in self.experiments if e.default), None)
+        return self.client.experiment or default
 
     def _watched_title(self) -> str:
         name = self._watched_name()
@@ -271,7 +271,7 @@ class Overwatch(App[None]):
         table.clear()
         for e in self.experiments:
             s = e.status
-            cells = ("▶" if e.name == watched else "", (e.name or "(no job yet)") + (" (first)" if e.first else ""),
+            cells = ("▶" if e.name == watched else "", (e.name or "(no job yet)") + (" (default)" if e.default else ""),
                      s.state.value, str(s.global_step), f"v{s.policy_version}", (s.last_error or "")[:80])  # fmt: skip
             table.add_row(*cells, key=e.name or "")
 
@@ -285,11 +285,9 @@ class Overwatch(App[None]):
         self.push_screen(EpisodeScreen(detail, f"{self._explorer_base()}/episodes/{uuid}"))
 
     def _explorer_base(self) -> str:
-        """Where the explorer shows the watched experiment: `/explore` for the first, `/explore/x/<slug>` for any
-        other (`explore.pages.experiment_base`)."""
-        name = self.client.experiment
-        first = next((e for e in self.experiments if e.first), None)
-        slug = FIRST_SLUG if not name or (first is not None and first.name == name) else experiment_slug(name)
+        """Where the explorer shows the watched experiment (`/explore/x/<slug>`, the slug as the swarm lists it)."""
+        watched = self._watched_name()
+        slug = next((e.slug for e in self.experiments if e.name == watched), DEFAULT_SLUG)
         return experiment_base(f"{self.swarm_url.rstrip('/')}/explore", slug)
 
 

@@ -4,7 +4,7 @@
 store, call writer, open episodes, engine router). Its loops (on the event loop, with store reads in a thread):
 - every `poll_s`: read each experiment's row (the trainer moves its state) and reload its router when its engines
   version changes;
-- every second: take up experiments the first store newly lists, expire idle episodes, and forget episodes the
+- every second: take up experiments the catalog newly lists, expire idle episodes, and forget episodes the
   store no longer has open.
 """
 
@@ -28,7 +28,7 @@ from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store import TRAINER_TIMEOUT_S, Catalog, Store
-from ajet_store.placement import FIRST_NAME, FIRST_SLUG, experiment_slug
+from ajet_store.placement import DEFAULT_SLUG, slug_for
 from ajet_store.types import ExperimentRow
 
 logger = logging.getLogger(__name__)
@@ -36,53 +36,52 @@ T = TypeVar("T")
 
 
 class Proxy:
-    """Everything the routes share; created once per app. Each experiment of the swarm has its host here
-    (`hosts`: the first store's under `FIRST_SLUG`, then each one it lists, taken up as they appear)."""
+    """Everything the routes share; created once per app. Each experiment of the swarm has its host here (`hosts`, by
+    slug: the default experiment's from the start, each other the catalog lists taken up as it appears)."""
 
     def __init__(self, config: ProxyConfig):
         self.config = config
+        self.catalog = Catalog(Store(config.db_url, config.db_mode))
         self.hosts: dict[str, ExperimentHost] = {
-            FIRST_SLUG: ExperimentHost(FIRST_SLUG, Store(config.db_url, config.db_mode), config)
+            DEFAULT_SLUG: ExperimentHost(DEFAULT_SLUG, self.catalog.open(DEFAULT_SLUG), config)
         }
-        self.catalog = Catalog(self.hosts[FIRST_SLUG].store)
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
         self._taking_up = threading.Lock()
 
     @property
-    def first(self) -> ExperimentHost:
-        """The host of the swarm's first experiment (the one `--db` names)."""
-        return self.hosts[FIRST_SLUG]
+    def default(self) -> ExperimentHost:
+        """The host of the swarm's default experiment (whose store `--db` names)."""
+        return self.hosts[DEFAULT_SLUG]
 
     def host_of(self, ep: OpenEpisode) -> ExperimentHost:
         """The host of an open episode's experiment."""
         return self.hosts[ep.experiment_slug]
 
     def known_host(self, name: Optional[str]) -> Optional[ExperimentHost]:
-        """The host of the experiment called `name` (its job's `project_name/experiment_name`; None or the first
-        experiment's own name: the first) among those this proxy serves already; None otherwise. Reads no store."""
-        job = self.first.experiment.job
-        if not name or (job is not None and name == experiment_of(job)):
-            return self.first
-        return self.hosts.get(experiment_slug(name))
+        """The host of the experiment called `name` (its job's `project_name/experiment_name`, `placement.slug_for`)
+        among those this proxy serves already; None otherwise. Reads no store."""
+        job = self.default.experiment.job
+        return self.hosts.get(slug_for(name, experiment_of(job) if job is not None else None))
 
     def host_named(self, name: Optional[str]) -> ExperimentHost:
-        """`known_host`, else (blocking: it reads the first store) one the first store lists but this proxy has not
+        """`known_host`, else (blocking: it reads the first store) one the catalog lists but this proxy has not
         taken up yet, taken up now; `ExperimentNotFound` for a name the swarm does not have."""
         host = self.known_host(name)
-        if host is None and name and experiment_slug(name) in self.take_up_experiments():
-            host = self.hosts[experiment_slug(name)]
-        if host is None and name:  # another worker's sync may have just named the first experiment: the store says
-            self.first.refresh_experiment()
+        if host is None:
+            self.take_up_experiments()
+            host = self.known_host(name)
+        if host is None:  # another worker's sync may have just named the default experiment: the store says
+            self.default.refresh_experiment()
             host = self.known_host(name)
         if host is None:
             raise ExperimentNotFound(f"this swarm has no experiment {name!r}")
         return host
 
     def host_by_slug(self, slug: str) -> ExperimentHost:
-        """The host of experiment `slug` (`FIRST_SLUG`: the first), taken up now if the first store lists it and this
-        proxy has not yet (blocking); `ExperimentNotFound` otherwise."""
+        """The host of experiment `slug`, taken up now if the catalog lists it and this proxy has not yet (blocking);
+        `ExperimentNotFound` otherwise."""
         if slug not in self.hosts:
             self.take_up_experiments()
         if slug not in self.hosts:
@@ -90,29 +89,25 @@ class Proxy:
         return self.hosts[slug]
 
     def listed(self) -> list[tuple[str, str]]:
-        """(name, slug) of every experiment the first store lists, the first first."""
-        job = self.first.refresh_experiment().job
-        first = experiment_of(job) if job is not None else FIRST_NAME
-        return self.catalog.named(first)
+        """(name, slug) of every experiment of the swarm, the default first."""
+        return [(e.name, e.slug) for e in self.catalog.entries()]
 
     def host_for_job(self, job: AgentJetJob, replace: bool = False) -> ExperimentHost:
         """The host of the experiment a sync of `job` acts on (blocking: it may make a store). By the job's name: an
-        experiment of that name; else the first experiment while it is OFFLINE or has no job (it takes the job, as a
+        experiment of that name; else the default experiment while it is OFFLINE or has no job (it takes the job, as a
         swarm of one experiment always did); else a new experiment beside the others, when what the swarm shares
-        agrees with the first experiment's job; else, with `replace` (a forced restart), the first experiment, whose
-        job it replaces; else `JobConflict` naming why it cannot run beside."""
-        name, first = experiment_of(job), self.first
-        row = first.refresh_experiment()  # the newest: another client's sync may have just named the first
-        if row.job is not None and name == experiment_of(row.job):
-            return first
-        slug = experiment_slug(name)
+        agrees with the default experiment's job; else, with `replace` (a forced restart), the default experiment,
+        whose job it replaces; else `JobConflict` naming why it cannot run beside."""
+        name, default = experiment_of(job), self.default
+        row = default.refresh_experiment()  # the newest: another client's sync may have just named the default
+        slug = slug_for(name, experiment_of(row.job) if row.job is not None else None)
         if slug in self.hosts or slug in self.take_up_experiments():
             return self.hosts[slug]
         if row.job is None or row.state == ExperimentState.OFFLINE:
-            return first
+            return default
         conflict = beside_conflict(row.job, job, trainer_alone(row))
         if conflict is not None and replace:
-            return first
+            return default
         if conflict is not None:
             raise conflict
         self.catalog.add(name).close()
@@ -123,7 +118,7 @@ class Proxy:
     @asynccontextmanager
     async def lifespan(self, _app: Any) -> AsyncIterator[None]:
         """Start each experiment's host, run the loops; flush on exit."""
-        self.first.start()
+        self.default.start()
         self.take_up_experiments()
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
@@ -150,7 +145,7 @@ class Proxy:
             logger.info("proxy stopped; %d calls written", sum(h.writer.written for h in self.hosts.values()))
 
     def take_up_experiments(self) -> list[str]:
-        """Start a host for each experiment the first store lists that this proxy does not serve yet; their slugs."""
+        """Start a host for each experiment the catalog lists that this proxy does not serve yet; their slugs."""
         with self._taking_up:  # a control call's thread and the housekeeping loop may both find one
             return self._take_up_new()
 

@@ -18,7 +18,7 @@ def proxy_of(request: Request) -> Proxy:
 
 
 def host_of(request: Request) -> ExperimentHost:
-    """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's first
+    """The experiment a control call acts on: the one its `X-Ajet-Experiment` header names, else the swarm's default
     (404 `ExperimentNotFound` for a name the swarm does not have); a sync acts on its job's (`Proxy.host_for_job`)."""
     return proxy_of(request).host_named(request.headers.get(EXPERIMENT_HEADER))
 

@@ -15,21 +15,19 @@ def _store(args: argparse.Namespace) -> Store:
     """The store `--db` names, or with `--experiment NAME` that experiment's store beside it (`ExperimentNotFound`
     for a name the swarm does not list)."""
     from ajet.errors import ExperimentNotFound
-    from ajet.sharing import experiment_of
-    from ajet_store import experiment_store
+    from ajet_store import Catalog
 
-    first = Store(args.db)
-    name = getattr(args, "experiment", None)
-    job = first.experiment().job if name else None
-    if not name or (job is not None and name == experiment_of(job)):
-        return first
-    listed = [e.name for e in first.experiment_entries()]
-    try:
-        if name not in listed:
-            raise ExperimentNotFound(f"this swarm has no experiment {name!r} (listed: {', '.join(listed) or 'none'})")
-        return experiment_store(first, name)
-    finally:
-        first.close()
+    catalog = Catalog(Store(args.db))
+    name = getattr(args, "experiment", None) or None
+    slug = catalog.slug_of(name)
+    if slug is None:
+        listed = ", ".join(e.name for e in catalog.entries())
+        catalog.first.close()
+        raise ExperimentNotFound(f"this swarm has no experiment {name!r} (it has: {listed})")
+    store = catalog.open(slug)
+    if store is not catalog.first:  # another experiment's: the first store was only read for its list
+        catalog.first.close()
+    return store
 
 
 def episodes_list(args: argparse.Namespace) -> None:

@@ -1,8 +1,9 @@
-"""The swarm's experiments: each has a store of its own, and the swarm's first store lists them.
+"""The swarm's experiments: each has a store of its own, and the swarm's first store lists them (`store.Catalog`
+reads the list and opens the stores).
 
 An experiment's store holds all that is its own: its state machine, episodes, calls, steps, counters and engine
 registrations (each under its adapter's name), through the same `Store` as ever. The first store (the one `--db`
-names) is the first experiment's, so a swarm of one experiment is what it always was; its `swarm_experiments` table
+names) is the default experiment's, so a swarm of one experiment is what it always was; its `swarm_experiments` table
 lists the others, which live beside it (`placement.py`).
 """
 
@@ -19,7 +20,7 @@ from ajet_store.types import ExperimentEntry
 
 
 class CatalogOps(Database):
-    """The list of the swarm's experiments beyond the first (read in the first store only)."""
+    """The list of the swarm's experiments beside the default (read in the first store only)."""
 
     @retried
     def add_experiment(self, name: str) -> ExperimentEntry:

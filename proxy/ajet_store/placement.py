@@ -1,7 +1,10 @@
-"""Where an experiment's store lives, beside the swarm's first store (`catalog.py` lists the experiments).
+"""Where an experiment's store lives: the one place that reads a swarm's store layout (`catalog.py` lists the
+experiments, `store.Catalog` opens their stores).
 
-- SQLite: a file next to the first (`swarm.db` -> `swarm.exp-<slug>.db`), with the same permissions;
-- PostgreSQL: a schema of the same database (`exp_<slug>`), chosen with the connection's `search_path`.
+- the default experiment (slug `default`): the swarm's first store itself, the one `--db` names, so a swarm of one
+  experiment, and every store made before experiments had names, reads as it always has;
+- another, on SQLite: a file next to the first (`swarm.db` -> `swarm.exp-<slug>.db`), with the same permissions;
+- another, on PostgreSQL: a schema of the same database (`exp_<slug>`), chosen with the connection's `search_path`.
 
 A store's URL is derived from the first store's and the slug, never kept, so no password is written to the store and
 each machine reaches the experiments through its own URL of the first store.
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Optional
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -19,12 +23,14 @@ import sqlalchemy as sa
 from ajet_store.connect import DEFAULT_FILE_MODE, driver_url, sqlite_path
 from ajet_store.errors import StoreUnavailable
 
-FIRST_SLUG = ""
-"""The slug of the swarm's first experiment: its store is the first store itself (the proxy's hosts and the trainer's
-drivers key it so)."""
+DEFAULT_SLUG = "default"
+"""The default experiment's slug: the experiment a swarm starts with, whose store is the first store. It takes the
+first job synced and the calls and commands that name no experiment. No other experiment's slug can be this one
+(`experiment_slug` always ends in a hash), and it is the name of peft's default adapter, which the default
+experiment trains on a shared base."""
 
-FIRST_NAME = "first"
-"""How the first experiment is named before any job was synced to it."""
+DEFAULT_NAME = "default"
+"""How the default experiment is named before a job is synced to it (after, by its job's name)."""
 
 SLUG_CHARS = 40
 """Characters of an experiment's name kept readable in its slug (a hash of the whole name follows them)."""
@@ -37,14 +43,24 @@ def experiment_slug(name: str) -> str:
     return f"{readable or 'x'}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
+def slug_for(name: Optional[str], default_name: Optional[str]) -> str:
+    """The slug an experiment called `name` has: the default's for no name, `default` or `default_name` (the default
+    experiment's job's name), else `experiment_slug(name)`. Whether the swarm has it is the caller's to ask."""
+    if not name or name == DEFAULT_NAME or name == default_name:
+        return DEFAULT_SLUG
+    return experiment_slug(name)
+
+
 def schema_name(slug: str) -> str:
     """The PostgreSQL schema an experiment's store lives in."""
     return f"exp_{slug}"
 
 
 def experiment_url(first_url: str, slug: str) -> str:
-    """The URL of experiment `slug`'s store, beside the first store at `first_url` (`StoreUnavailable` for a
-    database that holds no second store this way: in-memory SQLite)."""
+    """The URL of experiment `slug`'s store, given the first store's `first_url` (`StoreUnavailable` for a database
+    that holds no second store beside the first: in-memory SQLite)."""
+    if slug == DEFAULT_SLUG:
+        return first_url
     path = sqlite_path(first_url)
     if path is not None:
         suffix = path.suffix or ".db"
@@ -59,8 +75,9 @@ def experiment_url(first_url: str, slug: str) -> str:
 
 
 def prepare_experiment_store(first_url: str, slug: str) -> None:
-    """Make room for experiment `slug`'s store: PostgreSQL's schema (SQLite's file is made when opened)."""
-    if sqlite_path(first_url) is not None:
+    """Make room for experiment `slug`'s store: PostgreSQL's schema (SQLite's file is made when opened; the default's
+    store is the first)."""
+    if slug == DEFAULT_SLUG or sqlite_path(first_url) is not None:
         return
     db = sa.create_engine(driver_url(first_url))
     try:

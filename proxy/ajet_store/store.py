@@ -9,8 +9,9 @@ experiment's row (`experiments.py`), episodes (`episodes.py`), the rollout pool 
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Collection, Optional
 
+from ajet.sharing import experiment_of
 from ajet_store.call_log import CallOps
 from ajet_store.catalog import CatalogOps
 from ajet_store.counters import StatsOps
@@ -18,7 +19,14 @@ from ajet_store.engines import EngineOps
 from ajet_store.episodes import EpisodeOps
 from ajet_store.experiments import ExperimentOps
 from ajet_store.explore_reads import ExploreOps
-from ajet_store.placement import FIRST_SLUG, experiment_url, file_mode_of, prepare_experiment_store
+from ajet_store.placement import (
+    DEFAULT_NAME,
+    DEFAULT_SLUG,
+    experiment_url,
+    file_mode_of,
+    prepare_experiment_store,
+    slug_for,
+)
 from ajet_store.pool import PoolOps
 from ajet_store.rewards import RewardOps
 from ajet_store.steps import StepOps
@@ -33,28 +41,40 @@ class Store(
 
 
 class Catalog:
-    """The swarm's experiments beyond the first, as its first store lists them: what the proxy, the trainer and the
-    explorer list and take experiments up through, and the one place that opens an experiment's store (where it
-    lives: `placement.py`). It keeps nothing: a store it opens belongs to the caller."""
+    """Every experiment of the swarm: the default (the first store's own) and those its first store lists beside it.
+    What the proxy, the trainer and the explorer list, name and take experiments up through, and the one place that
+    opens an experiment's store (where it lives: `placement.py`). It keeps nothing but the first store's handle."""
 
     def __init__(self, first: Store):
         self.first = first
+        """The swarm's first store: the default experiment's, and the list of the others."""
+
+    def default_entry(self) -> ExperimentEntry:
+        """The default experiment: named after its job (`default` before one is synced)."""
+        job = self.first.experiment().job
+        return ExperimentEntry(experiment_of(job) if job is not None else DEFAULT_NAME, DEFAULT_SLUG, 0.0)
 
     def entries(self) -> list[ExperimentEntry]:
-        """The listed experiments, oldest first."""
-        return self.first.experiment_entries()
-
-    def named(self, first_name: str) -> list[tuple[str, str]]:
-        """(name, slug) of every experiment of the swarm: the first (called `first_name`, under `FIRST_SLUG`), then
-        each one listed."""
-        return [(first_name, FIRST_SLUG), *((e.name, e.slug) for e in self.entries())]
+        """Every experiment, the default first, then the others oldest first."""
+        return [self.default_entry(), *self.first.experiment_entries()]
 
     def not_taken_up(self, known: Collection[str]) -> list[ExperimentEntry]:
-        """The listed experiments whose slugs are not in `known` (those a proxy or the trainer has yet to take up)."""
-        return [entry for entry in self.entries() if entry.slug not in known]
+        """The experiments whose slugs are not in `known` (those a proxy or the trainer has yet to take up)."""
+        listed = [entry for entry in self.first.experiment_entries() if entry.slug not in known]
+        return listed if DEFAULT_SLUG in known else [self.default_entry(), *listed]
+
+    def slug_of(self, name: Optional[str]) -> Optional[str]:
+        """The slug of the experiment called `name` (`placement.slug_for`); None for a name the swarm does not
+        have."""
+        entries = self.entries()
+        slug = slug_for(name, entries[0].name)
+        return slug if any(e.slug == slug for e in entries) else None
 
     def open(self, slug: str) -> Store:
-        """A new handle on experiment `slug`'s store, beside the first, with the first's file permissions."""
+        """Experiment `slug`'s store: the first store's own handle for the default, else a new handle on the store
+        beside it, with the first's file permissions (the caller's to close)."""
+        if slug == DEFAULT_SLUG:
+            return self.first
         return Store(experiment_url(self.first.url, slug), file_mode_of(self.first.url))
 
     def add(self, name: str) -> Store:
@@ -65,5 +85,6 @@ class Catalog:
 
 
 def experiment_store(first: Store, name: str) -> Store:
-    """The store of experiment `name` beside the swarm's first store (listed, and made, on first use)."""
+    """The store of experiment `name` beside the swarm's first store (listed, and made, on first use), as a client
+    that syncs its job makes it."""
     return Catalog(first).add(name)

@@ -196,7 +196,7 @@ def show_experiments(url: str, token: Optional[str], stop: bool) -> int:
     with SwarmClient(url, swarm_token=token, verbose=False) as client:
         experiments = client.stop_swarm() if stop else client.list_experiments()
     for e in experiments:
-        name = (e.name or "(no job synced)") + (" [first]" if e.first else "")
+        name = (e.name or "(no job synced)") + (" [default]" if e.default else "")
         print(f"{name}: {e.status.state.value}, step {e.status.global_step}")
     return 0
 

@@ -87,7 +87,7 @@ class ClientSettings(Generic[H]):
         self.mission = mission
         self.experiment = experiment
         """The experiment this client's control calls act on (`project_name/experiment_name` of a job, sent as
-        `X-Ajet-Experiment`); a sync sets it to the synced job's; None: the swarm's first."""
+        `X-Ajet-Experiment`); a sync sets it to the synced job's; None: the swarm's default."""
         self.verbose = verbose
         self._kept = KeptRewards(kept_path(Path(kept_rewards) if kept_rewards else default_folder(), self.server_url))
         """The `end_episode` requests the swarm could not take, sent again later (`ajet.kept_rewards`)."""

@@ -43,7 +43,7 @@ class KeptEnd:
     client_id: str
     """The client that made it: an episode is ended by the client that began it."""
     experiment: Optional[str]
-    """The experiment it acted on (None: the swarm's first)."""
+    """The experiment it acted on (None: the swarm's default)."""
     kept_at: float
     """When it was kept (UNIX time)."""
 

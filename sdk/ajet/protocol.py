@@ -21,7 +21,7 @@ SWARM_TOKEN_HEADER = "X-Swarm-Token"
 """Carries the swarm token on control calls (an `Authorization: Bearer` header works as well)."""
 EXPERIMENT_HEADER = "X-Ajet-Experiment"
 """Names the experiment a control call acts on (`project_name/experiment_name` of its job); without it, the swarm's
-first experiment."""
+default experiment."""
 POLICY_VERSION_HEADER = "X-Ajet-Policy-Version"
 """Set by an inference engine on each answer: the policy version that produced it."""
 

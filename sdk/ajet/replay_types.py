@@ -21,7 +21,7 @@ class ReplaySource(WireModel):
     """The stored episodes a replay job trains on, and how they are judged."""
 
     experiment: Optional[str] = Field(default=None, min_length=1, max_length=256)
-    """The source experiment (`project_name/experiment_name` of its job); None: the swarm's first experiment."""
+    """The source experiment (`project_name/experiment_name` of its job); None: the swarm's default experiment."""
     selection: EpisodeSelection = Field(default_factory=EpisodeSelection)
     """Which of its ended episodes (steps, task, mission, eval, scored by an earlier version)."""
     reward_version: int = Field(default=0, ge=0)

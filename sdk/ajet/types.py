@@ -331,10 +331,13 @@ class SwarmExperiment(AnswerModel):
     """One experiment of the swarm, as `list_experiments` and `stop_swarm` answer it."""
 
     name: Optional[str]
-    """Its job's `project_name/experiment_name`, what `SwarmClient(experiment=...)` takes (None: the swarm's first
+    """Its job's `project_name/experiment_name`, what `SwarmClient(experiment=...)` takes (None: the swarm's default
     experiment before any job was synced)."""
-    first: bool
-    """The swarm's first experiment (its store is the one the proxy's `--db` names; a client that names no
+    slug: str
+    """Its slug: where the explorer shows it (`/explore/x/<slug>/`) and how engines name its adapter; `default` for
+    the default experiment."""
+    default: bool
+    """The swarm's default experiment (its store is the one the proxy's `--db` names; a client that names no
     experiment acts on it)."""
     status: ExperimentStatus
     """Its state, step, policy version and last error."""
@@ -342,7 +345,7 @@ class SwarmExperiment(AnswerModel):
 
 class ExperimentList(AnswerModel):
     """Answer of `GET /swarm/list_experiments` and `POST /swarm/stop_swarm`: every experiment of the swarm, the
-    first one first, then by name."""
+    default first, then by name."""
 
     experiments: list[SwarmExperiment]
     """The experiments, as they are after the call."""

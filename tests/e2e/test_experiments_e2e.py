@@ -67,7 +67,7 @@ def test_the_letters_are_the_ones_the_base_says_most_often_first():
 
 def test_an_experiment_stopped_beside_another_keeps_its_last_step_and_the_trainer_serves_on(tmp_path):
     """A second experiment on a shared base, stopped with a step not yet checkpointed: its final checkpoint is whole
-    (export-model reads it) and the trainer, and the first experiment, go on. Stopping it used to detach its adapter
+    (export-model reads it) and the trainer, and the default experiment, go on. Stopping it used to detach its adapter
     from the model before that checkpoint, which then failed and took the trainer down with it."""
 
     def job(name: str) -> AgentJetJob:

@@ -168,7 +168,7 @@ def test_auto_sync_starts_or_joins(client, store, stub):
     assert store.experiment_entries() == []
     assert client.auto_sync_train_config_and_start_engine(other, force_restart=True) == ExperimentState.BOOTING
     assert store.experiment().job.batch_size == 5
-    # forced, a job that cannot run beside replaces the first experiment's, as on a swarm of one experiment
+    # forced, a job that cannot run beside replaces the default experiment's, as on a swarm of one experiment
     assert client.auto_sync_train_config_and_start_engine(elsewhere, force_restart=True) == ExperimentState.BOOTING
     assert store.experiment().job.experiment_name == "beside" and store.experiment_entries() == []
 

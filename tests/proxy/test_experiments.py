@@ -18,6 +18,7 @@ from ajet import AgentJetJob, ExperimentNotFound, SwarmClient, Task, WorkflowOut
 from ajet.errors import JobConflict
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import Store, experiment_store, sqlite_url
+from ajet_store.placement import experiment_slug
 from ajet_trainer.factory import trains_alone
 from ajet_trainer.options import TrainerOptions
 from tests.support.procs import start_proxy, start_stub
@@ -81,7 +82,7 @@ def test_a_key_works_only_in_its_own_experiment_and_a_stop_is_the_callers(swarm)
     a, b = SwarmClient(proxy_url, verbose=False), SwarmClient(proxy_url, experiment="p/b", verbose=False)
     try:
         uuid_b, _creds = b.begin_episode()
-        assert a.can_continue_episode(uuid_b) is False  # the first experiment has no such episode
+        assert a.can_continue_episode(uuid_b) is False  # the default experiment has no such episode
         assert b.can_continue_episode(uuid_b) is True
         b.stop_engine()
         assert second.experiment().state is ExperimentState.OFFLINE
@@ -170,16 +171,16 @@ def test_the_swarm_lists_its_experiments_and_stops_them_all_only_when_asked(tmp_
     try:
         wait_state(b, ExperimentState.ROLLING)
         listed = a.list_experiments()
-        assert [(e.name, e.first, e.status.state) for e in listed] == [
-            ("p/a", True, ExperimentState.ROLLING),
-            ("p/b", False, ExperimentState.ROLLING),
+        assert [(e.name, e.slug, e.default, e.status.state) for e in listed] == [
+            ("p/a", "default", True, ExperimentState.ROLLING),
+            ("p/b", experiment_slug("p/b"), False, ExperimentState.ROLLING),
         ]
         _uuid, creds = b.begin_episode()
         assert a.stop_engine() == ExperimentState.OFFLINE and second.experiment().state == ExperimentState.ROLLING
         res = subprocess.run([sys.executable, "-m", "ajet_swarm.cli", "stop", "--swarm-url", proxy.url],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
         assert res.returncode == 0, res.stderr
-        assert res.stdout.splitlines() == ["p/a [first]: OFFLINE, step 0", "p/b: OFFLINE, step 0"]
+        assert res.stdout.splitlines() == ["p/a [default]: OFFLINE, step 0", "p/b: OFFLINE, step 0"]
         assert second.experiment().state == ExperimentState.OFFLINE
         with pytest.raises(openai.AuthenticationError):
             creds.as_openai_client().chat.completions.create(model="x", messages=ASK, max_tokens=4)

@@ -102,7 +102,7 @@ def test_export_and_inspection_take_one_experiment_of_the_swarm(filled):
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["episode_uuid"] for line in out.read_text().splitlines()] == ["b0"]
     assert "b0" in run("episodes", "list", "--experiment", "p/b").stdout
-    assert "b0" not in run("episodes", "list").stdout  # the first experiment's own
+    assert "b0" not in run("episodes", "list").stdout  # the default experiment's own
     missing = run("export", "--experiment", "p/nope")
     assert missing.returncode == 1 and "no experiment 'p/nope' (listed: p/b)" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1

@@ -73,8 +73,8 @@ def test_an_open_episodes_call_is_refused_on_the_stored_state_not_a_lagging_view
 
 
 def test_a_worker_that_has_not_seen_the_first_experiments_name_yet_finds_it_in_the_store(tmp_path):
-    """Two workers on one store: a client's sync through one names the swarm's first experiment; a control call for
-    it through the other, whose view of the first experiment predates the sync, is served, not 404."""
+    """Two workers on one store: a client's sync through one names the swarm's default experiment; a control call for
+    it through the other, whose view of the default experiment predates the sync, is served, not 404."""
     url = sqlite_url(tmp_path / "names.db")
     job = AgentJetJob(batch_size=1, num_repeat=1, project_name="p", experiment_name="named")
     second = create_app(ProxyConfig.from_config(db_url=url))

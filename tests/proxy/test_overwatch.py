@@ -102,7 +102,7 @@ def test_panels_show_the_store_and_mode_switch_reaches_the_server(proxy, store, 
             assert app.screen.detail.episode_uuid == open_uuid and len(app.screen.detail.calls) == 1
             assert app.screen.detail.calls[0].messages[0]["content"] == "still here"
             link = str(app.screen.query_one("#episode-link").content)
-            assert link.endswith(f"/explore/episodes/{open_uuid}") and app.screen.page_url in link
+            assert link.endswith(f"/explore/x/default/episodes/{open_uuid}") and app.screen.page_url in link
             await pilot.press("escape")
 
     asyncio.run(scenario())
@@ -270,6 +270,6 @@ def test_the_monitor_lists_the_experiments_and_switches_between_them(tmp_path):
         stub.close()
         second.close()
         first.close()
-    assert [r[1:3] for r in rows] == [["p/a (first)", "ROLLING"], ["p/b", "ROLLING"]] and rows[0][0] == "▶"
-    assert "[p/a]" in before[0] and before[1] == 0  # the first's: no episode open there
+    assert [r[1:3] for r in rows] == [["p/a (default)", "ROLLING"], ["p/b", "ROLLING"]] and rows[0][0] == "▶"
+    assert "[p/a]" in before[0] and before[1] == 0  # the default's: no episode open there
     assert key == uuid_b

@@ -142,7 +142,7 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             await client.stop_engine()
             assert await call("auto_sync_train_config_and_start_engine", job) == ExperimentState.BOOTING
             stopped = await call("stop_swarm")
-            assert [(e.first, e.status.state) for e in stopped] == [(True, ExperimentState.OFFLINE)]
+            assert [(e.default, e.status.state) for e in stopped] == [(True, ExperimentState.OFFLINE)]
 
     with proxy_on_stub(tmp_path, "methods") as sp:
         asyncio.run(run(sp))

@@ -171,10 +171,16 @@ def test_the_catalog_lists_what_is_not_taken_up_and_opens_each_store_beside_the_
     a, b = catalog.add("p/a"), catalog.add("p/b")
     assert catalog.add("p/a").url == a.url  # listed once, the same store
     slugs = [e.slug for e in catalog.entries()]
-    assert slugs == [experiment_slug("p/a"), experiment_slug("p/b")]
-    assert [e.name for e in catalog.not_taken_up({slugs[0]})] == ["p/b"]
-    assert catalog.named("first") == [("first", ""), ("p/a", slugs[0]), ("p/b", slugs[1])]
-    again = catalog.open(slugs[1])
-    assert again.url == b.url == experiment_url(first_url, slugs[1])
+    assert slugs == ["default", experiment_slug("p/a"), experiment_slug("p/b")]  # the default first, by its slug
+    assert [e.name for e in catalog.entries()] == ["default", "p/a", "p/b"]  # named `default` before a job
+    assert [e.name for e in catalog.not_taken_up({slugs[0], slugs[1]})] == ["p/b"]
+    assert [e.name for e in catalog.not_taken_up({slugs[1]})] == ["default", "p/b"]
+    first.sync_job(AgentJetJob(project_name="p", experiment_name="first"))
+    assert catalog.entries()[0].name == "p/first"  # then by its job's
+    names = [None, "", "default", "p/first", "p/a", "p/b", "p/none"]
+    assert [catalog.slug_of(n) for n in names] == ["default"] * 4 + [slugs[1], slugs[2], None]
+    assert catalog.open("default") is first  # the default's store is the first store, the same handle
+    again = catalog.open(slugs[2])
+    assert again.url == b.url == experiment_url(first_url, slugs[2])
     for store in (a, b, again, first):
         store.close()

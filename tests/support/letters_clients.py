@@ -127,7 +127,7 @@ def says(adapter: Path) -> str:
 
 
 def folder_and_steps(sw: Swarm, name: str) -> tuple[Path, list[int]]:
-    """Experiment `name`'s folder and the steps its store recorded (the first experiment: the swarm's own)."""
+    """Experiment `name`'s folder and the steps its store recorded (the default experiment: the swarm's own)."""
     first = sw.store()
     if first.experiment().job.experiment_name == name:
         return sw.exp_dir, [s.step for s in first.steps()]

@@ -94,7 +94,7 @@ def test_export_of_an_earlier_layout_checkpoint_is_a_clear_error(tmp_path):
 
 def test_export_model_finds_an_experiment_of_the_swarm_by_its_name(tmp_path):
     """`ajet-trainer export-model --experiment-dir D --experiment NAME`: D when its job.yaml names NAME (the swarm's
-    first experiment), else `D.exp-<slug>` as the trainer lays it out; a name under neither is one line, exit 1."""
+    default experiment), else `D.exp-<slug>` as the trainer lays it out; a name under neither is one line, exit 1."""
     import subprocess
     import sys
 

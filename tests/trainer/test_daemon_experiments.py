@@ -49,7 +49,7 @@ def test_each_experiment_rolls_and_due_updates_run_one_per_pass(swarm, tmp_path)
     d = daemon_on(first, tmp_path)
     try:
         d.tick()
-        assert set(d.drivers) == {"", second.url.split(".exp-")[1][: -len(".db")]}
+        assert set(d.drivers) == {"default", second.url.split(".exp-")[1][: -len(".db")]}
         assert first.experiment().state == second.experiment().state == ExperimentState.ROLLING
         fill_batch(first, "a")
         fill_batch(second, "b")
@@ -59,7 +59,7 @@ def test_each_experiment_rolls_and_due_updates_run_one_per_pass(swarm, tmp_path)
         d.tick()  # both due: the scheduler lets one update (equal clocks: the longer-waiting, then by name)
         states = {first.experiment().state, second.experiment().state}
         assert states == {ExperimentState.ROLLING, ExperimentState.WEIGHT_SYNCING}
-        assert first.experiment().state == ExperimentState.ROLLING  # "" sorts before the slug on a tie
+        assert first.experiment().state == ExperimentState.ROLLING  # "default" sorts before the slug on a tie
         d.tick()
         assert first.experiment().global_step == second.experiment().global_step == 1
         assert [s.step for s in second.steps()] == [1] and second.pool_episodes() == []

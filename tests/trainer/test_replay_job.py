@@ -33,7 +33,7 @@ def replay_job(**source) -> AgentJetJob:
 @pytest.fixture
 def swarm(tmp_path, monkeypatch):
     first = Store(sqlite_url(tmp_path / "swarm.db"))
-    fill_sums(first, 8)  # the first experiment (rescore/sums): 4 tasks of 2, the reward buggy
+    fill_sums(first, 8)  # the default experiment (rescore/sums): 4 tasks of 2, the reward buggy
     version = rescore(first, rewards_fixed.right_sum, "tests.support.rewards_fixed:right_sum", EpisodeSelection())
     monkeypatch.setattr(driver_mod, "open_session", lambda job, run_id, store, opts, shared=None: FakeSession(
         job, run_id, store))  # fmt: skip

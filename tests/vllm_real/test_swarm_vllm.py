@@ -59,10 +59,10 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
             wait_step(client, batch + 1, sw, timeout=180)
         deps = store.engines()
         assert [(d.name, d.model, d.policy_version) for d in deps] == [
-            ("vllm-0", "policy@2", 2),
-            ("vllm-1", "policy@2", 2),
+            ("vllm-0", "policy@default@2", 2),
+            ("vllm-1", "policy@default@2", 2),
         ]
-        assert all(served(d.base_url) == {"policy", "policy@1", "policy@2"} for d in deps)
+        assert all(served(d.base_url) == {"policy", "policy@default@1", "policy@default@2"} for d in deps)
         used = {c.engine for e in store.episodes() for c in store.calls(e.uuid)}
         assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both vLLM engines"
 
@@ -72,8 +72,12 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         play_batch(client, 3)
         wait_step(client, 4, sw, timeout=180)
         deps = store.engines()
-        assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@4")]  # the dead engine withdrawn
-        assert served(deps[0].base_url) == {"policy", "policy@3", "policy@4"}  # policy@1, @2 unloaded
+        assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@default@4")]  # the dead engine withdrawn
+        assert served(deps[0].base_url) == {
+            "policy",
+            "policy@default@3",
+            "policy@default@4",
+        }  # steps 1 and 2's unloaded
         log = sw.trainer.log_tail(10**6)
         assert "vLLM engine vllm-1 exited" in log
         assert "sleep mode needs CUDA" in log  # asked for on CPU: said, and vLLM stays awake
@@ -97,8 +101,8 @@ def test_verl_actor_trains_beside_real_vllm_with_lora_hot_loading(tmp_path):
             play_batch(client, batch)
             wait_step(client, batch + 1, sw, timeout=180)
         (dep,) = store.engines()
-        assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@2", 2)
-        assert served(dep.base_url) == {"policy", "policy@1", "policy@2"}  # verl's adapters, hot-loaded
+        assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@default@2", 2)
+        assert served(dep.base_url) == {"policy", "policy@default@1", "policy@default@2"}  # verl's adapters, hot-loaded
         steps = store.steps()
         assert [s.step for s in steps] == [1, 2] and all(s.metrics["grad_norm"] > 0 for s in steps)
         assert "verl's actor beside the vllm engine (cpu: True)" in sw.trainer.log_tail(10**6)

@@ -257,14 +257,14 @@ class Running:
 
 def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, trained, tmp_path):
     model, _tok = hf
-    adapters = ServedAdapters(Running(vllm), None, tmp_path, "", keep=2, release=lambda: None)
+    adapters = ServedAdapters(Running(vllm), None, tmp_path, "default", keep=2, release=lambda: None)
     try:
         for step in (1, 2, 3):
-            assert adapters.serve(step, random_adapter(trained[1], tmp_path, step)) == f"policy@{step}"
+            assert adapters.serve(step, random_adapter(trained[1], tmp_path, step)) == f"policy@default@{step}"
         served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
-        assert served == {"policy", "policy@2", "policy@3"}  # keep_adapters=2: policy@1 was unloaded
-        assert chat(vllm, "policy@1").status_code == 404
-        got = chat(vllm, "policy@3").json()
+        assert served == {"policy", "policy@default@2", "policy@default@3"}  # keep_adapters=2: step 1's unloaded
+        assert chat(vllm, "policy@default@1").status_code == 404
+        got = chat(vllm, "policy@default@3").json()
         config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
         peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(trained[1]), config)
         peft_model.load_adapter(str(tmp_path / "adapter_3"), adapter_name="default")
@@ -273,7 +273,7 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
         assert max(answer_gaps(got, model)) > 0.01  # the adapter, not the base model, answered
     finally:  # the module's later tests load adapters of other targets (lm_head): docs/experiments.md, limits
         adapters.stop()
-    assert chat(vllm, "policy@3").status_code == 404
+    assert chat(vllm, "policy@default@3").status_code == 404
 
 
 def test_two_adapters_served_at_once_each_answer_as_their_peft_model(vllm, trained, tmp_path):

@@ -1,6 +1,6 @@
 """The trainer daemon: one trainer over a swarm's stores, driving each experiment's state machine.
 
-The first store (`--db`) is the first experiment's; each experiment it lists (`ajet_store.catalog`) has a store of
+The first store (`--db`) is the default experiment's; each experiment it lists (`ajet_store.Catalog`) has a store of
 its own, and the trainer takes each up as it appears: it holds each store (`claim_trainer`), beats in each, and runs
 one `ExperimentDriver` per experiment (`driver.py`: the five states, the session, its failures). Every pass ticks
 each driver with its update held; of those whose update is then due, the scheduler (`scheduling.py`: least device
@@ -25,7 +25,7 @@ from typing import Optional
 from ajet.errors import StoreUnavailable
 from ajet.types import ExperimentState
 from ajet_store import Catalog, Store, redact_url
-from ajet_store.placement import FIRST_SLUG
+from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer.driver import ExperimentDriver
 from ajet_trainer.experiment_dir import experiment_folder
 from ajet_trainer.factory import Shared, preload_embedded, trains_alone
@@ -64,13 +64,12 @@ class TrainerDaemon:
 
     def __init__(self, opts: TrainerOptions):
         self.opts = opts
-        first = Store(opts.db_url, file_mode=opts.db_mode)
+        self.catalog = Catalog(Store(opts.db_url, file_mode=opts.db_mode))
+        """The swarm's experiments (its first store: the default experiment's, and where the trainer's claim lies)."""
         self.shared = Shared()
         """What the experiments share: base models and engines, vLLM servers (one owner: this trainer)."""
-        self.drivers = {
-            FIRST_SLUG: ExperimentDriver(first, opts, self._imports_ready, shared=self.shared.of(FIRST_SLUG))
-        }
-        """Each experiment's driver: the first store's under `FIRST_SLUG`, the others under their slugs."""
+        self.drivers = {DEFAULT_SLUG: self._driver(DEFAULT_SLUG)}
+        """Each experiment's driver, by slug: the default's from the start, the others as the catalog lists them."""
         self.candidates: dict[str, Candidate] = {}
         """Each experiment as the scheduler sees it (its device-time clock, whether its update is due)."""
         self.virtual_s = 0.0
@@ -81,13 +80,19 @@ class TrainerDaemon:
 
     @property
     def store(self) -> Store:
-        """The first experiment's store (the one `--db` names)."""
-        return self.drivers[FIRST_SLUG].store
+        """The swarm's first store (the one `--db` names, the default experiment's)."""
+        return self.catalog.first
 
     @property
     def session(self) -> Optional[TrainingSession]:
-        """The first experiment's session (None while it is torn down)."""
-        return self.drivers[FIRST_SLUG].session
+        """The default experiment's session (None while it is torn down)."""
+        return self.drivers[DEFAULT_SLUG].session
+
+    def _driver(self, slug: str) -> ExperimentDriver:
+        """The driver of experiment `slug`, over its store (the catalog's: `placement.py`), in its folder."""
+        opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, slug))
+        beside = slug != DEFAULT_SLUG
+        return ExperimentDriver(self.catalog.open(slug), opts, self._imports_ready, beside, self.shared.of(slug))
 
     def _imports_ready(self) -> None:
         if self._preload is not None:
@@ -172,18 +177,15 @@ class TrainerDaemon:
         self.candidates[key] = c
 
     def take_up_experiments(self) -> list[str]:
-        """A driver for each experiment the first store lists that this trainer does not drive yet (its store held
-        like the first's); their slugs."""
+        """A driver for each experiment the catalog lists that this trainer does not drive yet (its store held like
+        the first); their slugs."""
         if time.monotonic() - self._listed_at < CATALOG_POLL_S:
             return []
         self._listed_at = time.monotonic()
-        catalog = Catalog(self.store)
-        new = catalog.not_taken_up(self.drivers)
+        new = self.catalog.not_taken_up(self.drivers)
         for entry in new:
-            store = catalog.open(entry.slug)
-            store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
-            opts = replace(self.opts, experiment_dir=experiment_folder(self.opts.experiment_dir, entry.slug))
-            shared = self.shared.of(entry.slug)
-            self.drivers[entry.slug] = ExperimentDriver(store, opts, self._imports_ready, second=True, shared=shared)
+            driver = self._driver(entry.slug)
+            driver.store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
+            self.drivers[entry.slug] = driver
             logger.info("trainer drives experiment %s", entry.name)
         return [e.slug for e in new]

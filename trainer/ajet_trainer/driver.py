@@ -81,12 +81,12 @@ class ExperimentDriver:
         store: Store,
         opts: TrainerOptions,
         imports_ready: Callable[[], None] = lambda: None,
-        second: bool = False,
+        beside: bool = False,
         shared: Optional[Shared] = None,
     ):
         self.store = store
-        self.second = second
-        """Not the swarm's first experiment: it boots only where several experiments can train (`trains_alone`)."""
+        self.beside = beside
+        """An experiment beside the default: it boots only where several experiments can train (`trains_alone`)."""
         self.shared = shared
         """The trainer's registries of what experiments share, for this experiment (`engines.Shared`)."""
         self.opts = opts
@@ -226,7 +226,7 @@ class ExperimentDriver:
         """Load (or reuse) the session, register the engine, go ROLLING."""
         if self.session is None:
             assert row.job is not None, "boot without a synced job"  # `step` never boots without one
-            alone = trains_alone(self.opts) if self.second else None
+            alone = trains_alone(self.opts) if self.beside else None
             if alone is not None:
                 raise TrainerError(ONE_EXPERIMENT + alone)
             self.imports_ready()  # the preload's imports are the ones the boot needs

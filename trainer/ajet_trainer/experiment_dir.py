@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from ajet.job import AgentJetJob
+from ajet_store.placement import DEFAULT_SLUG
 
 EXPERIMENTS = Path("experiments")
 """The trainer's experiment root, under its working folder: a job's folders land here."""
@@ -37,15 +38,19 @@ def write_job_yaml(job: AgentJetJob, path: Path, resolved: Optional[Mapping[str,
 
 
 def experiment_folder(first: Optional[str], slug: str) -> Optional[str]:
-    """The folder of the experiment `slug` under `--experiment-dir` `first` (the first experiment's, as always):
-    beside it, `<first>.exp-<slug>`, as its store lies beside the first store; None without the flag (each job's
-    own `experiments/<project>/<experiment>`, which differ by name)."""
-    return None if not first else str(Path(first).with_name(f"{Path(first).name}.exp-{slug}"))
+    """The folder of the experiment `slug` given `--experiment-dir` `first`: `first` itself for the default
+    experiment (as always), else beside it, `<first>.exp-<slug>`, as its store lies beside the first store; None
+    without the flag (each job's own `experiments/<project>/<experiment>`, which differ by name)."""
+    if slug == DEFAULT_SLUG:
+        return first
+    if not first:
+        return None
+    return str(Path(first).with_name(f"{Path(first).name}.exp-{slug}"))
 
 
 def folder_of_experiment(base: Path, name: str) -> Path:
     """The folder of experiment `name` (`project/experiment`) under a trainer's `--experiment-dir` `base`: `base`
-    itself when its `job.yaml` names it (the swarm's first experiment), else `base.exp-<slug>`; `CheckpointError`
+    itself when its `job.yaml` names it (the default experiment), else `base.exp-<slug>`; `CheckpointError`
     naming both when neither holds it."""
     from ajet.sharing import experiment_of
     from ajet_store.placement import experiment_slug

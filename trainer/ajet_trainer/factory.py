@@ -20,6 +20,7 @@ from typing import Optional
 
 from ajet.job import AgentJetJob
 from ajet_store import Store
+from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer.errors import TrainerError
 from ajet_trainer.interfaces import Engines, TrainingSession
 from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
@@ -167,6 +168,6 @@ def start_engines(
     if opts.engine == "vllm":
         from ajet_trainer.vllm.engines import start_vllm_engines
 
-        launches, slug = (shared.launches, shared.slug) if shared else (None, "")
+        launches, slug = (shared.launches, shared.slug) if shared else (None, DEFAULT_SLUG)
         return start_vllm_engines(opts, job, model_path, model, exp_dir, step, launches, slug)
     raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ajet_trainer.embedded.bases import SharedBases, adapter_name
+from ajet_store.placement import DEFAULT_SLUG
+from ajet_trainer.embedded.bases import SharedBases
 from ajet_trainer.vllm.shared_launches import SharedLaunches
 
 
@@ -18,13 +19,8 @@ class Shared:
     """The embedded backend's shared bases: one model and one engine per base model (`embedded/shared_base.py`)."""
     launches: SharedLaunches = field(default_factory=SharedLaunches)
     """The vLLM launches LoRA experiments share: one per base model and settings (`vllm/shared_launches.py`)."""
-    slug: str = ""
-    """The experiment's slug: "" for the swarm's first."""
-
-    @property
-    def adapter(self) -> str:
-        """The adapter the experiment trains on a shared base (`embedded.bases.adapter_name`)."""
-        return adapter_name(self.slug)
+    slug: str = DEFAULT_SLUG
+    """The experiment's slug, which names its adapter on a shared base or a shared vLLM launch."""
 
     def of(self, slug: str) -> Shared:
         """The same registries, for experiment `slug`."""

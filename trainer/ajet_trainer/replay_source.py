@@ -8,7 +8,7 @@ from typing import Literal
 from ajet.errors import ConfigError, ExperimentNotFound
 from ajet.job import AgentJetJob
 from ajet.sharing import experiment_of
-from ajet_store import Store, experiment_store
+from ajet_store import Catalog, Store
 from ajet_store.replay import ReplayImport
 from ajet_trainer.options import TrainerOptions
 
@@ -21,22 +21,18 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
     for a source the swarm does not list; `ConfigError` for a job that names its own experiment."""
     source_spec = job.replay
     assert source_spec is not None, "open_replay of a job without replay"
-    first = Store(opts.db_url, file_mode=opts.db_mode)
-    first_job = first.experiment().job
-    first_name = experiment_of(first_job) if first_job is not None else ""
-    name = source_spec.experiment or first_name
-    if name == experiment_of(job):
-        first.close()
+    catalog = Catalog(Store(opts.db_url, file_mode=opts.db_mode))
+    name = source_spec.experiment or catalog.default_entry().name
+    slug = catalog.slug_of(name)
+    if name == experiment_of(job) or slug is None:
+        listed = ", ".join(e.name for e in catalog.entries())
+        catalog.first.close()
+        if slug is None:
+            raise ExperimentNotFound(f"no experiment {name!r} to replay (the swarm has: {listed})")
         raise ConfigError(f"a replay job trains on another experiment's episodes, not its own ({name!r})")
-    if name == first_name:
-        source = first
-    else:
-        listed = [e.name for e in first.experiment_entries()]
-        if name not in listed:
-            first.close()
-            raise ExperimentNotFound(f"no experiment {name!r} to replay (listed: {', '.join(listed) or 'none'})")
-        source = experiment_store(first, name)
-        first.close()
+    source = catalog.open(slug)
+    if source is not catalog.first:  # another experiment's: the first store was only read for its list
+        catalog.first.close()
     return ReplayImport(
         source, target, name, source_spec.selection, source_spec.reward_version, source_spec.mission,
         pick=PICKS[source_spec.train], min_reward=source_spec.min_reward, margin=source_spec.margin,

@@ -42,8 +42,8 @@ def _login(token: Optional[str]) -> Callable[[Request], object]:
 
 
 def explore_app(experiments: Experiments, tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:
-    """The explorer's routes: the first experiment's pages at the root, each other's under `/x/<slug>`; `token`
-    only shapes the login page (the middleware checks it)."""
+    """The explorer's routes: each experiment's pages under `/x/<slug>` (the root's are the default experiment's, as
+    they were before experiments had names); `token` only shapes the login page (the middleware checks it)."""
     pages = Pages(experiments, tokenizer)
     routes = [
         Route("/", pages.runs, name="runs"),

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ajet.errors import EpisodeNotFound
-from ajet.sharing import experiment_of
 from ajet.storable import EPISODE_UUID_PATTERN
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.charts import charts
@@ -27,7 +26,7 @@ from ajet_proxy.explore_paths import EXPERIMENT_PATH, experiment_base
 from ajet_proxy.stats import answer_text, request_messages
 from ajet_store import Store
 from ajet_store.explore_reads import SORTS, EpisodeFilter
-from ajet_store.placement import FIRST_NAME, FIRST_SLUG
+from ajet_store.placement import DEFAULT_SLUG
 from ajet_store.sequences import built_sequences
 
 PAGE = 50
@@ -43,18 +42,12 @@ class Experiments(Protocol):
     """The experiments an explorer shows: the proxy's (`ajet_proxy.app`), or those a store lists (`serve.py`)."""
 
     def store(self, slug: str) -> Store:
-        """The store of the experiment `slug` names (`FIRST_SLUG`: the first); `ExperimentNotFound` otherwise."""
+        """The store of experiment `slug`; `ExperimentNotFound` for one the swarm does not have."""
         ...
 
     def listed(self) -> list[tuple[str, str]]:
-        """(name, slug) of every experiment, the first first."""
+        """(name, slug) of every experiment, the default first."""
         ...
-
-
-def first_name(first: Store) -> str:
-    """How the explorer names the swarm's first experiment: its job's name, or `FIRST_NAME` before any job."""
-    job = first.experiment().job
-    return experiment_of(job) if job is not None else FIRST_NAME
 
 
 def explorer_root(request: Request) -> str:
@@ -70,8 +63,9 @@ class Pages:
         self.experiments, self.tokenizer = experiments, tokenizer
 
     def store(self, request: Request) -> Store:
-        """The store of the request's experiment (`ExperimentNotFound`: the app answers its 404 page)."""
-        return self.experiments.store(request.path_params.get("slug", FIRST_SLUG))
+        """The store of the request's experiment (`ExperimentNotFound`: the app answers its 404 page); the root's
+        pages are the default experiment's."""
+        return self.experiments.store(request.path_params.get("slug", DEFAULT_SLUG))
 
     def _render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         """A page, its links under the request's experiment (`base`), beside links to every experiment."""

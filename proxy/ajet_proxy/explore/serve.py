@@ -17,22 +17,19 @@ from ajet.utils.runtime import apply_offline_env, listening_socket
 from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.explore.app import explore_app, login_page
-from ajet_proxy.explore.pages import first_name
 from ajet_store import Catalog, Store
-from ajet_store.placement import FIRST_SLUG
 
 
 class ListedExperiments:
-    """The experiments a first store lists (`Experiments` of the explorer command), each store opened on first use."""
+    """The experiments of a first store's swarm (`Experiments` of the explorer command), each store opened on first
+    use."""
 
     def __init__(self, first: Store):
-        self.first, self.catalog = first, Catalog(first)
+        self.catalog = Catalog(first)
         self._opened: dict[str, Store] = {}
         self._lock = threading.Lock()  # pages are served from a thread pool
 
     def store(self, slug: str) -> Store:
-        if slug == FIRST_SLUG:
-            return self.first
         with self._lock:
             if slug not in self._opened:
                 if slug not in {e.slug for e in self.catalog.entries()}:
@@ -41,7 +38,7 @@ class ListedExperiments:
             return self._opened[slug]
 
     def listed(self) -> list[tuple[str, str]]:
-        return self.catalog.named(first_name(self.first))
+        return [(e.name, e.slug) for e in self.catalog.entries()]
 
 
 def standalone_app(store: Store, tokenizer: Optional[str] = None, token: Optional[str] = None) -> Starlette:

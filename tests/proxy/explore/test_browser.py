@@ -210,7 +210,6 @@ def test_the_explore_command_refuses_a_wrong_token(browser, run, tmp_path):
 def test_the_monitors_link_to_the_third_experiment_lands_and_its_links_stay_there(browser, tmp_path):
     """A running proxy serving three experiments: the monitor's link to an episode of the third opens that
     episode's page; its step link, its nav and the runs page's experiment links land on the third's pages."""
-    from ajet.types import ExperimentState, ExperimentStatus, SwarmExperiment
     from ajet_proxy.overwatch import Overwatch
     from ajet_store import experiment_store, sqlite_url
     from ajet_store.placement import experiment_slug
@@ -227,11 +226,9 @@ def test_the_monitors_link_to_the_third_experiment_lands_and_its_links_stay_ther
         st.close()
     proxy = start_proxy(tmp_path, first.url)
     try:
-        status = ExperimentStatus(state=ExperimentState.ROLLING, state_seconds=1.0, global_step=2, policy_version=2,
-                                  job_synced=True)  # fmt: skip
         monitor = Overwatch(proxy.url, refresh=1.0)
-        monitor.experiments = [SwarmExperiment(name="explore/letters-run", first=True, status=status),
-                               SwarmExperiment(name="explore/c-run", first=False, status=status)]  # fmt: skip
+        monitor.experiments = monitor.client.list_experiments()  # as the monitor lists them: slugs from the swarm
+        assert [e.slug for e in monitor.experiments][0] == "default" and len(monitor.experiments) == 3
         monitor.client.experiment = "explore/c-run"
         third = f"/explore/x/{experiment_slug('explore/c-run')}"
         page = browser.new_page()

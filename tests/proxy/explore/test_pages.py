@@ -196,13 +196,16 @@ def test_every_experiment_has_its_pages_and_links_that_land(tmp_path):
                 for link in re.findall(r'href="(/explore/[^"#]*)"', page):
                     assert link.startswith((f"/explore/x/{third}/", "/explore/static/")) or link.endswith("/"), link
                     assert client.get(link).status_code == 200, link
-            assert client.get("/explore/episodes/c-s1-task-a-0").status_code == 404  # the first has no such one
+            assert client.get("/explore/episodes/c-s1-task-a-0").status_code == 404  # the default has no such one
+            assert client.get("/explore/x/default/episodes").text.count("/explore/x/default/episodes/") > 0
             assert client.get("/explore/x/nobody_00000000/episodes").status_code == 404
             status = ExperimentStatus(state=ExperimentState.ROLLING, state_seconds=1.0, global_step=2, policy_version=2,
                                       job_synced=True)  # fmt: skip
             monitor = Overwatch("http://127.0.0.1:1", refresh=1.0)
-            monitor.experiments = [SwarmExperiment(name="explore/letters-run", first=True, status=status),
-                                   SwarmExperiment(name="explore/c-run", first=False, status=status)]  # fmt: skip
+            monitor.experiments = [
+                SwarmExperiment(name="explore/letters-run", slug="default", default=True, status=status),
+                SwarmExperiment(name="explore/c-run", slug=third, default=False, status=status),
+            ]
             monitor.client.experiment = "explore/c-run"
             link = monitor._explorer_base().removeprefix("http://127.0.0.1:1") + "/episodes/c-s1-task-a-0"
             assert client.get(link).status_code == 200 and "c-s1-task-a-0" in client.get(link).text

@@ -13,7 +13,7 @@ from peft import PeftModel
 from ajet import AgentJetJob
 from ajet_trainer.checkpoint import load_checkpoint, save_checkpoint
 from ajet_trainer.embedded.adapters import adapter_parameters, held_adapters
-from ajet_trainer.embedded.bases import SharedBases, adapter_name
+from ajet_trainer.embedded.bases import SharedBases
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 
@@ -47,15 +47,15 @@ def bases():
 
 
 def test_two_experiments_share_one_model_and_one_engine_each_at_its_own_version(bases):
-    first = bases.attach(adapter_name(""), _job("a"), MODEL, "cpu", "127.0.0.1")
-    second = bases.attach(adapter_name("exp-b"), _job("b", temperature=0.7), MODEL, "cpu", "127.0.0.1")
+    first = bases.attach("default", _job("a"), MODEL, "cpu", "127.0.0.1")
+    second = bases.attach("exp-b", _job("b", temperature=0.7), MODEL, "cpu", "127.0.0.1")
     assert first is not None and second is not None
     (model, _tok, a), (model_b, _tok_b, b) = first, second
     assert model is model_b and a.base_url == b.base_url and len(bases.bases) == 1
-    assert (a.served_model, b.served_model) == ("policy", "policy@exp-b")
+    assert (a.served_model, b.served_model) == ("policy@default", "policy@exp-b")  # one rule: policy@<slug>
     assert sorted(held_adapters(model)) == ["default", "exp-b"]
     listed = httpx.get(f"{a.base_url}/models", headers={"Authorization": f"Bearer {a.base.engine.api_key}"}).json()
-    assert {"policy", "policy@exp-b"} <= {m["id"] for m in listed["data"]}
+    assert {"policy", "policy@default", "policy@exp-b"} <= {m["id"] for m in listed["data"]}
 
     a_before, b_before = _ask(a), _ask(b)
     with b.updating(1), torch.no_grad():  # b's update: its adapter alone changes
@@ -68,14 +68,14 @@ def test_two_experiments_share_one_model_and_one_engine_each_at_its_own_version(
     assert b_after[1] != b_before[1]  # fails if the update reached a's rows or missed b's
     with a.updating(3):
         pass
-    assert (_ask(a)[2], _ask(b)[2], _ask(a, "policy@default")[2]) == (3, 1, 3)  # the first's named: its own
-    assert (a.counters().answers, b.counters().answers) == (4, 3)  # each experiment's own answers (4 + 3 in all)
+    assert (_ask(a)[2], _ask(b)[2]) == (3, 1)
+    assert (a.counters().answers, b.counters().answers) == (3, 3)  # each experiment's own answers
     assert a.counters().busy_s == b.counters().busy_s  # the busy time is the one engine's
 
 
 def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, tmp_path):
-    first = bases.attach(adapter_name(""), _job("a"), MODEL, "cpu", "127.0.0.1")
-    second = bases.attach(adapter_name("exp-b"), _job("b"), MODEL, "cpu", "127.0.0.1")
+    first = bases.attach("default", _job("a"), MODEL, "cpu", "127.0.0.1")
+    second = bases.attach("exp-b", _job("b"), MODEL, "cpu", "127.0.0.1")
     assert first is not None and second is not None
     model, tok, b = second
     torch.manual_seed(1)
@@ -105,13 +105,13 @@ def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, 
 
 
 def test_the_last_adapter_out_stops_the_engine_and_a_different_engine_setting_keeps_its_own(bases):
-    first = bases.attach(adapter_name(""), _job("a"), MODEL, "cpu", "127.0.0.1")
+    first = bases.attach("default", _job("a"), MODEL, "cpu", "127.0.0.1")
     assert first is not None
     model, _tok, a = first
     assert bases.attach("exp-c", _job("c", partial_rollouts=True), MODEL, "cpu", "127.0.0.1") is None
     second = bases.attach("exp-b", _job("b"), MODEL, "cpu", "127.0.0.1")
     assert second is not None
-    a.stop()  # the first experiment leaves: the engine serves the second still
+    a.stop()  # the default experiment leaves: the engine serves the other still
     assert held_adapters(model) == ["exp-b"] and _ask(second[2])[2] == 0
     second[2].stop()
     assert bases.bases == {}

@@ -116,18 +116,21 @@ def test_two_experiments_share_one_vllm_server_each_its_own_adapters(tmp_path):
         with experiment_store(sw.store(), "v/b") as second:
             (engine_b,) = second.engines()
         assert engine_a.base_url == engine_b.base_url  # one server
-        assert (engine_a.model, engine_a.policy_version) == ("policy@3", 3)
+        assert (engine_a.model, engine_a.policy_version) == ("policy@default@3", 3)  # one rule: policy@<slug>@<N>
         assert (engine_b.model, engine_b.policy_version) == (f"policy@{slug}@2", 2)
         journal = httpx.get(engine_a.base_url.removesuffix("/v1") + "/stub/journal").json()
         ops = [(j["op"], j["name"]) for j in journal if j["op"] in ("load_lora_adapter", "unload_lora_adapter")]
         a_ops = [op for op in ops if "@" + slug not in op[1]]
         b_ops = [op for op in ops if "@" + slug in op[1]]
-        assert a_ops == [("load_lora_adapter", "policy@0"), ("load_lora_adapter", "policy@1"),
-                         ("load_lora_adapter", "policy@2"), ("unload_lora_adapter", "policy@0"),
-                         ("load_lora_adapter", "policy@3"), ("unload_lora_adapter", "policy@1")]  # fmt: skip
-        assert b_ops == [(op, f"policy@{slug}@{n}") for op, n in
-                         (("load_lora_adapter", 0), ("load_lora_adapter", 1), ("load_lora_adapter", 2),
-                          ("unload_lora_adapter", 0))]  # fmt: skip
+        loads = (
+            ("load_lora_adapter", 0),
+            ("load_lora_adapter", 1),
+            ("load_lora_adapter", 2),
+            ("unload_lora_adapter", 0),
+        )
+        a_ops_wanted = (*loads, ("load_lora_adapter", 3), ("unload_lora_adapter", 1))
+        assert a_ops == [(op, f"policy@default@{n}") for op, n in a_ops_wanted]
+        assert b_ops == [(op, f"policy@{slug}@{n}") for op, n in loads]
         chats = {j["model"] for j in journal if j["op"] == "chat"}
         assert "policy" not in chats  # every call named an adapter: none ran on the bare base
         assert {m for m in chats if slug in m} and {m for m in chats if slug not in m}

@@ -181,11 +181,13 @@ def test_sleep_mode_wraps_each_update(tmp_path):
 
     s = VllmSettings(command=tuple(STAND_IN.split()), lora_rank=8, enable_sleep_mode=True, health_timeout_s=60)
     model_path = str(builtin_model_path("builtin:tiny"))
-    serving = ServedAdapters(Launch([VllmServer(model_path, s, tmp_path / "v.log")]), Model(), tmp_path, "", 2, stop)
+    serving = ServedAdapters(
+        Launch([VllmServer(model_path, s, tmp_path / "v.log")]), Model(), tmp_path, "default", 2, stop
+    )
     try:
         with serving.updating(1):
             pass
-        assert serving.publish(1) == "policy@1"
+        assert serving.publish(1) == "policy@default@1"
         journal = httpx.get(serving.launch.engines[0].base + "/stub/journal").json()
         assert [j["op"] for j in journal] == ["sleep", "wake_up", "load_lora_adapter"]
     finally:

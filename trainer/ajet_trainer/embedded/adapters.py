@@ -23,10 +23,6 @@ if TYPE_CHECKING:  # light to import: the trainer's registry of shared bases nam
     import torch
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-FIRST_ADAPTER = "default"
-"""peft's own default adapter name: a model's only adapter, and the swarm's first experiment's on a shared base
-(its checkpoints read as they always have)."""
-
 ADAPTER_MARK = "@"
 """`<served name>@<adapter>` names an adapter the engine holds (vLLM's `policy@<step>` names read the same way)."""
 

@@ -10,7 +10,6 @@ import logging
 from typing import TYPE_CHECKING, Optional
 
 from ajet.job import AgentJetJob
-from ajet_trainer.embedded.adapters import FIRST_ADAPTER
 from ajet_trainer.options import TrainerOptions
 
 if TYPE_CHECKING:
@@ -18,11 +17,6 @@ if TYPE_CHECKING:
     from ajet_trainer.types import PolicyModel, Tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def adapter_name(experiment_slug: str) -> str:
-    """The adapter an experiment trains on a shared base: its slug, `default` for the first experiment (slug "")."""
-    return experiment_slug or FIRST_ADAPTER
 
 
 def shares_base(job: AgentJetJob, opts: TrainerOptions) -> bool:

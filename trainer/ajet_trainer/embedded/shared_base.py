@@ -2,9 +2,10 @@
 
 An experiment that trains a LoRA adapter on the embedded backend and engine (`shares_base`) attaches to the base of
 its model on this trainer, loaded once per model folder and device: its adapter is added to the base's peft model
-under the experiment's adapter name (`adapter_name`: the swarm's first experiment's is peft's `default`), its
-learner trains that adapter alone (`Learner(adapter=...)`), and the one engine serves it by name
-(`policy@<adapter>`; the first experiment's also as plain `policy`, as a swarm of one experiment always has).
+under the experiment's slug (the default experiment's, `default`, is peft's own default adapter, so its checkpoints
+read as they always have), its learner trains that adapter alone (`Learner(adapter=...)`), and the one engine serves
+it by name (`policy@<slug>`, as every engine names an experiment's adapter; plain `policy` is the model as it is, with
+its active adapter).
 
 Each adapter has its own policy version in the engine (`Batcher.versions`). An update pauses the engine while the
 shared model's active adapter is switched for the forward and backward passes (peft's `set_adapter` is global to the
@@ -21,13 +22,13 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import torch
 
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
-from ajet_trainer.embedded.adapters import ADAPTER_MARK, FIRST_ADAPTER, held_adapters
+from ajet_trainer.embedded.adapters import ADAPTER_MARK, held_adapters
 from ajet_trainer.embedded.engines import ENGINE_NAME, batcher_counters, job_engine
 from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.policy import load_policy, lora_config
@@ -54,13 +55,9 @@ class SharedBase:
             torch.manual_seed(job.seed)  # the adapter's init is the job's; the engine's sampling stream is not reset
             if name not in held_adapters(self.model):
                 self.model.add_adapter(name, lora_config(job))
-            if name == FIRST_ADAPTER:  # a call that names no adapter is the first experiment's
-                self.model.set_adapter(name)
             self.model.eval()
-        key = served_key(name)
-        if key is not None:  # the first adapter's version is the engine's own (`policy_version`)
-            self.engine.batcher.set_version(0, key)
-        self.engine.limits[key] = (job.temperature, job.max_prompt_length)
+        self.engine.batcher.set_version(0, name)
+        self.engine.limits[name] = (job.temperature, job.max_prompt_length)
         self.adapters.add(name)
 
     def detach(self, name: str) -> bool:
@@ -71,16 +68,11 @@ class SharedBase:
         with self.engine.batcher.paused():
             rest = [a for a in held_adapters(self.model) if a != name]
             if self.model.active_adapter == name:  # another first: peft warns when the active one goes
-                self.model.set_adapter(FIRST_ADAPTER if FIRST_ADAPTER in rest else rest[0])
+                self.model.set_adapter(rest[0])
             self.model.delete_adapter(name)
         self.engine.batcher.forget(name)
-        self.engine.limits.pop(served_key(name), None)
+        self.engine.limits.pop(name, None)
         return False
-
-
-def served_key(name: str) -> Optional[str]:
-    """The adapter a call to the served name of adapter `name` asks the engine for (None: it names none)."""
-    return None if name == FIRST_ADAPTER else name
 
 
 class AdapterEngines:
@@ -90,10 +82,8 @@ class AdapterEngines:
         self.base, self.name = base, name
         self.release = release
         """Detaches this adapter from the base (`SharedBases.release`): the session's `stop`."""
-        key = served_key(name)
-        self.key = key
-        """The adapter the engine runs this experiment's calls with (None: the base's active one, `default`)."""
-        self.served_model = served if key is None else f"{served}{ADAPTER_MARK}{key}"
+        self.served_model = f"{served}{ADAPTER_MARK}{name}"
+        """The name the experiment's calls give: its adapter's."""
         self.base_url = base.base_url
 
     def registered(self, version: int) -> list[RegisteredEngine]:
@@ -102,19 +92,18 @@ class AdapterEngines:
 
     @contextmanager
     def updating(self, next_version: int) -> Iterator[None]:
-        with self.base.engine.batcher.paused(next_version, adapter=self.key):  # the model's active adapter switches
+        with self.base.engine.batcher.paused(next_version, adapter=self.name):  # the model's active adapter switches
             yield
 
     def publish(self, version: int) -> str:
-        self.base.engine.batcher.set_version(version, self.key)
+        self.base.engine.batcher.set_version(version, self.name)
         return self.served_model
 
     def counters(self) -> EngineCounters:
         """This experiment's answers and their tokens; the busy time and re-prefilled tokens are the engine's, over
         every experiment it serves (one engine, one busy time)."""
         engine, answered = batcher_counters(self.base.engine), self.base.engine.batcher.answered
-        rows = [answered.get(k, [0, 0]) for k in ((None, FIRST_ADAPTER) if self.key is None else (self.key,))]
-        answers, tokens = sum(r[0] for r in rows), sum(r[1] for r in rows)  # the first's: named or not
+        answers, tokens = answered.get(self.name, [0, 0])
         return EngineCounters(answers, tokens, engine.busy_s, engine.reprefilled_tokens)
 
     def drop_exited(self) -> bool:

@@ -1,12 +1,12 @@
 """`ServedAdapters`: one experiment's LoRA adapters on vLLM servers it may share with the trainer's other LoRA
 experiments (`shared_launches.SharedLaunches`), as the session's `Engines`.
 
-Each step's adapter is saved to `<experiment>/adapters/step_<N>` and loaded into every server under the experiment's
-own name for it (`server.served_adapter`: `policy@<N>` for the swarm's first experiment, `policy@<slug>@<N>` for the
-others); the experiment's adapters older than its last `keep_adapters` are unloaded, never another's. The
-experiment is served from an adapter from its first step on: an untrained adapter (peft's zero `B`) is the base
-exactly, and a call without an adapter would be wrong on a server that holds others: vLLM 0.32's CPU LoRA ops give a
-row without adapter the output-layer delta of the last slot (docs/experiments.md).
+Each step's adapter is saved to `<experiment>/adapters/step_<N>` and loaded into every server under the experiment's own
+name for it (`server.served_adapter`: `policy@<slug>@<N>`); the experiment's adapters older than its last
+`keep_adapters` are unloaded, never another's. The experiment is served from an adapter from its first step on: an
+untrained adapter (peft's zero `B`) is the base exactly, and a call without an adapter would be wrong on a server that
+holds others: vLLM 0.32's CPU LoRA ops give a row without adapter the output-layer delta of the last slot
+(docs/experiments.md).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ajet.job import AgentJetJob
+from ajet_store.placement import DEFAULT_SLUG
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.checkpoint import prune_step_folders, tied_names
 from ajet_trainer.errors import TrainerError
@@ -103,7 +104,7 @@ def start_vllm_engines(
     exp_dir: Path,
     step: int,
     launches: Optional[SharedLaunches] = None,
-    slug: str = "",
+    slug: str = DEFAULT_SLUG,
 ) -> Engines:
     """vLLM engines serving `model_path` with the weights of `step`: a LoRA job's adapters on the servers it shares
     with the trainer's other LoRA experiments (`launches`, the trainer's registry; experiment `slug`), else servers of

@@ -8,8 +8,8 @@ prefix, for a stand-in that speaks vLLM's HTTP API (tests/support/vllm_stub.py).
 
 After each step the trainer (which keeps training in its own process) makes vLLM serve the new policy:
 - LoRA: the adapter is saved to `<experiment>/adapters/step_<N>`, loaded with
-  `POST /v1/load_lora_adapter` as `policy@<N>` (`policy@<slug>@<N>` for an experiment beside the first: one server
-  serves several experiments, `adapters.py`), the registered engine's model name switches in the store (the proxy
+  `POST /v1/load_lora_adapter` as `policy@<slug>@<N>` (the experiment's slug: one server may serve several
+  experiments, `adapters.py`), the registered engine's model name switches in the store (the proxy
   routes new calls to it), and the experiment's adapters older than its last `keep_adapters` are unloaded.
 - Full fine-tuning: the weights are saved to `<experiment>/weights/step_<N>` and vLLM reloads them in
   place (`POST /collective_rpc` `reload_weights`, then `/reset_prefix_cache`: cached prefixes were
@@ -36,6 +36,7 @@ from typing import Any, Optional
 import httpx
 
 from ajet.utils.runtime import offline_env
+from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer import left_servers
 from ajet_trainer.errors import EngineStartError, TrainerError
 
@@ -198,10 +199,10 @@ def server_devices(engines: int, gpu_groups: Optional[str]) -> list[Optional[str
     return list(groups)
 
 
-def served_adapter(step: int, experiment_slug: str = "") -> str:
-    """The served name of step N's adapter: `policy@N` for the swarm's first experiment (slug ""), else
-    `policy@<slug>@N`."""
-    return f"{SERVED_NAME}@{experiment_slug}@{step}" if experiment_slug else f"{SERVED_NAME}@{step}"
+def served_adapter(step: int, experiment_slug: str = DEFAULT_SLUG) -> str:
+    """The served name of experiment `experiment_slug`'s adapter of step N: `policy@<slug>@N` (an embedded engine
+    names an experiment's one adapter `policy@<slug>`; each vLLM step's adapter is one more)."""
+    return f"{SERVED_NAME}@{experiment_slug}@{step}"
 
 
 def _free_port(host: str) -> int:

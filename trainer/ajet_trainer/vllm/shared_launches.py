@@ -80,7 +80,7 @@ class SharedLaunches:
             elif rank > shared.max_rank:
                 raise TrainerError(
                     f"lora_rank={rank} is above the shared launch's --max-lora-rank {shared.max_rank} (launched "
-                    "for the first experiment's rank): use a lora_rank up to it"
+                    "for the rank of the experiment that started it): use a lora_rank up to it"
                 )
             shared.experiments.add(slug)
             logger.info("experiment %r served by the vLLM servers of %s", slug, key.model_path)
