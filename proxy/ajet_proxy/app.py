@@ -12,6 +12,7 @@ from starlette.responses import Response
 from ajet import __version__
 from ajet.errors import SwarmError
 from ajet.protocol import ErrorCode
+from ajet.types import ProxyHealth
 from ajet_proxy import control, experiments_api, rewards_api
 from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.api_docs import DescribedApp
@@ -104,8 +105,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
     # every experiment's pages (the tokenizer: each one's job's model)
     app.mount("/explore", explore_app(ProxyExperiments(proxy), None, config.swarm_token))
 
-    @app.get("/health", tags=["control"])
-    def health() -> dict[str, str]:
-        return {"status": "ok", "state": proxy.default.experiment.state.value}
+    @app.get("/health", tags=["control"], response_model=ProxyHealth)
+    def health() -> ProxyHealth:
+        return ProxyHealth(status="ok", state=proxy.default.experiment.state.value, proxies=len(proxy.proxies))
 
     return app

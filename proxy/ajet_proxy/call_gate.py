@@ -1,6 +1,12 @@
-"""Admission of one experiment's calls to the engines: at most its job's `max_calls_in_flight` at once (per proxy),
-the rest waiting in arrival order. On a swarm whose experiments share one engine it bounds each one's share of the
-engine's batch, so an experiment whose agents fan out cannot take every row while the others' calls queue.
+"""Admission of one experiment's calls to the engines: at most its job's `max_calls_in_flight` at once in the whole
+swarm, the rest waiting in arrival order. On a swarm whose experiments share one engine it bounds each one's share
+of the engine's batch, so an experiment whose agents fan out cannot take every row while the others' calls queue.
+
+Several proxies split the cap: each admits its share (`proxy_share`) of the live proxies the first store lists
+(`ajet_store.proxies`, a beat a second), so no call costs a store round trip. A share is fixed between beats: a
+proxy whose share is taken while another has room does not borrow it (the price of no per-call coordination). When
+proxies come or go, the shares change at the next beat: a lowered one drains as calls end, a raised one lets its
+queue in at once (`admit_waiting`).
 
 A waiting call holds no place in an engine's batch and no connection. A call whose client leaves while it waits
 leaves the queue; a call let in holds its place until it is over (`InFlightCall.finish`), streamed answers to their
@@ -11,7 +17,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Optional
+from typing import Optional, Sequence
+
+
+def proxy_share(cap: Optional[int], proxies: Sequence[str], me: str) -> Optional[int]:
+    """This proxy's part of a swarm-wide `cap` among the live `proxies` (sorted ids, `me` among them): an even split,
+    the remainder to the first in order, so the parts add up to the cap. A cap below the number of proxies leaves
+    some with none: their calls wait until a proxy leaves (the cap holds). None: no cap."""
+    if cap is None:
+        return None
+    n = max(len(proxies), 1)
+    rank = proxies.index(me) if me in proxies else n - 1
+    return cap // n + (1 if rank < cap % n else 0)
 
 
 class CallGate:
@@ -41,6 +58,14 @@ class CallGate:
             elif place in self.waiting:
                 self.waiting.remove(place)
             raise
+
+    def admit_waiting(self, cap: Optional[int]) -> None:
+        """Let waiting calls in while there is room under `cap` (a share raised when another proxy left)."""
+        while self.waiting and (cap is None or self.running < cap):
+            place = self.waiting.popleft()
+            if not place.done():
+                self.running += 1
+                place.set_result(None)
 
     def leave(self, cap: Optional[int]) -> None:
         """A call let in is over: its place goes to the first call still waiting, unless the cap is now lower."""

@@ -4,8 +4,9 @@
 store, call writer, open episodes, engine router). Its loops (on the event loop, with store reads in a thread):
 - every `poll_s`: read each experiment's row (the trainer moves its state) and reload its router when its engines
   version changes;
-- every second: take up experiments the catalog newly lists, expire idle episodes, and forget episodes the
-  store no longer has open.
+- every second: beat in the first store (a shared store: the live proxies split each experiment's
+  `max_calls_in_flight`, `call_gate.proxy_share`), take up experiments the catalog newly lists, expire idle episodes,
+  and forget episodes the store no longer has open.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gc
 import logging
 import threading
 import time
+import uuid
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Optional, TypeVar
 
@@ -24,6 +26,7 @@ from ajet.errors import EngineUnavailable, ExperimentNotFound, StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet.sharing import beside_conflict, experiment_of
 from ajet.types import ExperimentState
+from ajet_proxy.call_gate import proxy_share
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
@@ -45,6 +48,10 @@ class Proxy:
         self.hosts: dict[str, ExperimentHost] = {
             DEFAULT_SLUG: ExperimentHost(DEFAULT_SLUG, self.catalog.open(DEFAULT_SLUG), config)
         }
+        self.proxy_id = uuid.uuid4().hex
+        """This proxy among the swarm's (`ajet_store.proxies`)."""
+        self.proxies: list[str] = [self.proxy_id]
+        """The live proxies of the swarm at the last beat, sorted (itself alone unless the store is shared)."""
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
@@ -120,6 +127,7 @@ class Proxy:
         """Start each experiment's host, run the loops; flush on exit."""
         self.default.start()
         self.take_up_experiments()
+        self.beat()
         self._http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.max_connections, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=self.config.engine_timeout_s),
@@ -140,9 +148,23 @@ class Proxy:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             gc.set_threshold(*thresholds)
             await self.http.close()
+            if self.config.shared:
+                await asyncio.to_thread(self.catalog.first.leave_proxy, self.proxy_id)
             for host in self.hosts.values():
                 host.stop()
             logger.info("proxy stopped; %d calls written", sum(h.writer.written for h in self.hosts.values()))
+
+    def beat(self) -> None:
+        """Beat in the first store and read the live proxies (blocking). A proxy that owns its store (not shared) is
+        the only one: no beat."""
+        if not self.config.shared:
+            return
+        self.proxies = self.catalog.first.beat_proxy(self.proxy_id, time.time())
+
+    def call_share(self, host: ExperimentHost) -> Optional[int]:
+        """This proxy's part of `host`'s experiment's `max_calls_in_flight` (None: no cap)."""
+        job = host.experiment.job
+        return proxy_share(job.max_calls_in_flight if job is not None else None, self.proxies, self.proxy_id)
 
     def take_up_experiments(self) -> list[str]:
         """Start a host for each experiment the catalog lists that this proxy does not serve yet; their slugs."""
@@ -187,8 +209,10 @@ class Proxy:
         while True:
             await asyncio.sleep(1.0)
             try:
+                await asyncio.to_thread(self.beat)
                 await asyncio.to_thread(self.take_up_experiments)
                 for host in list(self.hosts.values()):
+                    host.calls.admit_waiting(self.call_share(host))
                     await host.tidy()
             except Exception:  # noqa: BLE001
                 logger.exception("housekeeping failed")

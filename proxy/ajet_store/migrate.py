@@ -40,6 +40,7 @@ REVISIONS = {
     13: "0013",
     14: "0014",
     15: "0015",
+    16: "0016",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

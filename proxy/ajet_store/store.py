@@ -4,7 +4,8 @@
 experiment's row (`experiments.py`), episodes (`episodes.py`), the rollout pool (`pool.py`), their calls
 (`call_log.py`), training steps (`steps.py`), registered engines (`engines.py`), the statistics
 (`counters.py`), the explorer's reads (`explore_reads.py`), the list of the swarm's experiments
-(`catalog.py`) and re-scored rewards (`rewards.py`). Every method is one transaction.
+(`catalog.py`), re-scored rewards (`rewards.py`) and the swarm's live proxies (`proxies.py`). Every method is one
+transaction.
 """
 
 from __future__ import annotations
@@ -28,16 +29,27 @@ from ajet_store.placement import (
     slug_for,
 )
 from ajet_store.pool import PoolOps
+from ajet_store.proxies import ProxyOps
 from ajet_store.rewards import RewardOps
 from ajet_store.steps import StepOps
 from ajet_store.types import ExperimentEntry
 
 
 class Store(
-    ExperimentOps, EpisodeOps, PoolOps, CallOps, StepOps, EngineOps, StatsOps, ExploreOps, CatalogOps, RewardOps
+    ExperimentOps,
+    EpisodeOps,
+    PoolOps,
+    CallOps,
+    StepOps,
+    EngineOps,
+    StatsOps,
+    ExploreOps,
+    CatalogOps,
+    RewardOps,
+    ProxyOps,
 ):
     """The experiment, its episodes and their LLM calls, registered engines, clients and training steps; the first
-    store of a swarm lists its other experiments too (`catalog.py`)."""
+    store of a swarm lists its other experiments and its live proxies too (`catalog.py`, `proxies.py`)."""
 
 
 class Catalog:

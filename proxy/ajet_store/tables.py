@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 metadata = sa.MetaData()
 
@@ -53,8 +53,18 @@ swarm_experiments = sa.Table(
     sa.Column("name", sa.String(512), nullable=False, unique=True),
     sa.Column("created_at", sa.Float, nullable=False),
 )
-"""The swarm's experiments beyond the first (`ajet_store.catalog`), each with a store of its own; only the first
+"""The swarm's experiments beside the default (`ajet_store.catalog`), each with a store of its own; only the first
 store's table is read."""
+
+swarm_proxies = sa.Table(
+    "swarm_proxies",
+    metadata,
+    sa.Column("proxy_id", sa.String(64), primary_key=True),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("beat_at", sa.Float, nullable=False),
+)
+"""The proxies serving the swarm, each beating every second (`ajet_store.proxies`): they split each experiment's
+`max_calls_in_flight` between them. Only the first store's table is read."""
 
 counters = sa.Table(
     "counters",

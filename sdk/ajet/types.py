@@ -343,6 +343,18 @@ class SwarmExperiment(AnswerModel):
     """Its state, step, policy version and last error."""
 
 
+class ProxyHealth(AnswerModel):
+    """Answer of `GET /health` (open without the swarm token: liveness)."""
+
+    status: str
+    """`ok`."""
+    state: str
+    """The default experiment's state."""
+    proxies: int
+    """The swarm's live proxies, this one included, at its last beat: they split each experiment's
+    `max_calls_in_flight` (1 where the proxy owns its store)."""
+
+
 class ExperimentList(AnswerModel):
     """Answer of `GET /swarm/list_experiments` and `POST /swarm/stop_swarm`: every experiment of the swarm, the
     default first, then by name."""

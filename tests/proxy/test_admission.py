@@ -11,10 +11,11 @@ from typing import Optional
 import httpx
 
 from ajet import AgentJetJob, SwarmClient
-from ajet_proxy.call_gate import CallGate
+from ajet_proxy.call_gate import CallGate, proxy_share
 from ajet_store import Store, sqlite_url
 from tests.support.procs import start_proxy, start_stub
 from tests.support.rolling import ensure_rolling
+from tests.support.waits import wait_for
 
 
 async def _entered(gate: CallGate, cap: Optional[int], n: int) -> list[asyncio.Task[None]]:
@@ -73,6 +74,49 @@ def test_a_place_handed_to_a_call_whose_client_left_goes_to_the_next():
     asyncio.run(scenario())
 
 
+def test_the_proxies_split_the_cap_and_their_parts_add_up_to_it():
+    ids = ["a", "b", "c"]
+    for cap in range(1, 12):
+        parts = [proxy_share(cap, ids, me) for me in ids]
+        assert sum(parts) == cap and max(parts) - min(parts) <= 1 and parts == sorted(parts, reverse=True)
+    assert [proxy_share(2, ids, me) for me in ids] == [1, 1, 0]  # fewer places than proxies: the cap holds
+    assert proxy_share(None, ids, "a") is None and proxy_share(5, ["a"], "a") == 5
+
+
+def test_a_raised_share_lets_the_waiting_in_at_once():
+    async def scenario() -> None:
+        gate = CallGate()
+        await _entered(gate, 1, 1)
+        waiting = await _entered(gate, 1, 3)
+        gate.admit_waiting(3)  # another proxy left: this one's share went from 1 to 3
+        await asyncio.sleep(0)
+        assert [t.done() for t in waiting] == [True, True, False] and gate.running == 3
+        gate.admit_waiting(None)
+        await asyncio.sleep(0)
+        assert waiting[2].done() and gate.running == 4 and not gate.waiting
+
+    asyncio.run(scenario())
+
+
+def _calls_at_once(urls: list[str], keys: list[str]) -> list[int]:
+    """Each key's call (0.4 s at the stub engine), all at once, round-robin over `urls`; their statuses."""
+    answers: list[int] = []
+
+    def call(url: str, key: str, stream: bool) -> None:
+        body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                "stream": stream, "stub_delay": 0.4}  # fmt: skip
+        res = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"},
+                         timeout=60)  # fmt: skip
+        answers.append(res.status_code)
+
+    threads = [threading.Thread(target=call, args=(urls[i % len(urls)], k, i % 2 == 0)) for i, k in enumerate(keys)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
 def test_the_engine_never_sees_more_of_an_experiments_calls_at_once_than_its_cap(tmp_path):
     cap = 2
     stub = start_stub(tmp_path)
@@ -82,26 +126,41 @@ def test_the_engine_never_sees_more_of_an_experiments_calls_at_once_than_its_cap
     try:
         ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=cap))
         keys = [client.begin_episode()[1].api_key for _ in range(6)]
-        answers: list[int] = []
-
-        def call(key: str, stream: bool) -> None:
-            body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-                    "stream": stream, "stub_delay": 0.4}  # fmt: skip
-            headers = {"Authorization": f"Bearer {key}"}
-            res = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers, timeout=60)
-            answers.append(res.status_code)
-
-        threads = [threading.Thread(target=call, args=(k, i % 2 == 0)) for i, k in enumerate(keys)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        answers = _calls_at_once([proxy.url], keys)
         running = [e["running"] for e in httpx.get(stub.url + "/stub/journal").json() if e["op"] == "chat"]
         assert answers == [200] * 6 and len(running) == 6
         assert max(running) <= cap  # six callers at once, each answer 0.4 s: without the gate they overlap
     finally:
         client.close()
         proxy.close()
+        stub.close()
+        store.close()
+
+
+def test_proxies_on_one_store_split_the_cap_so_the_engine_never_sees_more_than_it(tmp_path):
+    """Two proxies on one store (`--shared-store`), cap 2: once each counts the other (`/health`'s `proxies`), each
+    admits one call at a time; six calls at once over both never put more than two at the engine (each proxy
+    alone would admit two: four at once)."""
+    cap = 2
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    store = Store(url)
+    proxies = [start_proxy(tmp_path, url, "--shared-store") for _ in range(2)]
+    client = SwarmClient(proxies[0].url, verbose=False)
+    try:
+        ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=cap))
+        ready = {"status": "ok", "state": "ROLLING", "proxies": 2}
+        for p in proxies:  # each knows the job (its row is ROLLING) and counts both proxies
+            wait_for(lambda p=p: httpx.get(p.url + "/health").json() == ready, f"{p.url} to count both", 30)
+        keys = [client.begin_episode()[1].api_key for _ in range(6)]
+        answers = _calls_at_once([p.url for p in proxies], keys)
+        running = [e["running"] for e in httpx.get(stub.url + "/stub/journal").json() if e["op"] == "chat"]
+        assert answers == [200] * 6 and len(running) == 6
+        assert max(running) <= cap
+    finally:
+        client.close()
+        for p in proxies:
+            p.close()
         stub.close()
         store.close()
 

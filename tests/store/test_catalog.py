@@ -184,3 +184,25 @@ def test_the_catalog_lists_what_is_not_taken_up_and_opens_each_store_beside_the_
     assert again.url == b.url == experiment_url(first_url, slugs[2])
     for store in (a, b, again, first):
         store.close()
+
+
+def test_the_live_proxies_are_those_that_beat_lately_and_one_that_leaves_is_gone(first_url: str):
+    """`beat_proxy`: the proxies whose last beat is within `PROXY_LIVE_S`, sorted; a row unbeaten for
+    `PROXY_FORGET_S` is removed; `leave_proxy` removes one at once."""
+    from ajet_store import tables as t
+    from ajet_store.proxies import PROXY_FORGET_S, PROXY_LIVE_S
+
+    first = Store(first_url)
+    try:
+        assert first.beat_proxy("b", 100.0) == ["b"]
+        assert first.beat_proxy("a", 101.0) == ["a", "b"]
+        assert first.beat_proxy("a", 100.0 + PROXY_LIVE_S + 0.5) == ["a"]  # b's last beat is too old
+        assert first.beat_proxy("b", 100.0 + PROXY_LIVE_S + 1.0) == ["a", "b"]  # b beats again: counted again
+        first.leave_proxy("b")
+        assert first.beat_proxy("a", 107.0) == ["a"]
+        first.beat_proxy("c", 108.0)
+        assert first.beat_proxy("a", 108.0 + PROXY_FORGET_S + 1.0) == ["a"]
+        with first._read() as c:  # c died without leaving: its row is gone
+            assert sorted(c.execute(sa.select(t.swarm_proxies.c.proxy_id)).scalars()) == ["a"]
+    finally:
+        first.close()

@@ -205,12 +205,10 @@ class ChatPath:
             self._log_unanswered(call, why)
         raise TrainerUnresponsive(why, state=self.proxy.host_of(call.ep).experiment.state.value, silent_s=silent_s)
 
-    @staticmethod
-    async def _admit(call: InFlightCall, host: ExperimentHost) -> None:
-        """Wait for a place among the experiment's calls at the engines (its job's `max_calls_in_flight`), held
-        until the call is over."""
-        job = host.experiment.job
-        cap = job.max_calls_in_flight if job is not None else None
+    async def _admit(self, call: InFlightCall, host: ExperimentHost) -> None:
+        """Wait for a place among the experiment's calls at the engines (this proxy's share of its job's
+        `max_calls_in_flight`, `Proxy.call_share`), held until the call is over."""
+        cap = self.proxy.call_share(host)
         await host.calls.enter(cap)
         call.admitted = functools.partial(host.calls.leave, cap)
 
