@@ -73,9 +73,10 @@ class AgentJetJob(BaseModel):
     `NotReady` with Retry-After (the SDK waits it out, as during an update) until one ends. On a swarm several
     experiments share, it keeps one from flooding the engines. None: no cap."""
     max_calls_in_flight: Optional[int] = Field(default=None, ge=1)
-    """Admission: at most this many of the experiment's calls at the engines at once in the swarm (several proxies
-    split it between them); more wait at the proxy, first come first, until one ends. On a swarm whose experiments share one engine it caps this one's share
-    of the engine's batch, so an experiment whose agents fan out cannot take every row. None: no cap."""
+    """Admission: at most this many of the experiment's calls at the engines at once in the swarm (several proxies split
+    it between them); more wait at the proxy, first come first, until one ends. On a swarm whose experiments share one
+    engine it caps this one's share of the engine's batch, so an experiment whose agents fan out cannot take every row.
+    None: no cap."""
     max_prompt_length: int = Field(default=3000, ge=1)
     """Longest prompt kept for training (tokens); longer sequences are truncated and counted."""
     max_response_length: int = Field(default=15000, ge=1)

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from pydantic.main import IncEx
 
 from ajet.chat_request import invalid_request
-from ajet.engine_answer import AnswerChoice, AnswerMessage, ChoiceLogprobs, EngineAnswer, TokenLogprob, ToolCall, Usage
+from ajet.engine_answer import EngineAnswer, TokenLogprob
 from ajet_proxy.dataplane import types as wire
 from ajet_proxy.dataplane.sse import DONE, SSESplitter
 
@@ -74,12 +74,11 @@ class StreamAccumulator:
             self.done = True
             return None
         try:
-            parsed = orjson.loads(payload)
+            data: wire.AnswerJson = orjson.loads(payload)  # as the engine sent it: its fields are checked by `result`
         except orjson.JSONDecodeError:
             return None
-        if not isinstance(parsed, dict):
+        if not isinstance(data, dict):
             return None
-        data = cast(wire.AnswerJson, parsed)  # an event as the engine sent it: its fields are checked by `result`
         if "error" in data:
             self.errors.append(data["error"])
             return data
@@ -130,19 +129,19 @@ class StreamAccumulator:
     def result(self) -> EngineAnswer:
         """The stream assembled into one answer (what it carried so far, when it ended early). Raises
         `pydantic.ValidationError` naming the field when a chunk carried a malformed one."""
-        content = "".join(self._parts)
-        tools = [ToolCall.model_validate(self._tools[i]) for i in sorted(self._tools)]
-        message = AnswerMessage(content=content, tool_calls=tools or None)
-        choice = AnswerChoice(
-            message=message,
-            finish_reason=self._end.get("finish_reason"),
-            stop_reason=self._end.get("stop_reason"),
-            logprobs=ChoiceLogprobs(content=self._lps) if self._saw_lps else None,
-            token_ids=self._ids if self._saw_ids else None,
-        )
-        usage: Union[wire.UsageCounts, Usage, None] = self._usage
+        tools = [self._tools[i] for i in sorted(self._tools)]
+        choice: wire.AnswerChoice = {
+            "message": {"content": "".join(self._parts), **({"tool_calls": tools} if tools else {})},
+            "finish_reason": self._end.get("finish_reason"),
+            "stop_reason": self._end.get("stop_reason"),
+            "logprobs": {"content": self._lps} if self._saw_lps else None,
+            "token_ids": self._ids if self._saw_ids else None,
+        }
+        usage = self._usage
         if usage is None and self.prompt_ids is not None and self._saw_ids:  # counted from the ids
-            usage = Usage.of(len(self.prompt_ids), len(self._ids))
+            usage = {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self._ids),
+                     "total_tokens": len(self.prompt_ids) + len(self._ids)}  # fmt: skip
+        # one validation of the whole answer (in pydantic's core), not a model built per part in Python
         return EngineAnswer.model_validate(
             {**self.meta, "choices": [choice], "usage": usage, "prompt_token_ids": self.prompt_ids,
              "policy_version_spans": self._spans}
