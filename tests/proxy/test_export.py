@@ -104,5 +104,5 @@ def test_export_and_inspection_take_one_experiment_of_the_swarm(filled):
     assert "b0" in run("episodes", "list", "--experiment", "p/b").stdout
     assert "b0" not in run("episodes", "list").stdout  # the default experiment's own
     missing = run("export", "--experiment", "p/nope")
-    assert missing.returncode == 1 and "no experiment 'p/nope' (listed: p/b)" in missing.stderr
+    assert missing.returncode == 1 and "no experiment 'p/nope' (it has: ajet-swarm/default, p/b)" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1

@@ -57,7 +57,7 @@ def test_an_open_episodes_call_is_refused_on_the_stored_state_not_a_lagging_view
             client.start_engine()
             make_rolling(store, "http://127.0.0.1:9")  # an engine nobody answers at: the call fails there, not here
             _uuid, creds = client.begin_episode()
-            host = app.state.ajet.first
+            host = app.state.ajet.default
             host.experiment = replace(host.experiment, state=ExperimentState.WEIGHT_SYNCING)  # a view that lags
             call = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
             auth = {"Authorization": f"Bearer {creds.api_key}"}
@@ -72,7 +72,7 @@ def test_an_open_episodes_call_is_refused_on_the_stored_state_not_a_lagging_view
             store.close()
 
 
-def test_a_worker_that_has_not_seen_the_first_experiments_name_yet_finds_it_in_the_store(tmp_path):
+def test_a_worker_that_has_not_seen_the_default_experiments_name_yet_finds_it_in_the_store(tmp_path):
     """Two workers on one store: a client's sync through one names the swarm's default experiment; a control call for
     it through the other, whose view of the default experiment predates the sync, is served, not 404."""
     url = sqlite_url(tmp_path / "names.db")
@@ -82,7 +82,7 @@ def test_a_worker_that_has_not_seen_the_first_experiments_name_yet_finds_it_in_t
         with TestClient(second, base_url=URL) as http_b:
             syncing = SwarmClient(URL, http_client=http_a, verbose=False, max_retries=0)
             syncing.sync_train_config(job)
-            host = second.state.ajet.first
+            host = second.state.ajet.default
             host.experiment = replace(host.experiment, job=None)  # its view from before the sync
             other = SwarmClient(URL, http_client=http_b, verbose=False, max_retries=0, experiment="p/named")
             assert other.get_engine_status().state == ExperimentState.OFFLINE  # found, not ExperimentNotFound
