@@ -10,10 +10,12 @@ are not named here are kept (`extra="allow"`): they are the engine's and go on t
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from typing_extensions import NotRequired, TypedDict
+
+from ajet.chat_request import FieldProblem
 
 VersionSpans = list[tuple[int, int]]
 """Which policy version sampled which tokens of an answer: `[(offset, version), ...]`, offsets into its completion
@@ -27,8 +29,8 @@ class EngineModel(BaseModel):
 
 
 class TopLogprob(TypedDict):
-    """One of a token's most likely alternatives. (The per-token entries are typed dicts, not models: an answer has
-    one per token, and validating a dict costs the proxy about two thirds of a model's validation.)"""
+    """One of a token's most likely alternatives. (The per-token entries are typed dicts, not models, and only their
+    `logprob` is checked: an answer has one per token, `ChoiceLogprobs`.)"""
 
     token: NotRequired[str]
     logprob: float
@@ -42,14 +44,29 @@ class TokenLogprob(TopLogprob):
     top_logprobs: NotRequired[list[TopLogprob]]
 
 
-class ChoiceLogprobs(EngineModel):
-    """A choice's `logprobs`: one entry per completion token, in order."""
+def _logprob_entries(content: Optional[list[Any]]) -> Optional[list[Any]]:
+    """A choice's per-token entries with each `logprob` checked (what training reads); the rest of an entry (its
+    text, bytes, alternatives: what the client reads) is passed on unread. Validating each entry whole costs the
+    proxy most of an answer's validation (an entry per token)."""
+    if content is None:
+        return None
+    for i, item in enumerate(content):
+        if not isinstance(item, dict):
+            raise FieldProblem(str(i), "must be an object with a `logprob`")
+        value = item.get("logprob")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise FieldProblem(f"{i}.logprob", "must be a number")
+    return content
 
-    content: Optional[list[TokenLogprob]] = None
+
+class ChoiceLogprobs(EngineModel):
+    """A choice's `logprobs`: one entry per completion token, in order (each a `TokenLogprob`)."""
+
+    content: Annotated[Optional[list[Any]], AfterValidator(_logprob_entries)] = None
 
     def values(self) -> Optional[list[float]]:
         """Each completion token's log-probability, in order (None when the engine sent none)."""
-        return None if self.content is None else [item["logprob"] for item in self.content]
+        return None if self.content is None else [float(item["logprob"]) for item in self.content]
 
 
 class FunctionCall(EngineModel):
