@@ -135,7 +135,8 @@ def measure_rounds(proxies: dict[str, tuple[Proc, str]], stream: bool, args: arg
 
 
 def ratios(cpu: Cpu) -> dict[str, float]:
-    """Medians over the rounds: each API's CPU per call over chat's, and this tree's chat over the baseline's."""
+    """Medians over the rounds: each API's CPU per call over chat's, and this tree's chat over the baseline's (the
+    ratio of the medians, and the median of each round's ratio)."""
     med = {key: statistics.median(values) for key, values in cpu.items()}
     head_chat = med["head", "chat"]
     out = {f"{api}_over_chat": round(med["head", api] / head_chat, 3) for api in ("responses", "messages")}
@@ -147,6 +148,9 @@ def ratios(cpu: Cpu) -> dict[str, float]:
         for name in ("head", "variant"):
             if (name, "chat") in med:
                 out[f"{name}_chat_over_baseline_chat"] = round(med[name, "chat"] / med["baseline", "chat"], 3)
+                # each round's own ratio (both measured minutes apart), then their median: drift between rounds cancels
+                paired = [h / b for h, b in zip(cpu[name, "chat"], cpu["baseline", "chat"])]
+                out[f"{name}_chat_over_baseline_chat_paired"] = round(statistics.median(paired), 3)
     return out
 
 
