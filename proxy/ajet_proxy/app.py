@@ -98,10 +98,11 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.add_exception_handler(SwarmError, handle_swarm_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
+    # the data plane first: each request is matched against the routes in order, and an agent's calls are most of them
+    add_data_plane(app, proxy)
     app.include_router(control.router)
     app.include_router(experiments_api.router)
     app.include_router(rewards_api.router)
-    add_data_plane(app, proxy)
     # every experiment's pages (the tokenizer: each one's job's model)
     app.mount("/explore", explore_app(ProxyExperiments(proxy), None, config.swarm_token))
 
