@@ -68,6 +68,20 @@ def with_tools(chat: ChatBody, tools: Optional[list[ChatTool]], choice: Optional
     return chat
 
 
+def with_sampling(
+    chat: ChatBody, temperature: Optional[float], top_p: Optional[float], stream: Optional[bool]
+) -> ChatBody:
+    """`chat` with the settings another API's request carries over under chat's own names (absent or null: left
+    out)."""
+    if temperature is not None:
+        chat["temperature"] = temperature
+    if top_p is not None:
+        chat["top_p"] = top_p
+    if stream is not None:
+        chat["stream"] = stream
+    return chat
+
+
 def check_mapped_body(
     chat: ChatBody, limits: InputLimits, names: dict[str, str]
 ) -> tuple[ChatCompletionRequest, bytes]:

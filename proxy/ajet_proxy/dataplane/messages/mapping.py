@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Optional, Union
 
-from ajet_proxy.dataplane.mapping import bad_field, joined_text, set_extra, with_tools
+from ajet_proxy.dataplane.mapping import bad_field, joined_text, set_extra, with_sampling, with_tools
 from ajet_proxy.dataplane.messages.protocol import CountTokensRequest, InputMessage, MessagesRequest, Tool
 from ajet_proxy.dataplane.messages.types import ContentBlock, MessageJson, ToolUseBlock
 from ajet_proxy.dataplane.types import (
@@ -40,16 +40,10 @@ def chat_request(req: MessagesRequest) -> ChatBody:
     not supported."""
     if req.thinking is not None and req.thinking.get("type") not in (None, "disabled"):
         raise bad_field("thinking", "extended thinking is not supported by the policy model")
-    chat = conversation(req)
+    chat = with_sampling(conversation(req), req.temperature, req.top_p, req.stream)
     chat["max_tokens"] = req.max_tokens
-    if req.temperature is not None:
-        chat["temperature"] = req.temperature
-    if req.top_p is not None:
-        chat["top_p"] = req.top_p
     if req.top_k is not None:
         chat["top_k"] = req.top_k
-    if req.stream is not None:
-        chat["stream"] = req.stream
     if req.stop_sequences is not None:
         chat["stop"] = req.stop_sequences
     return chat

@@ -22,7 +22,7 @@ from typing import Any, Optional, Union
 
 import orjson
 
-from ajet_proxy.dataplane.mapping import bad_field, joined_text, set_extra, with_tools
+from ajet_proxy.dataplane.mapping import bad_field, joined_text, set_extra, with_sampling, with_tools
 from ajet_proxy.dataplane.responses.protocol import FunctionTool, ResponsesRequest
 from ajet_proxy.dataplane.responses.types import FunctionCallItem, MessageItem, OutputItem, OutputLogprob, ResponseJson
 from ajet_proxy.dataplane.types import (
@@ -82,14 +82,9 @@ def chat_request(req: ResponsesRequest, history: Conversation) -> tuple[ChatBody
 
 def _carry(chat: ChatBody, req: ResponsesRequest) -> None:
     """The Responses fields chat has too, under chat's names (absent or null: left out)."""
+    with_sampling(chat, req.temperature, req.top_p, req.stream)
     if req.max_output_tokens is not None:
         chat["max_tokens"] = req.max_output_tokens
-    if req.temperature is not None:
-        chat["temperature"] = req.temperature
-    if req.top_p is not None:
-        chat["top_p"] = req.top_p
-    if req.stream is not None:
-        chat["stream"] = req.stream
     if req.top_logprobs is not None:
         chat["top_logprobs"] = req.top_logprobs
 
