@@ -251,6 +251,22 @@ class ChatCompletionRequest(_Part):
             raise ValueError("tool_choice: is only allowed when tools are specified")
         return self
 
+    # The conversions a server makes of a request, as methods (vLLM's `to_sampling_params` style). Each is the module
+    # function of the same rule over this request's fields, which the embedded engine and the token history apply to
+    # raw bodies (a logged call read back) too: one rule, two ways in.
+
+    def template_tools(self) -> Optional[list[Any]]:
+        """The tools the chat template sees and the answer is parsed for calls with (`template_tools`)."""
+        return template_tools(self.__dict__)
+
+    def tokens_asked(self) -> Optional[int]:
+        """The answer length the client asked for (`max_tokens_asked`)."""
+        return max_tokens_asked(self.__dict__)
+
+    def cut_by_server(self, finish_reason: Optional[str], completion_tokens: int) -> bool:
+        """Whether an answer that ended by length was cut by the server's limit, not the client's (`cut_by_server`)."""
+        return cut_by_server(self.__dict__, finish_reason, completion_tokens)
+
 
 _MESSAGES = TypeAdapter(Annotated[list[ChatMessage], Field(min_length=1)])
 

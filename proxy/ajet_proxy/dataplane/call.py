@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from starlette.requests import Request
 
-from ajet.chat_request import ChatCompletionRequest, cut_by_server, prompt_over_job
+from ajet.chat_request import ChatCompletionRequest, prompt_over_job
 from ajet.engine_answer import EngineAnswer
 from ajet.errors import ContextLengthExceeded
 from ajet.job import AgentJetJob
@@ -105,7 +105,7 @@ class InFlightCall:
             token_history=prompt.label if prompt is not None else None,
             parent_seq=extends.parent.seq if extends is not None else None,
             response_id=self.shape.response_id,
-            truncated=error is None and cut_by_server(self.body, choice.finish_reason, len(choice.token_ids or ())),
+            truncated=error is None and self.validated.cut_by_server(choice.finish_reason, len(choice.token_ids or ())),
             client_gone=gone,
             version_spans=answer.policy_version_spans,
         )

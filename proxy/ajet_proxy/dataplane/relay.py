@@ -2,7 +2,7 @@
 
 What answers [DONE] is held until the call is committed. A stream that ends early (the client left, the engine
 broke off) is logged as such, without waiting, since nobody is there to answer. An answer the server's limit cut
-(`ajet.chat_request.cut_by_server`) reaches the client as a finished turn.
+(`ChatCompletionRequest.cut_by_server`) reaches the client as a finished turn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import aiohttp
 import orjson
 from pydantic import ValidationError
 
-from ajet.chat_request import cut_by_server
 from ajet.engine_answer import EngineAnswer
 from ajet.errors import StoreError
 from ajet.protocol import ErrorCode
@@ -144,7 +143,7 @@ def as_finished(data: AnswerJson) -> AnswerJson:
 def _cut_by_server(call: InFlightCall, data: AnswerJson, completion_tokens: int) -> bool:
     """Whether a stream event ends the answer by the server's limit (then rewritten as a finished turn, in place)."""
     finish = next((ch.get("finish_reason") for ch in data.get("choices") or () if isinstance(ch, dict)), None)
-    if not cut_by_server(call.body, finish, completion_tokens):
+    if not call.validated.cut_by_server(finish, completion_tokens):
         return False
     as_finished(data)
     return True

@@ -7,7 +7,6 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable, InvalidRequest
 from ajet_proxy.api_docs import ANTHROPIC_ERRORS, answer, request_body
 from ajet_proxy.dataplane.mapping import check_mapped_body, parse_json_object
@@ -61,10 +60,10 @@ async def count_tokens(request: Request) -> Response:
     body = parse_json_object(er.raw)
     body.pop("stream", None)
     chat = mapping.conversation(count_request(body))
-    check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
+    validated, _logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
     engine = er.path.proxy.host_of(er.ep).router.pick(er.ep.engine)
     try:
-        tokens = await er.path.prompts.tokenize(engine, {"messages": chat["messages"]}, template_tools(chat))
+        tokens = await er.path.prompts.tokenize(engine, {"messages": chat["messages"]}, validated.template_tools())
     except TokenizeFailed as exc:
         if exc.answer_status == 400:  # the template refused the conversation (roles out of order): the request's fault
             why = f"the policy's chat template refused them ({exc.detail})"
