@@ -59,19 +59,27 @@ class CallGate:
                 self.waiting.remove(place)
             raise
 
-    def admit_waiting(self, cap: Optional[int]) -> None:
-        """Let waiting calls in while there is room under `cap` (a share raised when another proxy left)."""
-        while self.waiting and (cap is None or self.running < cap):
+    def _next_waiting(self) -> Optional[asyncio.Future[None]]:
+        """The first call still waiting, taken off the queue (those whose client left are dropped); None if none."""
+        while self.waiting:
             place = self.waiting.popleft()
             if not place.done():
-                self.running += 1
-                place.set_result(None)
+                return place
+        return None
+
+    def admit_waiting(self, cap: Optional[int]) -> None:
+        """Let waiting calls in while there is room under `cap` (a share raised when another proxy left)."""
+        while cap is None or self.running < cap:
+            place = self._next_waiting()
+            if place is None:
+                return
+            self.running += 1
+            place.set_result(None)
 
     def leave(self, cap: Optional[int]) -> None:
         """A call let in is over: its place goes to the first call still waiting, unless the cap is now lower."""
-        while self.waiting and (cap is None or self.running <= cap):
-            place = self.waiting.popleft()
-            if not place.done():
-                place.set_result(None)
-                return
-        self.running -= 1
+        place = self._next_waiting() if cap is None or self.running <= cap else None
+        if place is None:
+            self.running -= 1
+        else:
+            place.set_result(None)
