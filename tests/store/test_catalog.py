@@ -169,7 +169,8 @@ def test_the_catalog_lists_what_is_not_taken_up_and_opens_each_store_beside_the_
     first = Store(first_url)
     catalog = Catalog(first)
     a, b = catalog.add("p/a"), catalog.add("p/b")
-    assert catalog.add("p/a").url == a.url  # listed once, the same store
+    with catalog.add("p/a") as a_again:
+        assert a_again.url == a.url  # listed once, the same store
     slugs = [e.slug for e in catalog.entries()]
     assert slugs == ["default", experiment_slug("p/a"), experiment_slug("p/b")]  # the default first, by its slug
     assert [e.name for e in catalog.entries()] == ["default", "p/a", "p/b"]  # named `default` before a job
