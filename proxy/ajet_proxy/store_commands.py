@@ -17,16 +17,11 @@ def _store(args: argparse.Namespace) -> Store:
     from ajet.errors import ExperimentNotFound
     from ajet_store import Catalog
 
-    catalog = Catalog(Store(args.db))
     name = getattr(args, "experiment", None) or None
-    slug = catalog.slug_of(name)
-    if slug is None:
-        listed = ", ".join(e.name for e in catalog.entries())
-        catalog.first.close()
+    store, entries = Catalog(Store(args.db)).take_named(name)
+    if store is None:
+        listed = ", ".join(e.name for e in entries)
         raise ExperimentNotFound(f"this swarm has no experiment {name!r} (it has: {listed})")
-    store = catalog.open(slug)
-    if store is not catalog.first:  # another experiment's: the first store was only read for its list
-        catalog.first.close()
     return store
 
 

@@ -78,9 +78,18 @@ class Catalog:
     def slug_of(self, name: Optional[str]) -> Optional[str]:
         """The slug of the experiment called `name` (`placement.slug_for`); None for a name the swarm does not
         have."""
+        return _slug_among(name, self.entries())
+
+    def take_named(self, name: Optional[str]) -> tuple[Optional[Store], list[ExperimentEntry]]:
+        """For a command that works on one experiment: the store of the one called `name` (None: the swarm has no
+        such experiment), and every experiment (the default first, for the command's messages). The first store is
+        closed unless it is the one returned."""
         entries = self.entries()
-        slug = slug_for(name, entries[0].name)
-        return slug if any(e.slug == slug for e in entries) else None
+        slug = _slug_among(name, entries)
+        store = self.open(slug) if slug is not None else None
+        if store is not self.first:
+            self.first.close()
+        return store, entries
 
     def open(self, slug: str) -> Store:
         """Experiment `slug`'s store: the first store's own handle for the default, else a new handle on the store
@@ -94,6 +103,12 @@ class Catalog:
         entry = self.first.add_experiment(name)
         prepare_experiment_store(self.first.url, entry.slug)
         return self.open(entry.slug)
+
+
+def _slug_among(name: Optional[str], entries: list[ExperimentEntry]) -> Optional[str]:
+    """The slug of the experiment called `name` among `entries` (the default's first), or None."""
+    slug = slug_for(name, entries[0].name)
+    return slug if any(e.slug == slug for e in entries) else None
 
 
 def experiment_store(first: Store, name: str) -> Store:

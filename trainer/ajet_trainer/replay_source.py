@@ -21,18 +21,14 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
     for a source the swarm does not list; `ConfigError` for a job that names its own experiment."""
     source_spec = job.replay
     assert source_spec is not None, "open_replay of a job without replay"
-    catalog = Catalog(Store(opts.db_url, file_mode=opts.db_mode))
-    name = source_spec.experiment or catalog.default_entry().name
-    slug = catalog.slug_of(name)
-    if name == experiment_of(job) or slug is None:
-        listed = ", ".join(e.name for e in catalog.entries())
-        catalog.first.close()
-        if slug is None:
-            raise ExperimentNotFound(f"no experiment {name!r} to replay (the swarm has: {listed})")
+    source, entries = Catalog(Store(opts.db_url, file_mode=opts.db_mode)).take_named(source_spec.experiment)
+    name = source_spec.experiment or entries[0].name
+    if source is None:
+        listed = ", ".join(e.name for e in entries)
+        raise ExperimentNotFound(f"no experiment {name!r} to replay (the swarm has: {listed})")
+    if name == experiment_of(job):
+        source.close()
         raise ConfigError(f"a replay job trains on another experiment's episodes, not its own ({name!r})")
-    source = catalog.open(slug)
-    if source is not catalog.first:  # another experiment's: the first store was only read for its list
-        catalog.first.close()
     return ReplayImport(
         source, target, name, source_spec.selection, source_spec.reward_version, source_spec.mission,
         pick=PICKS[source_spec.train], min_reward=source_spec.min_reward, margin=source_spec.margin,
