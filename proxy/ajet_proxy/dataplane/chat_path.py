@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from dataclasses import replace
-from typing import Optional, cast
+from typing import Optional
 
 import aiohttp
 import orjson
@@ -40,8 +40,7 @@ from ajet_proxy.dataplane.engine_client import EngineClient, NoEngineReachable, 
 from ajet_proxy.dataplane.relay import as_finished, relay
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
-from ajet_proxy.dataplane.tokens import parse_answer
-from ajet_proxy.dataplane.types import AnswerJson
+from ajet_proxy.dataplane.tokens import answer_json, parse_answer
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
@@ -299,7 +298,7 @@ class ChatPath:
         before the client is answered through the call's shape."""
         data, host = sent.answer, self.proxy.host_of(call.ep)
         assert isinstance(data, bytes)
-        parsed = _json_object(data)
+        parsed = answer_json(data)
         answer, malformed = parse_answer(parsed) if sent.status == 200 and parsed is not None else (None, None)
         refusal = None
         if answer is not None and parsed is not None:
@@ -348,13 +347,3 @@ def chat_path(request: Request) -> ChatPath:
     """The chat path of the app serving `request` (made once, with the app)."""
     path: ChatPath = request.app.state.chat_path
     return path
-
-
-def _json_object(data: bytes) -> Optional[AnswerJson]:
-    """An engine's answer as the JSON object it is (read through, trimmed in place; its fields are checked by
-    `parse_answer`); None when it is not one (an error page)."""
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return cast(AnswerJson, parsed) if isinstance(parsed, dict) else None

@@ -33,6 +33,16 @@ def malformed(exc: ValidationError, what: str) -> str:
     return f"the engine's {what} is malformed: {invalid_request(exc).detail}"
 
 
+def answer_json(data: bytes) -> Optional[wire.AnswerJson]:
+    """An engine's answer (or one stream event) as the JSON object it is, read through and passed on (its fields are
+    checked by `parse_answer` or `StreamAccumulator.result`); None when it is not one (an error page, `[DONE]`)."""
+    try:
+        parsed: wire.AnswerJson = orjson.loads(data)  # no `cast` call: this runs once per stream event
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
 def parse_answer(data: wire.AnswerJson) -> tuple[Optional[EngineAnswer], Optional[str]]:
     """A plain answer's `EngineAnswer`; else None and what is wrong with it, naming the field (`malformed`)."""
     try:
@@ -73,11 +83,8 @@ class StreamAccumulator:
         if payload == DONE:
             self.done = True
             return None
-        try:
-            data: wire.AnswerJson = orjson.loads(payload)  # as the engine sent it: its fields are checked by `result`
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(data, dict):
+        data = answer_json(payload)
+        if data is None:
             return None
         if "error" in data:
             self.errors.append(data["error"])
