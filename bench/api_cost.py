@@ -11,8 +11,14 @@ tree's chat over the baseline's, and each API's over chat's. Rows are appended t
 `--variant OPTIONS` adds a third proxy from this tree started with those options (say, the garbage collector's
 threshold at Python's default), compared on chat calls, to tell one change's share from the rest.
 
+`--meter instructions` counts the instructions each proxy runs per call instead of its CPU seconds (under
+valgrind's callgrind, `bench/callgrind.py`): a figure that moves by about a percent between runs where CPU seconds
+on a shared VM move by a tenth. Each proxy's idle rate (its timers: a beat, the sweeps; read over 10 s with no
+calls) is taken off each run's count in proportion to the run's seconds, since a proxy under callgrind runs ten
+times slower and its timers would otherwise count ten times over; the raw count stays in the row.
+
 Usage: python -m bench.api_cost [--requests 2000] [--concurrency 32] [--rounds 3] [--baseline 78a54de]
-       [--variant=--gc-young-threshold=700]
+       [--variant=--gc-young-threshold=700] [--meter instructions]
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import httpx
 
@@ -35,7 +42,8 @@ from ajet import SwarmClient
 from ajet.types import ExperimentState
 from ajet_store import sqlite_url
 from bench import proxy_overhead
-from bench.proxy_overhead import measure
+from bench.callgrind import Callgrind
+from bench.proxy_overhead import CPU, Meter, measure
 from bench.results import Results
 from tests.support.procs import Proc, free_port, offline_env, start_stub
 from tests.support.rolling import wait_state
@@ -59,14 +67,20 @@ BODIES = {
 }
 
 
-def start_proxy_from(tmp: Path, tree: Path, name: str, extra: Sequence[str] = ()) -> tuple[Proc, str]:
-    """`ajet-proxy start` (`extra`: more of its options) run from the packages of `tree` (this checkout, or a
-    baseline worktree); with the URL of its store."""
+def start_proxy_from(
+    tmp: Path, tree: Path, name: str, extra: Sequence[str] = (), prefix: Sequence[str] = ()
+) -> tuple[Proc, str]:
+    """`ajet-proxy start` (`extra`: more of its options; `prefix`: a command to run it under) run from the packages
+    of `tree` (this checkout, or a baseline worktree); with the URL of its store."""
     db = sqlite_url(tmp / f"{name}.db")
     port = free_port()
-    env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
+    env = offline_env(
+        PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")),
+        PYTHONHASHSEED="0",  # the same string hashes, so the same dict probes, in every proxy and every run
+    )
     px = Proc(
-        [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db, "--log-level", "warning"]
+        [*prefix, sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", db]
+        + ["--log-level", "warning"]
         + list(extra),
         f"http://127.0.0.1:{port}",
         "/health",
@@ -91,16 +105,57 @@ def roll(px: Proc, tree: Path, db: str, backend: str) -> None:
     wait_state(client, ExperimentState.ROLLING)
 
 
-def run(px: Proc, api: str, stream: bool, conc: int, n: int, name: str) -> dict:
+LESS_IDLE = "proxy_instructions_per_call_less_idle"
+"""The row field of `--meter instructions`: the count per call less the proxy's idle rate over the run's seconds."""
+
+
+IDLE_S = 10.0
+"""Seconds with no calls over which a proxy's idle instruction rate is read."""
+
+
+@dataclass
+class Metering:
+    """How this run meters the proxies."""
+
+    meter: Meter
+    """What each run reads off a proxy's process (CPU seconds or instructions)."""
+    field: str
+    """The row field the ratios are taken of."""
+    unit: str
+    """The field's unit, as the ratios row names it (`ms`, `instructions`)."""
+    idle: dict[str, float]
+    """Each proxy's instructions per second with no calls; empty for CPU, where the timers' share of a run is the
+    same for any proxy run at full speed."""
+
+
+def start_metering(cg: Optional[Callgrind], proxies: dict[str, tuple[Proc, str]], out: Results) -> Metering:
+    """CPU seconds without callgrind; with it, counting turned on in each proxy and each one's idle rate read."""
+    if cg is None:
+        return Metering(CPU, CPU.key, "ms", {})
+    idle = {}
+    for name, (px, _db) in proxies.items():
+        cg.start(px.pid, name)
+        before = cg.read(px.pid)
+        time.sleep(IDLE_S)
+        idle[name] = (cg.read(px.pid) - before) / IDLE_S
+        out.emit({"figure": "idle_instructions_per_s", "proxy": name, "instructions_per_s": round(idle[name])})
+    return Metering(Meter("proxy_instructions_per_call", cg.read), LESS_IDLE, "instructions", idle)
+
+
+def run(px: Proc, api: str, stream: bool, args: argparse.Namespace, name: str, metering: Metering) -> dict:
     """One run: 64 new episodes (each run starts from empty histories) called `n` times, then ended, as a client
     ends its episodes (a proxy holds an open episode's turns until it ends; runs left open would pile up)."""
     client = SwarmClient(px.url)
     episodes = [client.begin_episode(discard_episode_timeout=3600) for _ in range(64)]
     route, body = BODIES[api]
     proxy_overhead.BODY = body  # `load` sends this body
-    row = measure(name, px.url + route, [key.api_key for _uuid, key in episodes], px.pid, stream, conc, n)
+    keys = [key.api_key for _uuid, key in episodes]
+    meter = metering.meter
+    row = measure(name, px.url + route, keys, px.pid, stream, args.concurrency, args.requests, meter)
     for uuid, _key in episodes:
         client.abort_episode(uuid)
+    if name in metering.idle:
+        row[LESS_IDLE] = round(row[meter.key] - metering.idle[name] * row["seconds"] / args.requests)
     return {**row, "api": api}
 
 
@@ -117,10 +172,12 @@ def pin(proxies: list[int], others: list[int]) -> None:
 
 
 Cpu = dict[tuple[str, str], list[float]]
-"""CPU ms per call of each (proxy, API), one per round."""
+"""CPU ms (or instructions) per call of each (proxy, API), one per round."""
 
 
-def measure_rounds(proxies: dict[str, tuple[Proc, str]], stream: bool, args: argparse.Namespace, out: Results) -> Cpu:
+def measure_rounds(
+    proxies: dict[str, tuple[Proc, str]], stream: bool, args: argparse.Namespace, metering: Metering, out: Results
+) -> Cpu:
     """`args.rounds` rounds of every (proxy, API), the proxies taking turns within a round (the others' chat first,
     this tree's last): one proxy measured on a busier moment of the machine than another shows in one round, not
     in all."""
@@ -128,22 +185,22 @@ def measure_rounds(proxies: dict[str, tuple[Proc, str]], stream: bool, args: arg
     for _ in range(args.rounds):
         for name, (px, _db) in reversed(proxies.items()):
             for api in ("chat", "responses", "messages") if name == "head" else ("chat",):
-                row = run(px, api, stream, args.concurrency, args.requests, name)
-                cpu.setdefault((name, api), []).append(row["proxy_cpu_ms_per_call"])
+                row = run(px, api, stream, args, name, metering)
+                cpu.setdefault((name, api), []).append(row[metering.field])
                 out.emit(row)
     return cpu
 
 
-def ratios(cpu: Cpu) -> dict[str, float]:
+def ratios(cpu: Cpu, unit: str) -> dict[str, float]:
     """Medians over the rounds: each API's CPU per call over chat's, and this tree's chat over the baseline's (the
     ratio of the medians, and the median of each round's ratio)."""
     med = {key: statistics.median(values) for key, values in cpu.items()}
     head_chat = med["head", "chat"]
     out = {f"{api}_over_chat": round(med["head", api] / head_chat, 3) for api in ("responses", "messages")}
-    out["head_chat_ms"] = round(head_chat, 3)
+    out[f"head_chat_{unit}"] = round(head_chat, 3)
     for other in ("variant", "baseline"):
         if (other, "chat") in med:
-            out[f"{other}_chat_ms"] = round(med[other, "chat"], 3)
+            out[f"{other}_chat_{unit}"] = round(med[other, "chat"], 3)
     if ("baseline", "chat") in med:
         for name in ("head", "variant"):
             if (name, "chat") in med:
@@ -165,8 +222,10 @@ def main() -> None:
         default=None,
         help="options of a third proxy from this tree, compared on chat calls: '--gc-young-threshold=700'",
     )
+    ap.add_argument("--meter", choices=("cpu", "instructions"), default="cpu", help="what a call costs the proxy")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ajet-api-cost-"))
+    cg = Callgrind(tmp) if args.meter == "instructions" else None
     stub = start_stub(tmp)
     trees = {"head": REPO}
     if args.baseline:
@@ -180,16 +239,21 @@ def main() -> None:
     extra = {"variant": args.variant.split()} if args.variant else {}
     if args.variant:
         trees["variant"] = REPO
-    proxies = {name: start_proxy_from(tmp, tree, name, extra.get(name, ())) for name, tree in trees.items()}
+    proxies = {
+        name: start_proxy_from(tmp, tree, name, extra.get(name, ()), cg.prefix(name) if cg else ())
+        for name, tree in trees.items()
+    }
     pin([px.pid for px, _db in proxies.values()], [stub.pid, os.getpid()])
     results = Results("api_cost")
     try:
         for name, (px, db) in proxies.items():
             roll(px, trees[name], db, stub.url)
         time.sleep(1.0)
+        metering = start_metering(cg, proxies, results)
         for stream in (False, True):
-            cpu = measure_rounds(proxies, stream, args, results)
-            figure = {"figure": "cpu_ratios", "stream": stream, **ratios(cpu), "baseline": args.baseline}
+            cpu = measure_rounds(proxies, stream, args, metering, results)
+            figure = {"figure": f"{args.meter}_ratios", "stream": stream, **ratios(cpu, metering.unit)}
+            figure["baseline"] = args.baseline
             results.emit({**figure, "variant": args.variant} if args.variant else figure)
     finally:
         for px, _db in proxies.values():

@@ -19,8 +19,9 @@ import asyncio
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import aiohttp
 import psutil
@@ -95,23 +96,40 @@ def cpu_seconds(pid: Optional[int]) -> float:
     return total
 
 
+@dataclass(frozen=True)
+class Meter:
+    """What a run reads off the proxy's process before and after its calls, and the row field it fills."""
+
+    key: str
+    """The row's field: the reading per call, in the field's unit."""
+    read: Callable[[Optional[int]], float]
+    """A cumulative reading of process `pid` (CPU seconds, instructions): after minus before is the run's."""
+    scale: float = 1.0
+    """The factor from the reading to the field's unit (1000 from CPU seconds to ms)."""
+
+
+CPU = Meter("proxy_cpu_ms_per_call", cpu_seconds, 1000.0)
+"""The proxy's CPU ms per call (its workers included)."""
+
+
 def measure(
-    path: str, url: str, keys: list[str], pid: Optional[int], stream: bool, concurrency: int, n: int
+    path: str, url: str, keys: list[str], pid: Optional[int], stream: bool, concurrency: int, n: int, meter: Meter = CPU
 ) -> dict[str, Any]:
     asyncio.run(load(url, keys, stream, concurrency, min(200, n)))  # warm-up
-    c0 = cpu_seconds(pid)
+    c0 = meter.read(pid)
     secs, lat = asyncio.run(load(url, keys, stream, concurrency, n))
-    c1 = cpu_seconds(pid)
+    c1 = meter.read(pid)
     lat.sort()
     return {
         "path": path,
         "stream": stream,
         "concurrency": concurrency,
         "requests": n,
+        "seconds": round(secs, 3),
         "req_s": round(n / secs, 1),
         "p50_ms": round(statistics.median(lat), 2),
         "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 2),
-        "proxy_cpu_ms_per_call": None if pid is None else round((c1 - c0) * 1000.0 / n, 3),
+        meter.key: None if pid is None else round((c1 - c0) * meter.scale / n, 3),
     }
 
 
