@@ -1,5 +1,5 @@
-"""The Responses API mapping, side by side in one run: the proxy's own
-(`ajet_proxy.dataplane.responses.mapping`) against LiteLLM's Responses<->chat transformation, for the request
+"""The Responses API mapping, side by side in one run: the proxy's own (`ResponsesRequest.to_chat`,
+`ajet_proxy.dataplane.responses.shape`) against LiteLLM's Responses<->chat transformation, for the request
 and for the answer of one agent turn (a tool call's output fed back). One JSON line per (method, direction):
 microseconds per call; then the ratio.
 
@@ -16,7 +16,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from ajet_proxy.dataplane.responses import mapping as responses_api
 from ajet_proxy.dataplane.responses.protocol import ResponsesRequest, validate_responses
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
 from bench.results import emit
@@ -76,7 +75,7 @@ def main() -> None:
         return ResponsesShape(req, "resp_1")
 
     figures = {
-        ("ajet", "request"): lambda: responses_api.chat_request(validate_responses(body), []),
+        ("ajet", "request"): lambda: validate_responses(body).to_chat([]),
         ("litellm", "request"): lambda: Lite.transform_responses_api_request_to_chat_completion_request(
             model="openai/policy", input=INPUT, responses_api_request=REQUEST, custom_llm_provider="openai"
         ),

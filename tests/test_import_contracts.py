@@ -175,11 +175,11 @@ CHOOSERS = {
 
 
 def test_the_crossing_finder_finds_a_crossing():
-    GRAPH["ajet_proxy.dataplane.chat.router"].add("ajet_proxy.dataplane.messages.mapping")
+    GRAPH["ajet_proxy.dataplane.chat.router"].add("ajet_proxy.dataplane.messages.answer")
     try:
         assert _crossings(list(API_FOLDERS), list(API_FOLDERS))
     finally:
-        GRAPH["ajet_proxy.dataplane.chat.router"].discard("ajet_proxy.dataplane.messages.mapping")
+        GRAPH["ajet_proxy.dataplane.chat.router"].discard("ajet_proxy.dataplane.messages.answer")
 
 
 def test_only_the_store_writes_sql():

@@ -1,8 +1,10 @@
 """The data plane: every API an agent speaks, on the one chat path, in the layout of vLLM's OpenAI server.
 
 - `chat/`, `responses/`, `messages/`: one folder per API (OpenAI chat completions and models, OpenAI Responses,
-  Anthropic Messages), each with its routes (`router.py`), its request mapping (`protocol.py`) and its answers,
-  plain and streamed, in its own error shape (`shape.py`). No API folder imports another.
+  Anthropic Messages), each with its routes (`router.py`), its wire models with the request's conversion to chat
+  as methods (`protocol.py`: `to_chat`, reading the JSON parts the model keeps as sent in `items.py` or
+  `blocks.py`), and its answers, plain and streamed, in its own error shape (`answer.py`, `shape.py`). No API
+  folder imports another.
 - `request.py`: the one preamble of every route (the episode key, then the body), a FastAPI dependency.
 - `chat_path.py`: the one chat path every call takes (numbering, the engine and failover, logging, commit, answer);
   `call.py` the state of one call on it, `relay.py` a streamed answer, `token_prompt.py` its token prompt.

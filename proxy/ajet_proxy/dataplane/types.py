@@ -142,7 +142,7 @@ class KvTransfer(TypedDict):
 
 class ChatBody(TypedDict, total=False):
     """A chat-completions body: a client's (validated by `ChatCompletionRequest`, its other fields passed on as
-    sent), or the one another API's request became (`responses/mapping.py`, `messages/mapping.py`)."""
+    sent), or the one another API's request became (`ResponsesRequest.to_chat`, `MessagesRequest.to_chat`)."""
 
     model: str
     """The name the client gave (the engine's own model is put in as it is sent, `engine_body`)."""

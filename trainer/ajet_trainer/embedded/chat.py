@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import orjson
 
-from ajet.chat_request import content_text, max_tokens_asked, prompt_over_job, template_tools
+from ajet.chat_request import ChatCompletionRequest, content_text, prompt_over_job, template_tools
 from ajet.engine_answer import AnswerChoice, AnswerMessage, EngineAnswer, Usage
 from ajet.errors import ContextLengthExceeded, InvalidRequest
 from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
@@ -110,33 +110,31 @@ def check_engine_support(body: dict[str, Any]) -> None:
 
 
 def gen_request(
-    body: dict[str, Any],
+    request: ChatCompletionRequest,
     prompt: list[int],
     default_temperature: float,
     max_tokens_cap: int,
     max_context: Optional[int] = None,
 ) -> GenRequest:
-    """Sampling settings of a chat request whose fields passed `ajet.chat_request.validate_chat`.
+    """Sampling settings of a validated chat request (vLLM's `to_sampling_params`; the engine's types live here).
 
     The answer may be as long as the client's `max_tokens`, the job's per-turn cap and the room the model's context
     leaves, whichever is least: a larger `max_tokens` is cut to the server's limits, as vLLM cuts it (an agent
     framework's default, e.g. Claude Code's 32,000, would otherwise be refused). An answer cut by them ends with
     finish reason `length`; the proxy tells it from a limit the client set by its length."""
-    asked = max_tokens_asked(body)
+    asked = request.tokens_asked()
     room = max_tokens_cap if max_context is None else min(max_tokens_cap, max_context - len(prompt))
-    stop = body.get("stop") or []
-    temperature = body.get("temperature")
-    temperature = default_temperature if temperature is None else float(temperature)
-    top_p = body.get("top_p")
+    stop = request.stop or []
+    temperature = default_temperature if request.temperature is None else request.temperature
     return GenRequest(
         prompt_ids=prompt,
         max_tokens=room if asked is None else min(asked, room),
         temperature=0.0 if temperature < GREEDY_BELOW else temperature,
-        top_p=1.0 if top_p is None else float(top_p),
-        seed=body.get("seed"),
+        top_p=1.0 if request.top_p is None else request.top_p,
+        seed=request.seed,
         stop=[stop] if isinstance(stop, str) else list(stop),
-        top_logprobs=int(body.get("top_logprobs") or 0),
-        min_tokens=int(body.get("min_tokens") or 0),
+        top_logprobs=request.top_logprobs or 0,
+        min_tokens=request.min_tokens or 0,
     )
 
 

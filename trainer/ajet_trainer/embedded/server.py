@@ -187,13 +187,13 @@ class EmbeddedEngine:
         return self.tokenizer.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
 
     def _chat_request(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[int], GenRequest]:
-        validate_chat(body)
+        request = validate_chat(body)
         check_engine_support(body)
         spec = grammar_spec(body)
         adapter = requested_adapter(self.model, self.model_name, body.get("model"))
         temperature, max_prompt = self.limits.get(adapter, (self.default_temperature, self.max_prompt_tokens))
         prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, max_prompt)
-        req = gen_request(body, prompt, temperature, self.max_tokens_cap, self.max_context)
+        req = gen_request(request, prompt, temperature, self.max_tokens_cap, self.max_context)
         req.adapter = adapter
         if spec is not None:
             req.constraint = self._grammars(spec).constraint(spec)

@@ -1,7 +1,12 @@
 """Anthropic's Messages API's wire (`POST /v1/messages`, `/v1/messages/count_tokens`): requests and answers, typed
-models that validate and describe themselves (`ajet_proxy.api_docs`). Types are checked here, strictly; what the
-policy cannot do (server tools, images, documents, extended thinking) is refused by `mapping.chat_request`, naming
-the field. Errors are Anthropic's error objects."""
+models that validate and describe themselves (`ajet_proxy.api_docs`). Types are checked here, strictly.
+
+Agents built on the anthropic SDK (and coding agents that speak it) train like any other: the request becomes one
+chat call to the policy (`MessagesRequest.to_chat`), logged with token ids and logprobs; what the policy cannot do
+(server tools, images, documents, extended thinking) is refused there, naming the field. The chat answer is written
+back as an Anthropic message (`answer.py`): plain, or streamed as Anthropic's events while the tokens arrive
+(`shape.py`). Tool calls keep their chat ids, so a `tool_result` finds its `tool_use`. Errors are Anthropic's error
+objects."""
 
 from __future__ import annotations
 
@@ -10,7 +15,15 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ajet.chat_request import MaxTokens, Temperature, TopP, invalid_request
+from ajet_proxy.dataplane.mapping import bad_field, set_extra, with_sampling, with_tools
+from ajet_proxy.dataplane.messages.blocks import assistant_turn, chat_tool_choice, system_messages, user_turn
 from ajet_proxy.dataplane.messages.types import ContentBlock, MessagesUsage
+from ajet_proxy.dataplane.types import ChatBody, ChatMessage, ChatTool, FunctionSpec
+
+FIELD_NAMES = {"stop": "stop_sequences", "tools": "tools", "messages": "messages"}
+"""A chat field a Messages request became -> the Messages field a client would fix."""
+
+_UNSUPPORTED = {"container": "code-execution containers", "mcp_servers": "remote MCP servers"}
 
 
 class _Wire(BaseModel):
@@ -27,6 +40,15 @@ class InputMessage(_Wire):
     content: Union[str, list[dict[str, object]]]
     """Text, or content blocks: `text`, `tool_use` (assistant), `tool_result` (user)."""
 
+    def to_chat(self, i: int) -> list[ChatMessage]:
+        """This message, `messages[i]`, as chat messages (a user turn's tool results are tool messages)."""
+        where = f"messages.{i}"
+        if self.role not in ("user", "assistant"):
+            raise bad_field(f"{where}.role", "each message needs a role, user or assistant")
+        if isinstance(self.content, str):
+            return [{"role": self.role, "content": self.content}]
+        return assistant_turn(self.content, where) if self.role == "assistant" else user_turn(self.content, where)
+
 
 class Tool(_Wire):
     """A client tool the model may call (server tools are refused, naming the tool)."""
@@ -39,6 +61,20 @@ class Tool(_Wire):
     """What it does."""
     input_schema: Optional[dict[str, object]] = None
     """Its input's JSON schema."""
+
+    def to_chat(self, i: int) -> ChatTool:
+        """This tool, `tools[i]`, in chat's shape; Anthropic's server tools are refused."""
+        if self.type not in (None, "custom"):
+            raise bad_field(
+                f"tools.{i}.type",
+                f"server tool {self.type!r} is not supported: only client tools (name, description, input_schema)",
+            )
+        if self.name is None:
+            raise bad_field(f"tools.{i}.name", "required, a string")
+        fn: FunctionSpec = {"name": self.name, "parameters": self.input_schema or {"type": "object"}}
+        if self.description is not None:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
 
 
 class CountTokensRequest(_Wire):
@@ -54,6 +90,17 @@ class CountTokensRequest(_Wire):
     """Client tools (their definitions count too)."""
     tool_choice: Optional[dict[str, object]] = None
     """`{"type": "auto" | "any" | "tool" | "none", ...}`."""
+
+    def conversation(self) -> ChatBody:
+        """What the policy sees, as chat: the model name, the system prompt and messages, the tools and tool choice
+        (what a count counts, and what a Messages call sends before its sampling settings)."""
+        for field, what in _UNSUPPORTED.items():
+            if set_extra(self, field):
+                raise bad_field(field, f"{what} are not supported by the AgentJet proxy")
+        messages = system_messages(self.system) + [c for i, m in enumerate(self.messages) for c in m.to_chat(i)]
+        chat: ChatBody = {"model": "policy" if self.model is None else self.model, "messages": messages}
+        tools = None if self.tools is None else [tool.to_chat(i) for i, tool in enumerate(self.tools)]
+        return with_tools(chat, tools, None if self.tool_choice is None else chat_tool_choice(self.tool_choice))
 
 
 class MessagesRequest(CountTokensRequest):
@@ -75,6 +122,19 @@ class MessagesRequest(CountTokensRequest):
     """Extended thinking settings (refused unless disabled: the policy has none)."""
     metadata: Optional[dict[str, object]] = None
     """Anthropic's request metadata."""
+
+    def to_chat(self) -> ChatBody:
+        """The chat body this request makes; `InvalidRequest` naming the field for what is malformed or not
+        supported."""
+        if self.thinking is not None and self.thinking.get("type") not in (None, "disabled"):
+            raise bad_field("thinking", "extended thinking is not supported by the policy model")
+        chat = with_sampling(self.conversation(), self.temperature, self.top_p, self.stream)
+        chat["max_tokens"] = self.max_tokens
+        if self.top_k is not None:
+            chat["top_k"] = self.top_k
+        if self.stop_sequences is not None:
+            chat["stop"] = self.stop_sequences
+        return chat
 
 
 def messages_request(body: object) -> MessagesRequest:

@@ -10,8 +10,9 @@ from starlette.responses import Response
 from ajet.errors import EngineUnavailable, InvalidRequest
 from ajet_proxy.api_docs import ANTHROPIC_ERRORS, answer, request_body
 from ajet_proxy.dataplane.mapping import check_mapped_body, parse_json_object
-from ajet_proxy.dataplane.messages import mapping
+from ajet_proxy.dataplane.messages.answer import new_message_id
 from ajet_proxy.dataplane.messages.protocol import (
+    FIELD_NAMES,
     CountTokensRequest,
     MessageObject,
     MessagesRequest,
@@ -40,9 +41,9 @@ async def messages(request: Request) -> Response:
     """`POST /v1/messages`, plain or streamed."""
     er = await episode_request(request)
     req = messages_request(parse_json_object(er.raw))
-    chat = mapping.chat_request(req)
-    validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
-    shape = MessagesShape(req.model or "policy", mapping.new_message_id())
+    chat = req.to_chat()
+    validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, FIELD_NAMES)
+    shape = MessagesShape(req.model or "policy", new_message_id())
     return await er.serve(chat, validated, shape, logged)
 
 
@@ -59,8 +60,8 @@ async def count_tokens(request: Request) -> Response:
     er = await episode_request(request)
     body = parse_json_object(er.raw)
     body.pop("stream", None)
-    chat = mapping.conversation(count_request(body))
-    validated, _logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
+    chat = count_request(body).conversation()
+    validated, _logged = check_mapped_body(chat, er.path.proxy.config.limits, FIELD_NAMES)
     engine = er.path.proxy.host_of(er.ep).router.pick(er.ep.engine)
     try:
         tokens = await er.path.prompts.tokenize(engine, {"messages": chat["messages"]}, validated.template_tools())

@@ -13,7 +13,7 @@ from typing import Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, anthropic_error_body
-from ajet_proxy.dataplane.messages.mapping import message_object, stop_reason, tool_use_block
+from ajet_proxy.dataplane.messages.answer import message_object, stop_reason, tool_use_block
 from ajet_proxy.dataplane.messages.types import ContentBlock
 from ajet_proxy.dataplane.shape import error_message, json_response
 from ajet_proxy.dataplane.sse import sse

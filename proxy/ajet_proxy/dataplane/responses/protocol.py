@@ -1,6 +1,17 @@
 """The Responses API's wire (`POST /v1/responses`): its request and its answer, typed models that validate and
-describe themselves (`ajet_proxy.api_docs`). The request's types are checked here, strictly; what the policy cannot
-do (built-in tools, files, background mode) is refused by `mapping.chat_request`, naming the field."""
+describe themselves (`ajet_proxy.api_docs`). The request's types are checked here, strictly, and the request
+becomes one chat call (`ResponsesRequest.to_chat`, logged with ids and logprobs, trained like any other); what the
+policy cannot do (built-in tools, files, background mode) is refused there, naming the field. The chat answer is
+written back as a Response (`answer.py`), plain or as the stream of events the openai SDK parses (`shape.py`).
+`previous_response_id` continues a conversation of the same episode: the proxy keeps each response's conversation
+(its input and output as chat messages) with the live episode.
+
+Why not LiteLLM's Responses<->chat transformation: measured in `bench/responses_mapping.py`, it costs ~20x this
+mapping per turn (0.76 ms against 0.04 ms for request + answer, about half the proxy's whole CPU per call), and its
+streaming side consumes LiteLLM's own chunk objects, while the proxy relays the engine's bytes.
+`tests/proxy/dataplane/responses/test_responses_api.py` checks the chat messages against LiteLLM's (they differ
+only where the policy's chat template needs it: `developer` becomes `system`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +20,19 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ajet.chat_request import MaxTokens, Temperature, TopLogprobs, TopP, invalid_request
-from ajet_proxy.dataplane.responses.types import ResponsesUsage
+from ajet_proxy.dataplane.mapping import bad_field, set_extra, with_sampling, with_tools
+from ajet_proxy.dataplane.responses.items import chat_tool_choice, input_messages, response_format
+from ajet_proxy.dataplane.responses.types import Conversation, ResponsesUsage
+from ajet_proxy.dataplane.types import ChatBody, ChatMessage, ChatTool, FunctionSpec
+
+FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format"}
+"""A chat field a Responses request became -> the Responses field a client would fix."""
+
+_UNSUPPORTED = {
+    "background": "background mode (the episode's calls are answered while it runs)",
+    "conversation": "the Conversations API (use previous_response_id within the episode)",
+    "prompt": "stored prompt templates",
+}
 
 
 class _Wire(BaseModel):
@@ -31,6 +54,24 @@ class FunctionTool(_Wire):
     """Its arguments' JSON schema."""
     strict: Optional[bool] = None
     """Whether the arguments must follow the schema exactly."""
+
+    def to_chat(self, i: int) -> ChatTool:
+        """This tool, `tools[i]`, in chat's shape; any other kind (web_search, file_search, mcp, ...) is refused."""
+        if self.type != "function":
+            raise bad_field(
+                f"tools.{i}.type",
+                f"built-in tool {self.type!r} is not supported: only function tools (the agent runs its tools itself)",
+            )
+        if self.name is None:
+            raise bad_field(f"tools.{i}.name", "required, a string")
+        fn: FunctionSpec = {"name": self.name}
+        if self.description is not None:
+            fn["description"] = self.description
+        if self.parameters is not None:
+            fn["parameters"] = self.parameters
+        if self.strict is not None:
+            fn["strict"] = self.strict
+        return {"type": "function", "function": fn}
 
 
 class ResponsesRequest(_Wire):
@@ -78,6 +119,35 @@ class ResponsesRequest(_Wire):
     def wants_logprobs(self) -> bool:
         """Whether the client asked for the output text's logprobs (`include: ["message.output_text.logprobs"]`)."""
         return self.include is not None and "message.output_text.logprobs" in self.include
+
+    def to_chat(self, history: Conversation) -> tuple[ChatBody, Conversation]:
+        """The chat body this request makes, and the conversation so far (`history` + this input).
+        `InvalidRequest` naming the field for what is malformed or unsupported."""
+        for field, what in _UNSUPPORTED.items():
+            if set_extra(self, field):
+                raise bad_field(field, f"{what} is not supported by the AgentJet proxy")
+        if self.reasoning and (self.reasoning.get("effort") or self.reasoning.get("summary")):
+            raise bad_field("reasoning", "reasoning settings are not supported by the policy model")
+        conversation = history + input_messages(self.input)
+        system: list[ChatMessage] = [{"role": "system", "content": self.instructions}] if self.instructions else []
+        chat: ChatBody = {"model": "policy" if self.model is None else self.model, "messages": system + conversation}
+        self._carry(chat)
+        tools = None if self.tools is None else [tool.to_chat(i) for i, tool in enumerate(self.tools)]
+        with_tools(chat, tools, None if self.tool_choice is None else chat_tool_choice(self.tool_choice))
+        fmt = response_format(self.text)
+        if fmt is not None:
+            chat["response_format"] = fmt
+        if self.wants_logprobs():
+            chat["logprobs"] = True
+        return chat, conversation
+
+    def _carry(self, chat: ChatBody) -> None:
+        """The Responses fields chat has too, under chat's names (absent or null: left out)."""
+        with_sampling(chat, self.temperature, self.top_p, self.stream)
+        if self.max_output_tokens is not None:
+            chat["max_tokens"] = self.max_output_tokens
+        if self.top_logprobs is not None:
+            chat["top_logprobs"] = self.top_logprobs
 
 
 def validate_responses(body: object) -> ResponsesRequest:

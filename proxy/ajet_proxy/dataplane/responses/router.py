@@ -14,24 +14,25 @@ from starlette.responses import Response
 from ajet_proxy.api_docs import OPENAI_ERRORS, answer, request_body
 from ajet_proxy.dataplane.mapping import bad_field, check_mapped_body, parse_json_object
 from ajet_proxy.dataplane.request import EpisodeRequest, episode_request
-from ajet_proxy.dataplane.responses import mapping
-from ajet_proxy.dataplane.responses.protocol import ResponseObject, ResponsesRequest, validate_responses
+from ajet_proxy.dataplane.responses.answer import logged_conversation, new_response_id
+from ajet_proxy.dataplane.responses.protocol import FIELD_NAMES, ResponseObject, ResponsesRequest, validate_responses
 from ajet_proxy.dataplane.responses.shape import ResponsesShape
+from ajet_proxy.dataplane.responses.types import Conversation
 from ajet_proxy.episode_history import LOGGED_INSTRUCTIONS
 
 router = APIRouter(tags=["data plane"])
 
 
-async def _conversation(er: EpisodeRequest, prev: str) -> Optional[mapping.Conversation]:
+async def _conversation(er: EpisodeRequest, prev: str) -> Optional[Conversation]:
     """The conversation of an earlier response of the episode: a turn of its history, or rebuilt from its logged
     call (another proxy on the store answered it, this one restarted since, or the call left no turn)."""
     turn = er.ep.history.response(prev)
-    if turn is not None:  # its messages are those `mapping.chat_request` made, and its answer's message
-        return cast(mapping.Conversation, turn.conversation())
+    if turn is not None:  # its messages are those `ResponsesRequest.to_chat` made, and its answer's message
+        return cast(Conversation, turn.conversation())
     call = await asyncio.to_thread(er.path.proxy.host_of(er.ep).store.response_call, er.ep.uuid, prev)
     if call is None or call.error is not None or call.response is None:
         return None
-    return mapping.logged_conversation(call.request, call.response)
+    return logged_conversation(call.request, call.response)
 
 
 @router.post(
@@ -53,10 +54,10 @@ async def responses(request: Request) -> Response:
     history = [] if prev is None else await _conversation(er, prev)
     if history is None:
         raise bad_field("previous_response_id", f"{prev!r} is not a response of this episode")
-    chat, conversation = mapping.chat_request(req, history)
-    validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, mapping.FIELD_NAMES)
+    chat, conversation = req.to_chat(history)
+    validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, FIELD_NAMES)
     instructions_first = len(chat["messages"]) > len(conversation)
     if instructions_first:
         logged = orjson.dumps({**chat, LOGGED_INSTRUCTIONS: True})
-    shape = ResponsesShape(req, mapping.new_response_id())
+    shape = ResponsesShape(req, new_response_id())
     return await er.serve(chat, validated, shape, logged, instructions_first)

@@ -14,7 +14,7 @@ from typing import Optional
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode, openai_error_body
-from ajet_proxy.dataplane.responses.mapping import call_item, message_item, output_logprobs, response_object
+from ajet_proxy.dataplane.responses.answer import call_item, message_item, output_logprobs, response_object
 from ajet_proxy.dataplane.responses.protocol import ResponsesRequest
 from ajet_proxy.dataplane.responses.types import FunctionCallItem, MessageItem, OutputItem, OutputLogprob
 from ajet_proxy.dataplane.shape import error_message, json_response

@@ -1,4 +1,5 @@
-"""What the Responses API answers, typed: a Response, its output items and usage.
+"""What the Responses API answers, typed: a Response, its output items and usage; and the conversation a response
+continues.
 
 `TypedDict`s, as the chat side's (`ajet_proxy.dataplane.types`, which says why): built by the shape, sent as JSON."""
 
@@ -7,6 +8,11 @@ from __future__ import annotations
 from typing import Literal, Optional, Union
 
 from typing_extensions import TypedDict
+
+from ajet_proxy.dataplane.types import ChatMessage
+
+Conversation = list[ChatMessage]
+"""A response's conversation as chat messages, without the instructions (a later response does not inherit them)."""
 
 
 class TopOutputLogprob(TypedDict):

@@ -137,7 +137,7 @@ def test_a_wrong_key_is_an_authentication_error_with_the_reason(swarm):
 @pytest.mark.parametrize("kind", [{}, [], None, 3, "image"])
 def test_a_content_block_of_any_other_type_is_refused_naming_it(kind):
     from ajet.errors import InvalidRequest
-    from ajet_proxy.dataplane.messages.mapping import system_messages
+    from ajet_proxy.dataplane.messages.blocks import system_messages
 
     with pytest.raises(InvalidRequest, match=r"system\.0\.type"):
         system_messages([{"type": kind, "text": "x"}])

@@ -8,7 +8,6 @@ import openai
 import orjson
 import pytest
 
-from ajet_proxy.dataplane.responses import mapping as responses_api
 from ajet_proxy.dataplane.responses.protocol import validate_responses
 
 TOOLS = [
@@ -184,7 +183,7 @@ def test_the_mapping_agrees_with_litellms(inp):
     )
 
     body = {"input": inp, "instructions": "sys", "tools": TOOLS, "max_output_tokens": 9, "temperature": 0.5}
-    ours, _ = responses_api.chat_request(validate_responses(body), [])
+    ours, _ = validate_responses(body).to_chat([])
     theirs = Lite.transform_responses_api_request_to_chat_completion_request(
         model="openai/policy",
         input=inp,
