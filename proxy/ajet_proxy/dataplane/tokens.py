@@ -64,7 +64,7 @@ class StreamAccumulator:
         self._saw_lps = False
         self._parts: list[str] = []
         self._tools: dict[int, wire.ChatToolCall] = {}
-        self._end = wire.AnswerChoice()
+        self._end = wire.ChoiceJson()
         """What the stream's end said: its `finish_reason` and `stop_reason`."""
         self._usage: Optional[wire.UsageCounts] = None
         self._spans: Optional[list[list[int]]] = None
@@ -102,7 +102,7 @@ class StreamAccumulator:
                 self._choice(ch)
         return data
 
-    def _choice(self, ch: wire.AnswerChoice) -> None:
+    def _choice(self, ch: wire.ChoiceJson) -> None:
         if ch.get("prompt_token_ids") is not None and self.prompt_ids is None:
             self.prompt_ids = ch["prompt_token_ids"]
         ids = ch.get("token_ids")
@@ -137,7 +137,7 @@ class StreamAccumulator:
         """The stream assembled into one answer (what it carried so far, when it ended early). Raises
         `pydantic.ValidationError` naming the field when a chunk carried a malformed one."""
         tools = [self._tools[i] for i in sorted(self._tools)]
-        choice: wire.AnswerChoice = {
+        choice: wire.ChoiceJson = {
             "message": {"content": "".join(self._parts), **({"tool_calls": tools} if tools else {})},
             "finish_reason": self._end.get("finish_reason"),
             "stop_reason": self._end.get("stop_reason"),

@@ -207,14 +207,14 @@ class TokenizeBody(TemplateFields, total=False):
 # ---------------------------------------------------------------- what an engine answers
 
 
-class ChoiceLogprobs(TypedDict, total=False):
+class ChoiceLogprobsJson(TypedDict, total=False):
     """A choice's (or a stream event's) `logprobs`."""
 
     content: Optional[list[TokenLogprob]]
     """One entry per token, in order."""
 
 
-class AnswerMessage(TypedDict, total=False):
+class ChoiceMessageJson(TypedDict, total=False):
     """A plain answer's message, or a stream event's `delta` (a piece of it)."""
 
     role: str
@@ -225,20 +225,20 @@ class AnswerMessage(TypedDict, total=False):
     """The tool calls (a stream's delta: pieces of them, by `index`)."""
 
 
-class AnswerChoice(TypedDict, total=False):
+class ChoiceJson(TypedDict, total=False):
     """A choice of a plain answer or of a stream event."""
 
     index: int
     """0 (the proxy asks for one choice)."""
-    message: AnswerMessage
+    message: ChoiceMessageJson
     """A plain answer's message."""
-    delta: AnswerMessage
+    delta: ChoiceMessageJson
     """A stream event's piece of the message."""
     finish_reason: Optional[str]
     """Why the answer ended (`stop`, `length`, `tool_calls`), on its last event."""
     stop_reason: Union[int, str, None]
     """vLLM's: the stop string (or token id) that ended it."""
-    logprobs: Optional[ChoiceLogprobs]
+    logprobs: Optional[ChoiceLogprobsJson]
     """Its tokens' log-probabilities."""
     token_ids: Optional[list[int]]
     """Its (or the event's) completion ids."""
@@ -280,7 +280,7 @@ class AnswerJson(TypedDict, total=False):
     """Unix time."""
     model: str
     """The engine's model."""
-    choices: list[AnswerChoice]
+    choices: list[ChoiceJson]
     """The one choice."""
     usage: Optional[UsageCounts]
     """Token counts (a stream's last event, when asked)."""

@@ -18,7 +18,7 @@ from ajet_proxy.dataplane.responses.types import (
     OutputLogprob,
     ResponseJson,
 )
-from ajet_proxy.dataplane.types import AnswerChoice, AnswerMessage, ChatMessage, ChatToolCall, UsageCounts
+from ajet_proxy.dataplane.types import ChatMessage, ChatToolCall, ChoiceJson, ChoiceMessageJson, UsageCounts
 from ajet_proxy.episode_history import LOGGED_INSTRUCTIONS
 
 
@@ -55,7 +55,7 @@ def call_item(call: ChatToolCall, status: str = "completed") -> FunctionCallItem
     }
 
 
-def output_logprobs(choice: AnswerChoice) -> list[OutputLogprob]:
+def output_logprobs(choice: ChoiceJson) -> list[OutputLogprob]:
     """Chat logprobs as output_text logprobs."""
     content = (choice.get("logprobs") or {}).get("content") or []
     return [
@@ -128,9 +128,9 @@ def logged_conversation(request: str, response: str) -> Conversation:
     return messages + [assistant_message((answer.get("choices") or [{}])[0])]
 
 
-def assistant_message(choice: AnswerChoice) -> ChatMessage:
+def assistant_message(choice: ChoiceJson) -> ChatMessage:
     """The chat message an answer adds to the conversation."""
-    msg: AnswerMessage = choice.get("message") or {}
+    msg: ChoiceMessageJson = choice.get("message") or {}
     out: ChatMessage = {"role": "assistant", "content": msg.get("content")}
     if msg.get("tool_calls"):
         out["tool_calls"] = msg["tool_calls"]
