@@ -24,7 +24,7 @@ class _Answer(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class AnswerMessage(_Answer):
+class ChatCompletionMessage(_Answer):
     """The assistant's message."""
 
     role: Literal["assistant"]
@@ -40,7 +40,7 @@ class Choice(_Answer):
 
     index: int
     """0."""
-    message: AnswerMessage
+    message: ChatCompletionMessage
     """The answer."""
     finish_reason: Optional[str] = None
     """`stop`, `length` (a limit the client set), or `tool_calls`."""
