@@ -52,6 +52,7 @@ class Proxy:
         """This proxy among the swarm's (`ajet_store.proxies`)."""
         self.proxies: list[str] = [self.proxy_id]
         """The live proxies of the swarm at the last beat, sorted (itself alone unless the store is shared)."""
+        self._no_share: set[str] = set()  # slugs whose swarm-wide cap leaves this proxy no call (said once in the log)
         self.counters = {"requests": 0, "errors": 0}
         self._http: Optional[aiohttp.ClientSession] = None  # created in the event loop, by `lifespan`
         self._tasks: list[asyncio.Task[Any]] = []
@@ -166,6 +167,17 @@ class Proxy:
         job = host.experiment.job
         return proxy_share(job.max_calls_in_flight if job is not None else None, self.proxies, self.proxy_id)
 
+    def admit_waiting(self, host: ExperimentHost) -> None:
+        """Let in the waiting calls `host`'s share has room for now (the live proxies change it); say once in the log
+        when the share is none: the experiment's cap is below the number of proxies, so this one's calls wait until
+        a proxy leaves."""
+        share = self.call_share(host)
+        if share == 0 and host.slug not in self._no_share:
+            logger.warning("experiment %r: max_calls_in_flight is below the %d live proxies: this proxy's share is "
+                           "none, its calls wait until a proxy leaves", host.slug, len(self.proxies))  # fmt: skip
+        (self._no_share.add if share == 0 else self._no_share.discard)(host.slug)
+        host.calls.admit_waiting(share)
+
     def take_up_experiments(self) -> list[str]:
         """Start a host for each experiment the catalog lists that this proxy does not serve yet; their slugs."""
         with self._taking_up:  # a control call's thread and the housekeeping loop may both find one
@@ -212,7 +224,7 @@ class Proxy:
                 await asyncio.to_thread(self.beat)
                 await asyncio.to_thread(self.take_up_experiments)
                 for host in list(self.hosts.values()):
-                    host.calls.admit_waiting(self.call_share(host))
+                    self.admit_waiting(host)
                     await host.tidy()
             except Exception:  # noqa: BLE001
                 logger.exception("housekeeping failed")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Optional
 
 import httpx
@@ -197,5 +198,30 @@ def test_a_client_that_leaves_while_its_call_waits_for_a_place_leaves_no_call_an
     finally:
         client.close()
         proxy.close()
+        stub.close()
+        store.close()
+
+
+def test_a_proxy_whose_share_of_the_cap_is_none_says_so_once_in_its_log(tmp_path):
+    """Cap 1 over two proxies: one admits the call, the other's share is none (its calls would wait until a proxy
+    leaves); that one, and only that one, says why in its log, once."""
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "swarm.db")
+    store = Store(url)
+    proxies = [start_proxy(tmp_path, url, "--shared-store") for _ in range(2)]
+    client = SwarmClient(proxies[0].url, verbose=False)
+    try:
+        ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=1))
+        ready = {"status": "ok", "state": "ROLLING", "proxies": 2}
+        for p in proxies:
+            wait_for(lambda p=p: httpx.get(p.url + "/health").json() == ready, f"{p.url} to count both", 30)
+        said = "max_calls_in_flight is below the 2 live proxies"
+        wait_for(lambda: any(said in p.log_tail() for p in proxies), "a proxy to say its share is none", 30)
+        time.sleep(2.5)  # two more housekeeping rounds: the share is still none, and it is not said again
+        assert sorted(p.log_path.read_text().count(said) for p in proxies) == [0, 1]
+    finally:
+        client.close()
+        for p in proxies:
+            p.close()
         stub.close()
         store.close()
