@@ -20,7 +20,7 @@ BOOT_FAILED = "boot failed: "
 
 @dataclass(frozen=True)
 class ExperimentRow:
-    """The experiment's row of the store (one experiment per swarm today: the row with id 1)."""
+    """An experiment's row of its store (each experiment has a store of its own, and its row there is id 1)."""
 
     state: ExperimentState
     """Where the experiment is in its life cycle."""
@@ -75,7 +75,8 @@ class ExperimentRow:
 
 @dataclass(frozen=True)
 class ExperimentEntry:
-    """An experiment of the swarm beyond the first, as the first store lists it (`ajet_store.catalog`)."""
+    """An experiment of the swarm as the catalog lists it (`ajet_store.Catalog.entries`): the default (its
+    `created_at` 0, named after its job) or one the first store lists beside it (`ajet_store.catalog`)."""
 
     name: str
     """`project_name/experiment_name` of its job: what names the experiment to clients."""
