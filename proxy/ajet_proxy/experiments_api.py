@@ -132,7 +132,7 @@ async def auto_sync_train_config_and_start_engine(body: AutoSyncRequest, request
 
 @router.get("/list_experiments", response_model=ExperimentList)
 def list_experiments(request: Request) -> ExperimentList:
-    """Every experiment of the swarm with its state: the first, then the others by name."""
+    """Every experiment of the swarm with its state: the default, then the others by name."""
     proxy = proxy_of(request)
     proxy.take_up_experiments()
     return _listed(list(proxy.hosts.values()))

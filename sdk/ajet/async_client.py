@@ -147,7 +147,7 @@ class AsyncSwarmClient(ClientSettings[httpx.AsyncClient]):
         return ExperimentList.model_validate(await self._call("POST", "stop_swarm")).experiments
 
     async def list_experiments(self) -> list[SwarmExperiment]:
-        """Every experiment of the swarm with its state: the first, then the others by name."""
+        """Every experiment of the swarm with its state: the default, then the others by name."""
         return ExperimentList.model_validate(await self._call("GET", "list_experiments")).experiments
 
     async def stop_engine(self) -> ExperimentState:

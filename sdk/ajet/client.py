@@ -110,7 +110,7 @@ class SwarmClient(ClientSettings[httpx.Client]):
         return ExperimentList.model_validate(self._call("POST", "stop_swarm")).experiments
 
     def list_experiments(self) -> list[SwarmExperiment]:
-        """Every experiment of the swarm with its state: the first, then the others by name."""
+        """Every experiment of the swarm with its state: the default, then the others by name."""
         return ExperimentList.model_validate(self._call("GET", "list_experiments")).experiments
 
     def auto_sync_train_config_and_start_engine(self, job: AgentJetJob, force_restart: bool = False) -> ExperimentState:
