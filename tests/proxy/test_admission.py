@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Optional
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
 
 import httpx
 
 from ajet import AgentJetJob, SwarmClient
 from ajet_proxy.call_gate import CallGate, proxy_share
 from ajet_store import Store, sqlite_url
-from tests.support.procs import start_proxy, start_stub
+from tests.support.procs import Proc, start_proxy, start_stub
 from tests.support.rolling import ensure_rolling
 from tests.support.waits import wait_for
 
@@ -138,11 +140,11 @@ def test_the_engine_never_sees_more_of_an_experiments_calls_at_once_than_its_cap
         store.close()
 
 
-def test_proxies_on_one_store_split_the_cap_so_the_engine_never_sees_more_than_it(tmp_path):
-    """Two proxies on one store (`--shared-store`), cap 2: once each counts the other (`/health`'s `proxies`), each
-    admits one call at a time; six calls at once over both never put more than two at the engine (each proxy
-    alone would admit two: four at once)."""
-    cap = 2
+@contextmanager
+def two_proxies_rolling(tmp_path: Path, cap: int) -> Iterator[tuple[list[Proc], Proc, SwarmClient]]:
+    """Two proxies on one store (`--shared-store`), the experiment ROLLING on a stub engine with `max_calls_in_flight`
+    `cap`, once each proxy knows the job (its row is ROLLING) and counts both (`/health`'s `proxies`); with the stub
+    and a client of the first proxy."""
     stub = start_stub(tmp_path)
     url = sqlite_url(tmp_path / "swarm.db")
     store = Store(url)
@@ -151,19 +153,27 @@ def test_proxies_on_one_store_split_the_cap_so_the_engine_never_sees_more_than_i
     try:
         ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=cap))
         ready = {"status": "ok", "state": "ROLLING", "proxies": 2}
-        for p in proxies:  # each knows the job (its row is ROLLING) and counts both proxies
+        for p in proxies:
             wait_for(lambda p=p: httpx.get(p.url + "/health").json() == ready, f"{p.url} to count both", 30)
-        keys = [client.begin_episode()[1].api_key for _ in range(6)]
-        answers = _calls_at_once([p.url for p in proxies], keys)
-        running = [e["running"] for e in httpx.get(stub.url + "/stub/journal").json() if e["op"] == "chat"]
-        assert answers == [200] * 6 and len(running) == 6
-        assert max(running) <= cap
+        yield proxies, stub, client
     finally:
         client.close()
         for p in proxies:
             p.close()
         stub.close()
         store.close()
+
+
+def test_proxies_on_one_store_split_the_cap_so_the_engine_never_sees_more_than_it(tmp_path):
+    """Two proxies on one store, cap 2: each admits one call at a time; six calls at once over both never put more
+    than two at the engine (each proxy alone would admit two: four at once)."""
+    cap = 2
+    with two_proxies_rolling(tmp_path, cap) as (proxies, stub, client):
+        keys = [client.begin_episode()[1].api_key for _ in range(6)]
+        answers = _calls_at_once([p.url for p in proxies], keys)
+        running = [e["running"] for e in httpx.get(stub.url + "/stub/journal").json() if e["op"] == "chat"]
+        assert answers == [200] * 6 and len(running) == 6
+        assert max(running) <= cap
 
 
 def test_a_client_that_leaves_while_its_call_waits_for_a_place_leaves_no_call_and_takes_no_number(tmp_path):
@@ -205,23 +215,8 @@ def test_a_client_that_leaves_while_its_call_waits_for_a_place_leaves_no_call_an
 def test_a_proxy_whose_share_of_the_cap_is_none_says_so_once_in_its_log(tmp_path):
     """Cap 1 over two proxies: one admits the call, the other's share is none (its calls would wait until a proxy
     leaves); that one, and only that one, says why in its log, once."""
-    stub = start_stub(tmp_path)
-    url = sqlite_url(tmp_path / "swarm.db")
-    store = Store(url)
-    proxies = [start_proxy(tmp_path, url, "--shared-store") for _ in range(2)]
-    client = SwarmClient(proxies[0].url, verbose=False)
-    try:
-        ensure_rolling(client, store, stub.url, AgentJetJob(batch_size=8, num_repeat=1, max_calls_in_flight=1))
-        ready = {"status": "ok", "state": "ROLLING", "proxies": 2}
-        for p in proxies:
-            wait_for(lambda p=p: httpx.get(p.url + "/health").json() == ready, f"{p.url} to count both", 30)
+    with two_proxies_rolling(tmp_path, 1) as (proxies, _stub, _client):
         said = "max_calls_in_flight is below the 2 live proxies"
         wait_for(lambda: any(said in p.log_tail() for p in proxies), "a proxy to say its share is none", 30)
         time.sleep(2.5)  # two more housekeeping rounds: the share is still none, and it is not said again
         assert sorted(p.log_path.read_text().count(said) for p in proxies) == [0, 1]
-    finally:
-        client.close()
-        for p in proxies:
-            p.close()
-        stub.close()
-        store.close()
