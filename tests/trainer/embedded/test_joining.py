@@ -127,7 +127,7 @@ def test_rows_that_ended_leave_the_batch_when_others_join_and_every_result_stays
     run = Decoding(model, tok, first, eos, 0)
     for _ in range(3):
         run.step()
-    assert run.finish[0] is not None and run.finish[1] is None
+    assert run.rows[0].finish is not None and run.rows[1].finish is None
     run.compact()
     run.absorb(Decoding(model, tok, [late], eos, 0))
     assert len(run.requests) == 2 and run.mask.shape[0] == 2 and run.logits.shape[0] == 2  # the ended row left

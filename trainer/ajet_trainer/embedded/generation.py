@@ -9,7 +9,7 @@ mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence, Union
 
 import torch
@@ -74,6 +74,37 @@ def generate_batch(
     return run.results()
 
 
+@dataclass
+class Row:
+    """One request's state in a batch being sampled; its row of the batch's tensors is its index in
+    `Decoding.rows`."""
+
+    request: GenRequest
+    place: int
+    """Its place among the batch's requests, first ones and those that joined: the order of `results`."""
+    gen: Optional[torch.Generator]
+    """Its own generator when it has a seed (its tokens then do not depend on the batch)."""
+    text: IncrementalDecoder
+    """Its answer's text so far."""
+    spans: list[tuple[int, int]]
+    """Its runs of tokens by the policy version that sampled them: (the run's first token, the version)."""
+    ids: list[int] = field(default_factory=list)
+    """The tokens sampled so far."""
+    lps: list[float] = field(default_factory=list)
+    """Their log-probabilities."""
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Each token's most likely alternatives, when asked."""
+    finish: Optional[str] = None
+    """Why it ended (`stop`, `length`, `error`, `abort`); None while it is live."""
+    error: Optional[str] = None
+    """Its own failure, which ended it (never its batch)."""
+
+    def result(self) -> GenResult:
+        """Its outcome as it stands."""
+        return replace(_result(self.ids, self.lps, self.tops, self.finish or "length", self.text.text, self.request,
+                               self.error), version_spans=self.spans)  # fmt: skip
+
+
 class Decoding:
     """One batch being sampled with a KV cache: prefilled when made, then one token for every live row per `step`.
     A row ends on EOS, a stop string, its `max_tokens`, or its own failure (`errors`), which never ends the batch."""
@@ -87,31 +118,30 @@ class Decoding:
         eos_ids: set[int],
         version: Versions = 0,
     ):
-        self.model, self.tokenizer, self.requests, self.eos_ids = model, tokenizer, list(requests), eos_ids
-        self.spans: list[list[tuple[int, int]]] = [[(0, v)] for v in per_row(version, len(requests))]
-        """Each row's runs of tokens by the policy version that sampled them."""
+        self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
+        ends = eos_ids | {tokenizer.pad_token_id}
+        self.rows = [
+            Row(r, i, _generator(r.seed), IncrementalDecoder(tokenizer, ends), [(0, v)])
+            for i, (r, v) in enumerate(zip(requests, per_row(version, len(requests))))
+        ]
+        """The batch's rows, in the order of its tensors' rows."""
         self.device = next(model.parameters()).device
-        n = len(requests)
         ids, self.mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
         ids, self.mask = ids.to(self.device), self.mask.to(self.device)
         pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
-        self.gens = [_generator(r.seed) for r in requests]
-        self.out_ids: list[list[int]] = [[] for _ in range(n)]
-        self.out_lps: list[list[float]] = [[] for _ in range(n)]
-        self.out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
-        self.texts = [IncrementalDecoder(tokenizer, eos_ids | {tokenizer.pad_token_id}) for _ in range(n)]
-        self.admitted = list(range(n))
-        """Each row's place among the batch's requests, first ones and those that joined: the order of `results`."""
         self.done: dict[int, GenResult] = {}
         """The results of rows that ended and left the batch's tensors (`compact`), by their place."""
-        self.finish: list[Optional[str]] = [None] * n
-        self.errors: dict[int, str] = {}
         self.cache_kw, self.last_only = cache_keyword(model), last_logits_keyword(model)
         self.shares_prompts = copyable_cache(model.config)
         """Whether alike rows are prefilled once (`joining.distinct_rows`): the model's cache can be copied by row."""
         self.adapters = batch_adapters(model, [r.adapter for r in requests])
         """How each forward reaches the rows' adapters."""
         self._prefill(ids, pos)
+
+    @property
+    def requests(self) -> list[GenRequest]:
+        """The rows' requests, in the order of the batch's tensors' rows."""
+        return [row.request for row in self.rows]
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
         """Run the rows' tokens, keeping the cache and each row's next-token logits; alike rows (the same tokens and
@@ -137,15 +167,15 @@ class Decoding:
         run again, the next token drawn from the new policy; sampling state, grammar and stream are the row's own
         and go on. Returns the tokens re-prefilled."""
         pad = self.tokenizer.pad_token_id
-        live = [f is None for f in self.finish]
-        seqs = [r.prompt_ids + self.out_ids[i] if live[i] else [pad] for i, r in enumerate(self.requests)]
+        live = [row for row in self.rows if row.finish is None]
+        seqs = [row.request.prompt_ids + row.ids if row.finish is None else [pad] for row in self.rows]
         ids, self.mask = _left_pad(seqs, pad)
         ids, self.mask = ids.to(self.device), self.mask.to(self.device)
         self._prefill(ids, (self.mask.cumsum(-1) - 1).clamp(min=0))
-        for i, (spans, now) in enumerate(zip(self.spans, per_row(version, len(self.requests)))):
-            if live[i] and spans[-1][1] != now:
-                spans.append((len(self.out_ids[i]), now))
-        return sum(len(seq) for seq, alive in zip(seqs, live) if alive)
+        for row, now in zip(self.rows, per_row(version, len(self.rows))):
+            if row.finish is None and row.spans[-1][1] != now:
+                row.spans.append((len(row.ids), now))
+        return sum(len(row.request.prompt_ids) + len(row.ids) for row in live)
 
     def joinable(self) -> bool:
         """Whether rows can join this batch (`absorb`): its KV cache is of a kind `joining` can extend."""
@@ -154,46 +184,33 @@ class Decoding:
     def absorb(self, more: "Decoding") -> None:
         """Take the rows of `more` (prefilled apart, by the same model, none sampled yet) into this batch, after its
         own: from the next `step` they are sampled with it, each as it would be alone (both `joinable`)."""
-        n, placed = len(self.requests), len(self.admitted) + len(self.done)
-        self.admitted += [placed + i for i in range(len(more.requests))]
+        placed = len(self.rows) + len(self.done)
+        for k, row in enumerate(more.rows):
+            row.place = placed + k
         self.mask = join_masks(self.mask, more.mask)
         join_caches(self.past, more.past)
         self.last_pos = torch.cat([self.last_pos, more.last_pos])
         self.logits = torch.cat([self.logits, more.logits])
-        self.requests += more.requests
-        self.spans += more.spans
-        self.gens += more.gens
-        self.out_ids += more.out_ids
-        self.out_lps += more.out_lps
-        self.out_top += more.out_top
-        self.texts += more.texts
-        self.finish += more.finish
-        self.errors.update({n + i: why for i, why in more.errors.items()})
+        self.rows += more.rows
         self.adapters = batch_adapters(self.model, [r.adapter for r in self.requests])
 
     def compact(self) -> None:
         """Drop the rows that ended from the batch's tensors, their results kept (`done`): later steps compute the
         live rows only (a batch that rows keep joining would otherwise carry every ended row to its end). Only on a
         `joinable` cache, between two steps."""
-        keep = [i for i, f in enumerate(self.finish) if f is None]
-        if not keep or len(keep) == len(self.finish):
+        keep = [i for i, row in enumerate(self.rows) if row.finish is None]
+        if not keep or len(keep) == len(self.rows):
             return
-        self.done.update({self.admitted[i]: self._result(i) for i, f in enumerate(self.finish) if f is not None})
+        self.done.update({row.place: row.result() for row in self.rows if row.finish is not None})
         rows = torch.tensor(keep, device=self.device)
         select_rows(self.past, rows)
         self.mask, self.last_pos, self.logits = self.mask[rows], self.last_pos[rows], self.logits[rows]
-        at = {old: new for new, old in enumerate(keep)}
-        self.errors = {at[i]: why for i, why in self.errors.items() if i in at}
-        self.requests = [self.requests[i] for i in keep]
-        self.spans, self.gens = [self.spans[i] for i in keep], [self.gens[i] for i in keep]
-        self.out_ids, self.out_lps = [self.out_ids[i] for i in keep], [self.out_lps[i] for i in keep]
-        self.out_top, self.texts = [self.out_top[i] for i in keep], [self.texts[i] for i in keep]
-        self.finish, self.admitted = [self.finish[i] for i in keep], [self.admitted[i] for i in keep]
+        self.rows = [self.rows[i] for i in keep]
         self.adapters = batch_adapters(self.model, [r.adapter for r in self.requests])
 
     def finished(self) -> bool:
         """Whether every row has ended."""
-        return all(f is not None for f in self.finish)
+        return all(row.finish is not None for row in self.rows)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -206,7 +223,7 @@ class Decoding:
         # grouped KV heads as they are; a mask makes it copy them to every query head, each layer, each token
         # (128 answers of up to 64 tokens on builtin:small: 2.07 s -> 1.28 s, as fast as `generate`;
         # bench/engine_generate.py).
-        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.requests), 1)], dim=1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
         self.last_pos = self.last_pos + 1
         with self.adapters.forward():
             out = self.model(
@@ -222,44 +239,42 @@ class Decoding:
     def _sample_live(self) -> torch.Tensor:
         """One token for every live row (the pad for ended ones), each handed to its request; a row whose client
         left ends here, before its next token (`abort`)."""
-        requests, logits, errors = self.requests, self.logits, self.errors
-        for i, f in enumerate(self.finish):
-            if f is None and requests[i].cancelled.is_set():
-                self.finish[i] = ABORT
-        live = [i for i, f in enumerate(self.finish) if f is None]
+        rows, logits, pad = self.rows, self.logits, self.tokenizer.pad_token_id
+        for row in rows:
+            if row.finish is None and row.request.cancelled.is_set():
+                row.finish = ABORT
+        live = [i for i, row in enumerate(rows) if row.finish is None]
         if not live:  # every row's client left
-            return torch.full((len(requests),), self.tokenizer.pad_token_id, dtype=torch.long)
+            return torch.full((len(rows),), pad, dtype=torch.long)
+        requests, errors = self.requests, {}  # errors: each failing row's, by its index, this step
         _constrain(logits, requests, live, errors)
         _hold_the_end(logits, requests, live, self.eos_ids)
-        toks = sample_tokens(logits, requests, self.gens, live, errors)
+        toks = sample_tokens(logits, requests, [row.gen for row in rows], live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
         tops = _tops(logp, requests, live)
-        next_tok = [self.tokenizer.pad_token_id] * len(requests)  # one tensor made of it: no per-row tensor writes
+        next_tok = [pad] * len(rows)  # one tensor made of it: no per-row tensor writes
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
-            if i in errors or not _accepted(requests[i].constraint, tok, i, errors):
-                self.finish[i] = "error"
+            row = rows[i]
+            if i in errors or not _accepted(row.request.constraint, tok, i, errors):
+                row.finish = "error"
                 continue
             top = tops.get(i, [])
-            self.out_ids[i].append(tok)
-            requests[i].generated += 1
-            self.out_lps[i].append(lp)
-            self.out_top[i].append(top)
+            row.ids.append(tok)
+            row.request.generated += 1
+            row.lps.append(lp)
+            row.tops.append(top)
             next_tok[i] = tok
-            out = TokenOut(tok, lp, self.texts[i].push(tok), top)
-            self.finish[i] = _advance(i, out, self.out_ids[i], self.texts[i].text, requests[i], self.eos_ids, errors)
+            out = TokenOut(tok, lp, row.text.push(tok), top)
+            row.finish = _advance(i, out, row.ids, row.text.text, row.request, self.eos_ids, errors)
+        for i, why in errors.items():
+            rows[i].error = why
         return torch.tensor(next_tok, dtype=torch.long)
 
     def results(self) -> list[GenResult]:
         """Each request's outcome, in request order (those that joined after the first ones, in their order)."""
-        placed = {**self.done, **{self.admitted[i]: self._result(i) for i in range(len(self.requests))}}
+        placed = {**self.done, **{row.place: row.result() for row in self.rows}}
         return [placed[k] for k in sorted(placed)]
-
-    def _result(self, i: int) -> GenResult:
-        """Row `i`'s outcome as it stands."""
-        return replace(_result(self.out_ids[i], self.out_lps[i], self.out_top[i], self.finish[i] or "length",
-                               self.texts[i].text, self.requests[i], self.errors.get(i)),
-                       version_spans=self.spans[i])  # fmt: skip
 
 
 def _constrain(logits: torch.Tensor, requests: list[GenRequest], live: list[int], errors: dict[int, str]) -> None:
