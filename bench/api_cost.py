@@ -143,8 +143,8 @@ def start_metering(cg: Optional[Callgrind], proxies: dict[str, tuple[Proc, str]]
 
 
 def run(px: Proc, api: str, stream: bool, args: argparse.Namespace, name: str, metering: Metering) -> dict:
-    """One run: 64 new episodes (each run starts from empty histories) called `n` times, then ended, as a client
-    ends its episodes (a proxy holds an open episode's turns until it ends; runs left open would pile up)."""
+    """One run: 64 new episodes (each run starts from empty histories) called `args.requests` times, then ended, as
+    a client ends its episodes (a proxy holds an open episode's turns until it ends; runs left open would pile up)."""
     client = SwarmClient(px.url)
     episodes = [client.begin_episode(discard_episode_timeout=3600) for _ in range(64)]
     route, body = BODIES[api]

@@ -14,8 +14,21 @@ seconds, so `read` after minus `read` before is what ran in between.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+
+@dataclass
+class _Counting:
+    """One process's counting since `start`."""
+
+    name: str
+    """The name its dumps are written under."""
+    dumps: int = 0
+    """Dumps read so far."""
+    instructions: int = 0
+    """Instructions counted in them."""
 
 
 class Callgrind:
@@ -23,9 +36,7 @@ class Callgrind:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._names: dict[int, str] = {}  # pid -> the name its dumps are written under
-        self._dumps: dict[int, int] = {}  # pid -> dumps read so far
-        self._counted: dict[int, int] = {}  # pid -> instructions counted in them
+        self._counting: dict[int, _Counting] = {}  # by pid
 
     def prefix(self, name: str) -> list[str]:
         """The command line to put before a process's own: callgrind, counting nothing until `start`."""
@@ -35,20 +46,19 @@ class Callgrind:
     def start(self, pid: int, name: str) -> None:
         """Count from now on (what ran before, the imports and the start-up, is not counted)."""
         self._control(pid, "--instr=on")
-        self._names[pid] = name
-        self._dumps[pid] = 0
-        self._counted[pid] = 0
+        self._counting[pid] = _Counting(name)
 
     def read(self, pid: Optional[int]) -> float:
         """Instructions process `pid` has run since `start` (every thread; 0 for None)."""
         if pid is None:
             return 0.0
         self._control(pid, "--dump")  # writes what was counted since the last dump, then counts from zero
-        self._dumps[pid] += 1
-        dump = self.folder / f"callgrind.{self._names[pid]}.{self._dumps[pid]}"
-        self._counted[pid] += summary(dump)
+        counting = self._counting[pid]
+        counting.dumps += 1
+        dump = self.folder / f"callgrind.{counting.name}.{counting.dumps}"
+        counting.instructions += summary(dump)
         dump.unlink()
-        return float(self._counted[pid])
+        return float(counting.instructions)
 
     @staticmethod
     def _control(pid: int, option: str) -> None:
