@@ -23,7 +23,7 @@ export TRANSFORMERS_OFFLINE := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels gpu-carry clean
+.PHONY: setup setup-system setup-vllm setup-frameworks setup-installs demo lint test test-fast bench gpu-wheels gpu-carry clean
 
 setup: $(STAMP)
 
@@ -94,8 +94,13 @@ REQUIRE_ALL := AJET_REQUIRE_PG=1 AJET_REQUIRE_VLLM=1 AJET_REQUIRE_FRAMEWORKS=1 A
 REQUIRE_GPU := $(if $(shell command -v nvidia-smi 2>/dev/null),AJET_REQUIRE_GPU=1,)
 GPU_TESTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-m "not gpu")
 
+# The system packages the tests need (Debian's chromium, PostgreSQL's server, valgrind): installed with apt-get
+# when missing and run as root, otherwise one line with the command to run (scripts/setup_system.sh). Not for demo.
+setup-system:
+	bash scripts/setup_system.sh
+
 test:
-	$(MAKE) -j4 --output-sync=line setup setup-vllm setup-frameworks setup-installs
+	$(MAKE) -j4 --output-sync=line setup-system setup setup-vllm setup-frameworks setup-installs
 	$(MAKE) lint
 	$(REQUIRE_ALL) $(REQUIRE_GPU) $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(GPU_TESTS)
 
