@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from ajet.errors import InvalidRequest
+from ajet.images import IMAGE_PARTS, check_url
 
 MAX_STOP_STRINGS = 16
 """Most stop strings one request may carry."""
@@ -51,7 +52,10 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 ROLES = get_args(Role)
 """Message roles OpenAI's API knows."""
 TEXT_PARTS = ("text",)
-"""Content part types the engines read: they serve text, so an image, audio or file part is refused, never dropped."""
+"""Content part types that carry text."""
+CONTENT_PARTS = TEXT_PARTS + IMAGE_PARTS
+"""Content part types the engines read: text, and images as base64 `data:` URLs (`ajet.images`); an audio or file
+part is refused, never dropped, and so is an image sent to a model that takes none (by the engine)."""
 
 
 class FieldProblem(ValueError):
@@ -85,7 +89,8 @@ def _stop(v: Any) -> Any:
 
 
 def _content(v: Any) -> Any:
-    """A message's content: text, or a list of text parts, or None; a part of another kind is refused by name."""
+    """A message's content: text, or a list of text and image parts, or None; a part of another kind is refused by
+    name, and so is an image URL that is not a base64 `data:` URL (its pixels are checked apart: `ajet.images`)."""
     if v is None or isinstance(v, str):
         return v
     if not isinstance(v, list):
@@ -93,12 +98,29 @@ def _content(v: Any) -> Any:
     for j, part in enumerate(v):
         if not isinstance(part, dict):
             raise ValueError("each content part must be an object")
-        if part.get("type") not in TEXT_PARTS:
-            why = f"{part.get('type')!r} parts are not supported: the policy takes text only (no image, audio or file)"
+        kind = part.get("type")
+        if kind not in CONTENT_PARTS:
+            why = f"{kind!r} parts are not supported: the policy takes text and images (no audio or file)"
             raise FieldProblem(f"{j}.type", why)
-        if not isinstance(part.get("text"), str):
+        if kind == "text" and not isinstance(part.get("text"), str):
             raise FieldProblem(f"{j}.text", "required, a string")
+        if kind == "image_url":
+            _image_part(j, part)
     return v
+
+
+def _image_part(j: int, part: dict[str, Any]) -> None:
+    """An `image_url` part's shape: `{"image_url": {"url": "data:..."}}`, the URL a base64 `data:` URL."""
+    image = part.get("image_url")
+    if not isinstance(image, dict):
+        raise FieldProblem(f"{j}.image_url", "required, an object with a url")
+    url = image.get("url")
+    if not isinstance(url, str):
+        raise FieldProblem(f"{j}.image_url.url", "required, a string")
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise FieldProblem(f"{j}.image_url.url", str(exc)) from None
 
 
 def _n(v: Any) -> Any:
@@ -122,7 +144,7 @@ MaxTokens = Annotated[int, _within(*MAX_TOKENS_RANGE)]
 Seed = Annotated[int, _within(*SEED_RANGE)]
 TopLogprobs = Annotated[int, _within(0, MAX_TOP_LOGPROBS)]
 Stop = Annotated[Union[str, list[str]], BeforeValidator(_stop)]
-Content = Annotated[Union[str, list["TextPart"], None], BeforeValidator(_content)]
+Content = Annotated[Union[str, list[Union["TextPart", "ImagePart"]], None], BeforeValidator(_content)]
 
 
 class _Part(BaseModel):
@@ -132,12 +154,30 @@ class _Part(BaseModel):
 
 
 class TextPart(_Part):
-    """A text content part. The engines serve text: an image, audio or file part is refused, never dropped."""
+    """A text content part."""
 
     type: Literal["text"]
     """Always `text`."""
     text: str
     """The text."""
+
+
+class ImageUrl(_Part):
+    """Where an image part's image is."""
+
+    url: str
+    """A base64 `data:` URL of a PNG, JPEG or WebP file (an `http(s)` URL is refused: nothing here fetches)."""
+    detail: Optional[str] = None
+    """OpenAI's `low`/`high`/`auto`: kept as sent; the model's processor decides the resolution."""
+
+
+class ImagePart(_Part):
+    """An image content part (OpenAI's `image_url`): a user's or a tool result's image, as the model sees it."""
+
+    type: Literal["image_url"]
+    """Always `image_url`."""
+    image_url: ImageUrl
+    """The image."""
 
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -323,7 +363,7 @@ def invalid_request(exc: ValidationError, within: str = "") -> InvalidRequest:
 
 def _union_member(part: object) -> bool:
     """Whether a location step names a union's member (`str`, `list[TextPart]`, `function-after[...]`)."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict[str,any]") or "[" in part)
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict[str,any]", "TextPart", "ImagePart") or "[" in part)
 
 
 # ---------------------------------------------------------------- reading a chat request

@@ -72,11 +72,11 @@ def test_each_bad_value_names_its_field(extra, param):
         {"type": "file", "file": {"file_id": "f"}},
         {"type": "text", "text": 5},
     ],
-    ids=["image", "audio", "file", "text-not-a-string"],
+    ids=["image-by-http", "audio", "file", "text-not-a-string"],
 )
-def test_parts_the_text_engines_cannot_read_are_refused_naming_the_part(part):
-    """The engines serve text: an image, audio or file part was dropped without a word (issue 30); it is a 400
-    naming the part now."""
+def test_parts_the_engines_cannot_read_are_refused_naming_the_part(part):
+    """An audio or file part was dropped without a word (issue 30); it is a 400 naming the part now. An image is read
+    from a base64 data: URL only: one by http(s) is refused, naming its URL (nothing here fetches)."""
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "look:"}, part]}]}
     with pytest.raises(InvalidRequest) as info:
         validate_chat(body)

@@ -139,8 +139,8 @@ _USER = '"messages": [{"role": "user", "content": "x"}]'
         *[
             (('{"messages": [{"role": "user", "content": [' + part + "]}]}").encode(), field)
             for part, field in [
-                # the engines serve text: such a part was dropped without a word
-                ('{"type": "image_url", "image_url": {"url": "http://x/y.png"}}', "messages.0.content.0.type"),
+                # such a part was dropped without a word; an image is never fetched
+                ('{"type": "image_url", "image_url": {"url": "http://x/y.png"}}', "messages.0.content.0.image_url.url"),
                 ('{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}', "messages.0.content.0.type"),
             ]
         ],

@@ -1,0 +1,188 @@
+"""Images in a chat request: where they are, what they hold, and the checks every server makes before using one.
+
+A chat message's image is an `image_url` content part whose URL is a `data:` URL (base64 PNG, JPEG or WebP); the
+Responses and Messages APIs' image items convert onto it. Nothing in the swarm fetches from the network, so an
+`http(s)` URL is refused naming the part, as are a corrupt or truncated file, a format other than the three, an
+image over the byte or pixel limit (`ImageLimits`, settings of the proxy and the engine) and a decompression bomb
+(a small file that would decode to more pixels than the limit: its size is read from the header and refused before a
+pixel is decoded). Each refusal is `InvalidRequest` naming the part as a dotted path
+(`messages.1.content.0.image_url.url`), answered 400 (413 for a file over the byte limit); the call gets no number,
+and no other episode's call is touched.
+
+An image is known by the SHA-256 of its file's bytes (`DecodedImage.sha256`): the store keeps each file once under
+it, and the trainer reads the same bytes back, so the processor sees the same pixels the engine saw. Pillow is
+imported only when an image is decoded: the bare SDK does not need it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ajet.errors import InvalidRequest, RequestTooLarge
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+IMAGE_PARTS = ("image_url",)
+"""Content part types that carry an image (chat's; the other APIs' image items convert onto it)."""
+FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
+"""The formats accepted, by Pillow's name, with their media type."""
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+"""Default largest image file (decoded from base64), in bytes."""
+MAX_IMAGE_PIXELS = 16 * 1024 * 1024
+"""Default most pixels (width x height) one image may decode to: a 4096 x 4096 screenshot fits, a bomb does not."""
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
+                       re.IGNORECASE)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """What a server accepts in an image (the proxy's and the engine's settings)."""
+
+    max_bytes: int = MAX_IMAGE_BYTES
+    """Largest image file, in bytes (its base64 text is a third larger)."""
+    max_pixels: int = MAX_IMAGE_PIXELS
+    """Most pixels one image may decode to; a file whose header says more is refused before it is decoded."""
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """Where an image is in a chat request, and its URL as sent."""
+
+    field: str
+    """The part's dotted path as the client wrote it (`messages.1.content.0.image_url`)."""
+    url: str
+    """Its URL: a `data:` URL (any other is refused by `decode_image`)."""
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """An image file that passed every check, with its pixels."""
+
+    data: bytes
+    """The file's bytes, as the client sent them (after base64)."""
+    sha256: str
+    """The SHA-256 of `data`, hex: the image's name in the store."""
+    format: str
+    """Pillow's name of its format: PNG, JPEG or WEBP."""
+    width: int
+    """Width in pixels."""
+    height: int
+    """Height in pixels."""
+    pixels: "PILImage"
+    """The decoded image, in RGB (what a processor takes)."""
+
+    @property
+    def mime(self) -> str:
+        """Its media type (`image/png`, ...)."""
+        return FORMATS[self.format]
+
+
+def image_refs(messages: Sequence[Mapping[str, Any]]) -> list[ImageRef]:
+    """Every image part of `messages`, in the order a chat template renders them (message by message, part by
+    part): the order of the image placeholder runs in the prompt's ids."""
+    return list(_iter_refs(messages))
+
+
+def _iter_refs(messages: Sequence[Mapping[str, Any]]) -> Iterator[ImageRef]:
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, Mapping) and part.get("type") in IMAGE_PARTS:
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, Mapping) else url
+                yield ImageRef(f"messages.{i}.content.{j}.image_url", url if isinstance(url, str) else "")
+
+
+def has_images(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any message has an image part."""
+    return next(_iter_refs(messages), None) is not None
+
+
+def check_url(url: str) -> None:
+    """`ValueError` saying why an image URL is refused before it is decoded: not a base64 `data:` URL."""
+    if url.lower().startswith(("http://", "https://")):
+        raise ValueError(
+            "image URLs are not fetched (the swarm reaches no network): send the image inline as a base64 data: URL"
+        )
+    match = _DATA_URL.match(url)
+    if match is None:
+        raise ValueError("must be a data: URL (data:image/png;base64,...)")
+    if not match.group("b64"):
+        raise ValueError("a data: URL's image must be base64 (data:image/png;base64,...)")
+
+
+def file_bytes(url: str, limits: ImageLimits) -> bytes:
+    """The image file a base64 `data:` URL holds; `ValueError` when it is not one, `OverflowError` when the file is
+    over `limits.max_bytes` (judged from the text's length before it is decoded)."""
+    check_url(url)
+    payload = url[url.index(",") + 1 :]
+    if len(payload) * 3 // 4 > limits.max_bytes + 2:
+        raise OverflowError(f"the image is over {limits.max_bytes} bytes (ImageLimits.max_bytes)")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("the data: URL's base64 is invalid") from None
+
+
+def decode_file(data: bytes, limits: ImageLimits) -> DecodedImage:
+    """An image file's pixels after every check; `ValueError` saying what is wrong (`OverflowError` for a size)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if len(data) > limits.max_bytes:
+        raise OverflowError(f"the image is {len(data)} bytes, over {limits.max_bytes} (ImageLimits.max_bytes)")
+    try:
+        with Image.open(io.BytesIO(data), formats=list(FORMATS)) as img:
+            width, height, fmt = img.width, img.height, img.format or ""
+            if width * height > limits.max_pixels:
+                raise OverflowError(
+                    f"the image is {width} x {height} pixels, over {limits.max_pixels} (ImageLimits.max_pixels)"
+                )
+            img.load()  # the whole file: a truncated or corrupt one fails here, not later in a batch
+            rgb = img.convert("RGB")
+    except UnidentifiedImageError:
+        raise ValueError(f"not an image in a supported format ({', '.join(FORMATS)})") from None
+    except Image.DecompressionBombError as exc:  # Pillow's own guard, at twice its limit, fires before ours
+        raise OverflowError(f"the image decodes to over {limits.max_pixels} pixels (ImageLimits.max_pixels): {exc}")
+    except (OSError, SyntaxError) as exc:
+        raise ValueError(f"the image cannot be decoded ({exc})") from None
+    if width < 1 or height < 1:
+        raise ValueError("the image has no pixels")
+    return DecodedImage(data, hashlib.sha256(data).hexdigest(), fmt, width, height, rgb)
+
+
+def decode_image(ref: ImageRef, limits: ImageLimits) -> DecodedImage:
+    """The image of one part, checked; `InvalidRequest` naming the part (`RequestTooLarge` over a limit)."""
+    try:
+        return decode_file(file_bytes(ref.url, limits), limits)
+    except OverflowError as exc:
+        raise RequestTooLarge(f"{ref.field}.url: {exc}", fields=[f"{ref.field}.url"]) from None
+    except ValueError as exc:
+        raise InvalidRequest.for_field(f"{ref.field}.url", str(exc)) from None
+
+
+def decode_images(messages: Sequence[Mapping[str, Any]], limits: ImageLimits) -> list[DecodedImage]:
+    """Every image of `messages`, in rendering order, checked (the first bad one refused, naming its part). An image
+    sent again (an agent re-sending its history) is decoded once."""
+    seen: dict[str, DecodedImage] = {}
+    out = []
+    for ref in image_refs(messages):
+        image = seen.get(ref.url)
+        if image is None:
+            image = seen[ref.url] = decode_image(ref, limits)
+        out.append(image)
+    return out
+
+
+def data_url(data: bytes, mime: str) -> str:
+    """A base64 `data:` URL of an image file (what the other APIs' image items convert to, and exports carry)."""
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
