@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from ajet.errors import InvalidRequest
-from ajet.images import IMAGE_PARTS, check_url
+from ajet.images import IMAGE_PARTS, ImagePart, image_part_problem
 
 MAX_STOP_STRINGS = 16
 """Most stop strings one request may carry."""
@@ -104,23 +104,10 @@ def _content(v: Any) -> Any:
             raise FieldProblem(f"{j}.type", why)
         if kind == "text" and not isinstance(part.get("text"), str):
             raise FieldProblem(f"{j}.text", "required, a string")
-        if kind == "image_url":
-            _image_part(j, part)
+        problem = image_part_problem(part) if kind == "image_url" else None
+        if problem is not None:
+            raise FieldProblem(f"{j}.{problem[0]}", problem[1])
     return v
-
-
-def _image_part(j: int, part: dict[str, Any]) -> None:
-    """An `image_url` part's shape: `{"image_url": {"url": "data:..."}}`, the URL a base64 `data:` URL."""
-    image = part.get("image_url")
-    if not isinstance(image, dict):
-        raise FieldProblem(f"{j}.image_url", "required, an object with a url")
-    url = image.get("url")
-    if not isinstance(url, str):
-        raise FieldProblem(f"{j}.image_url.url", "required, a string")
-    try:
-        check_url(url)
-    except ValueError as exc:
-        raise FieldProblem(f"{j}.image_url.url", str(exc)) from None
 
 
 def _n(v: Any) -> Any:
@@ -160,24 +147,6 @@ class TextPart(_Part):
     """Always `text`."""
     text: str
     """The text."""
-
-
-class ImageUrl(_Part):
-    """Where an image part's image is."""
-
-    url: str
-    """A base64 `data:` URL of a PNG, JPEG or WebP file (an `http(s)` URL is refused: nothing here fetches)."""
-    detail: Optional[str] = None
-    """OpenAI's `low`/`high`/`auto`: kept as sent; the model's processor decides the resolution."""
-
-
-class ImagePart(_Part):
-    """An image content part (OpenAI's `image_url`): a user's or a tool result's image, as the model sees it."""
-
-    type: Literal["image_url"]
-    """Always `image_url`."""
-    image_url: ImageUrl
-    """The image."""
 
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -363,7 +332,9 @@ def invalid_request(exc: ValidationError, within: str = "") -> InvalidRequest:
 
 def _union_member(part: object) -> bool:
     """Whether a location step names a union's member (`str`, `list[TextPart]`, `function-after[...]`)."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict[str,any]", "TextPart", "ImagePart") or "[" in part)
+    return isinstance(part, str) and (
+        part in ("str", "int", "float", "bool", "dict[str,any]", "TextPart", "ImagePart") or "[" in part
+    )
 
 
 # ---------------------------------------------------------------- reading a chat request

@@ -23,7 +23,9 @@ import io
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 from ajet.errors import InvalidRequest, RequestTooLarge
 
@@ -83,6 +85,42 @@ class DecodedImage:
     def mime(self) -> str:
         """Its media type (`image/png`, ...)."""
         return FORMATS[self.format]
+
+
+class ImageUrl(BaseModel):
+    """Where an image part's image is."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    url: str
+    """A base64 `data:` URL of a PNG, JPEG or WebP file (an `http(s)` URL is refused: nothing here fetches)."""
+    detail: Optional[str] = None
+    """OpenAI's `low`/`high`/`auto`: kept as sent; the model's processor decides the resolution."""
+
+
+class ImagePart(BaseModel):
+    """An image content part (OpenAI's `image_url`): a user's or a tool result's image, as the model sees it."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["image_url"]
+    """Always `image_url`."""
+    image_url: ImageUrl
+    """The image."""
+
+
+def image_part_problem(part: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """What is wrong with an `image_url` part's shape, as (its field below the part, why), or None: it must be
+    `{"image_url": {"url": "data:..."}}` with a base64 `data:` URL (its pixels are checked when decoded)."""
+    image = part.get("image_url")
+    if not isinstance(image, Mapping):
+        return "image_url", "required, an object with a url"
+    url = image.get("url")
+    if not isinstance(url, str):
+        return "image_url.url", "required, a string"
+    try:
+        check_url(url)
+    except ValueError as exc:
+        return "image_url.url", str(exc)
+    return None
 
 
 def image_refs(messages: Sequence[Mapping[str, Any]]) -> list[ImageRef]:
@@ -152,7 +190,8 @@ def decode_file(data: bytes, limits: ImageLimits) -> DecodedImage:
     except UnidentifiedImageError:
         raise ValueError(f"not an image in a supported format ({', '.join(FORMATS)})") from None
     except Image.DecompressionBombError as exc:  # Pillow's own guard, at twice its limit, fires before ours
-        raise OverflowError(f"the image decodes to over {limits.max_pixels} pixels (ImageLimits.max_pixels): {exc}")
+        why = f"the image decodes to over {limits.max_pixels} pixels (ImageLimits.max_pixels): {exc}"
+        raise OverflowError(why) from None
     except (OSError, SyntaxError) as exc:
         raise ValueError(f"the image cannot be decoded ({exc})") from None
     if width < 1 or height < 1:

@@ -118,5 +118,7 @@ def test_the_chat_request_takes_image_parts_and_refuses_other_kinds_by_name() ->
 
 def test_data_url_round_trips() -> None:
     data = png()
-    (image,) = decode_images(_messages({"type": "image_url", "image_url": {"url": data_url(data, "image/png")}}), LIMITS)
+    (image,) = decode_images(
+        _messages({"type": "image_url", "image_url": {"url": data_url(data, "image/png")}}), LIMITS
+    )
     assert image.data == data

@@ -14,3 +14,10 @@ torch.set_num_threads(1)
 def tiny():
     model, tok = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
     return model, tok
+
+
+@pytest.fixture(scope="session")
+def tiny_vl():
+    """The built-in vision-language model `builtin:tiny-vl` (Qwen2-VL's shape) and its tokenizer."""
+    model, tok = load_policy(str(builtin_model_path("builtin:tiny-vl")), AgentJetJob(), "cpu")
+    return model, tok

@@ -16,25 +16,34 @@ from typing import Any, Optional
 
 from ajet.chat_request import content_text
 from ajet.errors import InvalidRequest
+from ajet.images import IMAGE_PARTS
 
 TOOL_CALL_OPEN = "<tool_call>"
 """Where a Hermes-style tool call begins in the completion text (a stream holds back from here)."""
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
 
-def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as a chat template takes them: content parts joined to text, and tool-call arguments parsed
-    from their JSON string to an object (as vLLM does; a template then re-renders them, e.g. with `tojson`).
-    Arguments that are not a JSON object become `{}`, as in vLLM, so one bad turn cannot break the rest."""
+def _normalise(messages: list[dict[str, Any]], image_text: str = "") -> list[dict[str, Any]]:
+    """Messages as a chat template takes them: content parts joined to text (an image part as `image_text`, the
+    model's placeholder), and tool-call arguments parsed from their JSON string to an object (as vLLM does; a template
+    then re-renders them, e.g. with `tojson`). Arguments that are not a JSON object become `{}`, as in vLLM, so one
+    bad turn cannot break the rest."""
     out = []
     for m in messages:
         m = dict(m)
         if not isinstance(m.get("content"), str):
-            m["content"] = content_text(m.get("content"))
+            m["content"] = _joined(m.get("content"), image_text)
         if m.get("tool_calls"):
             m["tool_calls"] = [_parsed_arguments(tc) for tc in m["tool_calls"]]
         out.append(m)
     return out
+
+
+def _joined(content: Any, image_text: str) -> str:
+    """Content parts as one text: text parts as they are, image parts as `image_text` (in their place)."""
+    if not image_text or not isinstance(content, list):
+        return content_text(content)
+    return "".join(image_text if p.get("type") in IMAGE_PARTS else content_text([p]) for p in content)
 
 
 def _parsed_arguments(tc: dict[str, Any]) -> dict[str, Any]:
@@ -100,14 +109,16 @@ def render_ids(
     tools: Optional[list[dict[str, Any]]] = None,
     add_generation_prompt: bool = True,
     options: Optional[dict[str, Any]] = None,
+    image_text: str = "",
 ) -> list[int]:
     """Token ids of `messages` (+ `tools`) through the tokenizer's chat template (or `options`' own, with its
-    variables: `template_options`); `InvalidRequest` naming `messages` when the template refuses them."""
+    variables: `template_options`), each image part rendered as `image_text` (a VL model's placeholder, expanded
+    after: `ajet_trainer.vision`); `InvalidRequest` naming `messages` when the template refuses them."""
     kwargs = {"tools": [template_tool(t) for t in tools]} if tools else {}
     kwargs.update(options or {})
     try:
         text = tokenizer.apply_chat_template(
-            _normalise(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            _normalise(messages, image_text), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )
     except Exception as exc:  # noqa: BLE001 - a template error is the request's fault (e.g. roles out of order)
         why = f"the chat template refused them ({type(exc).__name__}: {exc})"

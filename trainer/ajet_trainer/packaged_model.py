@@ -102,12 +102,13 @@ def _convert(spec: PackagedModel, gguf: Path, dest: Path) -> None:
     save_model_folder(dest, model, tokenizer)
 
 
-def save_model_folder(dest: Path, model: Any, tokenizer: Any) -> None:
-    """Save `model` and `tokenizer` as the cache folder `dest`, atomically: written beside it, then renamed, so a
-    concurrent creator never sees a half-written folder (the built-in models are saved the same way)."""
+def save_model_folder(dest: Path, model: Any, tokenizer: Any, *more: Any) -> None:
+    """Save `model`, `tokenizer` (and `more`: an image processor) as the cache folder `dest`, atomically: written
+    beside it, then renamed, so a concurrent creator never sees a half-written folder (the built-in models are saved
+    the same way)."""
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    for part in (model, tokenizer, *more):
+        part.save_pretrained(tmp)
     try:
         tmp.rename(dest)
     except OSError:

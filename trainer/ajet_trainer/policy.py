@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,7 +39,9 @@ def load_policy(
     model_path: str, job: AgentJetJob, device: str, adapter: str = "default"
 ) -> tuple[PolicyModel, Tokenizer]:
     """Model and tokenizer from a local folder; LoRA-wrapped when `job.uses_lora` (the adapter named `adapter`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    from ajet_trainer.vision import is_vision_folder
 
     configure_hf_progress()  # transformers' loading bar at a terminal, none in logs
 
@@ -46,7 +49,8 @@ def load_policy(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+    loader = AutoModelForImageTextToText if is_vision_folder(Path(model_path)) else AutoModelForCausalLM
+    model = loader.from_pretrained(model_path, dtype=dtype).to(device)
     if job.uses_lora:
         from peft import get_peft_model
 

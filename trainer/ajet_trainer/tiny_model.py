@@ -28,9 +28,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ajet.utils.runtime import model_cache_root
+from ajet_trainer import tiny_vl
 from ajet_trainer.chat_templates import CHAR_TEMPLATE, FAMILIES
 from ajet_trainer.errors import ModelFolderNotFound
 from ajet_trainer.packaged_model import PACKAGED, packaged_model_path, save_model_folder
@@ -106,6 +107,10 @@ def _spec_hash(name: str) -> str:
     parts.update(positions=spec.max_positions)
     if spec.init_std != DEFAULT_INIT_STD:  # the default stays out: the other models' folders keep their names
         parts.update(init_std=spec.init_std)
+    return _hash(parts)
+
+
+def _hash(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -179,14 +184,20 @@ def builtin_model_path(spec: str) -> Path:
     name = spec[len(BUILTIN_PREFIX) :] if spec.startswith(BUILTIN_PREFIX) else spec
     if name in PACKAGED:  # a real model a package ships, converted on first use
         return packaged_model_path(name)
+    if name == tiny_vl.NAME:
+        return _made(spec, cache_root() / f"{name}-{_hash(tiny_vl.spec_parts())}", tiny_vl.create)
     if name not in BUILTINS:
-        known = [BUILTIN_PREFIX + n for n in [*BUILTINS, *PACKAGED]]
+        known = [BUILTIN_PREFIX + n for n in [*BUILTINS, tiny_vl.NAME, *PACKAGED]]
         raise ModelFolderNotFound(f"unknown built-in model '{spec}'; one of {known}")
-    dest = cache_root() / f"{name}-{_spec_hash(name)}"
+    return _made(spec, cache_root() / f"{name}-{_spec_hash(name)}", lambda dest: _create(name, dest))
+
+
+def _made(spec: str, dest: Path, create: Callable[[Path], None]) -> Path:
+    """`dest`, created by `create` on first use."""
     if not (dest / "config.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         logger.info("creating built-in model %s at %s", spec, dest)
-        _create(name, dest)
+        create(dest)
     return dest
 
 

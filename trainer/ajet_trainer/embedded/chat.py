@@ -20,6 +20,7 @@ from ajet.errors import ContextLengthExceeded, InvalidRequest
 from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
 from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.types import Tokenizer
+from ajet_trainer.vision import IMAGE_TEXT, ImageInputs, Vision
 
 
 def forwarded_prompt(body: dict[str, Any], vocab_size: int) -> Optional[list[int]]:
@@ -61,9 +62,13 @@ def prompt_ids(
     max_context: Optional[int] = None,
     token_chars: int = 0,
     max_prompt: Optional[int] = None,
+    vision: Optional[Vision] = None,
+    images: Optional[ImageInputs] = None,
 ) -> list[int]:
     """Token ids of the request's prompt: the forwarded token prompt when it has one, else the rendered chat
-    prompt (generation prompt added), of a body that passed `ajet.chat_request.validate_chat`.
+    prompt (generation prompt added), of a body that passed `ajet.chat_request.validate_chat`. With a VL model's
+    `vision`, each of the messages' `images` is one run of placeholders: expanded when rendered, checked when
+    forwarded (`InvalidRequest` naming the field when they do not line up).
     `InvalidRequest` when the chat template refuses the messages; `ContextLengthExceeded` when the prompt leaves no
     room in the model's context or is over `max_prompt` tokens (the job's `max_prompt_length`). With
     `token_chars` (`longest_token_chars`) a prompt that cannot fit is refused before it is rendered: a huge body
@@ -74,7 +79,13 @@ def prompt_ids(
         if max_context is not None and least >= max_context:
             why = f"the prompt is at least {least} tokens; this model's context is {max_context} tokens"
             raise ContextLengthExceeded.for_field("messages", why)
-        ids = render_ids(tokenizer, body["messages"], template_tools(body), options=template_options(body))
+        image_text = IMAGE_TEXT if vision is not None else ""
+        ids = render_ids(tokenizer, body["messages"], template_tools(body), options=template_options(body),
+                         image_text=image_text)  # fmt: skip
+        if vision is not None:
+            ids = vision.expand(ids, images)
+    elif vision is not None:
+        vision.check_runs(ids, images, "kv_transfer_params.prompt_token_ids")
     if max_context is not None and len(ids) >= max_context:
         why = f"the prompt is {len(ids)} tokens; this model's context is {max_context} tokens"
         raise ContextLengthExceeded.for_field("messages", why)

@@ -29,6 +29,7 @@ from ajet_trainer.embedded.model_calls import cache_keyword, cache_of, last_logi
 from ajet_trainer.embedded.sampling import sample_tokens
 from ajet_trainer.embedded.types import ABORT, GenRequest, GenResult, TokenOut
 from ajet_trainer.types import PolicyModel, Tokenizer
+from ajet_trainer.vision import joined, last_positions, multimodal_positions
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,22 +145,30 @@ class Decoding:
         return [row.request for row in self.rows]
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
-        """Run the rows' tokens, keeping the cache and each row's next-token logits; alike rows (the same tokens and
-        adapter: a group's one prompt) run once, where the cache can be copied to each."""
-        wanted = [r.adapter for r in self.requests]
-        alike = distinct_rows(ids, wanted) if self.shares_prompts else None
+        """Run the rows' tokens, keeping the cache and each row's next-token logits; alike rows (the same tokens,
+        adapter and images: a group's one prompt) run once, where the cache can be copied to each. Rows with images
+        (a VL model's) run with their pixel values, at the model's multimodal positions."""
+        requests = self.requests
+        wanted = [r.adapter for r in requests]
+        kinds = [(r.adapter, r.images.sha256 if r.images is not None else ()) for r in requests]
+        alike = distinct_rows(ids, kinds) if self.shares_prompts else None
         reps = alike[0] if alike is not None else list(range(len(ids)))
         adapters = batch_adapters(self.model, [wanted[i] for i in reps]) if alike is not None else self.adapters
+        images = joined([requests[i].images for i in reps])
+        positions, seen = pos[reps], {}
+        if images is not None:
+            positions = multimodal_positions(self.model, ids[reps], self.mask[reps], images.grid_thw)
+            seen = {"pixel_values": images.pixel_values.to(self.device), "image_grid_thw": images.grid_thw}
         with adapters.forward():
             out = self.model(
-                input_ids=ids[reps], attention_mask=self.mask[reps], position_ids=pos[reps], use_cache=True,
-                **self.last_only, **adapters.kwargs,
+                input_ids=ids[reps], attention_mask=self.mask[reps], position_ids=positions, use_cache=True,
+                **self.last_only, **adapters.kwargs, **seen,
             )  # fmt: skip
-        self.past, self.last_pos = cache_of(out), pos[:, -1]
+        self.past, self.last_pos = cache_of(out), last_positions(positions)
         self.logits = out.logits[:, -1, :].float()
         if alike is not None:
             select_rows(self.past, alike[1])
-            self.logits = self.logits[alike[1]]
+            self.logits, self.last_pos = self.logits[alike[1]], self.last_pos[alike[1]]
 
     @torch.no_grad()
     def reprefill(self, version: Versions) -> int:

@@ -14,6 +14,7 @@ static cache keeps the batch as it was started (`joinable` says no and the reque
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Any, Optional
 
 import torch
@@ -36,12 +37,12 @@ def copyable_cache(config: Any) -> bool:
     return joinable(DynamicCache(config=config))
 
 
-def distinct_rows(ids: torch.Tensor, adapters: list[Optional[str]]) -> Optional[tuple[list[int], torch.Tensor]]:
-    """Rows of `ids` (one prompt per row, left-padded) that are alike (the same ids, the same adapter) prefilled once:
-    (the first row of each kind, and for every row the index of its kind in that list). None when no two rows are
-    alike."""
-    first: dict[tuple[Optional[str], tuple[int, ...]], int] = {}
-    kinds = [first.setdefault((adapter, tuple(row)), len(first)) for adapter, row in zip(adapters, ids.tolist())]
+def distinct_rows(ids: torch.Tensor, extras: Sequence[Hashable]) -> Optional[tuple[list[int], torch.Tensor]]:
+    """Rows of `ids` (one prompt per row, left-padded) that are alike (the same ids, the same extra: the adapter and
+    the images' hashes) prefilled once: (the first row of each kind, and for every row the index of its kind in that
+    list). None when no two rows are alike."""
+    first: dict[tuple[Hashable, tuple[int, ...]], int] = {}
+    kinds = [first.setdefault((extra, tuple(row)), len(first)) for extra, row in zip(extras, ids.tolist())]
     if len(first) == len(kinds):
         return None
     reps = [kinds.index(k) for k in range(len(first))]

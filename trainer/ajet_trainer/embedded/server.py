@@ -40,6 +40,7 @@ from ajet_trainer.embedded.stream import StreamedAnswer
 from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.errors import EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
+from ajet_trainer.vision import IMAGE_TEXT, ImageInputs, Vision, refuse_images
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -100,6 +101,8 @@ class EmbeddedEngine:
         """The most characters one token stands for: bounds a prompt's tokens before it is rendered."""
         self._parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="ajet-engine-parse")
         """Where bodies are decoded, templated and tokenized: off the event loop, so a huge one delays no one."""
+        self.vision = Vision.of_model(model, tokenizer)
+        """A VL model's image side (None for a text model: an image is refused naming its part)."""
         self.requests = 0
         """Chat requests taken in (checked and queued)."""
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -180,7 +183,10 @@ class EmbeddedEngine:
             if tools is not None and not isinstance(tools, list):
                 raise InvalidRequest.for_field("tools", "must be a list")
             generation = bool(body.get("add_generation_prompt", True))
-            return render_ids(self.tokenizer, body["messages"], tools, generation, template_options(body))
+            images = self._images(body["messages"])
+            image_text = IMAGE_TEXT if self.vision is not None else ""
+            ids = render_ids(self.tokenizer, body["messages"], tools, generation, template_options(body), image_text)
+            return self.vision.expand(ids, images) if self.vision is not None else ids
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise InvalidRequest.for_field("prompt", "required (a string), or give `messages`")
@@ -192,12 +198,21 @@ class EmbeddedEngine:
         spec = grammar_spec(body)
         adapter = requested_adapter(self.model, self.model_name, body.get("model"))
         temperature, max_prompt = self.limits.get(adapter, (self.default_temperature, self.max_prompt_tokens))
-        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, max_prompt)
+        images = self._images(body["messages"])
+        prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, max_prompt, self.vision, images)
         req = gen_request(request, prompt, temperature, self.max_tokens_cap, self.max_context)
-        req.adapter = adapter
+        req.adapter, req.images = adapter, images
         if spec is not None:
             req.constraint = self._grammars(spec).constraint(spec)
         return body, prompt, req
+
+    def _images(self, messages: list[dict[str, Any]]) -> Optional[ImageInputs]:
+        """The messages' images, checked and processed (None when there are none); `InvalidRequest` naming the part
+        of a bad one, or of any image when the model takes none."""
+        if self.vision is None:
+            refuse_images(messages)
+            return None
+        return self.vision.inputs_of(messages)
 
     def _grammars(self, spec: GrammarSpec) -> Grammars:
         """The engine's grammar compiler, made at the first constrained request (on a parse thread);

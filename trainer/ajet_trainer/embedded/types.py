@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
+from ajet_trainer.vision import ImageInputs
 
 ABORT = "abort"
 """The finish of a row whose client went away (its result reaches no one; vLLM names it the same)."""
@@ -56,6 +57,9 @@ class GenRequest:
     adapter: Optional[str] = None
     """The LoRA adapter that answers (a name the peft model holds); None: the model as it is. Rows of different
     adapters share one batch and one forward (peft's mixed-adapter batches), each as its adapter alone."""
+    images: Optional[ImageInputs] = None
+    """The prompt's images (a VL model's): their pixel values and grids, one placeholder run each in `prompt_ids`,
+    in order; they go into the prefill (and any prefill again after an update)."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set (by `cancel`, from the HTTP side) when the client went away: the row ends before its next token."""
     generated: int = 0
