@@ -71,7 +71,9 @@ def test_swarm_yaml_holds_only_swarm_options_and_both_commands_default_to_one_st
     "cls,name,renamed",
     [
         (TrainerOptions, "trainer.yaml", {"db": "db_url", "vllm_arg": "vllm_args"}),
-        (ProxyConfig, "proxy.yaml", {"db": "db_url", "max_body_bytes": "limits", "commit_window_ms": "commit_window_s",
+        (ProxyConfig, "proxy.yaml", {"db": "db_url", "max_body_bytes": "limits",
+                                     "max_image_bytes": "limits", "max_image_pixels": "limits",
+                                     "commit_window_ms": "commit_window_s",
                                      "shared_store": "shared", "workers": "shared"}),
     ],
 )  # fmt: skip

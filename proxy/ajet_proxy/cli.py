@@ -54,6 +54,8 @@ def add_proxy_options(
         "still served to this machine only)",
     )
     p.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 above it)")
+    p.add_argument("--max-image-bytes", type=int, help="largest image file in a call (413 above it, naming the part)")
+    p.add_argument("--max-image-pixels", type=int, help="most pixels one image may decode to (413 above it)")
     p.add_argument(
         "--commit-window-ms",
         type=float,
@@ -153,7 +155,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
             db_mode=args.db_mode,
             swarm_token=args.swarm_token,
             transport=args.transport,
-            limits=InputLimits(max_body_bytes=args.max_body_bytes),
+            limits=InputLimits.of(vars(args)),
             commit_window_s=args.commit_window_ms / 1000.0,
             gc_young_threshold=args.gc_young_threshold,
             shared=args.shared_store or args.workers > 1,

@@ -64,7 +64,7 @@ class ProxyConfig:
             "db_mode": int(str(v["db_mode"]), 8),
             "swarm_token": v["swarm_token"],
             "transport": v["transport"],
-            "limits": InputLimits(max_body_bytes=int(str(v["max_body_bytes"]))),
+            "limits": InputLimits.of(v),
             "commit_window_s": float(str(v["commit_window_ms"])) / 1000.0,
             "gc_young_threshold": int(str(v["gc_young_threshold"])),
             "shared": bool(v["shared_store"]) or int(str(v["workers"])) > 1,

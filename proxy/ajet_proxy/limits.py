@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ajet.errors import InvalidRequest
+from ajet.images import ImageLimits
 from ajet.protocol import ErrorCode
 from ajet.utils.flags import shipped
 from ajet_proxy.errors import HttpError, error_response
@@ -29,9 +30,18 @@ class InputLimits:
     """Most messages one chat request may carry."""
     max_json_depth: int = 64
     """Deepest nesting of JSON arrays and objects in a chat request."""
+    images: ImageLimits = ImageLimits()
+    """What one image may be: its file's bytes and the pixels it decodes to (`max_image_bytes`, `max_image_pixels`
+    of `configs/proxy.yaml`); over either, 413 naming the part."""
+
+    @classmethod
+    def of(cls, settings: Mapping[str, object]) -> "InputLimits":
+        """The limits of a proxy's settings (`max_body_bytes`, `max_image_bytes`, `max_image_pixels`)."""
+        images = ImageLimits(int(str(settings["max_image_bytes"])), int(str(settings["max_image_pixels"])))
+        return cls(max_body_bytes=int(str(settings["max_body_bytes"])), images=images)
 
 
-DEFAULT_LIMITS = InputLimits(max_body_bytes=int(str(shipped("proxy.yaml")["max_body_bytes"])))
+DEFAULT_LIMITS = InputLimits.of(shipped("proxy.yaml"))
 """The limits a proxy holds requests to unless configured otherwise (`configs/proxy.yaml`; frozen: safe to
 share)."""
 

@@ -62,6 +62,8 @@ class OpenEpisode:
     """Its answered turns: the token history and Responses' conversations."""
     experiment_slug: str = DEFAULT_SLUG
     """The slug of its experiment (`default`: the swarm's default experiment), whose host on this proxy serves it."""
+    stored_images: set[str] = field(default_factory=set)
+    """The hashes of the image files its calls stored already (an agent sends its history's images each turn)."""
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""

@@ -35,6 +35,7 @@ from ajet_store.store import Catalog, Store, experiment_store
 from ajet_store.tables import SCHEMA_VERSION
 from ajet_store.types import (
     BeginEpisode,
+    CallImage,
     CallRecord,
     EndEpisode,
     EpisodeChange,
@@ -47,6 +48,7 @@ from ajet_store.types import (
     RewardedEpisode,
     RewardVersion,
     StepRow,
+    StoredImage,
 )
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "TRAINER_TIMEOUT_S",
     "AlreadyConsumed",
     "BeginEpisode",
+    "CallImage",
     "CallRecord",
     "EndEpisode",
     "ExperimentEntry",
@@ -69,6 +72,7 @@ __all__ = [
     "RewardVersion",
     "SchemaMismatch",
     "StepRow",
+    "StoredImage",
     "Store",
     "experiment_store",
     "Catalog",

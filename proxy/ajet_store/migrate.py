@@ -41,6 +41,7 @@ REVISIONS = {
     14: "0014",
     15: "0015",
     16: "0016",
+    17: "0017",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

@@ -13,7 +13,7 @@ from ajet.job import AgentJetJob
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import tables as t
-from ajet_store.types import CallRecord, EpisodeRow, ExperimentRow, StepRow
+from ajet_store.types import CallImage, CallRecord, EpisodeRow, ExperimentRow, StepRow
 
 # Statements of the episode life cycle, built once: building one (and its cache key) costs more than running it.
 _EXPERIMENT = sa.select(t.experiments).where(t.experiments.c.id == 1)
@@ -131,7 +131,15 @@ def call_from(m: Any) -> CallRecord:
         truncated=bool(m["truncated"]),
         client_gone=bool(m["client_gone"]),
         version_spans=[(int(a), int(b)) for a, b in m["version_spans"]] if m["version_spans"] else None,
+        images=_call_images(m["images"]),
     )
+
+
+def _call_images(value: Any) -> Optional[tuple[CallImage, ...]]:
+    """The `images` JSON of a call as `CallImage`s (None for none)."""
+    if not value:
+        return None
+    return tuple(CallImage(i["sha256"], tuple(i["grid"]) if i.get("grid") else None) for i in value)
 
 
 def call_row(r: CallRecord) -> dict[str, Any]:
@@ -157,6 +165,9 @@ def call_row(r: CallRecord) -> dict[str, Any]:
         "truncated": r.truncated,
         "client_gone": r.client_gone,
         "version_spans": [list(span) for span in r.version_spans] if r.version_spans else None,
+        "images": [{"sha256": i.sha256, "grid": list(i.grid) if i.grid else None} for i in r.images]
+        if r.images
+        else None,
     }
 
 

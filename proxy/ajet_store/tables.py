@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 metadata = sa.MetaData()
 
@@ -128,6 +128,18 @@ llm_calls = sa.Table(
     sa.Column("truncated", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     sa.Column("client_gone", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     sa.Column("version_spans", sa.JSON, nullable=True),
+    sa.Column("images", sa.JSON, nullable=True),
+)
+
+images = sa.Table(
+    "images",
+    metadata,
+    sa.Column("sha256", sa.String(64), primary_key=True),
+    sa.Column("mime", sa.String(32), nullable=False),
+    sa.Column("width", sa.Integer, nullable=False),
+    sa.Column("height", sa.Integer, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
 )
 
 engines = sa.Table(

@@ -195,6 +195,33 @@ EpisodeChange = Union[BeginEpisode, EndEpisode]
 
 
 @dataclass(frozen=True)
+class CallImage:
+    """One image of a call's prompt, as the engine used it."""
+
+    sha256: str
+    """The image file's SHA-256: its row in the store's `images` table."""
+    grid: Optional[tuple[int, int, int]] = None
+    """The patch grid (temporal, height, width) the engine's processor made of it; None where the engine did not
+    say (its run in the prompt's ids still has the length the model's processor gives)."""
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """An image file as the store keeps it, once, by its hash."""
+
+    sha256: str
+    """The SHA-256 of `data`, hex."""
+    mime: str
+    """Its media type: image/png, image/jpeg or image/webp."""
+    width: int
+    """Width in pixels."""
+    height: int
+    """Height in pixels."""
+    data: bytes
+    """The file, byte for byte as the client sent it."""
+
+
+@dataclass(frozen=True)
 class CallRecord:
     """One logged LLM call, with the exact token ids the engine produced."""
 
@@ -248,6 +275,10 @@ class CallRecord:
     """The engine's `policy_version_spans`: (offset of the first completion token, policy version) of each run of
     the answer one version sampled, when an update came mid-answer (partial rollouts); None: `policy_version`
     sampled it all."""
+
+    images: Optional[tuple[CallImage, ...]] = None
+    """The prompt's images in the order of their placeholder runs (None: none); each file is in the store's
+    `images` table, and the request as logged names it `ajet-image:<sha256>` instead of carrying its bytes."""
 
     def version_at(self, offset: int) -> int:
         """The policy version that sampled completion token `offset`."""

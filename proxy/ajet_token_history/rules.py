@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import orjson
 
 from ajet.chat_request import content_text, template_tools
+from ajet.images import IMAGE_PARTS, has_images, image_key, image_url_of
 from ajet.labels import Label, fallback
 
 REASONS = {
@@ -144,13 +145,29 @@ def _calls(tool_calls: Any) -> list[list[Any]]:
 
 def canonical_message(m: Mapping[str, Any], named: bool = True) -> bytes:
     """A message as the comparison sees it: role, text, tool calls (name, parsed arguments), its name (`named`)."""
-    out: dict[str, Any] = {"role": m.get("role"), "content": content_text(m.get("content"))}
+    out: dict[str, Any] = {"role": m.get("role"), "content": _content(m.get("content"))}
     calls = _calls(m.get("tool_calls"))
     if calls:
         out["tool_calls"] = calls
     if named and isinstance(m.get("name"), str):
         out["name"] = m["name"]
     return orjson.dumps(out, option=orjson.OPT_SORT_KEYS)
+
+
+def _content(content: Any) -> Any:
+    """Content as a template reads it: its text; with images, the text runs and each image's file hash in order (the
+    same image as a data: URL and as the call log's `ajet-image:` reference compare equal, another image does not)."""
+    if not has_images([{"content": content}]):
+        return content_text(content)
+    out: list[Any] = []
+    for part in content:
+        if part.get("type") in IMAGE_PARTS:
+            out.append({"image": image_key(image_url_of(part))})
+        elif out and isinstance(out[-1], str):
+            out[-1] += content_text([part])
+        else:
+            out.append(content_text([part]))
+    return out
 
 
 def canonical_tools(tools: Any) -> bytes:

@@ -142,6 +142,9 @@ class EngineAnswer(EngineModel):
     """The policy version that started the answer (the embedded engine's; vLLM sends none)."""
     policy_version_spans: Optional[VersionSpans] = None
     """Sent only when an update came mid-answer (two spans or more)."""
+    image_grids: Optional[list[list[int]]] = None
+    """Each prompt image's patch grid (temporal, height, width), in the order of its placeholder runs (the embedded
+    engine's, beside `prompt_token_ids`; a prompt without images has none)."""
 
     @property
     def first(self) -> AnswerChoice:

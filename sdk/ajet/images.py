@@ -36,6 +36,9 @@ IMAGE_PARTS = ("image_url",)
 """Content part types that carry an image (chat's; the other APIs' image items convert onto it)."""
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 """The formats accepted, by Pillow's name, with their media type."""
+IMAGE_REF_PREFIX = "ajet-image:"
+"""How the call log names a stored image in place of its base64 (`ajet-image:<sha256>`); readers resolve it from the
+store's `images` table."""
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 """Default largest image file (decoded from base64), in bytes."""
 MAX_IMAGE_PIXELS = 16 * 1024 * 1024
@@ -136,9 +139,14 @@ def _iter_refs(messages: Sequence[Mapping[str, Any]]) -> Iterator[ImageRef]:
             continue
         for j, part in enumerate(content):
             if isinstance(part, Mapping) and part.get("type") in IMAGE_PARTS:
-                url = part.get("image_url")
-                url = url.get("url") if isinstance(url, Mapping) else url
-                yield ImageRef(f"messages.{i}.content.{j}.image_url", url if isinstance(url, str) else "")
+                yield ImageRef(f"messages.{i}.content.{j}.image_url", image_url_of(part))
+
+
+def image_url_of(part: Mapping[str, Any]) -> str:
+    """An image part's URL ("" when it has none)."""
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, Mapping) else url
+    return url if isinstance(url, str) else ""
 
 
 def has_images(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -220,6 +228,24 @@ def decode_images(messages: Sequence[Mapping[str, Any]], limits: ImageLimits) ->
             image = seen[ref.url] = decode_image(ref, limits)
         out.append(image)
     return out
+
+
+def payload_of(image: DecodedImage) -> str:
+    """The base64 text of an image's file (what a client's data: URL or base64 field carries)."""
+    return base64.b64encode(image.data).decode("ascii")
+
+
+def image_key(url: str) -> str:
+    """What an image URL names, for comparing two messages: the SHA-256 of its file, whether the URL carries the file
+    (a base64 data: URL) or the call log's reference to it (`ajet-image:<sha256>`, bare or as a data URL's payload);
+    a URL that is neither is its own key."""
+    payload = url[url.index(",") + 1 :] if url.startswith("data:") and "," in url else url
+    if payload.startswith(IMAGE_REF_PREFIX):
+        return payload[len(IMAGE_REF_PREFIX) :]
+    try:
+        return hashlib.sha256(base64.b64decode(payload, validate=True)).hexdigest()
+    except (binascii.Error, ValueError):
+        return url
 
 
 def data_url(data: bytes, mime: str) -> str:

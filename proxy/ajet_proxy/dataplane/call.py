@@ -21,7 +21,7 @@ from ajet.labels import Label
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.open_episodes import OpenEpisode
-from ajet_store.types import CallRecord, RegisteredEngine
+from ajet_store.types import CallImage, CallRecord, RegisteredEngine
 from ajet_token_history.planner import Plan
 from ajet_token_history.rules import answer_message, new_turn
 from ajet_token_history.turn_boundary import ended_on_token
@@ -30,6 +30,14 @@ CLIENT_GONE_STREAM = "the client disconnected before [DONE]"
 """The error of a stream whose client left before its end."""
 CLIENT_GONE_PLAIN = "the client disconnected before the answer"
 """The error of a plain call whose client's connection closed before its answer was committed."""
+
+
+def call_images(hashes: tuple[str, ...], grids: Optional[list[list[int]]]) -> Optional[tuple[CallImage, ...]]:
+    """A call's images as logged: each hash with the grid the engine said it made of it (None where it said none)."""
+    if not hashes:
+        return None
+    known = grids if grids is not None and len(grids) == len(hashes) else [None] * len(hashes)
+    return tuple(CallImage(h, (g[0], g[1], g[2]) if g else None) for h, g in zip(hashes, known))
 
 
 class InFlightCall:
@@ -45,8 +53,11 @@ class InFlightCall:
         shape: ApiShape,
         request: Optional[Request],
         instructions_first: bool = False,
+        images: tuple[str, ...] = (),
     ):
         self.ep, self.raw, self.body, self.validated = ep, raw, body, validated
+        self.images = images
+        """Its prompt's image files, by hash, in rendering order (stored before it is sent: `dataplane.images`)."""
         self.shape, self.request = shape, request
         self.instructions_first = instructions_first
         """A Responses call whose first message is the request's instructions."""
@@ -108,6 +119,7 @@ class InFlightCall:
             truncated=error is None and self.validated.cut_by_server(choice.finish_reason, len(choice.token_ids or ())),
             client_gone=gone,
             version_spans=answer.policy_version_spans,
+            images=call_images(self.images, answer.image_grids),
         )
 
     def remember(self, record: CallRecord, answer: EngineAnswer) -> None:

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from ajet.chat_request import ChatCompletionRequest
 from ajet_proxy.dataplane.call import InFlightCall
 from ajet_proxy.dataplane.chat_path import ChatPath, chat_path
+from ajet_proxy.dataplane.images import take_images
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.open_episodes import OpenEpisode
@@ -39,8 +40,14 @@ class EpisodeRequest:
         instructions_first: bool = False,
     ) -> Response:
         """Serve `body` (a chat body, `validated`) on the chat path, answered through `shape`; `logged`: the request
-        as the call log keeps it (the raw body unless given)."""
-        call = InFlightCall(self.ep, logged or self.raw, body, validated, shape, self.request, instructions_first)
+        as the call log keeps it (the raw body unless given), its images' bytes replaced by their references once
+        the images are checked and stored (`dataplane.images`: a bad one is refused here, before a number)."""
+        logged = logged or self.raw
+        images = await take_images(self.path.proxy.host_of(self.ep), self.ep, body, logged)
+        if images is not None:
+            logged = images.logged
+        hashes = images.hashes if images is not None else ()
+        call = InFlightCall(self.ep, logged, body, validated, shape, self.request, instructions_first, hashes)
         return await self.path.serve(call)
 
 

@@ -68,6 +68,7 @@ class StreamAccumulator:
         """What the stream's end said: its `finish_reason` and `stop_reason`."""
         self._usage: Optional[wire.UsageCounts] = None
         self._spans: Optional[list[list[int]]] = None
+        self._grids: Optional[list[list[int]]] = None
         self.meta: dict[str, object] = {}
         """The answer's `id`, `created` and `model`, from its first event."""
         self.done = False
@@ -93,6 +94,8 @@ class StreamAccumulator:
             self.meta = {k: data[k] for k in ("id", "created", "model") if data.get(k) is not None}
         if data.get("prompt_token_ids") is not None:
             self.prompt_ids = data["prompt_token_ids"]
+        if data.get("image_grids") is not None:
+            self._grids = data["image_grids"]
         if data.get("usage"):
             self._usage = data["usage"]
         if data.get("policy_version_spans") is not None:  # the last chunk of an answer an update straddled
@@ -151,7 +154,7 @@ class StreamAccumulator:
         # one validation of the whole answer (in pydantic's core), not a model built per part in Python
         return EngineAnswer.model_validate(
             {**self.meta, "choices": [choice], "usage": usage, "prompt_token_ids": self.prompt_ids,
-             "policy_version_spans": self._spans}
+             "policy_version_spans": self._spans, "image_grids": self._grids}
         )  # fmt: skip
 
     def assembled_response(self, answer: EngineAnswer) -> wire.AnswerJson:

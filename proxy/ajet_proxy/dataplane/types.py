@@ -290,5 +290,7 @@ class AnswerJson(TypedDict, total=False):
     """The version that started the answer (the embedded engine's)."""
     policy_version_spans: Optional[list[list[int]]]
     """`[offset, version]` pairs when an update came mid-answer (`ajet.engine_answer.VersionSpans`)."""
+    image_grids: Optional[list[list[int]]]
+    """Each prompt image's grid (beside `prompt_token_ids`: a stream's first event)."""
     error: Union[EngineError, str]
     """An engine's error (then the rest is absent)."""

@@ -172,8 +172,10 @@ def completion_body(
     tools: bool,
     want_ids: bool,
     want_logprobs: bool,
+    image_grids: Optional[list[list[int]]] = None,
 ) -> EngineAnswer:
-    """A non-streamed chat completion in vLLM's format (sent as `answer_json`: fields not asked for left out)."""
+    """A non-streamed chat completion in vLLM's format (sent as `answer_json`: fields not asked for left out), with
+    each prompt image's grid beside the prompt's ids (`image_grids`) where it has images."""
     content, calls = parse_tool_calls(res.text) if tools else (res.text, [])
     message = AnswerMessage(
         role="assistant", content=content or (None if calls else ""), **({"tool_calls": calls} if calls else {})
@@ -187,6 +189,8 @@ def completion_body(
         **({"token_ids": res.token_ids} if want_ids else {}),
     )
     extra: dict[str, Any] = {"prompt_token_ids": prompt} if want_ids else {}
+    if want_ids and image_grids:
+        extra["image_grids"] = image_grids
     if len(res.version_spans) > 1:  # an update came mid-answer: which tokens each version sampled
         extra["policy_version_spans"] = res.version_spans
     return EngineAnswer(

@@ -251,7 +251,8 @@ class EmbeddedEngine:
         except GenerationFailed as exc:
             return _error(500, ErrorCode.ENGINE_UNAVAILABLE, f"generation failed for this request: {exc}", None)
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
-        out = completion_body(self.tokenizer, model, prompt, res, tools, want_ids, want_lps)
+        grids = req.images.grids if req.images is not None else None
+        out = completion_body(self.tokenizer, model, prompt, res, tools, want_ids, want_lps, grids)
         return web.Response(
             body=answer_json(out),
             content_type="application/json",

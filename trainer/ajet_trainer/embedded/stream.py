@@ -52,7 +52,10 @@ class StreamedAnswer:
             await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
 
         first = {"role": "assistant", "content": ""}
-        await send(chunk_body(cid, self.model, first, prompt=self.prompt, want_ids=want_ids))
+        opening = chunk_body(cid, self.model, first, prompt=self.prompt, want_ids=want_ids)
+        if want_ids and p.req.images is not None:  # beside the prompt's ids: each image's grid
+            opening["image_grids"] = p.req.images.grids
+        await send(opening)
         text, sent = await self._tokens(cid, send)
         if p.done.exception() is not None:  # this request failed in the engine: say so, never fake a finish
             err = openai_error_body(ErrorCode.ENGINE_UNAVAILABLE, f"generation failed: {p.done.exception()}")

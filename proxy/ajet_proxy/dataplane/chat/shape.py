@@ -59,9 +59,10 @@ def _drop_logprobs(data: AnswerJson) -> bool:
 
 def _drop_ids(data: AnswerJson) -> bool:
     """Remove in place what the proxy asks the engine for (to log it) and passes on only to a client that asked for
-    token ids itself (`return_token_ids: true`, as in vLLM): the prompt's ids and the policy version at the top, each
-    choice's `token_ids`; whether there were any."""
+    token ids itself (`return_token_ids: true`, as in vLLM): the prompt's ids, its images' grids and the policy version
+    at the top, each choice's `token_ids`; whether there were any."""
     dropped = data.pop("prompt_token_ids", None) is not None
+    dropped = data.pop("image_grids", None) is not None or dropped
     dropped = data.pop("policy_version", None) is not None or dropped
     for ch in data.get("choices") or ():
         if isinstance(ch, dict):

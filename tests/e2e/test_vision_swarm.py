@@ -1,0 +1,117 @@
+"""Agents that see, through `ajet-swarm start` with the built-in VL model on the embedded engine: a screenshot agent
+that sends a new image every turn and re-sends its whole history (earlier images as the same base64, as OpenAI SDK
+agents do) merges into one exact sequence per episode; each call is logged with the placeholders expanded as the
+engine expanded them, each image's grid, and each file stored once; every bad image is a 4xx naming its part while
+another episode goes on untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Iterator
+
+import openai
+import pytest
+
+from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
+from ajet.images import IMAGE_REF_PREFIX
+from ajet.types import ExperimentState
+from ajet_store import Store, sqlite_url
+from ajet_swarm.launch import launched_swarm
+from ajet_trainer.vision import placeholder_runs
+from tests.support.images import part, png, png_bomb, truncated_png
+from tests.support.rolling import wait_state
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+JOB = dict(batch_size=1000, num_repeat=1, max_prompt_length=768, max_response_length=256, max_model_len=1024,
+           max_response_length_in_one_turn=8)  # fmt: skip
+SCREENS = [png(56, 56, (200, 0, 0)), png(100, 80, (0, 0, 200)), png(56, 56, (0, 160, 0))]
+RUNS = [4, 12, 4]  # each screen's placeholder run: its grid / 2 x 2
+
+
+class VisionSwarm:
+    def __init__(self, root) -> None:
+        self._swarm = launched_swarm(root, "--engine", "embedded", timeout=600)
+        url = self._swarm.__enter__()
+        self.store = Store(sqlite_url(root / "ajet-swarm.db"))
+        self.client = SwarmClient(url)
+        self.client.sync_train_config(AgentJetJob(model="builtin:tiny-vl", **JOB))
+        self.client.start_engine()
+        wait_state(self.client, ExperimentState.ROLLING, timeout=600)
+
+    def close(self) -> None:
+        self.client.stop_engine()
+        self.client.close()
+        self.store.close()
+        self._swarm.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def sw(tmp_path_factory) -> Iterator[VisionSwarm]:
+    s = VisionSwarm(tmp_path_factory.mktemp("vision"))
+    yield s
+    s.close()
+
+
+def _screenshot_agent(oc: openai.OpenAI, stream_turn: int = -1) -> None:
+    """Three turns: look at a screen, act with a tool, get the next screen back (a tool result and a user turn)."""
+    messages: list[dict] = [{"role": "system", "content": "You operate a screen."}]
+    messages.append({"role": "user", "content": [{"type": "text", "text": "Screen 1:"}, part(SCREENS[0])]})
+    for turn in range(3):
+        kw = dict(model="policy", messages=messages, max_tokens=8)
+        if turn == stream_turn:
+            text = "".join(c.choices[0].delta.content or "" for c in oc.chat.completions.create(**kw, stream=True)
+                           if c.choices)  # fmt: skip
+        else:
+            text = oc.chat.completions.create(**kw).choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": text})
+        if turn < 2:
+            messages.append({"role": "user", "content": [{"type": "text", "text": f"Screen {turn + 2}:"},
+                                                          part(SCREENS[turn + 1])]})  # fmt: skip
+
+
+@pytest.mark.parametrize("stream_turn", [-1, 1], ids=["plain", "streamed"])
+def test_a_screenshot_agent_merges_into_one_exact_sequence_with_its_images(sw, stream_turn):
+    uuid, creds = sw.client.begin_episode()
+    _screenshot_agent(openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key), stream_turn)
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+    calls = sw.store.calls(uuid)
+    assert [c.token_history for c in calls] == ["first", "extended", "extended"]
+    hashes = [hashlib.sha256(s).hexdigest() for s in SCREENS]
+    image_token = 4046  # tiny-vl's <|image_pad|>
+    for n, call in enumerate(calls, start=1):
+        assert call.images is not None and [i.sha256 for i in call.images] == hashes[:n]
+        assert [i.grid for i in call.images] == [(1, 4, 4), (1, 6, 8), (1, 4, 4)][:n]
+        assert [k for _, k in placeholder_runs(call.prompt_ids, image_token)] == RUNS[:n]
+        assert IMAGE_REF_PREFIX + hashes[0] in call.request and "base64," not in call.request  # stored once
+        if n > 1:  # the history as tokens: the last call's prompt + answer, then the new messages
+            before = calls[n - 2]
+            assert call.prompt_ids[: len(before.prompt_ids) + len(before.completion_ids)] == (
+                before.prompt_ids + before.completion_ids
+            )
+    stored = sw.store.images(hashes)
+    assert {h: stored[h].data for h in hashes} == dict(zip(hashes, SCREENS))
+
+
+@pytest.mark.parametrize(
+    ("image", "status", "says"),
+    [
+        (part(truncated_png()), 400, "cannot be decoded"),
+        (part(png_bomb()), 413, "pixels"),
+        (part(b"GIF89a not really"), 400, "not an image"),
+        ({"type": "image_url", "image_url": {"url": "https://example.com/x.png"}}, 400, "not fetched"),
+    ],
+)
+def test_a_bad_image_is_refused_naming_its_part_and_another_episode_goes_on(sw, image, status, says):
+    uuid, creds = sw.client.begin_episode()
+    other, other_creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        oc.chat.completions.create(model="policy", messages=[{"role": "user", "content": [part(png()), image]}])
+    assert caught.value.status_code == status and says in caught.value.message
+    assert caught.value.body["param"] == "messages.0.content.1.image_url.url"
+    assert sw.store.calls(uuid) == []  # refused before it took a number
+    _screenshot_agent(openai.OpenAI(base_url=other_creds.base_url, api_key=other_creds.api_key))
+    assert [c.token_history for c in sw.store.calls(other)] == ["first", "extended", "extended"]
+    for u in (uuid, other):
+        sw.client.end_episode(Task(task_id="t"), u, WorkflowOutput(reward=0.0))
