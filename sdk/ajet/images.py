@@ -36,6 +36,9 @@ IMAGE_PARTS = ("image_url",)
 """Content part types that carry an image (chat's; the other APIs' image items convert onto it)."""
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 """The formats accepted, by Pillow's name, with their media type."""
+ORIGIN_KEY = "ajet_field"
+"""Where an image part came from in another API's request (`input.0.content.1`), set by the Responses and Messages
+conversions so a bad image is named as its client wrote it; the proxy takes it off before the body is sent on."""
 IMAGE_REF_PREFIX = "ajet-image:"
 """How the call log names a stored image in place of its base64 (`ajet-image:<sha256>`); readers resolve it from the
 store's `images` table."""
@@ -62,7 +65,8 @@ class ImageRef:
     """Where an image is in a chat request, and its URL as sent."""
 
     field: str
-    """The part's dotted path as the client wrote it (`messages.1.content.0.image_url`)."""
+    """The dotted path of the part's URL as the client wrote it (`messages.1.content.0.image_url.url`; another API's
+    own path, `input.0.content.1.image_url`)."""
     url: str
     """Its URL: a `data:` URL (any other is refused by `decode_image`)."""
 
@@ -139,7 +143,9 @@ def _iter_refs(messages: Sequence[Mapping[str, Any]]) -> Iterator[ImageRef]:
             continue
         for j, part in enumerate(content):
             if isinstance(part, Mapping) and part.get("type") in IMAGE_PARTS:
-                yield ImageRef(f"messages.{i}.content.{j}.image_url", image_url_of(part))
+                origin = part.get(ORIGIN_KEY)
+                field = origin if isinstance(origin, str) else f"messages.{i}.content.{j}.image_url.url"
+                yield ImageRef(field, image_url_of(part))
 
 
 def image_url_of(part: Mapping[str, Any]) -> str:
@@ -212,9 +218,9 @@ def decode_image(ref: ImageRef, limits: ImageLimits) -> DecodedImage:
     try:
         return decode_file(file_bytes(ref.url, limits), limits)
     except OverflowError as exc:
-        raise RequestTooLarge(f"{ref.field}.url: {exc}", fields=[f"{ref.field}.url"]) from None
+        raise RequestTooLarge(f"{ref.field}: {exc}", fields=[ref.field]) from None
     except ValueError as exc:
-        raise InvalidRequest.for_field(f"{ref.field}.url", str(exc)) from None
+        raise InvalidRequest.for_field(ref.field, str(exc)) from None
 
 
 def decode_images(messages: Sequence[Mapping[str, Any]], limits: ImageLimits) -> list[DecodedImage]:

@@ -115,3 +115,57 @@ def test_a_bad_image_is_refused_naming_its_part_and_another_episode_goes_on(sw, 
     assert [c.token_history for c in sw.store.calls(other)] == ["first", "extended", "extended"]
     for u in (uuid, other):
         sw.client.end_episode(Task(task_id="t"), u, WorkflowOutput(reward=0.0))
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def test_responses_and_messages_images_are_logged_with_their_grids_and_stored_once(sw):
+    import anthropic
+
+    uuid, creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
+    url = "data:image/png;base64," + _b64(SCREENS[1])
+    oc.responses.create(model="policy", max_output_tokens=8, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "Look:"}, {"type": "input_image", "image_url": url}]}
+    ])  # fmt: skip
+    ac = anthropic.Anthropic(base_url=creds.base_url.removesuffix("/v1"), api_key=creds.api_key)
+    source = {"type": "base64", "media_type": "image/png", "data": _b64(SCREENS[2])}
+    ac.messages.create(model="policy", max_tokens=8, messages=[
+        {"role": "user", "content": [{"type": "image", "source": source}, {"type": "text", "text": "What is it?"}]}
+    ])  # fmt: skip
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+    responses_call, messages_call = sw.store.calls(uuid)
+    assert [(i.sha256, i.grid) for i in responses_call.images] == [(hashlib.sha256(SCREENS[1]).hexdigest(), (1, 6, 8))]
+    assert [(i.sha256, i.grid) for i in messages_call.images] == [(hashlib.sha256(SCREENS[2]).hexdigest(), (1, 4, 4))]
+    for call in (responses_call, messages_call):
+        assert IMAGE_REF_PREFIX in call.request and _b64(SCREENS[1])[:40] not in call.request
+        assert _b64(SCREENS[2])[:40] not in call.request
+
+
+def test_a_bad_image_is_named_as_each_api_writes_it(sw):
+    import anthropic
+
+    uuid, creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0)
+    bad = "data:image/png;base64," + _b64(truncated_png())
+    with pytest.raises(openai.BadRequestError) as caught:
+        oc.responses.create(model="policy", input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Look:"}, {"type": "input_image", "image_url": bad}]}])  # fmt: skip
+    assert caught.value.body["param"] == "input.0.content.1.image_url" and "cannot be decoded" in caught.value.message
+    ac = anthropic.Anthropic(base_url=creds.base_url.removesuffix("/v1"), api_key=creds.api_key, max_retries=0)
+    source = {"type": "base64", "media_type": "image/png", "data": _b64(png_bomb())}
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        ac.messages.create(
+            model="policy",
+            max_tokens=8,
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "Look:"}, {"type": "image", "source": source}]}
+            ],
+        )
+    assert refused.value.status_code == 413 and "messages.0.content.1.source.data" in refused.value.message
+    assert sw.store.calls(uuid) == []
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=0.0))

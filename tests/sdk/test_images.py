@@ -34,9 +34,9 @@ def test_images_come_in_rendering_order_and_a_resent_one_is_decoded_once() -> No
     messages.append(user_with_image("first again", red))
     refs = image_refs(messages)
     assert [r.field for r in refs] == [
-        "messages.1.content.1.image_url",
-        "messages.3.content.1.image_url",
-        "messages.4.content.1.image_url",
+        "messages.1.content.1.image_url.url",
+        "messages.3.content.1.image_url.url",
+        "messages.4.content.1.image_url.url",
     ]
     images = decode_images(messages, LIMITS)
     assert [i.sha256 for i in images] == [hashlib.sha256(d).hexdigest() for d in (red, blue, red)]

@@ -38,12 +38,24 @@ async def take_images(host: ExperimentHost, ep: OpenEpisode, body: ChatBody, raw
     if not has_images(body["messages"]):
         return None
     limits: ImageLimits = host.config.limits.images
-    images = await asyncio.to_thread(decode_images, body["messages"], limits)
+    try:
+        images = await asyncio.to_thread(decode_images, body["messages"], limits)
+    finally:
+        _drop_origins(body)
     new = {i.sha256: i for i in images if i.sha256 not in ep.stored_images}
     if new:
         await asyncio.to_thread(host.store.put_images, [_stored(i) for i in new.values()])
         ep.stored_images.update(new)
     return CallImages(tuple(i.sha256 for i in images), without_bytes(raw, images))
+
+
+def _drop_origins(body: ChatBody) -> None:
+    """Take the other APIs' field paths off the body's image parts (they named a bad image; the engine gets none)."""
+    for message in body["messages"]:
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                part.pop("ajet_field", None)  # ORIGIN_KEY
 
 
 def _stored(image: DecodedImage) -> StoredImage:

@@ -3,14 +3,15 @@ fields and tools another API's request carries over to chat, and checking the ch
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
 import orjson
 from pydantic import BaseModel
 
 from ajet.chat_request import ChatCompletionRequest, validate_chat
 from ajet.errors import InvalidRequest
-from ajet_proxy.dataplane.types import ChatBody, ChatTool, ToolChoice
+from ajet.images import image_part_problem
+from ajet_proxy.dataplane.types import ChatBody, ChatTool, ContentPart, ImagePart, ToolChoice
 from ajet_proxy.limits import InputLimits, check_chat_shape
 
 
@@ -44,17 +45,51 @@ def joined_text(content: Any, where: str, parts: Mapping[str, str], noun: str, r
         return content
     if not isinstance(content, list):
         raise bad_field(where, f"must be a string or a list of {noun}")
-    texts = []
+    return "".join(part_text(part, f"{where}.{j}", parts, refused) for j, part in enumerate(content))
+
+
+def part_text(part: Any, at: str, parts: Mapping[str, str], refused: str) -> str:
+    """One text part's text (at the dotted path `at`), or `InvalidRequest` naming what is wrong with it."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if not isinstance(kind, str) or kind not in parts:  # a type may be any JSON value, a dict included
+        raise bad_field(f"{at}.type", f"{kind!r} {refused}")
+    key = parts[kind]
+    value = part.get(key)
+    if not isinstance(value, str):
+        raise bad_field(f"{at}.{key}", "required, a string")
+    return value
+
+
+ImageReader = Callable[[Mapping[str, object], str], ImagePart]
+"""Reads one of an API's image parts (the part, its dotted path) as chat's `image_url` part, naming a bad field."""
+
+
+def mixed_content(
+    content: Any, where: str, parts: Mapping[str, str], images: tuple[str, ImageReader], noun: str, refused: str
+) -> Union[str, list[ContentPart]]:
+    """Content of text and images: a string, or a list of text parts (as `joined_text`) and image parts (`images`:
+    the API's image type and its reader). Without an image it is the joined text; with one, chat's parts in order."""
+    kind_of_image, read = images
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == kind_of_image
+                                                 for p in content):  # fmt: skip
+        return joined_text(content, where, parts, noun, refused)
+    out: list[ContentPart] = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if not isinstance(kind, str) or kind not in parts:  # a type may be any JSON value, a dict included
-            raise bad_field(f"{where}.{j}.type", f"{kind!r} {refused}")
-        key = parts[kind]
-        value = part.get(key)
-        if not isinstance(value, str):
-            raise bad_field(f"{where}.{j}.{key}", "required, a string")
-        texts.append(value)
-    return "".join(texts)
+        if isinstance(part, dict) and part.get("type") == kind_of_image:
+            out.append(read(part, f"{where}.{j}"))
+        else:
+            out.append({"type": "text", "text": part_text(part, f"{where}.{j}", parts, refused)})
+    return out
+
+
+def image_part(url: object, at: str, url_field: str) -> ImagePart:
+    """Chat's `image_url` part of another API's image (its URL at `at` + `url_field`), the shape checked and named
+    as the client wrote it; where it came from rides along (`ajet.images.ORIGIN_KEY`) until the proxy decodes it."""
+    part: dict[str, object] = {"type": "image_url", "image_url": {"url": url}}
+    problem = image_part_problem(part)
+    if problem is not None:
+        raise bad_field(f"{at}.{url_field}", problem[1])
+    return {"type": "image_url", "image_url": {"url": str(url)}, "ajet_field": f"{at}.{url_field}"}
 
 
 def with_tools(chat: ChatBody, tools: Optional[list[ChatTool]], choice: Optional[ToolChoice]) -> ChatBody:

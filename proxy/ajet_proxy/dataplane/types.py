@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Optional, Union
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from ajet.engine_answer import TokenLogprob
 
@@ -52,6 +52,30 @@ class TextPart(TypedDict):
     """`text`."""
     text: str
     """The text."""
+    ajet_field: NotRequired[str]
+    """Never set on text: present so that every content part reads alike (`ImagePart.ajet_field`)."""
+
+
+class ImageUrlJson(TypedDict):
+    """Where an image part's image is."""
+
+    url: str
+    """A base64 `data:` URL (`ajet.images`)."""
+
+
+class ImagePart(TypedDict):
+    """An image content part (what the Responses and Messages APIs' images convert to)."""
+
+    type: str
+    """`image_url`."""
+    image_url: ImageUrlJson
+    """The image."""
+    ajet_field: NotRequired[str]
+    """Where it came from in another API's request (`ajet.images.ORIGIN_KEY`), until the proxy decodes it."""
+
+
+ContentPart = Union[TextPart, ImagePart]
+"""A content part chat's messages carry: text or an image."""
 
 
 class ChatMessage(TypedDict, total=False):
@@ -59,8 +83,8 @@ class ChatMessage(TypedDict, total=False):
 
     role: str
     """system, user, assistant or tool (Responses' `developer` is mapped to system)."""
-    content: Union[str, list[TextPart], None]
-    """Its text (None for an assistant turn that only calls tools)."""
+    content: Union[str, list[ContentPart], None]
+    """Its text, or text and image parts (None for an assistant turn that only calls tools)."""
     tool_calls: list[ChatToolCall]
     """The tools an assistant turn called."""
     tool_call_id: str

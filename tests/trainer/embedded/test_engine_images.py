@@ -131,5 +131,5 @@ def test_a_text_model_refuses_an_image_naming_its_part(tiny):
         eng.stop()
     for refused in (answer, tokenized):
         assert refused.status_code == 400, refused.text
-        assert refused.json()["error"]["param"] == "messages.0.content.1.image_url"
+        assert refused.json()["error"]["param"] == "messages.0.content.1.image_url.url"
         assert "text only" in refused.json()["error"]["message"]

@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Union
 
-from ajet_proxy.dataplane.mapping import bad_field, joined_text
-from ajet_proxy.dataplane.types import ChatMessage, ChatToolCall, ToolChoice
+from ajet_proxy.dataplane.mapping import bad_field, image_part, joined_text, mixed_content
+from ajet_proxy.dataplane.types import ChatMessage, ChatToolCall, ContentPart, ImagePart, ToolChoice
 
 
 def system_messages(system: Union[str, list[dict[str, object]], None]) -> list[ChatMessage]:
@@ -24,6 +24,25 @@ def text_blocks(content: object, where: str) -> str:
     """Text content: a string, or text blocks (an image or a document is refused, naming it)."""
     refused = "blocks are not supported here: text only (no image or document input)"
     return joined_text(content, where, {"text": "text"}, "content blocks", refused)
+
+
+def seen_blocks(content: object, where: str) -> Union[str, list[ContentPart]]:
+    """A user turn's or a tool result's content: text and `image` blocks (a document is refused, naming it)."""
+    refused = "blocks are not supported here: text and images only (no document input)"
+    return mixed_content(content, where, {"text": "text"}, ("image", image_block), "content blocks", refused)
+
+
+def image_block(block: Mapping[str, object], at: str) -> ImagePart:
+    """An `image` block with a base64 source as chat's image part (a `url` source is refused: nothing here fetches)."""
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise bad_field(f"{at}.source", "required, an object")
+    if source.get("type") != "base64":
+        raise bad_field(f"{at}.source.type", "only base64 images are taken (nothing here fetches a url)")
+    media, data = source.get("media_type"), source.get("data")
+    if not isinstance(media, str) or not isinstance(data, str):
+        raise bad_field(f"{at}.source", "needs media_type and data (base64), strings")
+    return image_part(f"data:{media};base64,{data}", at, "source.data")
 
 
 Block = Mapping[str, object]
@@ -46,22 +65,37 @@ def _blocks(content: list[dict[str, object]], where: str, allowed: tuple[str, ..
 def user_turn(content: list[dict[str, object]], where: str) -> list[ChatMessage]:
     """Tool results become tool messages (in order), the text a user message after them."""
     out: list[ChatMessage] = []
-    texts = []
-    for kind, block, at in _blocks(content, where, ("text", "tool_result")):
+    seen: list[ContentPart] = []
+    for kind, block, at in _blocks(content, where, ("text", "image", "tool_result")):
         if kind == "text":
-            texts.append(text_blocks([block], at))
-            continue
-        use_id = block.get("tool_use_id")
-        if not isinstance(use_id, str):
-            raise bad_field(f"{at}.tool_use_id", "required, a string")
-        result = block.get("content")
-        text = "" if result is None else text_blocks(result, f"{at}.content")
-        out.append(
-            {"role": "tool", "tool_call_id": use_id, "content": f"Error: {text}" if block.get("is_error") else text}
-        )
-    if texts or not out:
-        out.append({"role": "user", "content": "".join(texts)})
+            seen.append({"type": "text", "text": text_blocks([block], at)})
+        elif kind == "image":
+            seen.append(image_block(block, at))
+        else:
+            out.append(_tool_result(block, at))
+    if seen or not out:
+        out.append({"role": "user", "content": _joined(seen)})
     return out
+
+
+def _tool_result(block: Block, at: str) -> ChatMessage:
+    """A tool_result block as a tool message (text, and images where it returned some)."""
+    use_id = block.get("tool_use_id")
+    if not isinstance(use_id, str):
+        raise bad_field(f"{at}.tool_use_id", "required, a string")
+    result = block.get("content")
+    content = "" if result is None else seen_blocks(result, f"{at}.content")
+    if block.get("is_error"):
+        content = f"Error: {content}" if isinstance(content, str) else [{"type": "text", "text": "Error: "}, *content]
+    return {"role": "tool", "tool_call_id": use_id, "content": content}
+
+
+def _joined(parts: list[ContentPart]) -> Union[str, list[ContentPart]]:
+    """Parts as a message's content: one text when they hold no image."""
+    texts = [p.get("text") for p in parts]
+    if all(isinstance(t, str) for t in texts):
+        return "".join(t for t in texts if isinstance(t, str))
+    return parts
 
 
 def assistant_turn(content: list[dict[str, object]], where: str) -> list[ChatMessage]:

@@ -7,9 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Optional, Union
 
-from ajet_proxy.dataplane.mapping import bad_field, joined_text
+from ajet_proxy.dataplane.mapping import bad_field, image_part, joined_text, mixed_content
 from ajet_proxy.dataplane.responses.types import Conversation
-from ajet_proxy.dataplane.types import ChatMessage, ChatToolCall, JsonSchemaFormat, ResponseFormat, ToolChoice
+from ajet_proxy.dataplane.types import (
+    ChatMessage,
+    ChatToolCall,
+    ContentPart,
+    ImagePart,
+    JsonSchemaFormat,
+    ResponseFormat,
+    ToolChoice,
+)
 
 _PART_TEXT = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
 """Content parts that carry text -> the key that holds it."""
@@ -32,7 +40,7 @@ def input_messages(inp: Union[str, list[dict[str, object]]]) -> Conversation:
                 {
                     "role": "tool",
                     "tool_call_id": _str(item, "call_id", where),
-                    "content": _text(item.get("output"), f"{where}.output"),
+                    "content": _content(item.get("output"), f"{where}.output"),
                 }
             )
         else:
@@ -53,8 +61,22 @@ def _str(item: Mapping[str, object], key: str, where: str) -> str:
 
 def _text(content: object, where: str) -> str:
     """Text content: a string, or a list of text parts (images, files and audio are refused)."""
-    refused = "content is not supported: the policy takes text only (no image, file or audio input)"
+    refused = "content is not supported here: text only (no image, file or audio)"
     return joined_text(content, where, _PART_TEXT, "content parts", refused)
+
+
+def _content(content: object, where: str) -> Union[str, list[ContentPart]]:
+    """Input content: a string, or text parts and `input_image` parts (a file or audio part is refused)."""
+    refused = "content is not supported: the policy takes text and images (no file or audio input)"
+    return mixed_content(content, where, _PART_TEXT, ("input_image", _input_image), "content parts", refused)
+
+
+def _input_image(part: Mapping[str, object], at: str) -> ImagePart:
+    """An `input_image` part as chat's image part: its `image_url` a base64 data: URL (a `file_id` needs OpenAI's
+    file store, and is refused)."""
+    if part.get("image_url") is None and part.get("file_id") is not None:
+        raise bad_field(f"{at}.file_id", "files are not stored here: send image_url as a base64 data: URL")
+    return image_part(part.get("image_url"), at, "image_url")
 
 
 def _message(item: Mapping[str, object], where: str) -> ChatMessage:
@@ -63,7 +85,9 @@ def _message(item: Mapping[str, object], where: str) -> ChatMessage:
         raise bad_field(f"{where}.role", "one of user, assistant, system, developer")
     return {
         "role": "system" if role == "developer" else role,
-        "content": _text(item.get("content"), f"{where}.content"),
+        "content": _content(item.get("content"), f"{where}.content")
+        if role == "user"
+        else _text(item.get("content"), f"{where}.content"),
     }
 
 

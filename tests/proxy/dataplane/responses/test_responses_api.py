@@ -137,8 +137,13 @@ def test_logprobs_when_included(swarm, episode):
         ({"background": True}, "background"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
-            "input.0.content.0.type",
+            "input.0.content.0.image_url",
         ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]},
+            "input.0.content.0.file_id",
+        ),
+        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input.0.content.0.type"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
         ({"previous_response_id": "resp_nope"}, "previous_response_id"),
         ({"temperature": 5}, "temperature"),
