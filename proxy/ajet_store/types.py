@@ -201,8 +201,7 @@ class CallImage:
     sha256: str
     """The image file's SHA-256: its row in the store's `images` table."""
     grid: Optional[tuple[int, int, int]] = None
-    """The patch grid (temporal, height, width) the engine's processor made of it; None where the engine did not
-    say (its run in the prompt's ids still has the length the model's processor gives)."""
+    """The patch grid (temporal, height, width) the engine's processor made of it (None: the engine did not say)."""
 
 
 @dataclass(frozen=True)
@@ -214,9 +213,7 @@ class StoredImage:
     mime: str
     """Its media type: image/png, image/jpeg or image/webp."""
     width: int
-    """Width in pixels."""
     height: int
-    """Height in pixels."""
     data: bytes
     """The file, byte for byte as the client sent it."""
 

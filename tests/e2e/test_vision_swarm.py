@@ -129,9 +129,8 @@ def test_responses_and_messages_images_are_logged_with_their_grids_and_stored_on
     uuid, creds = sw.client.begin_episode()
     oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
     url = "data:image/png;base64," + _b64(SCREENS[1])
-    oc.responses.create(model="policy", max_output_tokens=8, input=[
-        {"role": "user", "content": [{"type": "input_text", "text": "Look:"}, {"type": "input_image", "image_url": url}]}
-    ])  # fmt: skip
+    content = [{"type": "input_text", "text": "Look:"}, {"type": "input_image", "image_url": url}]
+    oc.responses.create(model="policy", max_output_tokens=8, input=[{"role": "user", "content": content}])
     ac = anthropic.Anthropic(base_url=creds.base_url.removesuffix("/v1"), api_key=creds.api_key)
     source = {"type": "base64", "media_type": "image/png", "data": _b64(SCREENS[2])}
     ac.messages.create(model="policy", max_tokens=8, messages=[

@@ -115,7 +115,10 @@ def test_stop_sequences_and_max_tokens(swarm, episode):
             {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}]},
             "messages.0.content.0.source.type",
         ),
-        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0.type"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+            "messages.0.content.0.type",
+        ),
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
         ({"temperature": 3}, "temperature"),
         ({"top_k": 5}, "top_k"),  # the embedded engine has no top_k
