@@ -209,7 +209,6 @@ class StoredImage:
     """An image file as the store keeps it, once, by its hash."""
 
     sha256: str
-    """The SHA-256 of `data`, hex."""
     mime: str
     """Its media type: image/png, image/jpeg or image/webp."""
     width: int
@@ -274,8 +273,8 @@ class CallRecord:
     sampled it all."""
 
     images: Optional[tuple[CallImage, ...]] = None
-    """The prompt's images in the order of their placeholder runs (None: none); each file is in the store's
-    `images` table, and the request as logged names it `ajet-image:<sha256>` instead of carrying its bytes."""
+    """The prompt's images in the order of their placeholder runs (None: none); each file is in the store's `images`
+    table, and the logged request names it `ajet-image:<sha256>` instead of carrying its bytes."""
 
     def version_at(self, offset: int) -> int:
         """The policy version that sampled completion token `offset`."""
