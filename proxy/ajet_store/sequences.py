@@ -65,6 +65,8 @@ class _Builder:
         self.lps: list[float] = []
         self.spans: list[Span] = []
         self.calls = 0
+        self.images: tuple[str, ...] = ()
+        """The latest merged call's images: its prompt holds every image of the sequence."""
         self.mask_truncated, self.cause = mask_truncated, cause
         self.add_completion(call)
 
@@ -80,6 +82,7 @@ class _Builder:
         self.mask += [1 if trained else 0] * len(ids)
         self.lps += lps
         self.calls += 1
+        self.images = tuple(i.sha256 for i in call.images or ())
 
     def extend(self, call: CallRecord, at: int) -> None:
         """Add `call`, whose prompt continues this sequence's ids up to `at`: the tokens in between are masked."""
@@ -102,8 +105,9 @@ class _Builder:
 
     def build(self, episode_uuid: str, task_id: str) -> BuiltSequence:
         seq = TrainSequence(
-            episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask), tuple(self.lps), self.calls
-        )
+            episode_uuid, task_id, tuple(self.prompt), tuple(self.resp), tuple(self.mask), tuple(self.lps), self.calls,
+            self.images,
+        )  # fmt: skip
         return BuiltSequence(seq, self.cause, tuple(self.spans))
 
 

@@ -214,7 +214,6 @@ class StoredImage:
     width: int
     height: int
     data: bytes
-    """The file, byte for byte as the client sent it."""
 
 
 @dataclass(frozen=True)
@@ -359,6 +358,8 @@ class TrainSequence:
     """The engine's log-prob of each response token (0.0 where the mask is 0)."""
     num_calls: int = 1
     """How many LLM calls were merged into it."""
+    images: tuple[str, ...] = ()
+    """The hashes of its images (store's `images`), in the order of their placeholder runs in its ids."""
 
 
 @dataclass(frozen=True)

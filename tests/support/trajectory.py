@@ -4,7 +4,7 @@ them. Shared by tests/proxy/dataplane/test_token_prompt.py (scripted answers) an
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -12,6 +12,7 @@ from ajet_store.types import CallRecord
 from ajet_trainer.grpo import collate, sequence_logprobs
 from ajet_trainer.samples import episode_sequences
 from ajet_trainer.types import TrainSequence
+from ajet_trainer.vision import ImageReader
 
 ADD_TOOL = {
     "type": "function",
@@ -52,8 +53,11 @@ def one_trajectory(calls: Sequence[CallRecord], uuid: str) -> TrainSequence:
     return seq
 
 
-def logprob_gaps(model: torch.nn.Module, seq: TrainSequence, pad_id: int) -> list[float]:
-    """|trainer - engine| log-prob of each trained token of `seq`, the trainer scoring it in one forward pass."""
+def logprob_gaps(
+    model: torch.nn.Module, seq: TrainSequence, pad_id: int, images: Optional[ImageReader] = None
+) -> list[float]:
+    """|trainer - engine| log-prob of each trained token of `seq`, the trainer scoring it in one forward pass (with its
+    images read back from the store, for a VL model)."""
     with torch.no_grad():
-        logp, _ = sequence_logprobs(model, collate([(seq, 1.0)], pad_id))
+        logp, _ = sequence_logprobs(model, collate([(seq, 1.0)], pad_id, images))
     return [abs(float(a) - b) for a, b, m in zip(logp[0], seq.rollout_logprobs, seq.response_mask) if m]

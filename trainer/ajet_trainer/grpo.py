@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from ajet_trainer.types import EpisodeSample, PolicyModel, TrainSequence
 from ajet_trainer.verl_algos import verl_module
+from ajet_trainer.vision import ImageInputs, joined, multimodal_positions
 
 core_algos = verl_module("verl.trainer.ppo.core_algos")  # importable without Ray (see verl_algos)
 
@@ -55,6 +56,8 @@ class Batch:
     advantages: torch.Tensor
     rollout_logprobs: torch.Tensor
     prompt_width: int
+    images: tuple[Optional[ImageInputs], ...] = ()
+    """Each row's images (a VL model's; empty: none has any), whose runs are in its `input_ids`."""
 
     def to(self, device: Union[str, torch.device]) -> "Batch":
         return Batch(
@@ -71,6 +74,7 @@ class Batch:
                 )
             ),
             self.prompt_width,
+            self.images,
         )
 
     def select(self, idx: torch.Tensor) -> "Batch":
@@ -83,14 +87,20 @@ class Batch:
             self.advantages[idx],
             self.rollout_logprobs[idx],
             self.prompt_width,
+            tuple(self.images[i] for i in idx.tolist()) if self.images else (),
         )
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
 
-def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
-    """Sequences with their advantages -> one padded batch (advantage broadcast over response tokens)."""
+def collate(
+    items: Sequence[tuple[TrainSequence, float]],
+    pad_id: int,
+    images: Optional[Callable[[TrainSequence], Optional[ImageInputs]]] = None,
+) -> Batch:
+    """Sequences with their advantages -> one padded batch (advantage broadcast over response tokens); `images`
+    gives a sequence's images (a VL model's learner reads them back from the store)."""
     P = max(len(s.prompt_ids) for s, _ in items)
     R = max(len(s.response_ids) for s, _ in items)
     B = len(items)
@@ -108,7 +118,8 @@ def collate(items: Sequence[tuple[TrainSequence, float]], pad_id: int) -> Batch:
         adv[i, :r] = a
         rlp[i, :r] = torch.tensor(s.rollout_logprobs, dtype=torch.float32)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
-    return Batch(input_ids, attn, pos, input_ids[:, P:], rmask, adv * rmask, rlp, P)
+    rows = tuple(images(s) for s, _ in items) if images is not None else ()
+    return Batch(input_ids, attn, pos, input_ids[:, P:], rmask, adv * rmask, rlp, P, rows)
 
 
 def sequence_logprobs(
@@ -118,12 +129,19 @@ def sequence_logprobs(
     a response token go through the output layer (`logits_to_keep`): a real vocabulary's logits over the prompt
     would take most of an update's memory."""
     R = batch.responses.shape[1]
+    positions, seen = batch.position_ids, {}
+    inputs = joined(batch.images)
+    if inputs is not None:  # the pixels the engine saw, at the model's multimodal positions
+        positions = multimodal_positions(model, batch.input_ids, batch.attention_mask, inputs.grid_thw)
+        device = batch.input_ids.device
+        seen = {"pixel_values": inputs.pixel_values.to(device), "image_grid_thw": inputs.grid_thw.to(device)}
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
+        position_ids=positions,
         use_cache=False,
         logits_to_keep=R + 1,
+        **seen,
     )
     logits = out.logits[:, :R, :].float()  # positions P-1 .. P+R-2 predict the R response tokens
     logp_all = torch.log_softmax(logits, dim=-1)

@@ -19,12 +19,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 from ajet.errors import InvalidRequest
-from ajet.images import DecodedImage, ImageLimits, decode_images, image_refs
+from ajet.images import DecodedImage, ImageLimits, decode_file, decode_images, image_refs
+from ajet_trainer.errors import TrainerError
 
 IMAGE_TOKEN = "<|image_pad|>"
 """The placeholder token an image's features replace (Qwen2-VL's)."""
@@ -34,6 +35,10 @@ IMAGE_TEXT = VISION_START + IMAGE_TOKEN + VISION_END
 """What a chat template renders for one image part (Qwen2-VL's template does the same), before expansion."""
 DEFAULT_LIMITS = ImageLimits()
 """The image limits an engine applies unless told others."""
+
+
+class ImagesMissing(TrainerError):
+    """A trained sequence names an image file the store does not have (its episode cannot be trained)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,39 @@ def last_positions(positions: torch.Tensor) -> torch.Tensor:
     prompt ends in text, where the three agree, and the next token is one past it in all three (so decoding passes
     1-D positions, which the model repeats)."""
     return positions[:, -1] if positions.dim() == 2 else positions[..., -1].max(0).values
+
+
+FileReader = Callable[[list[str]], Mapping[str, bytes]]
+"""Reads image files by hash (the store's `images`; a hash it lacks is absent from the answer)."""
+
+
+class ImageReader:
+    """A trainer's images: each sequence's files read back by hash and processed as the engine processed them (the same
+    bytes give the same pixel values), checked against the sequence's placeholder runs. Decoded files are kept until
+    `forget` (an update reads each once, however many sequences share it)."""
+
+    def __init__(self, vision: Vision, read: FileReader):
+        self.vision, self.read = vision, read
+        self._decoded: dict[str, DecodedImage] = {}
+
+    def __call__(self, seq: Any) -> Optional[ImageInputs]:
+        """The images of a `TrainSequence` (None when it has none); `ImagesMissing` when the store lacks a file."""
+        if not seq.images:
+            return None
+        missing = sorted({h for h in seq.images if h not in self._decoded})
+        if missing:
+            files = self.read(missing)
+            lost = [h for h in missing if h not in files]
+            if lost:
+                raise ImagesMissing(f"episode {seq.episode_uuid}: the store has no image file {lost[0]}")
+            self._decoded.update({h: decode_file(files[h], self.vision.limits) for h in missing})
+        inputs = self.vision.process([self._decoded[h] for h in seq.images])
+        self.vision.check_runs([*seq.prompt_ids, *seq.response_ids], inputs, f"episode {seq.episode_uuid}")
+        return inputs
+
+    def forget(self) -> None:
+        """Drop the decoded files (after an update)."""
+        self._decoded.clear()
 
 
 def placeholder_runs(ids: Sequence[int], token: int) -> list[tuple[int, int]]:

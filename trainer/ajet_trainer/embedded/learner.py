@@ -36,6 +36,7 @@ from ajet_trainer.grpo import (
 )
 from ajet_trainer.samples import canonical_order, flatten
 from ajet_trainer.types import EpisodeSample, PolicyModel, Tokenizer
+from ajet_trainer.vision import ImageReader
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class Learner:
         if (job.use_kl_loss or self.preferring) and not self.lora:  # LoRA's reference: the adapter off
             self.ref_model = copy.deepcopy(model).requires_grad_(False)
         self.device = next(model.parameters()).device
+        self.images: Optional[ImageReader] = None
+        """A VL model's images, read back from the store (the session sets it; None for a text model)."""
 
     def _ref_logprobs(self, batch: Batch) -> Optional[torch.Tensor]:
         return self._reference_logprobs(batch) if self.job.use_kl_loss else None
@@ -139,7 +142,7 @@ class Learner:
 
     def _episode_logprobs(self, ep: EpisodeSample) -> tuple[torch.Tensor, torch.Tensor]:
         """An episode's log-likelihood under the policy (with its gradient) and under the reference."""
-        batch = collate([(s, 0.0) for s in ep.sequences], self.tokenizer.pad_token_id).to(self.device)
+        batch = collate([(s, 0.0) for s in ep.sequences], self.tokenizer.pad_token_id, self.images).to(self.device)
         policy = episode_logprob(sequence_logprobs(self.model, batch)[0], batch.response_mask)
         return policy, episode_logprob(self._reference_logprobs(batch), batch.response_mask)
 
@@ -149,7 +152,9 @@ class Learner:
         imitating = self.job.replay is not None and self.job.replay.train == "sft"
         adv = imitation_advantages(samples) if imitating else episode_advantages(samples)
         items = flatten(samples, adv)
-        batch = collate(items, self.tokenizer.pad_token_id).to(self.device)
+        batch = collate(items, self.tokenizer.pad_token_id, self.images).to(self.device)
+        if self.images is not None:
+            self.images.forget()
         # Old log-probs: with one epoch and one mini-batch the policy has not moved when the loss is
         # computed, so the training forward pass itself yields them (one pass saved, same numbers).
         single_pass = self.job.ppo_epochs == 1 and self.job.mini_batch_num == 1

@@ -35,6 +35,7 @@ from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import EngineCounters, Metrics, PolicyModel, Tokenizer, engine_metrics
+from ajet_trainer.vision import ImageReader, Vision
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +228,7 @@ def open_embedded_session(
         step = _restore(job, exp_dir, model, learner, store)
         engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir, shared)
     assert engines is not None
+    learner.images = stored_images(model, tokenizer, store)
     session = EmbeddedSession(
         job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints,
         opts.store_outage_s,
@@ -235,6 +237,14 @@ def open_embedded_session(
         engines.publish(step)  # a restored adapter must be what vLLM serves, at its version
     logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)
     return session
+
+
+def stored_images(model: PolicyModel, tokenizer: Tokenizer, store: Store) -> Optional[ImageReader]:
+    """A VL model's images, read back from `store` by hash (None for a text model)."""
+    vision = Vision.of_model(model, tokenizer)
+    if vision is None:
+        return None
+    return ImageReader(vision, lambda hashes: {h: i.data for h, i in store.images(hashes).items()})
 
 
 def _pending(batch: Sequence[PoolEpisode]) -> dict[str, Any]:
