@@ -220,7 +220,8 @@ class EmbeddedEngine:
         with self._grammar_lock:
             if self._grammar_compiler is None:
                 try:
-                    vocab = int(self.model.config.vocab_size)  # the logits' width
+                    # the logits' width (a VL model's config keeps its vocabulary in `text_config`)
+                    vocab = int(self.model.get_output_embeddings().weight.shape[0])
                     self._grammar_compiler = load_grammars(self.tokenizer, vocab, self.eos_ids, self.grammar_backends)
                 except ImportError as exc:
                     raise InvalidRequest.for_field(
