@@ -198,3 +198,25 @@ def test_the_trainer_sees_the_pixels_the_engine_saw(sw):
     assert max(gaps) < 1e-5, max(gaps)  # float32, as for a text sequence (9.5e-7 here)
     blind = logprob_gaps(model, seq, tok.pad_token_id, lambda s: None)  # the same ids without the pixels
     assert max(blind) > 1e-2  # the pixels move these log-probs (0.22 here)
+
+
+def test_the_explorer_shows_each_calls_images_from_the_store(sw):
+    import httpx
+
+    uuid, creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key)
+    hostile = "<script>alert(1)</script> &amp;"
+    oc.chat.completions.create(model="policy", max_tokens=4, messages=[
+        {"role": "user", "content": [{"type": "text", "text": hostile}, part(SCREENS[1])]}])  # fmt: skip
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+    root = creds.base_url.removesuffix("/v1")
+    page = httpx.get(f"{root}/explore/episodes/{uuid}", timeout=30)
+    assert page.status_code == 200
+    sha = hashlib.sha256(SCREENS[1]).hexdigest()
+    assert f'<img class="image" src="/explore/images/{sha}"' in page.text
+    assert "<script>alert(1)</script>" not in page.text and "&lt;script&gt;" in page.text  # escaped, inline
+    image = httpx.get(f"{root}/explore/images/{sha}", timeout=30)
+    assert image.content == SCREENS[1] and image.headers["content-type"] == "image/png"
+    assert image.headers["x-content-type-options"] == "nosniff"
+    assert httpx.get(f"{root}/explore/images/{'0' * 64}", timeout=30).status_code == 404
+    assert httpx.get(f"{root}/explore/images/..%2Fetc", timeout=30).status_code == 404

@@ -53,6 +53,7 @@ def explore_app(experiments: Experiments, tokenizer: Optional[str] = None, token
         Route("/episodes/{uuid}", pages.episode),
         Route("/groups/{step}/{task:path}", pages.group),
         Route("/rewards", pages.rewards),
+        Route("/images/{sha256}", pages.image),
     ]
     return Starlette(
         routes=[

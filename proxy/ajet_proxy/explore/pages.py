@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ajet.errors import EpisodeNotFound
+from ajet.images import IMAGE_REF_PREFIX
 from ajet.storable import EPISODE_UUID_PATTERN
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.charts import charts
@@ -36,6 +37,21 @@ TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=
 CONTROL_PICTURES = {c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"} | {127: 0x2421}
 """Control characters (an ANSI escape's ESC among them) drawn as their Unicode pictures: seen, never obeyed."""
 TEMPLATES.filters["visible"] = lambda text: str(text).translate(CONTROL_PICTURES)
+TEMPLATES.filters["image_sha"] = lambda part: stored_image_sha(part)
+_STORED = re.compile(re.escape(IMAGE_REF_PREFIX) + r"([0-9a-f]{64})")
+
+
+def stored_image_sha(part: object) -> str:
+    """The hash of the stored image a content part shows ("" when it shows none): the call log names each image
+    `ajet-image:<sha256>` (chat's `image_url.url`, Responses' `image_url`, Messages' `source.data`)."""
+    if not isinstance(part, dict):
+        return ""
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    source = part.get("source")
+    data = source.get("data") if isinstance(source, dict) else None
+    found = _STORED.fullmatch(url if isinstance(url, str) else data if isinstance(data, str) else "")
+    return found.group(1) if found else ""
 
 
 class Experiments(Protocol):
@@ -140,6 +156,17 @@ class Pages:
         rewards = [(r, versions.get(r.version, "the client's")) for r in store.episode_rewards(uuid)]
         return self._render(request, "episode.html", ep=ep, calls=shown, sequences=sequences, merged=merged,
                             ids_only=text(0).startswith("<0>"), rewards=rewards)  # fmt: skip
+
+    def image(self, request: Request) -> Response:
+        """A stored image file, served as its own type (PNG, JPEG or WebP only: the proxy decoded each before it
+        stored it), never sniffed as anything else."""
+        sha = request.path_params["sha256"]
+        found = self.store(request).images([sha]) if re.fullmatch(r"[0-9a-f]{64}", sha) else {}
+        if sha not in found:
+            return self._render(request, "missing.html", 404, what=f"image {sha[:64]!r}")
+        image = found[sha]
+        headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "private, max-age=86400"}
+        return Response(image.data, media_type=image.mime, headers=headers)
 
     def rewards(self, request: Request) -> Response:
         """The reward versions (re-scorings): each one's function, selection, counts, and the episodes it scored
