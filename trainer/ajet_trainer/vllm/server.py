@@ -39,6 +39,7 @@ from ajet.utils.runtime import offline_env
 from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer import left_servers
 from ajet_trainer.errors import EngineStartError, TrainerError
+from ajet_trainer.vision import is_vision_folder
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +243,7 @@ class VllmServer:
         """Start the child process (engines launch together, then each waits for its health), in a process group of
         its own (vLLM's engine processes with it); its pid and command are recorded (`left_servers`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        refuse_unservable(Path(self.model_path), self.settings.python)
         cmd = launch_args(self.model_path, self.settings, self.port)
         env = launch_env(self.settings.host)
         if self.devices is not None:
@@ -346,3 +348,17 @@ class VllmServer:
         if self.proc is not None:
             left_servers.forget(self.proc.pid, self.pid_path)
         self._http.close()
+
+
+def refuse_unservable(model_path: Path, python: str) -> None:
+    """`EngineStartError` in one line, before a launch, for a model this vLLM cannot serve: vLLM 0.32 imports
+    torchvision for Qwen2-VL's image processing, and its CPU build here runs without torchvision (the registry's
+    build does not load beside the CPU torch: docs/vision.md)."""
+    if not (model_path / "config.json").is_file() or not is_vision_folder(model_path):
+        return
+    probe = subprocess.run([python, "-c", "import torchvision"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        raise EngineStartError(
+            f"vLLM serves the vision-language model {model_path.name} only with torchvision, which {python} cannot "
+            "import: serve it on the embedded engine (--engine embedded), or give vLLM an environment with torchvision"
+        )
