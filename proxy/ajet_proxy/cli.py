@@ -238,6 +238,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     exp.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     exp.add_argument("--since", type=int, default=None, help="only episodes trained at this step or later (or not yet)")
     exp.add_argument("--out", default=None)
+    exp.add_argument("--images", default=None, help="write each call's image files into this folder (<sha256>.png ...)")
     db = sub.add_parser("db", help="the store's schema").add_subparsers(dest="sub", required=True)
     upg = db.add_parser("upgrade", help="migrate an older store to this version's schema (episodes are kept)")
     plt = sub.add_parser("plot", help="draw reward, entropy, log-prob gap and episodes per step into a PNG")

@@ -108,7 +108,8 @@ def _sft_ids(store: Store, best: Member, mask_truncated: bool) -> list[dict[str,
     out = []
     for seq in _sequences(store, best.uuid, mask_truncated):
         mask = [0] * len(seq.prompt_ids) + list(seq.response_mask)
-        out.append({"input_ids": [*seq.prompt_ids, *seq.response_ids], "assistant_masks": mask, **_about(best)})
+        row = {"input_ids": [*seq.prompt_ids, *seq.response_ids], "assistant_masks": mask, **_about(best)}
+        out.append({**row, "images": list(seq.images)} if seq.images else row)
     return out
 
 

@@ -1,7 +1,9 @@
 """Export rewarded episodes (messages, exact token ids, rewards) for SFT or offline analysis.
 
 Episodes are read from the store page by page and written as they come, so a big store is never
-loaded into memory: JSONL line by line, Parquet one row group per page.
+loaded into memory: JSONL line by line, Parquet one row group per page. A call's images are named in its messages as
+the call log names them (`ajet-image:<sha256>`) and listed with their grids (`images`); `images_dir` writes each file
+once as `<sha256>.<png|jpg|webp>` beside the export, so a reader resolves a reference without the store.
 """
 
 from __future__ import annotations
@@ -39,10 +41,23 @@ def episode_record(row: EpisodeRow, calls: list[CallRecord]) -> dict[str, Any]:
                 "logprobs": c.logprobs,
                 "finish_reason": c.finish_reason,
                 "policy_version": c.policy_version,
+                "images": [{"sha256": i.sha256, "grid": list(i.grid) if i.grid else None} for i in c.images or ()],
             }
             for c in calls
         ],
     }
+
+
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
+"""The file name extension of each stored image type."""
+
+
+def write_images(store: Store, record: dict[str, Any], folder: Path, written: set[str]) -> None:
+    """Write the files of a record's images not yet `written` into `folder`, as `<sha256>.<ext>`."""
+    wanted = {i["sha256"] for c in record["calls"] for i in c["images"]} - written
+    for sha, image in store.images(wanted).items():
+        (folder / f"{sha}.{EXTENSIONS[image.mime]}").write_bytes(image.data)
+        written.add(sha)
 
 
 def iter_records(store: Store, since_step: Optional[int] = None) -> Iterator[dict[str, Any]]:
@@ -51,25 +66,30 @@ def iter_records(store: Store, since_step: Optional[int] = None) -> Iterator[dic
         yield episode_record(row, store.calls(row.uuid))
 
 
-def export_jsonl(store: Store, out: Path, since_step: Optional[int] = None) -> int:
-    """Write one JSON object per line; returns the number of episodes."""
-    n = 0
+def export_jsonl(store: Store, out: Path, since_step: Optional[int] = None, images_dir: Optional[Path] = None) -> int:
+    """Write one JSON object per line (and the images' files into `images_dir`); returns the number of episodes."""
+    n, written = 0, set[str]()
     with out.open("w") as fh:
         for rec in iter_records(store, since_step):
             fh.write(json.dumps(rec) + "\n")
+            if images_dir is not None:
+                write_images(store, rec, images_dir, written)
             n += 1
     return n
 
 
-def export_parquet(store: Store, out: Path, since_step: Optional[int] = None) -> int:
-    """Write Parquet, one row group per page (calls as a list of structs); returns the number of episodes."""
+def export_parquet(store: Store, out: Path, since_step: Optional[int] = None, images_dir: Optional[Path] = None) -> int:
+    """Write Parquet, one row group per page (calls as a list of structs; the images' files into `images_dir`);
+    returns the number of episodes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     writer: Optional[pq.ParquetWriter] = None
-    n, buf = 0, []
+    n, buf, written = 0, [], set[str]()
     try:
         for rec in iter_records(store, since_step):
+            if images_dir is not None:
+                write_images(store, rec, images_dir, written)
             rec = {**rec, "calls": [{**c, "messages": json.dumps(c["messages"])} for c in rec["calls"]]}
             buf.append(rec)
             if len(buf) >= PAGE:
@@ -95,6 +115,7 @@ def _schema(pa: Any) -> Any:
             ("logprobs", pa.list_(pa.float64())),
             ("finish_reason", pa.string()),
             ("policy_version", pa.int64()),
+            ("images", pa.list_(pa.struct([("sha256", pa.string()), ("grid", pa.list_(pa.int64()))]))),
         ]
     )
     return pa.schema(

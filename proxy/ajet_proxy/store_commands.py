@@ -77,9 +77,12 @@ def export(args: argparse.Namespace) -> None:
 
     out = Path(args.out or f"ajet-episodes.{args.format}")
     fn = export_jsonl if args.format == "jsonl" else export_parquet
+    images = Path(args.images) if args.images else None
+    if images is not None:
+        images.mkdir(parents=True, exist_ok=True)
     store = _store(args)
     try:
-        n = fn(store, out, args.since)
+        n = fn(store, out, args.since, images)
     finally:
         store.close()
     print(f"exported {n} rewarded episode(s) to {out}")

@@ -31,6 +31,7 @@ RUNS = [4, 12, 4]  # each screen's placeholder run: its grid / 2 x 2
 
 class VisionSwarm:
     def __init__(self, root) -> None:
+        self.root = root
         self._swarm = launched_swarm(root, "--engine", "embedded", timeout=600)
         url = self._swarm.__enter__()
         self.store = Store(sqlite_url(root / "ajet-swarm.db"))
@@ -220,3 +221,35 @@ def test_the_explorer_shows_each_calls_images_from_the_store(sw):
     assert image.headers["x-content-type-options"] == "nosniff"
     assert httpx.get(f"{root}/explore/images/{'0' * 64}", timeout=30).status_code == 404
     assert httpx.get(f"{root}/explore/images/..%2Fetc", timeout=30).status_code == 404
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_the_export_carries_references_and_the_image_files(sw, tmp_path, fmt):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    uuid, creds = sw.client.begin_episode()
+    _screenshot_agent(openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key))
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+    out, images = tmp_path / f"episodes.{fmt}", tmp_path / "images"
+    cli = str(Path(sys.executable).with_name("ajet-proxy"))
+    db = f"sqlite:///{sw.root / 'ajet-swarm.db'}"
+    done = subprocess.run([cli, "export", "--db", db, "--format", fmt, "--out", str(out), "--images", str(images)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if fmt == "jsonl":
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+    else:
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(out).to_pylist()
+    (record,) = [r for r in records if r["episode_uuid"] == uuid]
+    last = record["calls"][-1]
+    hashes = [hashlib.sha256(s).hexdigest() for s in SCREENS]
+    assert [i["sha256"] for i in last["images"]] == hashes and [i["grid"] for i in last["images"]][1] == [1, 6, 8]
+    messages = last["messages"] if fmt == "jsonl" else json.loads(last["messages"])
+    assert IMAGE_REF_PREFIX + hashes[2] in json.dumps(messages)
+    for sha, data in zip(hashes, SCREENS):
+        assert (images / f"{sha}.png").read_bytes() == data
