@@ -10,6 +10,7 @@ sequence gives; `run_shapes` says, per shape, what this template gives instead, 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, Callable, Optional, Sequence
 
@@ -161,6 +162,27 @@ def compaction(ep: Episode) -> list[str]:
     return [Label.FIRST, Label.EXTENDED, Label.NEW_CONVERSATION, Label.EXTENDED]
 
 
+def screen(n: int) -> dict[str, Any]:
+    """The `n`th screenshot as an image part: stand-in bytes (the preflight renders images, never decodes them)."""
+    return {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"screen %d" % n).decode()},
+    }
+
+
+def screenshots(ep: Episode) -> list[str]:
+    """A GUI agent: a new screenshot every turn, in a user turn and in a tool's result, the whole history (earlier
+    screenshots as the same base64) sent each time."""
+    messages: Messages = [{"role": "system", "content": "Operate the screen."}]
+    messages.append({"role": "user", "content": [{"type": "text", "text": "Screen:"}, screen(1)]})
+    ep.call(list(messages), tool_call(2, 3, "call00001"), TOOLS)
+    messages += [tool_call(2, 3, "call00001"), {**tool_result("", "call00001"), "content": [screen(2)]}]
+    ep.call(list(messages), say("Clicked."), TOOLS)
+    messages += [say("Clicked."), {"role": "user", "content": [screen(3), {"type": "text", "text": "Now?"}]}]
+    ep.call(list(messages), say("Done."), TOOLS)
+    return [Label.FIRST, Label.EXTENDED, Label.EXTENDED]
+
+
 SHAPES: dict[str, Callable[[Episode], list[str]]] = {
     "linear": linear,
     "tool_loop": tool_loop,
@@ -169,13 +191,15 @@ SHAPES: dict[str, Callable[[Episode], list[str]]] = {
     "compaction": compaction,
 }
 """Each shape, and the labels a template that keeps every conversation one sequence gives it."""
+IMAGE_SHAPES: dict[str, Callable[[Episode], list[str]]] = {"screenshots": screenshots}
+"""The shapes with images, run for a vision-language model's template."""
 
 
 def run_shape(name: str, render: Render, stops: set[int]) -> ShapeVerdict:
     """One shape on the template (`stops`: the ids the model stops on)."""
     ep = Episode(render, stops)
     try:
-        expected = SHAPES[name](ep)
+        expected = {**SHAPES, **IMAGE_SHAPES}[name](ep)
     except Exception as exc:  # noqa: BLE001 - a template may refuse a shape (no tool turn): that is the verdict
         line = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return ShapeVerdict(shape=name, labels=ep.labels, expected=[], error=line[:300])

@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ajet.template_verdict import TemplateVerdict
-from ajet_token_history.shapes import run_shapes
+from ajet_token_history.shapes import IMAGE_SHAPES, SHAPES, run_shapes
 from ajet_trainer.chat_render import parse_tool_calls, render_ids
 from ajet_trainer.types import Metrics, Tokenizer
+from ajet_trainer.vision import IMAGE_TEXT, is_vision_folder
 
 TOOLS = [
     {
@@ -171,10 +173,12 @@ def template_verdict(model: str) -> TemplateVerdict:
     except Exception as exc:  # noqa: BLE001 - the verdict says what went wrong; it never stops a boot
         return TemplateVerdict(model=model, error=f"{type(exc).__name__}: {exc}"[:500])
 
-    def render(messages: list[dict[str, Any]], tools: Any, generation: bool) -> list[int]:
-        return render_ids(tokenizer, messages, tools, add_generation_prompt=generation)
+    seen = is_vision_folder(Path(path))  # image turns render as the model's placeholder, as the engine renders them
 
-    shapes = run_shapes(render, stops)
+    def render(messages: list[dict[str, Any]], tools: Any, generation: bool) -> list[int]:
+        return render_ids(tokenizer, messages, tools, add_generation_prompt=generation, image_text=IMAGE_TEXT * seen)
+
+    shapes = run_shapes(render, stops, [*SHAPES, *(IMAGE_SHAPES if seen else ())])
     try:
         report = preflight(tokenizer, tokenizer.eos_token_id)
     except Exception as exc:  # noqa: BLE001 - a template without a tool turn refuses the rendered check's conversation

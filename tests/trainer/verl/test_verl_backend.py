@@ -466,3 +466,13 @@ def test_a_trainer_without_an_address_starts_its_own_ray_beside_anothers_cluster
         assert owns == "True" and gcs != cluster.address, (gcs, cluster.address)
     finally:
         cluster.shutdown()
+
+
+def test_a_vision_language_model_is_refused_by_the_verl_backend_naming_the_embedded_one():
+    """verl's batches carry no `multi_modal_inputs` yet: its actor would train placeholders without their pixels."""
+    from ajet_trainer.errors import ConfigurationError
+    from ajet_trainer.verl.session import refuse_vision
+
+    with pytest.raises(ConfigurationError, match="--backend embedded"):
+        refuse_vision(builtin_model_path("builtin:tiny-vl"))
+    refuse_vision(builtin_model_path("builtin:tiny"))  # a text model goes on

@@ -29,6 +29,7 @@ from ajet.errors import StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
+from ajet_trainer.errors import ConfigurationError
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
 from ajet_trainer.interfaces import Engines, EngineStarter
 from ajet_trainer.metrics import MetricsLog, tracker_env, trackers
@@ -40,6 +41,7 @@ from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import AssemblyStats, Metrics, PolicyModel, Tokenizer
 from ajet_trainer.verl.config import compose_verl_config, fit_job_to_cpus, job_overrides
 from ajet_trainer.verl.launch import start_trainer
+from ajet_trainer.vision import is_vision_folder
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -226,6 +228,7 @@ def open_verl_session(
         job = fit_job_to_cpus(job, len(os.sched_getaffinity(0)))  # Ray's CPUs on this node: its workers' ranks
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     model_path = str(resolve_model_path(job.model))
+    refuse_vision(Path(model_path))
     config = _compose(job, opts, exp_dir, model_path, hybrid=hybrid, cpu=cpu)
     served = None if hybrid else _served_model(job, model_path, opts)
     trainer, owns_ray = start_trainer(
@@ -259,6 +262,16 @@ def _compose(
     OmegaConf.resolve(config)
     (exp_dir / "verl_config.yaml").write_text(OmegaConf.to_yaml(config))
     return config
+
+
+def refuse_vision(model_path: Path) -> None:
+    """`ConfigurationError` for a vision-language model: the verl backend's batches carry no `multi_modal_inputs`
+    yet, so its actor would train on placeholders without their pixels (docs/vision.md)."""
+    if is_vision_folder(model_path):
+        raise ConfigurationError(
+            f"{model_path.name} is a vision-language model: the verl backend does not train on images yet; "
+            "use --backend embedded"
+        )
 
 
 def _served_model(job: AgentJetJob, model_path: str, opts: TrainerOptions) -> tuple[PolicyModel, Tokenizer]:
