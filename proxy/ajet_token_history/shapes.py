@@ -191,7 +191,26 @@ SHAPES: dict[str, Callable[[Episode], list[str]]] = {
     "compaction": compaction,
 }
 """Each shape, and the labels a template that keeps every conversation one sequence gives it."""
-IMAGE_SHAPES: dict[str, Callable[[Episode], list[str]]] = {"screenshots": screenshots}
+
+
+def screen_branches(ep: Episode) -> list[str]:
+    """A search over screens: two branches off one look, each with a screenshot of its own and going on; then the
+    history compacted to the last screenshot alone, a new segment that merges again."""
+    root = [{"role": "user", "content": [screen(1), {"type": "text", "text": "Where to click?"}]}]
+    ep.call(list(root), say("Left or right."))
+    for n, side in ((2, "left"), (3, "right")):
+        conv = [*root, say("Left or right."), {"role": "user", "content": [{"type": "text", "text": side}, screen(n)]}]
+        ep.call(list(conv), say("Seen."))
+    compacted = [{"role": "user", "content": [{"type": "text", "text": "So far: clicked. Now:"}, screen(4)]}]
+    ep.call(list(compacted), say("Done?"))
+    ep.call([*compacted, say("Done?"), {"role": "user", "content": [screen(5)]}], say("Done."))
+    return [Label.FIRST, Label.EXTENDED, Label.EXTENDED, Label.NEW_CONVERSATION, Label.EXTENDED]
+
+
+IMAGE_SHAPES: dict[str, Callable[[Episode], list[str]]] = {
+    "screenshots": screenshots,
+    "screen_branches": screen_branches,
+}
 """The shapes with images, run for a vision-language model's template."""
 
 

@@ -34,7 +34,10 @@ def test_the_preflight_runs_the_screenshot_shape_for_a_vision_model_only():
     assert (
         shapes["screenshots"].labels == shapes["screenshots"].expected == [Label.FIRST, Label.EXTENDED, Label.EXTENDED]
     )
-    assert "screenshots" not in {s.shape for s in template_verdict("builtin:tiny-bpe").shapes}
+    # branches and a compaction with screenshots: as for text
+    assert shapes["screen_branches"].labels == shapes["screen_branches"].expected
+    assert shapes["screen_branches"].expected.count(Label.NEW_CONVERSATION) == 1
+    assert not {"screenshots", "screen_branches"} & {s.shape for s in template_verdict("builtin:tiny-bpe").shapes}
 
 
 def test_another_image_in_place_of_one_sent_is_an_edited_history():
