@@ -55,7 +55,17 @@ def machine() -> str:
 def stamp() -> dict[str, str]:
     """What every results row carries, written by the code that measured it: commit, date, machine, command line."""
     return {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine(),
-            "command": " ".join(["python", *sys.argv])}  # fmt: skip
+            "command": command_line(sys.argv)}  # fmt: skip
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as run from the repository's root: a script of the checkout named by its path relative to it, so
+    a row carries no machine's folders."""
+    script = Path(argv[0]) if argv else Path()
+    repo = RESULTS.parent.parent
+    if script.is_absolute() and script.is_relative_to(repo):
+        script = script.relative_to(repo)
+    return " ".join(["python", str(script), *argv[1:]]) if argv else "python"
 
 
 class Results:

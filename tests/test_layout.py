@@ -71,3 +71,26 @@ def _packages(path: Path) -> list[str]:
             names = [a.name for a in node.names]
         out += [n.split(".")[0] for n in names if n.split(".")[0].startswith("ajet")]
     return out
+
+
+ROOT_FILES = {".gitignore", "Makefile", "README.md", "pyproject.toml"}
+"""The files the repository's root may track: a command's default output or a profiler's dump written there by
+accident (`start`, a cProfile dump; `ajet-sft-text.jsonl`, an empty dataset) is not one of them."""
+
+
+def test_the_root_tracks_only_its_allowed_files():
+    import subprocess
+
+    from tests.support.procs import REPO
+
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True, check=True).stdout
+    at_root = {line for line in tracked.splitlines() if "/" not in line}
+    assert at_root <= ROOT_FILES, f"tracked at the root by accident: {sorted(at_root - ROOT_FILES)}"
+
+
+def test_results_rows_name_the_command_relative_to_the_repository():
+    from bench.results import RESULTS, command_line
+
+    repo = RESULTS.parent.parent
+    assert command_line([str(repo / "bench" / "vision.py"), "--seeds", "0"]) == "python bench/vision.py --seeds 0"
+    assert command_line(["-m", "x"]) == "python -m x"

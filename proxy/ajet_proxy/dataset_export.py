@@ -84,11 +84,17 @@ def dpo_rows(
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], out: Path, counts: DatasetCounts) -> DatasetCounts:
-    """Write `rows` one JSON object per line, as they come; `counts` with the rows written."""
-    with out.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            counts.rows += 1
+    """Write `rows` one JSON object per line, as they come, into a file beside `out` renamed to it at the end: a
+    command that fails (an unknown reward version) leaves no file behind; `counts` with the rows written."""
+    part = out.with_name(f".{out.name}.part")
+    try:
+        with part.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                counts.rows += 1
+        part.replace(out)
+    finally:
+        part.unlink(missing_ok=True)
     return counts
 
 

@@ -103,8 +103,11 @@ def test_the_command_writes_the_rows_and_says_what_it_left_out(store, tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert "wrote 4 sft row(s) from 4 group(s)" in res.stdout and "left out: none" in res.stdout, res.stderr
     assert len([json.loads(line) for line in out.read_text().splitlines()]) == 4
-    bad = subprocess.run([*cmd[:-2], "--reward-version", "9"], capture_output=True, text=True, timeout=120)
+    bad_out = tmp_path / "bad.jsonl"
+    bad = subprocess.run([*cmd[:-2], "--reward-version", "9", "--out", str(bad_out)], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
     assert bad.returncode == 1 and "no reward version 9" in bad.stderr
+    assert list(tmp_path.glob("*bad.jsonl*")) == []  # a failed command leaves no file (ajet-sft-text.jsonl was one)
 
 
 def test_the_docs_commands_run(store, tmp_path):
