@@ -198,8 +198,7 @@ EpisodeChange = Union[BeginEpisode, EndEpisode]
 class CallImage:
     """One image of a call's prompt, as the engine used it."""
 
-    sha256: str
-    """The image file's SHA-256: its row in the store's `images` table."""
+    sha256: str  # the file's: its row in the store's `images` table
     grid: Optional[tuple[int, int, int]] = None
     """The patch grid (temporal, height, width) the engine's processor made of it (None: the engine did not say)."""
 
@@ -359,7 +358,7 @@ class TrainSequence:
     num_calls: int = 1
     """How many LLM calls were merged into it."""
     images: tuple[str, ...] = ()
-    """The hashes of its images (store's `images`), in the order of their placeholder runs in its ids."""
+    """Its images' hashes (the store's `images`), in the order of their placeholder runs in its ids."""
 
 
 @dataclass(frozen=True)
