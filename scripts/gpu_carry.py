@@ -121,7 +121,7 @@ def main() -> None:
         sys.path.insert(0, str(REPO / "trainer"))
         sys.path.insert(0, str(REPO))
         from ajet_trainer.packaged_model import PACKAGED, gguf_path
-        from bench.results import commit
+        from scripts.stamp import commit
 
         folders = split(gguf_path(PACKAGED["smollm2-135m-instruct"]), int(args.limit_mib * MIB), commit())
         print("gpu_carry: " + ", ".join(f"{f.relative_to(REPO)} {folder_bytes(f) / MIB:.1f} MiB" for f in folders))

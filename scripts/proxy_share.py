@@ -40,8 +40,7 @@ from ajet.types import ExperimentState  # noqa: E402
 from ajet_store import Store, sqlite_url  # noqa: E402
 from ajet_store.types import RegisteredEngine  # noqa: E402
 from ajet_trainer.embedded.server import EmbeddedEngine  # noqa: E402
-from bench import results  # noqa: E402
-from bench.results import machine  # noqa: E402
+from scripts import stamp as stamping  # noqa: E402
 
 QWEN_SHAPE = "qwen2.5-0.5b-shape"
 ENGINE_KEY = "gpu-check-engine-key"
@@ -132,10 +131,10 @@ def rolling(store: Store, engine_url: str, api_key: str, model: str) -> None:
 
 
 def stamp(device: str) -> dict[str, Any]:
-    """What every row of this script carries, written by the script itself: `bench.results.stamp()` (commit, date,
+    """What every row of this script carries, written by the script itself: `scripts.stamp.stamp()` (commit, date,
     machine, command), torch's version and the device's name."""
-    name = torch.cuda.get_device_name() if device.startswith("cuda") else machine()
-    return {**results.stamp(), "torch": torch.__version__, "device_name": name}
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else stamping.machine()
+    return {**stamping.stamp(), "torch": torch.__version__, "device_name": name}
 
 
 def spread(values: list[float]) -> dict[str, float]:

@@ -256,3 +256,16 @@ def test_importing_loads_no_torch(module):
     loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in res.stderr.splitlines() if "|" in line}
     assert module.split(".")[0] in loaded  # the report is real
     assert loaded & HEAVY == set()
+
+
+def test_scripts_import_nothing_from_the_benches():
+    """The GPU box's scripts stamp their rows with `scripts.stamp`, as the benches do; `scripts/` never imports
+    `bench/` (a bench may use a script's tool, not the other way round)."""
+    found = []
+    for path in sorted((REPO / "scripts").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.relative_to(REPO)}: {n}" for n in names if n == "bench" or n.startswith("bench.")]
+    assert found == []

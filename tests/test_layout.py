@@ -89,7 +89,7 @@ def test_the_root_tracks_only_its_allowed_files():
 
 
 def test_results_rows_name_the_command_relative_to_the_repository():
-    from bench.results import RESULTS, command_line
+    from scripts.stamp import RESULTS, command_line
 
     repo = RESULTS.parent.parent
     assert command_line([str(repo / "bench" / "vision.py"), "--seeds", "0"]) == "python bench/vision.py --seeds 0"
