@@ -27,7 +27,8 @@ import time
 from typing import Callable
 
 from ajet.utils.runtime import apply_offline_env
-from bench.results import emit, machine
+from bench.results import emit
+from scripts.stamp import machine
 
 apply_offline_env()
 

@@ -220,8 +220,9 @@ class EmbeddedEngine:
         with self._grammar_lock:
             if self._grammar_compiler is None:
                 try:
-                    # the logits' width (a VL model's config keeps its vocabulary in `text_config`)
-                    vocab = int(self.model.get_output_embeddings().weight.shape[0])
+                    config = self.model.config  # a VL model's keeps its vocabulary in `text_config`
+                    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+                    vocab = int(text.vocab_size)  # the logits' width
                     self._grammar_compiler = load_grammars(self.tokenizer, vocab, self.eos_ids, self.grammar_backends)
                 except ImportError as exc:
                     raise InvalidRequest.for_field(
