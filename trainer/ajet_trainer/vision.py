@@ -142,12 +142,42 @@ class Vision:
 
 
 def multimodal_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
-    """The multimodal rotary positions (3, rows, width) of a left-padded batch whose image runs are in `ids` (the
-    model's `image_token_id`), each image's grid in `grid_thw` in row order; padding at 0, text rows as 1-D."""
+    """The multimodal rotary positions (3, rows, width) of a left-padded batch for `model` (its `image_token_id` and
+    its vision tower's merge size): `rope_positions`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    types = (ids == base.config.image_token_id).int()
-    pos, _ = base.model.get_rope_index(ids, types, grid_thw.to(ids.device), attention_mask=mask)
-    return pos
+    config = base.config
+    return rope_positions(ids, mask, grid_thw, config.image_token_id, config.vision_config.spatial_merge_size)
+
+
+def rope_positions(ids: torch.Tensor, mask: torch.Tensor, grid_thw: torch.Tensor, image_token: int, merge: int
+                   ) -> torch.Tensor:  # fmt: skip
+    """Qwen2-VL's multimodal rotary positions (3, rows, width) of a left-padded batch (pure: no model). Text tokens
+    count on in all three; an image's run of `t x h/merge x w/merge` tokens takes (time, row, column) indices from
+    where the text stood, and the text after it goes on from one past the largest of them. Padding stays at 0.
+    Each image's grid is in `grid_thw`, in row order, as its runs stand in `ids`."""
+    out = torch.zeros((3, *ids.shape), dtype=torch.long)
+    grids = iter(grid_thw.tolist())
+    for row in range(ids.shape[0]):
+        kept = mask[row].bool().cpu()
+        tokens = ids[row].cpu()[kept].tolist()
+        out[:, row, kept] = _row_positions(tokens, grids, image_token, merge)
+    return out.to(ids.device)
+
+
+def _row_positions(tokens: list[int], grids: Any, image_token: int, merge: int) -> torch.Tensor:
+    parts, at, i = [], 0, 0
+    while i < len(tokens):
+        if tokens[i] != image_token:
+            j = next((k for k in range(i, len(tokens)) if tokens[k] == image_token), len(tokens))
+            parts.append(torch.arange(at, at + j - i).expand(3, -1))
+            at, i = at + j - i, j
+            continue
+        t, h, w = next(grids)
+        h, w = h // merge, w // merge
+        grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
+        parts.append(grid.reshape(3, -1) + at)
+        at, i = at + max(h, w), i + t * h * w
+    return torch.cat(parts, dim=1) if parts else torch.zeros((3, 0), dtype=torch.long)
 
 
 def last_positions(positions: torch.Tensor) -> torch.Tensor:

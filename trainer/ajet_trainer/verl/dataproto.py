@@ -6,25 +6,33 @@ response token (`token_level_scores` = `token_level_rewards`), and `uid` = the t
 
 verl's update splits rows into mini-batches that must divide the batch; episodes of several sequences
 (or partial batch modes) make the row count arbitrary, so `pad_rows` adds rows that train nothing.
+
+A VL model's rows carry their images the way verl's actor takes them: `multi_modal_inputs` (a non-tensor, one dict
+per row of its `pixel_values` and `image_grid_thw`, None for a row without images), and `position_ids` of shape
+(rows, 4, width): the text positions, then Qwen2-VL's three multimodal ones (`vision.rope_positions`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 from verl import DataProto
 
-from ajet_trainer.grpo import collate
+from ajet_trainer.grpo import Batch, collate
 from ajet_trainer.samples import flatten
 from ajet_trainer.types import EpisodeSample
+from ajet_trainer.vision import ImageInputs, ImageReader, Vision, joined, rope_positions
 
 
-def samples_to_dataproto(samples: Sequence[EpisodeSample], pad_id: int) -> DataProto:
-    """One row per training sequence; rewards on each row's last valid response token."""
+def samples_to_dataproto(
+    samples: Sequence[EpisodeSample], pad_id: int, images: Optional[ImageReader] = None
+) -> DataProto:
+    """One row per training sequence; rewards on each row's last valid response token; with `images` (a VL model's),
+    each row's pixels and the multimodal positions."""
     items = flatten(samples)
-    batch = collate(items, pad_id)
+    batch = collate(items, pad_id, images)
     rewards = torch.zeros_like(batch.response_mask)
     lengths = torch.tensor([len(s.response_ids) for s, _ in items])
     row_reward = {ep.episode_uuid: ep.reward for ep in samples}
@@ -45,7 +53,26 @@ def samples_to_dataproto(samples: Sequence[EpisodeSample], pad_id: int) -> DataP
         "uid": np.array([s.task_id for s, _ in items], dtype=object),
         "episode_uuid": np.array([s.episode_uuid for s, _ in items], dtype=object),
     }
+    if images is not None and any(i is not None for i in batch.images):
+        tensors["position_ids"] = _with_rope(batch, images.vision)
+        non_tensors["multi_modal_inputs"] = _pixels(batch.images)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def _with_rope(batch: Batch, vision: Vision) -> torch.Tensor:
+    """(rows, 4, width): each row's text positions, then its three multimodal ones (verl's layout for Qwen2-VL)."""
+    grids = joined(batch.images)
+    assert grids is not None
+    rope = rope_positions(batch.input_ids, batch.attention_mask, grids.grid_thw, vision.image_token_id, vision.merge)
+    return torch.cat([batch.position_ids[None], rope]).permute(1, 0, 2).contiguous()
+
+
+def _pixels(rows: Sequence[Optional[ImageInputs]]) -> np.ndarray:
+    """verl's `multi_modal_inputs`: per row its pixel values and grids (None: a row without images)."""
+    out = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        out[i] = None if row is None else {"pixel_values": row.pixel_values, "image_grid_thw": row.grid_thw}
+    return out
 
 
 PAD_UID = "__ajet_pad__"

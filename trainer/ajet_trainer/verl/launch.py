@@ -7,6 +7,7 @@ import logging
 import os
 import warnings
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from ajet.job import AgentJetJob
@@ -14,6 +15,7 @@ from ajet.utils.runtime import OFFLINE_ENV
 from ajet_store import Store
 from ajet_trainer.errors import ConfigurationError, TrainerError
 from ajet_trainer.types import Tokenizer
+from ajet_trainer.vision import ImageReader, Vision
 
 if TYPE_CHECKING:
     import torch
@@ -135,6 +137,9 @@ def start_trainer(
     owns_ray = _ray_init(ray_address, config.trainer.n_gpus_per_node * config.trainer.nnodes, cpu=cpu)
     trainer = build_trainer(config, hf_tokenizer(config.actor_rollout_ref.model.path), hybrid=hybrid)
     trainer.attach_store(store, job, pad_id=_pad_id(trainer.tokenizer))
+    vision = Vision.load(Path(config.actor_rollout_ref.model.path), trainer.tokenizer)
+    if vision is not None and store is not None:  # a VL model: its rows carry their pixels, read back by hash
+        trainer.ajet_images = ImageReader(vision, lambda hashes: {h: i.data for h, i in store.images(hashes).items()})
     if load is not None:
         trainer.serve_beside(load)
     trainer.init_workers()

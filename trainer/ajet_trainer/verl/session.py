@@ -228,7 +228,8 @@ def open_verl_session(
         job = fit_job_to_cpus(job, len(os.sched_getaffinity(0)))  # Ray's CPUs on this node: its workers' ranks
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     model_path = str(resolve_model_path(job.model))
-    refuse_vision(Path(model_path))
+    if hybrid:
+        refuse_vision(Path(model_path))
     config = _compose(job, opts, exp_dir, model_path, hybrid=hybrid, cpu=cpu)
     served = None if hybrid else _served_model(job, model_path, opts)
     trainer, owns_ray = start_trainer(
@@ -265,12 +266,13 @@ def _compose(
 
 
 def refuse_vision(model_path: Path) -> None:
-    """`ConfigurationError` for a vision-language model: the verl backend's batches carry no `multi_modal_inputs`
-    yet, so its actor would train on placeholders without their pixels (docs/vision.md)."""
+    """`ConfigurationError` for a vision-language model in the hybrid topology: verl's actor trains with the pixels
+    (its batches carry `multi_modal_inputs`), but images through verl's own vLLM engines are not proven here (no GPU
+    in CI); beside an embedded engine they are (docs/vision.md)."""
     if is_vision_folder(model_path):
         raise ConfigurationError(
-            f"{model_path.name} is a vision-language model: the verl backend does not train on images yet; "
-            "use --backend embedded"
+            f"{model_path.name} is a vision-language model: verl's hybrid engines (--engine hybrid) do not serve "
+            "images here yet; use --engine embedded with --backend verl, or --backend embedded"
         )
 
 

@@ -42,6 +42,7 @@ from ajet_trainer.step_record import batch_reward_mean
 from ajet_trainer.types import AssemblyStats, EpisodeSample
 from ajet_trainer.verl.beside import ACTOR_ROLE, WeightPull
 from ajet_trainer.verl.dataproto import pad_rows, real_rows, samples_to_dataproto
+from ajet_trainer.vision import ImageReader
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
     def attach_store(self, store: Store, job: AgentJetJob, pad_id: int) -> None:
         """Where rewarded episodes come from (call before the first step)."""
         self.ajet_store, self.ajet_job, self.ajet_pad_id = store, job, pad_id
+        self.ajet_images: Optional[ImageReader] = None
+        """A VL model's images, read back from the store by hash (`read_images`); None for a text model."""
         self.ajet_next: Optional[DataProto] = None
         self.ajet_samples: list[EpisodeSample] = []
         self.ajet_stats = AssemblyStats()
@@ -203,7 +206,7 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         """One verl step on samples already assembled (not read from the store: benchmarks, the agreement test
         of the two backends); returns verl's metrics of the step."""
         self.ajet_samples = list(samples)
-        data = samples_to_dataproto(samples, self.ajet_pad_id) if samples else None
+        data = samples_to_dataproto(samples, self.ajet_pad_id, self.ajet_images) if samples else None
         return self._train(data, {"step": self.global_steps})
 
     def _train(self, data: Optional[DataProto], record: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +233,10 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         if not has_tokens(samples):
             return None
         logger.info("verl batch: %d episodes, %d sequences", self.ajet_stats.episodes, self.ajet_stats.sequences)
-        return samples_to_dataproto(samples, self.ajet_pad_id)
+        data = samples_to_dataproto(samples, self.ajet_pad_id, self.ajet_images)
+        if self.ajet_images is not None:
+            self.ajet_images.forget()
+        return data
 
     def _fit_generate(self, batch: Any = None) -> DataProto:
         """verl's generation step, replaced: the agents already generated, the store has the samples."""
@@ -247,7 +253,9 @@ class StoreFedTrainer(SeparateRayPPOTrainer):
         if self.config.trainer.balance_batch:
             self._balance_batch(out, metrics=self.metrics)
         out.meta_info["global_token_num"] = torch.sum(out.batch["attention_mask"], dim=-1).tolist()
-        out.meta_info["images_seqlens"] = []
+        # a VL batch's vision tower stays out of verl's FLOPs estimate: verl reads Qwen3-VL's vision fields
+        # (`intermediate_size`, `out_hidden_size`) for Qwen2-VL too, which Qwen2-VL's vision config lacks
+        out.meta_info["images_seqlens"] = None if "multi_modal_inputs" in out.non_tensor_batch else []
         return out
 
     def _fit_compute_advantage(self, batch: DataProto) -> DataProto:
