@@ -228,8 +228,7 @@ def open_verl_session(
         job = fit_job_to_cpus(job, len(os.sched_getaffinity(0)))  # Ray's CPUs on this node: its workers' ranks
     exp_dir = default_experiment_dir(job, opts.experiment_dir)
     model_path = str(resolve_model_path(job.model))
-    if hybrid:
-        refuse_vision(Path(model_path))
+    refuse_vision(Path(model_path))
     config = _compose(job, opts, exp_dir, model_path, hybrid=hybrid, cpu=cpu)
     served = None if hybrid else _served_model(job, model_path, opts)
     trainer, owns_ray = start_trainer(
@@ -266,13 +265,14 @@ def _compose(
 
 
 def refuse_vision(model_path: Path) -> None:
-    """`ConfigurationError` for a vision-language model in the hybrid topology: verl's actor trains with the pixels
-    (its batches carry `multi_modal_inputs`), but images through verl's own vLLM engines are not proven here (no GPU
-    in CI); beside an embedded engine they are (docs/vision.md)."""
+    """`ConfigurationError` for a vision-language model: verl's actor takes a batch's pixels (`multi_modal_inputs`,
+    tests/trainer/verl/test_verl_vision.py), but a store-fed step through `ajet-swarm start` failed in verl's
+    micro-batching of the rows' multimodal positions (a nested tensor ragged on its last dimension), and verl's own
+    vLLM engines are not proven with images here (docs/vision.md)."""
     if is_vision_folder(model_path):
         raise ConfigurationError(
-            f"{model_path.name} is a vision-language model: verl's hybrid engines (--engine hybrid) do not serve "
-            "images here yet; use --engine embedded with --backend verl, or --backend embedded"
+            f"{model_path.name} is a vision-language model: the verl backend does not train a swarm's image "
+            "episodes yet; use --backend embedded"
         )
 
 
