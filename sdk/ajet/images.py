@@ -42,6 +42,7 @@ conversions so a bad image is named as its client wrote it; the proxy takes it o
 IMAGE_REF_PREFIX = "ajet-image:"
 """How the call log names a stored image in place of its base64 (`ajet-image:<sha256>`); readers resolve it from the
 store's `images` table."""
+_STORED_REF = re.compile(re.escape(IMAGE_REF_PREFIX) + r"([0-9a-f]{64})")
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 """Default largest image file (decoded from base64), in bytes."""
 MAX_IMAGE_PIXELS = 16 * 1024 * 1024
@@ -160,8 +161,17 @@ def has_images(messages: Sequence[Mapping[str, Any]]) -> bool:
     return next(_iter_refs(messages), None) is not None
 
 
+def stored_ref(url: str) -> Optional[str]:
+    """The hash a stored image's reference names (`ajet-image:<sha256>`, as the call log writes it), or None."""
+    match = _STORED_REF.fullmatch(url)
+    return match.group(1) if match else None
+
+
 def check_url(url: str) -> None:
-    """`ValueError` saying why an image URL is refused before it is decoded: not a base64 `data:` URL."""
+    """`ValueError` saying why an image URL is refused before it is decoded: neither a base64 `data:` URL nor a stored
+    image's reference (which the proxy resolves from its store: an earlier turn read back from the call log)."""
+    if stored_ref(url) is not None:
+        return
     if url.lower().startswith(("http://", "https://")):
         raise ValueError(
             "image URLs are not fetched (the swarm reaches no network): send the image inline as a base64 data: URL"
@@ -177,6 +187,8 @@ def file_bytes(url: str, limits: ImageLimits) -> bytes:
     """The image file a base64 `data:` URL holds; `ValueError` when it is not one, `OverflowError` when the file is
     over `limits.max_bytes` (judged from the text's length before it is decoded)."""
     check_url(url)
+    if stored_ref(url) is not None:
+        raise ValueError("a stored image's reference is resolved by the proxy, never sent on")
     payload = url[url.index(",") + 1 :]
     if len(payload) * 3 // 4 > limits.max_bytes + 2:
         raise OverflowError(f"the image is over {limits.max_bytes} bytes (ImageLimits.max_bytes)")

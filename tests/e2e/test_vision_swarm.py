@@ -253,3 +253,22 @@ def test_the_export_carries_references_and_the_image_files(sw, tmp_path, fmt):
     assert IMAGE_REF_PREFIX + hashes[2] in json.dumps(messages)
     for sha, data in zip(hashes, SCREENS):
         assert (images / f"{sha}.png").read_bytes() == data
+
+
+def test_a_stored_images_reference_is_resolved_from_the_store(sw):
+    """An earlier turn read back from the call log names its images `ajet-image:<sha256>` (a Responses conversation
+    another proxy served): the proxy puts the stored file in its place; a reference the store lacks is a 400."""
+    uuid, creds = sw.client.begin_episode()
+    oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0)
+    oc.chat.completions.create(model="policy", max_tokens=4, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "a"}, part(SCREENS[0])]}])  # fmt: skip
+    sha = hashlib.sha256(SCREENS[0]).hexdigest()
+    ref = {"type": "image_url", "image_url": {"url": IMAGE_REF_PREFIX + sha}}
+    oc.chat.completions.create(model="policy", max_tokens=4, messages=[{"role": "user", "content": [ref]}])
+    with pytest.raises(openai.BadRequestError) as caught:
+        missing = {"type": "image_url", "image_url": {"url": IMAGE_REF_PREFIX + "0" * 64}}
+        oc.chat.completions.create(model="policy", max_tokens=4, messages=[{"role": "user", "content": [missing]}])
+    assert caught.value.body["param"] == "messages.0.content.0.image_url.url"
+    sw.client.end_episode(Task(task_id="t"), uuid, WorkflowOutput(reward=1.0))
+    calls = sw.store.calls(uuid)
+    assert len(calls) == 2 and [i.sha256 for i in calls[1].images] == [sha] and calls[1].images[0].grid == (1, 4, 4)

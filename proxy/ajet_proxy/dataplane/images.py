@@ -16,8 +16,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ajet.images import IMAGE_REF_PREFIX, DecodedImage, ImageLimits, decode_images, has_images, payload_of
-from ajet_proxy.dataplane.types import ChatBody
+from ajet.errors import InvalidRequest
+from ajet.images import (
+    IMAGE_REF_PREFIX,
+    DecodedImage,
+    ImageLimits,
+    data_url,
+    decode_images,
+    has_images,
+    payload_of,
+    stored_ref,
+)
+from ajet_proxy.dataplane.types import ChatBody, ImagePart
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.types import StoredImage
@@ -38,6 +48,7 @@ async def take_images(host: ExperimentHost, ep: OpenEpisode, body: ChatBody, raw
     if not has_images(body["messages"]):
         return None
     limits: ImageLimits = host.config.limits.images
+    await _resolve_stored(host, body)
     try:
         images = await asyncio.to_thread(decode_images, body["messages"], limits)
     finally:
@@ -47,6 +58,32 @@ async def take_images(host: ExperimentHost, ep: OpenEpisode, body: ChatBody, raw
         await asyncio.to_thread(host.store.put_images, [_stored(i) for i in new.values()])
         ep.stored_images.update(new)
     return CallImages(tuple(i.sha256 for i in images), without_bytes(raw, images))
+
+
+async def _resolve_stored(host: ExperimentHost, body: ChatBody) -> None:
+    """Put each stored image's file in place of its reference (`ajet-image:<sha256>`: an earlier turn read back from
+    the call log, e.g. a Responses conversation another proxy served); `InvalidRequest` naming a reference the store
+    does not hold."""
+    refs = [(at, part, sha) for at, part in _image_parts(body) if (sha := stored_ref(part["image_url"]["url"]))]
+    if not refs:
+        return
+    files = await asyncio.to_thread(host.store.images, {sha for _, _, sha in refs})
+    for at, part, sha in refs:
+        if sha not in files:
+            where = part.get("ajet_field") or at
+            raise InvalidRequest.for_field(where, f"no stored image {IMAGE_REF_PREFIX}{sha} in this experiment")
+        part["image_url"]["url"] = data_url(files[sha].data, files[sha].mime)
+
+
+def _image_parts(body: ChatBody) -> list[tuple[str, ImagePart]]:
+    """The body's image parts (dicts the client sent, changed in place), each with its URL's dotted path."""
+    out: list[tuple[str, ImagePart]] = []
+    for i, message in enumerate(body["messages"]):
+        content = message.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if part["type"] == "image_url":
+                out.append((f"messages.{i}.content.{j}.image_url.url", part))
+    return out
 
 
 def _drop_origins(body: ChatBody) -> None:

@@ -14,7 +14,7 @@ to check (a client's input items) is `object`-valued: nothing may be read from i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -48,8 +48,7 @@ class ChatToolCall(TypedDict, total=False):
 class TextPart(TypedDict):
     """A text content part."""
 
-    type: str
-    """`text`."""
+    type: Literal["text"]
     text: str
     """The text."""
     ajet_field: NotRequired[str]
@@ -66,8 +65,7 @@ class ImageUrlJson(TypedDict):
 class ImagePart(TypedDict):
     """An image content part (what the Responses and Messages APIs' images convert to)."""
 
-    type: str
-    """`image_url`."""
+    type: Literal["image_url"]
     image_url: ImageUrlJson
     """The image."""
     ajet_field: NotRequired[str]
