@@ -70,6 +70,8 @@ class ImageRef:
     own path, `input.0.content.1.image_url`)."""
     url: str
     """Its URL: a `data:` URL (any other is refused by `decode_image`)."""
+    part: dict[str, Any]
+    """The part itself, as the request holds it (the proxy puts a stored file in place of its reference there)."""
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,10 @@ def _iter_refs(messages: Sequence[Mapping[str, Any]]) -> Iterator[ImageRef]:
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
-            if isinstance(part, Mapping) and part.get("type") in IMAGE_PARTS:
+            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
                 origin = part.get(ORIGIN_KEY)
                 field = origin if isinstance(origin, str) else f"messages.{i}.content.{j}.image_url.url"
-                yield ImageRef(field, image_url_of(part))
+                yield ImageRef(field, image_url_of(part), part)
 
 
 def image_url_of(part: Mapping[str, Any]) -> str:
@@ -258,8 +260,9 @@ def image_key(url: str) -> str:
     (a base64 data: URL) or the call log's reference to it (`ajet-image:<sha256>`, bare or as a data URL's payload);
     a URL that is neither is its own key."""
     payload = url[url.index(",") + 1 :] if url.startswith("data:") and "," in url else url
-    if payload.startswith(IMAGE_REF_PREFIX):
-        return payload[len(IMAGE_REF_PREFIX) :]
+    stored = stored_ref(payload)
+    if stored is not None:
+        return stored
     try:
         return hashlib.sha256(base64.b64decode(payload, validate=True)).hexdigest()
     except (binascii.Error, ValueError):

@@ -3,9 +3,12 @@ truncated file, a decompression bomb, a format it does not take), each as bytes 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import struct
 import zlib
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from PIL import Image
 
@@ -42,6 +45,36 @@ def truncated_png() -> bytes:
     noisy = Image.effect_noise((64, 64), 60).convert("RGB")
     whole = encode(noisy, "PNG")
     return whole[: len(whole) // 2]
+
+
+def answered_samples(
+    model: Any, tok: Any, screens: Sequence[bytes], task_of: Callable[[int], str], reward_of: Callable[[int], float]
+) -> tuple[list[Any], dict[str, bytes]]:
+    """One single-call episode per screen, answered by the embedded engine on `model` (its ids and log-probs as the
+    engine gave them, the screen's hash as the sequence's image), with the files by hash: a trainer's input without a
+    swarm. Episode `n` is in the group `task_of(n)` with the reward `reward_of(n)`."""
+    import httpx
+
+    from ajet_trainer.embedded.server import EmbeddedEngine
+    from ajet_trainer.types import EpisodeSample, TrainSequence
+
+    files = {hashlib.sha256(d).hexdigest(): d for d in screens}
+    engine = EmbeddedEngine(model, tok, max_tokens_cap=4)
+    url = engine.start()
+    samples = []
+    try:
+        for n, (sha, data) in enumerate(files.items()):
+            body = {"messages": [user_with_image("Which colour?", data)], "seed": n, "return_token_ids": True,
+                    "logprobs": True}  # fmt: skip
+            answer = httpx.post(url + "/chat/completions", json=body, timeout=60).json()
+            ids = answer["choices"][0]["token_ids"]
+            lps = tuple(c["logprob"] for c in answer["choices"][0]["logprobs"]["content"])
+            seq = TrainSequence(f"ep{n}", task_of(n), tuple(answer["prompt_token_ids"]), tuple(ids), (1,) * len(ids),
+                                lps, 1, (sha,))  # fmt: skip
+            samples.append(EpisodeSample(f"ep{n}", task_of(n), reward_of(n), (seq,)))
+    finally:
+        engine.stop()
+    return samples, files
 
 
 def part(data: bytes, mime: str = "image/png") -> dict[str, object]:

@@ -19,15 +19,17 @@ from dataclasses import dataclass
 from ajet.errors import InvalidRequest
 from ajet.images import (
     IMAGE_REF_PREFIX,
+    ORIGIN_KEY,
     DecodedImage,
     ImageLimits,
     data_url,
     decode_images,
     has_images,
+    image_refs,
     payload_of,
     stored_ref,
 )
-from ajet_proxy.dataplane.types import ChatBody, ImagePart
+from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.types import StoredImage
@@ -64,35 +66,20 @@ async def _resolve_stored(host: ExperimentHost, body: ChatBody) -> None:
     """Put each stored image's file in place of its reference (`ajet-image:<sha256>`: an earlier turn read back from
     the call log, e.g. a Responses conversation another proxy served); `InvalidRequest` naming a reference the store
     does not hold."""
-    refs = [(at, part, sha) for at, part in _image_parts(body) if (sha := stored_ref(part["image_url"]["url"]))]
+    refs = [(ref, sha) for ref in image_refs(body["messages"]) if (sha := stored_ref(ref.url)) is not None]
     if not refs:
         return
-    files = await asyncio.to_thread(host.store.images, {sha for _, _, sha in refs})
-    for at, part, sha in refs:
+    files = await asyncio.to_thread(host.store.images, {sha for _, sha in refs})
+    for ref, sha in refs:
         if sha not in files:
-            where = part.get("ajet_field") or at
-            raise InvalidRequest.for_field(where, f"no stored image {IMAGE_REF_PREFIX}{sha} in this experiment")
-        part["image_url"]["url"] = data_url(files[sha].data, files[sha].mime)
-
-
-def _image_parts(body: ChatBody) -> list[tuple[str, ImagePart]]:
-    """The body's image parts (dicts the client sent, changed in place), each with its URL's dotted path."""
-    out: list[tuple[str, ImagePart]] = []
-    for i, message in enumerate(body["messages"]):
-        content = message.get("content")
-        for j, part in enumerate(content if isinstance(content, list) else ()):
-            if part["type"] == "image_url":
-                out.append((f"messages.{i}.content.{j}.image_url.url", part))
-    return out
+            raise InvalidRequest.for_field(ref.field, f"no stored image {IMAGE_REF_PREFIX}{sha} in this experiment")
+        ref.part["image_url"]["url"] = data_url(files[sha].data, files[sha].mime)
 
 
 def _drop_origins(body: ChatBody) -> None:
     """Take the other APIs' field paths off the body's image parts (they named a bad image; the engine gets none)."""
-    for message in body["messages"]:
-        content = message.get("content")
-        if isinstance(content, list):
-            for part in content:
-                part.pop("ajet_field", None)  # ORIGIN_KEY
+    for ref in image_refs(body["messages"]):
+        ref.part.pop(ORIGIN_KEY, None)
 
 
 def _stored(image: DecodedImage) -> StoredImage:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ajet.errors import EpisodeNotFound
-from ajet.images import IMAGE_REF_PREFIX
+from ajet.images import image_url_of, stored_ref
 from ajet.storable import EPISODE_UUID_PATTERN
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.charts import charts
@@ -38,7 +38,6 @@ CONTROL_PICTURES = {c: 0x2400 + c for c in range(32) if chr(c) not in "\n\t"} | 
 """Control characters (an ANSI escape's ESC among them) drawn as their Unicode pictures: seen, never obeyed."""
 TEMPLATES.filters["visible"] = lambda text: str(text).translate(CONTROL_PICTURES)
 TEMPLATES.filters["image_sha"] = lambda part: stored_image_sha(part)
-_STORED = re.compile(re.escape(IMAGE_REF_PREFIX) + r"([0-9a-f]{64})")
 
 
 def stored_image_sha(part: object) -> str:
@@ -46,12 +45,9 @@ def stored_image_sha(part: object) -> str:
     `ajet-image:<sha256>` (chat's `image_url.url`, Responses' `image_url`, Messages' `source.data`)."""
     if not isinstance(part, dict):
         return ""
-    url = part.get("image_url")
-    url = url.get("url") if isinstance(url, dict) else url
     source = part.get("source")
     data = source.get("data") if isinstance(source, dict) else None
-    found = _STORED.fullmatch(url if isinstance(url, str) else data if isinstance(data, str) else "")
-    return found.group(1) if found else ""
+    return stored_ref(image_url_of(part) or (data if isinstance(data, str) else "")) or ""
 
 
 class Experiments(Protocol):

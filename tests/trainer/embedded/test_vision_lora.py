@@ -4,40 +4,21 @@ included ("all-linear" reaches its layers), never the base weights."""
 
 from __future__ import annotations
 
-import hashlib
-
-import httpx
 import torch
 
 from ajet.job import AgentJetJob
 from ajet_trainer.embedded.learner import Learner
-from ajet_trainer.embedded.server import EmbeddedEngine
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.types import EpisodeSample, TrainSequence
 from ajet_trainer.vision import ImageReader, Vision
-from tests.support.images import png, user_with_image
+from tests.support.images import answered_samples, png
 
 
 def test_a_lora_update_with_images_moves_the_adapter_and_not_the_base():
     job = AgentJetJob(model="builtin:tiny-vl", lora_rank=8, lora_alpha=16, lr=1e-2, num_repeat=2, batch_size=1)
     model, tok = load_policy(str(builtin_model_path(job.model)), job, "cpu")
-    files = {hashlib.sha256(d).hexdigest(): d for d in (png(colour=(255, 0, 0)), png(colour=(0, 0, 255)))}
-    engine = EmbeddedEngine(model, tok, max_tokens_cap=4)
-    url = engine.start()
-    samples = []
-    try:
-        for n, (sha, data) in enumerate(files.items()):
-            body = {"messages": [user_with_image("Which colour?", data)], "seed": n, "return_token_ids": True,
-                    "logprobs": True}  # fmt: skip
-            answer = httpx.post(url + "/chat/completions", json=body, timeout=60).json()
-            choice = answer["choices"][0]
-            ids = choice["token_ids"]
-            seq = TrainSequence(f"ep{n}", "t", tuple(answer["prompt_token_ids"]), tuple(ids), (1,) * len(ids),
-                                tuple(c["logprob"] for c in choice["logprobs"]["content"]), 1, (sha,))  # fmt: skip
-            samples.append(EpisodeSample(f"ep{n}", "t", float(n), (seq,)))
-    finally:
-        engine.stop()
+    screens = (png(colour=(255, 0, 0)), png(colour=(0, 0, 255)))
+    samples, files = answered_samples(model, tok, screens, lambda n: "t", float)
     learner = Learner(model, tok, job)
     reads: list[list[str]] = []
     learner.images = ImageReader(Vision.of_model(model, tok), lambda h: reads.append(h) or {k: files[k] for k in h})

@@ -4,19 +4,16 @@ answers equal the engine's, and the update moves the vision tower."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
 from ajet import AgentJetJob
-from ajet_trainer.embedded.server import EmbeddedEngine
-from ajet_trainer.types import EpisodeSample, TrainSequence
+from ajet_trainer.types import EpisodeSample
 from ajet_trainer.verl.dataproto import samples_to_dataproto
 from ajet_trainer.vision import ImageReader, Vision
-from tests.support.images import png, user_with_image
+from tests.support.images import answered_samples, png
 from tests.support.verl_actor import verl_cpu_trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -29,23 +26,7 @@ SCREENS = [png(colour=(255, 0, 0)), png(colour=(0, 0, 255)), png(100, 80, (0, 20
 
 def _samples(model, tok) -> tuple[list[EpisodeSample], dict[str, bytes]]:
     """Two groups of two episodes, each one call with its own image, answered by the embedded engine."""
-    files = {hashlib.sha256(d).hexdigest(): d for d in SCREENS}
-    engine = EmbeddedEngine(model, tok, max_tokens_cap=4)
-    url = engine.start()
-    samples = []
-    try:
-        for n, (sha, data) in enumerate(files.items()):
-            body = {"messages": [user_with_image("Which colour?", data)], "seed": n, "return_token_ids": True,
-                    "logprobs": True}  # fmt: skip
-            answer = httpx.post(url + "/chat/completions", json=body, timeout=60).json()
-            ids = answer["choices"][0]["token_ids"]
-            lps = tuple(c["logprob"] for c in answer["choices"][0]["logprobs"]["content"])
-            seq = TrainSequence(f"ep{n}", f"t{n // 2}", tuple(answer["prompt_token_ids"]), tuple(ids),
-                                (1,) * len(ids), lps, 1, (sha,))  # fmt: skip
-            samples.append(EpisodeSample(f"ep{n}", f"t{n // 2}", float(n % 2), (seq,)))
-    finally:
-        engine.stop()
-    return samples, files
+    return answered_samples(model, tok, SCREENS, lambda n: f"t{n // 2}", lambda n: float(n % 2))
 
 
 def test_the_rows_carry_their_pixels_and_multimodal_positions_as_verl_takes_them(tiny_vl):

@@ -79,11 +79,7 @@ def prompt_ids(
         if max_context is not None and least >= max_context:
             why = f"the prompt is at least {least} tokens; this model's context is {max_context} tokens"
             raise ContextLengthExceeded.for_field("messages", why)
-        image_text = IMAGE_TEXT if vision is not None else ""
-        ids = render_ids(tokenizer, body["messages"], template_tools(body), options=template_options(body),
-                         image_text=image_text)  # fmt: skip
-        if vision is not None:
-            ids = vision.expand(ids, images)
+        ids = rendered_ids(tokenizer, body["messages"], template_tools(body), template_options(body), vision, images)
     elif vision is not None:
         vision.check_runs(ids, images, "kv_transfer_params.prompt_token_ids")
     if max_context is not None and len(ids) >= max_context:
@@ -92,6 +88,21 @@ def prompt_ids(
     if max_prompt is not None and len(ids) > max_prompt:
         raise ContextLengthExceeded(prompt_over_job(len(ids), max_prompt), fields=["messages"])
     return ids
+
+
+def rendered_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Optional[list[Any]],
+    options: dict[str, Any],
+    vision: Optional[Vision],
+    images: Optional[ImageInputs],
+    generation: bool = True,
+) -> list[int]:
+    """`messages` through the chat template (`render_ids`); with a VL model's `vision`, each image part rendered as its
+    placeholder and expanded to the run of its image in `images` (what a chat prompt and `/tokenize` both are)."""
+    ids = render_ids(tokenizer, messages, tools, generation, options, IMAGE_TEXT if vision is not None else "")
+    return vision.expand(ids, images) if vision is not None else ids
 
 
 GREEDY_BELOW = 1e-5

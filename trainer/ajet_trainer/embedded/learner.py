@@ -111,10 +111,14 @@ class Learner:
     def update(self, samples: Sequence[EpisodeSample], seed: int = 0, lagged: bool = False) -> dict[str, float]:
         """One GRPO step; returns its metrics. `lagged`: some samples come from an older policy than the one being
         updated (a synchronous job's leftovers): the loss corrects them as an asynchronous job's (`tis_cap`)."""
-        with training(self.model, self.adapter):
-            if self.preferring:
-                return self._preference_update(samples)
-            return self._update(samples, seed, lagged)
+        try:
+            with training(self.model, self.adapter):
+                if self.preferring:
+                    return self._preference_update(samples)
+                return self._update(samples, seed, lagged)
+        finally:
+            if self.images is not None:  # the step's decoded files: a DPO step's pairs read them too
+                self.images.forget()
 
     def _preference_update(self, samples: Sequence[EpisodeSample]) -> dict[str, float]:
         """One DPO step over the batch's pairs (`dpo.py`): each pair's loss backed into one gradient, one step."""
@@ -153,8 +157,6 @@ class Learner:
         adv = imitation_advantages(samples) if imitating else episode_advantages(samples)
         items = flatten(samples, adv)
         batch = collate(items, self.tokenizer.pad_token_id, self.images).to(self.device)
-        if self.images is not None:
-            self.images.forget()
         # Old log-probs: with one epoch and one mini-batch the policy has not moved when the loss is
         # computed, so the training forward pass itself yields them (one pass saved, same numbers).
         single_pass = self.job.ppo_epochs == 1 and self.job.mini_batch_num == 1

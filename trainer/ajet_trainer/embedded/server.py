@@ -23,7 +23,7 @@ from aiohttp import web
 from ajet.chat_request import validate_chat, validate_messages
 from ajet.errors import InvalidRequest, SwarmError
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body, openai_status
-from ajet_trainer.chat_render import render_ids, template_options
+from ajet_trainer.chat_render import template_options
 from ajet_trainer.embedded.adapters import requested_adapter, served_names
 from ajet_trainer.embedded.batcher import Batcher, Pending
 from ajet_trainer.embedded.chat import (
@@ -33,6 +33,7 @@ from ajet_trainer.embedded.chat import (
     gen_request,
     longest_token_chars,
     prompt_ids,
+    rendered_ids,
     uses_tools,
 )
 from ajet_trainer.embedded.grammar import BACKENDS, Grammars, GrammarSpec, grammar_spec, load_grammars
@@ -40,7 +41,7 @@ from ajet_trainer.embedded.stream import StreamedAnswer
 from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.errors import EngineStartError, GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
-from ajet_trainer.vision import IMAGE_TEXT, ImageInputs, Vision, refuse_images
+from ajet_trainer.vision import ImageInputs, Vision, refuse_images
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -184,9 +185,8 @@ class EmbeddedEngine:
                 raise InvalidRequest.for_field("tools", "must be a list")
             generation = bool(body.get("add_generation_prompt", True))
             images = self._images(body["messages"])
-            image_text = IMAGE_TEXT if self.vision is not None else ""
-            ids = render_ids(self.tokenizer, body["messages"], tools, generation, template_options(body), image_text)
-            return self.vision.expand(ids, images) if self.vision is not None else ids
+            options = template_options(body)
+            return rendered_ids(self.tokenizer, body["messages"], tools, options, self.vision, images, generation)
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise InvalidRequest.for_field("prompt", "required (a string), or give `messages`")
