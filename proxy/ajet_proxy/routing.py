@@ -117,6 +117,11 @@ class EngineRouter:
             turn = self._turn
         return self.engines[sorted(candidates)[turn % len(candidates)]]
 
+    def untried(self, tried: Iterable[str]) -> bool:
+        """Whether a registered engine is left that a call has not tried. `tried` may name engines no longer
+        registered (the trainer withdrew a dead one while the call was at it): only the table now counts."""
+        return bool(set(self.engines) - set(tried))
+
     def mark_failed(self, name: str, reason: str = "") -> None:
         """Cool an engine down after a connection failure (`reason`: what failed, logged)."""
         self._cooling[name] = time.monotonic() + self.cooldown_s

@@ -52,3 +52,16 @@ def test_new_episodes_take_the_live_engines_in_turn_and_a_sticky_one_keeps_its_e
     assert [router.pick().name for _ in range(4)] == ["d0", "d2", "d0", "d2"]  # two live ones, still in turn
     assert router.pick(sticky="d2").name == "d2" and router.pick(sticky="d2").name == "d2"
     assert router.pick(exclude={"d0", "d1"}).name == "d2"
+
+
+def test_an_engine_withdrawn_while_a_call_tried_it_leaves_the_others_to_try():
+    """CI, stop 69: a call tried vllm-1 as the trainer withdrew it (its process was killed); the table then held
+    vllm-0 alone, and counting the tried names against the table's size said none was left ("no engine reachable
+    (tried vllm-1)") while vllm-0 was up."""
+    router = EngineRouter()
+    router.load(deps(2), version=1)
+    tried = ["d1"]
+    router.mark_failed("d1", "connection refused")
+    router.load(deps(1), version=2)  # the trainer withdrew d1
+    assert router.untried(tried) and router.pick(exclude=tried).name == "d0"
+    assert not router.untried(tried + ["d0"])

@@ -235,7 +235,7 @@ class ChatPath:
                 router.mark_failed(engine.name, failure_reason(exc))
                 tried.append(engine.name)
                 call.ep.stick_to(None)
-                if len(tried) >= len(router.engines):
+                if not router.untried(tried):
                     self._fail(call, NoEngineReachable(f"no engine reachable (tried {', '.join(tried)})", engine, exc))
 
     async def _send_once_more_if_dropped(self, engine: RegisteredEngine, call: InFlightCall) -> Sent:
