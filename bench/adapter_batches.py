@@ -24,7 +24,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from ajet_trainer.embedded.adapters import batch_adapters
 from ajet_trainer.tiny_model import builtin_model_path
 from bench.results import emit

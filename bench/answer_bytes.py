@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.results import emit
 
 apply_offline_env()

@@ -45,6 +45,7 @@ from bench import proxy_overhead
 from bench.callgrind import Callgrind
 from bench.proxy_overhead import CPU, Meter, measure
 from bench.results import Results
+from scripts.source_tree import pythonpath
 from tests.support.procs import Proc, free_port, offline_env, start_stub
 from tests.support.rolling import wait_state
 
@@ -75,7 +76,7 @@ def start_proxy_from(
     db = sqlite_url(tmp / f"{name}.db")
     port = free_port()
     env = offline_env(
-        PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")),
+        PYTHONPATH=pythonpath(tree),
         PYTHONHASHSEED="0",  # the same string hashes, so the same dict probes, in every proxy and every run
     )
     px = Proc(
@@ -100,7 +101,7 @@ def roll(px: Proc, tree: Path, db: str, backend: str) -> None:
     # only the fields every version knows: a baseline proxy refuses job fields added after it
     httpx.post(px.url + "/swarm/sync_train_config", json={"job": {"batch_size": 1, "num_repeat": 1}}).raise_for_status()
     client.start_engine()
-    env = offline_env(PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "proxy", "trainer")))
+    env = offline_env(PYTHONPATH=pythonpath(tree))
     subprocess.run([sys.executable, str(BASELINE_ROLLING), db, backend], check=True, env=env)
     wait_state(client, ExperimentState.ROLLING)
 

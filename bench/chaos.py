@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ajet.sharing import experiment_of
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.chaos_audit import ExperimentAudit, StoredEpisode, audit_experiment, starvation
 from bench.chaos_cluster import FAULTS, Cluster
 from bench.chaos_load import Load, Played

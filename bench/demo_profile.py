@@ -47,7 +47,7 @@ def library(stack: list[str]) -> str:
     return next((lib for lib in LIBRARIES if f"{lib}/" in path or path.endswith(f"{lib}.py")), "python")
 
 
-PASS_THROUGH = ("ajet/utils/runtime.py", "ajet_proxy/cli.py", "ajet_proxy/limits.py", "ajet_trainer/cli.py")
+PASS_THROUGH = ("ajet_core/runtime.py", "ajet_proxy/cli.py", "ajet_proxy/limits.py", "ajet_trainer/cli.py")
 """Project modules every request passes through (serving it, a middleware): no owner of what runs under them."""
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.results import emit
 
 apply_offline_env()

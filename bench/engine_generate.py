@@ -16,7 +16,7 @@ import statistics
 import time
 from typing import Callable
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.results import emit
 
 apply_offline_env()

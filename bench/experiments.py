@@ -20,7 +20,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.results import emit
 
 apply_offline_env()

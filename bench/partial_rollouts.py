@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.results import emit
 from scripts.run_demo import tutorial_summary
 

@@ -45,7 +45,7 @@ import psutil
 
 from ajet import AsyncSwarmClient, SwarmClient
 from ajet.types import ExperimentState
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.tiny_model import builtin_model_path
 from bench.results import emit

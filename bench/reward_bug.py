@@ -41,7 +41,7 @@ from ajet import AgentJetJob, AsyncSwarmClient, OpenaiBaseUrlAndApiKey, Task, Wo
 from ajet.async_client import AsyncAgentFn
 from ajet.replay_types import ReplaySource
 from ajet.rescore_types import StoredEpisode
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from bench.real_model import clients, cpu_seconds
 from bench.results import emit

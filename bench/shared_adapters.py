@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from bench.results import emit
 
 apply_offline_env()

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from bench.results import emit
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from ajet_trainer.tiny_model import builtin_model_path
 from ajet_trainer.vllm.server import VllmServer, VllmSettings, find_vllm_python
 from bench.results import emit

@@ -34,7 +34,7 @@ import openai
 from ajet import AgentJetJob, AsyncSwarmClient
 from ajet.replay_types import ReplaySource
 from ajet.types import ExperimentState
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.checkpoint import latest_checkpoint
 from ajet_trainer.experiment_dir import folder_of_experiment

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ajet.utils.runtime import apply_offline_env  # noqa: E402
+from ajet_core.runtime import apply_offline_env  # noqa: E402
 
 apply_offline_env()
 

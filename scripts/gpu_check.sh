@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
-export PYTHONPATH="$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/sdk:$PWD/core:$PWD/proxy:$PWD/trainer:$PWD/swarm:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 verdict() {
   local rc=$?
   local line="{\"bench\": \"gpu_check\", \"figure\": \"verdict\", \"pass\": $([ $rc -eq 0 ] && echo true || echo false), \"exit\": $rc}"

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
 done
 trap 'rc=$?; echo "{\"bench\": \"gpu_real_model\", \"pass\": $([ $rc -eq 0 ] && echo true || echo false), \"exit\": $rc}"' EXIT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
-export PYTHONPATH="$PWD/build/gpu-carry/site:$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/build/gpu-carry/site:$PWD/sdk:$PWD/core:$PWD/proxy:$PWD/trainer:$PWD/swarm:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 $PY scripts/gpu_carry.py join
 AJET_COMMIT=$($PY scripts/gpu_carry.py commit)  # the box has no git: the rows' commit is the split's
 export AJET_COMMIT

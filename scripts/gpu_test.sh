@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
-export PYTHONPATH="$PWD/sdk:$PWD/proxy:$PWD/trainer:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/sdk:$PWD/core:$PWD/proxy:$PWD/trainer:$PWD/swarm:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True AJET_REQUIRE_GPU=1
 AJET_COMMIT=$($PY scripts/gpu_carry.py commit)  # the box has no git: the rows' commit is the split's, if any
 export AJET_COMMIT

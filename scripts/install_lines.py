@@ -21,6 +21,9 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from scripts.source_tree import source_folders  # noqa: E402  (run as a script, before any venv exists)
+
 ROOT = REPO / ".venv-install"
 USAGE = REPO / "docs" / "usage.md"
 
@@ -34,7 +37,7 @@ def install_lines(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
-WHEEL_SOURCES = ("sdk", "proxy", "trainer", "configs")
+WHEEL_SOURCES = (*source_folders(), "configs")
 """What a wheel of the tree packs (pyproject.toml's package folders, and the configs `ajet/configs` links to)."""
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ajet.utils.runtime import apply_offline_env  # noqa: E402
+from ajet_core.runtime import apply_offline_env  # noqa: E402
 
 apply_offline_env()
 
@@ -41,6 +41,7 @@ from ajet_store import Store, sqlite_url  # noqa: E402
 from ajet_store.types import RegisteredEngine  # noqa: E402
 from ajet_trainer.embedded.server import EmbeddedEngine  # noqa: E402
 from scripts import stamp as stamping  # noqa: E402
+from scripts.source_tree import pythonpath  # noqa: E402
 
 QWEN_SHAPE = "qwen2.5-0.5b-shape"
 ENGINE_KEY = "gpu-check-engine-key"
@@ -106,7 +107,7 @@ def start_proxy(db: str, work: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = open(work / "proxy.log", "ab")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("sdk", "proxy", "trainer"))}
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     proc = subprocess.Popen([sys.executable, "-m", "ajet_proxy.cli", "start", "--db", db, "--port", str(port),
                              "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
-from ajet.utils.runtime import offline_env
+from ajet_core.runtime import offline_env
 from ajet_swarm.launch import launched_swarm
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from ajet.utils.runtime import apply_offline_env
+from ajet_core.runtime import apply_offline_env
 
 apply_offline_env()
 

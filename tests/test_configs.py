@@ -13,7 +13,8 @@ import yaml
 
 from ajet import AgentJetJob
 from ajet.errors import ConfigError
-from ajet.utils import flags
+from ajet.utils import flags as client_flags
+from ajet_core import flags
 from ajet_proxy import cli as proxy_cli
 from ajet_proxy.config import ProxyConfig
 from ajet_swarm.cli import build_parser, child_commands, parse_args
@@ -31,7 +32,7 @@ def _start_parser(add) -> argparse.ArgumentParser:
 
 
 def test_the_shipped_folder_is_the_top_level_configs():
-    assert flags.config_dir().resolve() == CONFIGS.resolve()
+    assert client_flags.config_dir().resolve() == CONFIGS.resolve()
     assert {p.name for p in CONFIGS.glob("*.yaml")} == {
         "proxy.yaml",
         "trainer.yaml",
@@ -54,7 +55,7 @@ def test_each_file_holds_exactly_the_options_of_its_command(name, add, monkeypat
     for var in flags.ENV_DEFAULTS.values():
         monkeypatch.delenv(var, raising=False)
     parser = _start_parser(add)
-    shipped = flags.shipped(name)
+    shipped = client_flags.shipped(name)
     assert set(shipped) == set(flags.options(parser))
     parsed = vars(parser.parse_args([]))
     parsed.pop("config")
@@ -63,8 +64,8 @@ def test_each_file_holds_exactly_the_options_of_its_command(name, add, monkeypat
 
 def test_swarm_yaml_holds_only_swarm_options_and_both_commands_default_to_one_store():
     swarm = flags.options(flags.subcommand(build_parser(), "start"))
-    assert set(flags.shipped("swarm.yaml")) <= set(swarm)
-    assert flags.shipped("proxy.yaml")["db"] == flags.shipped("trainer.yaml")["db"]
+    assert set(client_flags.shipped("swarm.yaml")) <= set(swarm)
+    assert client_flags.shipped("proxy.yaml")["db"] == client_flags.shipped("trainer.yaml")["db"]
 
 
 @pytest.mark.parametrize(
@@ -80,21 +81,21 @@ def test_swarm_yaml_holds_only_swarm_options_and_both_commands_default_to_one_st
 def test_no_settings_class_repeats_a_default_of_configs(cls, name, renamed):
     """configs/ is the only source of the commands' defaults: a field the YAML sets has no default in code."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in flags.shipped(name):
+    for key in client_flags.shipped(name):
         field = fields.get(renamed.get(key, key))
         if field is not None:
             assert field.default is dataclasses.MISSING, f"{cls.__name__}.{field.name} repeats {name}'s {key}"
-    assert cls.from_config().db_url == flags.shipped(name)["db"]
+    assert cls.from_config().db_url == client_flags.shipped(name)["db"]
 
 
 def test_derived_constants_come_from_configs():
     from ajet_proxy.limits import DEFAULT_LIMITS
     from ajet_store.connect import DEFAULT_FILE_MODE
 
-    assert DEFAULT_LIMITS.max_body_bytes == flags.shipped("proxy.yaml")["max_body_bytes"]
-    assert DEFAULT_FILE_MODE == int(flags.shipped("proxy.yaml")["db_mode"], 8)
-    assert flags.default_swarm_url({}) == f"http://127.0.0.1:{flags.shipped('proxy.yaml')['port']}"
-    assert flags.default_swarm_url({"AJET_SWARM_URL": "http://x:1"}) == "http://x:1"
+    assert DEFAULT_LIMITS.max_body_bytes == client_flags.shipped("proxy.yaml")["max_body_bytes"]
+    assert DEFAULT_FILE_MODE == int(client_flags.shipped("proxy.yaml")["db_mode"], 8)
+    assert client_flags.default_swarm_url({}) == f"http://127.0.0.1:{client_flags.shipped('proxy.yaml')['port']}"
+    assert client_flags.default_swarm_url({"AJET_SWARM_URL": "http://x:1"}) == "http://x:1"
 
 
 def test_environment_beats_the_file_and_the_command_line_beats_both(monkeypatch):

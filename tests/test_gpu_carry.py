@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts.gpu_carry import MARGIN, MIB, join, split_commit, split_sizes, write_parts
+from scripts.source_tree import pythonpath
 from tests.support.gpu_box import REAL_MODEL_WHEELS, WHEELS, box_site, listed
 from tests.support.procs import REPO
 
@@ -52,7 +53,7 @@ def test_the_real_model_run_imports_with_only_what_the_box_has_and_both_wheel_li
     """What `gpu_real_model.sh` runs imports on the box: the bench, the tool agent (the OpenAI SDK), the packaged
     model's reader (gguf), the swarm's three processes."""
     site = box_site(tmp_path, (WHEELS, REAL_MODEL_WHEELS))
-    code = [str(REPO / part) for part in ("sdk", "proxy", "trainer", "")]
+    code = [pythonpath(), str(REPO)]
     modules = "bench.real_model, gguf, ajet_trainer.packaged_model, ajet_swarm.cli, ajet_proxy.cli, ajet_trainer.cli"
     res = subprocess.run(
         [sys.executable, "-S", "-c", f"import {modules}"], capture_output=True, text=True, timeout=300, cwd=REPO,

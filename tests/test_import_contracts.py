@@ -1,10 +1,11 @@
 """The import rules of DESIGN.md, enforced on the source tree (every import, lazy ones included).
 
-tutorials -> sdk <- proxy -> store <- trainer (trainer -> sdk too); the store imports the SDK's wire types
-and nothing else of ours. The token history's pure rules (`ajet_token_history`) sit on the SDK alone: the proxy
-applies them to live calls, the trainer's preflight proves a job's template against them. `ajet_swarm` is the one
-composition root: it may start both proxy and trainer, and nothing imports it. No cycles anywhere. The proxy never
-imports torch, and neither does the SDK.
+The packages stand on four floors, one folder each (docs/design.md): `sdk/` (`ajet`, what a client machine runs),
+`core/` (`ajet_core`, the store `ajet_store` and the token history's rules `ajet_token_history`: what both servers
+share), `proxy/` and `trainer/` beside each other, and `swarm/` (`ajet_swarm`, the one composition root that starts
+both). A module imports from its own folder or a lower floor, never from beside or above: the two servers never
+import each other. The SDK holds no module that only servers use. No cycles anywhere. The proxy never imports torch,
+and neither does the SDK.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from scripts.source_tree import REPO, source_folders
+
+FLOORS = {"sdk": 0, "core": 1, "proxy": 2, "trainer": 2, "swarm": 3}
+"""Each package folder's floor: a module imports from its own folder or a lower floor."""
 ROOTS = {
-    "ajet": REPO / "sdk",
-    "ajet_proxy": REPO / "proxy",
-    "ajet_store": REPO / "proxy",
-    "ajet_token_history": REPO / "proxy",
-    "ajet_swarm": REPO / "proxy",
-    "ajet_trainer": REPO / "trainer",
+    pkg.name: REPO / folder
+    for folder in source_folders()
+    for pkg in sorted((REPO / folder).iterdir())
+    if (pkg / "__init__.py").is_file()
 }
+"""Every first-party package -> the folder that holds it."""
+SERVERS = {"ajet_core", "ajet_store", "ajet_token_history", "ajet_proxy", "ajet_trainer"}
+"""The packages that run only on the serving machine (`ajet_swarm` also runs a client's commands)."""
 HEAVY = {"torch", "transformers", "peft", "verl", "vllm", "ray", "safetensors"}
 SERVER = {"fastapi", "litellm", "sqlalchemy", "uvicorn", "starlette", "aiohttp", "textual"}
 
@@ -89,14 +94,16 @@ def _violations(package: str, forbidden: set[str]) -> list[str]:
 
 
 def test_the_graph_sees_every_package():
-    assert {_top(m) for m in MODULES} == set(ROOTS)
+    assert {_top(m) for m in MODULES} == set(ROOTS) >= {"ajet", "ajet_core", "ajet_proxy", "ajet_trainer", "ajet_swarm"}
+    assert set(source_folders()) == set(FLOORS)
     assert "ajet_store" in GRAPH["ajet_proxy.proxy"] or any(_top(d) == "ajet_store" for d in GRAPH["ajet_proxy.proxy"])
 
 
 @pytest.mark.parametrize(
     "package,forbidden",
     [
-        ("ajet", {"ajet_proxy", "ajet_store", "ajet_token_history", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
+        ("ajet", SERVERS | {"ajet_swarm"} | HEAVY | SERVER),
+        ("ajet_core", SERVERS - {"ajet_core"} | {"ajet_swarm"} | HEAVY | SERVER),
         ("ajet_token_history", {"ajet_proxy", "ajet_store", "ajet_trainer", "ajet_swarm"} | HEAVY | SERVER),
         ("ajet_store", {"ajet_proxy", "ajet_trainer", "ajet_swarm"} | HEAVY),
         ("ajet_proxy", {"ajet_trainer", "ajet_swarm"} | HEAVY),
@@ -106,6 +113,60 @@ def test_the_graph_sees_every_package():
 )
 def test_import_rules(package, forbidden):
     assert _violations(package, forbidden) == []
+
+
+def _folder(module: str) -> str:
+    return MODULES[module].relative_to(REPO).parts[0]
+
+
+def _floor_violations() -> list[str]:
+    """Imports from one folder into another that is not on a lower floor (beside it, or above)."""
+    return sorted(
+        f"{m} ({_folder(m)}/) imports {dep} ({_folder(dep)}/)"
+        for m, deps in GRAPH.items()
+        for dep in deps
+        if dep in MODULES and _folder(dep) != _folder(m) and FLOORS[_folder(dep)] >= FLOORS[_folder(m)]
+    )
+
+
+def test_each_folder_imports_only_from_lower_floors():
+    """The proxy and the trainer never import each other (issue 63: the trainer reached the store and the token history
+    under proxy/, and the launcher under proxy/ imported the trainer's CLI)."""
+    assert _floor_violations() == []
+
+
+def test_the_floor_check_finds_a_server_importing_the_other():
+    GRAPH["ajet_trainer.cli"].add("ajet_proxy.cli")
+    try:
+        assert _floor_violations() == ["ajet_trainer.cli (trainer/) imports ajet_proxy.cli (proxy/)"]
+    finally:
+        GRAPH["ajet_trainer.cli"].discard("ajet_proxy.cli")
+
+
+def _server_only_sdk_modules() -> list[str]:
+    """SDK modules that something imports, but only the servers: they belong on the core floor, not on every client
+    machine."""
+    importers: dict[str, set[str]] = {}
+    for m, deps in GRAPH.items():
+        for dep in deps:
+            if _top(dep) == "ajet" and _top(m) != "ajet":
+                importers.setdefault(dep, set()).add(_top(m))
+    clients = {dep for m, deps in GRAPH.items() if _top(m) == "ajet" for dep in deps} | _tutorial_imports()
+    return sorted(m for m, tops in importers.items() if tops <= SERVERS and m not in clients and m != "ajet")
+
+
+def _tutorial_imports() -> set[str]:
+    """The first-party modules the tutorials' agents import (client code outside the packages)."""
+    out: set[str] = set()
+    for path in (REPO / "tutorial").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out.add(_target(node.module))
+    return out
+
+
+def test_the_sdk_holds_no_module_only_servers_use():
+    assert _server_only_sdk_modules() == []
 
 
 API_FOLDERS = ("ajet_proxy.dataplane.chat", "ajet_proxy.dataplane.responses", "ajet_proxy.dataplane.messages")

@@ -13,11 +13,11 @@ from tests.support.procs import REPO
 pytestmark = pytest.mark.slow
 
 CHECKED = [
-    "proxy/ajet_store",
+    "core/ajet_store",
     "proxy/ajet_proxy/errors.py",
     "proxy/ajet_proxy/app.py",
     "proxy/ajet_proxy/proxy.py",
-    "proxy/ajet_token_history",
+    "core/ajet_token_history",
     "proxy/ajet_proxy/episode_history.py",
     "proxy/ajet_proxy/open_episodes.py",
     "proxy/ajet_proxy/dataplane",
@@ -28,7 +28,7 @@ CHECKED = [
     "trainer/ajet_trainer/registries.py",
     "trainer/ajet_trainer/chat_render.py",
     "trainer/ajet_trainer/template_check.py",
-    "sdk/ajet/chat_request.py",
+    "core/ajet_core",
     "trainer/ajet_trainer/embedded/engines.py",
     "trainer/ajet_trainer/embedded/session.py",
     "trainer/ajet_trainer/vllm/engines.py",
@@ -38,7 +38,7 @@ CHECKED = [
     "sdk/ajet/utils/flags.py",
     "proxy/ajet_proxy/cli.py",
     "trainer/ajet_trainer/cli.py",
-    "proxy/ajet_swarm/cli.py",
+    "swarm/ajet_swarm/cli.py",
 ]
 
 

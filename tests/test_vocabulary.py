@@ -46,7 +46,7 @@ SEED_NAMES = re.compile(r"\bEngineState\b")
 SCANNED = ("sdk", "proxy", "trainer", "tests", "bench", "scripts", "tutorial", "docs", "configs")
 SUFFIXES = {".py", ".md", ".yaml", ".tmpl", ".sh", ".toml", ".txt"}
 SKIPPED = (
-    "proxy/ajet_store/migrations/versions/000",  # earlier schemas, as they were
+    "core/ajet_store/migrations/versions/000",  # earlier schemas, as they were
     "tests/test_vocabulary.py",
     "bench/baseline_rolling.py",  # runs in a baseline tree's own store code, which may predate the glossary
     "tests/store/test_migrations.py",  # writes stores of earlier schemas, their tables as they were named

@@ -1,7 +1,7 @@
 """`ajet-proxy`: serve the proxy, watch it, inspect and export the store.
 
 Heavy modules (FastAPI, LiteLLM, SQLAlchemy, Textual) are imported by the sub-command that needs them,
-so `--help` and `--version` answer at once. Expected errors print one line (`ajet.utils.runtime`).
+so `--help` and `--version` answer at once. Expected errors print one line (`ajet_core.runtime`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ from typing import Optional
 
 from ajet import __version__
 from ajet.errors import AjetError, ConfigError
-from ajet.utils.flags import (
-    add_config_option,
-    add_log_level_option,
-    add_swarm_url_option,
-    apply_defaults,
-    parse_with_config,
-)
-from ajet.utils.runtime import apply_offline_env, listening_socket, run_cli
+from ajet.utils.flags import add_swarm_url_option
+from ajet_core.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
+from ajet_core.runtime import apply_offline_env, listening_socket, run_cli
 from ajet_proxy import store_commands
 from ajet_proxy.access import access_lines, client_url, resolve_access
 from ajet_proxy.rescore import add_rescore_arguments

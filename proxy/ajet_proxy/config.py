@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from ajet.utils.flags import shipped_with_env
+from ajet_core.flags import shipped_with_env
 from ajet_proxy.limits import InputLimits
 
 CONFIG_FILE = "proxy.yaml"

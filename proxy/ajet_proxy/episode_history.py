@@ -13,7 +13,7 @@ from typing import Optional
 import orjson
 from pydantic import ValidationError
 
-from ajet.engine_answer import EngineAnswer
+from ajet_core.engine_answer import EngineAnswer
 from ajet_store.types import CallRecord
 from ajet_token_history.rules import Extension, Turn, Turns, answer_message, new_turn
 from ajet_token_history.turn_boundary import ended_on_token

@@ -14,9 +14,9 @@ from typing import Any, Mapping
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ajet.errors import InvalidRequest
-from ajet.images import ImageLimits
 from ajet.protocol import ErrorCode
 from ajet.utils.flags import shipped
+from ajet_core.images import ImageLimits
 from ajet_proxy.errors import HttpError, error_response
 
 

@@ -16,10 +16,10 @@ from typing import Callable, Optional
 
 from pydantic import ValidationError
 
-from ajet.chat_request import invalid_request
 from ajet.errors import ConfigError
 from ajet.rescore_types import StoredEpisode
 from ajet.rescoring import RewardFunction, load_reward_function, score, source_hash, stored_episode
+from ajet_core.chat_request import invalid_request
 from ajet_store import EpisodeReward, EpisodeRow, EpisodeSelection, RewardVersion, Store
 
 PAGE = 64

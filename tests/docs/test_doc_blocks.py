@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from ajet.types import EpisodeStatus
-from ajet.utils.runtime import model_cache_root
+from ajet_core.runtime import model_cache_root
 from ajet_store import Store, sqlite_url
 from tests.support.procs import REPO, free_port, offline_env
 from tests.support.swarm import running_swarm

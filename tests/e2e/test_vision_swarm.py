@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from ajet import AgentJetJob, SwarmClient, Task, WorkflowOutput
-from ajet.images import IMAGE_REF_PREFIX
 from ajet.types import ExperimentState
+from ajet_core.images import IMAGE_REF_PREFIX
 from ajet_store import Store, sqlite_url
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.vision import placeholder_runs

@@ -7,7 +7,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from ajet.chat_request import ChatCompletionRequest
+from ajet_core.chat_request import ChatCompletionRequest
 from ajet_proxy.api_docs import REF
 from ajet_proxy.dataplane.chat.protocol import ChatCompletion, ModelList
 from ajet_proxy.dataplane.messages.protocol import CountTokensRequest, MessageObject, MessagesRequest

@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from ajet.engine_answer import EngineAnswer
+from ajet_core.engine_answer import EngineAnswer
 from ajet_proxy.dataplane.tokens import StreamAccumulator
 from ajet_store import Store
 from ajet_store.types import CallRecord

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from PIL import Image
 
-from ajet.images import data_url
+from ajet_core.images import data_url
 
 
 def png(width: int = 56, height: int = 56, colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:

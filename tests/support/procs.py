@@ -12,7 +12,7 @@ from typing import Optional
 
 import httpx
 
-from ajet.utils import runtime
+from ajet_core import runtime
 from ajet_swarm.launch import free_port  # noqa: F401  (the harness's one free port, re-exported)
 
 REPO = Path(__file__).resolve().parents[2]

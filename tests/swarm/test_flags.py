@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ajet.utils.flags import options, shipped
+from ajet.utils.flags import shipped
+from ajet_core.flags import options
 from ajet_swarm.cli import SECRET_DESTS, build_parser, child_commands, child_parsers
 from ajet_trainer import factory as backends
 from ajet_trainer.cli import trainer_options

@@ -9,8 +9,8 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from ajet.images import IMAGE_REF_PREFIX, image_key
-from ajet.labels import Label
+from ajet_core.images import IMAGE_REF_PREFIX, image_key
+from ajet_core.labels import Label
 from ajet_token_history import rules as h
 from ajet_token_history.shapes import Episode, run_shapes, say, screen, screenshots
 from ajet_trainer.chat_render import render_ids

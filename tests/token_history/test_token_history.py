@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from ajet.labels import Label, fallback, fallback_reason, starts_segment
+from ajet_core.labels import Label, fallback, fallback_reason, starts_segment
 from ajet_proxy.episode_history import EpisodeHistory, turn_from_call
 from ajet_store.types import CallRecord
 from ajet_token_history import rules as h

@@ -14,9 +14,9 @@ import re
 import uuid
 from typing import Any, Optional
 
-from ajet.chat_request import content_text
 from ajet.errors import InvalidRequest
-from ajet.images import IMAGE_PARTS
+from ajet_core.chat_request import content_text
+from ajet_core.images import IMAGE_PARTS
 
 TOOL_CALL_OPEN = "<tool_call>"
 """Where a Hermes-style tool call begins in the completion text (a stream holds back from here)."""

@@ -1,7 +1,7 @@
 """`ajet-trainer start`: the trainer daemon on a store (`ajet-swarm start` runs it beside the proxy).
 
 torch and the trainer's modules are imported only once `start` runs, so `--help` and `--version`
-answer at once; expected errors print one line (`ajet.utils.runtime`).
+answer at once; expected errors print one line (`ajet_core.runtime`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Optional
 
 from ajet import __version__
 from ajet.errors import AjetError
-from ajet.utils.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
-from ajet.utils.runtime import apply_offline_env, run_cli
+from ajet_core.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
+from ajet_core.runtime import apply_offline_env, run_cli
 from ajet_store.connect import add_store_options
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from ajet.utils.flags import shipped_with_env
+from ajet_core.flags import shipped_with_env
 
 EngineKind = Literal["auto", "embedded", "vllm", "hybrid"]
 BackendKind = Literal["auto", "embedded", "verl"]

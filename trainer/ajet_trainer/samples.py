@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from ajet.job import Overlong
-from ajet.labels import Label
+from ajet_core.labels import Label
 from ajet_store.sequences import episode_sequences
 from ajet_store.types import RewardedEpisode
 from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence

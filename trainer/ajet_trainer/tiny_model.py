@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ajet.utils.runtime import model_cache_root
+from ajet_core.runtime import model_cache_root
 from ajet_trainer import tiny_vl
 from ajet_trainer.chat_templates import CHAR_TEMPLATE, FAMILIES
 from ajet_trainer.errors import ModelFolderNotFound
@@ -88,7 +88,7 @@ SEED = 1234
 
 
 def cache_root() -> Path:
-    """Where built-in models are saved (`ajet.utils.runtime.model_cache_root`)."""
+    """Where built-in models are saved (`ajet_core.runtime.model_cache_root`)."""
     return model_cache_root()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, TypeAlias, Union
 
-from ajet.labels import Label, fallback_reason, starts_segment
+from ajet_core.labels import Label, fallback_reason, starts_segment
 from ajet_store.sequences import BRANCH, UNMATCHED
 from ajet_store.types import TrainSequence
 

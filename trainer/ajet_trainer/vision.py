@@ -2,7 +2,7 @@
 image expands to, the pixel values its processor makes, and the multimodal positions of a batch.
 
 The rule every engine path and the trainer share: a prompt's ids hold one run of the model's image token per image,
-in the order the messages hold the images (`ajet.images.image_refs`), each run as long as the processor's grid
+in the order the messages hold the images (`ajet_core.images.image_refs`), each run as long as the processor's grid
 says (`grid_t * grid_h * grid_w / merge_size**2`). Rendering expands each image's single placeholder into its run
 (`expand`); a prompt given as ids (the proxy's token history) is checked against its messages' images (`check_runs`)
 before anything is computed, so pixels and placeholders always line up, or the request is refused naming why.
@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ajet.errors import InvalidRequest
-from ajet.images import DecodedImage, ImageLimits, decode_file, decode_images, image_refs
+from ajet_core.images import DecodedImage, ImageLimits, decode_file, decode_images, image_refs
 from ajet_trainer.errors import TrainerError
 
 IMAGE_TOKEN = "<|image_pad|>"

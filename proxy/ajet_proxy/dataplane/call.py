@@ -13,11 +13,11 @@ from typing import Callable, Optional
 
 from starlette.requests import Request
 
-from ajet.chat_request import ChatCompletionRequest, prompt_over_job
-from ajet.engine_answer import EngineAnswer
 from ajet.errors import ContextLengthExceeded
 from ajet.job import AgentJetJob
-from ajet.labels import Label
+from ajet_core.chat_request import ChatCompletionRequest, prompt_over_job
+from ajet_core.engine_answer import EngineAnswer
+from ajet_core.labels import Label
 from ajet_proxy.dataplane.shape import ApiShape
 from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.open_episodes import OpenEpisode

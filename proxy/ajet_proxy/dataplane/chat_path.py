@@ -31,10 +31,10 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ajet.engine_answer import EngineAnswer
 from ajet.errors import EpisodeConflict, NotReady, TrainerUnresponsive, Unauthorized
 from ajet.protocol import bearer_token
 from ajet.types import EpisodeStatus, ExperimentState
+from ajet_core.engine_answer import EngineAnswer
 from ajet_proxy.dataplane.call import CLIENT_GONE_PLAIN, InFlightCall
 from ajet_proxy.dataplane.engine_client import EngineClient, NoEngineReachable, Sent
 from ajet_proxy.dataplane.relay import as_finished, relay

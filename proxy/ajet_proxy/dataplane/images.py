@@ -2,7 +2,7 @@
 engine, and named by its hash in the request the call log keeps.
 
 Every image part of the chat body (the Responses and Messages APIs' images convert onto chat's) is decoded and
-checked (`ajet.images`, under the proxy's `ImageLimits`): a bad one is refused naming its part, before the call is
+checked (`ajet_core.images`, under the proxy's `ImageLimits`): a bad one is refused naming its part, before the call is
 numbered, and touches no other call. The files the episode has not stored yet are written to the store
 (`Store.put_images`) before the call is sent, so every logged call's images are in the store. The request as logged
 carries `ajet-image:<sha256>` where the client sent an image's base64 (`IMAGE_REF_PREFIX`), so a screenshot re-sent
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ajet.errors import InvalidRequest
-from ajet.images import (
+from ajet_core.images import (
     IMAGE_REF_PREFIX,
     ORIGIN_KEY,
     DecodedImage,

@@ -16,9 +16,9 @@ import aiohttp
 import orjson
 from pydantic import ValidationError
 
-from ajet.engine_answer import EngineAnswer
 from ajet.errors import StoreError
 from ajet.protocol import ErrorCode
+from ajet_core.engine_answer import EngineAnswer
 from ajet_proxy.dataplane.call import CLIENT_GONE_STREAM, InFlightCall
 from ajet_proxy.dataplane.engine_client import Sent
 from ajet_proxy.dataplane.sse import SSESplitter

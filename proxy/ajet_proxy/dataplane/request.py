@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ajet.chat_request import ChatCompletionRequest
+from ajet_core.chat_request import ChatCompletionRequest
 from ajet_proxy.dataplane.call import InFlightCall
 from ajet_proxy.dataplane.chat_path import ChatPath, chat_path
 from ajet_proxy.dataplane.images import take_images

@@ -22,10 +22,10 @@ from typing import Optional
 import aiohttp
 import orjson
 
-from ajet.chat_request import template_tools
 from ajet.errors import EngineUnavailable
 from ajet.job import AgentJetJob
-from ajet.labels import Label, fallback
+from ajet_core.chat_request import template_tools
+from ajet_core.labels import Label, fallback
 from ajet_proxy.dataplane.engine_client import engine_headers
 from ajet_proxy.dataplane.types import ChatBody, TemplateFields, TokenizeBody
 from ajet_proxy.open_episodes import OpenEpisode

@@ -1,4 +1,4 @@
-"""Reading an engine's answer, plain and streamed, into an `EngineAnswer` (`ajet.engine_answer`).
+"""Reading an engine's answer, plain and streamed, into an `EngineAnswer` (`ajet_core.engine_answer`).
 
 A plain answer is parsed whole (`parse_answer`). A stream's events are read as they pass through, without a model
 per event (one event per token: the hot path), and assembled into one `EngineAnswer` at its end
@@ -16,8 +16,8 @@ import orjson
 from pydantic import ValidationError
 from pydantic.main import IncEx
 
-from ajet.chat_request import invalid_request
-from ajet.engine_answer import EngineAnswer, TokenLogprob
+from ajet_core.chat_request import invalid_request
+from ajet_core.engine_answer import EngineAnswer, TokenLogprob
 from ajet_proxy.dataplane import types as wire
 from ajet_proxy.dataplane.sse import DONE, SSESplitter
 
@@ -29,7 +29,7 @@ STREAM_LOGGED: Mapping[str, Union[IncEx, bool]] = {"choices": _CHOICES, "prompt_
 
 def malformed(exc: ValidationError, what: str) -> str:
     """Why an engine's `what` (its answer, its stream) is not an `EngineAnswer`: its first wrong field, named as a
-    client's wrong field is (`ajet.chat_request.invalid_request`)."""
+    client's wrong field is (`ajet_core.chat_request.invalid_request`)."""
     return f"the engine's {what} is malformed: {invalid_request(exc).detail}"
 
 

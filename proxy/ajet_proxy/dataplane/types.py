@@ -3,10 +3,10 @@ reads back (what the Responses and Messages APIs answer in their own shapes: `re
 `messages/types.py`).
 
 These are `TypedDict`s, not models: the proxy forwards the bodies it parsed (a client's vendor fields reach the
-engine intact, `ajet.chat_request`), and an answer is relayed event by event, one per token, where building a model
+engine intact, `ajet_core.chat_request`), and an answer is relayed event by event, one per token, where building a model
 per event would be the proxy's largest cost. The types say which keys a body has and what each holds, for the type
-checker and the reader; validation is `ajet.chat_request.ChatCompletionRequest`'s (a request) and
-`ajet.engine_answer.EngineAnswer`'s (an engine's answer). Every key is optional (`total=False`) unless the proxy
+checker and the reader; validation is `ajet_core.chat_request.ChatCompletionRequest`'s (a request) and
+`ajet_core.engine_answer.EngineAnswer`'s (an engine's answer). Every key is optional (`total=False`) unless the proxy
 always writes it. JSON the proxy passes on without reading it (a tool's JSON schema, a client's metadata) or has yet
 to check (a client's input items) is `object`-valued: nothing may be read from it unchecked.
 """
@@ -18,7 +18,7 @@ from typing import Literal, Optional, Union
 
 from typing_extensions import NotRequired, TypedDict
 
-from ajet.engine_answer import TokenLogprob
+from ajet_core.engine_answer import TokenLogprob
 
 # ---------------------------------------------------------------- the chat body sent to an engine
 
@@ -59,7 +59,7 @@ class ImageUrlJson(TypedDict):
     """Where an image part's image is."""
 
     url: str
-    """A base64 `data:` URL (`ajet.images`)."""
+    """A base64 `data:` URL (`ajet_core.images`)."""
 
 
 class ImagePart(TypedDict):
@@ -69,7 +69,7 @@ class ImagePart(TypedDict):
     image_url: ImageUrlJson
     """The image."""
     ajet_field: NotRequired[str]
-    """Where it came from in another API's request (`ajet.images.ORIGIN_KEY`), until the proxy decodes it."""
+    """Where it came from in another API's request (`ajet_core.images.ORIGIN_KEY`), until the proxy decodes it."""
 
 
 ContentPart = Union[TextPart, ImagePart]
@@ -311,7 +311,7 @@ class AnswerJson(TypedDict, total=False):
     policy_version: Optional[int]
     """The version that started the answer (the embedded engine's)."""
     policy_version_spans: Optional[list[list[int]]]
-    """`[offset, version]` pairs when an update came mid-answer (`ajet.engine_answer.VersionSpans`)."""
+    """`[offset, version]` pairs when an update came mid-answer (`ajet_core.engine_answer.VersionSpans`)."""
     image_grids: Optional[list[list[int]]]
     """Each prompt image's grid (beside `prompt_token_ids`: a stream's first event)."""
     error: Union[EngineError, str]

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ajet.errors import EpisodeNotFound
-from ajet.images import image_url_of, stored_ref
 from ajet.storable import EPISODE_UUID_PATTERN
+from ajet_core.images import image_url_of, stored_ref
 from ajet_proxy.explore.advantages import group_advantages
 from ajet_proxy.explore.charts import charts
 from ajet_proxy.explore.tokens import load_token_text, token_cells, tokenizer_folder

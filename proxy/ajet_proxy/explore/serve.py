@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 
 from ajet.errors import ExperimentNotFound
-from ajet.utils.runtime import apply_offline_env, listening_socket
+from ajet_core.runtime import apply_offline_env, listening_socket
 from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.auth import SwarmTokenMiddleware
 from ajet_proxy.explore.app import explore_app, login_page

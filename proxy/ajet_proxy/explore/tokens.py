@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Protocol
 
-from ajet.utils.runtime import model_cache_root
+from ajet_core.runtime import model_cache_root
 from ajet_store.sequences import BuiltSequence
 
 BUILTIN = "builtin:"

@@ -1,4 +1,4 @@
-"""The embedded engine's chat answer is an `EngineAnswer` (`ajet.engine_answer`): what it sends is what the proxy
+"""The embedded engine's chat answer is an `EngineAnswer` (`ajet_core.engine_answer`): what it sends is what the proxy
 parses back, and a field the request did not ask for is absent, not null."""
 
 from __future__ import annotations

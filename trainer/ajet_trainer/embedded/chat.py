@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 import orjson
 
-from ajet.chat_request import ChatCompletionRequest, content_text, prompt_over_job, template_tools
-from ajet.engine_answer import AnswerChoice, AnswerMessage, EngineAnswer, Usage
 from ajet.errors import ContextLengthExceeded, InvalidRequest
+from ajet_core.chat_request import ChatCompletionRequest, content_text, prompt_over_job, template_tools
+from ajet_core.engine_answer import AnswerChoice, AnswerMessage, EngineAnswer, Usage
 from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
 from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.types import Tokenizer
@@ -66,7 +66,7 @@ def prompt_ids(
     images: Optional[ImageInputs] = None,
 ) -> list[int]:
     """Token ids of the request's prompt: the forwarded token prompt when it has one, else the rendered chat
-    prompt (generation prompt added), of a body that passed `ajet.chat_request.validate_chat`. With a VL model's
+    prompt (generation prompt added), of a body that passed `ajet_core.chat_request.validate_chat`. With a VL model's
     `vision`, each of the messages' `images` is one run of placeholders: expanded when rendered, checked when
     forwarded (`InvalidRequest` naming the field when they do not line up).
     `InvalidRequest` when the chat template refuses the messages; `ContextLengthExceeded` when the prompt leaves no
@@ -110,7 +110,7 @@ GREEDY_BELOW = 1e-5
 
 
 def uses_tools(body: dict[str, Any]) -> bool:
-    """Whether the model sees the tools and its answer is parsed for calls (`ajet.chat_request.template_tools`)."""
+    """Whether the model sees the tools and its answer is parsed for calls (`ajet_core.chat_request.template_tools`)."""
     return template_tools(body) is not None
 
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional, TypeVar, Union
 import orjson
 from aiohttp import web
 
-from ajet.chat_request import validate_chat, validate_messages
 from ajet.errors import InvalidRequest, SwarmError
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body, openai_status
+from ajet_core.chat_request import validate_chat, validate_messages
 from ajet_trainer.chat_render import template_options
 from ajet_trainer.embedded.adapters import requested_adapter, served_names
 from ajet_trainer.embedded.batcher import Batcher, Pending

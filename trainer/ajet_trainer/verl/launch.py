@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from ajet.job import AgentJetJob
-from ajet.utils.runtime import OFFLINE_ENV
+from ajet_core.runtime import OFFLINE_ENV
 from ajet_store import Store
 from ajet_trainer.errors import ConfigurationError, TrainerError
 from ajet_trainer.types import Tokenizer

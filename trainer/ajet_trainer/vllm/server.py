@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 import httpx
 
-from ajet.utils.runtime import offline_env
+from ajet_core.runtime import offline_env
 from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer import left_servers
 from ajet_trainer.errors import EngineStartError, TrainerError

@@ -1,4 +1,4 @@
-"""Chat completions' wire: the request (`ajet.chat_request.ChatCompletionRequest`, which the embedded engine
+"""Chat completions' wire: the request (`ajet_core.chat_request.ChatCompletionRequest`, which the embedded engine
 validates with too), the answers the proxy passes on, and `/v1/models`' objects; each a typed model that validates
 and describes itself (`ajet_proxy.api_docs`)."""
 
@@ -9,8 +9,8 @@ from typing import Literal, Optional, cast
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from ajet.chat_request import ChatCompletionRequest, validate_chat
 from ajet.errors import InvalidRequest
+from ajet_core.chat_request import ChatCompletionRequest, validate_chat
 from ajet_proxy.dataplane.mapping import parse_json_object
 from ajet_proxy.dataplane.types import ChatBody, ChatToolCall
 from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape

@@ -14,7 +14,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ajet.chat_request import MaxTokens, Temperature, TopP, invalid_request
+from ajet_core.chat_request import MaxTokens, Temperature, TopP, invalid_request
 from ajet_proxy.dataplane.mapping import bad_field, set_extra, with_sampling, with_tools
 from ajet_proxy.dataplane.messages.blocks import assistant_turn, chat_tool_choice, system_messages, user_turn
 from ajet_proxy.dataplane.messages.types import ContentBlock, MessagesUsage

@@ -19,7 +19,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ajet.chat_request import MaxTokens, Temperature, TopLogprobs, TopP, invalid_request
+from ajet_core.chat_request import MaxTokens, Temperature, TopLogprobs, TopP, invalid_request
 from ajet_proxy.dataplane.mapping import bad_field, set_extra, with_sampling, with_tools
 from ajet_proxy.dataplane.responses.items import chat_tool_choice, input_messages, response_format
 from ajet_proxy.dataplane.responses.types import Conversation, ResponsesUsage

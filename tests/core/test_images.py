@@ -1,4 +1,4 @@
-"""`ajet.images`: what an image part may hold, and every hostile file refused naming its part."""
+"""`ajet_core.images`: what an image part may hold, and every hostile file refused naming its part."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import hashlib
 import pytest
 from PIL import Image
 
-from ajet.chat_request import validate_chat
 from ajet.errors import InvalidRequest, RequestTooLarge
-from ajet.images import ImageLimits, data_url, decode_images, image_refs
+from ajet_core.chat_request import validate_chat
+from ajet_core.images import ImageLimits, data_url, decode_images, image_refs
 from tests.support.images import encode, part, png, png_bomb, truncated_png, user_with_image
 
 LIMITS = ImageLimits()

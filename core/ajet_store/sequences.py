@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from ajet.labels import Label
+from ajet_core.labels import Label
 from ajet_store.types import CallRecord, TrainSequence
 
 FIRST = Label.FIRST

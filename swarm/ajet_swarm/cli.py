@@ -18,14 +18,14 @@ import time
 from typing import Optional
 
 from ajet import __version__
-from ajet.utils.flags import (
+from ajet_core.flags import (
     add_config_option,
     add_log_level_option,
     apply_defaults,
     parse_with_config,
     to_argv,
 )
-from ajet.utils.runtime import listening_socket, offline_env, run_cli
+from ajet_core.runtime import listening_socket, offline_env, run_cli
 from ajet_proxy.access import ALL_INTERFACES, access_lines, client_url, resolve_access
 from ajet_proxy.cli import (
     add_monitor_arguments,
@@ -55,7 +55,7 @@ every user of the host, and a store URL may carry a password."""
 
 def child_commands(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The proxy's and the trainer's command lines for `ajet-swarm start`: every option of each, as parsed here
-    (`ajet.utils.flags.to_argv`), but the secrets."""
+    (`ajet_core.flags.to_argv`), but the secrets."""
     proxy_parser, trainer_parser = child_parsers()
     proxy = [sys.executable, "-m", "ajet_proxy.cli", "start", *to_argv(proxy_parser, args, SECRET_DESTS)]
     trainer = [sys.executable, "-m", "ajet_trainer.cli", "start", *to_argv(trainer_parser, args, SECRET_DESTS)]

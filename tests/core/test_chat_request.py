@@ -2,8 +2,8 @@
 
 import pytest
 
-from ajet.chat_request import validate_chat
 from ajet.errors import InvalidRequest
+from ajet_core.chat_request import validate_chat
 
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
 

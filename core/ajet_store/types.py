@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from ajet.engine_answer import VersionSpans
 from ajet.job import AgentJetJob
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
+from ajet_core.engine_answer import VersionSpans
 
 BOOT_FAILED = "boot failed: "
 """How the trainer's `last_error` begins when a boot failed (it moves the experiment OFFLINE with it)."""

@@ -20,7 +20,7 @@ from typing import Iterator, Mapping, Optional
 
 import httpx
 
-from ajet.utils.runtime import offline_env
+from ajet_core.runtime import offline_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -14,8 +14,8 @@ import base64
 import json
 from typing import Any, Callable, Optional, Sequence
 
-from ajet.labels import Label
 from ajet.template_verdict import ShapeVerdict
+from ajet_core.labels import Label
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 from ajet_token_history.planner import CloseToken, Plan, Question, prompt_plan

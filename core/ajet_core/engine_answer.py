@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from typing_extensions import NotRequired, TypedDict
 
-from ajet.chat_request import FieldProblem
+from ajet_core.chat_request import FieldProblem
 
 VersionSpans = list[tuple[int, int]]
 """Which policy version sampled which tokens of an answer: `[(offset, version), ...]`, offsets into its completion

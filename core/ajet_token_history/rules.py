@@ -32,9 +32,9 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import orjson
 
-from ajet.chat_request import content_text, template_tools
-from ajet.images import IMAGE_PARTS, has_images, image_key, image_url_of
-from ajet.labels import Label, fallback
+from ajet_core.chat_request import content_text, template_tools
+from ajet_core.images import IMAGE_PARTS, has_images, image_key, image_url_of
+from ajet_core.labels import Label, fallback
 
 REASONS = {
     "system_changed": "an earlier turn's conversation and answer, under other system messages",

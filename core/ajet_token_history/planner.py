@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generator, Optional, Union
 
-from ajet.labels import Label, fallback
+from ajet_core.labels import Label, fallback
 from ajet_token_history import rules as h
 from ajet_token_history import turn_boundary as tb
 

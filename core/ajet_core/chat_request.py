@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from ajet.errors import InvalidRequest
-from ajet.images import IMAGE_PARTS, ImagePart, image_part_problem
+from ajet_core.images import IMAGE_PARTS, ImagePart, image_part_problem
 
 MAX_STOP_STRINGS = 16
 """Most stop strings one request may carry."""
@@ -54,7 +54,7 @@ ROLES = get_args(Role)
 TEXT_PARTS = ("text",)
 """Content part types that carry text."""
 CONTENT_PARTS = TEXT_PARTS + IMAGE_PARTS
-"""Content part types the engines read: text, and images as base64 `data:` URLs (`ajet.images`); an audio or file
+"""Content part types the engines read: text, and images as base64 `data:` URLs (`ajet_core.images`); an audio or file
 part is refused, never dropped, and so is an image sent to a model that takes none (by the engine)."""
 
 
@@ -90,7 +90,7 @@ def _stop(v: Any) -> Any:
 
 def _content(v: Any) -> Any:
     """A message's content: text, or a list of text and image parts, or None; a part of another kind is refused by
-    name, and so is an image URL that is not a base64 `data:` URL (its pixels are checked apart: `ajet.images`)."""
+    name, and so is an image URL that is not a base64 `data:` URL (its pixels are checked apart: `ajet_core.images`)."""
     if v is None or isinstance(v, str):
         return v
     if not isinstance(v, list):
