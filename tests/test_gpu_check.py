@@ -13,6 +13,7 @@ from typing import Optional
 
 import pytest
 
+from scripts.source_tree import source_folders
 from tests.support.gpu_box import BOX_HAS, box_site, listed, requirements_closure
 from tests.support.procs import REPO
 
@@ -132,3 +133,10 @@ def test_the_engine_and_trainer_steps_on_the_gpu():
     assert [row["served_versions"] for row in steps] == [[0], [1]]
     assert all(row["dtype"] == "bfloat16" for row in rows if "dtype" in row)
     assert all(row["mfu_of_measured_matmul"] > 0 and row["logprob_gap"] < 0.1 for row in steps)
+
+
+@pytest.mark.parametrize("script", ["gpu_check.sh", "gpu_test.sh", "gpu_real_model.sh"])
+def test_the_box_scripts_put_every_package_folder_on_the_path(script):
+    """The box runs the checkout uninstalled: each script's PYTHONPATH names every folder pyproject.toml packs."""
+    line = next(x for x in (REPO / "scripts" / script).read_text().splitlines() if x.startswith("export PYTHONPATH="))
+    assert all(f"$PWD/{folder}:" in line for folder in source_folders()), line
