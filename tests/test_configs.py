@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from ajet import AgentJetJob
 from ajet.errors import ConfigError
 from ajet.utils import flags as client_flags
 from ajet_core import flags
+from ajet_core.options import declared, options_from_args
 from ajet_proxy import cli as proxy_cli
 from ajet_proxy.config import ProxyConfig
 from ajet_swarm.cli import build_parser, child_commands, parse_args
@@ -68,24 +70,45 @@ def test_swarm_yaml_holds_only_swarm_options_and_both_commands_default_to_one_st
     assert client_flags.shipped("proxy.yaml")["db"] == client_flags.shipped("trainer.yaml")["db"]
 
 
-@pytest.mark.parametrize(
-    "cls,name,renamed",
-    [
-        (TrainerOptions, "trainer.yaml", {"db": "db_url", "vllm_arg": "vllm_args"}),
-        (ProxyConfig, "proxy.yaml", {"db": "db_url", "max_body_bytes": "limits",
-                                     "max_image_bytes": "limits", "max_image_pixels": "limits",
-                                     "commit_window_ms": "commit_window_s",
-                                     "shared_store": "shared", "workers": "shared"}),
-    ],
-)  # fmt: skip
-def test_no_settings_class_repeats_a_default_of_configs(cls, name, renamed):
-    """configs/ is the only source of the commands' defaults: a field the YAML sets has no default in code."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in client_flags.shipped(name):
-        field = fields.get(renamed.get(key, key))
-        if field is not None:
-            assert field.default is dataclasses.MISSING, f"{cls.__name__}.{field.name} repeats {name}'s {key}"
+OTHER_MEANINGS = {
+    "trainer/ajet_trainer/cli.py: --experiment-dir": "`export-model`'s folder to read (required), not `start`'s",
+    "proxy/ajet_proxy/cli.py: --swarm-token": "the token a monitor presents, not the one a proxy requires",
+    "proxy/ajet_proxy/explore/serve.py: --host": "where the explorer listens (its own default, 127.0.0.1)",
+    "proxy/ajet_proxy/explore/serve.py: --port": "the explorer's port (8765), not the proxy's",
+    "proxy/ajet_proxy/explore/serve.py: --swarm-token": "the token the explorer's pages require",
+}
+"""Flags of other commands that share a name with a `start` option but not its meaning."""
+SHARED_KEYS = {"log_level"}
+"""Keys of every server command's file declared once for all of them (`ajet_core.flags.add_log_level_option`)."""
+
+
+@pytest.mark.parametrize("cls,name", [(TrainerOptions, "trainer.yaml"), (ProxyConfig, "proxy.yaml")])
+def test_each_option_is_declared_once_as_a_field_and_defaulted_once_in_its_file(cls, name):
+    """Issue 63: `vllm_max_experiments` was written in five places. Now an option is a field of its process's settings
+    (flag, type, choices and help generated from it) and a key of its file (the default), nowhere else."""
+    options = declared(cls)
+    keys = {d.key for d in options}
+    assert keys | SHARED_KEYS == set(client_flags.shipped(name))
+    by_field = {f.name: f for f in dataclasses.fields(cls)}
+    assert all(by_field[d.field].default is dataclasses.MISSING for d in options)  # configs/ is the only default
+    assert all(len(d.doc) > 10 for d in options), [d.field for d in options if len(d.doc) <= 10]
+    hand_written = [
+        f"{path.relative_to(REPO)}: {flag}"
+        for path in sorted(REPO.glob("*/ajet_*/**/*.py"))
+        for flag in {d.flag for d in options}
+        if re.search(r"add_argument\([^)]*[\"']" + re.escape(flag) + r"[\"']", path.read_text())
+    ]
+    assert set(hand_written) <= set(OTHER_MEANINGS)  # no parser declares one of them by hand
     assert cls.from_config().db_url == client_flags.shipped(name)["db"]
+
+
+def test_the_parsed_flags_and_the_file_give_the_same_settings(monkeypatch):
+    for var in flags.ENV_DEFAULTS.values():
+        monkeypatch.delenv(var, raising=False)
+    trainer = trainer_cli.trainer_options(_start_parser(trainer_cli.add_trainer_arguments).parse_args([]))
+    assert trainer == TrainerOptions.from_config()
+    proxy = options_from_args(ProxyConfig, _start_parser(proxy_cli.add_start_arguments).parse_args([]))
+    assert proxy == ProxyConfig.from_config() and proxy.limits.images.max_pixels > 0
 
 
 def test_derived_constants_come_from_configs():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from ajet.utils.flags import shipped
+from ajet_core.options import add_options, option
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -87,14 +89,23 @@ class FileMode(int):
         return format(self, "o")
 
 
+@dataclass(frozen=True)
+class StoreOptions:
+    """The options of every command that opens a store (defaults: `configs/`)."""
+
+    db_url: str = option(key="db")
+    """SQLAlchemy URL of the store (environment: AJET_DB)."""
+    db_mode: int = option(parse=FileMode)
+    """Octal permissions of a new SQLite store file (600: the owner only, as it holds every prompt)."""
+
+
+STORE_KEYS = ("db", "db_mode")
+"""The keys of `StoreOptions`: a command that declares them with `add_store_options` skips them elsewhere."""
+
+
 def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """`--db` and `--db-mode`, offered by every command that opens a store (defaults: `configs/`)."""
-    parser.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
-    parser.add_argument(
-        "--db-mode",
-        type=FileMode,
-        help="octal permissions of a new SQLite store file (600: the owner only, as it holds every prompt)",
-    )
+    """`--db` and `--db-mode`, offered by every command that opens a store."""
+    add_options(parser, StoreOptions)
 
 
 def connect_database(url: str, file_mode: int = DEFAULT_FILE_MODE) -> tuple[sa.Engine, sa.Engine]:

@@ -17,11 +17,13 @@ from ajet import __version__
 from ajet.errors import AjetError, ConfigError
 from ajet.utils.flags import add_swarm_url_option
 from ajet_core.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
+from ajet_core.options import add_options, options_from_args
 from ajet_core.runtime import apply_offline_env, listening_socket, run_cli
 from ajet_proxy import store_commands
 from ajet_proxy.access import access_lines, client_url, resolve_access
+from ajet_proxy.config import ProxyConfig
 from ajet_proxy.rescore import add_rescore_arguments
-from ajet_store.connect import add_store_options
+from ajet_store.connect import STORE_KEYS, StoreOptions, add_store_options
 
 
 def add_proxy_options(
@@ -29,72 +31,9 @@ def add_proxy_options(
     port_flags: tuple[str, ...] = ("--port",),
     worker_flags: tuple[str, ...] = ("--workers",),
 ) -> None:
-    """The proxy's own options (`ajet-swarm start` declares them through this too); defaults: configs/proxy.yaml."""
-    p.add_argument("--host", help="interface to listen on (0.0.0.0: all of them)")
-    p.add_argument(*port_flags, dest="port", type=int, help="port of the control API and the data plane")
-    p.add_argument(
-        "--swarm-token",
-        help="require this token on control calls (better: the AJET_SWARM_TOKEN environment variable, "
-        "which `ps` does not show)",
-    )
-    p.add_argument(
-        "--swarm-token-file",
-        help="bound beyond loopback without a token, the swarm makes one and keeps it here (readable by its owner "
-        "only; reused at the next start)",
-    )
-    p.add_argument(
-        "--open",
-        action="store_true",
-        help="bound beyond loopback, take control calls without a token (a trusted network only; the explorer is "
-        "still served to this machine only)",
-    )
-    p.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 above it)")
-    p.add_argument("--max-image-bytes", type=int, help="largest image file in a call (413 above it, naming the part)")
-    p.add_argument("--max-image-pixels", type=int, help="most pixels one image may decode to (413 above it)")
-    p.add_argument(
-        "--commit-window-ms",
-        type=float,
-        help="gather answered calls this long before committing them together (0: commit what is "
-        "waiting at once); an answer always waits for its commit",
-    )
-    p.add_argument(
-        "--gc-young-threshold",
-        type=int,
-        help="allocations between two young garbage-collector passes in the proxy (Python's default: 700)",
-    )
-    p.add_argument(
-        "--transport",
-        choices=["aiohttp", "litellm"],
-        help="send agent calls to the engines through a pooled aiohttp session or litellm.Router",
-    )
-    _add_scale_options(p, worker_flags)
-
-
-def _add_scale_options(p: argparse.ArgumentParser, worker_flags: tuple[str, ...]) -> None:
-    """The proxy's options of scale and bounds: workers, a shared store, the engine timeout, experiment folders."""
-    p.add_argument(
-        *worker_flags,
-        dest="workers",
-        type=int,
-        help="proxy processes on this port, sharing the store (an episode begun through one works in all)",
-    )
-    p.add_argument(
-        "--shared-store",
-        action="store_true",
-        help="other proxies (on other machines) serve the same store: number calls and track episodes there "
-        "(implied by more than one worker)",
-    )
-    p.add_argument(
-        "--engine-timeout-s",
-        type=float,
-        help="how long one call may wait for its engine (a call whose trainer falls silent fails within 30 s)",
-    )
-    p.add_argument(
-        "--allow-absolute-experiment-dir",
-        action="store_true",
-        help="let a client's job name an absolute experiment_dir on the training box (refused by default: a job's "
-        "folders stay under the trainer's experiments/)",
-    )
+    """The proxy's own options, generated from `ProxyConfig` (`ajet-swarm start` declares them through this too,
+    naming the port and the workers its own way); defaults: configs/proxy.yaml."""
+    add_options(p, ProxyConfig, skip=STORE_KEYS, flags={"port": port_flags, "workers": worker_flags})
 
 
 def add_start_arguments(p: argparse.ArgumentParser) -> None:
@@ -141,23 +80,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     import uvicorn
 
     from ajet_proxy.app import create_app
-    from ajet_proxy.config import ProxyConfig
-    from ajet_proxy.limits import InputLimits
 
-    app = create_app(
-        ProxyConfig(
-            db_url=args.db,
-            db_mode=args.db_mode,
-            swarm_token=args.swarm_token,
-            transport=args.transport,
-            limits=InputLimits.of(vars(args)),
-            commit_window_s=args.commit_window_ms / 1000.0,
-            gc_young_threshold=args.gc_young_threshold,
-            shared=args.shared_store or args.workers > 1,
-            allow_absolute_experiment_dir=args.allow_absolute_experiment_dir,
-            engine_timeout_s=args.engine_timeout_s,
-        )
-    )
+    app = create_app(options_from_args(ProxyConfig, args))
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     config = uvicorn.Config(
@@ -212,7 +136,7 @@ def _store_options(
     """`--db` (and its defaults) on the commands that read a store; `--experiment` on those that read one
     experiment's."""
     for p in reading:
-        p.add_argument("--db", help="SQLAlchemy URL of the store (environment: AJET_DB)")
+        add_options(p, StoreOptions, skip=("db_mode",))
         apply_defaults(p, "proxy.yaml")
     for p in per_experiment:
         p.add_argument("--experiment", help="project/experiment: one of the swarm's experiments (default: its first)")
