@@ -223,7 +223,7 @@ def test_a_config_file_from_the_docs(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.split())
-    assert "(default: 10087)" in text and "else embedded (default: embedded)" in text
+    assert "(default: 10087)" in text and "`factory.resolve_options`). (default: embedded)" in text
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ class TrainerOptions(StoreOptions):
     """What answers the agents' calls. embedded: this process's transformers engine. vllm: launch vLLM's server
     (--vllm-engines N of them); after each step it hot-loads the LoRA adapter, or reloads the full weights in place.
     hybrid (--backend verl): verl launches vLLM engines colocated with its actor and syncs them itself. auto: hybrid
-    for --backend verl on CUDA, else embedded (`factory.resolve_options`)."""
+    for --backend verl on CUDA, else embedded (the choice: `factory.resolve_options`)."""
     backend: BackendKind = option()
     """What trains. verl: verl's FSDP actor workers on Ray; with --engine embedded|vllm they train beside that
     engine (on CPU too: verl's CPU platform, gloo), with --engine hybrid verl serves from its own vLLM engines
