@@ -25,8 +25,9 @@ from bench.results import emit
 
 apply_offline_env()
 
+from ajet.stat_types import StepInfo  # noqa: E402
 from ajet_store import Store, experiment_store, sqlite_url  # noqa: E402
-from ajet_store.types import CallRecord, StepRow  # noqa: E402
+from ajet_store.types import CallRecord  # noqa: E402
 from ajet_swarm.launch import launched_swarm  # noqa: E402
 from tests.support.letters_clients import LETTERS, Experiment  # noqa: E402
 
@@ -55,14 +56,14 @@ def stores(root: Path) -> dict[str, Store]:
     return out
 
 
-def busy_share(steps: list[StepRow]) -> float | None:
+def busy_share(steps: list[StepInfo]) -> float | None:
     """The mean of the steps' `engine/busy_share`; None where the engine does not count its busy time (vLLM)."""
     shares = [s.metrics.get("engine/busy_share") for s in steps if s.metrics]
     shares = [x for x in shares if x is not None]
     return round(sum(shares) / len(shares), 3) if shares else None
 
 
-def update_windows(steps: list[StepRow]) -> list[tuple[float, float]]:
+def update_windows(steps: list[StepInfo]) -> list[tuple[float, float]]:
     """When each step's update ran (its learner, publish and checkpoint, ending at the step's record)."""
     return [
         (s.finished_at - s.metrics.get("train_s", 0.0) - s.metrics.get("sync_s", 0.0), s.finished_at) for s in steps

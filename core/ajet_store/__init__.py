@@ -47,7 +47,6 @@ from ajet_store.types import (
     RegisteredEngine,
     RewardedEpisode,
     RewardVersion,
-    StepRow,
     StoredImage,
 )
 
@@ -71,7 +70,6 @@ __all__ = [
     "RewardedEpisode",
     "RewardVersion",
     "SchemaMismatch",
-    "StepRow",
     "StoredImage",
     "Store",
     "experiment_store",

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from ajet.errors import EpisodeConflict, NotReady, SwarmError, TrainerUnresponsive
 from ajet.types import EpisodeStatus, ExperimentState
+from ajet_core.records import carried
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database, retried
@@ -292,18 +293,10 @@ def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, ta
         },
     )
     tally.add(counters.status_deltas(b.mission, b.episode_type, None, EpisodeStatus.OPEN.value), b.client_id, "begun")
-    return EpisodeRow(
-        uuid=b.uuid,
-        key_hash=b.key_hash,
-        client_id=b.client_id,
-        episode_type=b.episode_type,
-        status=EpisodeStatus.OPEN,
-        created_at=now,
-        last_active_at=now,
-        timeout_s=b.timeout_s,
+    return carried(
+        EpisodeRow, b, status=EpisodeStatus.OPEN, created_at=now, last_active_at=now,
         policy_version_start=exp.policy_version,
-        mission=b.mission,
-    )
+    )  # fmt: skip
 
 
 def _rekey(c: sa.Connection, row: EpisodeRow, b: BeginEpisode, now: float) -> EpisodeRow:

@@ -13,10 +13,11 @@ from typing import Optional
 
 import sqlalchemy as sa
 
+from ajet.stat_types import StepInfo
 from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.db import Database
-from ajet_store.types import EpisodeRow, StepRow
+from ajet_store.types import EpisodeRow
 
 SORTS = {"newest": ("created_at", True), "oldest": ("created_at", False), "reward": ("reward", True),
          "reward_asc": ("reward", False), "calls": ("num_calls", True)}  # fmt: skip
@@ -77,7 +78,7 @@ class ExploreOps(Database):
             n = c.execute(sa.select(sa.func.count()).select_from(t.episodes).where(differs_in(version))).scalar()
         return int(n or 0)
 
-    def step_row(self, step: int) -> Optional[StepRow]:
+    def step_row(self, step: int) -> Optional[StepInfo]:
         """One recorded step (None: not recorded)."""
         with self._read() as c:
             m = c.execute(sa.select(t.steps).where(t.steps.c.step == step)).mappings().first()

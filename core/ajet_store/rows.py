@@ -10,10 +10,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ajet.errors import EpisodeNotFound
 from ajet.job import AgentJetJob
+from ajet.stat_types import StepInfo
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import tables as t
-from ajet_store.types import CallImage, CallRecord, EpisodeRow, ExperimentRow, StepRow
+from ajet_store.types import CallImage, CallRecord, EpisodeRow, ExperimentRow
 
 # Statements of the episode life cycle, built once: building one (and its cache key) costs more than running it.
 _EXPERIMENT = sa.select(t.experiments).where(t.experiments.c.id == 1)
@@ -171,11 +172,9 @@ def call_row(r: CallRecord) -> dict[str, Any]:
     }
 
 
-def step_from(m: Any) -> StepRow:
-    """A train_steps-table mapping as a `StepRow`."""
-    return StepRow(
-        m["step"], m["policy_version"], m["num_episodes"], m["reward_mean"], m["metrics"] or {}, m["finished_at"]
-    )
+def step_from(m: Any) -> StepInfo:
+    """A train_steps-table mapping as the wire's `StepInfo` (the store's row and the SDK's answer are one record)."""
+    return StepInfo.model_validate({**m, "metrics": m["metrics"] or {}})
 
 
 def touch_client(c: sa.Connection, client_id: str, now: float, counter: str, n: int = 1) -> None:

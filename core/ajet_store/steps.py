@@ -7,12 +7,12 @@ from typing import Any, Optional, Sequence
 
 import sqlalchemy as sa
 
+from ajet.stat_types import StepInfo
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_store import rows
 from ajet_store import tables as t
 from ajet_store.db import Database, retried
 from ajet_store.errors import AlreadyConsumed
-from ajet_store.types import StepRow
 
 PRUNED = ""
 """The request body of a call whose bodies were pruned (its response becomes NULL)."""
@@ -120,7 +120,7 @@ class StepOps(Database):
             c.execute(t.experiments.update().values(global_step=step, policy_version=policy_version))
             return released
 
-    def steps(self, last: Optional[int] = None) -> list[StepRow]:
+    def steps(self, last: Optional[int] = None) -> list[StepInfo]:
         """Recorded steps, oldest first (the `last` newest when given)."""
         q = sa.select(t.steps).order_by(t.steps.c.step.desc())
         if last is not None:
@@ -129,7 +129,7 @@ class StepOps(Database):
             found = [rows.step_from(m) for m in c.execute(q).mappings()]
         return found[::-1]
 
-    def steps_after(self, after: int, limit: int) -> list[StepRow]:
+    def steps_after(self, after: int, limit: int) -> list[StepInfo]:
         """At most `limit` steps newer than `after`, oldest first (a page of the history)."""
         q = sa.select(t.steps).where(t.steps.c.step > after).order_by(t.steps.c.step).limit(limit)
         with self._read() as c:

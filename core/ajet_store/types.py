@@ -322,24 +322,6 @@ class RewardedEpisode:
 
 
 @dataclass(frozen=True)
-class StepRow:
-    """A recorded training step."""
-
-    step: int
-    """Global step number."""
-    policy_version: int
-    """Version it produced."""
-    num_episodes: int
-    """Episodes consumed."""
-    reward_mean: Optional[float]
-    """Mean reward of the batch."""
-    metrics: dict[str, Any]
-    """Other metrics."""
-    finished_at: float
-    """Unix time recorded."""
-
-
-@dataclass(frozen=True)
 class TrainSequence:
     """One training sequence: a prompt and a response built from one or more merged LLM calls."""
 

@@ -52,7 +52,6 @@ from ajet_proxy.stats import (
     episode_detail,
     experiment_status,
     mission_caps,
-    step_info,
 )
 from ajet_store import BeginEpisode, EndEpisode, StoreWriteFailed
 from ajet_store.batch_policy import mission_limit
@@ -280,7 +279,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
 @router.post("/get_steps", response_model=StepsPage)
 def get_steps(body: StepsRequest, request: Request) -> StepsPage:
     """A page of the step history, oldest first (the monitor's reward chart reads it incrementally)."""
-    return StepsPage(steps=[step_info(s) for s in host_of(request).store.steps_after(body.after, body.limit)])
+    return StepsPage(steps=host_of(request).store.steps_after(body.after, body.limit))
 
 
 @router.post("/get_episode", response_model=EpisodeDetail)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from ajet.types import EpisodeStatus
+from ajet_core.records import carried
 from ajet_proxy.episode_history import EpisodeHistory
 from ajet_store.placement import DEFAULT_SLUG
 from ajet_store.types import EpisodeRow
@@ -50,7 +51,7 @@ class OpenEpisode:
     """Seconds without a call after which it expires."""
     created_at: float
     """Unix time it began."""
-    last_active: float
+    last_active_at: float
     """Unix time its last call finished (or it began)."""
     next_seq: int = 0
     """The number its next call takes (a single proxy numbers in memory; with a shared store, the store does)."""
@@ -67,7 +68,7 @@ class OpenEpisode:
 
     def idle(self, now: float) -> float:
         """Seconds since the last activity (0 while a call is in flight)."""
-        return 0.0 if self.in_flight else max(0.0, now - self.last_active)
+        return 0.0 if self.in_flight else max(0.0, now - self.last_active_at)
 
     def call_started(self) -> None:
         """A call of this episode is being served."""
@@ -76,7 +77,7 @@ class OpenEpisode:
     def call_finished(self, now: float) -> None:
         """A call ended (answered, refused or cut off): the episode's idle clock starts again."""
         self.in_flight -= 1
-        self.last_active = now
+        self.last_active_at = now
 
     def take_number(self) -> int:
         """The next call number (a single proxy's own numbering)."""
@@ -116,17 +117,7 @@ def refused_key_reason(row: Optional[EpisodeRow]) -> str:
 def open_from_row(row: EpisodeRow, next_seq: int, experiment_slug: str = DEFAULT_SLUG) -> OpenEpisode:
     """An open episode of experiment `experiment_slug` as this proxy serves it, from its store row (its next call
     numbered `next_seq`; the turns of calls before it are read from the store when a call needs them)."""
-    return OpenEpisode(
-        uuid=row.uuid,
-        key_hash=row.key_hash,
-        client_id=row.client_id,
-        episode_type=row.episode_type,
-        timeout_s=row.timeout_s,
-        created_at=row.created_at,
-        last_active=row.last_active_at,
-        next_seq=next_seq,
-        experiment_slug=experiment_slug,
-    )
+    return carried(OpenEpisode, row, next_seq=next_seq, experiment_slug=experiment_slug)
 
 
 class OpenEpisodes:

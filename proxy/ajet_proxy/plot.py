@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ajet.errors import AjetError
-from ajet_store.types import StepRow
+from ajet.stat_types import StepInfo
 
 
 class NothingToPlot(AjetError):
@@ -27,7 +27,7 @@ PANELS = (
 """(metric, y-axis label) of each panel, top to bottom."""
 
 
-def series(steps: Sequence[StepRow], metric: str) -> tuple[list[int], list[float]]:
+def series(steps: Sequence[StepInfo], metric: str) -> tuple[list[int], list[float]]:
     """(steps, values) of one metric, skipping steps that did not record it."""
     xs, ys = [], []
     for s in steps:
@@ -45,7 +45,7 @@ def series(steps: Sequence[StepRow], metric: str) -> tuple[list[int], list[float
     return xs, ys
 
 
-def plot_steps(steps: Sequence[StepRow], out: Path, title: str = "AgentJet Swarm run") -> Path:
+def plot_steps(steps: Sequence[StepInfo], out: Path, title: str = "AgentJet Swarm run") -> Path:
     """Draw the four panels into `out` (PNG); a store without steps is an error the caller reports."""
     import matplotlib
 

@@ -18,10 +18,11 @@ from ajet.stat_types import (
 )
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import ExperimentStatus
+from ajet_core.records import carried
 from ajet_proxy.open_episodes import OpenEpisode
 from ajet_store.batch_policy import all_progress, group_by_task, is_dummy
 from ajet_store.episodes import trainer_silence
-from ajet_store.types import CallRecord, EpisodeRow, ExperimentRow, PoolEpisode, StepRow
+from ajet_store.types import CallRecord, EpisodeRow, ExperimentRow, PoolEpisode
 
 _DEFAULT_JOB = AgentJetJob()
 """Whose batch shape the statistics show before the first sync."""
@@ -89,7 +90,7 @@ def build_rollout_stat(
     live: Sequence[OpenEpisode],
     totals: dict[str, int],
     clients: Sequence[dict[str, Any]],
-    steps: Sequence[StepRow],
+    steps: Sequence[StepInfo],
     now: float,
     missions: Sequence[dict[str, Any]] = (),
 ) -> RolloutStat:
@@ -118,7 +119,6 @@ def build_rollout_stat(
         )
         for c in clients
     ]
-    step_infos = [step_info(s) for s in steps]
     return RolloutStat(
         experiment=experiment_status(row, now),
         batch_mode=row.batch_mode,
@@ -129,20 +129,8 @@ def build_rollout_stat(
         tasks=task_stats(pool),
         clients=client_infos,
         totals=totals,
-        recent_steps=step_infos,
+        recent_steps=list(steps),
         missions=mission_stats(missions, pool, caps),
-    )
-
-
-def step_info(s: StepRow) -> StepInfo:
-    """A recorded step as the wire type."""
-    return StepInfo(
-        step=s.step,
-        policy_version=s.policy_version,
-        num_episodes=s.num_episodes,
-        reward_mean=s.reward_mean,
-        metrics=s.metrics,
-        finished_at=s.finished_at,
     )
 
 
@@ -170,30 +158,16 @@ def request_messages(request: str) -> list[dict[str, Any]]:
 
 def call_info(c: CallRecord) -> CallInfo:
     """A logged call as the wire type."""
-    return CallInfo(
-        seq=c.seq,
+    return carried(
+        CallInfo,
+        c,
         messages=request_messages(c.request),
         response=answer_text(c.response),
         prompt_tokens=None if c.prompt_ids is None else len(c.prompt_ids),
         completion_tokens=None if c.completion_ids is None else len(c.completion_ids),
-        finish_reason=c.finish_reason,
-        latency_ms=c.latency_ms,
-        policy_version=c.policy_version,
-        stream=c.stream,
-        error=c.error,
     )
 
 
 def episode_detail(row: EpisodeRow, calls: Sequence[CallRecord]) -> EpisodeDetail:
     """An episode with its calls."""
-    return EpisodeDetail(
-        episode_uuid=row.uuid,
-        client_id=row.client_id,
-        status=row.status,
-        episode_type=row.episode_type,
-        task_id=row.task_id,
-        reward=row.reward,
-        untrainable=row.untrainable,
-        consumed_step=row.consumed_step,
-        calls=[call_info(c) for c in calls],
-    )
+    return carried(EpisodeDetail, row, episode_uuid=row.uuid, calls=[call_info(c) for c in calls])

@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ajet.stat_types import StepInfo
 from ajet_proxy.plot import series
 from ajet_store import Store, sqlite_url
-from ajet_store.types import StepRow
 from tests.support.procs import offline_env
 
 BIN = Path(sys.executable).parent
@@ -16,9 +16,16 @@ BIN = Path(sys.executable).parent
 
 def test_series_skip_what_a_step_did_not_record():
     steps = [
-        StepRow(1, 1, 4, 0.25, {"entropy": 2.0}, 1.0),
-        StepRow(2, 2, 4, 0.5, {}, 2.0),
-        StepRow(3, 3, 8, None, {"entropy": 1.5, "flag": True}, 3.0),
+        StepInfo(step=1, policy_version=1, num_episodes=4, reward_mean=0.25, metrics={"entropy": 2.0}, finished_at=1.0),
+        StepInfo(step=2, policy_version=2, num_episodes=4, reward_mean=0.5, metrics={}, finished_at=2.0),
+        StepInfo(
+            step=3,
+            policy_version=3,
+            num_episodes=8,
+            reward_mean=None,
+            metrics={"entropy": 1.5, "flag": True},
+            finished_at=3.0,
+        ),
     ]
     assert series(steps, "reward_mean") == ([1, 2], [0.25, 0.5])
     assert series(steps, "entropy") == ([1, 3], [2.0, 1.5])

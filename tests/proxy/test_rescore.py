@@ -118,10 +118,10 @@ def test_scores_for_episodes_the_store_lacks_are_refused_naming_the_field(tmp_pa
         body = {"version": v.version, "scores": [{"episode_uuid": "ep-000", "reward": 1.0},
                                                   {"episode_uuid": "nope", "reward": 1.0}]}  # fmt: skip
         with pytest.raises(InvalidRequest) as err:
-            client._call("POST", "write_scores", body)
+            client._run(client._call("POST", "write_scores", body))
         assert err.value.fields == ["scores.1.episode_uuid"]
         with pytest.raises(InvalidRequest):
-            client._call("POST", "unscored_episodes", {"version": 7})
+            client._run(client._call("POST", "unscored_episodes", {"version": 7}))
         with pytest.raises(InvalidRequest):
-            client._call("POST", "write_scores", {"version": v.version, "scores": [{"episode_uuid": "ep-000",
-                                                                                    "reward": "NaN"}]})  # fmt: skip
+            nan = {"version": v.version, "scores": [{"episode_uuid": "ep-000", "reward": "NaN"}]}
+            client._run(client._call("POST", "write_scores", nan))

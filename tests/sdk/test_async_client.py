@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,19 +19,29 @@ from ajet.types import EpisodeStatus, ExperimentState, OpenaiBaseUrlAndApiKey
 from tests.support import rewards_fixed
 from tests.support.stub_proxy import StubProxy, proxy_on_stub
 
-SYNC_ONLY = {"close", "print_rollout_stat"}
+SYNC_ONLY = {"close"}
 ASYNC_ONLY = {"aclose"}
 
 
-def test_every_sync_method_has_its_coroutine():
-    def public(cls: type) -> set[str]:
-        return {n for n, f in vars(cls).items() if callable(f) and not n.startswith("_")}
+def _public(client: object) -> set[str]:
+    """The public methods of a client, as its users see them (the operations bound to it)."""
+    return {n for n in dir(type(client)) if not n.startswith("_") and callable(getattr(client, n))}
 
-    assert public(SwarmClient) - SYNC_ONLY == public(AsyncSwarmClient) - ASYNC_ONLY
-    for name in public(AsyncSwarmClient) - ASYNC_ONLY:
-        assert inspect.iscoroutinefunction(getattr(AsyncSwarmClient, name)), name
-        sync_params = list(inspect.signature(getattr(SwarmClient, name)).parameters)
-        assert list(inspect.signature(getattr(AsyncSwarmClient, name)).parameters) == sync_params, name
+
+def test_both_clients_offer_every_operation_one_blocking_one_as_a_coroutine(tmp_path):
+    """Both clients run the one set of operations (`ajet.client_surface`): same names, same arguments, same
+    docstrings; the async one's are coroutine functions, the sync one's are not."""
+    sync = SwarmClient("http://127.0.0.1:9", kept_rewards=tmp_path / "kept")
+    aio = AsyncSwarmClient("http://127.0.0.1:9", kept_rewards=tmp_path / "kept")
+    names = _public(sync) - SYNC_ONLY
+    assert names == _public(aio) - ASYNC_ONLY and {"begin_episode", "end_episode", "rescore"} <= names
+    for name in names:
+        blocking, coroutine = getattr(sync, name), getattr(aio, name)
+        assert inspect.iscoroutinefunction(coroutine) and not inspect.iscoroutinefunction(blocking), name
+        assert inspect.signature(coroutine) == inspect.signature(blocking), name
+        assert "self" not in inspect.signature(blocking).parameters, name
+        assert coroutine.__doc__ == blocking.__doc__ and blocking.__doc__, name
+    sync.close()
 
 
 async def _agent(task: Task, creds: OpenaiBaseUrlAndApiKey) -> WorkflowOutput:
@@ -131,6 +142,9 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             assert not await call("can_continue_episode", aborted)
             stat = await call("get_rollout_stat")
             assert (stat.totals["ended"], stat.totals["aborted"]) == (1, 1)
+            printed = io.StringIO()
+            await call("print_rollout_stat", file=printed)
+            assert printed.getvalue().strip()
             assert await call("get_steps") == sp.client.get_steps() == []
             listed = await call("list_experiments")
             assert [e.status.state for e in listed] == [ExperimentState.ROLLING]
@@ -146,8 +160,7 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
 
     with proxy_on_stub(tmp_path, "methods") as sp:
         asyncio.run(run(sp))
-    public = {n for n, f in vars(AsyncSwarmClient).items() if callable(f) and not n.startswith("_")}
-    assert called == public - ASYNC_ONLY
+    assert called == _public(AsyncSwarmClient("http://127.0.0.1:9", kept_rewards=tmp_path / "kept")) - ASYNC_ONLY
 
 
 def test_one_client_shared_by_two_event_loops_in_two_threads(tmp_path: Path):

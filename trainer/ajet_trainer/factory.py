@@ -25,7 +25,7 @@ from ajet_trainer.errors import TrainerError
 from ajet_trainer.interfaces import Engines, TrainingSession
 from ajet_trainer.options import BackendKind, EngineKind, TrainerOptions
 from ajet_trainer.registries import Shared
-from ajet_trainer.types import PolicyModel, Tokenizer
+from ajet_trainer.types import ServedWeights
 
 logger = logging.getLogger(__name__)
 
@@ -150,24 +150,17 @@ def open_session(
 
 
 def start_engines(
-    opts: TrainerOptions,
-    job: AgentJetJob,
-    model_path: str,
-    model: PolicyModel,
-    tokenizer: Tokenizer,
-    step: int,
-    exp_dir: Path,
-    shared: Optional[Shared] = None,
+    opts: TrainerOptions, job: AgentJetJob, weights: ServedWeights, exp_dir: Path, shared: Optional[Shared]
 ) -> Engines:
-    """The engines `--engine` names (embedded or vllm), serving the weights of `step` (`shared`: the trainer's
-    registries, where vLLM servers are shared between experiments)."""
+    """The engines `--engine` names (embedded or vllm), serving `weights` (`shared`: the trainer's registries, where
+    vLLM servers are shared between experiments; None: this experiment's own)."""
     if opts.engine == "embedded":
         from ajet_trainer.embedded.engines import start_embedded_engines
 
-        return start_embedded_engines(job, model, tokenizer, step, opts.engine_host)
+        return start_embedded_engines(job, weights.model, weights.tokenizer, weights.step, opts.engine_host)
     if opts.engine == "vllm":
         from ajet_trainer.vllm.engines import start_vllm_engines
 
         launches, slug = (shared.launches, shared.slug) if shared else (None, DEFAULT_SLUG)
-        return start_vllm_engines(opts, job, model_path, model, exp_dir, step, launches, slug)
+        return start_vllm_engines(opts, job, weights.path, weights.model, exp_dir, weights.step, launches, slug)
     raise TrainerError(f"--engine {opts.engine} is not an engine the trainer serves from (embedded or vllm)")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from ajet.job import AgentJetJob
 from ajet_store.types import PoolEpisode, RegisteredEngine
-from ajet_trainer.types import EngineCounters, Metrics, PolicyModel, Tokenizer
+from ajet_trainer.types import EngineCounters, Metrics, ServedWeights
 
 if TYPE_CHECKING:
     from ajet_trainer.options import TrainerOptions
@@ -111,10 +111,7 @@ class EngineStarter(Protocol):
         self,
         opts: "TrainerOptions",
         job: AgentJetJob,
-        model_path: str,
-        model: PolicyModel,
-        tokenizer: Tokenizer,
-        step: int,
+        weights: ServedWeights,
         exp_dir: Path,
-        shared: "Optional[Shared]" = None,
+        shared: "Optional[Shared]",
     ) -> Engines: ...

@@ -7,6 +7,7 @@ imported for type checking only, so importing this module loads neither).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TypeAlias, Union
 
 from ajet_core.labels import Label, fallback_reason, starts_segment
@@ -16,6 +17,9 @@ from ajet_store.types import TrainSequence
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from ajet.job import AgentJetJob
+    from ajet_store import Store
 
 PolicyModel: TypeAlias = Union["PreTrainedModel", "PeftModel"]
 """The trained policy: a transformers causal LM, wrapped by peft when training LoRA."""
@@ -150,3 +154,34 @@ def engine_metrics(before: EngineCounters, now: EngineCounters, seconds: float) 
     if now.reprefilled_tokens is not None:
         out["partial/reprefilled_tokens"] = float(now.reprefilled_tokens - (before.reprefilled_tokens or 0))
     return out
+
+
+@dataclass(frozen=True)
+class ServedWeights:
+    """What a session's engines start serving: the model folder, the loaded policy and its tokenizer, and the step
+    whose weights they are (the policy version the engines report)."""
+
+    path: str
+    """The model folder (vLLM loads it; the embedded engine serves `model` itself)."""
+    model: PolicyModel
+    """The loaded policy (the embedded engine generates with it; vLLM takes its adapter or weights from it)."""
+    tokenizer: Tokenizer
+    """The policy's tokenizer."""
+    step: int
+    """The training step the weights are at."""
+
+
+@dataclass(frozen=True)
+class SessionPlace:
+    """What a training session trains and where: the same for every backend."""
+
+    job: AgentJetJob
+    """The job it trains."""
+    run_id: int
+    """The store's run id when it opened (another synced job means another run)."""
+    store: Store
+    """The experiment's store."""
+    exp_dir: Path
+    """The experiment folder (checkpoints, metrics, the job's YAML)."""
+    store_outage_s: float
+    """How long a step's record waits for a store that is away, the updated model kept (`until_stored`)."""

@@ -36,7 +36,7 @@ from ajet.protocol import bearer_token
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_core.engine_answer import EngineAnswer
 from ajet_proxy.dataplane.call import CLIENT_GONE_PLAIN, InFlightCall
-from ajet_proxy.dataplane.engine_client import EngineClient, NoEngineReachable, Sent
+from ajet_proxy.dataplane.engine_client import EngineClient, NoEngineReachable, Outgoing, Sent
 from ajet_proxy.dataplane.relay import as_finished, relay
 from ajet_proxy.dataplane.sse import SSE_MEDIA_TYPE
 from ajet_proxy.dataplane.token_prompt import TokenPrompts
@@ -243,12 +243,16 @@ class ChatPath:
         the connection), a refused connection or a timeout is not."""
         assert call.prompt is not None
         try:
-            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids, self._router(call))
+            return await self.engines.send(
+                Outgoing(engine, call.body, call.stream, call.prompt.ids, self._router(call))
+            )
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if isinstance(exc, aiohttp.ClientConnectorError):  # never connected: refused, unreachable
                 raise
             logger.warning("engine %s dropped the connection (%s); sending once more", engine.name, failure_reason(exc))
-            return await self.engines.send(engine, call.body, call.stream, call.prompt.ids, self._router(call))
+            return await self.engines.send(
+                Outgoing(engine, call.body, call.stream, call.prompt.ids, self._router(call))
+            )
 
     def _router(self, call: InFlightCall) -> EngineRouter:
         """The engines of the call's experiment."""

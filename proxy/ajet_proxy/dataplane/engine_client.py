@@ -32,6 +32,22 @@ Answer = Union[bytes, AsyncIterator[bytes]]
 
 
 @dataclass(frozen=True)
+class Outgoing:
+    """One chat call as it goes to one engine."""
+
+    engine: RegisteredEngine
+    """The engine the chat path picked (the one that tokenized the token prompt)."""
+    body: ChatBody
+    """The validated request's body, as the engine gets it but for `engine_body`'s fields."""
+    stream: bool
+    """Whether the client asked for a stream."""
+    prompt_ids: Optional[list[int]]
+    """The episode's token prompt, if it has one."""
+    router: EngineRouter
+    """The engines of the call's experiment (`engine` among them; the LiteLLM transport sends through its Router)."""
+
+
+@dataclass(frozen=True)
 class Sent:
     """What the engine answered."""
 
@@ -77,16 +93,8 @@ class Transport(Protocol):
     """One way of sending a chat call to one engine; a connection failure raises
     `aiohttp.ClientConnectionError` or `asyncio.TimeoutError` (the failover's cue)."""
 
-    async def send(
-        self,
-        engine: RegisteredEngine,
-        body: ChatBody,
-        stream: bool,
-        prompt_ids: Optional[list[int]],
-        router: EngineRouter,
-    ) -> tuple[int, Answer, int]:
-        """(status, body or byte stream, policy version); `prompt_ids`: the token prompt, if any; `router`: the
-        engines of the call's experiment (`engine` among them)."""
+    async def send(self, out: Outgoing) -> tuple[int, Answer, int]:
+        """(status, body or byte stream, policy version)."""
         ...
 
 
@@ -96,21 +104,14 @@ class AiohttpTransport:
     def __init__(self, proxy: Proxy):
         self.proxy = proxy
 
-    async def send(
-        self,
-        engine: RegisteredEngine,
-        body: ChatBody,
-        stream: bool,
-        prompt_ids: Optional[list[int]],
-        router: EngineRouter,
-    ) -> tuple[int, Answer, int]:
+    async def send(self, out: Outgoing) -> tuple[int, Answer, int]:
         resp = await self.proxy.http.post(
-            engine.base_url + "/chat/completions",
-            data=orjson.dumps(engine_body(body, engine, prompt_ids)),
-            headers=engine_headers(engine),
+            out.engine.base_url + "/chat/completions",
+            data=orjson.dumps(engine_body(out.body, out.engine, out.prompt_ids)),
+            headers=engine_headers(out.engine),
         )
-        version = _version(resp.headers.get(POLICY_VERSION_HEADER), engine)
-        if not stream or resp.status != 200:
+        version = _version(resp.headers.get(POLICY_VERSION_HEADER), out.engine)
+        if not out.stream or resp.status != 200:
             try:
                 return resp.status, await resp.read(), version
             finally:
@@ -124,25 +125,19 @@ class LitellmTransport:
     def __init__(self, proxy: Proxy):
         self.proxy = proxy
 
-    async def send(
-        self,
-        engine: RegisteredEngine,
-        body: ChatBody,
-        stream: bool,
-        prompt_ids: Optional[list[int]],
-        router: EngineRouter,
-    ) -> tuple[int, Answer, int]:
+    async def send(self, out: Outgoing) -> tuple[int, Answer, int]:
         import litellm
 
-        kwargs = _litellm_kwargs(body, engine, prompt_ids)
+        engine = out.engine
+        kwargs = _litellm_kwargs(out.body, engine, out.prompt_ids)
         try:
-            resp = await router.router.acompletion(**kwargs, stream=stream)
+            resp = await out.router.router.acompletion(**kwargs, stream=out.stream)
         except litellm.APIConnectionError as exc:
             raise aiohttp.ClientConnectionError(str(exc)) from exc
         except litellm.APIError as exc:  # the engine answered with an error status
             err = {"error": {"message": str(exc), "type": type(exc).__name__}}
             return int(getattr(exc, "status_code", 502) or 502), orjson.dumps(err), engine.policy_version
-        if stream:
+        if out.stream:
             return 200, _litellm_chunks(resp), engine.policy_version
         return 200, orjson.dumps(resp.model_dump()), engine.policy_version
 
@@ -156,19 +151,11 @@ class EngineClient:
             LitellmTransport(proxy) if proxy.config.transport == "litellm" else AiohttpTransport(proxy)
         )
 
-    async def send(
-        self,
-        engine: RegisteredEngine,
-        body: ChatBody,
-        stream: bool,
-        prompt_ids: Optional[list[int]],
-        router: EngineRouter,
-    ) -> Sent:
-        """Send to `engine` of `router` (`prompt_ids`: the episode's token prompt, tokenized by this same engine); a
-        connection failure raises `aiohttp.ClientConnectionError` or `asyncio.TimeoutError`, the caller's cue to
-        fail over."""
-        status, answer, version = await self.transport.send(engine, body, stream, prompt_ids, router)
-        return Sent(status, answer, engine, version)
+    async def send(self, out: Outgoing) -> Sent:
+        """Send the call; a connection failure raises `aiohttp.ClientConnectionError` or `asyncio.TimeoutError`, the
+        caller's cue to fail over."""
+        status, answer, version = await self.transport.send(out)
+        return Sent(status, answer, out.engine, version)
 
 
 async def _released(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

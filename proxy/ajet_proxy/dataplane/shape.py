@@ -9,14 +9,14 @@ stream's translation state lives in it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Optional, Protocol
 
 import orjson
 from starlette.responses import Response
 
 from ajet.protocol import ErrorCode
-from ajet_proxy.dataplane.types import AnswerJson
+from ajet_proxy.dataplane.types import AnswerJson, ChatToolCall, ChoiceJson
 
 
 def error_message(data: Optional[AnswerJson], status: int) -> str:
@@ -25,6 +25,15 @@ def error_message(data: Optional[AnswerJson], status: int) -> str:
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         return err["message"]
     return f"the policy engine answered {status}"
+
+
+def first_deltas(data: AnswerJson) -> Iterator[tuple[ChoiceJson, str, Sequence[ChatToolCall]]]:
+    """What one streamed chat event adds to the answer's first choice (the only one the other APIs carry): the
+    choice, its next text ('' when none) and its tool-call pieces."""
+    for choice in data.get("choices") or ():
+        if choice.get("index", 0) == 0:
+            delta = choice.get("delta") or {}
+            yield choice, delta.get("content") or "", delta.get("tool_calls") or ()
 
 
 def json_response(data: Mapping[str, object], status: int = 200) -> Response:

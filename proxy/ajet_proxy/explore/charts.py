@@ -12,16 +12,16 @@ from typing import Callable, Optional, Sequence
 
 from markupsafe import Markup, escape
 
-from ajet_store.types import StepRow
+from ajet.stat_types import StepInfo
 
 Point = tuple[int, float]
 """A step and its value."""
 
 
-def _metric(*keys: str) -> Callable[[StepRow], Optional[float]]:
+def _metric(*keys: str) -> Callable[[StepInfo], Optional[float]]:
     """The first of `keys` a step's metrics hold, as a float."""
 
-    def read(row: StepRow) -> Optional[float]:
+    def read(row: StepInfo) -> Optional[float]:
         for key in keys:
             value = row.metrics.get(key)
             if isinstance(value, (int, float)) and math.isfinite(value):
@@ -31,11 +31,11 @@ def _metric(*keys: str) -> Callable[[StepRow], Optional[float]]:
     return read
 
 
-def _reward(row: StepRow) -> Optional[float]:
+def _reward(row: StepInfo) -> Optional[float]:
     return row.reward_mean if row.reward_mean is not None else _metric("reward_mean")(row)
 
 
-def _merge_rate(row: StepRow) -> Optional[float]:
+def _merge_rate(row: StepInfo) -> Optional[float]:
     """The share of calls that continued a sequence instead of starting one (the trainer's own figure, else
     merged calls over calls)."""
     rate = _metric("history/merge_rate")(row)
@@ -45,7 +45,7 @@ def _merge_rate(row: StepRow) -> Optional[float]:
     return merged / calls if calls and merged is not None else None
 
 
-CHARTS: dict[str, Callable[[StepRow], Optional[float]]] = {
+CHARTS: dict[str, Callable[[StepInfo], Optional[float]]] = {
     "reward": _reward,
     "entropy": _metric("entropy", "actor/entropy"),
     "KL to the reference": _metric("kl", "actor/kl_loss", "low_var_kl"),
@@ -56,7 +56,7 @@ CHARTS: dict[str, Callable[[StepRow], Optional[float]]] = {
 """Each chart's title and how a step gives its value."""
 
 
-def series(steps: Sequence[StepRow]) -> dict[str, list[Point]]:
+def series(steps: Sequence[StepInfo]) -> dict[str, list[Point]]:
     """Each chart's points over `steps` (steps without the value are left out)."""
     out: dict[str, list[Point]] = {}
     for title, read in CHARTS.items():
@@ -106,6 +106,6 @@ def line_chart(title: str, points: Sequence[Point], frame: Frame = Frame()) -> M
     return Markup("".join(parts))
 
 
-def charts(steps: Sequence[StepRow]) -> list[Markup]:
+def charts(steps: Sequence[StepInfo]) -> list[Markup]:
     """Every chart of `steps`, in `CHARTS` order."""
     return [line_chart(title, points) for title, points in series(steps).items()]

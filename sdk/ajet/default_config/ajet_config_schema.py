@@ -65,3 +65,14 @@ class AjetTaskReader(_Cfg):
     """Settings of `jsonl_dataset_file`."""
     random_dummy: RandomDummy = RandomDummy()
     """Settings of `random_dummy`."""
+
+
+__all__ = [
+    "AjetTaskReader",
+    "HuggingfaceDatRepo",
+    "JsonlDatasetFile",
+    "JsonlTrainingFp",
+    "JsonlValidationFp",
+    "RandomDummy",
+]
+"""The task readers' configs, which `ajet.default_config.ajet_default` re-exports at the seed's path."""

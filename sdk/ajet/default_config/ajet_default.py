@@ -6,14 +6,8 @@ from typing import Any
 
 import yaml
 
-from ajet.default_config.ajet_config_schema import (
-    AjetTaskReader,
-    HuggingfaceDatRepo,
-    JsonlDatasetFile,
-    JsonlTrainingFp,
-    JsonlValidationFp,
-    RandomDummy,
-)
+from ajet.default_config import ajet_config_schema
+from ajet.default_config.ajet_config_schema import *  # noqa: F403 - the seed imports the readers' configs from here
 from ajet.job import AgentJetJob
 
 
@@ -30,13 +24,4 @@ def default_job_yaml() -> str:
     )
 
 
-__all__ = [
-    "default_job",
-    "default_job_yaml",
-    "AjetTaskReader",
-    "HuggingfaceDatRepo",
-    "JsonlDatasetFile",
-    "JsonlTrainingFp",
-    "JsonlValidationFp",
-    "RandomDummy",
-]
+__all__ = ["default_job", "default_job_yaml", *ajet_config_schema.__all__]

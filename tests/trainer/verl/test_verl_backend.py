@@ -24,6 +24,7 @@ from ajet_trainer.options import TrainerOptions
 from ajet_trainer.samples import assemble, flatten
 from ajet_trainer.step_record import reconcile_store
 from ajet_trainer.tiny_model import builtin_model_path
+from ajet_trainer.types import SessionPlace
 from ajet_trainer.verl.config import compose_verl_config, cpu_ranks, fit_job_to_cpus, job_overrides
 from ajet_trainer.verl.dataproto import samples_to_dataproto
 from ajet_trainer.verl.launch import build_trainer, start_local_ray, validate
@@ -318,7 +319,9 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
     trainer, job, _ = verl_trainer
     trainer.attach_store(multi_store, job, pad_id=0)
     trainer.begin()
-    session = VerlSession(job, 1, multi_store, tmp_path / "exp", trainer, "/models/m", 0, False, None, 120.0)
+    session = VerlSession(
+        SessionPlace(job, 1, multi_store, tmp_path / "exp", 120.0), trainer, "/models/m", 0, False, None
+    )
     session.register()
     batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
     metrics = session.train(batch, {"wait_s": 0.5})
@@ -352,7 +355,7 @@ def test_verl_session_consumes_a_batch_without_trainable_calls_without_an_update
         st.end_episode(uuid, "c", f"t{i % 2}", 1.0, None, {})
     trainer.attach_store(st, job, pad_id=0)
     trainer.begin()
-    session = VerlSession(job, 1, st, tmp_path / "exp", trainer, "/m", 0, False, None, 120.0)
+    session = VerlSession(SessionPlace(job, 1, st, tmp_path / "exp", 120.0), trainer, "/m", 0, False, None)
     metrics = session.train(select_batch(st.pool_episodes(), BatchMode.TASKS, 2, 3), {})
     assert metrics["samples/empty_episodes"] == 6 and trainer.actor_rollout_wg.seen == []
     assert [s.step for s in st.steps()] == [1] and st.pool_episodes() == [] and session.policy_version == 1

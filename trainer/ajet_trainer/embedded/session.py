@@ -34,7 +34,15 @@ from ajet_trainer.registries import Shared
 from ajet_trainer.samples import assemble, has_tokens
 from ajet_trainer.step_record import batch_reward_mean, finish_step, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
-from ajet_trainer.types import EngineCounters, Metrics, PolicyModel, Tokenizer, engine_metrics
+from ajet_trainer.types import (
+    EngineCounters,
+    Metrics,
+    PolicyModel,
+    ServedWeights,
+    SessionPlace,
+    Tokenizer,
+    engine_metrics,
+)
 from ajet_trainer.vision import ImageReader, Vision
 
 logger = logging.getLogger(__name__)
@@ -45,27 +53,23 @@ class EmbeddedSession:
 
     def __init__(
         self,
-        job: AgentJetJob,
-        run_id: int,
-        store: Store,
-        exp_dir: Path,
+        place: SessionPlace,
         model: PolicyModel,
         tokenizer: Tokenizer,
         learner: Learner,
         engines: Engines,
         step: int,
         keep_checkpoints: int,
-        store_outage_s: float,
     ):
-        self.job, self.run_id, self.store, self.exp_dir = job, run_id, store, exp_dir
-        self.store_outage_s = store_outage_s
+        self.job, self.run_id, self.store, self.exp_dir = place.job, place.run_id, place.store, place.exp_dir
+        self.store_outage_s = place.store_outage_s
         """How long a step's record waits for a store that is away, the updated model kept (`until_stored`)."""
         self.model, self.tokenizer, self.learner, self.engines = model, tokenizer, learner, engines
         self._engines_seen = (time.monotonic(), EngineCounters())
         """When the engines' counters were last read, and what they said (`_engine_metrics`)."""
         self.step, self.keep_checkpoints = step, keep_checkpoints
         self.last_checkpoint_step = step
-        self.metrics = MetricsLog(exp_dir, job)
+        self.metrics = MetricsLog(self.exp_dir, self.job)
         self.registered_names: set[str] = set()
         """Names of the engines this session registered in the store."""
 
@@ -226,13 +230,11 @@ def open_embedded_session(
         model, tokenizer = load_policy(model_path, job, device)
         learner = Learner(model, tokenizer, job)
         step = _restore(job, exp_dir, model, learner, store)
-        engines = start_engines(opts, job, model_path, model, tokenizer, step, exp_dir, shared)
+        engines = start_engines(opts, job, ServedWeights(model_path, model, tokenizer, step), exp_dir, shared)
     assert engines is not None
     learner.images = stored_images(model, tokenizer, store)
-    session = EmbeddedSession(
-        job, run_id, store, exp_dir, model, tokenizer, learner, engines, step, opts.keep_checkpoints,
-        opts.store_outage_s,
-    )  # fmt: skip
+    place = SessionPlace(job, run_id, store, exp_dir, opts.store_outage_s)
+    session = EmbeddedSession(place, model, tokenizer, learner, engines, step, opts.keep_checkpoints)
     if step > 0 or attached is not None:
         engines.publish(step)  # a restored adapter must be what vLLM serves, at its version
     logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)

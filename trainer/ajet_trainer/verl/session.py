@@ -38,7 +38,7 @@ from ajet_trainer.outage import StepNotRecorded, until_stored
 from ajet_trainer.policy import load_policy, pick_device
 from ajet_trainer.step_record import finish_step, reconcile_store
 from ajet_trainer.tiny_model import resolve_model_path
-from ajet_trainer.types import AssemblyStats, Metrics, PolicyModel, Tokenizer
+from ajet_trainer.types import AssemblyStats, Metrics, PolicyModel, ServedWeights, SessionPlace, Tokenizer
 from ajet_trainer.verl.config import compose_verl_config, fit_job_to_cpus, job_overrides
 from ajet_trainer.verl.launch import start_trainer
 from ajet_trainer.vision import is_vision_folder
@@ -101,24 +101,20 @@ class VerlSession:
 
     def __init__(
         self,
-        job: AgentJetJob,
-        run_id: int,
-        store: Store,
-        exp_dir: Path,
+        place: SessionPlace,
         trainer: "StoreFedTrainer",
         served_model: str,
         step: int,
         owns_ray: bool,
         engines: Optional[Engines],
-        store_outage_s: float,
     ):
-        self.job, self.run_id, self.store, self.exp_dir, self.trainer = job, run_id, store, exp_dir, trainer
-        self.store_outage_s = store_outage_s
+        self.job, self.run_id, self.store, self.exp_dir = place.job, place.run_id, place.store, place.exp_dir
+        self.store_outage_s, self.trainer = place.store_outage_s, trainer
         """How long a step's record waits for a store that is away, the updated model kept (`until_stored`)."""
         self.served_model, self.step, self.owns_ray = served_model, step, owns_ray
         self.engines = engines
         """Beside: the trainer's own engines, serving the weights pulled from verl's actor; None: hybrid."""
-        self.metrics = MetricsLog(exp_dir, job, names=[])  # verl's own Tracking runs the job's trackers
+        self.metrics = MetricsLog(self.exp_dir, self.job, names=[])  # verl's own Tracking runs the job's trackers
         self.base_url = self.registered()[0].base_url
 
     @property
@@ -239,13 +235,14 @@ def open_verl_session(
     reconcile_store(store, step, trainer.train_dataloader.restored or None, str(exp_dir))
     engines = None
     if served is not None:
-        engines = start_engines(opts, job, model_path, served[0], served[1], step, exp_dir)
+        engines = start_engines(opts, job, ServedWeights(model_path, served[0], served[1], step), exp_dir, None)
         if step > 0:
             engines.publish(step)  # a restored adapter must be what vLLM serves
     served_name = engines.served_model if engines else model_path  # verl's vLLM serves the model path's name
     where = f"vLLM engines {trainer.server_addresses()}" if hybrid else f"verl's actor beside the {opts.engine} engine"
     logger.info("verl session: %s, step %d, %s (cpu: %s), experiment %s", job.model, step, where, cpu, exp_dir)
-    return VerlSession(job, run_id, store, exp_dir, trainer, served_name, step, owns_ray, engines, opts.store_outage_s)
+    place = SessionPlace(job, run_id, store, exp_dir, opts.store_outage_s)
+    return VerlSession(place, trainer, served_name, step, owns_ray, engines)
 
 
 def _compose(

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from ajet.protocol import ErrorCode, anthropic_error_body
 from ajet_proxy.dataplane.messages.answer import message_object, stop_reason, tool_use_block
 from ajet_proxy.dataplane.messages.types import ContentBlock
-from ajet_proxy.dataplane.shape import error_message, json_response
+from ajet_proxy.dataplane.shape import error_message, first_deltas, json_response
 from ajet_proxy.dataplane.sse import sse
 from ajet_proxy.dataplane.types import AnswerJson, ChatToolCall
 from ajet_proxy.errors import anthropic_error
@@ -69,17 +69,12 @@ class MessagesShape:
         if "error" in data:
             return self._failure(ErrorCode.ENGINE_UNAVAILABLE, error_message(data, 502))
         out = [self._start(data)]
-        for choice in data.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
+        for _choice, text, calls in first_deltas(data):
             if text:
                 if self._open != "text":
                     out.append(self._close() + self._open_block({"type": "text", "text": ""}, "text"))
                 out.append(self._delta({"type": "text_delta", "text": text}))
-            for call in delta.get("tool_calls") or ():
-                out.append(self._tool_delta(call))
+            out += [self._tool_delta(call) for call in calls]
         return b"".join(out)
 
     def _open_block(self, block: ContentBlock, kind: str) -> bytes:

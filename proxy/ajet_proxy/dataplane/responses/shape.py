@@ -17,7 +17,7 @@ from ajet.protocol import ErrorCode, openai_error_body
 from ajet_proxy.dataplane.responses.answer import call_item, message_item, output_logprobs, response_object
 from ajet_proxy.dataplane.responses.protocol import ResponsesRequest
 from ajet_proxy.dataplane.responses.types import FunctionCallItem, MessageItem, OutputItem, OutputLogprob
-from ajet_proxy.dataplane.shape import error_message, json_response
+from ajet_proxy.dataplane.shape import error_message, first_deltas, json_response
 from ajet_proxy.dataplane.sse import sse
 from ajet_proxy.dataplane.types import AnswerJson, ChatToolCall
 from ajet_proxy.errors import openai_error
@@ -73,15 +73,10 @@ class ResponsesShape:
         if "error" in data:
             return self._failure(ErrorCode.ENGINE_UNAVAILABLE, error_message(data, 502))
         out = [self._start()]
-        for choice in data.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
+        for choice, text, calls in first_deltas(data):
             if text:
                 out.append(self._text_delta(text, output_logprobs(choice) if self.want_logprobs else []))
-            for call in delta.get("tool_calls") or ():
-                out.append(self._call_delta(call))
+            out += [self._call_delta(call) for call in calls]
         return b"".join(out)
 
     def _text_delta(self, text: str, logprobs: list[OutputLogprob]) -> bytes:
