@@ -24,6 +24,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     TypeAdapter,
     ValidationError,
     model_validator,
@@ -254,6 +255,14 @@ class ChatCompletionRequest(_Part):
     return_token_ids: Optional[bool] = None
     """Return the prompt's and the answer's token ids (as vLLM does)."""
 
+    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def sent(self) -> dict[str, Any]:
+        """The body as the client sent it, which this request validated (`validate_chat`): what a server forwards,
+        vendor fields intact, so only the validated request travels and the body is a view of it."""
+        return self._sent
+
     @model_validator(mode="after")
     def _choice_needs_tools(self) -> "ChatCompletionRequest":
         if self.tool_choice is not None and not self.tools:
@@ -289,11 +298,14 @@ def validate_messages(messages: Any) -> None:
 
 
 def validate_chat(body: Mapping[str, Any]) -> ChatCompletionRequest:
-    """The body as a `ChatCompletionRequest`; `InvalidRequest` naming its first field with a wrong type or value."""
+    """The body as a `ChatCompletionRequest` (which keeps it: `sent`); `InvalidRequest` naming its first field with a
+    wrong type or value."""
     try:
-        return ChatCompletionRequest.model_validate(body)
+        request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
         raise invalid_request(exc) from None
+    request._sent = body if isinstance(body, dict) else dict(body)
+    return request
 
 
 _TYPE_NAMES = {

@@ -9,7 +9,7 @@ committed, its turn in the episode's history (`remember`).
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 from starlette.requests import Request
 
@@ -40,6 +40,11 @@ def call_images(hashes: tuple[str, ...], grids: Optional[list[list[int]]]) -> Op
     return tuple(CallImage(h, (g[0], g[1], g[2]) if g else None) for h, g in zip(hashes, known))
 
 
+def chat_body(validated: ChatCompletionRequest) -> ChatBody:
+    """The body `validated` was validated from, as the data plane's chat body type."""
+    return cast(ChatBody, validated.sent)  # validated: its fields are of the types ChatBody says
+
+
 class InFlightCall:
     """One call being served for `ep`: `raw` is the request as logged, `body` the chat body sent to the engine (less
     what `engine_body` adds), `validated` that body as its model (the settings are read from it)."""
@@ -48,14 +53,15 @@ class InFlightCall:
         self,
         ep: OpenEpisode,
         raw: bytes,
-        body: ChatBody,
         validated: ChatCompletionRequest,
         shape: ApiShape,
         request: Optional[Request],
         instructions_first: bool = False,
         images: tuple[str, ...] = (),
     ):
-        self.ep, self.raw, self.body, self.validated = ep, raw, body, validated
+        self.ep, self.raw, self.validated = ep, raw, validated
+        self.body = chat_body(validated)
+        """The validated request's body as the client sent it (vendor fields intact): what goes to the engine."""
         self.images = images
         """Its prompt's image files, by hash, in rendering order (stored before it is sent: `dataplane.images`)."""
         self.shape, self.request = shape, request

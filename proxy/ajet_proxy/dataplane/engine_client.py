@@ -20,7 +20,7 @@ import orjson
 from ajet.errors import EngineUnavailable
 from ajet.protocol import POLICY_VERSION_HEADER
 from ajet_proxy.dataplane.sse import sse_payload
-from ajet_proxy.dataplane.types import ChatBody
+from ajet_proxy.dataplane.types import ChatBody, JsonObject
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.routing import EngineRouter
 from ajet_store.types import RegisteredEngine
@@ -184,7 +184,7 @@ def _version(header: Optional[str], engine: RegisteredEngine) -> int:
         return engine.policy_version
 
 
-def _litellm_kwargs(body: ChatBody, engine: RegisteredEngine, prompt_ids: Optional[list[int]]) -> dict[str, object]:
+def _litellm_kwargs(body: ChatBody, engine: RegisteredEngine, prompt_ids: Optional[list[int]]) -> JsonObject:
     skip = ("model", "messages", "stream", "logprobs", "stream_options", "kv_transfer_params")
     rest = {k: v for k, v in body.items() if k not in skip}
     extra_body = rest.pop("extra_body", None)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from ajet.errors import InvalidRequest
 from ajet_core.chat_request import ChatCompletionRequest, validate_chat
 from ajet_core.images import image_part_problem
-from ajet_proxy.dataplane.types import ChatBody, ChatTool, ContentPart, ImagePart, ToolChoice
+from ajet_proxy.dataplane.types import ChatBody, ChatTool, ContentPart, ImagePart, JsonObject, ToolChoice
 from ajet_proxy.limits import InputLimits, check_chat_shape
 
 
@@ -86,7 +86,7 @@ def image_part(url: object, at: str, url_field: str) -> ImagePart:
     """Chat's `image_url` part of another API's image (its URL at `at` + `url_field`), the shape checked and named
     as the client wrote it; where it came from rides along (`ajet_core.images.ORIGIN_KEY`) until the proxy decodes
     it."""
-    part: dict[str, object] = {"type": "image_url", "image_url": {"url": url}}
+    part: JsonObject = {"type": "image_url", "image_url": {"url": url}}
     problem = image_part_problem(part)
     if problem is not None:
         raise bad_field(f"{at}.{url_field}", problem[1])

@@ -10,11 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ajet_core.chat_request import ChatCompletionRequest
-from ajet_proxy.dataplane.call import InFlightCall
+from ajet_proxy.dataplane.call import InFlightCall, chat_body
 from ajet_proxy.dataplane.chat_path import ChatPath, chat_path
 from ajet_proxy.dataplane.images import take_images
 from ajet_proxy.dataplane.shape import ApiShape
-from ajet_proxy.dataplane.types import ChatBody
 from ajet_proxy.open_episodes import OpenEpisode
 
 
@@ -32,22 +31,17 @@ class EpisodeRequest:
     """The request itself (asked whether its client is still there)."""
 
     async def serve(
-        self,
-        body: ChatBody,
-        validated: ChatCompletionRequest,
-        shape: ApiShape,
-        logged: bytes = b"",
-        instructions_first: bool = False,
+        self, validated: ChatCompletionRequest, shape: ApiShape, logged: bytes = b"", instructions_first: bool = False
     ) -> Response:
-        """Serve `body` (a chat body, `validated`) on the chat path, answered through `shape`; `logged`: the request
-        as the call log keeps it (the raw body unless given), its images' bytes replaced by their references once
-        the images are checked and stored (`dataplane.images`: a bad one is refused here, before a number)."""
+        """Serve the validated chat request on the chat path, answered through `shape`; `logged`: the request as the
+        call log keeps it (the raw body unless given), its images' bytes replaced by their references once the
+        images are checked and stored (`dataplane.images`: a bad one is refused here, before a number)."""
         logged = logged or self.raw
-        images = await take_images(self.path.proxy.host_of(self.ep), self.ep, body, logged)
+        images = await take_images(self.path.proxy.host_of(self.ep), self.ep, chat_body(validated), logged)
         if images is not None:
             logged = images.logged
         hashes = images.hashes if images is not None else ()
-        call = InFlightCall(self.ep, logged, body, validated, shape, self.request, instructions_first, hashes)
+        call = InFlightCall(self.ep, logged, validated, shape, self.request, instructions_first, hashes)
         return await self.path.serve(call)
 
 

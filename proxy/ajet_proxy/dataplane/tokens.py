@@ -69,7 +69,7 @@ class StreamAccumulator:
         self._usage: Optional[wire.UsageCounts] = None
         self._spans: Optional[list[list[int]]] = None
         self._grids: Optional[list[list[int]]] = None
-        self.meta: dict[str, object] = {}
+        self.meta = wire.AnswerJson()
         """The answer's `id`, `created` and `model`, from its first event."""
         self.done = False
         self.errors: list[Union[wire.EngineError, str]] = []
@@ -91,7 +91,7 @@ class StreamAccumulator:
             self.errors.append(data["error"])
             return data
         if not self.meta:
-            self.meta = {k: data[k] for k in ("id", "created", "model") if data.get(k) is not None}
+            self.meta = _meta(data)
         if data.get("prompt_token_ids") is not None:
             self.prompt_ids = data["prompt_token_ids"]
         if data.get("image_grids") is not None:
@@ -161,3 +161,15 @@ class StreamAccumulator:
         """`answer` (this stream's `result()`) as a non-streamed answer for the call log and the shape's last event:
         its ids and logprobs left out (the log keeps them in columns of their own)."""
         return cast(wire.AnswerJson, answer.model_dump(exclude=STREAM_LOGGED, exclude_none=True))  # its dump's shape
+
+
+def _meta(data: wire.AnswerJson) -> wire.AnswerJson:
+    """The `id`, `created` and `model` of a stream's first event, those it has."""
+    meta = wire.AnswerJson()
+    if data.get("id") is not None:
+        meta["id"] = data["id"]
+    if data.get("created") is not None:
+        meta["created"] = data["created"]
+    if data.get("model") is not None:
+        meta["model"] = data["model"]
+    return meta

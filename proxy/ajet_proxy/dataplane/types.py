@@ -8,7 +8,7 @@ per event would be the proxy's largest cost. The types say which keys a body has
 checker and the reader; validation is `ajet_core.chat_request.ChatCompletionRequest`'s (a request) and
 `ajet_core.engine_answer.EngineAnswer`'s (an engine's answer). Every key is optional (`total=False`) unless the proxy
 always writes it. JSON the proxy passes on without reading it (a tool's JSON schema, a client's metadata) or has yet
-to check (a client's input items) is `object`-valued: nothing may be read from it unchecked.
+to check (a client's input items) is a `JsonObject`: nothing may be read from it unchecked.
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal, Optional, Union
 
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import NotRequired, TypeAlias, TypedDict
 
 from ajet_core.engine_answer import TokenLogprob
+
+JsonObject: TypeAlias = dict[str, object]
+"""A JSON object kept as it came: what the proxy passes on without reading it (a tool's JSON schema, a client's
+metadata or template arguments, a tool call's parsed arguments), or has yet to check field by field (another API's
+input item or content block, read where its error can name the field). Its values are `object`: nothing may be read
+from one unchecked."""
 
 # ---------------------------------------------------------------- the chat body sent to an engine
 
@@ -98,7 +104,7 @@ class FunctionSpec(TypedDict, total=False):
     """The function's name."""
     description: str
     """What it does."""
-    parameters: dict[str, object]
+    parameters: JsonObject
     """Its arguments' JSON schema (passed on unread: the chat template reads it)."""
     strict: bool
     """Whether the arguments must follow the schema exactly."""
@@ -138,7 +144,7 @@ class JsonSchemaFormat(TypedDict, total=False):
 
     name: str
     """The schema's name."""
-    schema: dict[str, object]
+    schema: JsonObject
     """The schema itself (passed on unread)."""
     strict: bool
     """Whether the output must follow it exactly."""
@@ -200,7 +206,7 @@ class ChatBody(TypedDict, total=False):
     """The episode's token prompt; set by the proxy only."""
     chat_template: str
     """A chat template of the call's own, which the engine renders the messages with."""
-    chat_template_kwargs: dict[str, object]
+    chat_template_kwargs: JsonObject
     """Values the template reads (`enable_thinking`, ...), passed on unread."""
 
 
@@ -209,7 +215,7 @@ class TemplateFields(TypedDict, total=False):
 
     chat_template: str
     """The call's own template."""
-    chat_template_kwargs: dict[str, object]
+    chat_template_kwargs: JsonObject
     """Values the template reads."""
 
 

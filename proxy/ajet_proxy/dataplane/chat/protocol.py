@@ -4,7 +4,7 @@ and describes itself (`ajet_proxy.api_docs`)."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional, cast
+from typing import Literal, Optional
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from ajet.errors import InvalidRequest
 from ajet_core.chat_request import ChatCompletionRequest, validate_chat
 from ajet_proxy.dataplane.mapping import parse_json_object
-from ajet_proxy.dataplane.types import ChatBody, ChatToolCall
+from ajet_proxy.dataplane.types import ChatToolCall, JsonObject
 from ajet_proxy.limits import DEFAULT_LIMITS, InputLimits, check_chat_shape
 
 __all__ = ["ChatCompletion", "ChatCompletionRequest", "ModelList", "ModelObject", "model_object", "parse_chat_body"]
@@ -44,7 +44,7 @@ class Choice(_Answer):
     """The answer."""
     finish_reason: Optional[str] = None
     """`stop`, `length` (a limit the client set), or `tool_calls`."""
-    logprobs: Optional[dict[str, object]] = None
+    logprobs: Optional[JsonObject] = None
     """Each token's log-probability, when the client asked (`logprobs`)."""
     token_ids: Optional[list[int]] = None
     """The answer's token ids, when the client asked (`return_token_ids`)."""
@@ -94,9 +94,9 @@ class ModelList(_Answer):
     """`policy`, then each engine's model."""
 
 
-def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> tuple[ChatBody, ChatCompletionRequest]:
-    """The request body as sent, and validated (`ChatCompletionRequest`); `InvalidRequest` naming the field when it
-    is malformed or over a limit."""
+def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> ChatCompletionRequest:
+    """The request body validated (`ChatCompletionRequest`, which keeps the body as sent); `InvalidRequest` naming the
+    field when it is malformed or over a limit."""
     body = parse_json_object(raw)
     if "kv_transfer_params" in body:  # the engine would run its ids instead of the messages: the proxy's alone
         raise InvalidRequest.for_field(
@@ -107,8 +107,7 @@ def parse_chat_body(raw: bytes, limits: InputLimits = DEFAULT_LIMITS) -> tuple[C
         orjson.dumps(body)  # a lone surrogate (e.g. "\\udaa4") parses but cannot be sent on: refuse it here
     except orjson.JSONEncodeError as exc:
         raise InvalidRequest.for_field("body", f"a string cannot be encoded as UTF-8 ({exc})") from exc
-    request = validate_chat(body)
-    return cast(ChatBody, body), request  # the body `request` validated: its fields are of the types ChatBody says
+    return validate_chat(body)
 
 
 def model_object(name: str) -> ModelObject:

@@ -41,8 +41,8 @@ MODEL_PARAMETER = {"name": "model", "in": "path", "required": True, "schema": {"
 async def chat_completions(request: Request) -> Response:
     """`POST /v1/chat/completions`, plain or streamed."""
     er = await episode_request(request)
-    body, req = parse_chat_body(er.raw, er.path.proxy.config.limits)
-    return await er.serve(body, req, ChatShape(bool(req.logprobs), req.return_token_ids is True))
+    req = parse_chat_body(er.raw, er.path.proxy.config.limits)
+    return await er.serve(req, ChatShape(bool(req.logprobs), req.return_token_ids is True))
 
 
 def model_ids(request: Request, ep: OpenEpisode) -> list[str]:

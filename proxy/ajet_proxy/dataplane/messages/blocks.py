@@ -1,6 +1,6 @@
 """A Messages request's content blocks as chat messages: the system prompt, a user turn (text and tool results), an
 assistant turn (text and tool uses), the tool choice. Its model keeps them as the client sent them
-(`dict[str, object]`); each is read here with a check that names the field. `MessagesRequest.to_chat` puts them
+(`JsonObject`); each is read here with a check that names the field. `MessagesRequest.to_chat` puts them
 together."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import Union
 
 from ajet_proxy.dataplane.mapping import bad_field, image_part, joined_text, mixed_content
-from ajet_proxy.dataplane.types import ChatMessage, ChatToolCall, ContentPart, ImagePart, ToolChoice
+from ajet_proxy.dataplane.types import ChatMessage, ChatToolCall, ContentPart, ImagePart, JsonObject, ToolChoice
 
 
-def system_messages(system: Union[str, list[dict[str, object]], None]) -> list[ChatMessage]:
+def system_messages(system: Union[str, list[JsonObject], None]) -> list[ChatMessage]:
     """`system` (a string or text blocks) as a leading system message."""
     if system is None or system == "" or system == []:
         return []
@@ -49,7 +49,7 @@ Block = Mapping[str, object]
 """A content block as the client sent it (its type checked, the rest read with a check each)."""
 
 
-def _blocks(content: list[dict[str, object]], where: str, allowed: tuple[str, ...]) -> list[tuple[str, Block, str]]:
+def _blocks(content: list[JsonObject], where: str, allowed: tuple[str, ...]) -> list[tuple[str, Block, str]]:
     out: list[tuple[str, Block, str]] = []
     for j, block in enumerate(content):
         kind = block.get("type")
@@ -62,7 +62,7 @@ def _blocks(content: list[dict[str, object]], where: str, allowed: tuple[str, ..
     return out
 
 
-def user_turn(content: list[dict[str, object]], where: str) -> list[ChatMessage]:
+def user_turn(content: list[JsonObject], where: str) -> list[ChatMessage]:
     """Tool results become tool messages (in order), the text a user message after them."""
     out: list[ChatMessage] = []
     seen: list[ContentPart] = []
@@ -98,7 +98,7 @@ def _joined(parts: list[ContentPart]) -> Union[str, list[ContentPart]]:
     return parts
 
 
-def assistant_turn(content: list[dict[str, object]], where: str) -> list[ChatMessage]:
+def assistant_turn(content: list[JsonObject], where: str) -> list[ChatMessage]:
     """Text and tool_use blocks as one assistant message (its tool calls keep their ids)."""
     texts: list[str] = []
     calls: list[ChatToolCall] = []
@@ -117,7 +117,7 @@ def assistant_turn(content: list[dict[str, object]], where: str) -> list[ChatMes
     return [msg]
 
 
-def chat_tool_choice(choice: dict[str, object]) -> ToolChoice:
+def chat_tool_choice(choice: JsonObject) -> ToolChoice:
     """auto / any / none / a named tool, in chat's shape."""
     kind, name = choice.get("type"), choice.get("name")
     if kind in ("auto", "none"):

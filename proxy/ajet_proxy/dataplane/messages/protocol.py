@@ -18,7 +18,7 @@ from ajet_core.chat_request import MaxTokens, Temperature, TopP, invalid_request
 from ajet_proxy.dataplane.mapping import bad_field, set_extra, with_sampling, with_tools
 from ajet_proxy.dataplane.messages.blocks import assistant_turn, chat_tool_choice, system_messages, user_turn
 from ajet_proxy.dataplane.messages.types import ContentBlock, MessagesUsage
-from ajet_proxy.dataplane.types import ChatBody, ChatMessage, ChatTool, FunctionSpec
+from ajet_proxy.dataplane.types import ChatBody, ChatMessage, ChatTool, FunctionSpec, JsonObject
 
 FIELD_NAMES = {"stop": "stop_sequences", "tools": "tools", "messages": "messages"}
 """A chat field a Messages request became -> the Messages field a client would fix."""
@@ -37,7 +37,7 @@ class InputMessage(_Wire):
 
     role: str
     """`user` or `assistant`."""
-    content: Union[str, list[dict[str, object]]]
+    content: Union[str, list[JsonObject]]
     """Text, or content blocks: `text`, `tool_use` (assistant), `tool_result` (user)."""
 
     def to_chat(self, i: int) -> list[ChatMessage]:
@@ -59,7 +59,7 @@ class Tool(_Wire):
     """The tool's name."""
     description: Optional[str] = None
     """What it does."""
-    input_schema: Optional[dict[str, object]] = None
+    input_schema: Optional[JsonObject] = None
     """Its input's JSON schema."""
 
     def to_chat(self, i: int) -> ChatTool:
@@ -84,11 +84,11 @@ class CountTokensRequest(_Wire):
     """The conversation."""
     model: Optional[str] = None
     """Any name: the policy's tokenizer counts."""
-    system: Union[str, list[dict[str, object]], None] = None
+    system: Union[str, list[JsonObject], None] = None
     """The system prompt: text, or text blocks."""
     tools: Optional[list[Tool]] = None
     """Client tools (their definitions count too)."""
-    tool_choice: Optional[dict[str, object]] = None
+    tool_choice: Optional[JsonObject] = None
     """`{"type": "auto" | "any" | "tool" | "none", ...}`."""
 
     def conversation(self) -> ChatBody:
@@ -118,9 +118,9 @@ class MessagesRequest(CountTokensRequest):
     """Sample from the k most likely tokens."""
     stop_sequences: Optional[list[str]] = None
     """Strings that end the answer."""
-    thinking: Optional[dict[str, object]] = None
+    thinking: Optional[JsonObject] = None
     """Extended thinking settings (refused unless disabled: the policy has none)."""
-    metadata: Optional[dict[str, object]] = None
+    metadata: Optional[JsonObject] = None
     """Anthropic's request metadata."""
 
     def to_chat(self) -> ChatBody:

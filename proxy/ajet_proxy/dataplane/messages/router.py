@@ -44,7 +44,7 @@ async def messages(request: Request) -> Response:
     chat = req.to_chat()
     validated, logged = check_mapped_body(chat, er.path.proxy.config.limits, FIELD_NAMES)
     shape = MessagesShape(req.model or "policy", new_message_id())
-    return await er.serve(chat, validated, shape, logged)
+    return await er.serve(validated, shape, logged)
 
 
 @router.post(

@@ -8,6 +8,8 @@ from typing import Literal, Optional, Union
 
 from typing_extensions import TypedDict
 
+from ajet_proxy.dataplane.types import JsonObject
+
 
 class TextBlock(TypedDict):
     """An Anthropic text block."""
@@ -27,7 +29,7 @@ class ToolUseBlock(TypedDict):
     """The call's id (a chat call's own), which a later `tool_result` names."""
     name: str
     """The tool."""
-    input: dict[str, object]
+    input: JsonObject
     """Its input: the arguments the model wrote, parsed (`{"raw": text}` when they are not a JSON object)."""
 
 

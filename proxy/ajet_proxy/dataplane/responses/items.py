@@ -1,5 +1,5 @@
 """A Responses request's JSON parts as chat's: its input items, tool choice and text format, which its model keeps
-as the client sent them (`dict[str, object]`) and which are read here, each with a check that names the field.
+as the client sent them (`JsonObject`) and which are read here, each with a check that names the field.
 `ResponsesRequest.to_chat` puts them together."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from ajet_proxy.dataplane.types import (
     ChatToolCall,
     ContentPart,
     ImagePart,
+    JsonObject,
     JsonSchemaFormat,
     ResponseFormat,
     ToolChoice,
@@ -23,7 +24,7 @@ _PART_TEXT = {"input_text": "text", "output_text": "text", "text": "text", "refu
 """Content parts that carry text -> the key that holds it."""
 
 
-def input_messages(inp: Union[str, list[dict[str, object]]]) -> Conversation:
+def input_messages(inp: Union[str, list[JsonObject]]) -> Conversation:
     """Responses input (a string, or message / function_call / function_call_output items) as chat messages."""
     if isinstance(inp, str):
         return [{"role": "user", "content": inp}]
@@ -104,7 +105,7 @@ def _add_call(out: Conversation, item: Mapping[str, object], where: str) -> None
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def chat_tool_choice(choice: Union[str, dict[str, object]]) -> ToolChoice:
+def chat_tool_choice(choice: Union[str, JsonObject]) -> ToolChoice:
     """`auto` / `none` / `required`, or a named function, in chat's shape."""
     if isinstance(choice, str) and choice in ("auto", "none", "required"):
         return choice
@@ -114,7 +115,7 @@ def chat_tool_choice(choice: Union[str, dict[str, object]]) -> ToolChoice:
     raise bad_field("tool_choice", "one of 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
 
 
-def response_format(text: Optional[dict[str, object]]) -> Optional[ResponseFormat]:
+def response_format(text: Optional[JsonObject]) -> Optional[ResponseFormat]:
     """`text.format` as chat's `response_format` (None for plain text)."""
     fmt = text.get("format") if text is not None else None
     if fmt is None or not isinstance(fmt, dict) or fmt.get("type") == "text":
@@ -126,7 +127,7 @@ def response_format(text: Optional[dict[str, object]]) -> Optional[ResponseForma
     raise bad_field("text.format.type", "one of text, json_object, json_schema")
 
 
-def _json_schema(fmt: dict[str, object]) -> JsonSchemaFormat:
+def _json_schema(fmt: JsonObject) -> JsonSchemaFormat:
     """Responses' `json_schema` format (its fields at the top) as chat's `json_schema` object."""
     out: JsonSchemaFormat = {}
     name, schema, strict, description = (fmt.get(k) for k in ("name", "schema", "strict", "description"))

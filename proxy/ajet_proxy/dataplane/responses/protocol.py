@@ -23,7 +23,7 @@ from ajet_core.chat_request import MaxTokens, Temperature, TopLogprobs, TopP, in
 from ajet_proxy.dataplane.mapping import bad_field, set_extra, with_sampling, with_tools
 from ajet_proxy.dataplane.responses.items import chat_tool_choice, input_messages, response_format
 from ajet_proxy.dataplane.responses.types import Conversation, ResponsesUsage
-from ajet_proxy.dataplane.types import ChatBody, ChatMessage, ChatTool, FunctionSpec
+from ajet_proxy.dataplane.types import ChatBody, ChatMessage, ChatTool, FunctionSpec, JsonObject
 
 FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format"}
 """A chat field a Responses request became -> the Responses field a client would fix."""
@@ -50,7 +50,7 @@ class FunctionTool(_Wire):
     """The function's name."""
     description: Optional[str] = None
     """What it does."""
-    parameters: Optional[dict[str, object]] = None
+    parameters: Optional[JsonObject] = None
     """Its arguments' JSON schema."""
     strict: Optional[bool] = None
     """Whether the arguments must follow the schema exactly."""
@@ -77,7 +77,7 @@ class FunctionTool(_Wire):
 class ResponsesRequest(_Wire):
     """Body of `POST /v1/responses`: one call of the policy, which `previous_response_id` continues."""
 
-    input: Union[str, list[dict[str, object]]]
+    input: Union[str, list[JsonObject]]
     """A user message, or input items: `message`, `function_call`, `function_call_output`."""
     model: Optional[str] = None
     """Any name: the proxy routes every call to the policy."""
@@ -97,17 +97,17 @@ class ResponsesRequest(_Wire):
     """Alternatives per token, with `include: ["message.output_text.logprobs"]`."""
     tools: Optional[list[FunctionTool]] = None
     """Function tools the model may call."""
-    tool_choice: Union[str, dict[str, object], None] = None
+    tool_choice: Union[str, JsonObject, None] = None
     """`auto`, `none`, `required`, or `{"type": "function", "name": ...}`."""
     parallel_tool_calls: Optional[bool] = None
     """Whether several tools may be called in one turn."""
-    text: Optional[dict[str, object]] = None
+    text: Optional[JsonObject] = None
     """`{"format": ...}`: text, `json_object` or `json_schema`."""
     include: Optional[list[str]] = None
     """Extra output: `message.output_text.logprobs`."""
-    reasoning: Optional[dict[str, object]] = None
+    reasoning: Optional[JsonObject] = None
     """Reasoning settings (refused: the policy has none)."""
-    metadata: Optional[dict[str, object]] = None
+    metadata: Optional[JsonObject] = None
     """Echoed in the answer."""
     user: Optional[str] = None
     """The end user's id."""

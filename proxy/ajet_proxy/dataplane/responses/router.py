@@ -60,4 +60,4 @@ async def responses(request: Request) -> Response:
     if instructions_first:
         logged = orjson.dumps({**chat, LOGGED_INSTRUCTIONS: True})
     shape = ResponsesShape(req, new_response_id())
-    return await er.serve(chat, validated, shape, logged, instructions_first)
+    return await er.serve(validated, shape, logged, instructions_first)

@@ -9,7 +9,7 @@ from typing import Literal, Optional, Union
 
 from typing_extensions import TypedDict
 
-from ajet_proxy.dataplane.types import ChatMessage
+from ajet_proxy.dataplane.types import ChatMessage, JsonObject
 
 Conversation = list[ChatMessage]
 """A response's conversation as chat messages, without the instructions (a later response does not inherit them)."""
@@ -120,9 +120,9 @@ class ResponseJson(TypedDict):
     """Token counts."""
     instructions: Optional[str]
     """Echoed."""
-    tools: list[dict[str, object]]
+    tools: list[JsonObject]
     """Echoed as sent."""
-    tool_choice: Union[str, dict[str, object]]
+    tool_choice: Union[str, JsonObject]
     """Echoed (`auto` when absent)."""
     parallel_tool_calls: bool
     """Echoed (True when absent)."""
@@ -134,9 +134,9 @@ class ResponseJson(TypedDict):
     """Echoed."""
     previous_response_id: Optional[str]
     """Echoed."""
-    metadata: dict[str, object]
+    metadata: JsonObject
     """Echoed."""
-    text: dict[str, object]
+    text: JsonObject
     """Echoed (`{"format": {"type": "text"}}` when absent)."""
     truncation: str
     """Echoed (`disabled` when absent)."""
