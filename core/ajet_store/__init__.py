@@ -45,7 +45,6 @@ from ajet_store.types import (
     ExperimentRow,
     PoolEpisode,
     RegisteredEngine,
-    RewardedEpisode,
     RewardVersion,
     StoredImage,
 )
@@ -67,7 +66,6 @@ __all__ = [
     "EpisodeSelection",
     "PoolEpisode",
     "RegisteredEngine",
-    "RewardedEpisode",
     "RewardVersion",
     "SchemaMismatch",
     "StoredImage",

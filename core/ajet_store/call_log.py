@@ -4,6 +4,7 @@ where a restarted proxy numbers on."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Optional, Sequence, Union
 
 import sqlalchemy as sa
@@ -13,7 +14,7 @@ from ajet.types import EpisodeStatus
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database, retried
-from ajet_store.types import CallRecord, PoolEpisode, RewardedEpisode
+from ajet_store.types import CallRecord, PoolEpisode
 
 _E = t.episodes.c
 _INSERT_CALLS = t.llm_calls.insert()
@@ -122,6 +123,6 @@ class CallOps(Database):
         with self._read() as c:
             return [rows.call_from(m) for m in c.execute(q).mappings()]
 
-    def rewarded_episodes(self, batch: Sequence[PoolEpisode]) -> list[RewardedEpisode]:
+    def rewarded_episodes(self, batch: Sequence[PoolEpisode]) -> list[PoolEpisode]:
         """The batch's episodes with their calls, in batch order: what sample assembly reads."""
-        return [RewardedEpisode(p.uuid, p.task_id, p.reward, tuple(self.calls(p.uuid))) for p in batch]
+        return [replace(p, calls=tuple(self.calls(p.uuid))) for p in batch]

@@ -290,7 +290,8 @@ class CallRecord:
 
 @dataclass(frozen=True)
 class PoolEpisode:
-    """An ended, not yet consumed train episode, as the batch policies see it."""
+    """An ended, not yet consumed train episode: as the batch policies see it, then, with every call it made
+    (`Store.rewarded_episodes`), what a training step turns into samples."""
 
     uuid: str
     """Episode id."""
@@ -305,20 +306,8 @@ class PoolEpisode:
     oldest_version: int = 0
     """The policy version of its oldest call (of its start when it made none): how far behind the policy being
     trained its data is, which an asynchronous batch bounds (`max_staleness`)."""
-
-
-@dataclass(frozen=True)
-class RewardedEpisode:
-    """A pool episode with every call it made: what a training step turns into samples."""
-
-    uuid: str
-    """Episode id."""
-    task_id: str
-    """GRPO group."""
-    reward: float
-    """The reward its client gave at `end_episode`."""
-    calls: tuple[CallRecord, ...]
-    """Its LLM calls in order, with the exact token ids the engine produced."""
+    calls: tuple[CallRecord, ...] = ()
+    """Its LLM calls in order, with the exact token ids the engine produced (read for a step's batch only)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Sample assembly on hand-made episodes: the tree of an episode's conversations (merging, branches, several agents),
 masks, why each sequence starts (a test per cause), truncation, skips."""
 
-from ajet_store.types import CallRecord, RewardedEpisode
+from ajet_store.types import CallRecord, PoolEpisode
 from ajet_trainer.samples import assemble, episode_sequences
 
 
@@ -101,8 +101,8 @@ def test_calls_are_ordered_by_seq_and_bad_calls_skipped():
 
 def test_truncation_is_explicit_and_counted():
     eps = [
-        RewardedEpisode("e1", "t", 1.0, (call(0, list(range(10)), [20, 21, 22, 23]),)),
-        RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2]),)),
+        PoolEpisode("e1", "t", 1.0, calls=(call(0, list(range(10)), [20, 21, 22, 23]),)),
+        PoolEpisode("e2", "t", 0.0, calls=(call(0, [1], [2]),)),
     ]
     samples, stats = assemble(eps, max_prompt=4, max_response=2)
     s = samples[0].sequences[0]
@@ -112,9 +112,9 @@ def test_truncation_is_explicit_and_counted():
 
 def test_episode_without_usable_calls_is_skipped_and_counted():
     eps = [
-        RewardedEpisode("e1", "t", 1.0, (call(0, [1], None),)),
-        RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2], error="x"),)),
-        RewardedEpisode("e3", "t", 1.0, (call(0, [1], [2]),)),
+        PoolEpisode("e1", "t", 1.0, calls=(call(0, [1], None),)),
+        PoolEpisode("e2", "t", 0.0, calls=(call(0, [1], [2], error="x"),)),
+        PoolEpisode("e3", "t", 1.0, calls=(call(0, [1], [2]),)),
     ]
     samples, stats = assemble(eps, 100, 100)
     assert [s.episode_uuid for s in samples] == ["e3"]
@@ -124,7 +124,7 @@ def test_episode_without_usable_calls_is_skipped_and_counted():
 def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
     """Labels, the merge rate over the calls that could have merged, why sequences started, sequences and tokens per
     episode (`AssemblyStats.metrics`)."""
-    from ajet_store.types import CallRecord, RewardedEpisode
+    from ajet_store.types import CallRecord, PoolEpisode
 
     def call(seq: int, prompt: list[int], completion: list[int], label: str) -> CallRecord:
         return CallRecord("e", seq, "{}", "{}", prompt, completion, [0.0] * len(completion), "stop", 0, "d", 1.0, 0.0,
@@ -135,7 +135,7 @@ def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
         call(1, [1, 2, 3, 4], [5], "extended"),
         call(2, [9], [8], "fallback:history_edited"),
     ]
-    _, stats = assemble([RewardedEpisode("e", "t", 1.0, tuple(one))], 100, 100)
+    _, stats = assemble([PoolEpisode("e", "t", 1.0, calls=tuple(one))], 100, 100)
     m = stats.metrics()
     assert (stats.missed_merges, stats.merged_calls, stats.sequences) == (1, 1, 2)
     assert m["history/merge_rate"] == 0.5 and m["history/sequences_per_episode"] == 2
@@ -146,12 +146,12 @@ def test_the_assembly_counts_the_token_history_for_the_steps_metrics():
     _, none = assemble([], 100, 100)
     assert none.metrics()["history/merge_rate"] == 1.0  # nothing could merge: nothing failed to
     agents = [call(0, [1], [2], label="first"), call(1, [5], [6], label="segment:new_conversation")]
-    _, two = assemble([RewardedEpisode("e", "t", 1.0, tuple(agents))], 100, 100)
+    _, two = assemble([PoolEpisode("e", "t", 1.0, calls=tuple(agents))], 100, 100)
     assert two.metrics()["history/merge_rate"] == 1.0 and two.metrics()["history/segments"] == 1  # not a miss
 
 
 def _episode(uuid, reward, *calls_):
-    return RewardedEpisode(uuid, "t", reward, tuple(calls_))
+    return PoolEpisode(uuid, "t", reward, calls=tuple(calls_))
 
 
 def _cut(seq, prompt, completion):
@@ -209,7 +209,7 @@ def test_answers_two_versions_sampled_and_the_trained_answers_length_are_counted
     from dataclasses import replace
 
     straddled = replace(call(0, [1, 2], [3, 4, 5, 6]), version_spans=[(0, 0), (2, 1)])
-    eps = [RewardedEpisode("e1", "t", 1.0, (straddled,)), RewardedEpisode("e2", "t", 0.0, (call(0, [1], [2, 3]),))]
+    eps = [PoolEpisode("e1", "t", 1.0, calls=(straddled,)), PoolEpisode("e2", "t", 0.0, calls=(call(0, [1], [2, 3]),))]
     _, stats = assemble(eps, 100, 100)
     m = stats.metrics()
     assert stats.mixed_version_calls == 1 and stats.answer_tokens == 6

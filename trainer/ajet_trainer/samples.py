@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from ajet.job import Overlong
 from ajet_core.labels import Label
 from ajet_store.sequences import episode_sequences
-from ajet_store.types import RewardedEpisode
+from ajet_store.types import PoolEpisode
 from ajet_trainer.types import AssemblyStats, EpisodeSample, TrainSequence
 
 
@@ -88,7 +88,7 @@ class _Counts:
 
 
 def assemble(
-    episodes: Sequence[RewardedEpisode], max_prompt: int, max_response: int, overlong: Overlong = "keep"
+    episodes: Sequence[PoolEpisode], max_prompt: int, max_response: int, overlong: Overlong = "keep"
 ) -> tuple[list[EpisodeSample], AssemblyStats]:
     """Rewarded episodes -> samples, with what was skipped or cut counted.
 
@@ -107,7 +107,7 @@ def assemble(
 
 
 def _episode_sample(
-    ep: RewardedEpisode, max_prompt: int, max_response: int, overlong: Overlong, n: _Counts
+    ep: PoolEpisode, max_prompt: int, max_response: int, overlong: Overlong, n: _Counts
 ) -> Optional[EpisodeSample]:
     """One episode's sample (None: nothing of it trains, and it does not count in its group), counted into `n`."""
     calls, reward = ep.calls, ep.reward
