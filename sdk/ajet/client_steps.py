@@ -159,4 +159,6 @@ class operation(Generic[P, R]):
     def __get__(self, obj: Any, owner: type) -> Any:
         if obj is None:
             return self
-        return obj._bind(self.fn)
+        bound = obj._bind(self.fn)
+        vars(obj)[self.__name__] = bound  # bound once per client: later lookups find it before this descriptor
+        return bound
