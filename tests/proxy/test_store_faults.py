@@ -18,17 +18,29 @@ from typing import Callable
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
-from ajet import StoreUnavailable, SwarmClient, SwarmConnectionError, Task, TrainerUnresponsive, WorkflowOutput
+from ajet import (
+    AgentJetJob,
+    StoreUnavailable,
+    SwarmClient,
+    SwarmConnectionError,
+    Task,
+    TrainerUnresponsive,
+    WorkflowOutput,
+)
 from ajet.protocol import CLIENT_HEADER
+from ajet.types import ExperimentState
+from ajet_proxy.app import create_app
 from ajet_proxy.call_writer import CallWriter
+from ajet_proxy.config import ProxyConfig
 from ajet_store import TRAINER_TIMEOUT_S, Store, StoreRefusedValue, sqlite_url
 from ajet_store.tables import experiments
 from tests.support import postgres
 from tests.support.calls import flushed_calls
 from tests.support.procs import start_proxy, start_stub
 from tests.support.require import need, require_postgres
-from tests.support.rolling import ensure_rolling
+from tests.support.rolling import ensure_rolling, make_rolling
 from tests.support.stores import a_call
 from tests.support.stub_proxy import proxy_on_stub
 
@@ -261,6 +273,34 @@ def test_a_call_waiting_on_a_trainer_that_falls_silent_fails_within_the_bound(tm
         (call,) = flushed_calls(sp.store, uuid, 1)
         assert call.seq == 0 and "no trainer heartbeat" in (call.error or "") and not call.trainable
         sp.stub.kill()  # it would sleep out the 120 s of the call the proxy gave up on before stopping
+
+
+def test_a_call_begun_after_the_trainer_came_back_is_not_refused_on_the_proxys_stale_row(tmp_path: Path):
+    """Issue 65: 0.02-0.04 s after a SIGCONT a begin was admitted (the store had the fresh heartbeat) but its first
+    call got 503 "no trainer heartbeat for 151s": the watch read the row the proxy had cached, re-read every 0.2 s.
+    Here the proxy never re-reads its row on its own (its poll is an hour), so its cache stays as stale as that race
+    left it, and the call must still be served."""
+    stub = start_stub(tmp_path)
+    url = sqlite_url(tmp_path / "stale.db")
+    store = Store(url)
+    store.sync_job(AgentJetJob(batch_size=2, num_repeat=2))
+    store.transition(ExperimentState.BOOTING)
+    make_rolling(store, stub.url)
+    _silence_the_trainer(store, TRAINER_TIMEOUT_S + 120)  # hung: the proxy starts with this row
+    app = create_app(ProxyConfig.from_config(db_url=url, poll_s=3600.0))
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as http:
+            store.heartbeat()  # the trainer is back
+            client = SwarmClient("http://127.0.0.1", http_client=http, verbose=False, max_retries=0)
+            uuid, creds = client.begin_episode()
+            body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+            r = http.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {creds.api_key}"})
+            assert r.status_code == 200, r.text
+            (call,) = flushed_calls(store, uuid, 1)
+            assert call.error is None and call.trainable
+    finally:
+        store.close()
+        stub.close()
 
 
 def test_a_silent_trainer_ends_the_wait_of_begin_episode(tmp_path: Path):

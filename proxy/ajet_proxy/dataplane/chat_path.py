@@ -31,7 +31,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ajet.errors import EpisodeConflict, NotReady, TrainerUnresponsive, Unauthorized
+from ajet.errors import EpisodeConflict, NotReady, StoreUnavailable, TrainerUnresponsive, Unauthorized
 from ajet.protocol import bearer_token
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_core.engine_answer import EngineAnswer
@@ -327,10 +327,15 @@ class ChatPath:
 
 async def _heartbeat_deadline(host: ExperimentHost, deadline: asyncio.Timeout) -> None:
     """Keep `deadline` at the trainer's last heartbeat + `TRAINER_TIMEOUT_S` (read from the row the proxy polls, each
-    `SILENCE_CHECK_S`); a store no trainer ever beat in sets none."""
+    `SILENCE_CHECK_S`); a store no trainer ever beat in sets none. A beat that would end the call is first read
+    again from the store: the cached row may predate a trainer that came back, and no call is refused on it."""
     loop = asyncio.get_running_loop()
     while True:
         beat = host.experiment.trainer_heartbeat
+        if beat is not None and beat + TRAINER_TIMEOUT_S <= time.time():
+            with contextlib.suppress(StoreUnavailable):  # the store is away: the cached beat is all there is
+                await host.poll()
+            beat = host.experiment.trainer_heartbeat
         if beat is not None:
             deadline.reschedule(loop.time() + beat + TRAINER_TIMEOUT_S - time.time())
         await asyncio.sleep(SILENCE_CHECK_S)
