@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import sqlalchemy as sa
 
-from ajet.errors import EpisodeConflict, NotReady, SwarmError, TrainerUnresponsive
+from ajet.errors import EpisodeConflict, NotReady, SwarmError, TrainerStopped, TrainerUnresponsive
 from ajet.types import EpisodeStatus, ExperimentState
 from ajet_core.records import carried
 from ajet_store import counters, rows
@@ -61,7 +61,14 @@ def trainer_silence(exp: ExperimentRow, now: float) -> Optional[float]:
 
 
 def refuse_if_silent(exp: ExperimentRow, now: float, also: str = "") -> None:
-    """`TrainerUnresponsive` when `trainer_silence` says the trainer is silent (`also`: what else the caller saw)."""
+    """`TrainerStopped` when the trainer stopped cleanly, `TrainerUnresponsive` when `trainer_silence` says it is
+    silent (`also`: what else the caller saw)."""
+    if exp.trainer_stopped_at is not None:
+        raise TrainerStopped(
+            f"the trainer stopped {max(0.0, now - exp.trainer_stopped_at):.0f}s ago (it exited: SIGTERM, Ctrl-C, or "
+            "an error it logged); start it again (ajet-trainer start, or ajet-swarm start) for episodes to begin",
+            state=exp.state.value,
+        )
     silent = trainer_silence(exp, now)
     if silent is not None:
         raise TrainerUnresponsive(

@@ -66,7 +66,7 @@ class ExperimentOps(Database):
         """The trainer's sign of life (written every few seconds by the trainer daemon); with `pid`, only while that
         trainer still holds the store (False: another took it over, after this one was silent past the timeout)."""
         with self._tx() as c:
-            q = t.experiments.update().values(trainer_heartbeat=time.time())
+            q = t.experiments.update().values(trainer_heartbeat=time.time(), trainer_stopped_at=None)
             if pid is not None:
                 q = q.where(t.experiments.c.trainer_pid == pid, t.experiments.c.trainer_host == socket.gethostname())
             return c.execute(q).rowcount > 0
@@ -90,9 +90,22 @@ class ExperimentOps(Database):
             now = time.time()
             c.execute(
                 t.experiments.update().values(
-                    trainer_host=host, trainer_pid=pid, trainer_heartbeat=now, trainer_alone=alone
+                    trainer_host=host,
+                    trainer_pid=pid,
+                    trainer_heartbeat=now,
+                    trainer_alone=alone,
+                    trainer_stopped_at=None,
                 )
             )
+
+    @retried
+    def release_trainer(self, pid: int) -> bool:
+        """Say that the trainer `pid` of this host stopped cleanly (its engines withdrawn): begins are refused at once
+        with `TrainerStopped` until a trainer claims the store again. False when it no longer held the store."""
+        host = socket.gethostname()
+        with self._tx() as c:
+            q = t.experiments.update().where(t.experiments.c.trainer_pid == pid, t.experiments.c.trainer_host == host)
+            return c.execute(q.values(trainer_stopped_at=time.time())).rowcount > 0
 
     @retried
     def set_template_verdict(self, verdict: TemplateVerdict) -> bool:

@@ -42,6 +42,7 @@ REVISIONS = {
     15: "0015",
     16: "0016",
     17: "0017",
+    18: "0018",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

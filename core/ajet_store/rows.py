@@ -66,6 +66,7 @@ def experiment(c: sa.Connection, query: Optional[sa.Select[Any]] = None) -> Expe
         m["trainer_host"],
         m["trainer_pid"],
         m["trainer_alone"],
+        m["trainer_stopped_at"],
     )
 
 

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 metadata = sa.MetaData()
 
@@ -44,6 +44,7 @@ experiments = sa.Table(
     sa.Column("trainer_host", sa.String(255), nullable=True),
     sa.Column("trainer_pid", sa.Integer, nullable=True),
     sa.Column("trainer_alone", sa.String(1024), nullable=True),
+    sa.Column("trainer_stopped_at", sa.Float, nullable=True),
 )
 
 swarm_experiments = sa.Table(

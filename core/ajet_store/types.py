@@ -59,6 +59,10 @@ class ExperimentRow:
     trainer_alone: Optional[str] = None
     """Why that trainer trains one experiment only (its backend or engine: a sync that would start a second
     experiment is refused with this reason); None when it can train several, or before a trainer claimed the store."""
+    trainer_stopped_at: Optional[float] = None
+    """Unix time the trainer that held the store stopped cleanly (SIGTERM, Ctrl-C: `Store.release_trainer`); begins
+    are refused at once with `TrainerStopped` until a trainer claims the store again. None: a trainer holds it, or
+    none stopped cleanly (a killed one is found by its heartbeat)."""
 
     @property
     def boot_failed(self) -> bool:

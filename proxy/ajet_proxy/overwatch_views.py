@@ -60,6 +60,8 @@ def header_text(url: str, stat: Optional[RolloutStat], connected: bool, error: s
                 f"  lost call {stat.totals['lost_call']} (in flight at a proxy crash: recorded as never answered)",
                 style="yellow",
             )
+        if e.trainer_stopped_s is not None:
+            out.append(f"\n   the trainer stopped {e.trainer_stopped_s:.0f}s ago: start it again", style="bold red")
         if e.trainer_silent_s is not None:
             out.append(f"\n   no trainer heartbeat for {e.trainer_silent_s:.0f}s: ", style="bold red")
             out.append("the trainer is down or cannot write to the store; begin_episode is refused")

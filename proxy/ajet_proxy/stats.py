@@ -43,6 +43,7 @@ def experiment_status(row: ExperimentRow, now: float) -> ExperimentStatus:
         updating=row.updating_since is not None,
         updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since),
         trainer_silent_s=trainer_silence(row, now),
+        trainer_stopped_s=None if row.trainer_stopped_at is None else max(0.0, now - row.trainer_stopped_at),
         template=template_verdict(row),
     )
 

@@ -185,6 +185,13 @@ class TrainerUnresponsive(NotReady):
         self.silent_s = silent_s
 
 
+class TrainerStopped(SwarmError):
+    """503 without Retry-After: the trainer stopped cleanly (SIGTERM, Ctrl-C) and said so in the store; no episode
+    begins until one is started again, so `begin_episode` raises this at once instead of waiting."""
+
+    code = ErrorCode.TRAINER_STOPPED
+
+
 class StoreError(SwarmError):
     """500: the server's store is of another schema version, or inconsistent."""
 
@@ -234,6 +241,7 @@ _BY_CODE: dict[ErrorCode, type[SwarmError]] = {
         NotReady,
         EngineUnavailable,
         TrainerUnresponsive,
+        TrainerStopped,
         StoreError,
         StoreUnavailable,
         RouteNotFound,

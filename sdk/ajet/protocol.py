@@ -46,6 +46,7 @@ class ErrorCode(str, Enum):
     NOT_READY = "NotReady"
     BOOT_FAILED = "BootFailed"
     TRAINER_UNRESPONSIVE = "TrainerUnresponsive"
+    TRAINER_STOPPED = "TrainerStopped"
     ENGINE_UNAVAILABLE = "EngineUnavailable"
     STORE_ERROR = "StoreError"
     STORE_UNAVAILABLE = "StoreUnavailable"
@@ -79,6 +80,7 @@ _STATUS = {
     ErrorCode.NOT_READY: 503,
     ErrorCode.BOOT_FAILED: 409,
     ErrorCode.TRAINER_UNRESPONSIVE: 503,
+    ErrorCode.TRAINER_STOPPED: 503,
     ErrorCode.ENGINE_UNAVAILABLE: 503,
     ErrorCode.STORE_ERROR: 500,
     ErrorCode.STORE_UNAVAILABLE: 503,

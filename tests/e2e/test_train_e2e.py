@@ -201,6 +201,32 @@ def test_a_job_that_cannot_boot_stops_a_waiting_begin_episode_with_the_reason(tm
         assert uuid and not client.get_engine_status().boot_failed
 
 
+def test_a_trainer_stopped_with_sigterm_says_so_and_begin_episode_raises_at_once(tmp_path):
+    """Issue 65: the trainer exited 0 on SIGTERM but the state stayed ROLLING, and a fresh `begin_episode` raised
+    only after 152-155 s. Now the trainer writes that it stopped before it exits: a begin raises `TrainerStopped` at
+    once (the SDK does not wait), the status says so, and a trainer started again serves begins."""
+    from ajet import TrainerStopped
+
+    with running_swarm(tmp_path, name="sigterm") as sw:
+        client = sw.client(verbose=False)
+        client.auto_sync_train_config_and_start_engine(tiny_job())
+        uuid, _creds = client.begin_episode()
+        sw.trainer.close()  # SIGTERM, and wait for it to exit
+        assert sw.trainer.proc.returncode == 0, sw.logs()
+        t0 = time.monotonic()
+        with pytest.raises(TrainerStopped, match="the trainer stopped"):
+            client.begin_episode()
+        assert time.monotonic() - t0 < 10  # not the heartbeat's 30 s, nor trainer_max_silence's 120 s
+        assert client.get_engine_status().trainer_stopped_s is not None
+        client.abort_episode(uuid)  # an open episode still ends as the state machine says
+        sw.start_trainer()
+        deadline = time.monotonic() + 120
+        while client.get_engine_status().trainer_stopped_s is not None:  # until the new trainer holds the store
+            assert time.monotonic() < deadline, sw.logs()
+            time.sleep(0.2)
+        assert client.begin_episode()[0]
+
+
 def test_an_open_eval_episode_never_holds_a_step(tmp_path):
     """Round three: one eval episode left open (a debugging client) kept the swarm in ROLLING_POST until it expired.
     The drain waits only for episodes that can train: steps go on, and the eval episode's next call is served by

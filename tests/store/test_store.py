@@ -290,6 +290,25 @@ def test_silent_trainer_stops_new_episodes(st):
     st.begin_episode("u3", "h3", "c", "train", 10)
 
 
+def test_a_trainer_that_stopped_cleanly_refuses_begins_at_once_until_one_claims_the_store(st):
+    """Issue 65: a trainer given SIGTERM exited in 1.1 s but left the state ROLLING, and a begin waited ~150 s
+    (NotReady, then the heartbeat's timeout) before it said why. Now the stop is written, and said at once."""
+    import os
+
+    from ajet.errors import TrainerStopped
+
+    rolling(st)
+    st.claim_trainer(os.getpid(), lambda _pid: True)
+    st.begin_episode("u1", "h1", "c", "train", 10)
+    assert st.release_trainer(os.getpid()) and not st.release_trainer(os.getpid() + 1)  # only the holder says it
+    with pytest.raises(TrainerStopped, match="the trainer stopped") as e:
+        st.begin_episode("u2", "h2", "c", "train", 10)
+    assert e.value.status == 503 and st.experiment().trainer_stopped_at is not None
+    st.claim_trainer(os.getpid(), lambda _pid: True)  # a trainer starts again
+    assert st.experiment().trainer_stopped_at is None
+    st.begin_episode("u2", "h2", "c", "train", 10)
+
+
 def test_racing_auto_starts_sync_once(st):
     import threading
 

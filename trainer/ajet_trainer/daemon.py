@@ -128,8 +128,19 @@ class TrainerDaemon:
             stop.set()
             beat.join(10)
             self.teardown(final_checkpoint=True)
+            self._say_stopped()
             for driver in self.drivers.values():
                 driver.store.close()
+
+    def _say_stopped(self) -> None:
+        """Write in each store that this trainer stopped (its engines are withdrawn): begins are refused at once with
+        `TrainerStopped` instead of waiting out the heartbeat's timeout. A store that is away keeps the heartbeat's
+        verdict."""
+        for driver in self.drivers.values():
+            try:
+                driver.store.release_trainer(os.getpid())
+            except Exception:  # noqa: BLE001 - the store may be away at exit: the heartbeat's age says it then
+                logger.exception("could not say in the store that the trainer stopped")
 
     def teardown(self, final_checkpoint: bool) -> None:
         """Close every experiment's session (`ExperimentDriver.teardown`)."""
