@@ -14,15 +14,18 @@ from pathlib import Path
 from typing import Any, Generic, Optional, TypeVar, Union
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
-from ajet.errors import NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
+from ajet.errors import InvalidRequest, NotReady, SwarmConnectionError, SwarmTimeout, TrainerUnresponsive, error_for
 from ajet.job import AgentJetJob
 from ajet.kept_rewards import KeptEnd, KeptRewards, default_folder, kept_path
 from ajet.protocol import CLIENT_HEADER, EXPERIMENT_HEADER
 from ajet.sharing import experiment_of
 from ajet.template_verdict import TemplateVerdict
 from ajet.types import (
+    BeginEpisodeRequest,
     BeginEpisodeResponse,
+    EndEpisodeRequest,
     EpisodeContinuation,
     EpisodeResult,
     ExperimentState,
@@ -155,12 +158,13 @@ class ClientSettings(Generic[H]):
         (logger.info if verdict.merges else logger.warning)("%s", line)
 
     def _begin_body(self, discard_episode_timeout: float, episode_type: str, mission: Optional[str]) -> dict[str, Any]:
-        return {
-            "discard_episode_timeout": discard_episode_timeout,
-            "episode_type": episode_type,
-            "mission": mission or self.mission,
-            "request_id": uuid.uuid4().hex,  # one per begin_episode call, sent again by each of its retries
-        }
+        return wire_body(
+            BeginEpisodeRequest,
+            discard_episode_timeout=discard_episode_timeout,
+            episode_type=episode_type,
+            mission=mission or self.mission,
+            request_id=uuid.uuid4().hex,  # one per begin_episode call, sent again by each of its retries
+        )
 
     def _credentials(self, data: Any) -> tuple[str, OpenaiBaseUrlAndApiKey]:
         ans = BeginEpisodeResponse.model_validate(data)
@@ -171,11 +175,9 @@ class ClientSettings(Generic[H]):
 
     @staticmethod
     def _end_body(task: Task, episode_uuid: str, workflow_output: WorkflowOutput) -> dict[str, Any]:
-        return {
-            "episode_uuid": episode_uuid,
-            "task": task.model_dump(mode="json"),
-            "workflow_output": workflow_output.model_dump(mode="json"),
-        }
+        # the parts as given (python mode): JSON mode would rewrite a key holding a lone surrogate before any check
+        parts = {"task": task.model_dump(), "workflow_output": workflow_output.model_dump()}
+        return wire_body(EndEpisodeRequest, episode_uuid=episode_uuid, **parts)
 
     def _ended(self, data: Any) -> EpisodeResult:
         result = EpisodeResult.model_validate(data)
@@ -204,6 +206,22 @@ class ClientSettings(Generic[H]):
         return task_or_uuid
 
 
+def wire_body(model: type[BaseModel], **fields: Any) -> dict[str, Any]:
+    """A request body checked by the wire model the server validates it with, as the JSON sent: the SDK sends what
+    it was given or refuses it (`InvalidRequest` naming the field, before anything is sent), never a value the
+    server would refuse or store otherwise (a key holding a lone surrogate, a NUL, a non-finite number)."""
+    try:
+        return model(**fields).model_dump(mode="json")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        why = str(first["msg"]).removeprefix("Value error, ")
+        named, _, reason = why.partition(": ")  # the storable checks name the field within: take their path
+        if named.startswith(where) and reason:
+            where, why = named, reason
+        raise InvalidRequest.for_field(where, f"{why} (refused before it was sent)") from None
+
+
 def error_from_response(resp: httpx.Response) -> Exception:
     """The typed exception of a server's error answer."""
     try:
@@ -213,7 +231,8 @@ def error_from_response(resp: httpx.Response) -> Exception:
     if not isinstance(data, dict):
         data = {}
     detail = data.get("detail") or resp.text[:500]
-    fields = data.get("fields") if isinstance(data.get("fields"), list) else []
+    listed = data.get("fields")
+    fields = listed if isinstance(listed, list) else []
     code = str(data.get("error", resp.reason_phrase))
     return error_for(resp.status_code, code, str(detail), data.get("state"), [str(f) for f in fields])
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, Optional, ParamSpec, TypeVar, Union, overload
 
 import httpx
+
+from ajet.errors import InvalidRequest
 
 TRANSPORT_ERRORS = (httpx.TransportError, httpx.TimeoutException)
 """What a request raises when the proxy could not be reached or did not answer in time (thrown into the operation)."""
@@ -32,10 +35,26 @@ class Request:
     """`GET` or `POST`."""
     path: str
     """Under the proxy's base URL (`/swarm/<route>`)."""
-    body: Any
-    """The JSON body (None: none)."""
+    content: Optional[bytes]
+    """The JSON body's bytes (`json_request`; None: no body)."""
     headers: dict[str, str]
-    """Headers beside the client's own (the experiment's, a kept request's client)."""
+    """Headers beside the client's own (the experiment's, a kept request's client, the body's type)."""
+
+
+def json_request(method: str, path: str, body: Any, headers: dict[str, str]) -> Request:
+    """A request of `body` as the JSON text of what was given: UTF-8, or, where a string holds a lone UTF-16
+    surrogate (which no UTF-8 text holds), JSON's ASCII escapes, which the proxy reads back as the same string. A
+    non-finite number is `InvalidRequest` (JSON has none)."""
+    if body is None:
+        return Request(method, path, None, headers)
+    try:
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+    except ValueError as exc:
+        raise InvalidRequest.for_field("body", f"{exc} (refused before it was sent)") from None
+    return Request(method, path, data, {**headers, "Content-Type": "application/json"})
 
 
 @dataclass(frozen=True)
@@ -87,7 +106,7 @@ class SyncRunner:
 
     def _send(self, req: Request) -> tuple[Optional[httpx.Response], Optional[BaseException]]:
         try:
-            return self._http.request(req.method, req.path, json=req.body, headers=req.headers), None
+            return self._http.request(req.method, req.path, content=req.content, headers=req.headers), None
         except TRANSPORT_ERRORS as exc:
             return None, exc
 
@@ -121,7 +140,7 @@ class AsyncRunner:
 
     async def _send(self, req: Request) -> tuple[Optional[httpx.Response], Optional[BaseException]]:
         try:
-            return await self._http.request(req.method, req.path, json=req.body, headers=req.headers), None
+            return await self._http.request(req.method, req.path, content=req.content, headers=req.headers), None
         except TRANSPORT_ERRORS as exc:
             return None, exc
 

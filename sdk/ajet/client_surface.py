@@ -12,8 +12,17 @@ import logging
 import sys
 from typing import Any, Optional, TextIO, Union
 
-from ajet.client_base import BeginWait, Body, ClientSettings, H, StoreWait, TransportBackoff, error_from_response
-from ajet.client_steps import TRANSPORT_ERRORS, Op, Request, Sleep, operation
+from ajet.client_base import (
+    BeginWait,
+    Body,
+    ClientSettings,
+    H,
+    StoreWait,
+    TransportBackoff,
+    error_from_response,
+    wire_body,
+)
+from ajet.client_steps import TRANSPORT_ERRORS, Op, Sleep, json_request, operation
 from ajet.errors import AjetError, NotReady, StoreUnavailable, SwarmConnectionError, SwarmError
 from ajet.job import AgentJetJob
 from ajet.kept_rewards import KeptEnd, Outcome, outcome_of, report
@@ -21,6 +30,7 @@ from ajet.rescore_types import EpisodeSelection, RewardVersionInfo, RewardVersio
 from ajet.rescoring import RewardFunction, scores_request, version_request
 from ajet.stat_types import EpisodeDetail, RolloutStat, StepInfo, StepsPage
 from ajet.types import (
+    AutoSyncRequest,
     BatchMode,
     EpisodeContinuation,
     EpisodeResult,
@@ -30,6 +40,7 @@ from ajet.types import (
     OkResponse,
     OpenaiBaseUrlAndApiKey,
     SwarmExperiment,
+    SyncTrainConfigRequest,
     Task,
     WorkflowOutput,
 )
@@ -55,7 +66,7 @@ class SwarmSurface(ClientSettings[H]):
         backoff = TransportBackoff(f"{self.server_url}/swarm/{route}", self.max_retries)
         while True:
             try:
-                resp = yield Request(method, f"/swarm/{route}", body, self._experiment_headers())
+                resp = yield json_request(method, f"/swarm/{route}", body, self._experiment_headers())
             except TRANSPORT_ERRORS as exc:
                 yield Sleep(backoff.next(exc))
                 continue
@@ -68,7 +79,8 @@ class SwarmSurface(ClientSettings[H]):
     def sync_train_config(self, job: AgentJetJob) -> Op[ExperimentState]:
         """Send the job to the proxy (only while OFFLINE); its experiment is this client's from then on (a new name
         beside a running experiment: an experiment of its own, docs/experiments.md)."""
-        state = self._synced((yield from self._call("POST", "sync_train_config", {"job": job.to_wire()})))
+        body = wire_body(SyncTrainConfigRequest, job=job.model_dump())
+        state = self._synced((yield from self._call("POST", "sync_train_config", body)))
         self._name_experiment(job)
         return state
 
@@ -99,7 +111,7 @@ class SwarmSurface(ClientSettings[H]):
         """Sync and start the job's experiment if OFFLINE (a new name beside a running experiment: an experiment of
         its own); join it if it runs this job (or restart it with `force_restart`); `JobConflict` (409, naming the
         fields) when it runs another job, or when the job cannot run beside the swarm's experiments."""
-        body = {"job": job.to_wire(), "force_restart": force_restart}
+        body = wire_body(AutoSyncRequest, job=job.model_dump(), force_restart=force_restart)
         state = self._synced((yield from self._call("POST", "auto_sync_train_config_and_start_engine", body)))
         self._name_experiment(job)
         if self.verbose:
@@ -174,7 +186,7 @@ class SwarmSurface(ClientSettings[H]):
     def _send_kept(self, end: KeptEnd) -> Op[None]:
         """One try of a kept request (no retries: the next begin or end tries again)."""
         try:
-            resp = yield Request("POST", "/swarm/end_episode", end.body, self._kept_headers(end))
+            resp = yield json_request("POST", "/swarm/end_episode", end.body, self._kept_headers(end))
         except TRANSPORT_ERRORS as exc:
             raise SwarmConnectionError(f"{self.server_url}/swarm/end_episode: {exc!r}") from exc
         if resp.status_code >= 400:

@@ -5,6 +5,7 @@ others), and what an episode uuid can be."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Optional
 
 from pydantic import Field
@@ -36,10 +37,13 @@ def unstorable(value: Any, path: str, keys_only: bool = False) -> Optional[str]:
     return None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _lone_surrogate(text: str) -> bool:
     """Whether `text` holds a UTF-16 surrogate code point (JSON's `"\\ud800"` unpaired): no UTF-8 text can hold it,
     and a dict key holding one would be rewritten (as U+FFFD) by validation, so it is refused instead."""
-    return any("\ud800" <= c <= "\udfff" for c in text)
+    return _SURROGATE.search(text) is not None
 
 
 def check_storable(value: Any, path: str) -> Any:
