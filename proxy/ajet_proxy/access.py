@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
-import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +36,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-ALL_INTERFACES = ("0.0.0.0", "::")
-
-
-def client_url(host: str, port: int) -> str:
-    """The URL other machines' clients use for a server listening on `host`:`port` (the machine's name when it
-    listens on all interfaces)."""
-    return f"http://{socket.gethostname() if host in ALL_INTERFACES else host}:{port}"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from ajet_core.flags import add_config_option, add_log_level_option, apply_defau
 from ajet_core.options import add_options, options_from_args
 from ajet_core.runtime import apply_offline_env, listening_socket, run_cli
 from ajet_proxy import store_commands
-from ajet_proxy.access import access_lines, client_url, resolve_access
+from ajet_proxy.access import access_lines, resolve_access
+from ajet_proxy.addresses import first_client_url
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.rescore import add_rescore_arguments
 from ajet_store.connect import STORE_KEYS, StoreOptions, add_store_options
@@ -59,7 +60,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     access = resolve_access(args.host, args.swarm_token, args.open, args.swarm_token_file)
     args.swarm_token = access.token
-    for line in access_lines(access, client_url(args.host, args.port)):
+    for line in access_lines(access, first_client_url(args.host, args.port)):
         print(line.replace("ajet-swarm:", "ajet-proxy:"), flush=True)
     if access.open_beyond_loopback:
         logging.getLogger("ajet_proxy").warning(

@@ -26,7 +26,8 @@ from ajet_core.flags import (
     to_argv,
 )
 from ajet_core.runtime import listening_socket, offline_env, run_cli
-from ajet_proxy.access import ALL_INTERFACES, access_lines, client_url, resolve_access
+from ajet_proxy.access import access_lines, resolve_access
+from ajet_proxy.addresses import ALL_INTERFACES, first_client_url, where_line
 from ajet_proxy.cli import (
     add_monitor_arguments,
     add_proxy_options,
@@ -78,8 +79,8 @@ def banner(host: str, port: int, token: bool, store: str) -> str:
     control API is protected (the proxy itself warns once when it is not)."""
     if host in ALL_INTERFACES:
         where = (
-            f"ajet-swarm: listening on all interfaces, port {port}: other machines use "
-            f"{client_url(host, port)} (this one: http://127.0.0.1:{port})"
+            f"ajet-swarm: listening on all interfaces, port {port}: {where_line(host, port)} "
+            f"(this one: http://127.0.0.1:{port})"
         )
     else:
         where = f"ajet-swarm: listening on http://{host}:{port} only"
@@ -116,7 +117,7 @@ def run_swarm(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     print(banner(args.host, args.port, bool(args.swarm_token), redact_url(args.db)), flush=True)
-    for line in access_lines(access, client_url(args.host, args.port)):
+    for line in access_lines(access, first_client_url(args.host, args.port)):
         print(line, flush=True)
     while not stopping.is_set() and all(p.poll() is None for p in procs):
         stopping.wait(0.5)
