@@ -4,7 +4,9 @@ each step's adapter into both, and the swarm keeps going when one vLLM engine is
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 
 import httpx
 import psutil
@@ -34,6 +36,12 @@ JOB = dict(
 
 def served(base_url: str) -> set[str]:
     return {m["id"] for m in httpx.get(base_url + "/models").json()["data"]}
+
+
+def ipc_folders(exp_dir: Path) -> dict[str, Path]:
+    """The folder of IPC sockets of each vLLM server the trainer runs for the experiment, by its record's name."""
+    records = {p.stem: json.loads(p.read_text()) for p in exp_dir.rglob("vllm-*.pid")}
+    return {name: Path(r["ipc_dir"]) for name, r in records.items() if r.get("ipc_dir")}
 
 
 def kill_replica(port: int) -> None:
@@ -66,7 +74,10 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         used = {c.engine for e in store.episodes() for c in store.calls(e.uuid)}
         assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both vLLM engines"
 
-        kill_replica(int(deps[1].base_url.rsplit(":", 1)[1].split("/")[0]))
+        folders = ipc_folders(sw.exp_dir)  # issue 65: vLLM's sockets in a folder of each server's, not in /tmp
+        assert len(folders) == 2 and all(any(f.iterdir()) for f in folders.values()), folders
+        killed = int(deps[1].base_url.rsplit(":", 1)[1].split("/")[0])
+        kill_replica(killed)
         play_batch(client, 2)  # every episode completes: the proxy fails over to vllm-0
         wait_step(client, 3, sw, timeout=180)
         play_batch(client, 3)
@@ -80,6 +91,8 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         }  # steps 1 and 2's unloaded
         log = sw.trainer.log_tail(10**6)
         assert "vLLM engine vllm-1 exited" in log
+        gone = [folder for name, folder in folders.items() if name not in ipc_folders(sw.exp_dir)]
+        assert len(gone) == 1 and not gone[0].exists()  # the killed server's sockets went with its records
         assert "sleep mode needs CUDA" in log  # asked for on CPU: said, and vLLM stays awake
 
         calls = sorted((c for e in store.episodes() for c in store.calls(e.uuid)), key=lambda c: c.policy_version)

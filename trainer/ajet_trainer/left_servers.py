@@ -14,12 +14,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 logger = logging.getLogger(__name__)
+
+IPC_PREFIX = "ajet-vllm-ipc-"
+"""The name each server's folder of IPC sockets starts with (`ipc_folder`); only such a folder is ever removed."""
+
+
+def ipc_folder() -> Path:
+    """A fresh folder for one server's IPC sockets (vLLM's `VLLM_RPC_BASE_PATH`), in the machine's temp folder."""
+    return Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
 
 
 def records_root() -> Path:
@@ -27,18 +37,32 @@ def records_root() -> Path:
     return Path(os.environ.get("AJET_SERVER_RECORDS", Path.home() / ".cache" / "agentjet" / "servers"))
 
 
-def record(pid: int, cmd: list[str], pid_path: Path) -> None:
-    """Record a server this trainer launched: beside its log, and in the machine's record folder."""
-    pid_path.write_text(json.dumps({"pid": pid, "cmd": cmd}))
+def record(pid: int, cmd: list[str], pid_path: Path, ipc_dir: Optional[Path] = None) -> None:
+    """Record a server this trainer launched: beside its log, and in the machine's record folder (`ipc_dir`: the
+    folder of its IPC sockets, removed with the records)."""
+    ipc = None if ipc_dir is None else str(ipc_dir)
+    pid_path.write_text(json.dumps({"pid": pid, "cmd": cmd, "ipc_dir": ipc}))
     root = records_root()
     root.mkdir(parents=True, exist_ok=True)
-    (root / f"{pid}.json").write_text(json.dumps({"pid": pid, "cmd": cmd, "trainer_pid": os.getpid()}))
+    (root / f"{pid}.json").write_text(json.dumps({"pid": pid, "cmd": cmd, "trainer_pid": os.getpid(), "ipc_dir": ipc}))
 
 
 def forget(pid: int, pid_path: Path) -> None:
-    """Drop both records of a server that stopped."""
-    pid_path.unlink(missing_ok=True)
-    (records_root() / f"{pid}.json").unlink(missing_ok=True)
+    """Drop both records of a server that stopped, and the folder of its IPC sockets (vLLM leaves them behind when
+    it is killed: `/tmp` once held 1,430 of them)."""
+    for path in (pid_path, records_root() / f"{pid}.json"):
+        _drop(path)
+
+
+def _drop(path: Path) -> None:
+    """Remove one record and the IPC folder it names."""
+    try:
+        ipc = json.loads(path.read_text()).get("ipc_dir")
+    except (OSError, ValueError, AttributeError):
+        ipc = None
+    if isinstance(ipc, str) and Path(ipc).name.startswith(IPC_PREFIX):  # only a folder a launch made
+        shutil.rmtree(ipc, ignore_errors=True)
+    path.unlink(missing_ok=True)
 
 
 def end_left_servers(exp_dir: Path) -> None:
@@ -68,11 +92,11 @@ def end_orphaned_servers() -> int:
             continue
         pid, cmd, trainer = found
         if _cmdline(pid) != cmd:  # stopped (or the pid runs something else now): only the record is left
-            path.unlink(missing_ok=True)
+            _drop(path)
         elif trainer is not None and trainer != os.getpid() and _cmdline(trainer) is None:
             logger.warning("ending the vLLM server %d its trainer %d left running", pid, trainer)
             _end_group(pid, cmd)
-            path.unlink(missing_ok=True)
+            _drop(path)
             ended += 1
     return ended
 

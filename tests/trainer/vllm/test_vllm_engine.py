@@ -366,6 +366,7 @@ def test_a_vllm_server_a_killed_trainer_left_running_is_ended_at_the_next_start(
     trainer.wait(10)
     left = json.loads((tmp_path / "vllm-0.pid").read_text())
     assert Path(f"/proc/{left['pid']}/cmdline").read_bytes().split(b"\0")[:-1] == [c.encode() for c in left["cmd"]]
+    assert Path(left["ipc_dir"]).is_dir()  # the folder of its IPC sockets, named in its record
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a live pid, another command
     own = VllmServer(
         model_path, VllmSettings(command=tuple(STAND_IN.split()), health_timeout_s=60), tmp_path / "vllm-1.log"
@@ -382,10 +383,12 @@ def test_a_vllm_server_a_killed_trainer_left_running_is_ended_at_the_next_start(
         assert httpx.get(own.base + "/health").status_code == 200
         assert not (tmp_path / "vllm-0.pid").exists() and not (tmp_path / "vllm-2.pid").exists()
         assert (tmp_path / "vllm-1.pid").exists()  # the record of this trainer's own server stays
+        assert not Path(left["ipc_dir"]).exists() and own.ipc_dir is not None and own.ipc_dir.is_dir()
     finally:
         other.kill()
         own.stop()
     assert not (tmp_path / "vllm-1.pid").exists()  # a stopped server's record goes with it
+    assert own.ipc_dir is not None and not own.ipc_dir.exists()  # and the folder of its IPC sockets
 
 
 def test_a_server_any_killed_trainer_left_is_ended_by_the_next_trainer_of_any_experiment(tmp_path, monkeypatch):
@@ -402,15 +405,17 @@ def test_a_server_any_killed_trainer_left_is_ended_by_the_next_trainer_of_any_ex
     assert trainer.stdout is not None and trainer.stdout.readline() == "up\n"
     trainer.kill()
     trainer.wait(10)
-    left = json.loads((folder / "vllm-0.pid").read_text())["pid"]
+    record = json.loads((folder / "vllm-0.pid").read_text())
+    left, ipc = record["pid"], Path(record["ipc_dir"])
     own = VllmServer(
         model_path, VllmSettings(command=tuple(STAND_IN.split()), health_timeout_s=60), tmp_path / "b" / "vllm-0.log"
     )
     try:
         own.start()  # a server of a live trainer (this process)
         assert sorted(p.name for p in records.iterdir()) == sorted([f"{left}.json", f"{own.proc.pid}.json"])
-        assert end_orphaned_servers() == 1
+        assert ipc.is_dir() and end_orphaned_servers() == 1
         assert not Path(f"/proc/{left}/cmdline").exists() or not Path(f"/proc/{left}/cmdline").read_bytes()
+        assert not ipc.exists()  # the orphan's IPC sockets went with it
         assert [p.name for p in records.iterdir()] == [f"{own.proc.pid}.json"] and own.proc.poll() is None
     finally:
         own.stop()

@@ -61,6 +61,7 @@ class Launch:
                         )
                     left = len(self.by_name) - 1
                     logger.error("vLLM engine %s exited with %s; %d engine(s) left", name, e.proc.returncode, left)
+                    e.stop()  # its records and the folder of its IPC sockets go with it
                     del self.by_name[name]
                     dropped = True
             return dropped

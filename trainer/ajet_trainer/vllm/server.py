@@ -20,6 +20,7 @@ With sleep mode (CUDA only: vLLM sharing the GPU with training) vLLM sleeps duri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -224,6 +225,8 @@ class VllmServer:
         """What the server's weights are served as: the base's name, or with partial rollouts `LIVE_ADAPTER` (the
         adapters of steps are an experiment's own: `adapters.ServedAdapters`)."""
         self._http = httpx.Client(timeout=600)
+        self.ipc_dir: Optional[Path] = None
+        """The folder of its IPC sockets (`left_servers.ipc_folder`), once launched."""
 
     @property
     def base_url(self) -> str:
@@ -248,10 +251,12 @@ class VllmServer:
         env = launch_env(self.settings.host)
         if self.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.devices
+        self.ipc_dir = left_servers.ipc_folder()
+        env["VLLM_RPC_BASE_PATH"] = str(self.ipc_dir)  # its ZMQ sockets: removed with the server's records
         logger.info("launching %s (devices %s)", shlex.join(cmd), self.devices or "inherited")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, **OWN_GROUP)
-        left_servers.record(self.proc.pid, cmd, self.pid_path)
+        left_servers.record(self.proc.pid, cmd, self.pid_path, self.ipc_dir)
         self.started_at = time.monotonic()
 
     def wait_ready(self) -> str:
@@ -346,6 +351,8 @@ class VllmServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # engine processes a killed server left in its group
             left_servers.forget(self.proc.pid, self.pid_path)
         self._http.close()
 
