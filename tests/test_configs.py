@@ -183,3 +183,10 @@ def test_the_trainer_reads_a_config_file(tmp_path):
         flags.parse_with_config(parser, ["start", "--config", str(cfg), "--nnodes", "4"])
     )
     assert (opts.backend, opts.nnodes) == ("verl", 4)
+
+
+def test_a_heartbeat_slower_than_half_the_silence_bound_is_refused():
+    """A trainer beating every `heartbeat_s` looks silent to a store whose `trainer_timeout_s` is not well above it."""
+    with pytest.raises(ConfigError, match="heartbeat_s 20 must be positive and at most half of trainer_timeout_s 30"):
+        TrainerOptions.from_config(heartbeat_s=20.0, trainer_timeout_s=30.0)
+    assert TrainerOptions.from_config().heartbeat_s * 2 <= TrainerOptions.from_config().trainer_timeout_s

@@ -79,6 +79,11 @@ DEFAULT_FILE_MODE = int(str(shipped("proxy.yaml")["db_mode"]), 8)
 owner's only."""
 
 
+DEFAULT_TRAINER_TIMEOUT_S = float(str(shipped("proxy.yaml")["trainer_timeout_s"]))
+"""How long a trainer may be silent before a store opened without saying takes it for gone (`trainer_timeout_s` of
+`configs/proxy.yaml`)."""
+
+
 class FileMode(int):
     """File permissions written in octal (`600`), as `--db-mode` takes them and as `str()` gives them back."""
 
@@ -97,9 +102,12 @@ class StoreOptions:
     """SQLAlchemy URL of the store (environment: AJET_DB)."""
     db_mode: int = option(parse=FileMode)
     """Octal permissions of a new SQLite store file (600: the owner only, as it holds every prompt)."""
+    trainer_timeout_s: float = option()
+    """How long a trainer may write no heartbeat before the store takes it for gone: begins are refused
+    (TrainerUnresponsive), calls waiting on its engines fail, and another trainer may take its hold over."""
 
 
-STORE_KEYS = ("db", "db_mode")
+STORE_KEYS = ("db", "db_mode", "trainer_timeout_s")
 """The keys of `StoreOptions`: a command that declares them with `add_store_options` skips them elsewhere."""
 
 

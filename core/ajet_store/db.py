@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from ajet.types import BatchMode, ExperimentState
 from ajet_store import migrate
 from ajet_store import tables as t
-from ajet_store.connect import DEFAULT_FILE_MODE, connect_database, redact_url
+from ajet_store.connect import DEFAULT_FILE_MODE, DEFAULT_TRAINER_TIMEOUT_S, connect_database, redact_url
 from ajet_store.errors import StoreRefusedValue, StoreUnavailable, StoreWriteFailed
 
 _Self = TypeVar("_Self", bound="Database")
@@ -62,8 +62,12 @@ CREATE_LOCK = 0x616A6574
 class Database:
     """Connections and schema of one store; the store's concerns subclass it."""
 
-    def __init__(self, url: str, file_mode: int = DEFAULT_FILE_MODE):
+    def __init__(
+        self, url: str, file_mode: int = DEFAULT_FILE_MODE, trainer_timeout_s: float = DEFAULT_TRAINER_TIMEOUT_S
+    ):
         self.url = url
+        self.trainer_timeout_s = trainer_timeout_s
+        """How long a trainer may be silent before this store takes it for gone (`StoreOptions.trainer_timeout_s`)."""
         self.conflicts_retried = 0
         """Transactions PostgreSQL rolled back for a conflict and this process ran again (`retried`)."""
         try:

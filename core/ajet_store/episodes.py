@@ -14,6 +14,7 @@ from ajet.types import EpisodeStatus, ExperimentState
 from ajet_core.records import carried
 from ajet_store import counters, rows
 from ajet_store import tables as t
+from ajet_store.connect import DEFAULT_TRAINER_TIMEOUT_S
 from ajet_store.db import Database, retried
 from ajet_store.types import (
     BeginEpisode,
@@ -47,20 +48,21 @@ _CALL_NUMBERS = sa.select(sa.func.count(sa.distinct(t.llm_calls.c.seq)), sa.func
     t.llm_calls.c.episode_uuid == sa.bindparam("b_uuid")
 )
 
-TRAINER_TIMEOUT_S = 30.0
-"""A trainer silent for longer than this is taken for dead: no new episodes until it is back."""
+TRAINER_TIMEOUT_S = DEFAULT_TRAINER_TIMEOUT_S
+"""The shipped `trainer_timeout_s`: a trainer silent for longer than this is taken for dead (a store's own is
+`Store.trainer_timeout_s`)."""
 
 
-def trainer_silence(exp: ExperimentRow, now: float) -> Optional[float]:
-    """The trainer's heartbeat age where it makes begins wait (ROLLING, older than `TRAINER_TIMEOUT_S`), else
-    None (a store no trainer ever beat in is not checked)."""
+def trainer_silence(exp: ExperimentRow, now: float, timeout_s: float) -> Optional[float]:
+    """The trainer's heartbeat age where it makes begins wait (ROLLING, older than `timeout_s`), else None (a store
+    no trainer ever beat in is not checked)."""
     if exp.state != ExperimentState.ROLLING or exp.trainer_heartbeat is None:
         return None
     age = now - exp.trainer_heartbeat
-    return age if age > TRAINER_TIMEOUT_S else None
+    return age if age > timeout_s else None
 
 
-def refuse_if_silent(exp: ExperimentRow, now: float, also: str = "") -> None:
+def refuse_if_silent(exp: ExperimentRow, now: float, timeout_s: float, also: str = "") -> None:
     """`TrainerStopped` when the trainer stopped cleanly, `TrainerUnresponsive` when `trainer_silence` says it is
     silent (`also`: what else the caller saw)."""
     if exp.trainer_stopped_at is not None:
@@ -69,7 +71,7 @@ def refuse_if_silent(exp: ExperimentRow, now: float, also: str = "") -> None:
             "an error it logged); start it again (ajet-trainer start, or ajet-swarm start) for episodes to begin",
             state=exp.state.value,
         )
-    silent = trainer_silence(exp, now)
+    silent = trainer_silence(exp, now, timeout_s)
     if silent is not None:
         raise TrainerUnresponsive(
             f"no trainer heartbeat for {silent:.0f}s{also}: the trainer is down or restarting",
@@ -101,6 +103,7 @@ class EpisodeOps(Database):
                 now,
                 BeginEpisode(uuid, key_hash, client_id, episode_type, timeout_s, mission),
                 tally,
+                self.trainer_timeout_s,
             )
             tally.write(c, now)
             return row
@@ -136,7 +139,7 @@ class EpisodeOps(Database):
                 try:
                     if isinstance(change, BeginEpisode):
                         exp = exp or rows.shared_experiment(c)  # held: no state change between check and commit
-                        out.append(_begin(c, exp, now, change, tally))
+                        out.append(_begin(c, exp, now, change, tally, self.trainer_timeout_s))
                     else:
                         out.append(_end(c, now, change, tally)[0])
                 except SwarmError as exc:
@@ -270,7 +273,9 @@ def _admit(c: sa.Connection, exp: ExperimentRow) -> None:
         )
 
 
-def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, tally: _Tally) -> EpisodeRow:
+def _begin(
+    c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, tally: _Tally, timeout_s: float
+) -> EpisodeRow:
     """Insert an open episode in the caller's transaction (`NotReady`, before any write, unless ROLLING with a
     live trainer). A retried begin whose episode exists already is answered with it (`_rekey`)."""
     if b.retryable:
@@ -279,7 +284,7 @@ def _begin(c: sa.Connection, exp: ExperimentRow, now: float, b: BeginEpisode, ta
             return _rekey(c, known, b, now)
     if exp.state != ExperimentState.ROLLING:
         raise NotReady(f"episodes begin only in ROLLING; the experiment is {exp.state.value}", state=exp.state.value)
-    refuse_if_silent(exp, now)
+    refuse_if_silent(exp, now, timeout_s)
     _admit(c, exp)
     c.execute(
         _INSERT_EPISODE,

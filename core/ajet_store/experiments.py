@@ -15,7 +15,6 @@ from ajet.types import BatchMode, EpisodeStatus, ExperimentState
 from ajet_store import counters, rows
 from ajet_store import tables as t
 from ajet_store.db import Database, retried
-from ajet_store.episodes import TRAINER_TIMEOUT_S
 from ajet_store.errors import TrainerHolds
 from ajet_store.types import ExperimentRow
 
@@ -74,18 +73,18 @@ class ExperimentOps(Database):
     @retried
     def claim_trainer(self, pid: int, alive: Callable[[int], bool], alone: Optional[str] = None) -> None:
         """Hold the store for the trainer `pid` of this host: `TrainerHolds` naming the holder when another trainer
-        beat within `TRAINER_TIMEOUT_S` and is not a process of this host that is gone (`alive`: a pid check).
-        `alone`: why this trainer trains one experiment only (None: it can train several)."""
+        beat within the store's `trainer_timeout_s` and is not a process of this host that is gone (`alive`: a pid
+        check). `alone`: why this trainer trains one experiment only (None: it can train several)."""
         host = socket.gethostname()
         with self._tx() as c:
             cur = rows.locked_experiment(c)
             age = None if cur.trainer_heartbeat is None else time.time() - cur.trainer_heartbeat
             mine = cur.trainer_host == host and cur.trainer_pid == pid
             gone = cur.trainer_host == host and cur.trainer_pid is not None and not alive(cur.trainer_pid)
-            if cur.trainer_pid is not None and age is not None and age < TRAINER_TIMEOUT_S and not (mine or gone):
+            if cur.trainer_pid is not None and age is not None and age < self.trainer_timeout_s and not (mine or gone):
                 raise TrainerHolds(
                     f"another trainer holds this store: host {cur.trainer_host}, pid {cur.trainer_pid}, heartbeat "
-                    f"{age:.0f}s ago; stop it first (or start this one {TRAINER_TIMEOUT_S:.0f}s after it stopped)"
+                    f"{age:.0f}s ago; stop it first (or start this one {self.trainer_timeout_s:.0f}s after it stopped)"
                 )
             now = time.time()
             c.execute(

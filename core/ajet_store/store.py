@@ -98,7 +98,8 @@ class Catalog:
         beside it, with the first's file permissions (the caller's to close)."""
         if slug == DEFAULT_SLUG:
             return self.first
-        return Store(experiment_url(self.first.url, slug), file_mode_of(self.first.url))
+        url = experiment_url(self.first.url, slug)
+        return Store(url, file_mode_of(self.first.url), self.first.trainer_timeout_s)
 
     def add(self, name: str) -> Store:
         """The store of experiment `name`: listed, and made, on first use."""

@@ -137,7 +137,7 @@ def _store_options(
     """`--db` (and its defaults) on the commands that read a store; `--experiment` on those that read one
     experiment's."""
     for p in reading:
-        add_options(p, StoreOptions, skip=("db_mode",))
+        add_options(p, StoreOptions, skip=("db_mode", "trainer_timeout_s"))
         apply_defaults(p, "proxy.yaml")
     for p in per_experiment:
         p.add_argument("--experiment", help="project/experiment: one of the swarm's experiments (default: its first)")

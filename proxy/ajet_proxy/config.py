@@ -61,7 +61,7 @@ class ProxyConfig(StoreOptions):
     more than one worker)."""
     engine_timeout_s: float = option()
     """How long one call may wait for its engine (a hung engine with a live trainer; a call whose trainer falls
-    silent fails sooner, within 30 s: `TRAINER_TIMEOUT_S`)."""
+    silent fails sooner, within `trainer_timeout_s`)."""
     allow_absolute_experiment_dir: bool = option()
     """Let a client's job name an absolute `experiment_dir` on the training box; else `sync_train_config` refuses it
     with a 422 naming `job.experiment_dir`, so a job's folders stay under the trainer's `experiments/`."""

@@ -89,7 +89,8 @@ def _ok(s: ExperimentHost) -> OkResponse:
 @router.get("/get_engine_status", response_model=ExperimentStatus)
 def get_experiment_status(request: Request) -> ExperimentStatus:
     """State, step, policy version."""
-    return experiment_status(host_of(request).refresh_experiment(), time.time())
+    host = host_of(request)
+    return experiment_status(host.refresh_experiment(), time.time(), host.store.trainer_timeout_s)
 
 
 @router.post("/set_batch_mode", response_model=OkResponse)
@@ -113,7 +114,7 @@ async def begin_episode(body: BeginEpisodeRequest, request: Request) -> BeginEpi
         await s.in_episode_thread(s.refresh_experiment)
         if not s.router.engines:
             # a stopped trainer's engine is gone too: say it is silent, which the SDK bounds (trainer_max_silence)
-            refuse_if_silent(s.experiment, time.time(), also=" and no engine registered")
+            refuse_if_silent(s.experiment, time.time(), s.store.trainer_timeout_s, also=" and no engine registered")
             raise NotReady(
                 "no engine is registered (the trainer is starting, or down); retry",
                 state=s.experiment.state.value,
@@ -272,6 +273,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
         st.clients(),
         st.steps(last=50),
         time.time(),
+        st.trainer_timeout_s,
         st.missions(),
     )
 

@@ -28,7 +28,6 @@ from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.route_context import host_of, proxy_of
 from ajet_proxy.stats import experiment_status, template_verdict
-from ajet_store import TRAINER_TIMEOUT_S
 from ajet_store.placement import DEFAULT_SLUG
 
 router = APIRouter(prefix="/swarm", tags=["control"], responses=CONTROL_ERRORS)
@@ -74,7 +73,7 @@ async def _synced(s: ExperimentHost) -> OkResponse:
     while True:
         row = await asyncio.to_thread(s.refresh_experiment)
         verdict = template_verdict(row)
-        beats = row.trainer_heartbeat is not None and time.time() - row.trainer_heartbeat < TRAINER_TIMEOUT_S
+        beats = row.trainer_heartbeat is not None and time.time() - row.trainer_heartbeat < s.store.trainer_timeout_s
         if verdict is not None or not beats or time.monotonic() >= deadline:
             return OkResponse(state=row.state, template=verdict)
         await asyncio.sleep(0.1)
@@ -156,5 +155,12 @@ def _listed(hosts: list[ExperimentHost]) -> ExperimentList:
         row = host.refresh_experiment()
         name = None if row.job is None else experiment_of(row.job)
         default = host.slug == DEFAULT_SLUG
-        out.append(SwarmExperiment(name=name, slug=host.slug, default=default, status=experiment_status(row, now)))
+        out.append(
+            SwarmExperiment(
+                name=name,
+                slug=host.slug,
+                default=default,
+                status=experiment_status(row, now, host.store.trainer_timeout_s),
+            )
+        )
     return ExperimentList(experiments=sorted(out, key=lambda e: (not e.default, e.name or "")))

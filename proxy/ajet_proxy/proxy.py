@@ -30,7 +30,7 @@ from ajet_proxy.call_gate import proxy_share
 from ajet_proxy.config import ProxyConfig
 from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode
-from ajet_store import TRAINER_TIMEOUT_S, Catalog, Store
+from ajet_store import Catalog, Store
 from ajet_store.placement import DEFAULT_SLUG, slug_for
 from ajet_store.types import ExperimentRow
 
@@ -44,7 +44,7 @@ class Proxy:
 
     def __init__(self, config: ProxyConfig):
         self.config = config
-        self.catalog = Catalog(Store(config.db_url, config.db_mode))
+        self.catalog = Catalog(Store(config.db_url, config.db_mode, config.trainer_timeout_s))
         self.hosts: dict[str, ExperimentHost] = {
             DEFAULT_SLUG: ExperimentHost(DEFAULT_SLUG, self.catalog.open(DEFAULT_SLUG), config)
         }
@@ -113,7 +113,7 @@ class Proxy:
             return self.hosts[slug]
         if row.job is None or row.state == ExperimentState.OFFLINE:
             return default
-        conflict = beside_conflict(row.job, job, trainer_alone(row))
+        conflict = beside_conflict(row.job, job, trainer_alone(row, self.catalog.first.trainer_timeout_s))
         if conflict is not None and replace:
             return default
         if conflict is not None:
@@ -230,8 +230,8 @@ class Proxy:
                 logger.exception("housekeeping failed")
 
 
-def trainer_alone(row: ExperimentRow) -> Optional[str]:
+def trainer_alone(row: ExperimentRow, timeout_s: float) -> Optional[str]:
     """Why the trainer holding the first store trains one experiment only, while it is alive (its heartbeat within
-    `TRAINER_TIMEOUT_S`); None when it trains several, or no trainer is there (one that comes refuses at boot)."""
+    `timeout_s`); None when it trains several, or no trainer is there (one that comes refuses at boot)."""
     beat = row.trainer_heartbeat
-    return row.trainer_alone if beat is not None and time.time() - beat < TRAINER_TIMEOUT_S else None
+    return row.trainer_alone if beat is not None and time.time() - beat < timeout_s else None

@@ -28,7 +28,7 @@ _DEFAULT_JOB = AgentJetJob()
 """Whose batch shape the statistics show before the first sync."""
 
 
-def experiment_status(row: ExperimentRow, now: float) -> ExperimentStatus:
+def experiment_status(row: ExperimentRow, now: float, timeout_s: float) -> ExperimentStatus:
     """The experiment's row as the wire type."""
     return ExperimentStatus(
         state=row.state,
@@ -42,7 +42,8 @@ def experiment_status(row: ExperimentRow, now: float) -> ExperimentStatus:
         boot_failed=row.boot_failed,
         updating=row.updating_since is not None,
         updating_seconds=None if row.updating_since is None else max(0.0, now - row.updating_since),
-        trainer_silent_s=trainer_silence(row, now),
+        trainer_silent_s=trainer_silence(row, now, timeout_s),
+        trainer_timeout_s=timeout_s,
         trainer_stopped_s=None if row.trainer_stopped_at is None else max(0.0, now - row.trainer_stopped_at),
         template=template_verdict(row),
     )
@@ -93,9 +94,10 @@ def build_rollout_stat(
     clients: Sequence[dict[str, Any]],
     steps: Sequence[StepInfo],
     now: float,
+    timeout_s: float,
     missions: Sequence[dict[str, Any]] = (),
 ) -> RolloutStat:
-    """Everything `get_rollout_stat` answers."""
+    """Everything `get_rollout_stat` answers (`timeout_s`: the store's `trainer_timeout_s`)."""
     batch_size, num_repeat = batch_shape(row)
     caps = mission_caps(row)
     open_eps = [
@@ -121,7 +123,7 @@ def build_rollout_stat(
         for c in clients
     ]
     return RolloutStat(
-        experiment=experiment_status(row, now),
+        experiment=experiment_status(row, now, timeout_s),
         batch_mode=row.batch_mode,
         batch_size=batch_size,
         num_repeat=num_repeat,

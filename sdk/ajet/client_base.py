@@ -64,7 +64,7 @@ class ClientSettings(Generic[H]):
         timeout: float = 60.0,
         max_retries: int = 5,
         begin_episode_max_wait: float = 3600.0,
-        trainer_max_silence: float = 120.0,
+        trainer_max_silence: Optional[float] = None,
         store_max_wait: float = 60.0,
         client_id: Optional[str] = None,
         mission: Optional[str] = None,
@@ -81,8 +81,9 @@ class ClientSettings(Generic[H]):
         self.begin_episode_max_wait = begin_episode_max_wait
         """Seconds `begin_episode` waits (with backoff) while the swarm cannot take an episode (`NotReady`)."""
         self.trainer_max_silence = trainer_max_silence
-        """Seconds `begin_episode` waits for a trainer that writes no heartbeat (`TrainerUnresponsive`) before it
-        raises; a restarting trainer is back well within it."""
+        """Seconds `begin_episode` waits, beyond the swarm's own bound, for a trainer that writes no heartbeat
+        (`TrainerUnresponsive`) before it raises. None: the swarm's bound (its `trainer_timeout_s`, a setting of the
+        proxy) is the wait: the first `TrainerUnresponsive` is raised, the trainer having been silent that long."""
         self.store_max_wait = store_max_wait
         """Seconds a call is retried while the server's store takes no writes (`StoreUnavailable`: a full
         disk, a database down); nothing of a refused call was committed, so the retry is safe."""
@@ -271,7 +272,7 @@ class BeginWait:
     `max_open_episodes` reached: `SwarmTimeout` past `max_wait`), and while the trainer is silent
     (`TrainerUnresponsive` past `max_silence`)."""
 
-    def __init__(self, max_wait: float, max_silence: float):
+    def __init__(self, max_wait: float, max_silence: Optional[float]):
         self.max_wait, self.max_silence = max_wait, max_silence
         self.deadline, self.delay = time.monotonic() + max_wait, 0.2
         self.silent_since: Optional[float] = None
@@ -287,10 +288,13 @@ class BeginWait:
         return delay
 
     def _silence(self, exc: NotReady) -> None:
-        """A silent trainer is waited for at most `max_silence` seconds, since waiting on a dead one never ends."""
+        """A silent trainer is waited for at most `max_silence` seconds more (None: not at all beyond the swarm's
+        bound), since waiting on a dead one never ends."""
         if not isinstance(exc, TrainerUnresponsive):
             self.silent_since = None
             return
+        if self.max_silence is None:  # the swarm waited its own bound (`trainer_timeout_s`) before saying so
+            raise exc
         now = time.monotonic()
         if self.silent_since is None:
             self.silent_since = now

@@ -135,7 +135,8 @@ class SwarmSurface(ClientSettings[H]):
         self, discard_episode_timeout: float = 240, episode_type: str = "train", mission: Optional[str] = None
     ) -> Op[tuple[str, OpenaiBaseUrlAndApiKey]]:
         """Open an episode; waits with backoff (bounded by `begin_episode_max_wait`) while not ROLLING, and at
-        most `trainer_max_silence` seconds for a trainer that has stopped beating.
+        most the swarm's `trainer_timeout_s` (and `trainer_max_silence` more, when set) for a trainer that has stopped
+        beating.
 
         `mission` (default: the client's) labels the episode's dataset + reward in the statistics.
         """

@@ -165,9 +165,9 @@ class EngineUnavailable(NotReady):
 
 
 class TrainerUnresponsive(NotReady):
-    """503: the experiment is ROLLING but the trainer has written no heartbeat for longer than the store's timeout
-    (it died, or it is restarting). `begin_episode` waits for it at most `SwarmClient.trainer_max_silence` seconds,
-    then raises this. `silent_s`: the heartbeat's age, where the server knows it."""
+    """503: the experiment is ROLLING but the trainer has written no heartbeat for longer than the swarm's
+    `trainer_timeout_s` (it died, or it hangs). `begin_episode` raises it (after `SwarmClient.trainer_max_silence`
+    seconds more, when set). `silent_s`: the heartbeat's age, where the server knows it."""
 
     code = ErrorCode.TRAINER_UNRESPONSIVE
 

@@ -323,6 +323,8 @@ class ExperimentStatus(AnswerModel):
     trainer_silent_s: Optional[float] = None
     """Seconds since the trainer's last heartbeat, once that is over the store's timeout (30 s): the trainer is
     down or cannot write, and `begin_episode` answers `TrainerUnresponsive` (None while it beats)."""
+    trainer_timeout_s: Optional[float] = None
+    """The swarm's `trainer_timeout_s`: how long a trainer may write no heartbeat before begins are refused."""
     trainer_stopped_s: Optional[float] = None
     """Seconds since the trainer stopped and said so in the store (it exited: SIGTERM, Ctrl-C, an error it logged);
     `begin_episode` answers `TrainerStopped` at once until a trainer is started again (None while one holds it)."""

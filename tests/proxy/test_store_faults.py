@@ -303,6 +303,33 @@ def test_a_call_begun_after_the_trainer_came_back_is_not_refused_on_the_proxys_s
         stub.close()
 
 
+def test_the_silence_bound_is_the_proxys_setting_and_the_sdk_raises_at_it(tmp_path: Path):
+    """Issue 65: the 30 s was a code constant, and the SDK guessed 120 s more on its own (149.4 s from a SIGSTOP to its
+    raise). Now it is `trainer_timeout_s` (proxy.yaml, `--trainer-timeout-s`), the status says it, and by default
+    the SDK raises the swarm's first `TrainerUnresponsive`. A heartbeat 5 s old is silence under a 3 s bound only."""
+    url = sqlite_url(tmp_path / "bound.db")
+    store = Store(url)
+    store.sync_job(AgentJetJob(batch_size=8, num_repeat=1))
+    store.transition(ExperimentState.BOOTING)
+    make_rolling(store, "http://127.0.0.1:9")  # no call is made
+    try:
+        for bound, refused in ((30.0, False), (3.0, True)):
+            app = create_app(ProxyConfig.from_config(db_url=url, trainer_timeout_s=bound))
+            with TestClient(app, base_url="http://127.0.0.1") as http:
+                client = SwarmClient("http://127.0.0.1", http_client=http, verbose=False, max_retries=0)
+                assert client.get_engine_status().trainer_timeout_s == bound
+                _silence_the_trainer(store, 5)
+                if not refused:
+                    assert client.begin_episode()[0]
+                    continue
+                t0 = time.monotonic()
+                with pytest.raises(TrainerUnresponsive, match="no trainer heartbeat for 5s"):
+                    client.begin_episode()  # the SDK's default: the swarm's bound, no wait of its own on top
+                assert time.monotonic() - t0 < 10
+    finally:
+        store.close()
+
+
 def test_a_silent_trainer_ends_the_wait_of_begin_episode(tmp_path: Path):
     with proxy_on_stub(tmp_path, "silent") as sp:
         _silence_the_trainer(sp.store, TRAINER_TIMEOUT_S + 5)

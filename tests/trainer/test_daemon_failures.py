@@ -107,7 +107,7 @@ def test_the_error_shows_in_get_engine_status(rig):
     d, st, plan = rig
     plan["boot_error"] = "no such model"
     d.tick()
-    status = experiment_status(st.experiment(), now=st.experiment().last_error_at + 3)
+    status = experiment_status(st.experiment(), st.experiment().last_error_at + 3, st.trainer_timeout_s)
     assert status.state == ExperimentState.OFFLINE and "no such model" in status.last_error
     assert status.last_error_age_s == pytest.approx(3)
 

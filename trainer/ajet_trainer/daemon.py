@@ -53,7 +53,6 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-HEARTBEAT_S = 2.0
 CATALOG_POLL_S = 1.0
 """How often the trainer reads which experiments the first store lists."""
 _WAITING = (ExperimentState.ROLLING, ExperimentState.ROLLING_POST)
@@ -64,7 +63,7 @@ class TrainerDaemon:
 
     def __init__(self, opts: TrainerOptions):
         self.opts = opts
-        self.catalog = Catalog(Store(opts.db_url, file_mode=opts.db_mode))
+        self.catalog = Catalog(Store(opts.db_url, opts.db_mode, opts.trainer_timeout_s))
         """The swarm's experiments (its first store: the default experiment's, and where the trainer's claim lies)."""
         self.shared = Shared()
         """What the experiments share: base models and engines, vLLM servers (one owner: this trainer)."""
@@ -159,7 +158,7 @@ class TrainerDaemon:
                     pass
                 except Exception:  # noqa: BLE001 - a busy store must not kill the trainer
                     logger.exception("heartbeat failed")
-            stop.wait(HEARTBEAT_S)
+            stop.wait(self.opts.heartbeat_s)
 
     def tick(self) -> bool:
         """One pass: take up new experiments, tick each driver with its update held, then let the scheduler's pick

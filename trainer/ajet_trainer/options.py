@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
+from ajet.errors import ConfigError
 from ajet_core.flags import shipped_with_env
 from ajet_core.options import option, options_from_values
 from ajet_store.connect import StoreOptions
@@ -69,6 +70,9 @@ class TrainerOptions(StoreOptions):
     """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
     verl_overrides: Optional[str] = option(metavar="FILE")
     """verl backend: YAML of dotted verl config keys applied over the job's (unset: configs/verl_overrides.yaml)."""
+    heartbeat_s: float = option()
+    """How often the trainer writes its heartbeat in each store (well under `trainer_timeout_s`, or a beating
+    trainer would look silent)."""
     store_outage_s: float = option()
     """How long to wait, retrying with backoff and keeping the model in memory, for a store that is away (a database
     restart, a failover) before stopping."""
@@ -81,6 +85,13 @@ class TrainerOptions(StoreOptions):
     """Interface the embedded engine binds to (loopback: it serves the proxy only)."""
     keep_checkpoints: int = 3
     """Checkpoints kept on disk."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heartbeat_s * 2 <= self.trainer_timeout_s:
+            raise ConfigError(
+                f"heartbeat_s {self.heartbeat_s:g} must be positive and at most half of trainer_timeout_s "
+                f"{self.trainer_timeout_s:g}, or a beating trainer would look silent"
+            )
 
     @classmethod
     def from_config(cls, **overrides: Any) -> "TrainerOptions":

@@ -21,7 +21,9 @@ def open_replay(job: AgentJetJob, opts: TrainerOptions, target: Store) -> Replay
     for a source the swarm does not list; `ConfigError` for a job that names its own experiment."""
     source_spec = job.replay
     assert source_spec is not None, "open_replay of a job without replay"
-    source, entries = Catalog(Store(opts.db_url, file_mode=opts.db_mode)).take_named(source_spec.experiment)
+    source, entries = Catalog(Store(opts.db_url, opts.db_mode, opts.trainer_timeout_s)).take_named(
+        source_spec.experiment
+    )
     name = source_spec.experiment or entries[0].name
     if source is None:
         listed = ", ".join(e.name for e in entries)

@@ -45,7 +45,6 @@ from ajet_proxy.experiment_host import ExperimentHost
 from ajet_proxy.open_episodes import OpenEpisode, hash_key, refused_key_reason
 from ajet_proxy.proxy import Proxy
 from ajet_proxy.routing import EngineRouter
-from ajet_store import TRAINER_TIMEOUT_S
 from ajet_store.types import EpisodeRow, ExperimentRow, RegisteredEngine
 
 logger = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ def _takes_calls(exp: ExperimentRow) -> bool:
 
 SILENCE_CHECK_S = 1.0
 """How often a call waiting for its engine looks at the trainer's heartbeat: a hung trainer's calls fail within
-`TRAINER_TIMEOUT_S` + this of its last beat."""
+the store's `trainer_timeout_s` + this of its last beat."""
 ANTHROPIC_KEY_HEADER = "x-api-key"
 """Where the Anthropic SDK sends its API key (the episode key); `Authorization: Bearer` works as well."""
 
@@ -149,8 +148,8 @@ class ChatPath:
 
     async def _send_watched(self, call: InFlightCall) -> Optional[Sent]:
         """`_send` a call (a plain one `_send_unless_gone`) while watching the trainer: one whose heartbeat falls
-        silent past `TRAINER_TIMEOUT_S` (hung, stopped, dead) ends the wait. The call is logged as failed and
-        answered 503 `TrainerUnresponsive`, not held for `engine_timeout_s`. The watch moves a deadline of this task
+        silent past the store's `trainer_timeout_s` (hung, stopped, dead) ends the wait. The call is logged as failed
+        and answered 503 `TrainerUnresponsive`, not held for `engine_timeout_s`. The watch moves a deadline of this task
         (`asyncio.timeout`), so a streamed answer is read in the task that opened it."""
         plain = not call.stream and call.request is not None
         try:
@@ -164,7 +163,8 @@ class ChatPath:
             if not deadline.expired():  # an engine's own timeout, not the watch's
                 raise
             beat = self.proxy.host_of(call.ep).experiment.trainer_heartbeat
-            self._fail_silent(call, time.time() - beat if beat is not None else TRAINER_TIMEOUT_S)
+            silence = self.proxy.host_of(call.ep).store.trainer_timeout_s
+            self._fail_silent(call, time.time() - beat if beat is not None else silence)
             raise  # not reached: `_fail_silent` raises
 
     async def _send_unless_gone(self, call: InFlightCall) -> Optional[Sent]:
@@ -326,18 +326,18 @@ class ChatPath:
 
 
 async def _heartbeat_deadline(host: ExperimentHost, deadline: asyncio.Timeout) -> None:
-    """Keep `deadline` at the trainer's last heartbeat + `TRAINER_TIMEOUT_S` (read from the row the proxy polls, each
-    `SILENCE_CHECK_S`); a store no trainer ever beat in sets none. A beat that would end the call is first read
-    again from the store: the cached row may predate a trainer that came back, and no call is refused on it."""
+    """Keep `deadline` at the trainer's last heartbeat + the store's `trainer_timeout_s` (read from the row the proxy
+    polls, each `SILENCE_CHECK_S`); a store no trainer ever beat in sets none. A beat that would end the call is first
+    read again from the store: the cached row may predate a trainer that came back, and no call is refused on it."""
     loop = asyncio.get_running_loop()
     while True:
         beat = host.experiment.trainer_heartbeat
-        if beat is not None and beat + TRAINER_TIMEOUT_S <= time.time():
+        if beat is not None and beat + host.store.trainer_timeout_s <= time.time():
             with contextlib.suppress(StoreUnavailable):  # the store is away: the cached beat is all there is
                 await host.poll()
             beat = host.experiment.trainer_heartbeat
         if beat is not None:
-            deadline.reschedule(loop.time() + beat + TRAINER_TIMEOUT_S - time.time())
+            deadline.reschedule(loop.time() + beat + host.store.trainer_timeout_s - time.time())
         await asyncio.sleep(SILENCE_CHECK_S)
 
 
