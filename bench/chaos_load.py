@@ -43,15 +43,16 @@ class Played:
 
 
 class Load:
-    """The three experiments' clients: `threads` each, more for a flooded one while a flood lasts."""
+    """The experiments' clients (`names`: every letters job by default): `threads` each, more for a flooded one
+    while a flood lasts."""
 
-    def __init__(self, url: str, threads: int):
+    def __init__(self, url: str, threads: int, names: tuple[str, ...] = tuple(LETTERS)):
         self.url, self.threads = url, threads
-        self.played = {name: Played(name) for name in LETTERS}
+        self.played = {name: Played(name) for name in names}
         self.stop = threading.Event()
         self.flood_until = 0.0
         self.flood_windows: list[tuple[float, float]] = []
-        self.clients = {name: self._client(name) for name in LETTERS}
+        self.clients = {name: self._client(name) for name in names}
         self._workers: list[threading.Thread] = []
 
     def _client(self, name: str) -> SwarmClient:
@@ -60,7 +61,7 @@ class Load:
         return client
 
     def start(self) -> None:
-        for name in LETTERS:
+        for name in self.played:
             for i in range(self.threads):
                 self._spawn(name, f"{name}-{i}", lambda: self.stop.is_set())
 
@@ -87,10 +88,10 @@ class Load:
                 played.count("begin", exc)
                 time.sleep(1.0)
                 continue
-            oc = openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0, timeout=120)
             t0 = time.time()
-            try:
-                answer = oc.chat.completions.create(model=creds.model, messages=PROMPT, max_tokens=1)
+            try:  # closed after its call, as an agent closes its client: its connection does not wait for the GC
+                with openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0, timeout=120) as oc:
+                    answer = oc.chat.completions.create(model=creds.model, messages=PROMPT, max_tokens=1)
             except openai.APIError as exc:
                 played.count("call", exc)
                 continue
@@ -105,6 +106,18 @@ class Load:
                 continue
             with played.lock:
                 played.acked_ends[uuid] = reward
+
+    def drain(self) -> int:
+        """The calls answered since the last drain, their records dropped (a soak of hours counts, it audits
+        nothing: the records would be the client's growth)."""
+        n = 0
+        for p in self.played.values():
+            with p.lock:
+                n += sum(p.acked_calls.values())
+                p.acked_calls.clear()
+                p.acked_ends.clear()
+                p.latencies.clear()
+        return n
 
     def finish(self) -> None:
         """Stop every client, and send again the rewards the swarm could not take."""

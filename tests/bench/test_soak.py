@@ -1,0 +1,21 @@
+"""The long soak, ten minutes of it (`bench/soak.py`; its hours are the bench's rows): two experiments on one swarm
+under steady client load, then the swarm at rest holds no descriptor of a deleted file and no socket its peer closed,
+and once stopped it leaves nothing in the temporary folder its processes were given. Only what cannot be noise is
+asserted: the slopes of ten minutes are the bench's to report, not a test's to judge."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+
+def test_ten_minutes_of_load_leave_nothing_behind(monkeypatch):
+    monkeypatch.setenv("AJET_BENCH_RESULTS", "0")  # a test's soak leaves no results row
+    from bench.soak import parser, soak
+
+    row = soak(parser().parse_args(["--minutes", "10", "--sample-every", "60", "--warmup-min", "2"]))
+    assert row["calls"] > 0, row
+    assert row["deleted_files"] == [], row["deleted_files"]
+    assert row["close_wait"] == [], row["close_wait"]
+    assert row["tmp_left"] == [], row["tmp_left"]
