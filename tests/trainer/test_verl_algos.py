@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scripts.source_tree import pythonpath
 from tests.support.gpu_box import box_site
 from tests.support.procs import REPO
 
@@ -39,8 +40,7 @@ print(json.dumps({"adv": adv, "tis": m, "ray_after": ray_after, "reached": reach
 
 
 def test_verls_algorithms_run_with_only_what_the_gpu_box_has(tmp_path: Path):
-    code = [str(REPO / part) for part in ("sdk", "proxy", "trainer", "")]
-    path = os.pathsep.join([str(box_site(tmp_path)), *code])
+    path = os.pathsep.join([str(box_site(tmp_path)), pythonpath(REPO)])  # the project's folders, as on the box
     res = subprocess.run(  # -S: no site-packages, only the box's folder above
         [sys.executable, "-S", "-c", SCRIPT], capture_output=True, text=True, timeout=300, cwd=REPO,
         env={**os.environ, "PYTHONPATH": path},

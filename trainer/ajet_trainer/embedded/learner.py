@@ -20,6 +20,7 @@ from ajet.job import AgentJetJob
 from ajet_trainer.correction import tis_cap
 from ajet_trainer.dpo import dpo_loss, episode_logprob, preference_pairs
 from ajet_trainer.embedded.adapters import adapter_parameters, training
+from ajet_trainer.freed_memory import give_back_freed_memory
 from ajet_trainer.grpo import (
     Batch,
     collate,
@@ -119,6 +120,7 @@ class Learner:
         finally:
             if self.images is not None:  # the step's decoded files: a DPO step's pairs read them too
                 self.images.forget()
+            give_back_freed_memory()  # the step's activations, held at its peak until the next step otherwise
 
     def _preference_update(self, samples: Sequence[EpisodeSample]) -> dict[str, float]:
         """One DPO step over the batch's pairs (`dpo.py`): each pair's loss backed into one gradient, one step."""
