@@ -89,8 +89,8 @@ class Load:
                 time.sleep(1.0)
                 continue
             t0 = time.time()
-            try:  # closed after its call, as an agent closes its client: its connection does not wait for the GC
-                with openai.OpenAI(base_url=creds.base_url, api_key=creds.api_key, max_retries=0, timeout=120) as oc:
+            try:  # the SDK's client of the episode, on the process's one pool (ajet.episode_pool), closed after
+                with creds.as_openai_client(max_retries=0, timeout=120) as oc:
                     answer = oc.chat.completions.create(model=creds.model, messages=PROMPT, max_tokens=1)
             except openai.APIError as exc:
                 played.count("call", exc)

@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
+from ajet.episode_pool import async_pool, sync_pool
 from ajet.storable import EpisodeUuid, check_storable, unstorable
 from ajet.template_verdict import TemplateVerdict
 from ajet.wire import AnswerModel, WireModel
@@ -125,12 +126,20 @@ class OpenaiBaseUrlAndApiKey(BaseModel):
     """The episode this key belongs to."""
 
     def as_openai_client(self, **kwargs: Any) -> Any:
-        """A ready `openai.OpenAI` client (openai is imported lazily: `pip install 'agentjet-swarm[client]'`)."""
-        return _openai().OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+        """A ready `openai.OpenAI` client (openai is imported lazily: `pip install 'agentjet-swarm[client]'`), on the
+        process's one connection pool (`ajet.episode_pool`) unless `http_client` is given."""
+        openai = _openai()
+        kwargs.setdefault("http_client", sync_pool())
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
 
     def as_async_openai_client(self, **kwargs: Any) -> Any:
-        """A ready `openai.AsyncOpenAI` client (openai is imported lazily)."""
-        return _openai().AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+        """A ready `openai.AsyncOpenAI` client (openai is imported lazily), on the running loop's one connection pool
+        (`ajet.episode_pool`) unless `http_client` is given or no loop is running."""
+        openai = _openai()
+        pool = async_pool()
+        if pool is not None:
+            kwargs.setdefault("http_client", pool)
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
 
 
 def _openai() -> Any:
