@@ -34,7 +34,7 @@ from bench.soak_sample import Sample, entries, leftovers, take, trends
 apply_offline_env()
 
 from ajet_store import sqlite_url  # noqa: E402
-from tests.support.procs import Child, Proc, free_port, offline_env  # noqa: E402
+from tests.support.procs import Trainer, offline_env, start_proxy  # noqa: E402
 
 BENCH = "soak"
 EXPERIMENTS = ("ea", "eb")
@@ -52,15 +52,10 @@ class SoakSwarm:
         self.tmp.mkdir()
         self.store_dir.mkdir()
         self.db = sqlite_url(self.store_dir / "swarm.db")
-        env = offline_env(TMPDIR=str(self.tmp))
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.proxy = Proc([sys.executable, "-m", "ajet_proxy.cli", "start", "--workers", str(workers), "--db",
-                           self.db, "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning"],
-                          self.url, "/health", work / "proxy.log", env)  # fmt: skip
-        self.trainer = Child([sys.executable, "-m", "ajet_trainer.cli", "start", "--db", self.db, "--device", "cpu",
-                              "--experiment-dir", str(self.exp_dir), "--log-level", "info"],
-                             work / "trainer.log", env)  # fmt: skip
+        self.proxy = start_proxy(work, self.db, "--workers", str(workers), "--host", "127.0.0.1",
+                                 env=offline_env(TMPDIR=str(self.tmp)))  # fmt: skip
+        self.url = self.proxy.url
+        self.trainer = Trainer(work, self.db, self.exp_dir, TMPDIR=str(self.tmp))
 
     def roles(self) -> dict[str, int]:
         """Each server role's root process."""

@@ -4,11 +4,11 @@
     python -m bench.trainer_memory [--episodes 16] [--prompt 120] [--response 40] [--rounds 2]
 
 Each arm runs in a fresh process: the base loaded with two adapters, two learners, then `--rounds` rounds of one
-GRPO update per experiment on `--episodes` synthetic sequences (random ids, half the episodes rewarded). A thread
-samples the resident memory every 5 ms. The arms: `kept` (an update's freed activations stay with the allocator, as
-before `ajet_trainer.freed_memory`) and `given_back` (the learner hands them back after each update). One row per arm
-(memory loaded, the updates' peak, held after each update) and one with the ratio of held memory over the loaded
-model's (`bench/results/trainer_memory.jsonl`).
+GRPO update per experiment on `--episodes` synthetic sequences (random ids, half the episodes rewarded); the peak
+is the kernel's (`ru_maxrss`) of the arm's process. The arms: `kept` (an update's freed activations stay with the
+allocator, as before `ajet_trainer.freed_memory`) and `given_back` (the learner hands them back after each update).
+One row per arm (memory loaded, the updates' peak, held after each update) and one with the ratio of held memory
+over the loaded model's (`bench/results/trainer_memory.jsonl`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ import json
 import random
 import subprocess
 import sys
-import threading
-import time
 from typing import Any
 
 import psutil
 
 from bench.results import emit
+from bench.store_scale import peak_rss_mb
 
 BENCH = "trainer_memory"
 MODEL = "builtin:smollm2-135m-instruct"
@@ -32,21 +31,9 @@ ADAPTERS = ("ea", "eb")
 MIB = 1 << 20
 
 
-class Watch:
-    """The process's resident memory, its peak sampled every 5 ms by a thread."""
-
-    def __init__(self) -> None:
-        self.proc, self.peak = psutil.Process(), 0
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(0.005)
-
-    def now_mib(self) -> float:
-        time.sleep(0.05)  # one more sample of the peak first
-        return round(self.proc.memory_info().rss / MIB, 1)
+def now_mib() -> float:
+    """The process's resident memory now."""
+    return round(psutil.Process().memory_info().rss / MIB, 1)
 
 
 def samples(args: argparse.Namespace, seed: int) -> list[Any]:
@@ -73,20 +60,19 @@ def arm(args: argparse.Namespace) -> dict[str, object]:
 
     if args.arm == "kept":
         learner_module.give_back_freed_memory = lambda: False  # the learner as it was
-    watch = Watch()
-    start = watch.now_mib()
+    start = now_mib()
     job = AgentJetJob(project_name="memory", experiment_name="ea", model=MODEL, batch_size=args.episodes // 4,
                       num_repeat=4, lora_rank=16, lora_alpha=32, max_prompt_length=1024, max_response_length=512,
                       max_response_length_in_one_turn=64, max_model_len=2048, n_gpu=1)  # fmt: skip
     model, tokenizer = load_policy(str(resolve_model_path(MODEL)), job, "cpu", adapter=ADAPTERS[0])
     model.add_adapter(ADAPTERS[1], lora_config(job))
     learners = [Learner(model, tokenizer, job, adapter=name) for name in ADAPTERS]
-    loaded, held = watch.now_mib(), []
+    loaded, held = now_mib(), []
     for r in range(args.rounds):
         for i, learner in enumerate(learners):
             learner.update(samples(args, r * 10 + i), seed=r)
-            held.append(watch.now_mib())
-    return {"start_mib": start, "loaded_mib": loaded, "peak_mib": round(watch.peak / MIB, 1), "held_mib": held}
+            held.append(now_mib())
+    return {"start_mib": start, "loaded_mib": loaded, "peak_mib": peak_rss_mb(), "held_mib": held}
 
 
 def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:

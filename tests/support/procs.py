@@ -105,8 +105,8 @@ def start_stub(tmp: Path, *extra: str, port: Optional[int] = None) -> Proc:
     )
 
 
-def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None) -> Proc:
-    """`ajet-proxy start` on a free port."""
+def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None, env: Optional[dict] = None) -> Proc:
+    """`ajet-proxy start` on a free port (`env`: the child's environment, `offline_env()` by default)."""
     port = port or free_port()
     args = [
         sys.executable,
@@ -121,7 +121,7 @@ def start_proxy(tmp: Path, db_url: str, *extra: str, port: Optional[int] = None)
         "warning",
         *extra,
     ]
-    return Proc(args, f"http://127.0.0.1:{port}", "/health", tmp / f"proxy-{port}.log")
+    return Proc(args, f"http://127.0.0.1:{port}", "/health", tmp / f"proxy-{port}.log", env)
 
 
 class Trainer(Child):
