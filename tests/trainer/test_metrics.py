@@ -77,9 +77,10 @@ def _settled(path, timeout: float = 30.0) -> bytes:
 def test_engine_metrics_are_the_difference_of_two_readings():
     from ajet_trainer.types import EngineCounters, engine_metrics
 
-    before, now = EngineCounters(4, 40, 1.0, 10), EngineCounters(6, 100, 2.5, 25)
+    before, now = EngineCounters(4, 40, 1.0, 10, 300), EngineCounters(6, 100, 2.5, 25, 420)
     m = engine_metrics(before, now, seconds=3.0)
     assert m == {"partial/generated_answers": 2.0, "partial/generated_answer_tokens_mean": 30.0,
-                 "engine/busy_share": 0.5, "partial/reprefilled_tokens": 15.0}  # fmt: skip
+                 "engine/busy_share": 0.5, "partial/reprefilled_tokens": 15.0,
+                 "engine/cached_prompt_tokens": 120.0}  # fmt: skip
     vllm = engine_metrics(EngineCounters(1, 5), EngineCounters(1, 5), seconds=1.0)
     assert vllm == {"partial/generated_answers": 0.0, "partial/generated_answer_tokens_mean": 0.0}

@@ -157,7 +157,7 @@ def start_engines(
     if opts.engine == "embedded":
         from ajet_trainer.embedded.engines import start_embedded_engines
 
-        return start_embedded_engines(job, weights.model, weights.tokenizer, weights.step, opts.engine_host)
+        return start_embedded_engines(job, weights.model, weights.tokenizer, weights.step, opts)
     if opts.engine == "vllm":
         from ajet_trainer.vllm.engines import start_vllm_engines
 

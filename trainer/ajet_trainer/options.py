@@ -70,6 +70,9 @@ class TrainerOptions(StoreOptions):
     """verl backend: nodes of the Ray cluster to train on (each with the job's `n_gpu` GPUs)."""
     verl_overrides: Optional[str] = option(metavar="FILE")
     """verl backend: YAML of dotted verl config keys applied over the job's (unset: configs/verl_overrides.yaml)."""
+    prefix_cache_mib: float = option()
+    """Embedded engine: the most memory (MiB) the keys and values of answered calls may hold, kept so that an
+    episode's next call prefills only its new tokens (`embedded/prefix_cache.py`); 0 turns it off."""
     heartbeat_s: float = option()
     """How often the trainer writes its heartbeat in each store (well under `trainer_timeout_s`, or a beating
     trainer would look silent)."""

@@ -141,18 +141,23 @@ class EngineCounters:
     reprefilled_tokens: Optional[int] = None
     """Tokens run again under new weights after an update cut into answers (the embedded engine counts those it
     re-prefills; vLLM computes its kept requests again too but does not count them: None)."""
+    cached_prompt_tokens: Optional[int] = None
+    """Prompt tokens not prefilled: their keys and values were kept from the episode's call before (the embedded
+    engine's prefix cache; None where not counted: vLLM, or the cache off)."""
 
 
 def engine_metrics(before: EngineCounters, now: EngineCounters, seconds: float) -> dict[str, float]:
     """A step's engine figures from two readings `seconds` apart: the generated answers and their mean length
     (beside `partial/trained_answer_tokens_mean`: a bias towards short answers shows), and where the engine counts
-    them its busy share of the step and the tokens it re-prefilled."""
+    them its busy share of the step, the tokens it re-prefilled and the prompt tokens its prefix cache held."""
     n, t = now.answers - before.answers, now.answer_tokens - before.answer_tokens
     out = {"partial/generated_answers": float(n), "partial/generated_answer_tokens_mean": t / n if n else 0.0}
     if now.busy_s is not None and seconds > 0:
         out["engine/busy_share"] = min(1.0, (now.busy_s - (before.busy_s or 0.0)) / seconds)
     if now.reprefilled_tokens is not None:
         out["partial/reprefilled_tokens"] = float(now.reprefilled_tokens - (before.reprefilled_tokens or 0))
+    if now.cached_prompt_tokens is not None:
+        out["engine/cached_prompt_tokens"] = float(now.cached_prompt_tokens - (before.cached_prompt_tokens or 0))
     return out
 
 

@@ -14,10 +14,13 @@ from ajet import AgentJetJob
 from ajet_trainer.checkpoint import load_checkpoint, save_checkpoint
 from ajet_trainer.embedded.adapters import adapter_parameters, held_adapters
 from ajet_trainer.embedded.bases import SharedBases
+from ajet_trainer.options import TrainerOptions
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
 
 MODEL = str(builtin_model_path("builtin:tiny"))
+OPTS = TrainerOptions.from_config()
+"""The trainer's options as shipped (where an engine binds, its prefix cache)."""
 
 
 def _job(name: str, **kw) -> AgentJetJob:
@@ -47,8 +50,8 @@ def bases():
 
 
 def test_two_experiments_share_one_model_and_one_engine_each_at_its_own_version(bases):
-    first = bases.attach("default", _job("a"), MODEL, "cpu", "127.0.0.1")
-    second = bases.attach("exp-b", _job("b", temperature=0.7), MODEL, "cpu", "127.0.0.1")
+    first = bases.attach("default", _job("a"), MODEL, "cpu", OPTS)
+    second = bases.attach("exp-b", _job("b", temperature=0.7), MODEL, "cpu", OPTS)
     assert first is not None and second is not None
     (model, _tok, a), (model_b, _tok_b, b) = first, second
     assert model is model_b and a.base_url == b.base_url and len(bases.bases) == 1
@@ -74,8 +77,8 @@ def test_two_experiments_share_one_model_and_one_engine_each_at_its_own_version(
 
 
 def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, tmp_path):
-    first = bases.attach("default", _job("a"), MODEL, "cpu", "127.0.0.1")
-    second = bases.attach("exp-b", _job("b"), MODEL, "cpu", "127.0.0.1")
+    first = bases.attach("default", _job("a"), MODEL, "cpu", OPTS)
+    second = bases.attach("exp-b", _job("b"), MODEL, "cpu", OPTS)
     assert first is not None and second is not None
     model, tok, b = second
     torch.manual_seed(1)
@@ -96,7 +99,7 @@ def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, 
         alone = PeftModel.from_pretrained(base, str(folder / "adapter")).eval()
         assert torch.allclose(alone(input_ids=ids).logits, want, atol=1e-5)  # what export and vLLM load
         bases.release(b.base, "exp-b")  # a restart: the adapter comes back fresh, then its checkpoint loads
-        again = bases.attach("exp-b", _job("b"), MODEL, "cpu", "127.0.0.1")
+        again = bases.attach("exp-b", _job("b"), MODEL, "cpu", OPTS)
         assert again is not None
         assert not torch.allclose(model(input_ids=ids, adapter_names=["exp-b"]).logits, want, atol=1e-5)
         state = load_checkpoint(folder, model, torch.optim.AdamW(adapter_parameters(model, "exp-b")), adapter="exp-b")
@@ -105,11 +108,11 @@ def test_a_checkpoint_holds_one_adapter_of_the_base_alone_in_peft_layout(bases, 
 
 
 def test_the_last_adapter_out_stops_the_engine_and_a_different_engine_setting_keeps_its_own(bases):
-    first = bases.attach("default", _job("a"), MODEL, "cpu", "127.0.0.1")
+    first = bases.attach("default", _job("a"), MODEL, "cpu", OPTS)
     assert first is not None
     model, _tok, a = first
-    assert bases.attach("exp-c", _job("c", partial_rollouts=True), MODEL, "cpu", "127.0.0.1") is None
-    second = bases.attach("exp-b", _job("b"), MODEL, "cpu", "127.0.0.1")
+    assert bases.attach("exp-c", _job("c", partial_rollouts=True), MODEL, "cpu", OPTS) is None
+    second = bases.attach("exp-b", _job("b"), MODEL, "cpu", OPTS)
     assert second is not None
     a.stop()  # the default experiment leaves: the engine serves the other still
     assert held_adapters(model) == ["exp-b"] and _ask(second[2])[2] == 0

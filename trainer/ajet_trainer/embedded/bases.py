@@ -32,10 +32,11 @@ class SharedBases:
         self.bases: dict[tuple[str, str], SharedBase] = {}
 
     def attach(
-        self, name: str, job: AgentJetJob, model_path: str, device: str, host: str
+        self, name: str, job: AgentJetJob, model_path: str, device: str, opts: TrainerOptions
     ) -> Optional[tuple[PolicyModel, Tokenizer, AdapterEngines]]:
-        """Attach adapter `name` of `job` to the base of `model_path` on `device` (loaded and served on `host` if
-        none is yet); None when the base's engine settings differ from the job's (it keeps its own model)."""
+        """Attach adapter `name` of `job` to the base of `model_path` on `device` (loaded and served as the trainer's
+        `opts` say if none is yet); None when the base's engine settings differ from the job's (it keeps its own
+        model)."""
         from ajet_trainer.embedded.shared_base import AdapterEngines, open_base
 
         key = (model_path, device)
@@ -44,7 +45,7 @@ class SharedBases:
             self.release(base, name)
             base = self.bases.get(key)
         if base is None:
-            base = self.bases[key] = open_base(name, job, model_path, device, host)
+            base = self.bases[key] = open_base(name, job, model_path, device, opts)
         elif base.engine.batcher.partial_rollouts != job.partial_rollouts:
             logger.info("%s keeps a model of its own: partial_rollouts differs from the shared base's", name)
             return None

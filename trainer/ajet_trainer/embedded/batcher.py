@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 
 from ajet_trainer.embedded.generation import Decoding, generate_batch
 from ajet_trainer.embedded.joining import copyable_cache
+from ajet_trainer.embedded.prefix_cache import PrefixCache
 from ajet_trainer.embedded.types import ABORT, GenRequest, GenResult, TokenOut
 from ajet_trainer.errors import GenerationFailed
 from ajet_trainer.types import PolicyModel, Tokenizer
@@ -69,6 +70,7 @@ class Batcher:
         max_batch: int,
         window_s: float,
         policy_version: int,
+        prefix_cache_bytes: int = 0,
     ):
         self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
         self.max_batch, self.window_s = max_batch, window_s
@@ -77,6 +79,8 @@ class Batcher:
         self.versions: dict[str, int] = {}
         """The version of each adapter that has one of its own (experiments sharing this base: `shared_base.py`);
         a row of another adapter, or of none, runs under `policy_version`. Changed only by `set_version`, `forget`."""
+        self.prefixes = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        """Answered calls' keys and values, where their episodes' next calls start (None: off; pruned by versions)."""
         self.weights_lock = threading.Lock()
         """Held for each batch, and by `paused`: no batch sees half-updated weights."""
         self.partial_rollouts = False
@@ -94,19 +98,16 @@ class Batcher:
         yielded to an update mid-answer, `reprefilled_tokens`: the tokens they ran again under the new weights;
         `joined`: requests that joined a running batch; `max_batch_seen`: the most rows a batch held at once."""
         self.answered: dict[Optional[str], list[int]] = {}
-        """Per adapter a row named (None: none), its answers and their tokens: `stats`' `answers` and
-        `answer_tokens`, split by experiment where experiments share the engine."""
+        """Per adapter (None: none), its answers and their tokens: `stats`' two, split by experiment."""
         self.busy_s = 0.0
         """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
         self._busy_since = 0.0  # when the running batch last started sampling (its start, or back from an update)
         self.last_batch_s = 0.0
-        """How long batches take to generate, lately (the last one's time, or half the figure before if that is
-        more); `gather_window` scales the next batch's gathering by it."""
+        """How long batches take lately (a decaying max): `gather_window` scales the next batch's gathering by it."""
         self.running: list[Pending] = []
         """The batch being sampled now, the rows that joined it included (empty between batches)."""
         self.joins = model is not None and copyable_cache(model.config)
-        """Whether requests join a running batch (the model's KV cache can take rows): then a batch starts without
-        waiting for the rest of a burst."""
+        """Whether requests join a running batch (its KV cache takes rows): a batch starts without the burst's rest."""
         self._next: list[Pending] = []  # requests that failed to join the running batch: the next one starts with them
         self._q: "queue.Queue[Optional[Pending]]" = queue.Queue()
         self._clock = time.monotonic  # a test's simulated clock proves the gathering without waiting on threads
@@ -139,10 +140,14 @@ class Batcher:
             self.versions[adapter] = version
         else:
             self.policy_version = version
+        if self.prefixes is not None:
+            self.prefixes.retain(self.version_of)
 
     def forget(self, adapter: str) -> None:
         """Adapter `adapter` is gone from the model: its version goes too."""
         self.versions.pop(adapter, None)
+        if self.prefixes is not None:
+            self.prefixes.forget(adapter)
 
     @contextmanager
     def paused(self, next_version: Optional[int] = None, adapter: Optional[str] = None) -> Iterator[None]:
@@ -237,7 +242,9 @@ class Batcher:
         """Sample one batch under the weights' lock (held by the caller), yielding it to an update between two
         tokens when partial rollouts are on."""
         self._busy_since = time.monotonic()
-        results = generate_batch(self.model, self.tokenizer, requests, self.eos_ids, version, self._between)
+        results = generate_batch(
+            self.model, self.tokenizer, requests, self.eos_ids, version, self._between, self.prefixes
+        )
         self.busy_s += time.monotonic() - self._busy_since
         return results
 
@@ -263,7 +270,7 @@ class Batcher:
             return
         versions = [self.version_of(p.req.adapter) for p in more]
         try:
-            joining = Decoding(self.model, self.tokenizer, [p.req for p in more], self.eos_ids, versions)
+            joining = Decoding(self.model, self.tokenizer, [p.req for p in more], self.eos_ids, versions, self.prefixes)
         except Exception:  # noqa: BLE001 - the running batch goes on; these start the next batch (and fail there alone)
             logger.exception("%d requests could not join the running batch; they start the next one", len(more))
             self._next.extend(more)

@@ -18,6 +18,7 @@ import torch
 from ajet.job import AgentJetJob
 from ajet_store.types import RegisteredEngine
 from ajet_trainer.embedded.server import EmbeddedEngine
+from ajet_trainer.options import TrainerOptions
 from ajet_trainer.types import EngineCounters, PolicyModel, Tokenizer
 
 ENGINE_NAME = "embedded-0"
@@ -62,12 +63,16 @@ class EmbeddedEngines:
         self.engine.stop()
 
 
-def job_engine(model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob, host: str, step: int = 0) -> EmbeddedEngine:
-    """An embedded engine (not started) serving `model` on `host` with the job's limits and batching, at `step`."""
+def job_engine(
+    model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob, opts: TrainerOptions, step: int = 0
+) -> EmbeddedEngine:
+    """An embedded engine (not started) serving `model` where the trainer's `opts` say, with the job's limits and
+    batching, at `step`."""
     engine = EmbeddedEngine(
         model,
         tokenizer,
-        host=host,
+        host=opts.engine_host,
+        prefix_cache_bytes=int(opts.prefix_cache_mib * (1 << 20)),
         default_temperature=job.temperature,
         max_tokens_cap=job.max_response_length_in_one_turn,
         max_prompt_tokens=job.max_prompt_length,
@@ -80,16 +85,18 @@ def job_engine(model: PolicyModel, tokenizer: Tokenizer, job: AgentJetJob, host:
 
 
 def batcher_counters(engine: EmbeddedEngine) -> EngineCounters:
-    """What the engine did since it started: answers, tokens, busy seconds, tokens run again after an update."""
+    """What the engine did since it started: answers, tokens, busy seconds, tokens run again after an update, prompt
+    tokens its prefix cache held."""
     b = engine.batcher
-    return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"])
+    cached = b.prefixes.stats.hit_tokens if b.prefixes is not None else None
+    return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"], cached)
 
 
 def start_embedded_engines(
-    job: AgentJetJob, model: PolicyModel, tokenizer: Tokenizer, step: int, host: str
+    job: AgentJetJob, model: PolicyModel, tokenizer: Tokenizer, step: int, opts: TrainerOptions
 ) -> EmbeddedEngines:
-    """The embedded engine on `host`, with the job's limits, serving the weights of `step` (a copy of `model` when
-    the job trains asynchronously)."""
+    """The embedded engine where `opts` say, with the job's limits, serving the weights of `step` (a copy of `model`
+    when the job trains asynchronously)."""
     served = copy.deepcopy(model).requires_grad_(False) if job.max_staleness > 0 else model
-    engine = job_engine(served, tokenizer, job, host, step)
+    engine = job_engine(served, tokenizer, job, opts, step)
     return EmbeddedEngines(engine, trained=model if served is not model else None)

@@ -10,22 +10,33 @@ mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Hashable, Optional, Sequence, Union
 
 import torch
 
 from ajet_trainer.embedded.adapters import batch_adapters
-from ajet_trainer.embedded.detok import IncrementalDecoder, first_stop
-from ajet_trainer.embedded.grammar.interfaces import TokenConstraint
+from ajet_trainer.embedded.detok import IncrementalDecoder
 from ajet_trainer.embedded.joining import (
+    cache_holding,
     copyable_cache,
     distinct_rows,
     join_caches,
     join_masks,
     joinable,
+    row_tokens,
     select_rows,
 )
 from ajet_trainer.embedded.model_calls import cache_keyword, cache_of, last_logits_keyword
+from ajet_trainer.embedded.prefix_cache import Hit, PrefixCache, stacked
+from ajet_trainer.embedded.row_rules import (
+    accepted,
+    advance,
+    constrain,
+    hold_the_end,
+    row_result,
+    seeded_generator,
+    top_alternatives,
+)
 from ajet_trainer.embedded.sampling import sample_tokens
 from ajet_trainer.embedded.types import ABORT, GenRequest, GenResult, TokenOut
 from ajet_trainer.types import PolicyModel, Tokenizer
@@ -63,15 +74,18 @@ def generate_batch(
     eos_ids: set[int],
     version: Versions = 0,
     between: Optional[Callable[["Decoding"], None]] = None,
+    prefixes: Optional[PrefixCache] = None,
 ) -> list[GenResult]:
     """Sample every request in one batch under policy `version` (one for all rows, or one per row: rows of several
     experiments' adapters); returns results in request order. `between` is called with the batch before each token
-    (the batcher yields it to an update there, with partial rollouts)."""
-    run = Decoding(model, tokenizer, requests, eos_ids, version)
+    (the batcher yields it to an update there, with partial rollouts). With `prefixes`, rows start from the kept
+    tokens their prompts begin with, and keep theirs when they end."""
+    run = Decoding(model, tokenizer, requests, eos_ids, version, prefixes)
     while not run.finished():
         if between is not None:
             between(run)
         run.step()
+    run.keep_ended()
     return run.results()
 
 
@@ -91,6 +105,10 @@ class Row:
     """Its runs of tokens by the policy version that sampled them: (the run's first token, the version)."""
     ids: list[int] = field(default_factory=list)
     """The tokens sampled so far."""
+    fed: int = 0
+    """How many of them the model has run (their keys and values are in the batch's cache)."""
+    kept: bool = False
+    """Whether its tokens' keys and values went to the prefix cache (or must not: the weights changed since)."""
     lps: list[float] = field(default_factory=list)
     """Their log-probabilities."""
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -102,7 +120,7 @@ class Row:
 
     def result(self) -> GenResult:
         """Its outcome as it stands."""
-        return replace(_result(self.ids, self.lps, self.tops, self.finish or "length", self.text.text, self.request,
+        return replace(row_result(self.ids, self.lps, self.tops, self.finish or "length", self.text.text, self.request,
                                self.error), version_spans=self.spans)  # fmt: skip
 
 
@@ -118,18 +136,16 @@ class Decoding:
         requests: list[GenRequest],
         eos_ids: set[int],
         version: Versions = 0,
+        prefixes: Optional[PrefixCache] = None,
     ):
         self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
         ends = eos_ids | {tokenizer.pad_token_id}
         self.rows = [
-            Row(r, i, _generator(r.seed), IncrementalDecoder(tokenizer, ends), [(0, v)])
+            Row(r, i, seeded_generator(r.seed), IncrementalDecoder(tokenizer, ends), [(0, v)])
             for i, (r, v) in enumerate(zip(requests, per_row(version, len(requests))))
         ]
         """The batch's rows, in the order of its tensors' rows."""
         self.device = next(model.parameters()).device
-        ids, self.mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
-        ids, self.mask = ids.to(self.device), self.mask.to(self.device)
-        pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
         self.done: dict[int, GenResult] = {}
         """The results of rows that ended and left the batch's tensors (`compact`), by their place."""
         self.cache_kw, self.last_only = cache_keyword(model), last_logits_keyword(model)
@@ -137,22 +153,60 @@ class Decoding:
         """Whether alike rows are prefilled once (`joining.distinct_rows`): the model's cache can be copied by row."""
         self.adapters = batch_adapters(model, [r.adapter for r in requests])
         """How each forward reaches the rows' adapters."""
-        self._prefill(ids, pos)
+        self.prefixes = prefixes if self.shares_prompts else None
+        """Where rows find the kept tokens their prompts begin with, and keep theirs (`prefix_cache`); None: every
+        prompt is prefilled whole."""
+        hits = self._found()
+        if any(hit is not None for hit in hits):
+            self._prefill_after(hits)
+        else:
+            ids, self.mask = _left_pad([r.prompt_ids for r in requests], tokenizer.pad_token_id)
+            ids, self.mask = ids.to(self.device), self.mask.to(self.device)
+            self._prefill(ids, (self.mask.cumsum(-1) - 1).clamp(min=0))
 
     @property
     def requests(self) -> list[GenRequest]:
         """The rows' requests, in the order of the batch's tensors' rows."""
         return [row.request for row in self.rows]
 
-    def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
-        """Run the rows' tokens, keeping the cache and each row's next-token logits; alike rows (the same tokens,
-        adapter and images: a group's one prompt) run once, where the cache can be copied to each. Rows with images
-        (a VL model's) run with their pixel values, at the model's multimodal positions."""
+    def _found(self) -> list[Optional[Hit]]:
+        """Each row's kept leading tokens, if any. None for all in a batch with images: a VL model's positions of an
+        image's tokens are its own, not a count of the tokens before."""
+        if self.prefixes is None or any(r.request.images is not None for r in self.rows):
+            return [None] * len(self.rows)
+        return [self.prefixes.find(r.request.prompt_ids, r.request.adapter, r.spans[-1][1]) for r in self.rows]
+
+    def _prefill_after(self, hits: list[Optional[Hit]]) -> None:
+        """Prefill each row's tokens after those found for it (a row without: its whole prompt), on a cache that holds
+        the found ones: [padding, found tokens, padding, the rest] a row, every padding masked."""
+        layers, found = stacked(hits)
+        rest = [r.prompt_ids[hit.length if hit is not None else 0 :] for r, hit in zip(self.requests, hits)]
+        ids, fresh = _left_pad(rest, self.tokenizer.pad_token_id)
+        self.mask = torch.cat([found, fresh], 1).to(self.device)
+        pos = (self.mask.cumsum(-1) - 1).clamp(min=0)[:, found.shape[1] :]
+        past = cache_holding(self.model.config, [(k.to(self.device), v.to(self.device)) for k, v in layers])
+        self._prefill(ids.to(self.device), pos, past, [(id(h.prefix), h.length) if h else () for h in hits])
+
+    def _prefill(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        past: Optional[object] = None,
+        origins: Optional[list[Hashable]] = None,
+    ) -> None:
+        """Run the rows' tokens (after those `past` holds, at `origins`), keeping the cache and each row's next-token
+        logits; alike rows (the same tokens, origin, adapter and images: a group's one prompt) run once, where the
+        cache can be copied to each. Rows with images (a VL model's) run with their pixel values, at the model's
+        multimodal positions."""
         requests = self.requests
         wanted = [r.adapter for r in requests]
-        kinds = [(r.adapter, r.images.sha256 if r.images is not None else ()) for r in requests]
+        origins = origins or [()] * len(requests)
+        kinds = [(r.adapter, r.images.sha256 if r.images is not None else (), o) for r, o in zip(requests, origins)]
         alike = distinct_rows(ids, kinds) if self.shares_prompts else None
         reps = alike[0] if alike is not None else list(range(len(ids)))
+        if past is not None and alike is not None:
+            select_rows(past, torch.tensor(reps))
+        held = {self.cache_kw: past} if past is not None else {}
         adapters = batch_adapters(self.model, [wanted[i] for i in reps]) if alike is not None else self.adapters
         images = joined([requests[i].images for i in reps])
         positions, seen = pos[reps], {}
@@ -162,7 +216,7 @@ class Decoding:
         with adapters.forward():
             out = self.model(
                 input_ids=ids[reps], attention_mask=self.mask[reps], position_ids=positions, use_cache=True,
-                **self.last_only, **adapters.kwargs, **seen,
+                **held, **self.last_only, **adapters.kwargs, **seen,
             )  # fmt: skip
         self.past, self.last_pos = cache_of(out), last_positions(positions)
         self.logits = out.logits[:, -1, :].float()
@@ -177,6 +231,9 @@ class Decoding:
         and go on. Returns the tokens re-prefilled."""
         pad = self.tokenizer.pad_token_id
         live = [row for row in self.rows if row.finish is None]
+        for row in self.rows:
+            row.kept = row.kept or row.finish is not None  # an ended row's keys and values are the old weights'
+            row.fed = len(row.ids)
         seqs = [row.request.prompt_ids + row.ids if row.finish is None else [pad] for row in self.rows]
         ids, self.mask = _left_pad(seqs, pad)
         ids, self.mask = ids.to(self.device), self.mask.to(self.device)
@@ -210,12 +267,27 @@ class Decoding:
         keep = [i for i, row in enumerate(self.rows) if row.finish is None]
         if not keep or len(keep) == len(self.rows):
             return
+        self.keep_ended()
         self.done.update({row.place: row.result() for row in self.rows if row.finish is not None})
         rows = torch.tensor(keep, device=self.device)
         select_rows(self.past, rows)
         self.mask, self.last_pos, self.logits = self.mask[rows], self.last_pos[rows], self.logits[rows]
         self.rows = [self.rows[i] for i in keep]
         self.adapters = batch_adapters(self.model, [r.adapter for r in self.requests])
+
+    def keep_ended(self) -> None:
+        """Keep the tokens the model ran of each row that ended with an answer (`stop`, `length`) in the prefix cache,
+        once: its prompt and the answer tokens fed back (its next call's prompt begins with them)."""
+        if self.prefixes is None:
+            return
+        for i, row in enumerate(self.rows):
+            if row.kept or row.finish not in ("stop", "length") or row.request.images is not None:
+                continue
+            row.kept = True
+            n = len(row.request.prompt_ids) + row.fed
+            positions = self.mask[i].nonzero().flatten()[:n]  # its tokens first, then any run after its end
+            ids = row.request.prompt_ids + row.ids[: row.fed]
+            self.prefixes.keep(ids, row.request.adapter, row.spans[-1][1], row_tokens(self.past, i, positions))
 
     def finished(self) -> bool:
         """Whether every row has ended."""
@@ -224,9 +296,12 @@ class Decoding:
     @torch.no_grad()
     def step(self) -> None:
         """Sample one token for each live row and hand it on; then, unless every row ended, run the model on them."""
+        sampling = [row for row in self.rows if row.finish is None]
         next_tok = self._sample_live()
         if self.finished():
             return
+        for row in sampling:  # their tokens (the one that ended a row too) are run now
+            row.fed = len(row.ids)
         # A finished row's later tokens are never read (attention stays within a row), so they are left unmasked:
         # a batch without padding keeps a mask of all ones, which transformers drops, and SDPA then reads the
         # grouped KV heads as they are; a mask makes it copy them to every query head, each layer, each token
@@ -256,16 +331,16 @@ class Decoding:
         if not live:  # every row's client left
             return torch.full((len(rows),), pad, dtype=torch.long)
         requests, errors = self.requests, {}  # errors: each failing row's, by its index, this step
-        _constrain(logits, requests, live, errors)
-        _hold_the_end(logits, requests, live, self.eos_ids)
+        constrain(logits, requests, live, errors)
+        hold_the_end(logits, requests, live, self.eos_ids)
         toks = sample_tokens(logits, requests, [row.gen for row in rows], live, errors)
         logp = torch.log_softmax(logits, dim=-1)
         tok_lp = logp[torch.tensor(live, device=logits.device), toks.to(logits.device)].tolist()
-        tops = _tops(logp, requests, live)
+        tops = top_alternatives(logp, requests, live)
         next_tok = [pad] * len(rows)  # one tensor made of it: no per-row tensor writes
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
             row = rows[i]
-            if i in errors or not _accepted(row.request.constraint, tok, i, errors):
+            if i in errors or not accepted(row.request.constraint, tok, i, errors):
                 row.finish = "error"
                 continue
             top = tops.get(i, [])
@@ -275,7 +350,7 @@ class Decoding:
             row.tops.append(top)
             next_tok[i] = tok
             out = TokenOut(tok, lp, row.text.push(tok), top)
-            row.finish = _advance(i, out, row.ids, row.text.text, row.request, self.eos_ids, errors)
+            row.finish = advance(i, out, row.ids, row.text.text, row.request, self.eos_ids, errors)
         for i, why in errors.items():
             rows[i].error = why
         return torch.tensor(next_tok, dtype=torch.long)
@@ -284,101 +359,3 @@ class Decoding:
         """Each request's outcome, in request order (those that joined after the first ones, in their order)."""
         placed = {**self.done, **{row.place: row.result() for row in self.rows}}
         return [placed[k] for k in sorted(placed)]
-
-
-def _constrain(logits: torch.Tensor, requests: list[GenRequest], live: list[int], errors: dict[int, str]) -> None:
-    """Mask, in place, what each constrained live row's grammar cannot take next (a failure is that row's error)."""
-    for i in live:
-        constraint = requests[i].constraint
-        if constraint is not None:
-            try:
-                constraint.mask_(logits[i])
-            except RuntimeError as exc:
-                errors[i] = f"grammar failed: {exc}"
-
-
-def _hold_the_end(logits: torch.Tensor, requests: list[GenRequest], live: list[int], eos_ids: set[int]) -> None:
-    """Mask the end-of-turn tokens of rows that have not reached their `min_tokens` yet."""
-    short = [i for i in live if requests[i].generated < requests[i].min_tokens]
-    if short:
-        ends = torch.tensor(sorted(eos_ids), device=logits.device)
-        rows = slice(None) if len(short) == len(logits) else torch.tensor(short, device=logits.device)[:, None]
-        logits[rows, ends] = float("-inf")
-
-
-def _accepted(constraint: Optional[TokenConstraint], tok: int, i: int, errors: dict[int, str]) -> bool:
-    """Whether the row's grammar (if any) takes the sampled token; else the row's error is recorded."""
-    if constraint is None:
-        return True
-    try:
-        constraint.accept(tok)
-        return True
-    except RuntimeError as exc:
-        errors[i] = f"grammar failed: {exc}"
-        return False
-
-
-def _tops(logp: torch.Tensor, requests: list[GenRequest], live: list[int]) -> dict[int, list[tuple[int, float]]]:
-    """The `top_logprobs` alternatives of every live row that asks for some: one top-k over those rows (the most
-    any asks for), one copy to the host, then each row's own count."""
-    asking = [i for i in live if requests[i].top_logprobs > 0]
-    if not asking:
-        return {}
-    k = min(max(requests[i].top_logprobs for i in asking), logp.shape[-1])
-    vals, idx = torch.topk(logp[torch.tensor(asking, device=logp.device)], k)
-    vals_l, idx_l = vals.tolist(), idx.tolist()
-    return {i: list(zip(idx_l[j], vals_l[j]))[: requests[i].top_logprobs] for j, i in enumerate(asking)}
-
-
-def _advance(
-    i: int, out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int], errors: dict[int, str]
-) -> Optional[str]:
-    """Hand the new token to the request's stream and decide whether it is finished ("error" if either fails)."""
-    try:
-        if req.on_token is not None:
-            req.on_token(out)
-        return _finished(out, ids, text, req, eos_ids)
-    except Exception as exc:  # noqa: BLE001 - one request's failure must not end its batch
-        errors[i] = f"{type(exc).__name__}: {exc}"
-        return "error"
-
-
-def _generator(seed: Optional[int]) -> Optional[torch.Generator]:
-    if seed is None:
-        return None
-    g = torch.Generator()
-    g.manual_seed(int(seed))
-    return g
-
-
-def _finished(out: TokenOut, ids: list[int], text: str, req: GenRequest, eos_ids: set[int]) -> Optional[str]:
-    if out.id in eos_ids:
-        return "stop"
-    if req.stop and first_stop(text, req.stop, len(text) - len(out.text)) is not None:
-        return "stop"
-    if len(ids) >= req.max_tokens:
-        return "length"
-    return None
-
-
-def _result(
-    ids: list[int],
-    lps: list[float],
-    top: list[list[tuple[int, float]]],
-    finish: str,
-    text: str,
-    req: GenRequest,
-    error: Optional[str],
-) -> GenResult:
-    """The outcome; the text ends before the stop string that ended it, named in `stop_reason` (as vLLM)."""
-    at = first_stop(text, req.stop, 0)
-    stop_reason = None if at is None else next(s for s in req.stop if text.startswith(s, at))
-    return GenResult(
-        token_ids=ids,
-        logprobs=lps,
-        finish_reason=finish,
-        text=text if at is None else text[:at],
-        top_logprobs=top,
-        stop_reason=stop_reason,
-        error=error,
-    )

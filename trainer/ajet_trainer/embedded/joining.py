@@ -78,3 +78,23 @@ def join_caches(cache: Any, more: Any) -> None:
         width = max(layer.keys.shape[-2], extra.keys.shape[-2])
         layer.keys = torch.cat([pad_left(layer.keys, width, -2), pad_left(extra.keys, width, -2)])
         layer.values = torch.cat([pad_left(layer.values, width, -2), pad_left(extra.values, width, -2)])
+
+
+def cache_holding(config: Any, layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A `DynamicCache` of a model of `config` (`copyable_cache`) that holds `layers`: per layer, every row's keys and
+    values."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=config)
+    for index, (keys, values) in enumerate(layers):
+        cache.update(keys, values, index)
+    return cache
+
+
+def row_tokens(cache: Any, row: int, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Copies of one row's keys and values at `positions` of `cache` (`joinable`), per layer."""
+    positions = positions.to(cache.layers[0].keys.device)
+    return [
+        (layer.keys[row : row + 1].index_select(2, positions), layer.values[row : row + 1].index_select(2, positions))
+        for layer in cache.layers
+    ]

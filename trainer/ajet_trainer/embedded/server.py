@@ -75,6 +75,7 @@ class EmbeddedEngine:
         policy_version: int = 0,
         batch_window_s: float = BATCH_WINDOW_S,
         api_key: Optional[str] = None,
+        prefix_cache_bytes: int = 0,
     ):
         self.model, self.tokenizer = model, tokenizer
         self.model_name, self.host, self.port = model_name, host, port
@@ -82,18 +83,17 @@ class EmbeddedEngine:
         self.api_key = api_key
         """When set, `/v1/*` answers only requests bearing it (the proxy's; nobody else on the host)."""
         self.eos_ids = eos_token_ids(model, tokenizer)
-        self.batcher = Batcher(model, tokenizer, self.eos_ids, max_batch, batch_window_s, policy_version)
+        self.batcher = Batcher(
+            model, tokenizer, self.eos_ids, max_batch, batch_window_s, policy_version, prefix_cache_bytes
+        )
         """Micro-batches the requests; owns the weights' lock and the policy version."""
-        positions: Optional[int] = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        bounds = [n for n in (positions, max_context) if n is not None]
+        bounds = [n for n in (getattr(model.config, "max_position_embeddings", None), max_context) if n is not None]
         self.max_context = min(bounds) if bounds else None
         """Prompt + answer tokens one request may take: the model's positions, or less (the job's `max_model_len`)."""
         self.max_prompt_tokens = max_prompt_tokens
-        """The longest prompt served (the job's `max_prompt_length`: what it trains); longer is refused, 400
-        `context_length_exceeded`. None: the model's context alone bounds it."""
+        """The longest prompt served (the job's `max_prompt_length`); longer: 400 `context_length_exceeded`."""
         self.limits: dict[Optional[str], tuple[float, Optional[int]]] = {}
-        """Per adapter (None: a request that names none), its job's default temperature and longest prompt, where
-        experiments share this engine (`shared_base.py`); the engine's own otherwise."""
+        """Per adapter (None: none named), its job's default temperature and longest prompt (`shared_base.py`)."""
         self._grammar_compiler: Optional[Grammars] = None
         self.grammar_backends: tuple[str, ...] = tuple(BACKENDS)
         """The constrained-decoding backends tried, in order, at the first constrained request."""

@@ -216,7 +216,7 @@ def open_embedded_session(
     engines: Optional[Engines] = None
     attached = None
     if shared is not None and shares_base(job, opts):
-        attached = shared.bases.attach(shared.slug, job, model_path, device, opts.engine_host)
+        attached = shared.bases.attach(shared.slug, job, model_path, device, opts)
     if attached is not None:
         model, tokenizer, engines = attached
         learner = Learner(model, tokenizer, job, adapter=shared.slug if shared else None)

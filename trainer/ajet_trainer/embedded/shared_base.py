@@ -31,6 +31,7 @@ from ajet_store.types import RegisteredEngine
 from ajet_trainer.embedded.adapters import ADAPTER_MARK, held_adapters
 from ajet_trainer.embedded.engines import ENGINE_NAME, batcher_counters, job_engine
 from ajet_trainer.embedded.server import EmbeddedEngine
+from ajet_trainer.options import TrainerOptions
 from ajet_trainer.policy import load_policy, lora_config
 from ajet_trainer.types import EngineCounters, PolicyModel, Tokenizer
 
@@ -104,7 +105,7 @@ class AdapterEngines:
         every experiment it serves (one engine, one busy time)."""
         engine, answered = batcher_counters(self.base.engine), self.base.engine.batcher.answered
         answers, tokens = answered.get(self.name, [0, 0])
-        return EngineCounters(answers, tokens, engine.busy_s, engine.reprefilled_tokens)
+        return EngineCounters(answers, tokens, engine.busy_s, engine.reprefilled_tokens, engine.cached_prompt_tokens)
 
     def drop_exited(self) -> bool:
         return False
@@ -113,12 +114,12 @@ class AdapterEngines:
         self.release()
 
 
-def open_base(name: str, job: AgentJetJob, model_path: str, device: str, host: str) -> SharedBase:
+def open_base(name: str, job: AgentJetJob, model_path: str, device: str, opts: TrainerOptions) -> SharedBase:
     """Load the base model with its first adapter, `name`, and start its engine with the settings every sharer has
     in common (`ajet.sharing.SHARED`)."""
     torch.manual_seed(job.seed)
     model, tokenizer = load_policy(model_path, job, device, adapter=name)
-    engine = job_engine(model, tokenizer, job, host)
+    engine = job_engine(model, tokenizer, job, opts)
     base_url = engine.start()
     logger.info("shared base %s on %s served at %s", model_path, device, base_url)
     return SharedBase(model, tokenizer, engine, base_url)
