@@ -121,13 +121,25 @@ def test_sigkill_mid_async_update_trains_every_episode_once(tmp_path):
         assert client.get_engine_status().policy_version == 3
 
 
-@pytest.mark.parametrize("backend, engine", [("embedded", "vllm"), ("verl", "embedded"), ("verl", "vllm")])
-def test_vllm_engine_and_verl_backend_refuse_async_training_with_the_reason(backend, engine):
+@pytest.mark.parametrize("backend, engine", [("verl", "embedded"), ("verl", "vllm")])
+def test_the_verl_backend_refuses_async_training_with_the_reason(backend, engine):
     from ajet_trainer.errors import TrainerError
     from ajet_trainer.factory import open_session
     from ajet_trainer.options import TrainerOptions
 
-    job = AgentJetJob(max_staleness=1)
+    job = AgentJetJob(max_staleness=1, lora_rank=8)
     opts = TrainerOptions.from_config(db_url="sqlite://", backend=backend, engine=engine)
-    with pytest.raises(TrainerError, match="max_staleness=1 .* embedded engine only"):
+    with pytest.raises(TrainerError, match="max_staleness=1 .* embedded backend .* verl's trainer steps synchronously"):
         open_session(job, 0, None, opts)  # refused before anything is loaded (no store is touched)
+
+
+def test_full_fine_tuning_on_vllm_refuses_async_training_unless_partial_rollouts_load_in_place():
+    from ajet_trainer.errors import TrainerError
+    from ajet_trainer.factory import open_session, refuse_unsupported_async
+    from ajet_trainer.options import TrainerOptions
+
+    opts = TrainerOptions.from_config(db_url="sqlite://", backend="embedded", engine="vllm")
+    with pytest.raises(TrainerError, match="would reload the weights under calls in flight: train a LoRA adapter"):
+        open_session(AgentJetJob(max_staleness=1), 0, None, opts)
+    refuse_unsupported_async(AgentJetJob(max_staleness=1, lora_rank=8), opts)  # allowed
+    refuse_unsupported_async(AgentJetJob(max_staleness=1, partial_rollouts=True), opts)

@@ -276,6 +276,39 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
     assert chat(vllm, "policy@default@3").status_code == 404
 
 
+def test_an_answer_in_flight_finishes_on_its_adapter_while_the_next_step_loads(vllm, trained, tmp_path):
+    """Asynchronous training on vLLM: the trainer loads step N+1's adapter (a name of its own) while calls on step
+    N's run. The load is sent once the call has sampled 8 of its 100 tokens; the call ends as step N's model alone would
+    answer it, and the next call is step N+1's."""
+    import threading
+
+    adapters = ServedAdapters(Running(vllm), None, tmp_path, "default", keep=2, release=lambda: None)
+    paths = [random_adapter(trained[1], tmp_path, seed) for seed in (21, 22)]
+    body = {"model": adapters.serve(0, paths[0]), "messages": MSGS, "max_tokens": CAP, "ignore_eos": True,
+            "logprobs": True, "return_token_ids": True, "seed": 3}  # fmt: skip
+    answers: dict[str, dict] = {}
+    try:
+        start = prometheus_counter(httpx.get(vllm.base + "/metrics").text, "vllm:generation_tokens_total")
+        call = threading.Thread(target=lambda: answers.update(old=_post(vllm, body)))
+        call.start()
+        while prometheus_counter(httpx.get(vllm.base + "/metrics").text, "vllm:generation_tokens_total") < start + 8:
+            time.sleep(0.02)
+        assert adapters.serve(1, paths[1]) == "policy@default@1"  # loaded under the answer in flight
+        call.join(300)
+        answers["new"] = _post(vllm, {**body, "model": "policy@default@1", "max_tokens": 8})
+        assert len(answers["old"]["choices"][0]["token_ids"]) == CAP
+        for name, path in (("old", paths[0]), ("new", paths[1])):
+            assert max(answer_gaps(answers[name], adapter_model(trained[1], path))) < EXACT, name
+    finally:
+        adapters.stop()
+
+
+def _post(vllm: VllmServer, body: dict) -> dict:
+    answer = httpx.post(vllm.base_url + "/chat/completions", json=body, timeout=300)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
 def test_two_adapters_served_at_once_each_answer_as_their_peft_model(vllm, trained, tmp_path):
     """vLLM serving several adapters of one base at once (`--max-loras`, loaded and unloaded at runtime under names
     of our choosing, as experiments will be): calls to both, sent together, each answer as their own adapter."""

@@ -109,23 +109,29 @@ def resolve_engine(backend: BackendKind, engine: EngineKind, cuda: bool) -> Engi
 
 
 def refuse_unsupported_async(job: AgentJetJob, opts: TrainerOptions) -> None:
-    """Asynchronous training (`max_staleness >= 1`) needs the embedded backend and engine, partial rollouts and
-    replay the embedded backend (either engine): `TrainerError` naming what to change otherwise, before any model is
-    loaded."""
+    """Asynchronous training (`max_staleness >= 1`), partial rollouts and replay need the embedded backend, with
+    either engine; on vLLM an asynchronous job serves each step's LoRA adapter under a name of its own (calls in flight
+    finish on the one they began with), or, with partial rollouts, loads the weights in place across a pause that
+    keeps each token's version. `TrainerError` naming what to change otherwise, before any model is loaded."""
     if job.replay is not None and opts.backend != "embedded":
         raise TrainerError(f"a replay job runs on the embedded backend only so far, not --backend {opts.backend}")
-    if opts.backend == "embedded" and (opts.engine == "embedded" or not job.max_staleness):
-        return
-    if job.max_staleness > 0:
+    where = f"--backend {opts.backend} --engine {opts.engine}"
+    if job.max_staleness > 0 and opts.backend != "embedded":
         raise TrainerError(
-            f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend "
-            f"and the embedded engine only so far; with --backend {opts.backend} --engine "
-            f"{opts.engine} use max_staleness=0"
+            f"max_staleness={job.max_staleness} (asynchronous training) runs on the embedded backend (with the "
+            f"embedded engine or vLLM) only so far: verl's trainer steps synchronously; with {where} use "
+            "max_staleness=0"
         )
-    if job.partial_rollouts:
+    if job.max_staleness > 0 and opts.engine == "vllm" and not (job.uses_lora or job.partial_rollouts):
+        raise TrainerError(
+            f"max_staleness={job.max_staleness} with full fine-tuning on vLLM would reload the weights under calls "
+            "in flight: train a LoRA adapter (lora_rank > 0), or set partial_rollouts=True (the weights are then "
+            "loaded in place across a pause that keeps each token's version)"
+        )
+    if job.partial_rollouts and opts.backend != "embedded":
         raise TrainerError(
             f"partial_rollouts runs on the embedded backend (with the embedded engine or vLLM) only so far; with "
-            f"--backend {opts.backend} --engine {opts.engine} use partial_rollouts=False"
+            f"{where} use partial_rollouts=False"
         )
 
 

@@ -293,8 +293,9 @@ def test_partial_rollouts_run_on_vllm_but_not_beside_sleep_mode_or_verl():
         vllm_settings(_options("--engine", "vllm", "--vllm-sleep"), job, cpu=False)
     with pytest.raises(TrainerError, match="partial_rollouts runs on the embedded backend"):
         refuse_unsupported_async(job, _options("--engine", "vllm", "--backend", "verl"))
-    with pytest.raises(TrainerError, match="max_staleness=1"):
-        refuse_unsupported_async(AgentJetJob(partial_rollouts=True, max_staleness=1), on_vllm)
+    refuse_unsupported_async(AgentJetJob(partial_rollouts=True, max_staleness=1), on_vllm)  # in place, as above
+    with pytest.raises(TrainerError, match="max_staleness=1 serves calls while the trainer updates, which sleep mode"):
+        vllm_settings(_options("--engine", "vllm", "--vllm-sleep"), AgentJetJob(max_staleness=1, lora_rank=8), False)
     assert launch_args("/m", vllm_settings(on_vllm, AgentJetJob(), cpu=True), 1)[1:3] == list(
         ("-m", "vllm.entrypoints.openai.api_server")
     )

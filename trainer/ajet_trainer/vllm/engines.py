@@ -142,6 +142,11 @@ def vllm_settings(opts: TrainerOptions, job: AgentJetJob, cpu: bool) -> VllmSett
             "partial_rollouts keeps vLLM's running requests across each update, which sleep mode would drop with "
             "their KV cache: leave out --vllm-sleep, or use partial_rollouts=False"
         )
+    if sleep and job.max_staleness > 0:
+        raise TrainerError(
+            f"max_staleness={job.max_staleness} serves calls while the trainer updates, which sleep mode stops "
+            "(vLLM sleeps during each update): leave out --vllm-sleep, or use max_staleness=0"
+        )
     if sleep and cpu:
         logger.warning("vLLM's sleep mode needs CUDA; on CPU vLLM keeps its memory during updates")
         sleep = False
