@@ -43,6 +43,7 @@ REVISIONS = {
     16: "0016",
     17: "0017",
     18: "0018",
+    19: "0019",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

@@ -4,8 +4,8 @@
 experiment's row (`experiments.py`), episodes (`episodes.py`), the rollout pool (`pool.py`), their calls
 (`call_log.py`), training steps (`steps.py`), registered engines (`engines.py`), the statistics
 (`counters.py`), the explorer's reads (`explore_reads.py`), the list of the swarm's experiments
-(`catalog.py`), re-scored rewards (`rewards.py`), the swarm's live proxies (`proxies.py`) and the image files calls
-used (`image_files.py`). Every method is one transaction.
+(`catalog.py`), re-scored rewards (`rewards.py`), the swarm's live proxies (`proxies.py`), the image files calls
+used (`image_files.py`) and evaluations (`evaluations.py`). Every method is one transaction.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ajet_store.catalog import CatalogOps
 from ajet_store.counters import StatsOps
 from ajet_store.engines import EngineOps
 from ajet_store.episodes import EpisodeOps
+from ajet_store.evaluations import EvaluationOps
 from ajet_store.experiments import ExperimentOps
 from ajet_store.explore_reads import ExploreOps
 from ajet_store.image_files import ImageOps
@@ -49,6 +50,7 @@ class Store(
     RewardOps,
     ProxyOps,
     ImageOps,
+    EvaluationOps,
 ):
     """The experiment, its episodes and their LLM calls, registered engines, clients and training steps; the first
     store of a swarm lists its other experiments and its live proxies too (`catalog.py`, `proxies.py`)."""

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 metadata = sa.MetaData()
 
@@ -175,6 +175,26 @@ steps = sa.Table(
     sa.Column("metrics", sa.JSON, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=False),
 )
+
+evaluations = sa.Table(
+    "evaluations",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("k", sa.Integer, nullable=False),
+    sa.Column("tasks", sa.Integer, nullable=False),
+    sa.Column("episodes", sa.Integer, nullable=False),
+    sa.Column("mean_reward", sa.Float, nullable=False),
+    sa.Column("pass_at_k", sa.Float, nullable=False),
+    sa.Column("version_min", sa.Integer, nullable=False),
+    sa.Column("version_max", sa.Integer, nullable=False),
+    sa.Column("global_step", sa.Integer, nullable=False),
+    sa.Column("episode_uuids", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_evaluations_name", "name", "id"),
+)
+"""One row per evaluation of a held-out task set (`ajet.evaluation`): its figures, computed by the proxy from its
+eval episodes (listed), and the policy versions that served them."""
 
 reward_versions = sa.Table(
     "reward_versions",

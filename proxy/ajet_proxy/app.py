@@ -13,7 +13,7 @@ from ajet import __version__
 from ajet.errors import SwarmError
 from ajet.protocol import ErrorCode
 from ajet.types import ProxyHealth
-from ajet_proxy import control, experiments_api, rewards_api
+from ajet_proxy import control, evaluations_api, experiments_api, rewards_api
 from ajet_proxy.access import LoopbackExplorerMiddleware
 from ajet_proxy.api_docs import DescribedApp
 from ajet_proxy.auth import SwarmTokenMiddleware
@@ -103,6 +103,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     app.include_router(control.router)
     app.include_router(experiments_api.router)
     app.include_router(rewards_api.router)
+    app.include_router(evaluations_api.router)
     # every experiment's pages (the tokenizer: each one's job's model)
     app.mount("/explore", explore_app(ProxyExperiments(proxy), None, config.swarm_token))
 

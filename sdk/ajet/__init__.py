@@ -23,6 +23,7 @@ from ajet.errors import (
     EngineUnavailable,
     EpisodeConflict,
     EpisodeNotFound,
+    EvaluationFailed,
     ExperimentNotFound,
     Forbidden,
     InvalidRequest,
@@ -41,6 +42,8 @@ from ajet.errors import (
     Unauthorized,
     WrongState,
 )
+from ajet.evaluation import evaluate, evaluate_async, evaluate_every_async
+from ajet.evaluation_types import EvaluationInfo
 from ajet.job import AgentJetJob
 from ajet.protocol import ErrorCode
 from ajet.stat_types import RolloutStat
@@ -86,6 +89,8 @@ __all__ = [
     "Forbidden",
     "EpisodeStatus",
     "ErrorCode",
+    "EvaluationFailed",
+    "EvaluationInfo",
     "ExperimentState",
     "ExperimentList",
     "ExperimentStatus",
@@ -121,6 +126,9 @@ __all__ = [
     "WorkflowOutput",
     "WrongState",
     "auto_train_with_dataset",
+    "evaluate",
+    "evaluate_async",
+    "evaluate_every_async",
     "rollout_episode",
     "rollout_episode_async",
     "run_episodes_async",

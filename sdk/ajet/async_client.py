@@ -84,6 +84,13 @@ async def rollout_episode_async(
 ) -> float:
     """One episode in the loop: begin, await the agent, end (abort if it raises: a crashed agent is never
     scored); returns the recorded reward."""
+    return (await play_episode_async(client, task, agent, episode_type, timeout))[1]
+
+
+async def play_episode_async(
+    client: AsyncSwarmClient, task: Task, agent: AsyncAgentFn, episode_type: str = "train", timeout: float = 240
+) -> tuple[str, float]:
+    """`rollout_episode_async`, returning the episode's uuid with its recorded reward."""
     uuid, creds = await client.begin_episode(discard_episode_timeout=timeout, episode_type=episode_type)
     try:
         out = await agent(task, creds)
@@ -93,7 +100,7 @@ async def rollout_episode_async(
     ended = await client.end_episode(task, uuid, out)
     if ended.reward is None:
         raise EpisodeConflict(f"episode {uuid} ended without a recorded reward", status=200)
-    return ended.reward
+    return uuid, ended.reward
 
 
 async def run_episodes_async(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Optional, TextIO, Union
+from typing import Any, Optional, Sequence, TextIO, Union
 
 from ajet.client_base import (
     BeginWait,
@@ -24,6 +24,7 @@ from ajet.client_base import (
 )
 from ajet.client_steps import TRANSPORT_ERRORS, Op, Sleep, json_request, operation
 from ajet.errors import AjetError, NotReady, StoreUnavailable, SwarmConnectionError, SwarmError
+from ajet.evaluation_types import EvaluationInfo, EvaluationList, EvaluationRequest, EvaluationsQuery
 from ajet.job import AgentJetJob
 from ajet.kept_rewards import KeptEnd, Outcome, outcome_of, report
 from ajet.rescore_types import EpisodeSelection, RewardVersionInfo, RewardVersionList, UnscoredPage
@@ -265,3 +266,19 @@ class SwarmSurface(ClientSettings[H]):
             yield from self._call("POST", "write_scores", scores)
         finished = yield from self._call("POST", "finish_reward_version", {"version": version})
         return RewardVersionInfo.model_validate(finished)
+
+    # ------------------------------------------------------------------ evaluations
+    @operation
+    def record_evaluation(
+        self, name: str, episode_uuids: Sequence[str], k: int = 1, pass_reward: float = 1.0
+    ) -> Op[EvaluationInfo]:
+        """Store an evaluation of task set `name` from its ended eval episodes (`ajet.evaluation` runs them): the
+        proxy computes its mean reward and pass@k and the policy versions that served it."""
+        body = wire_body(EvaluationRequest, name=name, k=k, episode_uuids=list(episode_uuids), pass_reward=pass_reward)
+        return EvaluationInfo.model_validate((yield from self._call("POST", "record_evaluation", body)))
+
+    @operation
+    def get_evaluations(self, name: Optional[str] = None) -> Op[list[EvaluationInfo]]:
+        """The experiment's evaluations (of task set `name` alone, when given), oldest first."""
+        body = wire_body(EvaluationsQuery, name=name)
+        return EvaluationList.model_validate((yield from self._call("POST", "get_evaluations", body))).evaluations

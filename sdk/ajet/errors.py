@@ -33,6 +33,11 @@ class SwarmConnectionError(AjetError):
     """The proxy could not be reached after the bounded retries."""
 
 
+class EvaluationFailed(AjetError):
+    """Some eval episodes of an evaluation failed on every try: it is not recorded (its figures would leave them
+    out)."""
+
+
 class SwarmTimeout(AjetError):
     """Waiting for the swarm (e.g. in `begin_episode`, or for a training step) took longer than allowed."""
 

@@ -30,18 +30,22 @@ def rollout_episode(
     client: SwarmClient, task: Task, agent: AgentFn, episode_type: str = "train", timeout: float = 240
 ) -> float:
     """One episode: begin, run the agent, end (or abort if the agent raises); returns the reward."""
-    return _episode(client, task, lambda creds: agent(task, creds.base_url, creds.api_key), episode_type, timeout)
+
+    def run(creds: OpenaiBaseUrlAndApiKey) -> WorkflowOutput:
+        return agent(task, creds.base_url, creds.api_key)
+
+    return play_episode(client, task, run, episode_type, timeout)[1]
 
 
-def _episode(
+def play_episode(
     client: SwarmClient,
     task: Task,
     run: Callable[[OpenaiBaseUrlAndApiKey], WorkflowOutput],
     episode_type: str = "train",
     timeout: float = 240,
-) -> float:
+) -> tuple[str, float]:
     """Begin an episode, `run` the agent with its credentials, end it with the output (abort it if the agent
-    raises: a crashed agent is never scored); returns the recorded reward."""
+    raises: a crashed agent is never scored); returns the episode's uuid and its recorded reward."""
     uuid, creds = client.begin_episode(discard_episode_timeout=timeout, episode_type=episode_type)
     try:
         out = run(creds)
@@ -51,7 +55,7 @@ def _episode(
     ended = client.end_episode(task, uuid, out)
     if ended.reward is None:
         raise EpisodeConflict(f"episode {uuid} ended without a recorded reward", status=200)
-    return ended.reward
+    return uuid, ended.reward
 
 
 def wait_for_step(client: SwarmClient, after: int, timeout: float = 3600.0, poll: float = 0.02) -> StepInfo:
@@ -122,7 +126,7 @@ def auto_train_with_dataset(
     `execute_agent(task, api_baseurl_key)` and ended with its reward. Returns the rewards in task order."""
 
     def rollout(task: Task) -> float:
-        return _episode(swarm_worker, task, lambda api_baseurl_key: execute_agent(task, api_baseurl_key))
+        return play_episode(swarm_worker, task, lambda api_baseurl_key: execute_agent(task, api_baseurl_key))[1]
 
     rewards: list[Optional[float]] = []
     batch: list[Task] = []

@@ -137,11 +137,16 @@ def test_every_coroutine_against_a_real_proxy(tmp_path: Path):
             assert (version.version, version.scored) == (1, 1)
             assert await call("get_reward_versions") == sp.client.get_reward_versions() == [version]
             assert await call("resend_kept_rewards") == sp.client.resend_kept_rewards() == 0  # nothing kept
+            evaluated, _ = await call("begin_episode", episode_type="eval")
+            await client.end_episode(Task(task_id="t"), evaluated, WorkflowOutput(reward=1.0))
+            recorded = await call("record_evaluation", "held_out", [evaluated], k=1)
+            assert (recorded.episodes, recorded.pass_at_k, recorded.mean_reward) == (1, 1.0, 1.0)
+            assert await call("get_evaluations", "held_out") == sp.client.get_evaluations("held_out") == [recorded]
             aborted, _ = await call("begin_episode")
             assert (await call("abort_episode", aborted)).status == EpisodeStatus.ABORTED
             assert not await call("can_continue_episode", aborted)
             stat = await call("get_rollout_stat")
-            assert (stat.totals["ended"], stat.totals["aborted"]) == (1, 1)
+            assert (stat.totals["ended"], stat.totals["aborted"]) == (2, 1)  # the train and the eval episode
             printed = io.StringIO()
             await call("print_rollout_stat", file=printed)
             assert printed.getvalue().strip()

@@ -117,3 +117,34 @@ def test_export_model_finds_an_experiment_of_the_swarm_by_its_name(tmp_path):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert res.returncode == 1 and "no experiment p/c under" in res.stderr and "Traceback" not in res.stderr
+
+
+def _evaluation(i: int, name: str, score: float, versions: tuple[int, int]):
+    from ajet.evaluation_types import EvaluationInfo
+
+    lo, hi = versions
+    return EvaluationInfo(id=i, name=name, k=1, tasks=2, episodes=2, mean_reward=score, pass_at_k=score,
+                          version_min=lo, version_max=hi, global_step=hi, created_at=0.0)  # fmt: skip
+
+
+def test_the_best_evaluated_versions_of_each_task_set_are_kept_and_exported(tmp_path, caplog):
+    from ajet_trainer.checkpoint import evaluated_steps, prune_step_folders
+    from ajet_trainer.errors import CheckpointError
+    from ajet_trainer.model_export import best_evaluated
+
+    evals = [_evaluation(1, "a", 0.9, (1, 1)), _evaluation(2, "a", 0.5, (2, 2)), _evaluation(3, "a", 1.0, (3, 4)),
+             _evaluation(4, "b", 0.2, (5, 5)), _evaluation(5, "b", 0.1, (6, 6))]  # fmt: skip
+    assert evaluated_steps(evals, 1) == {1, 5}  # one served by two versions never counts
+    assert evaluated_steps(evals, 2) == {1, 2, 5, 6} and evaluated_steps(evals, 0) == set()
+    for n in range(1, 9):
+        (tmp_path / f"step_{n}").mkdir()
+    prune_step_folders(tmp_path, 2, protect={1, 5})
+    assert sorted(int(p.name[5:]) for p in tmp_path.iterdir()) == [1, 5, 7, 8]
+    assert best_evaluated(evals, {1, 2}, "a").version_min == 1
+    with caplog.at_level("WARNING"):
+        assert best_evaluated(evals, {2}, "a").version_min == 2  # the best has no checkpoint: the next best, said
+    assert "the best evaluation of 'a' (version 1, pass@1 0.900) has no checkpoint on disk" in caplog.text
+    with pytest.raises(CheckpointError, match="no evaluated version of 'a' has a checkpoint on disk"):
+        best_evaluated(evals, {7}, "a")
+    with pytest.raises(CheckpointError, match="no evaluation of 'c'"):
+        best_evaluated(evals, {1}, "c")

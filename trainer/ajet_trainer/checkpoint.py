@@ -18,11 +18,12 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional, Sequence
 
 import torch
 from safetensors.torch import load_file
 
+from ajet.evaluation_types import EvaluationInfo
 from ajet_trainer.errors import CheckpointError
 from ajet_trainer.types import PolicyModel, Tokenizer
 
@@ -145,18 +146,36 @@ def _model_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
     return weights
 
 
-def prune_checkpoints(root: Path, keep: int) -> None:
-    """Delete all but the newest `keep` checkpoints."""
-    prune_step_folders(root / "checkpoints", keep)
+def prune_checkpoints(root: Path, keep: int, protect: Collection[int] = ()) -> None:
+    """Delete all but the newest `keep` checkpoints and those of the steps in `protect`."""
+    prune_step_folders(root / "checkpoints", keep, protect)
 
 
-def prune_step_folders(parent: Path, keep: int) -> None:
-    """Delete all but the newest `keep` `step_<N>` folders under `parent` (none when `keep` <= 0)."""
+def checkpoint_steps(root: Path) -> set[int]:
+    """The steps of the checkpoints on disk."""
+    return {int(p.name[5:]) for p in (root / "checkpoints").glob("step_*") if p.is_dir() and p.name[5:].isdigit()}
+
+
+def prune_step_folders(parent: Path, keep: int, protect: Collection[int] = ()) -> None:
+    """Delete all but the newest `keep` `step_<N>` folders under `parent` (none when `keep` <= 0), and those of the
+    steps in `protect`."""
     steps = sorted(
         (p for p in parent.glob("step_*") if p.is_dir() and p.name[5:].isdigit()), key=lambda p: int(p.name[5:])
     )
     for p in steps[:-keep] if keep > 0 else []:
-        shutil.rmtree(p, ignore_errors=True)
+        if int(p.name[5:]) not in protect:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def evaluated_steps(evaluations: Sequence[EvaluationInfo], per_set: int) -> set[int]:
+    """The policy versions (the steps whose checkpoints hold them) of the `per_set` best evaluations of each task
+    set, among those one version served (`ajet.evaluation_types.best_of`'s order)."""
+    best: dict[str, list[EvaluationInfo]] = {}
+    for e in evaluations:
+        if e.version_min == e.version_max:
+            best.setdefault(e.name, []).append(e)
+    ranked = (sorted(es, key=lambda e: (e.pass_at_k, e.mean_reward, e.id), reverse=True) for es in best.values())
+    return {e.version_min for es in ranked for e in es[: max(per_set, 0)]}
 
 
 def tied_names(model: PolicyModel) -> set[str]:

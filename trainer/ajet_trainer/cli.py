@@ -11,14 +11,16 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Optional
 
 from ajet import __version__
 from ajet.errors import AjetError
+from ajet.evaluation_types import EvaluationInfo
 from ajet_core.flags import add_config_option, add_log_level_option, apply_defaults, parse_with_config
 from ajet_core.options import add_options, options_from_args
 from ajet_core.runtime import apply_offline_env, run_cli
-from ajet_store.connect import STORE_KEYS, add_store_options
+from ajet_store.connect import STORE_KEYS, StoreOptions, add_store_options
 from ajet_trainer.options import TrainerOptions
 
 
@@ -60,16 +62,38 @@ def run_trainer(args: argparse.Namespace) -> None:
 
 def export_model(args: argparse.Namespace) -> None:
     """A checkpoint as a model folder (`AutoModelForCausalLM.from_pretrained(OUT)`, `vllm serve OUT`)."""
-    from pathlib import Path
-
     from ajet_trainer.experiment_dir import folder_of_experiment
     from ajet_trainer.model_export import export_model as export
 
     folder = Path(args.experiment_dir)
     if args.experiment:
         folder = folder_of_experiment(folder, args.experiment)
-    out = export(folder, Path(args.out), args.step, args.merge_lora)
-    print(f"exported to {out}")
+    step, chosen = args.step, ""
+    if args.best is not None:
+        best = best_of_store(args, folder)
+        step, chosen = best.version_min, f" (step {best.version_min}: {args.best} pass@{best.k} {best.pass_at_k:.3f})"
+    out = export(folder, Path(args.out), step, args.merge_lora)
+    print(f"exported{chosen} to {out}")
+
+
+def best_of_store(args: argparse.Namespace, folder: Path) -> EvaluationInfo:
+    """`--best`: the best evaluation of the task set, among the versions with a checkpoint in `folder`, as the store
+    (`--db`, the experiment `--experiment` names) recorded them."""
+    from ajet_store import Catalog, Store
+    from ajet_trainer.checkpoint import checkpoint_steps
+    from ajet_trainer.errors import CheckpointError
+    from ajet_trainer.model_export import best_evaluated
+
+    if args.step is not None:
+        raise CheckpointError("--step or --best, not both")
+    store, _entries = Catalog(Store(args.db)).take_named(args.experiment)
+    if store is None:
+        raise CheckpointError(f"the store has no experiment {args.experiment!r}")
+    try:
+        evaluations = store.evaluations(args.best)
+    finally:
+        store.close()
+    return best_evaluated(evaluations, checkpoint_steps(folder), args.best)
 
 
 def _main(argv: Optional[list[str]] = None) -> int:
@@ -85,6 +109,11 @@ def _main(argv: Optional[list[str]] = None) -> int:
         help="project/experiment: that experiment of the swarm whose trainer ran with this --experiment-dir",
     )
     exp.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
+    exp.add_argument("--best", metavar="TASKSET", default=None,
+                     help="the checkpoint of the policy version whose evaluation of TASKSET scored highest (pass@k, "
+                     "then the mean reward), as the store (--db) recorded it (ajet.evaluate)")  # fmt: skip
+    add_options(exp, StoreOptions, skip=("db_mode", "trainer_timeout_s"))
+    apply_defaults(exp, "trainer.yaml")
     exp.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
     exp.add_argument("--merge-lora", action="store_true", help="LoRA: merge the adapter into its base model")
     args = parse_with_config(parser, argv)

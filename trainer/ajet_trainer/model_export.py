@@ -11,8 +11,9 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
+from ajet.evaluation_types import EvaluationInfo, best_of
 from ajet_trainer.checkpoint import ADAPTER_DIR, MODEL_DIR, checkpoint_at, read_state
 from ajet_trainer.errors import CheckpointError
 from ajet_trainer.progress import configure_hf_progress, copy_tree
@@ -45,6 +46,27 @@ def export_model(exp_dir: Path, out: Path, step: Optional[int] = None, merge_lor
     _write_into_place(out, write)
     logger.info("exported %s (step %d%s) to %s", ckpt, state["step"], ", LoRA merged" if merge_lora else "", out)
     return out
+
+
+def best_evaluated(evaluations: Sequence[EvaluationInfo], saved: set[int], name: str) -> EvaluationInfo:
+    """What `export-model --best NAME` exports: the best evaluation of task set `name` (`best_of`) among those whose
+    policy version has a checkpoint in `saved` (warned when the best of all has none); `CheckpointError` saying why
+    when there is none."""
+    best = best_of(list(evaluations), name)
+    if best is None:
+        raise CheckpointError(f"no evaluation of {name!r} that one policy version served (ajet.evaluate)")
+    kept = best_of([e for e in evaluations if e.version_min in saved], name)
+    if kept is None:
+        raise CheckpointError(
+            f"no evaluated version of {name!r} has a checkpoint on disk (the best: version {best.version_min}, "
+            f"pass@{best.k} {best.pass_at_k:.3f}): keep them with the trainer's keep_evaluated, save them with the "
+            "job's save_freq"
+        )
+    if kept is not best:
+        logger.warning("the best evaluation of %r (version %d, pass@%d %.3f) has no checkpoint on disk; exporting "
+                       "version %d (pass@%d %.3f)", name, best.version_min, best.k, best.pass_at_k, kept.version_min,
+                       kept.k, kept.pass_at_k)  # fmt: skip
+    return kept
 
 
 def _export_verl(exp_dir: Path, out: Path, step: Optional[int], merge_lora: bool) -> Path:

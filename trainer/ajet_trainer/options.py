@@ -73,6 +73,9 @@ class TrainerOptions(StoreOptions):
     prefix_cache_mib: float = option()
     """Embedded engine: the most memory (MiB) the keys and values of answered calls may hold, kept so that an
     episode's next call prefills only its new tokens (`embedded/prefix_cache.py`); 0 turns it off."""
+    keep_evaluated: int = option()
+    """Checkpoints kept beside the newest ones: per evaluated task set, those of its best-scoring policy versions
+    (`ajet.evaluate`; what `export-model --best` exports), 0: none."""
     heartbeat_s: float = option()
     """How often the trainer writes its heartbeat in each store (well under `trainer_timeout_s`, or a beating
     trainer would look silent)."""

@@ -3,7 +3,8 @@
     ajet-swarm start --host 127.0.0.1 --swarm-port 10086 &          # proxy + trainer, their defaults
     python -m tutorial.example_tool_agent.agent_roll --swarm-url http://127.0.0.1:10086
 
-1. The held-out questions are scored first (eval episodes, greedy: they never train).
+1. The held-out questions are scored first (eval episodes, greedy: they never train), recorded as the evaluation
+   `held_out` of the policy version that served them (`ajet.evaluate_async`; `SwarmClient.get_evaluations`).
 2. Training: each step `--tasks-per-step` training questions, `--group` episodes each (GRPO's group), until
    `--minutes` of training or `--max-steps`; each step's mean reward and the rate at which its episodes' calls
    merged into one exact token sequence (`history/merge_rate`) are printed.
@@ -23,7 +24,7 @@ from typing import Any, Optional
 
 import openai
 
-from ajet import AgentJetJob, AsyncSwarmClient, Task, run_episodes_async, wait_for_step_async
+from ajet import AgentJetJob, AsyncSwarmClient, Task, evaluate_async, run_episodes_async, wait_for_step_async
 from ajet.async_client import AsyncAgentFn
 from ajet.utils.flags import add_swarm_url_option
 from tutorial.example_tool_agent.agent_run import MAX_TOKENS, MAX_TURNS, async_agent
@@ -71,13 +72,10 @@ def make_job(args: argparse.Namespace) -> AgentJetJob:
 
 
 async def held_out_score(client: AsyncSwarmClient, base: openai.AsyncOpenAI, tasks: list[Task]) -> float:
-    """Mean reward of one greedy eval episode per task (eval episodes never train)."""
-    agent = async_agent(base, temperature=0.0)
-    rewards = await run_episodes_async(client, tasks, agent, episode_type="eval", timeout=300, max_retries=2)
-    failed = [r for r in rewards if isinstance(r, BaseException)]
-    if failed:
-        raise RuntimeError(f"{len(failed)} eval episode(s) failed: {failed[0]!r}")
-    return sum(float(r) for r in rewards if not isinstance(r, BaseException)) / len(tasks)
+    """Mean reward of one greedy eval episode per task (eval episodes never train), recorded in the store as the
+    evaluation `held_out` of the policy version that served it (`ajet.evaluate_async`)."""
+    report = await evaluate_async(client, tasks, async_agent(base, temperature=0.0), name="held_out", timeout=300)
+    return report.mean_reward
 
 
 def a_batch(tasks: list[Task], rng: random.Random, args: argparse.Namespace, batch: int) -> list[Task]:

@@ -21,7 +21,13 @@ from ajet.errors import StoreUnavailable
 from ajet.job import AgentJetJob
 from ajet_store import Store
 from ajet_store.types import PoolEpisode, RegisteredEngine
-from ajet_trainer.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from ajet_trainer.checkpoint import (
+    evaluated_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from ajet_trainer.embedded.bases import shares_base
 from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
@@ -59,7 +65,7 @@ class EmbeddedSession:
         learner: Learner,
         engines: Engines,
         step: int,
-        keep_checkpoints: int,
+        keep: tuple[int, int],
     ):
         self.job, self.run_id, self.store, self.exp_dir = place.job, place.run_id, place.store, place.exp_dir
         self.store_outage_s = place.store_outage_s
@@ -67,7 +73,9 @@ class EmbeddedSession:
         self.model, self.tokenizer, self.learner, self.engines = model, tokenizer, learner, engines
         self._engines_seen = (time.monotonic(), EngineCounters())
         """When the engines' counters were last read, and what they said (`_engine_metrics`)."""
-        self.step, self.keep_checkpoints = step, keep_checkpoints
+        self.step = step
+        self.keep_checkpoints, self.keep_evaluated = keep
+        """The newest checkpoints kept, and per evaluated task set the best-scoring versions' (`evaluated_steps`)."""
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(self.exp_dir, self.job)
         self.registered_names: set[str] = set()
@@ -178,8 +186,12 @@ class EmbeddedSession:
             },
             adapter=self.learner.adapter,
         )
-        prune_checkpoints(self.exp_dir, self.keep_checkpoints)
         self.last_checkpoint_step = self.step
+        try:
+            best = evaluated_steps(self.store.evaluations(), self.keep_evaluated) if self.keep_evaluated else set()
+        except StoreUnavailable:
+            return path  # which versions scored best is the store's to say: prune nothing until it answers
+        prune_checkpoints(self.exp_dir, self.keep_checkpoints, best)
         return path
 
     def close(self, final_checkpoint: bool) -> None:
@@ -234,7 +246,8 @@ def open_embedded_session(
     assert engines is not None
     learner.images = stored_images(model, tokenizer, store)
     place = SessionPlace(job, run_id, store, exp_dir, opts.store_outage_s)
-    session = EmbeddedSession(place, model, tokenizer, learner, engines, step, opts.keep_checkpoints)
+    keep = (opts.keep_checkpoints, opts.keep_evaluated)
+    session = EmbeddedSession(place, model, tokenizer, learner, engines, step, keep)
     if step > 0 or attached is not None:
         engines.publish(step)  # a restored adapter must be what vLLM serves, at its version
     logger.info("session: %s on %s, step %d, experiment %s, engine %s", job.model, device, step, exp_dir, opts.engine)

@@ -1,0 +1,59 @@
+"""Evaluations while training, end to end (issue 64): a held-out set evaluated after each step is recorded by the
+policy version that served it; the best-scoring version's checkpoint outlives the trainer's pruning
+(`keep_evaluated`), and `ajet-trainer export-model --best` exports it, not the newest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ajet import Task, WorkflowOutput, evaluate
+from tests.e2e.test_train_e2e import run_batch, tiny_job, wait_step
+from tests.support.procs import offline_env
+from tests.support.swarm import running_swarm
+
+pytestmark = pytest.mark.slow
+
+HELD_OUT = [Task(task_id=f"held-{c}", main_query=f"Say the letter: {c}") for c in "xyz"]
+BEST_STEP = 2
+"""The step whose policy the agent scores highest."""
+
+
+def agent_scoring(reward: float):
+    """A blocking agent that makes one call and gives `reward`."""
+
+    def agent(task: Task, base_url: str, api_key: str) -> WorkflowOutput:
+        import openai
+
+        llm = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        llm.chat.completions.create(model="policy", messages=[{"role": "user", "content": task.main_query}],
+                                    max_tokens=2)  # fmt: skip
+        return WorkflowOutput(reward=reward)
+
+    return agent
+
+
+def test_the_best_evaluated_checkpoint_is_kept_and_exported(tmp_path):
+    with running_swarm(tmp_path) as sw:
+        client = sw.client()
+        client.auto_sync_train_config_and_start_engine(tiny_job())
+        for step in range(1, 6):
+            run_batch(client, step)
+            wait_step(client, step)
+            report = evaluate(client, HELD_OUT, agent_scoring(1.0 if step == BEST_STEP else 0.25), name="held_out")
+            assert (report.version_min, report.version_max, report.global_step) == (step, step, step)
+        assert [e.mean_reward for e in client.get_evaluations("held_out")] == [0.25, 1.0, 0.25, 0.25, 0.25]
+        saved = sorted(int(p.name[5:]) for p in (sw.exp_dir / "checkpoints").glob("step_*"))
+        assert saved == [BEST_STEP, 3, 4, 5]  # the newest three (keep_checkpoints) and the best evaluated one
+        out = tmp_path / "best"
+        cmd = [sys.executable, "-m", "ajet_trainer.cli", "export-model", "--experiment-dir", str(sw.exp_dir),
+               "--best", "held_out", "--db", sw.db_url, "--out", str(out)]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=offline_env())
+        assert res.returncode == 0, res.stderr
+        assert f"exported (step {BEST_STEP}: held_out pass@1 1.000) to {out}" in res.stdout
+        assert (out / "model.safetensors").is_file()
+        missing = subprocess.run([*cmd[:-2], "--out", str(tmp_path / "none"), "--best", "other"], capture_output=True,
+                                 text=True, timeout=300, env=offline_env())  # fmt: skip
+        assert missing.returncode != 0 and "no evaluation of 'other' that one policy version served" in missing.stderr
