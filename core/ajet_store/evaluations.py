@@ -75,11 +75,18 @@ class EvaluationOps(Database):
         assert key is not None  # an insert into a table with a primary key
         return info.model_copy(update={"id": int(key[0])})
 
+    def last_evaluation(self) -> Optional[EvaluationInfo]:
+        """The newest evaluation, if any."""
+        found = self.evaluations(last=True)
+        return found[0] if found else None
+
     @retried
-    def evaluations(self, name: Optional[str] = None) -> list[EvaluationInfo]:
-        """The experiment's evaluations (of task set `name` alone, when given), oldest first."""
+    def evaluations(self, name: Optional[str] = None, last: bool = False) -> list[EvaluationInfo]:
+        """The experiment's evaluations (of task set `name` alone, when given), oldest first (`last`: the newest
+        alone)."""
         v = t.evaluations.c
-        query = sa.select(*(col for col in t.evaluations.c if col.name != "episode_uuids")).order_by(v.id)
+        query = sa.select(*(col for col in t.evaluations.c if col.name != "episode_uuids"))
+        query = query.order_by(v.id.desc()).limit(1) if last else query.order_by(v.id)
         if name is not None:
             query = query.where(v.name == name)
         with self._read() as conn:

@@ -275,6 +275,7 @@ def get_rollout_stat(request: Request) -> RolloutStat:
         time.time(),
         st.trainer_timeout_s,
         st.missions(),
+        st.last_evaluation(),
     )
 
 

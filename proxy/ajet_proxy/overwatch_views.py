@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ajet.evaluation_types import EvaluationInfo
 from ajet.rollout_summary import progress_bar, updating_text
 from ajet.stat_types import EpisodeDetail, RolloutStat
 from ajet.types import BatchMode
@@ -88,7 +89,16 @@ def reward_text(stat: RolloutStat) -> Text:
     for key in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "train_s", "step_s"):
         if isinstance(m.get(key), (int, float)):
             parts.append(f"{key} {m[key]:.4g}")
-    return Text("  ".join(parts) + history_text(m))
+    return Text("  ".join(parts) + history_text(m) + evaluation_text(stat.last_evaluation))
+
+
+def evaluation_text(e: Optional[EvaluationInfo]) -> str:
+    """The last evaluation as a line of its own ("" when there is none)."""
+    if e is None:
+        return ""
+    served = f"v{e.version_min}" if e.version_min == e.version_max else f"v{e.version_min}-{e.version_max}"
+    return (f"\nheld-out {e.name} ({served}, step {e.global_step}): reward {e.mean_reward:.3f}  "
+            f"pass@{e.k} {e.pass_at_k:.3f}  {e.tasks} tasks")  # fmt: skip
 
 
 def history_text(m: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional, Sequence
 
+from ajet.evaluation_types import EvaluationInfo
 from ajet.job import AgentJetJob
 from ajet.stat_types import (
     CallInfo,
@@ -96,6 +97,7 @@ def build_rollout_stat(
     now: float,
     timeout_s: float,
     missions: Sequence[dict[str, Any]] = (),
+    last_evaluation: Optional[EvaluationInfo] = None,
 ) -> RolloutStat:
     """Everything `get_rollout_stat` answers (`timeout_s`: the store's `trainer_timeout_s`)."""
     batch_size, num_repeat = batch_shape(row)
@@ -134,6 +136,7 @@ def build_rollout_stat(
         totals=totals,
         recent_steps=list(steps),
         missions=mission_stats(missions, pool, caps),
+        last_evaluation=last_evaluation,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from pydantic import Field, StrictInt
 
+from ajet.evaluation_types import EvaluationInfo
 from ajet.types import AnswerModel, BatchMode, EpisodeStatus, EpisodeType, ExperimentStatus, WireModel
 
 
@@ -152,6 +153,8 @@ class RolloutStat(AnswerModel):
     started."""
     recent_steps: list[StepInfo]
     """The latest training steps, newest last."""
+    last_evaluation: Optional[EvaluationInfo] = None
+    """The newest evaluation of a held-out task set (`ajet.evaluate`), if any."""
 
 
 class CallInfo(AnswerModel):

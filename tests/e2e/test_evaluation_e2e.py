@@ -45,6 +45,9 @@ def test_the_best_evaluated_checkpoint_is_kept_and_exported(tmp_path):
             report = evaluate(client, HELD_OUT, agent_scoring(1.0 if step == BEST_STEP else 0.25), name="held_out")
             assert (report.version_min, report.version_max, report.global_step) == (step, step, step)
         assert [e.mean_reward for e in client.get_evaluations("held_out")] == [0.25, 1.0, 0.25, 0.25, 0.25]
+        metrics = {s.step: s.metrics for s in sw.store().steps()}  # a step carries the evaluations since the last
+        assert (metrics[3]["eval/held_out/mean_reward"], metrics[3]["eval/held_out/version"]) == (1.0, BEST_STEP)
+        assert metrics[3]["eval/held_out/pass@1"] == 1.0 and "eval/held_out/version" not in metrics[1]
         saved = sorted(int(p.name[5:]) for p in (sw.exp_dir / "checkpoints").glob("step_*"))
         assert saved == [BEST_STEP, 3, 4, 5]  # the newest three (keep_checkpoints) and the best evaluated one
         out = tmp_path / "best"

@@ -44,6 +44,7 @@ def test_an_evaluation_is_recorded_with_its_figures_and_the_policy_that_served_i
     assert report.pass_at_k == pytest.approx((0.5 + 0.0 + 1.0) / 3)
     assert (report.version_min, report.version_max) == (0, 0)
     assert client.get_evaluations("held_out")[-1] == report
+    assert client.get_rollout_stat().last_evaluation == report  # what the monitor shows
     assert swarm.store.steps() == []  # eval episodes never train
     again = evaluate(client, TASKS[:1], scripted_agent(), name="other")
     assert [e.name for e in client.get_evaluations()][-2:] == ["held_out", "other"]
@@ -90,3 +91,14 @@ def test_only_ended_eval_episodes_of_the_experiment_count(swarm):
     finally:
         client.abort_episode(train_uuid)
         client.abort_episode(open_uuid)
+
+
+def test_the_monitor_shows_the_last_evaluation():
+    from ajet.evaluation_types import EvaluationInfo
+    from ajet_proxy.overwatch_views import evaluation_text
+
+    e = EvaluationInfo(id=3, name="held_out", k=4, tasks=32, episodes=128, mean_reward=0.4, pass_at_k=0.8125,
+                       version_min=6, version_max=6, global_step=7, created_at=0.0)  # fmt: skip
+    assert evaluation_text(e) == "\nheld-out held_out (v6, step 7): reward 0.400  pass@4 0.812  32 tasks"
+    assert "(v6-7, step 7)" in evaluation_text(e.model_copy(update={"version_max": 7}))
+    assert evaluation_text(None) == ""

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from ajet.evaluation_types import EvaluationInfo
 from ajet.job import AgentJetJob
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,19 @@ def tracker_env(exp_dir: Path) -> Iterator[None]:
         for k, old in saved.items():
             if old is None:
                 os.environ.pop(k, None)
+
+
+def evaluation_metrics(evaluations: Sequence[EvaluationInfo], seen: int) -> dict[str, float]:
+    """The figures of the evaluations recorded after evaluation `seen` (by id; the newest of each task set), as a
+    step's metrics: `eval/<name>/mean_reward`, `eval/<name>/pass@<k>` and `eval/<name>/version` (the policy version
+    it scored; evaluations two versions served are left out). The trackers log them at the step they arrived by."""
+    out: dict[str, float] = {}
+    for e in sorted(evaluations, key=lambda e: e.id):
+        if e.id > seen and e.version_min == e.version_max:
+            out[f"eval/{e.name}/mean_reward"] = e.mean_reward
+            out[f"eval/{e.name}/pass@{e.k}"] = e.pass_at_k
+            out[f"eval/{e.name}/version"] = float(e.version_min)
+    return out
 
 
 class MetricsLog:

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 
 from markupsafe import Markup, escape
 
+from ajet.evaluation_types import EvaluationInfo
 from ajet.stat_types import StepInfo
 
 Point = tuple[int, float]
@@ -106,6 +107,20 @@ def line_chart(title: str, points: Sequence[Point], frame: Frame = Frame()) -> M
     return Markup("".join(parts))
 
 
-def charts(steps: Sequence[StepInfo]) -> list[Markup]:
-    """Every chart of `steps`, in `CHARTS` order."""
-    return [line_chart(title, points) for title, points in series(steps).items()]
+def eval_series(evaluations: Sequence[EvaluationInfo]) -> dict[str, list[Point]]:
+    """Each task set's held-out figures against the policy version (the step) that scored them: its mean reward, and
+    its pass@k where k > 1 (evaluations two versions served are left out)."""
+    out: dict[str, list[Point]] = {}
+    for e in evaluations:
+        if e.version_min == e.version_max:
+            out.setdefault(f"{e.name}: held-out reward", []).append((e.version_min, e.mean_reward))
+            if e.k > 1:
+                out.setdefault(f"{e.name}: pass@{e.k}", []).append((e.version_min, e.pass_at_k))
+    return out
+
+
+def charts(steps: Sequence[StepInfo], evaluations: Sequence[EvaluationInfo] = ()) -> list[Markup]:
+    """Every chart of `steps`, in `CHARTS` order, each evaluated task set's beside the training reward."""
+    drawn = [line_chart(title, points) for title, points in series(steps).items()]
+    held_out = [line_chart(title, points) for title, points in eval_series(evaluations).items()]
+    return drawn[:1] + held_out + drawn[1:]

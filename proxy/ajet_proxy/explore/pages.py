@@ -87,12 +87,14 @@ class Pages:
         return HTMLResponse(html, status_code=status)
 
     def runs(self, request: Request) -> Response:
-        """The run: its job and state, each metric as a chart over the steps, the newest steps."""
+        """The run: its job and state, each metric (and each evaluated task set) as a chart over the steps, the
+        newest steps."""
         store = self.store(request)
         exp, steps = store.experiment(), store.steps(last=500)
         name = "runs_body.html" if request.query_params.get("fragment") == "1" else "runs.html"
         latest = steps[-1].step if steps else 0
-        return self._render(request, name, exp=exp, steps=steps[::-1][:PAGE], charts=charts(steps), latest=latest)
+        drawn = charts(steps, store.evaluations())
+        return self._render(request, name, exp=exp, steps=steps[::-1][:PAGE], charts=drawn, latest=latest)
 
     def live(self, request: Request) -> Response:
         """The newest step and the state (what the runs page polls to redraw itself)."""

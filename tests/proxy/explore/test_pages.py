@@ -213,3 +213,19 @@ def test_every_experiment_has_its_pages_and_links_that_land(tmp_path):
         for st in others.values():
             st.close()
         first.close()
+
+
+def test_the_runs_page_charts_each_evaluated_task_set_beside_the_training_reward(tmp_path):
+    from ajet.evaluation_types import Summary
+
+    st = Store(sqlite_url(tmp_path / "e.db"))
+    fill(st, "builtin:tiny")
+    for version, (mean, at_k) in enumerate([(0.25, 0.5), (0.5, 0.75), (0.75, 1.0)]):
+        st.record_evaluation("held_out", 4, Summary(3, 12, mean, at_k), (version, version), [f"e{version}"])
+    st.record_evaluation("held_out", 4, Summary(3, 12, 0.9, 0.9), (2, 3), ["mixed"])  # two policies: not charted
+    with TestClient(standalone_app(st, str(builtin_model_path("builtin:tiny"))), client=LOCAL) as client:
+        page = client.get("/explore/").text
+    st.close()
+    charts = re.findall(r'<svg class="chart"[^>]*aria-label="([^"]+)" data-points="(\d+)"', page)
+    assert charts[:3] == [("reward", "2"), ("held_out: held-out reward", "3"), ("held_out: pass@4", "3")]
+    assert "<title>step 2: 0.75</title>" in page
