@@ -87,6 +87,20 @@ def task_stats(pool: Sequence[PoolEpisode]) -> list[TaskStat]:
     ]
 
 
+def client_infos(clients: Sequence[dict[str, Any]], now: float) -> list[ClientInfo]:
+    """The clients the store has seen, as the statistics show them."""
+    return [
+        ClientInfo(
+            client_id=c["client_id"],
+            last_seen_s=max(0.0, now - c["last_seen"]),
+            begun=c["begun"],
+            ended=c["ended"],
+            aborted=c["aborted"],
+        )  # fmt: skip
+        for c in clients
+    ]
+
+
 def build_rollout_stat(
     row: ExperimentRow,
     pool: Sequence[PoolEpisode],
@@ -114,16 +128,6 @@ def build_rollout_stat(
         )
         for e in sorted(live, key=lambda e: e.created_at)
     ]
-    client_infos = [
-        ClientInfo(
-            client_id=c["client_id"],
-            last_seen_s=max(0.0, now - c["last_seen"]),
-            begun=c["begun"],
-            ended=c["ended"],
-            aborted=c["aborted"],
-        )
-        for c in clients
-    ]
     return RolloutStat(
         experiment=experiment_status(row, now, timeout_s),
         batch_mode=row.batch_mode,
@@ -132,7 +136,7 @@ def build_rollout_stat(
         progress=all_progress(pool, batch_size, num_repeat, caps),
         open_episodes=open_eps,
         tasks=task_stats(pool),
-        clients=client_infos,
+        clients=client_infos(clients, now),
         totals=totals,
         recent_steps=list(steps),
         missions=mission_stats(missions, pool, caps),
