@@ -101,9 +101,9 @@ def test_a_batch_of_one_adapter_runs_peft_s_plain_path_and_leaves_the_model_as_i
 
 
 def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
-    """Over HTTP: `/v1/models` lists `policy@blue` and `policy@red`; calls naming them, sent together, are batched and
-    answered each by its adapter (the ids of a plain answer equal the adapter alone's); an adapter the engine does not
-    hold is a 404 `model_not_found`, as vLLM answers it."""
+    """Over HTTP: `/v1/models` lists `policy@blue`, `policy@red` and `judge`; calls naming them, sent together, are
+    batched and answered each by its adapter (the ids of a plain answer equal the adapter alone's); an adapter the
+    engine does not hold is a 404 `model_not_found`, as vLLM answers it."""
     import asyncio
 
     import httpx
@@ -114,7 +114,8 @@ def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
     eng = EmbeddedEngine(model, tok, max_tokens_cap=8, batch_window_s=0.25)  # a wide window: one batch
     url = eng.start()
     try:
-        assert [m["id"] for m in httpx.get(url + "/models").json()["data"]] == ["policy", "policy@blue", "policy@red"]
+        served = [m["id"] for m in httpx.get(url + "/models").json()["data"]]
+        assert served == ["policy", "policy@blue", "policy@red", "judge"]
 
         async def ask(name: str) -> dict:
             body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "seed": 4,
@@ -187,3 +188,24 @@ def test_three_adapters_with_conflicting_rewards_each_learn_their_own_letter_sha
         alone = PeftModel.from_pretrained(base, str(tmp_path / name / name)).eval()
         said = generate_batch(alone, tok, [GenRequest(prompt, 1, temperature=0.0)], eos)[0]
         assert tok.decode(said.token_ids) == letter, (name, tok.decode(said.token_ids))
+
+
+def test_the_judge_is_the_base_without_any_adapter_in_the_same_batch(two_adapters):
+    """`judge` names the frozen base: its rows go through no adapter, beside rows of an adapter in one batch, each
+    as it would be alone (the base sampled with peft's adapters disabled)."""
+    from ajet.errors import ModelNotFound
+    from ajet_trainer.embedded.adapters import BASE_ROWS, JUDGE, requested_adapter, served_names
+
+    model, tok = two_adapters
+    eos = eos_token_ids(model, tok)
+    assert requested_adapter(model, "policy", JUDGE) == BASE_ROWS and served_names(model, "policy")[-1] == JUDGE
+    reqs = [GenRequest(list(PROMPTS[0]), max_tokens=12, seed=3, adapter=a) for a in (BASE_ROWS, "red", BASE_ROWS)]
+    mixed = generate_batch(model, tok, reqs, eos)
+    with model.disable_adapter():
+        alone = generate_batch(model, tok, [GenRequest(list(PROMPTS[0]), max_tokens=12, seed=3)], eos)[0]
+    assert mixed[0].token_ids == alone.token_ids == mixed[2].token_ids
+    assert mixed[0].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert mixed[1].logprobs != pytest.approx(alone.logprobs, abs=1e-4)  # the adapter's row is the adapter's
+    base, _ = load_policy(str(builtin_model_path("builtin:tiny")), AgentJetJob(), "cpu")
+    with pytest.raises(ModelNotFound, match="the model `judge` needs a LoRA job"):
+        requested_adapter(base, "policy", JUDGE)

@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # light to import: the trainer's registry of shared bases nam
 
 ADAPTER_MARK = "@"
 """`<served name>@<adapter>` names an adapter the engine holds (vLLM's `policy@<step>` names read the same way)."""
+JUDGE = "judge"
+"""The served name of the base model without any adapter, where the engine's model holds LoRA adapters: the frozen
+base, served as a judge that costs no memory (`ajet.judge`, the proxy's judge route)."""
+BASE_ROWS = "__base__"
+"""peft's name, in a mixed batch, for rows that go through no adapter (what a request for `JUDGE` runs as)."""
 
 
 @dataclass
@@ -65,8 +70,8 @@ def batch_adapters(model: PolicyModel, wanted: list[Optional[str]]) -> BatchAdap
         return BatchAdapters()
     active = getattr(model, "active_adapter", None)
     names = [str(w or active) for w in wanted]
-    _require_held(model, names)
-    if len(set(names)) > 1:
+    _require_held(model, [n for n in names if n != BASE_ROWS])
+    if len(set(names)) > 1 or BASE_ROWS in names:  # peft's mixed path is the one that runs rows through no adapter
         return BatchAdapters(kwargs={"adapter_names": names})
     if names[0] == active:
         return BatchAdapters()
@@ -89,13 +94,20 @@ def _require_held(model: PolicyModel, names: list[str]) -> None:
 
 
 def served_names(model: PolicyModel, served: str) -> list[str]:
-    """`/v1/models`: the served name (the model as it is), then `<served>@<adapter>` for each adapter held."""
-    return [served, *(f"{served}{ADAPTER_MARK}{name}" for name in held_adapters(model))]
+    """`/v1/models`: the served name (the model as it is), then `<served>@<adapter>` for each adapter held, and
+    `JUDGE` (the base without them) where there are some."""
+    adapters = [f"{served}{ADAPTER_MARK}{name}" for name in held_adapters(model)]
+    return [served, *adapters, *([JUDGE] if adapters else [])]
 
 
 def requested_adapter(model: PolicyModel, served: str, asked: Optional[str]) -> Optional[str]:
-    """The adapter a request's `model` names (`<served>@<adapter>`), or None for any other name (the model as it
-    is: clients name it freely); `ModelNotFound` (404, vLLM's answer) for an adapter the model does not hold."""
+    """The adapter a request's `model` names (`<served>@<adapter>`; `JUDGE`: none, the base as it was loaded), or
+    None for any other name (the model as it is: clients name it freely); `ModelNotFound` (404, vLLM's answer) for an
+    adapter the model does not hold, and for `JUDGE` where it holds none (its weights are the policy's own)."""
+    if asked == JUDGE:
+        if not held_adapters(model):
+            raise ModelNotFound(f"the model `{JUDGE}` needs a LoRA job: with full fine-tuning no frozen base is served")
+        return BASE_ROWS
     prefix = served + ADAPTER_MARK
     if not asked or not asked.startswith(prefix):
         return None
