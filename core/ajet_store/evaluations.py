@@ -1,5 +1,8 @@
-"""Evaluations: one row per evaluation of a held-out task set (`ajet.evaluation`), with the figures the proxy computed
-from its eval episodes (`ajet.evaluation_types.summarise`) and the policy versions that served them."""
+"""Evaluations and the served judge's calls.
+
+Evaluations: one row per evaluation of a held-out task set (`ajet.evaluation`), with the figures the proxy computed
+from its eval episodes (`ajet.evaluation_types.summarise`) and the policy versions that served them. The judge's
+calls (`/judge/v1`) are kept apart from the episodes' calls: they are never trained."""
 
 from __future__ import annotations
 
@@ -91,3 +94,20 @@ class EvaluationOps(Database):
             query = query.where(v.name == name)
         with self._read() as conn:
             return [EvaluationInfo(**row._mapping) for row in conn.execute(query)]
+
+    @retried
+    def log_judge_call(self, request: str, response: Optional[str], status: int, latency_ms: float) -> None:
+        """Keep one call to the served judge (apart from the episodes' calls: it is never trained)."""
+        with self._tx() as conn:
+            conn.execute(t.judge_calls.insert().values(request=request, response=response, status=status,
+                                                       latency_ms=latency_ms, created_at=time.time()))  # fmt: skip
+
+    @retried
+    def judge_calls(self) -> list[tuple[str, Optional[str], int]]:
+        """The served judge's calls, oldest first: (request, response, status)."""
+        j = t.judge_calls.c
+        with self._read() as conn:
+            return [
+                (r.request, r.response, r.status)
+                for r in conn.execute(sa.select(j.request, j.response, j.status).order_by(j.id))
+            ]

@@ -44,6 +44,7 @@ REVISIONS = {
     17: "0017",
     18: "0018",
     19: "0019",
+    20: "0020",
 }
 """Schema version -> its Alembic revision."""
 HEAD = REVISIONS[t.SCHEMA_VERSION]

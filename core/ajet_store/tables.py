@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 19
+SCHEMA_VERSION = 20
 
 metadata = sa.MetaData()
 
@@ -195,6 +195,19 @@ evaluations = sa.Table(
 )
 """One row per evaluation of a held-out task set (`ajet.evaluation`): its figures, computed by the proxy from its
 eval episodes (listed), and the policy versions that served them."""
+
+judge_calls = sa.Table(
+    "judge_calls",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("request", sa.Text, nullable=False),
+    sa.Column("response", sa.Text, nullable=True),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("latency_ms", sa.Float, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+"""Calls to the served judge (`/judge/v1`), logged apart from the episodes' calls: they join no episode and are never
+trained."""
 
 reward_versions = sa.Table(
     "reward_versions",

@@ -1,10 +1,11 @@
 """The swarm token, checked before anything else of a request is read.
 
-With a token configured, every control call (`/swarm/*`), the API description (`/docs`, `/redoc`,
-`/openapi.json`) and the explorer (`/explore`, but its login form) need it, as `Authorization: Bearer TOKEN` or
-`X-Swarm-Token: TOKEN`; the explorer also takes the cookie its login form sets, and answers its 401 with that
-form. The check is an ASGI middleware, so a malformed body to a control route is answered 401, not 400/422, when
-the token is wrong: the body is never parsed for someone who may not call. Episode keys never grant control.
+With a token configured, every control call (`/swarm/*`), the served judge (`/judge/*`), the API description
+(`/docs`, `/redoc`, `/openapi.json`) and the explorer (`/explore`, but its login form) need it, as
+`Authorization: Bearer TOKEN` or `X-Swarm-Token: TOKEN`; the explorer also takes the cookie its login form sets, and
+answers its 401 with that form. The check is an ASGI middleware, so a malformed body to a control route is answered
+401, not 400/422, when the token is wrong: the body is never parsed for someone who may not call. Episode keys never
+grant control.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.jso
 """The API description: served only to token holders when a token is set."""
 EXPLORE, EXPLORE_LOGIN, EXPLORE_COOKIE = "/explore", "/explore/login", "ajet_swarm_token"
 """The explorer's root, its login form (open to all) and the cookie that form sets."""
+JUDGE = "/judge/"
+"""The served judge's routes (`dataplane/chat/judge.py`): control calls, not an episode's."""
 
 
 MISSING_TOKEN = (
@@ -38,7 +41,8 @@ def needs_token(path: str) -> bool:
     too."""
     canonical = canonical_path(path)
     explore = canonical == EXPLORE or canonical.startswith(EXPLORE + "/")
-    return canonical.startswith("/swarm/") or canonical in DOC_PATHS or (explore and canonical != EXPLORE_LOGIN)
+    control = canonical.startswith(("/swarm/", JUDGE))  # the served judge: the swarm's own model, for its owners
+    return control or canonical in DOC_PATHS or (explore and canonical != EXPLORE_LOGIN)
 
 
 def canonical_path(path: str) -> str:

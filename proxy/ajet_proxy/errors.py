@@ -45,6 +45,8 @@ class HttpError:
 
 
 DATA_PLANE_PREFIX = "/v1/"
+JUDGE_PREFIX = "/judge/v1/"
+"""The served judge's OpenAI-compatible routes (`dataplane/chat/judge.py`): their errors in OpenAI's shape too."""
 """Routes answered in OpenAI's error shape (the agent's SDK reads them); the rest get an `ErrorBody`."""
 ANTHROPIC_PREFIX = "/v1/messages"
 """Anthropic's Messages API: answered in Anthropic's error shape (what the anthropic SDK reads)."""
@@ -81,7 +83,7 @@ def error_response(err: HttpError, path: str = "") -> Response:
             f"{err.fields[0]}: {err.detail}" if err.fields and not err.detail.startswith(err.fields[0]) else err.detail
         )
         return anthropic_error(err.code, text, headers=err.headers)
-    if path.startswith(DATA_PLANE_PREFIX):
+    if path.startswith((DATA_PLANE_PREFIX, JUDGE_PREFIX)):
         return openai_error(err.code, err.detail, err.fields[0] if err.fields else None, headers=err.headers)
     body = ErrorBody(error=err.code.value, detail=err.detail, state=err.state, fields=err.fields)
     return Response(

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from pydantic import ValidationError
 
 from ajet.errors import ConfigError
+from ajet.judge import Judge, judge_reward, judge_version_name
 from ajet.rescore_types import StoredEpisode
 from ajet.rescoring import RewardFunction, load_reward_function, score, source_hash, stored_episode
 from ajet_core.chat_request import invalid_request
@@ -67,7 +68,12 @@ def _write(store: Store, version: int, batch: list[EpisodeReward], on_page: Opti
 
 def add_rescore_arguments(p: argparse.ArgumentParser) -> None:
     """`ajet-proxy rescore`'s own options (the store's and `--experiment` are added with the other commands')."""
-    p.add_argument("--reward", required=True, help="the reward function, module:function (imported from here)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--reward", help="the reward function, module:function (imported from here)")
+    judged = "score each episode's final answer with the swarm's served judge against this rubric (ajet.judge)"
+    how.add_argument("--judge", metavar="RUBRIC", help=judged)
+    p.add_argument("--judge-url", default="http://127.0.0.1:10086", help="--judge: the swarm serving the judge")
+    p.add_argument("--reference-key", default="answer", help="--judge: the task metadata key of the reference answer")
     add_selection_arguments(p)
     p.add_argument("--page", type=int, default=PAGE, help="episodes scored and written together (a kill loses one)")
 
@@ -100,13 +106,18 @@ def selection_of(args: argparse.Namespace) -> EpisodeSelection:
 
 
 def run_rescore(args: argparse.Namespace, store: Store) -> RewardVersion:
-    """Score the selected episodes of `store` with `--reward`, printing progress; the finished version."""
-    sys.path.insert(0, os.getcwd())  # `module:function` is found as `python -m` would find it
-    fn = load_reward_function(args.reward)
+    """Score the selected episodes of `store` with `--reward` (or the served judge, `--judge`), printing progress;
+    the finished version."""
+    if args.judge is not None:
+        judge, rubric, key = Judge(args.judge_url), args.judge, args.reference_key
+        fn, name = judge_reward(judge, rubric, key), judge_version_name(judge, rubric, key)
+    else:
+        sys.path.insert(0, os.getcwd())  # `module:function` is found as `python -m` would find it
+        fn, name = load_reward_function(args.reward), args.reward
     done = [0]
 
     def progress(n: int) -> None:
         done[0] += n
         print(f"scored {done[0]} episode(s)", flush=True)
 
-    return rescore(store, fn, args.reward, selection_of(args), page=args.page, on_page=progress)
+    return rescore(store, fn, name, selection_of(args), page=args.page, on_page=progress)

@@ -27,6 +27,7 @@ from ajet.errors import (
     ExperimentNotFound,
     Forbidden,
     InvalidRequest,
+    JudgeError,
     MethodNotAllowed,
     ModelNotFound,
     NotReady,
@@ -45,6 +46,7 @@ from ajet.errors import (
 from ajet.evaluation import evaluate, evaluate_async, evaluate_every_async
 from ajet.evaluation_types import EvaluationInfo
 from ajet.job import AgentJetJob
+from ajet.judge import Judge, JudgeScore
 from ajet.protocol import ErrorCode
 from ajet.stat_types import RolloutStat
 from ajet.task_reader import HuggingFaceTaskReader, JsonlTaskReader, RandomDummyTaskReader, RouterTaskReader
@@ -91,6 +93,9 @@ __all__ = [
     "ErrorCode",
     "EvaluationFailed",
     "EvaluationInfo",
+    "Judge",
+    "JudgeError",
+    "JudgeScore",
     "ExperimentState",
     "ExperimentList",
     "ExperimentStatus",

@@ -38,6 +38,10 @@ class EvaluationFailed(AjetError):
     out)."""
 
 
+class JudgeError(AjetError):
+    """A judge's answer that cannot be read as its score (never taken as a 0): the episode it judged gets no score."""
+
+
 class SwarmTimeout(AjetError):
     """Waiting for the swarm (e.g. in `begin_episode`, or for a training step) took longer than allowed."""
 
