@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from pydantic import Field
 
 from ajet.errors import JudgeError
+from ajet.protocol import JUDGE_MODEL
 from ajet.rescore_types import StoredEpisode
 from ajet.types import WorkflowOutput
 from ajet.wire import AnswerModel
@@ -109,7 +110,7 @@ class Judge:
         self,
         swarm_url: str,
         swarm_token: Optional[str] = None,
-        model: str = "judge",
+        model: str = JUDGE_MODEL,
         base_url: Optional[str] = None,
         max_tokens: int = 256,
         temperature: float = 0.0,

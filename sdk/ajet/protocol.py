@@ -24,6 +24,8 @@ EXPERIMENT_HEADER = "X-Ajet-Experiment"
 default experiment."""
 POLICY_VERSION_HEADER = "X-Ajet-Policy-Version"
 """Set by an inference engine on each answer: the policy version that produced it."""
+JUDGE_MODEL = "judge"
+"""The model name a LoRA job's frozen base is served under by every engine (the served judge, `ajet.judge`)."""
 
 
 def bearer_token(authorization: str) -> str:

@@ -68,3 +68,21 @@ def test_full_fine_tuning_serves_no_frozen_judge(tmp_path):
         wait_state(client, ExperimentState.ROLLING, timeout=120)
         with pytest.raises(openai.NotFoundError, match="the model `judge` needs a LoRA job"):
             Judge(sw.url).score("q", "a", "r")
+
+
+def test_vllm_serves_the_judge_too(tmp_path):
+    """On `--engine vllm` (the stand-in that speaks vLLM's API) the judge is vLLM's base model under `judge`."""
+    import httpx
+
+    from tests.support.procs import STUB
+
+    stand_in = ("--vllm-command", f"{sys.executable} {STUB} serve")
+    with running_swarm(tmp_path, engine="vllm", trainer_args=stand_in) as sw:
+        client = sw.client()
+        client.auto_sync_train_config_and_start_engine(judged_job(8))
+        wait_state(client, ExperimentState.ROLLING, timeout=120)
+        with pytest.raises(JudgeError, match="not JSON"):  # the stand-in says a text of its own
+            Judge(sw.url).score("q", "a", "r")
+        (engine,) = sw.store().engines()
+        journal = httpx.get(engine.base_url.removesuffix("/v1") + "/stub/journal").json()
+        assert [j["model"] for j in journal if j["op"] == "chat"] == ["judge"]

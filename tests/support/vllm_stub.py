@@ -88,8 +88,10 @@ class HFTokens:
 
 
 class Stub:
-    def __init__(self, model: str, token_ids: bool, delay: float, hf: Optional[HFTokens] = None):
+    def __init__(self, model: str, token_ids: bool, delay: float, hf: Optional[HFTokens] = None, also: tuple = ()):
         self.model = model
+        self.also = set(also)
+        """More names the base model is served under (vLLM's `--served-model-name A B ...`)."""
         self.token_ids = token_ids
         self.delay = delay
         self.hf = hf
@@ -133,7 +135,7 @@ class Stub:
     async def _chat(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
         if self.asleep:
             return web.json_response({"error": {"message": "engine is sleeping"}}, status=503)
-        if self.hf is not None and model != self.model and model not in self.adapters:
+        if self.hf is not None and model != self.model and model not in self.adapters and model not in self.also:
             return web.json_response({"error": {"message": f"The model `{model}` does not exist."}}, status=404)
         if body.get("stub_plain_error"):  # an engine (or a proxy in front of it) failing in plain text
             return web.Response(text=str(body["stub_plain_error"]), status=500, content_type="text/plain")
@@ -224,7 +226,8 @@ class Stub:
         return resp
 
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        names = [self.model, *sorted(self.also)]
+        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"} for name in names]})
 
     async def health(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -281,9 +284,13 @@ class Stub:
 
 
 def make_app(
-    model: str = "stub-model", token_ids: bool = True, delay: float = 0.0, hf: Optional[HFTokens] = None
+    model: str = "stub-model",
+    token_ids: bool = True,
+    delay: float = 0.0,
+    hf: Optional[HFTokens] = None,
+    also: tuple[str, ...] = (),
 ) -> web.Application:
-    stub = Stub(model, token_ids, delay, hf)
+    stub = Stub(model, token_ids, delay, hf, also)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", stub.chat)
     app.router.add_get("/v1/models", stub.models)
@@ -308,14 +315,14 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", default="stub-model", help="served name; with `serve`, the model folder")
-    ap.add_argument("--served-model-name", default=None)
+    ap.add_argument("--served-model-name", nargs="+", default=None)
     ap.add_argument("--no-token-ids", action="store_true")
     ap.add_argument("--delay", type=float, default=0.0)
     args, unknown = ap.parse_known_args(argv[1:] if serve else argv)
     if unknown:
         print(f"vllm stand-in: ignoring engine flags {unknown}", flush=True)
     hf = HFTokens(args.model) if serve else None  # the folder's tokenizer, so the ids fit the model trained
-    name = args.served_model_name or args.model
+    name, *also = args.served_model_name or [args.model]
     try:
         import uvloop
 
@@ -323,7 +330,7 @@ def main() -> None:
     except ImportError:
         pass
     web.run_app(
-        make_app(name, not args.no_token_ids, args.delay, hf),
+        make_app(name, not args.no_token_ids, args.delay, hf, tuple(also)),
         host=args.host,
         port=args.port,
         print=None,

@@ -129,7 +129,7 @@ def answer_gaps(answer: dict, model: torch.nn.Module) -> list[float]:
 
 def test_health_models_and_cpu_settings(vllm):
     assert httpx.get(vllm.base + "/health").status_code == 200
-    assert [m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]] == ["policy"]
+    assert [m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]] == ["policy", "judge"]
     log = vllm.log_tail(10**7)
     assert "'dtype': 'float32'" in log and "'enforce_eager': True" in log  # the CPU defaults reached vLLM
 
@@ -274,6 +274,14 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
     finally:  # the module's later tests load adapters of other targets (lm_head): docs/experiments.md, limits
         adapters.stop()
     assert chat(vllm, "policy@default@3").status_code == 404
+
+
+def test_a_lora_jobs_base_is_served_as_the_judge(vllm, hf):
+    """vLLM launched for a LoRA job serves its base under `judge` too (`--served-model-name policy judge`): the
+    judge answers as the base model, whatever adapters are loaded beside it."""
+    got = chat(vllm, "judge")
+    assert got.status_code == 200, got.text
+    assert max(answer_gaps(got.json(), hf[0])) < EXACT
 
 
 def test_an_answer_in_flight_finishes_on_its_adapter_while_the_next_step_loads(vllm, trained, tmp_path):

@@ -57,6 +57,7 @@ def test_vllm_launch_arguments_defaults_and_overrides():
         "8123",
         "--served-model-name",
         "policy",
+        "judge",  # a LoRA job's frozen base, served as the judge
         "--max-model-len",
         "4096",
         "--gpu-memory-utilization",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from ajet.errors import ModelNotFound
+from ajet.protocol import JUDGE_MODEL
 from ajet_trainer.types import PolicyModel
 
 if TYPE_CHECKING:  # light to import: the trainer's registry of shared bases names adapters before torch loads
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # light to import: the trainer's registry of shared bases nam
 
 ADAPTER_MARK = "@"
 """`<served name>@<adapter>` names an adapter the engine holds (vLLM's `policy@<step>` names read the same way)."""
-JUDGE = "judge"
+JUDGE = JUDGE_MODEL
 """The served name of the base model without any adapter, where the engine's model holds LoRA adapters: the frozen
 base, served as a judge that costs no memory (`ajet.judge`, the proxy's judge route)."""
 BASE_ROWS = "__base__"

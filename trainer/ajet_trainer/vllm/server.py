@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 import httpx
 
+from ajet.protocol import JUDGE_MODEL
 from ajet_core.runtime import offline_env
 from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer import left_servers
@@ -178,6 +179,7 @@ def launch_args(model_path: str, s: VllmSettings, port: int) -> list[str]:
         str(port),
         "--served-model-name",
         SERVED_NAME,
+        *([JUDGE_MODEL] if s.lora_rank else []),  # a LoRA job's base stays frozen: served as the judge too
         *defaults,
         *s.user_args,
     ]

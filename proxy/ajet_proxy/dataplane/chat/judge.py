@@ -15,7 +15,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from ajet.errors import EngineUnavailable, InvalidRequest
-from ajet.protocol import OpenAIErrorBody
+from ajet.protocol import JUDGE_MODEL, OpenAIErrorBody
 from ajet_proxy.api_docs import answer, errors_of, request_body
 from ajet_proxy.dataplane.chat.protocol import ChatCompletion, ChatCompletionRequest, parse_chat_body
 from ajet_proxy.limits import InputLimits
@@ -23,8 +23,6 @@ from ajet_proxy.route_context import host_in_loop, proxy_of
 
 router = APIRouter(prefix="/judge/v1", tags=["judge"])
 
-JUDGE_MODEL = "judge"
-"""The name the engines serve the frozen base under."""
 TIMEOUT_S = 300.0
 """The most a judge call may take at the engine."""
 
