@@ -60,3 +60,38 @@ def test_the_best_evaluated_checkpoint_is_kept_and_exported(tmp_path):
         missing = subprocess.run([*cmd[:-2], "--out", str(tmp_path / "none"), "--best", "other"], capture_output=True,
                                  text=True, timeout=300, env=offline_env())  # fmt: skip
         assert missing.returncode != 0 and "no evaluation of 'other' that one policy version served" in missing.stderr
+
+
+def test_an_evaluation_every_second_step_runs_beside_training(tmp_path):
+    """`evaluate_every_async` evaluates after steps 2 and 4 while a client trains (its episodes hold no step), and
+    returns what it recorded once stopped."""
+    import asyncio
+    import time
+
+    from ajet import AsyncSwarmClient, evaluate_every_async
+
+    async def agent(task: Task, creds) -> WorkflowOutput:
+        return await asyncio.to_thread(agent_scoring(0.5), task, creds.base_url, creds.api_key)
+
+    with running_swarm(tmp_path) as sw:
+        client = sw.client()
+        client.auto_sync_train_config_and_start_engine(tiny_job())
+
+        def train() -> None:  # after an even step, the next batch waits for its evaluation: one policy serves each
+            for step in range(1, 5):
+                run_batch(client, step)
+                wait_step(client, step)
+                while len(client.get_evaluations("held_out")) < step // 2:
+                    time.sleep(0.05)
+
+        async def run() -> list:
+            stop = asyncio.Event()
+            async with AsyncSwarmClient(sw.url) as aclient:
+                every = asyncio.create_task(evaluate_every_async(aclient, HELD_OUT, agent, every=2, stop=stop))
+                await asyncio.to_thread(train)
+                stop.set()
+                return await every
+
+        done = asyncio.run(run())
+        assert [(e.global_step, e.version_min, e.mean_reward) for e in done] == [(2, 2, 0.5), (4, 4, 0.5)]
+        assert client.get_evaluations("held_out") == done
