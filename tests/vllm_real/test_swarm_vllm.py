@@ -70,7 +70,7 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
             ("vllm-0", "policy@default@2", 2),
             ("vllm-1", "policy@default@2", 2),
         ]
-        assert all(served(d.base_url) == {"policy", "policy@default@1", "policy@default@2"} for d in deps)
+        assert all(served(d.base_url) == {"policy", "judge", "policy@default@1", "policy@default@2"} for d in deps)
         used = {c.engine for e in store.episodes() for c in store.calls(e.uuid)}
         assert used == {"vllm-0", "vllm-1"}, "the proxy balanced episodes over both vLLM engines"
 
@@ -86,6 +86,7 @@ def test_lora_steps_on_two_real_replicas_survive_a_killed_one(tmp_path):
         assert [(d.name, d.model) for d in deps] == [("vllm-0", "policy@default@4")]  # the dead engine withdrawn
         assert served(deps[0].base_url) == {
             "policy",
+            "judge",
             "policy@default@3",
             "policy@default@4",
         }  # steps 1 and 2's unloaded
@@ -115,7 +116,7 @@ def test_verl_actor_trains_beside_real_vllm_with_lora_hot_loading(tmp_path):
             wait_step(client, batch + 1, sw, timeout=180)
         (dep,) = store.engines()
         assert (dep.name, dep.model, dep.policy_version) == ("vllm-0", "policy@default@2", 2)
-        assert served(dep.base_url) == {"policy", "policy@default@1", "policy@default@2"}  # verl's adapters, hot-loaded
+        assert served(dep.base_url) == {"policy", "judge", "policy@default@1", "policy@default@2"}  # verl's, hot-loaded
         steps = store.steps()
         assert [s.step for s in steps] == [1, 2] and all(s.metrics["grad_norm"] > 0 for s in steps)
         assert "verl's actor beside the vllm engine (cpu: True)" in sw.trainer.log_tail(10**6)

@@ -262,7 +262,7 @@ def test_lora_adapters_hot_load_answer_as_peft_and_old_ones_unload(vllm, hf, tra
         for step in (1, 2, 3):
             assert adapters.serve(step, random_adapter(trained[1], tmp_path, step)) == f"policy@default@{step}"
         served = {m["id"] for m in httpx.get(vllm.base_url + "/models").json()["data"]}
-        assert served == {"policy", "policy@default@2", "policy@default@3"}  # keep_adapters=2: step 1's unloaded
+        assert served == {"policy", "judge", "policy@default@2", "policy@default@3"}  # step 1's unloaded (keep 2)
         assert chat(vllm, "policy@default@1").status_code == 404
         got = chat(vllm, "policy@default@3").json()
         config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
