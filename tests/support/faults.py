@@ -60,14 +60,16 @@ def scripted_policy_env(path: Path) -> dict[str, str]:
 
 
 def script_engine(module: ModuleType, path: str) -> None:
-    """Make every `module.EmbeddedEngine` serve its model wrapped in a `FileScriptedModel` of `path`."""
+    """Make every `module.EmbeddedEngine` serve its model wrapped in a `FileScriptedModel` of `path`, its prefix cache
+    off: a scripted model tells a new request by its prefill of more than one token, which a call whose whole prompt
+    was kept (an episode's first call again) does not make."""
     from tests.support.scripted_model import FileScriptedModel
 
     engine = module.EmbeddedEngine
     init = engine.__init__
 
     def scripted_init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, FileScriptedModel(model, path), *args, **kwargs)
+        init(self, FileScriptedModel(model, path), *args, **{**kwargs, "prefix_cache_bytes": 0})
 
     engine.__init__ = scripted_init
 
