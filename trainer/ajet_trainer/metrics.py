@@ -47,17 +47,28 @@ def tracker_env(exp_dir: Path) -> Iterator[None]:
                 os.environ.pop(k, None)
 
 
-def evaluation_metrics(evaluations: Sequence[EvaluationInfo], seen: int) -> dict[str, float]:
-    """The figures of the evaluations recorded after evaluation `seen` (by id; the newest of each task set), as a
-    step's metrics: `eval/<name>/mean_reward`, `eval/<name>/pass@<k>` and `eval/<name>/version` (the policy version
-    it scored; evaluations two versions served are left out). The trackers log them at the step they arrived by."""
-    out: dict[str, float] = {}
-    for e in sorted(evaluations, key=lambda e: e.id):
-        if e.id > seen and e.version_min == e.version_max:
-            out[f"eval/{e.name}/mean_reward"] = e.mean_reward
-            out[f"eval/{e.name}/pass@{e.k}"] = e.pass_at_k
-            out[f"eval/{e.name}/version"] = float(e.version_min)
-    return out
+class EvaluationsSeen:
+    """Which of an experiment's evaluations the steps' metrics have carried: each step carries those recorded since
+    the step before, on either backend."""
+
+    def __init__(self, evaluations: Sequence[EvaluationInfo]):
+        self.seen = max((e.id for e in evaluations), default=0)
+        """The newest evaluation whose figures a step's metrics carried (by id); those before a session began are
+        not carried again."""
+
+    def new_metrics(self, evaluations: Sequence[EvaluationInfo]) -> dict[str, float]:
+        """The figures of `evaluations` (the store's, now) recorded after the last carried (the newest of each task
+        set), as a step's metrics: `eval/<name>/mean_reward`, `eval/<name>/pass@<k>` and `eval/<name>/version` (the
+        policy version it scored; evaluations two versions served are left out); marks them carried. The trackers
+        log them at the step they arrived by."""
+        out: dict[str, float] = {}
+        for e in sorted(evaluations, key=lambda e: e.id):
+            if e.id > self.seen and e.version_min == e.version_max:
+                out[f"eval/{e.name}/mean_reward"] = e.mean_reward
+                out[f"eval/{e.name}/pass@{e.k}"] = e.pass_at_k
+                out[f"eval/{e.name}/version"] = float(e.version_min)
+        self.seen = max((e.id for e in evaluations), default=self.seen)
+        return out
 
 
 class MetricsLog:

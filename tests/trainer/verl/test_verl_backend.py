@@ -12,6 +12,7 @@ from verl.trainer.ppo.utils import Role
 from verl.utils.config import omega_conf_to_dataclass
 
 from ajet import AgentJetJob
+from ajet.evaluation_types import Summary
 from ajet.types import BatchMode, ExperimentState
 from ajet_store import Store, sqlite_url
 from ajet_store.batch_policy import select_batch
@@ -323,9 +324,14 @@ def test_verl_session_records_steps_registers_replicas_and_recovers_a_lost_recor
         SessionPlace(job, 1, multi_store, tmp_path / "exp", 120.0), trainer, "/models/m", 0, False, None
     )
     session.register()
+    logged = []
+    trainer.logger.log = lambda data, step: logged.append((step, data))  # verl's Tracking: the job's trackers
+    multi_store.record_evaluation("held_out", 1, Summary(2, 2, 0.5, 0.5), (0, 0), [])  # between two steps
     batch = select_batch(multi_store.pool_episodes(), BatchMode.TASKS, 2, 3)
     metrics = session.train(batch, {"wait_s": 0.5})
     assert session.policy_version == 1 and metrics["reward_mean"] == pytest.approx(sum(p.reward for p in batch) / 6)
+    carried = {"eval/held_out/mean_reward": 0.5, "eval/held_out/pass@1": 0.5, "eval/held_out/version": 0.0}
+    assert {k: v for k, v in metrics.items() if k.startswith("eval/")} == carried and (1, carried) in logged
     assert "loss" in metrics and metrics["verl/actor/pg_loss"] == metrics["loss"]
     assert 0 < metrics["trained_tokens"] <= metrics["tokens"]  # named as the embedded trainer names them
     step = multi_store.steps()[-1]

@@ -32,7 +32,7 @@ from ajet_trainer.embedded.bases import shares_base
 from ajet_trainer.embedded.learner import Learner
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
 from ajet_trainer.interfaces import Engines, EngineStarter
-from ajet_trainer.metrics import MetricsLog, evaluation_metrics
+from ajet_trainer.metrics import EvaluationsSeen, MetricsLog
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StepNotRecorded, until_stored
 from ajet_trainer.policy import load_policy, pick_device
@@ -78,8 +78,7 @@ class EmbeddedSession:
         """The newest checkpoints kept, and per evaluated task set the best-scoring versions' (`evaluated_steps`)."""
         self.last_checkpoint_step = step
         self.metrics = MetricsLog(self.exp_dir, self.job)
-        self.evaluations_seen = max((e.id for e in self.store.evaluations()), default=0)
-        """The newest evaluation whose figures a step's metrics carried (by id)."""
+        self.evaluations = EvaluationsSeen(self.store.evaluations())
         self.registered_names: set[str] = set()
         """Names of the engines this session registered in the store."""
 
@@ -125,7 +124,8 @@ class EmbeddedSession:
             self.job.max_response_length,
             self.job.overlong,
         )
-        metrics: Metrics = {**timers, **stats.metrics(), **self._engine_metrics(), **self._evaluation_metrics()}
+        metrics: Metrics = {**timers, **stats.metrics(), **self._engine_metrics()}
+        metrics.update(self.evaluations.new_metrics(self.store.evaluations()))
         t1 = time.perf_counter()
         with self.engines.updating(self.step + 1):
             if has_tokens(samples):
@@ -148,13 +148,6 @@ class EmbeddedSession:
         except StoreUnavailable as exc:
             raise self._unrecorded(batch, exc) from exc
         return metrics
-
-    def _evaluation_metrics(self) -> Metrics:
-        """The held-out figures recorded since the last step (`metrics.evaluation_metrics`)."""
-        evaluations = self.store.evaluations()
-        out = evaluation_metrics(evaluations, self.evaluations_seen)
-        self.evaluations_seen = max((e.id for e in evaluations), default=self.evaluations_seen)
-        return out
 
     def _unrecorded(self, batch: Sequence[PoolEpisode], exc: StoreUnavailable) -> StepNotRecorded:
         """The store stayed away past `store_outage_s` after step `self.step` was computed: keep the step in a

@@ -32,7 +32,7 @@ from ajet_store.types import PoolEpisode, RegisteredEngine
 from ajet_trainer.errors import ConfigurationError
 from ajet_trainer.experiment_dir import default_experiment_dir, write_job_yaml
 from ajet_trainer.interfaces import Engines, EngineStarter
-from ajet_trainer.metrics import MetricsLog, tracker_env, trackers
+from ajet_trainer.metrics import EvaluationsSeen, MetricsLog, tracker_env, trackers
 from ajet_trainer.options import TrainerOptions
 from ajet_trainer.outage import StepNotRecorded, until_stored
 from ajet_trainer.policy import load_policy, pick_device
@@ -115,6 +115,7 @@ class VerlSession:
         self.engines = engines
         """Beside: the trainer's own engines, serving the weights pulled from verl's actor; None: hybrid."""
         self.metrics = MetricsLog(self.exp_dir, self.job, names=[])  # verl's own Tracking runs the job's trackers
+        self.evaluations = EvaluationsSeen(self.store.evaluations())
         self.base_url = self.registered()[0].base_url
 
     @property
@@ -147,7 +148,10 @@ class VerlSession:
         if self.engines is not None:
             self.served_model = self.engines.publish(self.step)
         metrics = step_metrics(verl_metrics, timers, self.trainer.ajet_stats)
-        metrics["episodes"] = len(batch)
+        evaluated = self.evaluations.new_metrics(self.store.evaluations())
+        if evaluated:  # verl's Tracking logged its own metrics inside the step: these join them at its number
+            self.trainer.logger.log(data=evaluated, step=self.step)
+        metrics.update(evaluated, episodes=len(batch))
         metrics["train_s"] = time.perf_counter() - t0
         metrics["step_s"] = metrics["train_s"] + timers.get("wait_s", 0.0) + timers.get("drain_s", 0.0)
         try:  # from here the model is a step ahead of the store: its writes wait for it, the model kept
