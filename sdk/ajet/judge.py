@@ -31,11 +31,16 @@ if TYPE_CHECKING:
     from ajet.rescoring import RewardFunction
 
 MAX_SCORE = 10
-SCORE = {"type": "integer", "minimum": 0, "maximum": MAX_SCORE}
-POINTWISE = {"type": "object", "properties": {"reason": {"type": "string"}, "score": SCORE},
+REASON_CHARS = 240
+"""The longest reason a verdict may give. Bounded in the schema, so constrained decoding closes it: unbounded, a small
+judge's reason rambled on until max_tokens cut the JSON (18 of 64 SmolLM2-135M verdicts, bench/results/judge.jsonl)."""
+SCORE = {"type": "integer", "enum": list(range(MAX_SCORE + 1))}  # an enum both grammar backends hold to (outlines-core
+# ignores minimum and maximum)
+REASON = {"type": "string", "maxLength": REASON_CHARS}
+POINTWISE = {"type": "object", "properties": {"reason": REASON, "score": SCORE},
              "required": ["reason", "score"], "additionalProperties": False}  # fmt: skip
 """The pointwise judge's answer."""
-GROUP = {"type": "object", "properties": {"reason": {"type": "string"}, "scores": {"type": "array", "items": SCORE}},
+GROUP = {"type": "object", "properties": {"reason": REASON, "scores": {"type": "array", "items": SCORE}},
          "required": ["reason", "scores"], "additionalProperties": False}  # fmt: skip
 """The group judge's answer: one score per answer, in order."""
 
@@ -74,8 +79,8 @@ def group_messages(
 
 def _object(text: str) -> dict[str, Any]:
     try:
-        found = json.loads(text)
-    except json.JSONDecodeError as exc:
+        found = json.loads(text, strict=False)  # a raw tab or newline in the reason: xgrammar's bounded string
+    except json.JSONDecodeError as exc:  # allows control characters (its unbounded one does not)
         raise JudgeError(f"the judge's answer is not JSON ({exc.msg}): {text[:300]!r}") from exc
     if not isinstance(found, dict) or not isinstance(found.get("reason"), str):
         raise JudgeError(f"the judge's answer has no reason: {text[:300]!r}")

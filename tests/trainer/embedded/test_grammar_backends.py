@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from ajet.judge import POINTWISE, REASON_CHARS, read_score
 from ajet_trainer.embedded.grammar import BACKENDS, grammar_spec, load_grammars
 from ajet_trainer.embedded.grammar.outlines_backend import token_bytes
 from ajet_trainer.tiny_model import builtin_model_path
@@ -96,6 +97,20 @@ def test_random_walks_under_the_mask_spell_a_valid_call(tokenizer, backend, seed
     assert args in ({"c": "red"}, {"c": "blue"}, {"c": "ünï"}) or (
         isinstance(args["x"], bool) and isinstance(args["n"], int) and set(args) == {"x", "n"}
     )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_judge_held_to_its_schema_always_gives_a_verdict_the_sdk_reads(tokenizer, backend):
+    """Any walk under the judge's schema ends, within 400 tokens, in a verdict `ajet.judge` reads: a reason that
+    closes within `REASON_CHARS` and a score from 0 to 10 (an unbounded reason ran into max_tokens; an out-of-range
+    score was a `JudgeError`)."""
+    stop, vocab = tokenizer.eos_token_id, len(tokenizer)
+    grammars = load_grammars(tokenizer, vocab, {stop}, (backend,))
+    fmt = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": POINTWISE}}
+    for seed in range(2):
+        ids = _walk(grammars, grammar_spec({"response_format": fmt}), vocab, stop, seed)
+        verdict = read_score(tokenizer.decode(ids[:-1]))
+        assert 0.0 <= verdict.reward <= 1.0 and len(verdict.reason) <= REASON_CHARS
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
