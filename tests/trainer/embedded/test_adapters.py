@@ -137,6 +137,11 @@ def test_the_engine_serves_each_adapter_by_name_in_one_batch(two_adapters):
         missing = httpx.post(url + "/chat/completions", json={"model": "policy@green", "messages": [{"role": "user",
                              "content": "hi"}]})  # fmt: skip
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+        # the job's per-turn cap (8) bounds the policy's answers, not the judge's (never trained: its context does)
+        long = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 24, "min_tokens": 24}
+        lengths = {name: httpx.post(url + "/chat/completions", json={**long, "model": name}, timeout=120).json()
+                   ["usage"]["completion_tokens"] for name in ("policy@red", "judge")}  # fmt: skip
+        assert lengths == {"policy@red": 8, "judge": 24}
     finally:
         eng.stop()
 

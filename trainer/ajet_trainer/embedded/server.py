@@ -24,7 +24,7 @@ from ajet.errors import InvalidRequest, SwarmError
 from ajet.protocol import POLICY_VERSION_HEADER, ErrorCode, bearer_token, openai_error_body, openai_status
 from ajet_core.chat_request import validate_chat, validate_messages
 from ajet_trainer.chat_render import template_options
-from ajet_trainer.embedded.adapters import requested_adapter, served_names
+from ajet_trainer.embedded.adapters import BASE_ROWS, requested_adapter, served_names
 from ajet_trainer.embedded.batcher import Batcher, Pending
 from ajet_trainer.embedded.chat import (
     answer_json,
@@ -200,7 +200,9 @@ class EmbeddedEngine:
         temperature, max_prompt = self.limits.get(adapter, (self.default_temperature, self.max_prompt_tokens))
         images = self._images(body["messages"])
         prompt = prompt_ids(self.tokenizer, body, self.max_context, self.token_chars, max_prompt, self.vision, images)
-        req = gen_request(request, prompt, temperature, self.max_tokens_cap, self.max_context)
+        # the job's per-turn cap bounds what the policy trains on; the judge's answers never train: its context does
+        cap = self.max_context if adapter == BASE_ROWS and self.max_context is not None else self.max_tokens_cap
+        req = gen_request(request, prompt, temperature, cap, self.max_context)
         req.adapter, req.images = adapter, images
         if spec is not None:
             req.constraint = self._grammars(spec).constraint(spec)
