@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 MAX_SCORE = 10
 REASON_CHARS = 240
-"""The longest reason a verdict may give. Bounded in the schema, so constrained decoding closes it: unbounded, a small
-judge's reason rambled on until max_tokens cut the JSON (18 of 64 SmolLM2-135M verdicts, bench/results/judge.jsonl)."""
+"""The longest reason a verdict may give. Bounded in the schema, so constrained decoding closes it before `max_tokens`:
+a small judge's reason rambles (SmolLM2-135M repeats a sentence until it is cut), and a cut verdict is no JSON."""
 SCORE = {"type": "integer", "enum": list(range(MAX_SCORE + 1))}  # an enum both grammar backends hold to (outlines-core
 # ignores minimum and maximum)
 REASON = {"type": "string", "maxLength": REASON_CHARS}
