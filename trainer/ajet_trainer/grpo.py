@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import functools
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -20,7 +22,13 @@ from ajet_trainer.types import EpisodeSample, PolicyModel, TrainSequence
 from ajet_trainer.verl_algos import verl_module
 from ajet_trainer.vision import ImageInputs, joined, multimodal_positions
 
-core_algos = verl_module("verl.trainer.ppo.core_algos")  # importable without Ray (see verl_algos)
+
+@functools.cache
+def core_algos() -> types.ModuleType:
+    """verl's `core_algos`, imported at the first step that needs it, not at the trainer's start: verl brings
+    tensordict and torch's compiler (about 7 s of CPU on 2 cores), which a trainer that only serves never uses.
+    Importable without Ray (`verl_algos`)."""
+    return verl_module("verl.trainer.ppo.core_algos")
 
 
 def episode_advantages(
@@ -32,7 +40,7 @@ def episode_advantages(
     rewards = torch.tensor([[s.reward] for s in samples], dtype=torch.float32)
     mask = torch.ones_like(rewards)
     index = np.array([s.task_id for s in samples], dtype=object)
-    adv, _ = core_algos.compute_grpo_outcome_advantage(
+    adv, _ = core_algos().compute_grpo_outcome_advantage(
         rewards, mask, index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_by_std
     )
     return {s.episode_uuid: float(adv[i, 0]) for i, s in enumerate(samples)}
@@ -199,7 +207,7 @@ def policy_loss(
     norm = norm or {}
     if norm:
         cfg = OmegaConf.merge(cfg, {"global_batch_info": norm})
-    loss_fn = core_algos.get_policy_loss_fn("vanilla")
+    loss_fn = core_algos().get_policy_loss_fn("vanilla")
     pg_loss, pg_metrics = loss_fn(
         old_log_prob=old_logp,
         log_prob=logp,
@@ -216,12 +224,12 @@ def policy_loss(
     }
     loss = pg_loss
     if ref_logp is not None:
-        kld = core_algos.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=kl_type)
-        kl_loss = core_algos.agg_loss(kld, batch.response_mask, loss_agg_mode, **norm)
+        kld = core_algos().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=kl_type)
+        kl_loss = core_algos().agg_loss(kld, batch.response_mask, loss_agg_mode, **norm)
         loss = loss + kl_coef * kl_loss
         metrics["kl"] = float(kl_loss.detach())
     if entropy is not None and entropy_coeff > 0:
-        ent = core_algos.agg_loss(entropy, batch.response_mask, loss_agg_mode, **norm)
+        ent = core_algos().agg_loss(entropy, batch.response_mask, loss_agg_mode, **norm)
         loss = loss - entropy_coeff * ent
     return loss, metrics
 
