@@ -57,7 +57,7 @@ AJET_BENCH_RESULTS=0 $PY -m bench.engine_throughput --device "$DEVICE" --model "
   | tee -a "$OUT"  # its rows are stamped; --out is their record here
 
 # 3. the embedded trainer's step, on verl's algorithms (imported without Ray where the box has none)
-if why=$($PY -c "import ajet_trainer.grpo" 2>&1); then
+if why=$($PY -c "import ajet_trainer.grpo as g; g.core_algos()" 2>&1); then
   STEP_MODEL=$MODEL; [ "$STEP_MODEL" = "qwen2.5-0.5b-shape" ] && STEP_MODEL=builtin:small
   $PY scripts/gpu_check.py --device "$DEVICE" --model "$STEP_MODEL" --steps 2 | tee -a "$OUT"
 else  # a part that cannot run fails the check: a skipped part never passes
