@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ajet_store import sqlite_url
+from bench.baseline import baseline_tree
 from bench.results import emit
 from scripts.source_tree import pythonpath
 from tests.support.procs import REPO, Proc, free_port, offline_env
@@ -74,11 +75,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp_name:
+    with tempfile.TemporaryDirectory() as tmp_name, baseline_tree(args.baseline, Path(tmp_name) / "baseline") as wt:
         tmp = Path(tmp_name)
-        wt = tmp / "baseline"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.baseline], check=True,
-                       capture_output=True)  # fmt: skip
         port = free_port()
         proxy = Proc(
             [sys.executable, "-m", "ajet_proxy.cli", "start", "--port", str(port), "--db", sqlite_url(tmp / "s.db"),
@@ -92,7 +90,6 @@ def main() -> None:
                     runs[name].append(measure(tree, proxy.url, args.calls, tmp / "kept"))
         finally:
             proxy.close()
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)], capture_output=True)
     report(runs, args)
 
 

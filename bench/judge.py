@@ -65,17 +65,17 @@ def table(pairs: list[tuple[float, float]]) -> dict[str, Any]:
     return {"episodes": n, **counts, "agreement": None if agree is None else round(agree, 4)}
 
 
-def roll_args(args: argparse.Namespace, experiment: str) -> argparse.Namespace:
+def roll_args(args: argparse.Namespace, experiment: str, url: str) -> argparse.Namespace:
+    """The tutorial's options for one figure's run on the swarm at `url`."""
     return agent_roll.parser().parse_args(
-        ["--minutes", str(args.minutes), "--seed", str(args.seed), "--task-seed", str(args.seed),
+        ["--swarm-url", url, "--minutes", str(args.minutes), "--seed", str(args.seed), "--task-seed", str(args.seed),
          "--experiment", experiment, "--max-steps", str(args.max_steps)]
     )  # fmt: skip
 
 
 async def agreement(url: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Eval episodes scored by the rule, then by the judge as a reward version over the store."""
-    rargs = roll_args(args, "judge-agreement")
-    rargs.swarm_url = url
+    rargs = roll_args(args, "judge-agreement", url)
     _, held_out = split_tasks(args.seed)
     async with clients(url) as (client, base):
         await client.auto_sync_train_config_and_start_engine(agent_roll.make_job(rargs), force_restart=True)
@@ -129,8 +129,7 @@ class JudgedAgent:
 
 async def judge_trained(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """The tutorial trained on the judge's rewards; the held-out rule score before and after."""
-    rargs = roll_args(args, "judge-reward")
-    rargs.swarm_url = url
+    rargs = roll_args(args, "judge-reward", url)
     _, held_out = split_tasks(args.seed)
     report = agent_roll.RunReport()
     async with clients(url) as (client, base):
@@ -148,8 +147,8 @@ async def judge_trained(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
 async def timed_training(url: str, args: argparse.Namespace, every: Optional[int]) -> dict[str, Any]:
     """`--steps` training steps of the tutorial, with an evaluation every `every` steps beside them (None: none)."""
-    rargs = roll_args(args, f"eval-cost-{every or 0}")
-    rargs.swarm_url, rargs.max_steps, rargs.minutes = url, args.steps, 1e9
+    rargs = roll_args(args, f"eval-cost-{every or 0}", url)
+    rargs.max_steps, rargs.minutes = args.steps, 1e9
     _, held_out = split_tasks(args.seed)
     report = agent_roll.RunReport()
     async with clients(url) as (client, base):

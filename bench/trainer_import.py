@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.baseline import baseline_tree
 from bench.results import emit
 from scripts.source_tree import pythonpath
 from tests.support.procs import REPO, offline_env
@@ -49,17 +50,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     runs: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        wt = Path(tmp) / "baseline"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.baseline], check=True,
-                       capture_output=True)  # fmt: skip
-        try:
-            for _ in range(args.rounds):
-                for tree, path in (("this", REPO), ("baseline", wt)):
-                    for figure, code in CODE.items():
-                        runs.setdefault((tree, figure), []).append(cpu_seconds(path, code))
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)], capture_output=True)
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline, Path(tmp) / "baseline") as wt:
+        for _ in range(args.rounds):
+            for tree, path in (("this", REPO), ("baseline", wt)):
+                for figure, code in CODE.items():
+                    runs.setdefault((tree, figure), []).append(cpu_seconds(path, code))
     med = {key: statistics.median(values) for key, values in runs.items()}
     for (tree, figure), seconds in med.items():
         emit(BENCH, {"tree": args.baseline if tree == "baseline" else "this", "figure": figure,
