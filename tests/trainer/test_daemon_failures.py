@@ -221,3 +221,35 @@ def test_episodes_that_lost_a_call_are_counted_in_the_steps_metrics(rig):
     first, second = st.steps()
     assert (first.metrics["lost_call_episodes"], first.metrics["lost_call_total"]) == (2.0, 2.0)
     assert (second.metrics["lost_call_episodes"], second.metrics["lost_call_total"]) == (0.0, 2.0)
+
+
+def test_a_restarting_trainer_beats_while_it_ends_the_servers_a_killed_one_left(tmp_path, monkeypatch):
+    """CI, stop 71: a trainer restarted after a SIGKILL first ended the killed one's vLLM server (SIGTERM, then up to
+    30s for vLLM to exit) and only then started its heartbeat; a client's begin meanwhile was refused
+    `TrainerUnresponsive` (31s silent). The heartbeat beats while the left servers are ended."""
+    import threading
+
+    st = Store(sqlite_url(tmp_path / "r.db"))
+    claimed: list[float] = []
+    beat_meanwhile = threading.Event()
+
+    def slow_end() -> int:  # a server slow to stop: held until a beat after the claim's lands, or 30s
+        claimed.append(st.experiment().trainer_heartbeat or 0.0)
+        for _ in range(300):
+            if (st.experiment().trainer_heartbeat or 0.0) > claimed[0]:
+                beat_meanwhile.set()
+                break
+            threading.Event().wait(0.1)
+        return 1
+
+    monkeypatch.setattr(daemon_mod, "end_orphaned_servers", slow_end)
+    opts = TrainerOptions.from_config(db_url=st.url, experiment_dir=str(tmp_path / "exp"), heartbeat_s=0.05)
+    d, stop = TrainerDaemon(opts), threading.Event()
+    loop = threading.Thread(target=d.run, args=(stop,))
+    loop.start()
+    try:
+        assert beat_meanwhile.wait(35), "no heartbeat while the left servers were ended"
+    finally:
+        stop.set()
+        loop.join(10)
+        st.close()

@@ -102,10 +102,9 @@ class TrainerDaemon:
         """Hold the stores (`TrainerHolds` when another live trainer does), then drive each experiment until `stop`
         is set; tears down cleanly on exit."""
         self.store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
-        end_orphaned_servers()  # vLLM servers a SIGKILLed trainer (of any experiment) left on this machine
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
-        beat.start()
+        beat.start()  # first: ending a left server waits up to 40s, and a restarting trainer must not look dead then
         # import while no job is synced yet: the first boot is seconds faster (`auto` picks embedded on any machine
         # without CUDA, vLLM and verl; where it picks verl, the session module is still the first thing it loads)
         if self.opts.backend in ("embedded", "auto"):
@@ -113,6 +112,7 @@ class TrainerDaemon:
             self._preload.start()
         outage = StoreOutage(self.opts.store_outage_s)
         try:
+            end_orphaned_servers()  # vLLM servers a SIGKILLed trainer (of any experiment) left on this machine
             while not stop.is_set():
                 try:
                     worked = self.tick()
