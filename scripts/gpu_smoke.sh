@@ -4,7 +4,7 @@
 #   2. two LoRA steps through `--engine vllm` (the trainer launches vLLM's server, hot-loads policy@N);
 #   3. two steps through `--backend verl` (verl's FSDP workers on a local Ray, verl launches vLLM and
 #      syncs the weights with its checkpoint engine; LoRA merged into the synced weights).
-# Steps 2-3 need vLLM (`make setup setup-vllm` on a GPU box, or `pip install -e '.[vllm]'`); without it the smoke
+# Steps 2-3 need vLLM (`make setup setup-vllm` on a GPU box, or `pip install -e . -e './server[vllm]'`); without it the smoke
 # test fails, unless SKIP_VLLM=1 says to run step 1 alone. Any failure fails the script (the trainer's log tail
 # is shown); each swarm must reach STEPS steps. The last line is one JSON verdict. MODEL: builtin:small or a
 # local HF folder.
@@ -24,7 +24,7 @@ DONE+=(embedded)
 
 if ! $PY -c "import vllm" 2>/dev/null; then
   if [ "${SKIP_VLLM:-0}" = "1" ]; then echo "== SKIP_VLLM=1: --engine vllm and --backend verl not run"; exit 0; fi
-  echo "gpu_smoke: vLLM is not installed (make setup-vllm, or pip install -e '.[vllm]'; SKIP_VLLM=1 to run step 1 alone)" >&2
+  echo "gpu_smoke: vLLM is not installed (make setup-vllm, or pip install -e . -e './server[vllm]'; SKIP_VLLM=1 to run step 1 alone)" >&2
   exit 1
 fi
 

@@ -2,9 +2,10 @@
 
 The lines are read from the install block of docs/usage.md (the one under `## Install`), so what the docs say is
 what is built; `tests/test_install_lines.py` then runs what each line promises in its venv. A venv is named by its
-line's position (`.venv-install/<n>`) and rebuilt only when the line or the project's metadata changed, or for a line
-that builds a wheel the sources it packs (a stamp holds them). The wheel line's venv is also the client machine's
-install that tests/test_client_install.py runs. The `pip` of a line is the venv's own: its `bin/` leads PATH.
+line's position (`.venv-install/<n>`) and rebuilt only when the line or the project's metadata (both pyproject.toml
+files) changed, or for a line that builds wheels the sources they pack (a stamp holds them). The wheel line's venv
+is also the client machine's install that tests/test_client_install.py runs. The `pip` of a line is the venv's own:
+its `bin/` leads PATH.
 
 Usage: python scripts/install_lines.py [--list] [--only N]
 """
@@ -15,6 +16,7 @@ import argparse
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -22,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from scripts.source_tree import source_folders  # noqa: E402  (run as a script, before any venv exists)
+from scripts.source_tree import DISTRIBUTIONS, source_folders  # noqa: E402  (run as a script, before any venv exists)
 
 ROOT = REPO / ".venv-install"
 USAGE = REPO / "docs" / "usage.md"
@@ -38,7 +40,8 @@ def install_lines(text: str) -> list[str]:
 
 
 WHEEL_SOURCES = (*source_folders(), "configs")
-"""What a wheel of the tree packs (pyproject.toml's package folders, and the configs `ajet/configs` links to)."""
+"""What the wheels of the tree pack (the package folders of both distributions, and the configs `ajet/configs` links
+to)."""
 
 
 def _sources_hash() -> bytes:
@@ -53,7 +56,7 @@ def _sources_hash() -> bytes:
 
 def _stamp(line: str) -> str:
     """What a venv was built from: the line and the project's metadata, and for a wheel line the packed sources."""
-    meta = (REPO / "pyproject.toml").read_bytes() + line.encode()
+    meta = b"".join((REPO / name).read_bytes() for name in DISTRIBUTIONS) + line.encode()
     if "pip wheel" in line:
         meta += _sources_hash()
     return hashlib.sha256(meta).hexdigest()[:16]
@@ -79,6 +82,9 @@ def build(n: int, line: str) -> Path:
     work = where / "work"  # a wheel line writes dist/ here, not in the checkout
     work.mkdir()
     command = re.sub(r"(?<![\w/])dist(?=[ /])", f"{work}/dist", line)
+    if "pip wheel" in line:  # setuptools packs what its build/ holds, and a copy of an older tree there stays
+        for stale in (REPO / "build", REPO / "server" / "build"):
+            shutil.rmtree(stale, ignore_errors=True)
     subprocess.run(["bash", "-ec", f"cd {REPO} && {command}"], check=True, env=env)
     stamp.write_text(_stamp(line))
     return where

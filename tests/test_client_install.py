@@ -1,8 +1,8 @@
-"""A GPU-less client machine: a venv with only the `proxy` extra (no torch) runs what the seed runs there —
-`ajet-swarm overwatch` against a live proxy, `ajet-swarm new-client`, the SDK, and the proxy itself.
+"""A GPU-less client machine: a venv with the SDK and the servers' `proxy` extra (no torch) runs what the seed runs
+there — `ajet-swarm overwatch` against a live proxy, `ajet-swarm new-client`, the SDK, and the proxy itself.
 
-That venv is the one of the docs' wheel install line (`make setup-installs`: a wheel of the tree, then the wheel with
-`[proxy]`, as docs/usage.md writes it); without it this test fails in CI and is skipped on a laptop that never built
+That venv is the one of the docs' wheel install line (`make setup-installs`: the two wheels of the tree, then both
+installed, the servers' with `[proxy]`, as docs/usage.md writes it); without it this test fails in CI and is skipped on a laptop that never built
 it.
 """
 

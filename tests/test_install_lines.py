@@ -2,14 +2,15 @@
 
 `make setup-installs` (part of `make test`) builds the venvs with `scripts/install_lines.py`, which reads the
 lines from the docs, so a line the docs change is the line tested. Each promise is checked in its own venv:
-- `-e .`: the SDK alone, which talks to a running proxy, without the proxy's or the trainer's packages;
-- `-e '.[proxy]'`: the proxy serves, the monitor's command runs, no torch;
+- `-e .`: the SDK alone, which talks to a running proxy, with no server code (no package of the servers'
+  distribution) and none of their dependencies;
+- `-e . -e './server[proxy]'`: the proxy serves, the monitor's command runs, no torch;
 - `-e '.[client]'`: the OpenAI SDK through `as_openai_client`, pyarrow for parquet datasets, no torch;
-- `torch==2.13.0` then `-e '.[all]'`: CPU torch, the trainer and the verl backend, and constrained decoding:
+- `torch==2.13.0` then `-e . -e './server[all]'`: CPU torch, the trainer and the verl backend, and constrained decoding:
   smolagents' default `ToolCallingAgent` (every call forced) served by that venv's engine, the agent run from
   the test's own environment as a user's would be;
-- the wheel with `[proxy]`: the installed wheel, not the checkout (tests/test_client_install.py runs the rest
-  in that venv: the client machine's install).
+- the wheels, the servers' with `[proxy]`: the installed wheels, not the checkout (tests/test_client_install.py
+  runs the rest in that venv: the client machine's install).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def run_in(where: Path, script: str, absent: tuple[str, ...] = (), timeout: floa
     return res.stdout
 
 
+SERVER_PACKAGES = ("ajet_core", "ajet_proxy", "ajet_store", "ajet_swarm", "ajet_token_history", "ajet_trainer")
+"""The servers' distribution's packages (server/pyproject.toml), none of which a client's SDK install carries."""
+
+
 def test_the_docs_list_the_five_install_lines():
     assert len(LINES) == 5 and any("[all]" in line for line in LINES), LINES
 
@@ -56,17 +61,17 @@ def test_the_sdk_alone_talks_to_a_running_proxy(tmp_path):
             client.sync_train_config(AgentJetJob(experiment_name="sdk-only"))
             status = client.get_engine_status()
             print("state:", status.state.value, status.experiment_name)
-        """, absent=("fastapi", "litellm", "torch", "sqlalchemy", "openai"))  # fmt: skip
+        """, absent=("fastapi", "litellm", "torch", "sqlalchemy", "openai", *SERVER_PACKAGES))  # fmt: skip
     finally:
         proxy.close()
     assert "state: OFFLINE sdk-only" in out, out  # no trainer: the synced job waits
-    assert "absent: ['fastapi', 'litellm', 'openai', 'sqlalchemy', 'torch']" in out
+    assert f"absent: {sorted(['fastapi', 'litellm', 'openai', 'sqlalchemy', 'torch', *SERVER_PACKAGES])}" in out
 
 
 def test_the_proxy_extra_serves_without_torch(tmp_path):
     """It serves, and the explorer's login form parses (it was a 500 in this install: Starlette parses forms with
     python-multipart, which only the test venv had, through another package)."""
-    where = venv_of("'.[proxy]'")
+    where = venv_of("'./server[proxy]'")
     port = free_port()
     proxy = Proc(
         [str(where / "bin" / "ajet-proxy"), "start", "--port", str(port), "--db", sqlite_url(tmp_path / "p.db")],
@@ -96,7 +101,7 @@ def test_the_client_extra_gives_the_openai_sdk_and_parquet(tmp_path):
 
 
 def test_the_full_install_has_cpu_torch_the_trainer_and_verl():
-    where = venv_of("'.[all]'")
+    where = venv_of("'./server[all]'")
     out = run_in(where, """
         import torch, verl.trainer.ppo.core_algos, ajet_trainer.verl.trainer, ajet_trainer.cli
         print("torch", torch.__version__, "cuda", torch.version.cuda)
@@ -135,7 +140,7 @@ def test_the_full_install_serves_smolagents_tool_calling_agent(tmp_path):
 
     from tests.support.framework_agents import add, call
 
-    where, port = venv_of("'.[all]'"), free_port()
+    where, port = venv_of("'./server[all]'"), free_port()
     answers = [call("add", a=2, b=3), call("final_answer", answer="5")]
     script = ENGINE.format(repo=str(REPO), answers=answers, script=str(tmp_path / "script.json"), port=port)
     engine = Proc([str(where / "bin" / "python"), "-c", textwrap.dedent(script)], f"http://127.0.0.1:{port}",

@@ -1,8 +1,10 @@
-"""A wheel built from the tree carries every package and its data, and runs from an install, not the checkout:
-the verl backend composes its config from the packaged default overrides."""
+"""The two wheels built from the tree: the SDK's carries `ajet` alone (no server code: a client machine's install),
+the servers' every server package and its data; together they run from an install, not the checkout: the verl
+backend composes its config from the packaged default overrides."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,22 +18,38 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The two wheels of the tree, by distribution: `sdk` (the root's) and `server` (server/'s)."""
     out = tmp_path_factory.mktemp("wheel")
+    for stale in (REPO / "build", REPO / "server" / "build"):  # setuptools packs an older tree's copies left there
+        shutil.rmtree(stale, ignore_errors=True)
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=offline_env(),
-    )
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO),
+         str(REPO / "server")],
+        capture_output=True, text=True, timeout=300, env=offline_env(),
+    )  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    (path,) = out.glob("*.whl")
-    return path
+    (sdk,) = out.glob("agentjet_swarm-*.whl")
+    (server,) = out.glob("agentjet_swarm_server-*.whl")
+    return {"sdk": sdk, "server": server}
 
 
-def test_wheel_carries_packages_and_data(wheel):
-    names = set(zipfile.ZipFile(wheel).namelist())
+def packages(wheel: Path) -> set[str]:
+    """The top-level packages a wheel installs."""
+    names = zipfile.ZipFile(wheel).namelist()
+    return {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith(".dist-info")}
+
+
+def test_the_sdk_wheel_carries_no_server_code(wheels):
+    assert packages(wheels["sdk"]) == {"ajet"}
+    assert packages(wheels["server"]) == {
+        "ajet_core", "ajet_proxy", "ajet_store", "ajet_swarm", "ajet_token_history", "ajet_trainer"
+    }  # fmt: skip
+    assert not any(n.endswith("entry_points.txt") for n in zipfile.ZipFile(wheels["sdk"]).namelist())
+
+
+def test_wheels_carry_packages_and_data(wheels):
+    names = set(zipfile.ZipFile(wheels["sdk"]).namelist()) | set(zipfile.ZipFile(wheels["server"]).namelist())
     for pkg in (
         "ajet",
         "ajet_proxy",
@@ -49,16 +67,27 @@ def test_wheel_carries_packages_and_data(wheel):
     assert "ajet/skills/write_swarm_client/SKILL.md" in names
     assert "ajet/skills/write_swarm_client/reference/swarm_guide.md" in names
     assert any(n.startswith("ajet/templates/swarm_client/") and n.endswith(".tmpl") for n in names)
+    assert "ajet_store/migrations/env.py" in names and "ajet_proxy/explore/templates/base.html" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    text = zipfile.ZipFile(wheels["server"]).read(entry_points).decode()
     assert "ajet-swarm = ajet_swarm.cli:main" in text and "ajet-trainer = ajet_trainer.cli:main" in text
 
 
-def _installed(wheel: Path, tmp_path: Path) -> Path:
-    """The wheel installed into a folder of its own (`pip install --target`); returns the folder."""
+def _installed(wheels: dict[str, Path], tmp_path: Path) -> Path:
+    """Both wheels installed into a folder of their own (`pip install --target`); returns the folder."""
     target = tmp_path / "site"
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            *map(str, wheels.values()),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -81,8 +110,8 @@ def _run_outside(code: str, target: Path, cwd: Path) -> list[str]:
     return res.stdout.split()
 
 
-def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_path):
-    target = _installed(wheel, tmp_path)
+def test_installed_wheel_composes_the_verl_config_from_package_data(wheels, tmp_path):
+    target = _installed(wheels, tmp_path)
     code = (
         "import ajet_trainer.verl.config as c, ajet\n"
         "from ajet import AgentJetJob\n"
@@ -93,8 +122,8 @@ def test_installed_wheel_composes_the_verl_config_from_package_data(wheel, tmp_p
     assert _run_outside(code, target, tmp_path)[-2:] == ["vllm", "True"]
 
 
-def test_installed_wheel_finds_the_configs_outside_the_checkout(wheel, tmp_path):
-    target = _installed(wheel, tmp_path)
+def test_installed_wheel_finds_the_configs_outside_the_checkout(wheels, tmp_path):
+    target = _installed(wheels, tmp_path)
     (target / "ajet" / "configs" / "proxy.yaml").write_text(
         (REPO / "configs" / "proxy.yaml").read_text().replace("port: 10086", "port: 10999")
     )

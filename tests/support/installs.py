@@ -15,10 +15,11 @@ LINES = (ROOT / "lines.txt").read_text().splitlines() if (ROOT / "lines.txt").is
 
 
 def venv_of(fragment: str) -> Path:
-    """The venv of the docs' install line holding `fragment`; skips (fails under `AJET_REQUIRE_INSTALLS=1`) when it
-    was not built."""
+    """The venv of the docs' install line that is `fragment`, else of the one line holding it; skips (fails under
+    `AJET_REQUIRE_INSTALLS=1`) when it was not built."""
     need(bool(LINES), f"no {ROOT}: `make setup-installs` builds it", "AJET_REQUIRE_INSTALLS")
-    (n,) = [i for i, line in enumerate(LINES) if fragment in line]
+    exact = [i for i, line in enumerate(LINES) if line == fragment]
+    (n,) = exact or [i for i, line in enumerate(LINES) if fragment in line]
     where = ROOT / str(n)
     need((where / ".ajet-line").is_file(), f"{where} was not built: `make setup-installs`", "AJET_REQUIRE_INSTALLS")
     return where

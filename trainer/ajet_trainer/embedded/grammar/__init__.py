@@ -42,7 +42,7 @@ def load_grammars(
         except ImportError:
             continue
     wanted = " or ".join(EXTRAS[name] for name in backends)
-    raise ImportError(f"constrained decoding needs {wanted}: pip install 'agentjet-swarm[constrained]'")
+    raise ImportError(f"constrained decoding needs {wanted}: pip install 'agentjet-swarm-server[constrained]'")
 
 
 __all__ = ["BACKENDS", "Grammars", "GrammarSpec", "TokenConstraint", "grammar_spec", "load_grammars"]
