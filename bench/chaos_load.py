@@ -46,8 +46,10 @@ class Load:
     """The experiments' clients (`names`: every letters job by default): `threads` each, more for a flooded one
     while a flood lasts."""
 
-    def __init__(self, url: str, threads: int, names: tuple[str, ...] = tuple(LETTERS)):
+    def __init__(self, url: str, threads: int, names: tuple[str, ...] = tuple(LETTERS), pace: float = 0.0):
         self.url, self.threads = url, threads
+        self.pace = pace
+        """Seconds each thread waits after an episode (0: the next begins at once, as fast as the swarm answers)."""
         self.played = {name: Played(name) for name in names}
         self.stop = threading.Event()
         self.flood_until = 0.0
@@ -106,6 +108,8 @@ class Load:
                 continue
             with played.lock:
                 played.acked_ends[uuid] = reward
+            if self.pace:
+                self.stop.wait(self.pace)
 
     def drain(self) -> int:
         """The calls answered since the last drain, their records dropped (a soak of hours counts, it audits

@@ -1,17 +1,18 @@
 """A long soak: two experiments on one swarm under steady client load for hours, the resources of each process
 sampled as it goes, and each series' slope per hour and per million calls.
 
-    python -m bench.soak [--minutes 120] [--sample-every 300] [--clients 1] [--workers 1]
+    python -m bench.soak [--minutes 120] [--sample-every 300] [--clients 1] [--pace 0] [--workers 1]
 
 The swarm: `ajet-proxy start` and `ajet-trainer start` on a SQLite store (two experiments: the letters jobs of
 tests/support/letters_clients.py, LoRA on one base), both given a temporary folder of their own (TMPDIR), so what
 they leave there is theirs. The load (`bench/chaos_load.py`): `--clients` threads per experiment, each playing
-episodes (begin, a call, end) one after another. Every `--sample-every` seconds `bench/soak_sample.py` looks at each
-process tree's resident memory, descriptors and threads, the store's size, the checkpoint folder's and the temporary
-folders' entries (the samples also go to `samples.jsonl` in the soak's folder as they are taken). At the end the
-load stops; the swarm at rest must hold no descriptor of a deleted file and no CLOSE_WAIT socket, and once stopped
-it must leave nothing in its temporary folder. One row a run (`bench/results/soak.jsonl`): every series' first,
-last and largest value and its slopes after `--warmup-min`, and what was left over.
+episodes (begin, a call, end) one after another, `--pace` seconds apart. Every `--sample-every` seconds
+`bench/soak_sample.py` looks at each process tree's resident memory, descriptors and threads, the store's size, the
+checkpoint folder's and the temporary folders' entries (the samples also go to `samples.jsonl` in the soak's folder
+as they are taken). At the end the load stops; the swarm at rest must hold no descriptor of a deleted file and no
+CLOSE_WAIT socket, and once stopped it must leave nothing in its temporary folder. One row a run
+(`bench/results/soak.jsonl`): every series' first, last and largest value and its slopes after `--warmup-min`, and
+what was left over.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="ajet-soak-"))
     swarm = SoakSwarm(work, args.workers)
     try:
-        load = Load(swarm.url, args.clients, EXPERIMENTS)
+        load = Load(swarm.url, args.clients, EXPERIMENTS, pace=args.pace)
         load.start()
         samples = play(swarm, load, args)
         load.finish()
@@ -112,6 +113,7 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
         swarm.close()
     left_tmp = sorted(p.name for p in swarm.tmp.iterdir())
     row = {"figure": "soak", "minutes": args.minutes, "experiments": len(EXPERIMENTS), "clients": args.clients,
+           "pace_s": args.pace,
            "workers": args.workers, "samples": len(samples), "sample_every_s": args.sample_every,
            "warmup_min": args.warmup_min, "calls": samples[-1].calls,
            "episodes_failed": {n: p.failed for n, p in load.played.items()},
@@ -129,6 +131,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sample-every", type=float, default=300.0, help="seconds between two samples")
     ap.add_argument("--warmup-min", type=float, default=10.0, help="minutes left out of the slopes")
     ap.add_argument("--clients", type=int, default=1, help="threads playing each experiment")
+    ap.add_argument("--pace", type=float, default=0.0, help="seconds a thread waits after each episode (0: none)")
     ap.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     ap.add_argument("--keep", action="store_true", help="keep the soak's folder (logs, store, samples.jsonl)")
     return ap
