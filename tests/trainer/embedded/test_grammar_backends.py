@@ -130,5 +130,5 @@ def test_no_backend_installed_is_an_import_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "xgrammar", None)
     monkeypatch.setitem(sys.modules, "outlines_core", None)
     tok = byte_fallback_tokenizer()
-    with pytest.raises(ImportError, match=r"agentjet-swarm\[constrained\]"):
+    with pytest.raises(ImportError, match=r"agentjet-swarm-server\[constrained\]"):
         load_grammars(tok, len(tok), {tok.eos_token_id})
