@@ -2,8 +2,8 @@
 there — `ajet-swarm overwatch` against a live proxy, `ajet-swarm new-client`, the SDK, and the proxy itself.
 
 That venv is the one of the docs' wheel install line (`make setup-installs`: the two wheels of the tree, then both
-installed, the servers' with `[proxy]`, as docs/usage.md writes it); without it this test fails in CI and is skipped on a laptop that never built
-it.
+installed, the servers' with `[proxy]`, as docs/usage.md writes it); without it this test fails in CI and is skipped
+on a laptop that never built it.
 """
 
 from __future__ import annotations

