@@ -47,6 +47,9 @@ def test_an_episodes_second_call_starts_from_its_first(tmp_path):
     metrics = _one_step(tmp_path)
     # four second calls, each holding at least its first call's system prompt and question
     assert metrics["engine/cached_prompt_tokens"] >= 4 * 16, metrics
+    # where the engine's time went, in the step's metrics: eight calls prefilled and decoded
+    assert metrics["engine/prefill_s"] > 0 and metrics["engine/prefill_tokens"] >= 8, metrics
+    assert metrics["engine/decode_steps"] > 0 and metrics["engine/sample_s"] > 0, metrics
 
 
 def test_the_cache_can_be_turned_off(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
@@ -75,12 +76,21 @@ def _settled(path, timeout: float = 30.0) -> bytes:
 
 
 def test_engine_metrics_are_the_difference_of_two_readings():
-    from ajet_trainer.types import EngineCounters, engine_metrics
+    from ajet_trainer.types import EngineCounters, PhaseTimes, engine_metrics
 
     before, now = EngineCounters(4, 40, 1.0, 10, 300), EngineCounters(6, 100, 2.5, 25, 420)
     m = engine_metrics(before, now, seconds=3.0)
     assert m == {"partial/generated_answers": 2.0, "partial/generated_answer_tokens_mean": 30.0,
                  "engine/busy_share": 0.5, "partial/reprefilled_tokens": 15.0,
                  "engine/cached_prompt_tokens": 120.0}  # fmt: skip
+    phases = engine_metrics(
+        replace(before, phases=PhaseTimes(prefill_s=1.0, prefill_tokens=100, decode_steps=7)),
+        replace(now, phases=PhaseTimes(prefill_s=1.5, prefill_tokens=160, decode_steps=9, sample_s=0.25)),
+        seconds=3.0,
+    )
+    assert {k: v for k, v in phases.items() if k not in m} == {
+        "engine/prefill_s": 0.5, "engine/prefill_tokens": 60.0, "engine/decode_s": 0.0, "engine/decode_steps": 2.0,
+        "engine/decode_tokens": 0.0, "engine/constrain_s": 0.0, "engine/sample_s": 0.25,
+    }  # fmt: skip
     vllm = engine_metrics(EngineCounters(1, 5), EngineCounters(1, 5), seconds=1.0)
     assert vllm == {"partial/generated_answers": 0.0, "partial/generated_answer_tokens_mean": 0.0}

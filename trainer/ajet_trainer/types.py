@@ -128,6 +128,29 @@ class AssemblyStats:
 
 
 @dataclass(frozen=True)
+class PhaseTimes:
+    """Where the embedded engine's sampling went, as running totals: the parts of a rollout that
+    `bench/real_model_profile.py` sets against their bounds (FLOPs at the machine's matmul rate, bytes at its memory
+    bandwidth)."""
+
+    prefill_s: float = 0.0
+    """Seconds in the model's forwards over prompts (the tokens after those the prefix cache held), and over rows run
+    again after an update."""
+    prefill_tokens: int = 0
+    """The tokens those forwards ran (a group's alike prompts once, padding not counted)."""
+    decode_s: float = 0.0
+    """Seconds in the one-token forwards of running batches."""
+    decode_steps: int = 0
+    """Those forwards (each reads the weights once, however many rows it runs)."""
+    decode_tokens: int = 0
+    """The rows those forwards ran, summed."""
+    constrain_s: float = 0.0
+    """Seconds masking logits to grammars and advancing them by the drawn tokens (constrained decoding)."""
+    sample_s: float = 0.0
+    """Seconds drawing each token and handing it on (a step's softmax and per-row Python), constraints left out."""
+
+
+@dataclass(frozen=True)
 class EngineCounters:
     """What the engines did since they started, as running totals: a step reports the difference from the last."""
 
@@ -144,12 +167,15 @@ class EngineCounters:
     cached_prompt_tokens: Optional[int] = None
     """Prompt tokens not prefilled: their keys and values were kept from the episode's call before (the embedded
     engine's prefix cache; None where not counted: vLLM, or the cache off)."""
+    phases: Optional[PhaseTimes] = None
+    """Where the sampling time went (the embedded engine; None: vLLM, which does not say)."""
 
 
 def engine_metrics(before: EngineCounters, now: EngineCounters, seconds: float) -> dict[str, float]:
     """A step's engine figures from two readings `seconds` apart: the generated answers and their mean length
     (beside `partial/trained_answer_tokens_mean`: a bias towards short answers shows), and where the engine counts
-    them its busy share of the step, the tokens it re-prefilled and the prompt tokens its prefix cache held."""
+    them its busy share of the step, the tokens it re-prefilled, the prompt tokens its prefix cache held and where
+    its sampling time went (`engine/prefill_s`, `engine/decode_s`, ...: `PhaseTimes`)."""
     n, t = now.answers - before.answers, now.answer_tokens - before.answer_tokens
     out = {"partial/generated_answers": float(n), "partial/generated_answer_tokens_mean": t / n if n else 0.0}
     if now.busy_s is not None and seconds > 0:
@@ -158,6 +184,9 @@ def engine_metrics(before: EngineCounters, now: EngineCounters, seconds: float) 
         out["partial/reprefilled_tokens"] = float(now.reprefilled_tokens - (before.reprefilled_tokens or 0))
     if now.cached_prompt_tokens is not None:
         out["engine/cached_prompt_tokens"] = float(now.cached_prompt_tokens - (before.cached_prompt_tokens or 0))
+    if now.phases is not None:
+        was = before.phases or PhaseTimes()
+        out.update({f"engine/{k}": float(v - getattr(was, k)) for k, v in vars(now.phases).items()})
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 
 from ajet_trainer.embedded.generation import Decoding, generate_batch
 from ajet_trainer.embedded.joining import copyable_cache
+from ajet_trainer.embedded.phase_clock import PhaseClock
 from ajet_trainer.embedded.prefix_cache import PrefixCache
 from ajet_trainer.embedded.types import ABORT, GenRequest, GenResult, TokenOut
 from ajet_trainer.errors import GenerationFailed
@@ -101,6 +102,8 @@ class Batcher:
         """Per adapter (None: none), its answers and their tokens: `stats`' two, split by experiment."""
         self.busy_s = 0.0
         """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
+        self.clock = PhaseClock()
+        """Where the sampling time went since the start: prefill, decode, constraints, drawing tokens."""
         self._busy_since = 0.0  # when the running batch last started sampling (its start, or back from an update)
         self.last_batch_s = 0.0
         """How long batches take lately (a decaying max): `gather_window` scales the next batch's gathering by it."""
@@ -243,7 +246,7 @@ class Batcher:
         tokens when partial rollouts are on."""
         self._busy_since = time.monotonic()
         results = generate_batch(
-            self.model, self.tokenizer, requests, self.eos_ids, version, self._between, self.prefixes
+            self.model, self.tokenizer, requests, self.eos_ids, version, self._between, self.prefixes, self.clock
         )
         self.busy_s += time.monotonic() - self._busy_since
         return results
@@ -270,7 +273,9 @@ class Batcher:
             return
         versions = [self.version_of(p.req.adapter) for p in more]
         try:
-            joining = Decoding(self.model, self.tokenizer, [p.req for p in more], self.eos_ids, versions, self.prefixes)
+            joining = Decoding(
+                self.model, self.tokenizer, [p.req for p in more], self.eos_ids, versions, self.prefixes, self.clock
+            )
         except Exception:  # noqa: BLE001 - the running batch goes on; these start the next batch (and fail there alone)
             logger.exception("%d requests could not join the running batch; they start the next one", len(more))
             self._next.extend(more)
@@ -323,7 +328,8 @@ class Batcher:
             p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed("its batch failed mid-stream"))
             return None
         try:
-            return generate_batch(self.model, self.tokenizer, [p.req], self.eos_ids, self.version_of(p.req.adapter))[0]
+            version = self.version_of(p.req.adapter)
+            return generate_batch(self.model, self.tokenizer, [p.req], self.eos_ids, version, clock=self.clock)[0]
         except Exception as exc:  # noqa: BLE001 - answer this request, keep serving
             logger.exception("generation failed for one request")
             p.loop.call_soon_threadsafe(_fail, p.done, GenerationFailed(f"{type(exc).__name__}: {exc}"))

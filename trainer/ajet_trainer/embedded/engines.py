@@ -81,15 +81,18 @@ def job_engine(
         api_key=secrets.token_urlsafe(32),
     )
     engine.batcher.partial_rollouts = job.partial_rollouts
+    if opts.grammar_backend != "auto":
+        engine.grammar_backends = (opts.grammar_backend,)
     return engine
 
 
 def batcher_counters(engine: EmbeddedEngine) -> EngineCounters:
     """What the engine did since it started: answers, tokens, busy seconds, tokens run again after an update, prompt
-    tokens its prefix cache held."""
+    tokens its prefix cache held, where its sampling time went."""
     b = engine.batcher
     cached = b.prefixes.stats.hit_tokens if b.prefixes is not None else None
-    return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"], cached)
+    return EngineCounters(b.stats["answers"], b.stats["answer_tokens"], b.busy_s, b.stats["reprefilled_tokens"], cached,
+                          b.clock.reading())  # fmt: skip
 
 
 def start_embedded_engines(

@@ -9,6 +9,7 @@ mask (`cumsum - 1`), so left padding does not shift positions. Log-probs are the
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Optional, Sequence, Union
 
@@ -27,6 +28,7 @@ from ajet_trainer.embedded.joining import (
     select_rows,
 )
 from ajet_trainer.embedded.model_calls import cache_keyword, cache_of, last_logits_keyword
+from ajet_trainer.embedded.phase_clock import PhaseClock
 from ajet_trainer.embedded.prefix_cache import Hit, PrefixCache, stacked
 from ajet_trainer.embedded.row_rules import (
     accepted,
@@ -75,12 +77,13 @@ def generate_batch(
     version: Versions = 0,
     between: Optional[Callable[["Decoding"], None]] = None,
     prefixes: Optional[PrefixCache] = None,
+    clock: Optional[PhaseClock] = None,
 ) -> list[GenResult]:
     """Sample every request in one batch under policy `version` (one for all rows, or one per row: rows of several
     experiments' adapters); returns results in request order. `between` is called with the batch before each token
     (the batcher yields it to an update there, with partial rollouts). With `prefixes`, rows start from the kept
-    tokens their prompts begin with, and keep theirs when they end."""
-    run = Decoding(model, tokenizer, requests, eos_ids, version, prefixes)
+    tokens their prompts begin with, and keep theirs when they end; `clock` adds up where the time goes."""
+    run = Decoding(model, tokenizer, requests, eos_ids, version, prefixes, clock)
     while not run.finished():
         if between is not None:
             between(run)
@@ -137,8 +140,11 @@ class Decoding:
         eos_ids: set[int],
         version: Versions = 0,
         prefixes: Optional[PrefixCache] = None,
+        clock: Optional[PhaseClock] = None,
     ):
         self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
+        self.clock = clock or PhaseClock()
+        """Where the batch's time goes (the batcher's, across its batches; else the batch's own)."""
         ends = eos_ids | {tokenizer.pad_token_id}
         self.rows = [
             Row(r, i, seeded_generator(r.seed), IncrementalDecoder(tokenizer, ends), [(0, v)])
@@ -213,7 +219,8 @@ class Decoding:
         if images is not None:
             positions = multimodal_positions(self.model, ids[reps], self.mask[reps], images.grid_thw)
             seen = {"pixel_values": images.pixel_values.to(self.device), "image_grid_thw": images.grid_thw}
-        with adapters.forward():
+        ran = int(self.mask[reps][:, -ids.shape[1] :].sum())  # the rows' new tokens, padding left out
+        with self.clock.timed("prefill_s", prefill_tokens=ran), adapters.forward():
             out = self.model(
                 input_ids=ids[reps], attention_mask=self.mask[reps], position_ids=positions, use_cache=True,
                 **held, **self.last_only, **adapters.kwargs, **seen,
@@ -309,7 +316,7 @@ class Decoding:
         # bench/engine_generate.py).
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
         self.last_pos = self.last_pos + 1
-        with self.adapters.forward():
+        with self.clock.timed("decode_s", decode_steps=1, decode_tokens=len(self.rows)), self.adapters.forward():
             out = self.model(
                 input_ids=next_tok[:, None].to(self.device),
                 attention_mask=self.mask,
@@ -323,6 +330,13 @@ class Decoding:
     def _sample_live(self) -> torch.Tensor:
         """One token for every live row (the pad for ended ones), each handed to its request; a row whose client
         left ends here, before its next token (`abort`)."""
+        t0, constrained = time.perf_counter(), self.clock.totals["constrain_s"]
+        try:
+            return self._draw()
+        finally:  # the constraints' share is counted apart (`_draw` adds it)
+            self.clock.add("sample_s", time.perf_counter() - t0 - (self.clock.totals["constrain_s"] - constrained))
+
+    def _draw(self) -> torch.Tensor:
         rows, logits, pad = self.rows, self.logits, self.tokenizer.pad_token_id
         for row in rows:
             if row.finish is None and row.request.cancelled.is_set():
@@ -331,7 +345,8 @@ class Decoding:
         if not live:  # every row's client left
             return torch.full((len(rows),), pad, dtype=torch.long)
         requests, errors = self.requests, {}  # errors: each failing row's, by its index, this step
-        constrain(logits, requests, live, errors)
+        with self.clock.timed("constrain_s"):
+            constrain(logits, requests, live, errors)
         hold_the_end(logits, requests, live, self.eos_ids)
         toks = sample_tokens(logits, requests, [row.gen for row in rows], live, errors)
         logp = torch.log_softmax(logits, dim=-1)
@@ -340,7 +355,9 @@ class Decoding:
         next_tok = [pad] * len(rows)  # one tensor made of it: no per-row tensor writes
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
             row = rows[i]
-            if i in errors or not accepted(row.request.constraint, tok, i, errors):
+            with self.clock.timed("constrain_s"):
+                refused = i in errors or not accepted(row.request.constraint, tok, i, errors)
+            if refused:
                 row.finish = "error"
                 continue
             top = tops.get(i, [])

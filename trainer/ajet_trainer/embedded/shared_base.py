@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import torch
@@ -101,11 +101,11 @@ class AdapterEngines:
         return self.served_model
 
     def counters(self) -> EngineCounters:
-        """This experiment's answers and their tokens; the busy time and re-prefilled tokens are the engine's, over
-        every experiment it serves (one engine, one busy time)."""
+        """This experiment's answers and their tokens; the rest (busy time, re-prefilled tokens, phases) is the
+        engine's, over every experiment it serves (one engine, one busy time)."""
         engine, answered = batcher_counters(self.base.engine), self.base.engine.batcher.answered
         answers, tokens = answered.get(self.name, [0, 0])
-        return EngineCounters(answers, tokens, engine.busy_s, engine.reprefilled_tokens, engine.cached_prompt_tokens)
+        return replace(engine, answers=answers, answer_tokens=tokens)
 
     def drop_exited(self) -> bool:
         return False
