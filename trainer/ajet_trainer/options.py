@@ -18,6 +18,7 @@ from ajet_store.connect import StoreOptions
 
 EngineKind = Literal["auto", "embedded", "vllm", "hybrid"]
 BackendKind = Literal["auto", "embedded", "verl"]
+GrammarChoice = Literal["auto", "xgrammar", "outlines-core"]
 
 CONFIG_FILE = "trainer.yaml"
 """The file in `configs/` that holds the trainer's defaults."""
@@ -73,6 +74,9 @@ class TrainerOptions(StoreOptions):
     prefix_cache_mib: float = option()
     """Embedded engine: the most memory (MiB) the keys and values of answered calls may hold, kept so that an
     episode's next call prefills only its new tokens (`embedded/prefix_cache.py`); 0 turns it off."""
+    grammar_backend: GrammarChoice = option()
+    """Embedded engine: the constrained-decoding library (forced tool calls, JSON output). auto: xgrammar where
+    installed, else outlines-core."""
     keep_evaluated: int = option()
     """Checkpoints kept beside the newest ones: per evaluated task set, those of its best-scoring policy versions
     (`ajet.evaluate`; what `export-model --best` exports), 0: none."""

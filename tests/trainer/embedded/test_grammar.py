@@ -140,3 +140,16 @@ def test_a_forced_call_writes_its_name_first_and_follows_the_script_it_may(backe
         assert (made["function"]["name"], json.loads(made["function"]["arguments"])) == ("pick", {"c": "blue"})
     finally:
         eng.stop()
+
+
+@pytest.mark.parametrize("choice,backends", [("auto", tuple(BACKENDS)), ("outlines-core", ("outlines-core",))])
+def test_the_trainer_option_picks_the_engines_grammar_backend(tiny, choice, backends):
+    """`grammar_backend` (trainer.yaml, --grammar-backend): auto tries xgrammar first; a named one is the only one."""
+    from ajet_trainer.embedded.engines import job_engine
+    from ajet_trainer.options import TrainerOptions
+
+    model, tok = tiny
+    engine = job_engine(model, tok, AgentJetJob(), TrainerOptions.from_config(grammar_backend=choice))
+    assert engine.grammar_backends == backends
+    compiler = engine._grammars(grammar_spec({"response_format": {"type": "json_object"}}))
+    assert type(compiler) is BACKENDS[backends[0]]
