@@ -189,6 +189,7 @@ class Learner:
             metrics.update(_aggregated(agg))
             metrics["update_s"] = time.perf_counter() - t0
             return metrics
+        metrics["update_tokens"] = int(batch.attention_mask.sum())  # what its passes run (bench/real_model_profile)
         cap = None if imitating else tis_cap(self.job, lagged)  # imitation takes the stored tokens as they are
         old_logp = self._epochs(batch, old_logp, self._ref_logprobs(batch), seed, agg, cap, norm)
         gap = (old_logp - batch.rollout_logprobs).abs()  # the engine's numbers vs the trainer's, same tokens
