@@ -43,7 +43,7 @@ THIRD_PARTY = re.compile(r"get_available_deployment|sleep_replicas|ray_address|E
 SEED_NAMES = re.compile(r"\bEngineState\b")
 """The seeds' public names, kept at the SDK (and only in the lines that alias or document them)."""
 
-SCANNED = ("sdk", "proxy", "trainer", "tests", "bench", "scripts", "tutorial", "docs", "configs")
+SCANNED = ("sdk", "core", "proxy", "trainer", "swarm", "tests", "bench", "scripts", "tutorial", "docs", "configs")
 SUFFIXES = {".py", ".md", ".yaml", ".tmpl", ".sh", ".toml", ".txt"}
 SKIPPED = (
     "core/ajet_store/migrations/versions/000",  # earlier schemas, as they were
@@ -54,7 +54,7 @@ SKIPPED = (
 
 
 def _files() -> list[Path]:
-    files = [REPO / "README.md", REPO / "Makefile", REPO / "pyproject.toml"]
+    files = [REPO / "README.md", REPO / "Makefile", REPO / "pyproject.toml", REPO / "server" / "pyproject.toml"]
     for top in SCANNED:
         files += [p for p in (REPO / top).rglob("*") if p.is_file() and p.suffix in SUFFIXES]
     return [p for p in files if not any(str(p.relative_to(REPO)).startswith(s) for s in SKIPPED)]
