@@ -16,7 +16,7 @@ from ajet_token_history.shapes import Episode, run_shapes, say, screen, screensh
 from ajet_trainer.chat_render import render_ids
 from ajet_trainer.template_check import stop_ids, template_verdict
 from ajet_trainer.tiny_model import builtin_model_path
-from ajet_trainer.vision import IMAGE_TEXT
+from ajet_trainer.vision_folder import IMAGE_TEXT
 
 
 def _episode() -> Episode:

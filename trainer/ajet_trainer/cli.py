@@ -48,11 +48,8 @@ def run_trainer(args: argparse.Namespace) -> None:
     """Run the trainer daemon until SIGINT/SIGTERM."""
     apply_offline_env()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import torch
-
     options = trainer_options(args)
-    torch.set_num_threads(max(1, options.threads))
-    from ajet_trainer.daemon import TrainerDaemon
+    from ajet_trainer.daemon import TrainerDaemon  # no torch yet: the daemon beats first, then imports it
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -104,7 +104,10 @@ class TrainerDaemon:
         self.store.claim_trainer(os.getpid(), pid_alive, trains_alone(self.opts))
         logger.info("trainer watching %s", redact_url(self.opts.db_url))
         beat = threading.Thread(target=self._heartbeat, args=(stop,), name="ajet-trainer-heartbeat", daemon=True)
-        beat.start()  # first: ending a left server waits up to 40s, and a restarting trainer must not look dead then
+        beat.start()  # first: a restarting trainer must not look dead while it imports torch or ends a left server
+        import torch  # seconds (CI once saw a restart silent for 31 s under load, with torch imported before the beat)
+
+        torch.set_num_threads(max(1, self.opts.threads))
         # import while no job is synced yet: the first boot is seconds faster (`auto` picks embedded on any machine
         # without CUDA, vLLM and verl; where it picks verl, the session module is still the first thing it loads)
         if self.opts.backend in ("embedded", "auto"):

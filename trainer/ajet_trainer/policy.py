@@ -41,7 +41,7 @@ def load_policy(
     """Model and tokenizer from a local folder; LoRA-wrapped when `job.uses_lora` (the adapter named `adapter`)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
-    from ajet_trainer.vision import is_vision_folder
+    from ajet_trainer.vision_folder import is_vision_folder
 
     configure_hf_progress()  # transformers' loading bar at a terminal, none in logs
 

@@ -29,7 +29,7 @@ from ajet.template_verdict import TemplateVerdict
 from ajet_token_history.shapes import IMAGE_SHAPES, SHAPES, run_shapes
 from ajet_trainer.chat_render import parse_tool_calls, render_ids
 from ajet_trainer.types import Metrics, Tokenizer
-from ajet_trainer.vision import IMAGE_TEXT, is_vision_folder
+from ajet_trainer.vision_folder import IMAGE_TEXT, is_vision_folder
 
 TOOLS = [
     {

@@ -18,7 +18,7 @@ from typing import Any
 
 from ajet_trainer.chat_templates import FAMILIES
 from ajet_trainer.packaged_model import save_model_folder
-from ajet_trainer.vision import IMAGE_TOKEN, VISION_END, VISION_START
+from ajet_trainer.vision_folder import IMAGE_TOKEN, VISION_END, VISION_START
 
 NAME = "tiny-vl"
 """Its name after `builtin:`."""

@@ -15,7 +15,6 @@ pixels the engine saw (it reads each image back from the store by its hash). A m
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +25,8 @@ import torch
 from ajet.errors import InvalidRequest
 from ajet_core.images import DecodedImage, ImageLimits, decode_file, decode_images, image_refs
 from ajet_trainer.errors import TrainerError
+from ajet_trainer.vision_folder import IMAGE_TOKEN, is_vision_folder
 
-IMAGE_TOKEN = "<|image_pad|>"
-"""The placeholder token an image's features replace (Qwen2-VL's)."""
-VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
-"""The tokens around an image's run."""
-IMAGE_TEXT = VISION_START + IMAGE_TOKEN + VISION_END
-"""What a chat template renders for one image part (Qwen2-VL's template does the same), before expansion."""
 DEFAULT_LIMITS = ImageLimits()
 """The image limits an engine applies unless told others."""
 
@@ -56,12 +50,6 @@ class ImageInputs:
     def grids(self) -> list[list[int]]:
         """The grids as lists (what the call log keeps)."""
         return [[int(v) for v in row] for row in self.grid_thw.tolist()]
-
-
-def is_vision_folder(model_path: Path) -> bool:
-    """Whether a model folder is a vision-language model's (its config has a `vision_config`)."""
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    return isinstance(config.get("vision_config"), dict)
 
 
 class Vision:

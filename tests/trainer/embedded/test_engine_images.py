@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from ajet_trainer.embedded.server import EmbeddedEngine
-from ajet_trainer.vision import IMAGE_TOKEN, placeholder_runs
+from ajet_trainer.vision import placeholder_runs
+from ajet_trainer.vision_folder import IMAGE_TOKEN
 from tests.support.images import encode, part, png, png_bomb, truncated_png
 
 

@@ -100,10 +100,8 @@ class Batcher:
         `joined`: requests that joined a running batch; `max_batch_seen`: the most rows a batch held at once."""
         self.answered: dict[Optional[str], list[int]] = {}
         """Per adapter (None: none), its answers and their tokens: `stats`' two, split by experiment."""
-        self.busy_s = 0.0
-        """Seconds spent sampling since the start (a batch's waits for an update left out): the busy share."""
-        self.clock = PhaseClock()
-        """Where the sampling time went since the start: prefill, decode, constraints, drawing tokens."""
+        self.busy_s, self.clock = 0.0, PhaseClock()
+        """Seconds sampling since the start, an update's waits left out (the busy share); `clock`: where they went."""
         self._busy_since = 0.0  # when the running batch last started sampling (its start, or back from an update)
         self.last_batch_s = 0.0
         """How long batches take lately (a decaying max): `gather_window` scales the next batch's gathering by it."""

@@ -20,7 +20,8 @@ from ajet_core.engine_answer import AnswerChoice, AnswerMessage, EngineAnswer, U
 from ajet_trainer.chat_render import parse_tool_calls, render_ids, template_options
 from ajet_trainer.embedded.types import GenRequest, GenResult
 from ajet_trainer.types import Tokenizer
-from ajet_trainer.vision import IMAGE_TEXT, ImageInputs, Vision
+from ajet_trainer.vision import ImageInputs, Vision
+from ajet_trainer.vision_folder import IMAGE_TEXT
 
 
 def forwarded_prompt(body: dict[str, Any], vocab_size: int) -> Optional[list[int]]:

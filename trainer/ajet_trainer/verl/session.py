@@ -41,7 +41,7 @@ from ajet_trainer.tiny_model import resolve_model_path
 from ajet_trainer.types import AssemblyStats, Metrics, PolicyModel, ServedWeights, SessionPlace, Tokenizer
 from ajet_trainer.verl.config import compose_verl_config, fit_job_to_cpus, job_overrides
 from ajet_trainer.verl.launch import start_trainer
-from ajet_trainer.vision import is_vision_folder
+from ajet_trainer.vision_folder import is_vision_folder
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

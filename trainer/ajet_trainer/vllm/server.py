@@ -41,7 +41,7 @@ from ajet_core.runtime import offline_env
 from ajet_store.placement import DEFAULT_SLUG
 from ajet_trainer import left_servers
 from ajet_trainer.errors import EngineStartError, TrainerError
-from ajet_trainer.vision import is_vision_folder
+from ajet_trainer.vision_folder import is_vision_folder
 
 logger = logging.getLogger(__name__)
 
