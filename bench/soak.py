@@ -120,6 +120,8 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
            "series": trends(samples, args.warmup_min * 60), "at_rest": rest.values, **held,
            "tmp_left": left_tmp, "tmp_left_count": entries(swarm.tmp)}  # fmt: skip
     emit(BENCH, row)
+    if args.out:
+        Path(args.out).write_text(json.dumps(row))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return row
@@ -134,6 +136,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pace", type=float, default=0.0, help="seconds a thread waits after each episode (0: none)")
     ap.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     ap.add_argument("--keep", action="store_true", help="keep the soak's folder (logs, store, samples.jsonl)")
+    ap.add_argument("--out", help="also write the row to this file (JSON)")
     return ap
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import uuid
@@ -16,7 +17,7 @@ from ajet_core.runtime import apply_offline_env
 apply_offline_env()
 
 from ajet_store import Store, sqlite_url  # noqa: E402
-from tests.support import left_running  # noqa: E402
+from tests.support import left_running, soak_run  # noqa: E402
 from tests.support.procs import Proc, start_proxy, start_stub  # noqa: E402
 
 LEFT_RUNNING_GRACE_S = float(os.environ.get("AJET_TEST_LEFT_RUNNING_GRACE_S", "20"))
@@ -32,11 +33,23 @@ def slow_files() -> list[str]:
     return [path for path in paths if path]
 
 
+FIRST, LAST = "tests/bench/test_soak_start.py", "tests/bench/test_soak.py"
+"""The background soak's two files: the one that starts it is dealt first, the one that waits for it last
+(`tests/support/soak_run.py`)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slowest files first, each file's tests in their order (`--dist loadfile --no-loadscope-reorder` deals
-    files in this order: the longest ones start first instead of last)."""
-    rank = {path: i for i, path in enumerate(slow_files())}
+    files in this order: the longest ones start first instead of last); the soak's start before them, its wait
+    after everything."""
+    rank = deal_ranks()
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+def deal_ranks() -> dict[str, int]:
+    """Each file's place in the dealing order (a file not here comes after the slow ones, before `LAST`)."""
+    rank = {path: i for i, path in enumerate(slow_files())}
+    return {**rank, FIRST: -1, LAST: len(rank) + 1}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,6 +57,17 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(left_running.MARK, uuid.uuid4().hex)
     # rewards a test's swarm could not take are kept in the session's own folder, never the user's cache
     os.environ.setdefault("AJET_KEPT_REWARDS", tempfile.mkdtemp(prefix="ajet-kept-rewards-"))
+    if soak_run.SESSION_VAR not in os.environ:  # the controller's (workers inherit it); removed at its end
+        os.environ[soak_run.SESSION_VAR] = _made[soak_run.SESSION_VAR] = tempfile.mkdtemp(prefix="ajet-test-session-")
+
+
+_made: dict[str, str] = {}
+"""The session folders this process made (`pytest_unconfigure` removes them)."""
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _made.values():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)

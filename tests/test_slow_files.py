@@ -26,3 +26,12 @@ def test_a_durations_report_is_summed_per_file():
 (12 durations < 0.005s hidden.  Use -vv to show these durations.)
 """
     assert per_file(report) == {"tests/e2e/test_a.py": 13.0, "tests/proxy/test_b.py": 3.0}
+
+
+def test_the_background_soak_is_started_first_and_waited_for_last():
+    from tests.conftest import FIRST, LAST, deal_ranks, slow_files
+
+    rank, slow = deal_ranks(), next(p for p in slow_files() if p not in (FIRST, LAST))
+    files = [LAST, "tests/unlisted_test.py", slow, FIRST]
+    dealt = sorted(files, key=lambda path: rank.get(path, len(slow_files())))
+    assert dealt == [FIRST, slow, "tests/unlisted_test.py", LAST]

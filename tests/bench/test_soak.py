@@ -1,23 +1,20 @@
 """The long soak, ten minutes of it (`bench/soak.py`; its hours are the bench's rows): two experiments on one swarm
 under steady client load, then the swarm at rest holds no descriptor of a deleted file and no socket its peer closed,
 and once stopped it leaves nothing in the temporary folder its processes were given. Only what cannot be noise is
-asserted: the slopes of ten minutes are the bench's to report, not a test's to judge."""
+asserted: the slopes of ten minutes are the bench's to report, not a test's to judge. The soak runs beside the other
+tests (`tests/support/soak_run.py`: started first, this file dealt last)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support import soak_run
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
-def test_ten_minutes_of_load_leave_nothing_behind(monkeypatch):
-    monkeypatch.setenv("AJET_BENCH_RESULTS", "0")  # a test's soak leaves no results row
-    from bench.soak import parser, soak
-
-    # paced (a thread waits a second after each episode): what leaks, leaks at any rate, and the unpaced load (35
-    # calls a second) would take both of CI's cores from the other tests for the ten minutes
-    args = ["--minutes", "10", "--sample-every", "60", "--warmup-min", "2", "--pace", "1"]
-    row = soak(parser().parse_args(args))
+def test_ten_minutes_of_load_leave_nothing_behind():
+    row = soak_run.row()
     assert row["calls"] > 100, row  # the clients played all along (a stalled swarm leaves little to leak)
     assert row["deleted_files"] == [], row["deleted_files"]
     assert row["close_wait"] == [], row["close_wait"]
