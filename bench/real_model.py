@@ -203,8 +203,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]], target: float) -> None:
             "held_out_before": statistics.fmean(r["held_out_before"] for r in rows),
             "held_out_after": statistics.fmean(r["held_out_after"] for r in rows),
             "rise_mean": statistics.fmean(r["rise"] for r in rows), "every_seed_rose": all(r["rise"] > 0 for r in rows),
-            "time_to_target": times, "target": target, "time_to_target_mean_reached": _mean_known(times),
-            "cpu_s_per_trained_token": _mean_known(r["cpu_s_per_trained_token"] for r in rows),
+            "time_to_target": times, "target": target, "time_to_target_mean_reached": mean_known(times),
+            "cpu_s_per_trained_token": mean_known(r["cpu_s_per_trained_token"] for r in rows),
         })  # fmt: skip
     if len(runs) < 2:
         return
@@ -245,7 +245,7 @@ def rows_of(commits: list[str], arms: list[str]) -> dict[str, list[dict[str, Any
     return {arm: [r for (a, _), r in sorted(last.items()) if a == arm] for arm in arms}
 
 
-def _mean_known(values: Iterable[Optional[float]]) -> Optional[float]:
+def mean_known(values: Iterable[Optional[float]]) -> Optional[float]:
     """The mean of the values measured (None when none was: a figure not measured is not a zero)."""
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None

@@ -24,11 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -36,7 +35,7 @@ from ajet_core.runtime import apply_offline_env
 from ajet_swarm.launch import launched_swarm
 from ajet_trainer.policy import load_policy
 from ajet_trainer.tiny_model import builtin_model_path
-from bench.real_model import clients
+from bench.real_model import clients, mean_known
 from bench.results import emit
 
 apply_offline_env()
@@ -148,9 +147,10 @@ def run_backend(grammar: str, args: argparse.Namespace, hw: dict[str, float], ro
                  "step_s": _mean([r["step_s"] for r in later]), "machine_rates": hw})  # fmt: skip
 
 
-def _mean(values: list[Any]) -> Any:
-    known = [v for v in values if v is not None]
-    return round(statistics.mean(known), 3) if known else None
+def _mean(values: list[Any]) -> Optional[float]:
+    """`mean_known` to the rows' three decimals."""
+    mean = mean_known(values)
+    return None if mean is None else round(mean, 3)
 
 
 def main() -> None:

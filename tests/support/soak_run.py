@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ajet_trainer.daemon import pid_alive
 from tests.support.procs import REPO, offline_env
 
 SESSION_VAR = "AJET_TEST_SESSION_DIR"
@@ -43,22 +44,15 @@ def start() -> bool:
     return True
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, ended but not yet reaped by the worker that started it, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def row(timeout: float = 1500) -> dict[str, Any]:
     """The soak's row once it ends (started here if no worker did); its log's tail if it ended without one."""
     start()
     out, deadline = folder() / "row.json", time.monotonic() + timeout
     while not (folder() / "pid").is_file():  # the starting worker writes it just after the start
+        assert time.monotonic() < deadline, f"the soak was never started: {folder()} holds no pid"
         time.sleep(0.5)
     pid = int((folder() / "pid").read_text())
-    while not out.is_file() and _running(pid) and time.monotonic() < deadline:
+    while not out.is_file() and pid_alive(pid) and time.monotonic() < deadline:  # a zombie is not alive
         for proc in _started:
             proc.poll()
         time.sleep(2.0)

@@ -355,9 +355,7 @@ class Decoding:
         next_tok = [pad] * len(rows)  # one tensor made of it: no per-row tensor writes
         for i, tok, lp in zip(live, toks.tolist(), tok_lp):
             row = rows[i]
-            with self.clock.timed("constrain_s"):
-                refused = i in errors or not accepted(row.request.constraint, tok, i, errors)
-            if refused:
+            if i in errors or not self._accepted(row, tok, i, errors):
                 row.finish = "error"
                 continue
             top = tops.get(i, [])
@@ -371,6 +369,13 @@ class Decoding:
         for i, why in errors.items():
             rows[i].error = why
         return torch.tensor(next_tok, dtype=torch.long)
+
+    def _accepted(self, row: Row, tok: int, i: int, errors: dict[int, str]) -> bool:
+        """`accepted`, timed as constrained decoding where the row has a grammar (a row without takes any token)."""
+        if row.request.constraint is None:
+            return True
+        with self.clock.timed("constrain_s"):
+            return accepted(row.request.constraint, tok, i, errors)
 
     def results(self) -> list[GenResult]:
         """Each request's outcome, in request order (those that joined after the first ones, in their order)."""
